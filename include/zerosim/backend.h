@@ -1,0 +1,164 @@
+/* zerosim — the device backend.
+ *
+ * A backend is an opaque handle over a table of function pointers
+ * (src/backend/backend_impl.h). Everything above this layer computes through
+ * these wrappers and never includes cblas.h or a CUDA header, so a new backend
+ * implements the table and nothing above it changes.
+ *
+ * Pointers passed to kernels are device pointers obtained from
+ * zs_backend_alloc (for the CPU backend, ordinary host memory). Kernels compute
+ * in fp32. Storage in bf16/fp16 is handled by the conversion kernels and by
+ * the optimizer kernel, which reads and writes typed buffers.
+ *
+ * Dimension letters used in shape comments:
+ *   B batch (micro-batch size), T sequence length, C channels (hidden size),
+ *   NH attention heads, V vocabulary, OC output channels, N element count.
+ * Layout is row-major; (B,T,C) means C varies fastest.
+ */
+#ifndef ZEROSIM_BACKEND_H
+#define ZEROSIM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_backend *zs_backend_t;
+
+/* Storage types. Kernels compute in fp32; these say how a buffer is stored. */
+typedef enum {
+    ZS_DTYPE_F32 = 0,
+    ZS_DTYPE_BF16 = 1,
+    ZS_DTYPE_F16 = 2
+} zs_dtype;
+
+size_t zs_dtype_size(zs_dtype t);
+const char *zs_dtype_name(zs_dtype t);
+
+/* Create a backend by name ("cpu"). Returns NULL and writes a one-line reason
+ * into err when the name is unknown or the device is unavailable. */
+zs_backend_t zs_backend_init(const char *name, char *err, size_t errlen);
+void zs_backend_release(zs_backend_t be);
+const char *zs_backend_name(zs_backend_t be);
+/* Comma-separated list of the backends compiled into this build. */
+const char *zs_backend_list(void);
+
+/* Raw device memory. Callers outside src/mem go through the accounting
+ * allocator (zerosim/mem.h) instead. alloc returns NULL on failure. */
+void *zs_backend_alloc(zs_backend_t be, size_t bytes);
+void zs_backend_free(zs_backend_t be, void *ptr);
+void zs_backend_memset0(zs_backend_t be, void *dst, size_t bytes);
+void zs_backend_copy_h2d(zs_backend_t be, void *dst, const void *src, size_t bytes);
+void zs_backend_copy_d2h(zs_backend_t be, void *dst, const void *src, size_t bytes);
+void zs_backend_copy_d2d(zs_backend_t be, void *dst, const void *src, size_t bytes);
+
+/* C(m,n) = alpha * op(A) * op(B) + beta * C, row-major, op = transpose when
+ * trans_a / trans_b is non-zero. */
+void zs_backend_sgemm(zs_backend_t be, int trans_a, int trans_b, int m, int n, int k,
+                      float alpha, const float *a, int lda, const float *b, int ldb,
+                      float beta, float *c, int ldc);
+
+/* out(BT,OC) += bias(OC) broadcast over rows. */
+void zs_backend_add_bias(zs_backend_t be, float *out, const float *bias, int bt, int oc);
+/* dbias(OC) += column sums of dout(BT,OC). */
+void zs_backend_bias_backward(zs_backend_t be, float *dbias, const float *dout, int bt, int oc);
+
+/* GELU (tanh approximation, as GPT-2). out(N) = gelu(inp(N)). */
+void zs_backend_gelu_forward(zs_backend_t be, float *out, const float *inp, size_t n);
+/* dinp(N) += gelu'(inp) * dout */
+void zs_backend_gelu_backward(zs_backend_t be, float *dinp, const float *inp, const float *dout, size_t n);
+void zs_backend_relu_forward(zs_backend_t be, float *out, const float *inp, size_t n);
+/* dinp(N) += (inp > 0) * dout */
+void zs_backend_relu_backward(zs_backend_t be, float *dinp, const float *inp, const float *dout, size_t n);
+
+/* LayerNorm over the last dimension, eps = 1e-5.
+ * out(BT,C), mean(BT), rstd(BT), inp(BT,C), weight(C), bias(C). */
+void zs_backend_layernorm_forward(zs_backend_t be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias,
+                                  int bt, int c);
+/* dinp, dweight, dbias accumulate (+=). */
+void zs_backend_layernorm_backward(zs_backend_t be, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int bt, int c);
+
+/* out(N) = a(N) + b(N). */
+void zs_backend_residual_forward(zs_backend_t be, float *out, const float *a, const float *b, size_t n);
+/* y(N) += alpha * x(N). Used for residual backward and accumulation. */
+void zs_backend_axpy(zs_backend_t be, float *y, float alpha, const float *x, size_t n);
+/* x(N) *= alpha */
+void zs_backend_scale(zs_backend_t be, float *x, float alpha, size_t n);
+
+/* Token + position embedding. out(B,T,C) = wte[tokens[b,t]] + wpe[t].
+ * tokens(B,T) int32 on the device, wte(V,C), wpe(maxT,C). */
+void zs_backend_embedding_forward(zs_backend_t be, float *out, const int32_t *tokens,
+                                  const float *wte, const float *wpe, int b, int t, int c);
+/* dwte, dwpe accumulate. */
+void zs_backend_embedding_backward(zs_backend_t be, float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int b, int t, int c);
+
+/* Causal multi-head self-attention over packed qkv(B,T,3C) (q, k, v each C
+ * wide, heads of C/NH channels). out(B,T,C); preatt and att (B,NH,T,T) are
+ * saved for backward (att holds the softmax, zero above the diagonal). */
+void zs_backend_attention_forward(zs_backend_t be, float *out, float *preatt, float *att,
+                                  const float *qkv, int b, int t, int c, int nh);
+/* dqkv accumulates; dpreatt and datt are scratch of (B,NH,T,T) that the
+ * kernel overwrites. */
+void zs_backend_attention_backward(zs_backend_t be, float *dqkv, float *dpreatt, float *datt,
+                                   const float *dout, const float *qkv, const float *att,
+                                   int b, int t, int c, int nh);
+
+/* Softmax cross-entropy. probs(BT,V) = softmax(logits(BT,V)),
+ * losses(BT) = -log probs[target]. */
+void zs_backend_softmax_xent_forward(zs_backend_t be, float *losses, float *probs,
+                                     const float *logits, const int32_t *targets, int bt, int v);
+/* dlogits(BT,V) = dloss * (probs - onehot(target)) (overwrites). */
+void zs_backend_softmax_xent_backward(zs_backend_t be, float *dlogits, const float *probs,
+                                      const int32_t *targets, float dloss, int bt, int v);
+
+/* Sum of squares of a typed buffer, accumulated in double in index order. */
+double zs_backend_sumsq(zs_backend_t be, const void *x, zs_dtype t, size_t n);
+/* Number of non-finite (inf or NaN) elements of a typed buffer. */
+size_t zs_backend_count_nonfinite(zs_backend_t be, const void *x, zs_dtype t, size_t n);
+
+/* Conversions between fp32 and storage types, round to nearest even.
+ * dst and src may not overlap. When dt == F32 these are copies. */
+void zs_backend_convert_to_f32(zs_backend_t be, float *dst, const void *src, zs_dtype st, size_t n);
+void zs_backend_convert_from_f32(zs_backend_t be, void *dst, zs_dtype dt, const float *src, size_t n);
+/* dst(N, typed) += src(N, fp32); the sum is computed in fp32 and rounded once. */
+void zs_backend_accumulate_f32(zs_backend_t be, void *dst, zs_dtype dt, const float *src, size_t n);
+
+/* Optimizer hyper-parameters for one step of one range. */
+typedef struct {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay;
+    float momentum;      /* SGD */
+    float grad_mul;      /* every gradient is multiplied by this first
+                            (1/loss_scale times the clipping coefficient) */
+    float bias_corr1;    /* 1 - beta1^t */
+    float bias_corr2;    /* 1 - beta2^t */
+} zs_optim_hparams;
+
+/* AdamW over n elements: master, m, v fp32; grad typed (gt); the updated
+ * master is written to param (typed, pt) as well. param may be NULL. */
+void zs_backend_adamw_step(zs_backend_t be, float *master, float *m, float *v,
+                           const void *grad, zs_dtype gt, void *param, zs_dtype pt,
+                           size_t n, const zs_optim_hparams *h);
+/* SGD with momentum (PyTorch convention: buf = momentum*buf + g; p -= lr*buf),
+ * decoupled weight decay p -= lr*wd*p. */
+void zs_backend_sgd_step(zs_backend_t be, float *master, float *buf,
+                         const void *grad, zs_dtype gt, void *param, zs_dtype pt,
+                         size_t n, const zs_optim_hparams *h);
+
+/* Host-side conversions (used by tests and the report). */
+uint16_t zs_f32_to_bf16(float f);
+float zs_bf16_to_f32(uint16_t h);
+uint16_t zs_f32_to_f16(float f);
+float zs_f16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

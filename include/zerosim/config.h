@@ -1,0 +1,86 @@
+/* zerosim — run configuration.
+ *
+ * A run is configured by defaults, then a DeepSpeed-style JSON file
+ * (--config), then command-line options, each overriding the one before.
+ * Validation that needs the world size (batch arithmetic) happens once all
+ * three are applied.
+ */
+#ifndef ZEROSIM_CONFIG_H
+#define ZEROSIM_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "zerosim/backend.h"
+#include "zerosim/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { ZS_OPT_ADAMW = 0, ZS_OPT_SGD = 1 } zs_optim_kind;
+typedef enum {
+    ZS_SCHED_CONSTANT = 0,    /* no scheduler section */
+    ZS_SCHED_WARMUP = 1,      /* DeepSpeed WarmupLR: warm up, then constant */
+    ZS_SCHED_WARMUP_DECAY = 2,/* DeepSpeed WarmupDecayLR: warm up, then linear decay */
+    ZS_SCHED_WARMUP_COSINE = 3/* DeepSpeed WarmupCosineLR: warm up, then cosine decay */
+} zs_sched_kind;
+
+typedef struct {
+    zs_model_config model;
+
+    int steps;
+    int train_batch_size;    /* 0 = not given: micro_batch * grad_accum * world */
+    int micro_batch;         /* train_micro_batch_size_per_gpu, 0 = not given */
+    int grad_accum;          /* gradient_accumulation_steps, 0 = not given */
+    uint64_t seed;
+    int steps_per_print;
+
+    zs_dtype precision;      /* storage of parameters and gradients */
+
+    zs_optim_kind optimizer;
+    float lr, beta1, beta2, eps, weight_decay, momentum;
+
+    zs_sched_kind scheduler;
+    int warmup_steps;
+    int total_steps;         /* schedule length; 0 = steps */
+    float warmup_min_ratio;  /* lr at step 0 of warm-up, as a fraction of lr */
+    float cos_min_ratio;     /* final lr of the decay, as a fraction of lr */
+    int warmup_linear;       /* 1 linear warm-up, 0 DeepSpeed's "log" */
+
+    float grad_clip;         /* gradient_clipping; 0 = off */
+
+    /* fp16 dynamic loss scaling (DeepSpeed's fp16 section) */
+    float static_loss_scale; /* "loss_scale": 0 = dynamic */
+    int initial_scale_power;
+    int loss_scale_window;
+    int hysteresis;
+    float min_loss_scale;
+
+    /* zero_optimization */
+    int stage;
+    size_t reduce_bucket_size;
+    size_t allgather_bucket_size;
+    size_t stage3_max_live_parameters;
+    size_t stage3_prefetch_bucket_size;
+} zs_run_config;
+
+/* The defaults: a small GPT that trains in seconds on one core. */
+void zs_run_config_defaults(zs_run_config *c);
+
+/* Apply a DeepSpeed-style JSON file onto c. Returns 0, or non-zero with one
+ * line naming the file and what is wrong: malformed JSON (line and column),
+ * an unknown key, a wrong type or value. */
+int zs_config_load_file(const char *path, zs_run_config *c);
+/* Same for a JSON text (for tests); name is used in messages. */
+int zs_config_load_string(const char *text, const char *name, zs_run_config *c);
+
+/* Resolve and check the batch arithmetic for world_size ranks (DeepSpeed's
+ * rules: any two of train_batch_size, micro_batch, grad_accum determine the
+ * third; all three must agree), then the other fields. Fills in missing
+ * batch fields. Returns 0 or non-zero with a message naming the key. */
+int zs_run_config_finalize(zs_run_config *c, int world_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

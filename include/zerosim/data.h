@@ -1,0 +1,42 @@
+/* zerosim — synthetic data with a known loss floor, no download needed.
+ *
+ * GPT: token sequences from a seeded random Markov chain over the vocabulary.
+ * Each state moves to a few random successors (Dirichlet weights) plus a small
+ * uniform teleport probability, which makes the chain irreducible and
+ * aperiodic. Sequences start from the stationary distribution. The model sees
+ * x_0..x_{T-1} and predicts x_1..x_T, so the best possible mean cross-entropy
+ * is the chain's entropy rate H = sum_i pi_i * H(P_i) (in nats): the floor.
+ *
+ * MLP: inputs x ~ N(0, I); the label is the argmax of a fixed random teacher
+ * network's output, so a perfect student reaches loss 0 (floor 0).
+ *
+ * Sample i of a run is generated from (seed, i) alone, so the global batch of
+ * a step does not depend on how micro-batches are dealt to ranks.
+ */
+#ifndef ZEROSIM_DATA_H
+#define ZEROSIM_DATA_H
+
+#include <stdint.h>
+#include "zerosim/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_data zs_data;
+
+int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out);
+void zs_data_destroy(zs_data *d);
+
+/* Fill host arrays for samples first..first+b-1.
+ * GPT: tokens(B,T), targets(B,T); MLP: x(B,input_dim), targets(B). */
+void zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens,
+                  int32_t *targets, float *x);
+
+/* The loss floor in nats (the Markov chain's entropy rate; 0 for the MLP). */
+double zs_data_loss_floor(const zs_data *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,71 @@
+/* zerosim — the accounting allocator.
+ *
+ * Every buffer of a run is allocated here with a category. The allocator keeps
+ * current and peak bytes per category and the peak of the total (with the
+ * category mix at that moment), and enforces an optional simulated device
+ * capacity: an allocation that would pass it fails like a GPU's out-of-memory.
+ */
+#ifndef ZEROSIM_MEM_H
+#define ZEROSIM_MEM_H
+
+#include <stddef.h>
+#include "zerosim/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    ZS_MEM_PARAMS = 0,       /* parameters in working precision */
+    ZS_MEM_GRADS,            /* gradients */
+    ZS_MEM_OPT_MASTER,       /* optimizer: fp32 master weights (mixed precision) */
+    ZS_MEM_OPT_M,            /* optimizer: first moment (Adam) or momentum (SGD) */
+    ZS_MEM_OPT_V,            /* optimizer: second moment (Adam) */
+    ZS_MEM_ACTIVATIONS,      /* activations saved for backward */
+    ZS_MEM_CHECKPOINTS,      /* activation-checkpoint inputs */
+    ZS_MEM_COMM_BUFFERS,     /* communication buffers */
+    ZS_MEM_COMPRESSION,      /* compression residuals */
+    ZS_MEM_WORKSPACE,        /* scratch: fp32 staging, data, temporaries */
+    ZS_MEM_NCAT
+} zs_mem_category;
+
+/* "params", "grads", "optimizer_master", ... */
+const char *zs_mem_category_name(zs_mem_category c);
+/* The report group: the three optimizer sub-categories map to "optimizer". */
+const char *zs_mem_category_group(zs_mem_category c);
+
+typedef struct zs_mem *zs_mem_t;
+
+typedef struct {
+    size_t current[ZS_MEM_NCAT];
+    size_t peak[ZS_MEM_NCAT];
+    size_t total_current;
+    size_t total_peak;
+    size_t at_total_peak[ZS_MEM_NCAT];  /* category mix when total_peak was reached */
+    size_t allocs;                      /* number of successful allocations */
+} zs_mem_stats;
+
+/* capacity = 0: unlimited. rank is used in the out-of-memory message. */
+zs_mem_t zs_mem_create(zs_backend_t be, size_t capacity, int rank);
+void zs_mem_destroy(zs_mem_t m);
+zs_backend_t zs_mem_backend(zs_mem_t m);
+
+/* Allocate bytes in category c; *out receives the pointer (zero-filled).
+ * Returns 0, or non-zero with an "out of memory" message (rank, category,
+ * bytes asked, bytes in use per category) when the capacity would be passed. */
+int zs_mem_alloc(zs_mem_t m, zs_mem_category c, size_t bytes, void **out);
+/* Free a buffer allocated with zs_mem_alloc with the same category and size.
+ * NULL is ignored. */
+void zs_mem_free(zs_mem_t m, zs_mem_category c, void *ptr, size_t bytes);
+
+void zs_mem_get_stats(zs_mem_t m, zs_mem_stats *s);
+size_t zs_mem_capacity(zs_mem_t m);
+
+/* Parse "123", "4KiB", "1.5GiB", "2GB" (KB/MB/GB = 1e3.., KiB/MiB/GiB = 2^10..).
+ * Returns 0 and sets *bytes, or non-zero with a message. */
+int zs_parse_size(const char *s, size_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

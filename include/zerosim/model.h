@@ -1,0 +1,120 @@
+/* zerosim — models over one flat parameter layout.
+ *
+ * A model's parameters are one flat array described by a layout: a table of
+ * (name, offset, numel, layer) entries in order, each layer's entries
+ * contiguous. "Layer" here is a unit of execution that the engine runs in
+ * order (GPT: 0 = embeddings, 1..L = blocks, L+1 = final LayerNorm and the
+ * tied output head; MLP: one unit per linear layer). The ZeRO engine shards
+ * this array; padding to a multiple of the rank count is the engine's.
+ *
+ * The engine drives the model unit by unit and hands each unit fp32 views of
+ * the parameters (P[e]) and gradient accumulators (G[e]) of the entries the
+ * unit uses (zs_model_unit_uses), so the same model code runs whether
+ * parameters are stored in fp32, bf16 or fp16, replicated or sharded.
+ */
+#ifndef ZEROSIM_MODEL_H
+#define ZEROSIM_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "zerosim/backend.h"
+#include "zerosim/mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZS_MLP_MAX_HIDDEN 64
+#define ZS_MAX_USES_PUBLIC 16   /* most entries one unit uses */
+
+typedef enum { ZS_MODEL_MLP = 0, ZS_MODEL_GPT = 1 } zs_model_kind;
+typedef enum { ZS_ACT_RELU = 0, ZS_ACT_GELU = 1 } zs_activation;
+
+typedef struct {
+    zs_model_kind kind;
+    /* GPT-2-style decoder */
+    int n_layer;      /* transformer blocks */
+    int n_embd;       /* hidden size C */
+    int n_head;       /* attention heads NH (divides C) */
+    int seq_len;      /* T, also the number of learned positions */
+    int vocab;        /* V */
+    /* MLP */
+    int input_dim;
+    int n_classes;
+    int n_hidden;                       /* hidden layers */
+    int widths[ZS_MLP_MAX_HIDDEN];      /* their widths */
+    zs_activation act;
+} zs_model_config;
+
+/* Check shapes; 0 or non-zero with a one-line message naming the field. */
+int zs_model_config_validate(const zs_model_config *c);
+
+typedef struct {
+    char name[48];
+    size_t offset;   /* elements from the start of the flat array */
+    size_t numel;
+    int layer;
+} zs_param_entry;
+
+typedef struct {
+    zs_param_entry *entries;
+    int n_entries;
+    size_t num_params;       /* Ψ, unpadded */
+    int n_layers;
+    size_t *layer_offset;    /* [n_layers] first element of each layer */
+    size_t *layer_numel;     /* [n_layers] */
+} zs_layout;
+
+typedef struct zs_model zs_model;
+
+int zs_model_create(const zs_model_config *c, zs_model **out);
+void zs_model_destroy(zs_model *m);
+const zs_layout *zs_model_layout(const zs_model *m);
+const zs_model_config *zs_model_get_config(const zs_model *m);
+/* Count parameters without building anything (for any size of model). */
+size_t zs_model_count_params(const zs_model_config *c);
+
+/* Entries used by unit l (its own, plus e.g. the tied embedding in the GPT
+ * head). Returns the count; ids receives up to max entry indices. */
+int zs_model_unit_uses(const zs_model *m, int l, int *ids, int max);
+
+/* Initialise the flat fp32 parameter array (num_params elements, host memory)
+ * deterministically from seed: GPT-2's scheme (N(0,0.02), residual
+ * projections scaled by 1/sqrt(2L), LayerNorm weights 1, biases 0); MLP:
+ * Kaiming-uniform-style U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+void zs_model_init_params(const zs_model *m, float *params, uint64_t seed);
+
+/* One micro-batch of B samples, device pointers.
+ * GPT: tokens(B,T), targets(B,T). MLP: x(B,input_dim), targets(B). */
+typedef struct {
+    int b;
+    int32_t *tokens;
+    int32_t *targets;
+    float *x;
+} zs_batch;
+
+/* Activations and backward scratch for micro-batches of B samples. */
+typedef struct zs_acts zs_acts;
+int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out);
+void zs_model_acts_destroy(zs_acts *a);
+/* Bytes of the activations saved for backward (category activations) and of
+ * the backward scratch (category workspace) for B samples, from the shapes. */
+size_t zs_model_activation_bytes(const zs_model_config *c, int b);
+size_t zs_model_scratch_bytes(const zs_model_config *c, int b);
+
+/* Forward of unit l; P[e] are fp32 views of the entries the unit uses. After
+ * the last unit, zs_model_loss() returns the mean loss of the micro-batch. */
+void zs_model_forward_unit(zs_model *m, zs_backend_t be, int l, float *const *P,
+                           zs_acts *a, const zs_batch *batch);
+float zs_model_loss(const zs_acts *a, zs_backend_t be);
+/* Backward of unit l (call from the last unit down to 0). dloss is the
+ * gradient of the objective with respect to the micro-batch's mean loss
+ * (for example loss_scale / (grad_accum * world_size)). Gradients accumulate
+ * into G[e] for the entries the unit uses. */
+void zs_model_backward_unit(zs_model *m, zs_backend_t be, int l, float *const *P,
+                            float *const *G, zs_acts *a, const zs_batch *batch, float dloss);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,54 @@
+/* zerosim — optimizers over a range, learning-rate schedules, loss scaling.
+ *
+ * The optimizer updates elements [off, off+len) of the flat arrays, so ZeRO
+ * stages 1-3 run the same loop on a shard that stage 0 runs on everything.
+ */
+#ifndef ZEROSIM_OPTIM_H
+#define ZEROSIM_OPTIM_H
+
+#include <stddef.h>
+#include "zerosim/backend.h"
+#include "zerosim/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes of optimizer state per parameter (the ZeRO paper's K): AdamW 8
+ * (m, v) or SGD 4 (momentum), plus 4 for the fp32 master copy when the
+ * parameters are stored in bf16/fp16. */
+int zs_optim_state_bytes(zs_optim_kind k, zs_dtype precision);
+
+/* Learning rate for 0-based step `step` under the configured schedule. */
+float zs_lr_at(const zs_run_config *c, int step);
+
+/* One optimizer step over [off, off+len). master/m/v are fp32 arrays indexed
+ * from the start of the flat layout; grad and param typed likewise; param may
+ * be NULL (fp32 runs update the parameters in place as the master). t is the
+ * 1-based count of steps taken (skipped steps do not count). */
+void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, float grad_mul,
+                   float *master, float *m, float *v, const void *grad, zs_dtype gt,
+                   void *param, zs_dtype pt, size_t off, size_t len);
+
+/* fp16 dynamic loss scaling in DeepSpeed's manner: start at
+ * 2^initial_scale_power; on overflow skip the step and, once the hysteresis
+ * budget is spent, halve the scale (not below min_loss_scale); after
+ * loss_scale_window steps without overflow, double it. A static scale
+ * (loss_scale > 0) never changes. */
+typedef struct {
+    float scale;
+    int dynamic;
+    int window, hysteresis, cur_hysteresis;
+    float min_scale;
+    int good_steps;
+    int overflows;    /* steps skipped so far */
+} zs_loss_scaler;
+
+void zs_loss_scaler_init(zs_loss_scaler *s, const zs_run_config *c);
+/* Record whether this step overflowed; returns 1 when the step must be skipped. */
+int zs_loss_scaler_update(zs_loss_scaler *s, int overflow);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

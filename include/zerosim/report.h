@@ -1,0 +1,22 @@
+/* zerosim — reports: JSON for programs, a summary for people. */
+#ifndef ZEROSIM_REPORT_H
+#define ZEROSIM_REPORT_H
+
+#include "zerosim/config.h"
+#include "zerosim/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Write the JSON report to path atomically (a temporary file renamed into
+ * place, so a failed run leaves nothing half-written). */
+int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r);
+
+/* Peak resident set size of this process in bytes (0 when unknown). */
+size_t zs_report_peak_rss(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,150 @@
+/* zerosim — the backend table (internal to src/backend/).
+ *
+ * A backend fills one `static const struct zs_backend_i` with designated
+ * initializers and a constructor that sets `iface` and `ctx` of a
+ * struct zs_backend. The public wrappers in backend.c check arguments and
+ * dispatch through this table; they are the only callers of its members.
+ *
+ * Every member receives the backend's ctx first, then the arguments of the
+ * matching zs_backend_* wrapper in the same order (see zerosim/backend.h for
+ * shapes and semantics). Members marked REQUIRED must be non-NULL. Members
+ * marked OPTIONAL may be NULL; the wrapper then uses the fallback stated here.
+ * Kernels may assume the wrapper has already checked the cheap preconditions
+ * (non-NULL pointers where data is touched, non-negative dimensions).
+ */
+#ifndef ZEROSIM_BACKEND_IMPL_H
+#define ZEROSIM_BACKEND_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zerosim/backend.h"
+
+struct zs_backend_i {
+    /* REQUIRED. Short name, as accepted by zs_backend_init ("cpu"). */
+    const char *name;
+
+    /* OPTIONAL. Release ctx. NULL: nothing to release. The wrapper frees the
+     * struct zs_backend itself afterwards. */
+    void (*release)(void *ctx);
+
+    /* ---- memory ---------------------------------------------------------- */
+
+    /* REQUIRED. Device allocation of `bytes` bytes, zero-filled, aligned to at
+     * least 64 bytes. NULL on failure. bytes == 0 may return NULL or a unique
+     * pointer; the wrapper passes 0 through. */
+    void *(*alloc)(void *ctx, size_t bytes);
+    /* REQUIRED. Free a pointer from alloc; NULL is a no-op (the wrapper never
+     * passes NULL). */
+    void (*free)(void *ctx, void *ptr);
+    /* OPTIONAL. Zero `bytes` bytes of device memory. NULL: the wrapper copies
+     * from a zeroed host buffer with copy_h2d. */
+    void (*memset0)(void *ctx, void *dst, size_t bytes);
+    /* REQUIRED. Host to device copy; synchronous (src may be reused on return). */
+    void (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* REQUIRED. Device to host copy; synchronous (dst is valid on return). */
+    void (*copy_d2h)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* OPTIONAL. Device to device copy. NULL: the wrapper stages through a host
+     * buffer with copy_d2h then copy_h2d. */
+    void (*copy_d2d)(void *ctx, void *dst, const void *src, size_t bytes);
+
+    /* ---- dense algebra --------------------------------------------------- */
+
+    /* REQUIRED. Row-major C = alpha*op(A)*op(B) + beta*C. The wrapper never
+     * calls it with m == 0 or n == 0, and it has checked the leading
+     * dimensions. k == 0 must give C = beta*C. */
+    void (*sgemm)(void *ctx, int trans_a, int trans_b, int m, int n, int k,
+                  float alpha, const float *a, int lda, const float *b, int ldb,
+                  float beta, float *c, int ldc);
+
+    /* ---- elementwise and layer kernels (fp32) ---------------------------- */
+
+    /* REQUIRED. out(BT,OC) += bias(OC). */
+    void (*add_bias)(void *ctx, float *out, const float *bias, int bt, int oc);
+    /* REQUIRED. dbias(OC) += column sums of dout(BT,OC). */
+    void (*bias_backward)(void *ctx, float *dbias, const float *dout, int bt, int oc);
+    /* REQUIRED. out(N) = gelu(inp(N)), tanh approximation. */
+    void (*gelu_forward)(void *ctx, float *out, const float *inp, size_t n);
+    /* REQUIRED. dinp(N) += gelu'(inp) * dout. */
+    void (*gelu_backward)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+    /* REQUIRED. out(N) = max(inp, 0). */
+    void (*relu_forward)(void *ctx, float *out, const float *inp, size_t n);
+    /* REQUIRED. dinp(N) += (inp > 0) * dout. */
+    void (*relu_backward)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+    /* REQUIRED. LayerNorm over C, eps 1e-5, biased variance; saves mean, rstd. */
+    void (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias,
+                              int bt, int c);
+    /* REQUIRED. dinp, dweight, dbias accumulate. */
+    void (*layernorm_backward)(void *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int bt, int c);
+    /* REQUIRED. out(N) = a(N) + b(N); out may alias a or b. */
+    void (*residual_forward)(void *ctx, float *out, const float *a, const float *b, size_t n);
+    /* REQUIRED. y(N) += alpha * x(N). */
+    void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n);
+    /* REQUIRED. x(N) *= alpha. */
+    void (*scale)(void *ctx, float *x, float alpha, size_t n);
+    /* REQUIRED. out(B,T,C) = wte[tokens[b,t]] + wpe[t]. */
+    void (*embedding_forward)(void *ctx, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int b, int t, int c);
+    /* REQUIRED. dwte, dwpe accumulate. */
+    void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int b, int t, int c);
+    /* REQUIRED. Causal multi-head attention over qkv(B,T,3C); saves preatt and
+     * att (B,NH,T,T), zero above the diagonal. */
+    void (*attention_forward)(void *ctx, float *out, float *preatt, float *att,
+                              const float *qkv, int b, int t, int c, int nh);
+    /* REQUIRED. dqkv accumulates; dpreatt and datt are overwritten scratch. */
+    void (*attention_backward)(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                               const float *dout, const float *qkv, const float *att,
+                               int b, int t, int c, int nh);
+    /* REQUIRED. probs(BT,V) = softmax(logits); losses(BT) = -log probs[target]. */
+    void (*softmax_xent_forward)(void *ctx, float *losses, float *probs,
+                                 const float *logits, const int32_t *targets, int bt, int v);
+    /* REQUIRED. dlogits(BT,V) = dloss * (probs - onehot(target)), overwrites. */
+    void (*softmax_xent_backward)(void *ctx, float *dlogits, const float *probs,
+                                  const int32_t *targets, float dloss, int bt, int v);
+
+    /* ---- reductions ------------------------------------------------------ */
+
+    /* OPTIONAL. Sum of squares of a typed buffer in double, index order.
+     * NULL: the wrapper copies the buffer to the host and sums there. */
+    double (*sumsq)(void *ctx, const void *x, zs_dtype t, size_t n);
+    /* OPTIONAL. Number of inf/NaN elements of a typed buffer.
+     * NULL: the wrapper copies the buffer to the host and counts there. */
+    size_t (*count_nonfinite)(void *ctx, const void *x, zs_dtype t, size_t n);
+
+    /* ---- storage types --------------------------------------------------- */
+
+    /* REQUIRED. dst(N) fp32 = src(N) stored as st. */
+    void (*convert_to_f32)(void *ctx, float *dst, const void *src, zs_dtype st, size_t n);
+    /* REQUIRED. dst(N) stored as dt = round-to-nearest-even(src(N)). */
+    void (*convert_from_f32)(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n);
+    /* REQUIRED. dst(N, typed) = round(float(dst) + src), one rounding. */
+    void (*accumulate_f32)(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n);
+
+    /* ---- optimizer ------------------------------------------------------- */
+
+    /* REQUIRED. AdamW over n elements (see backend.c / cpu.c for the exact
+     * arithmetic, which every backend must reproduce). param may be NULL. */
+    void (*adamw_step)(void *ctx, float *master, float *m, float *v,
+                       const void *grad, zs_dtype gt, void *param, zs_dtype pt,
+                       size_t n, const zs_optim_hparams *h);
+    /* REQUIRED. SGD with momentum and decoupled weight decay. param may be NULL. */
+    void (*sgd_step)(void *ctx, float *master, float *buf,
+                     const void *grad, zs_dtype gt, void *param, zs_dtype pt,
+                     size_t n, const zs_optim_hparams *h);
+};
+
+/* A backend instance: its table and its private state. */
+struct zs_backend {
+    const struct zs_backend_i *iface;
+    void *ctx;
+};
+
+/* Constructor of the CPU backend (cpu.c): sets be->iface and be->ctx.
+ * Returns 0, or non-zero after writing a one-line reason into err. */
+int zs_backend_cpu_init(struct zs_backend *be, char *err, size_t errlen);
+
+#endif

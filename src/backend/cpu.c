@@ -1,0 +1,621 @@
+/* zerosim — the CPU backend.
+ *
+ * Device memory is host memory. sgemm goes to OpenBLAS with one thread (so a
+ * rank's results do not depend on the machine's core count); every other
+ * kernel is a plain loop in llm.c style: outputs, then inputs, then
+ * dimensions; backward kernels accumulate (+=) unless the header says they
+ * overwrite. No OpenMP, no data-dependent ordering: results are deterministic.
+ * This is the only file of zerosim that includes cblas.h.
+ */
+#include "backend/backend_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+/* OpenBLAS extension; declared here in case the cblas.h found is not
+ * OpenBLAS's own (a compatible redeclaration otherwise). */
+void openblas_set_num_threads(int);
+
+#define ZS_CPU_ALIGN 64
+#define ZS_LN_EPS 1e-5f
+
+/* ---------------------------------------------------------------------------
+ * memory
+ * ------------------------------------------------------------------------- */
+
+/* 64-byte aligned, zero-filled; size rounded up to the alignment (as
+ * aligned_alloc requires), 0 bytes gives a unique minimal block. */
+static void *cpu_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    size_t rounded = (bytes + ZS_CPU_ALIGN - 1) / ZS_CPU_ALIGN * ZS_CPU_ALIGN;
+    if (rounded == 0)
+        rounded = ZS_CPU_ALIGN;
+    if (rounded < bytes) /* overflow */
+        return NULL;
+    void *p = aligned_alloc(ZS_CPU_ALIGN, rounded);
+    if (p != NULL)
+        memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
+
+static void cpu_memset0(void *ctx, void *dst, size_t bytes)
+{
+    (void)ctx;
+    memset(dst, 0, bytes);
+}
+
+/* Host and device are the same memory: every copy is a memcpy. */
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    memcpy(dst, src, bytes);
+}
+
+/* ---------------------------------------------------------------------------
+ * dense algebra
+ * ------------------------------------------------------------------------- */
+
+/* Row-major C(m,n) = alpha*op(A)(m,k) @ op(B)(k,n) + beta*C via OpenBLAS. */
+static void cpu_sgemm(void *ctx, int trans_a, int trans_b, int m, int n, int k,
+                      float alpha, const float *a, int lda, const float *b, int ldb,
+                      float beta, float *c, int ldc)
+{
+    (void)ctx;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
+                beta, c, ldc);
+}
+
+/* ---------------------------------------------------------------------------
+ * elementwise and layer kernels
+ * ------------------------------------------------------------------------- */
+
+/* out is (BT,OC), bias is (OC) */
+static void cpu_add_bias(void *ctx, float *out, const float *bias, int bt, int oc)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        float *out_i = out + (size_t)i * oc;
+        for (int o = 0; o < oc; o++)
+            out_i[o] += bias[o];
+    }
+}
+
+/* dbias is (OC), dout is (BT,OC); rows summed in order 0..BT-1 */
+static void cpu_bias_backward(void *ctx, float *dbias, const float *dout, int bt, int oc)
+{
+    (void)ctx;
+    for (int o = 0; o < oc; o++) {
+        float sum = 0.0f;
+        for (int i = 0; i < bt; i++)
+            sum += dout[(size_t)i * oc + o];
+        dbias[o] += sum;
+    }
+}
+
+#define ZS_GELU_K 0.044715f
+#define ZS_SQRT_2_OVER_PI 0.7978845608028654f /* sqrt(2/pi) */
+
+/* out, inp are (N); gelu(x) = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) */
+static void cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float cube = ZS_GELU_K * x * x * x;
+        out[i] = 0.5f * x * (1.0f + tanhf(ZS_SQRT_2_OVER_PI * (x + cube)));
+    }
+}
+
+/* dinp, inp, dout are (N); dinp += gelu'(inp) * dout */
+static void cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = ZS_SQRT_2_OVER_PI * (x + ZS_GELU_K * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th; /* d tanh(u) / du */
+        float du = ZS_SQRT_2_OVER_PI * (1.0f + 3.0f * ZS_GELU_K * x * x);
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+        dinp[i] += grad * dout[i];
+    }
+}
+
+/* out, inp are (N) */
+static void cpu_relu_forward(void *ctx, float *out, const float *inp, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+/* dinp, inp, dout are (N) */
+static void cpu_relu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        if (inp[i] > 0.0f)
+            dinp[i] += dout[i];
+}
+
+/* out, inp are (BT,C); mean, rstd are (BT); weight, bias are (C).
+ * Biased variance and eps 1e-5, as GPT-2 / PyTorch LayerNorm. */
+static void cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight, const float *bias,
+                                  int bt, int c)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *x = inp + (size_t)i * c;
+        float *y = out + (size_t)i * c;
+        float m = 0.0f;
+        for (int j = 0; j < c; j++)
+            m += x[j];
+        m /= (float)c;
+        float var = 0.0f;
+        for (int j = 0; j < c; j++) {
+            float d = x[j] - m;
+            var += d * d;
+        }
+        var /= (float)c;
+        float s = 1.0f / sqrtf(var + ZS_LN_EPS);
+        for (int j = 0; j < c; j++)
+            y[j] = s * (x[j] - m) * weight[j] + bias[j];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+/* dinp, dout, inp are (BT,C); dweight, dbias, weight are (C); mean, rstd (BT).
+ * With n = (x - mean) * rstd and g = dout * weight:
+ * dx = rstd * (g - mean(g) - n * mean(g * n)). */
+static void cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const float *mean, const float *rstd, int bt, int c)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *dy = dout + (size_t)i * c;
+        const float *x = inp + (size_t)i * c;
+        float *dx = dinp + (size_t)i * c;
+        float m = mean[i];
+        float s = rstd[i];
+        float g_mean = 0.0f;  /* mean of g */
+        float gn_mean = 0.0f; /* mean of g * n */
+        for (int j = 0; j < c; j++) {
+            float nj = (x[j] - m) * s;
+            float gj = weight[j] * dy[j];
+            g_mean += gj;
+            gn_mean += gj * nj;
+        }
+        g_mean /= (float)c;
+        gn_mean /= (float)c;
+        for (int j = 0; j < c; j++) {
+            float nj = (x[j] - m) * s;
+            float gj = weight[j] * dy[j];
+            dbias[j] += dy[j];
+            dweight[j] += nj * dy[j];
+            dx[j] += s * (gj - g_mean - nj * gn_mean);
+        }
+    }
+}
+
+/* out, a, b are (N); out may alias a or b */
+static void cpu_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+/* y, x are (N) */
+static void cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+}
+
+/* x is (N) */
+static void cpu_scale(void *ctx, float *x, float alpha, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= alpha;
+}
+
+/* out is (B,T,C); tokens (B,T); wte (V,C); wpe (maxT,C) */
+static void cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens,
+                                  const float *wte, const float *wpe, int b, int t, int c)
+{
+    (void)ctx;
+    for (int bi = 0; bi < b; bi++) {
+        for (int ti = 0; ti < t; ti++) {
+            size_t row = (size_t)bi * t + ti;
+            float *o = out + row * c;
+            const float *te = wte + (size_t)tokens[row] * c;
+            const float *pe = wpe + (size_t)ti * c;
+            for (int j = 0; j < c; j++)
+                o[j] = te[j] + pe[j];
+        }
+    }
+}
+
+/* dwte (V,C), dwpe (maxT,C) accumulate; dout (B,T,C); tokens (B,T).
+ * Rows are visited in (b,t) order, so repeated tokens sum in a fixed order. */
+static void cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int b, int t, int c)
+{
+    (void)ctx;
+    for (int bi = 0; bi < b; bi++) {
+        for (int ti = 0; ti < t; ti++) {
+            size_t row = (size_t)bi * t + ti;
+            const float *d = dout + row * c;
+            float *dte = dwte + (size_t)tokens[row] * c;
+            float *dpe = dwpe + (size_t)ti * c;
+            for (int j = 0; j < c; j++) {
+                dte[j] += d[j];
+                dpe[j] += d[j];
+            }
+        }
+    }
+}
+
+/* out is (B,T,C); preatt, att are (B,NH,T,T); qkv is (B,T,3C) holding q, k, v.
+ * Head h uses channels [h*hs, (h+1)*hs) of each of q, k, v (hs = C/NH). */
+static void cpu_attention_forward(void *ctx, float *out, float *preatt, float *att,
+                                  const float *qkv, int b, int t, int c, int nh)
+{
+    (void)ctx;
+    int hs = c / nh;
+    int c3 = 3 * c;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int bi = 0; bi < b; bi++) {
+        for (int ti = 0; ti < t; ti++) {
+            for (int h = 0; h < nh; h++) {
+                const float *q = qkv + ((size_t)bi * t + ti) * c3 + h * hs;
+                size_t arow = (((size_t)bi * nh + h) * t + ti) * t;
+                float *pre = preatt + arow;
+                float *a = att + arow;
+
+                /* scores q.k for keys 0..ti, and their maximum */
+                float maxval = -INFINITY;
+                for (int t2 = 0; t2 <= ti; t2++) {
+                    const float *k = qkv + ((size_t)bi * t + t2) * c3 + c + h * hs;
+                    float dot = 0.0f;
+                    for (int j = 0; j < hs; j++)
+                        dot += q[j] * k[j];
+                    dot *= scale;
+                    pre[t2] = dot;
+                    if (dot > maxval)
+                        maxval = dot;
+                }
+                /* softmax with the maximum subtracted; zero above the diagonal */
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= ti; t2++) {
+                    float e = expf(pre[t2] - maxval);
+                    a[t2] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 < t; t2++) {
+                    if (t2 <= ti) {
+                        a[t2] *= inv;
+                    } else {
+                        a[t2] = 0.0f;
+                        pre[t2] = 0.0f;
+                    }
+                }
+                /* weighted sum of the values */
+                float *o = out + ((size_t)bi * t + ti) * c + h * hs;
+                for (int j = 0; j < hs; j++)
+                    o[j] = 0.0f;
+                for (int t2 = 0; t2 <= ti; t2++) {
+                    const float *v = qkv + ((size_t)bi * t + t2) * c3 + 2 * c + h * hs;
+                    float w = a[t2];
+                    for (int j = 0; j < hs; j++)
+                        o[j] += w * v[j];
+                }
+            }
+        }
+    }
+}
+
+/* dqkv (B,T,3C) accumulates; dpreatt, datt (B,NH,T,T) are scratch, overwritten;
+ * dout (B,T,C); qkv (B,T,3C); att (B,NH,T,T) from the forward pass. */
+static void cpu_attention_backward(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                                   const float *dout, const float *qkv, const float *att,
+                                   int b, int t, int c, int nh)
+{
+    (void)ctx;
+    int hs = c / nh;
+    int c3 = 3 * c;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t natt = (size_t)b * nh * t * t;
+    memset(dpreatt, 0, natt * sizeof(float));
+    memset(datt, 0, natt * sizeof(float));
+    for (int bi = 0; bi < b; bi++) {
+        for (int ti = 0; ti < t; ti++) {
+            for (int h = 0; h < nh; h++) {
+                size_t arow = (((size_t)bi * nh + h) * t + ti) * t;
+                const float *a = att + arow;
+                float *da = datt + arow;
+                float *dpre = dpreatt + arow;
+                const float *q = qkv + ((size_t)bi * t + ti) * c3 + h * hs;
+                float *dq = dqkv + ((size_t)bi * t + ti) * c3 + h * hs;
+                const float *dy = dout + ((size_t)bi * t + ti) * c + h * hs;
+
+                /* through out = sum_t2 att[t2] * v[t2] */
+                for (int t2 = 0; t2 <= ti; t2++) {
+                    const float *v = qkv + ((size_t)bi * t + t2) * c3 + 2 * c + h * hs;
+                    float *dv = dqkv + ((size_t)bi * t + t2) * c3 + 2 * c + h * hs;
+                    float dot = 0.0f;
+                    for (int j = 0; j < hs; j++) {
+                        dot += v[j] * dy[j];
+                        dv[j] += a[t2] * dy[j];
+                    }
+                    da[t2] += dot;
+                }
+                /* through the softmax: dpre[t3] = att[t3] * (da[t3] - sum_t2 att[t2] da[t2]) */
+                float adot = 0.0f;
+                for (int t2 = 0; t2 <= ti; t2++)
+                    adot += a[t2] * da[t2];
+                for (int t3 = 0; t3 <= ti; t3++)
+                    dpre[t3] += a[t3] * (da[t3] - adot);
+                /* through pre[t2] = scale * q . k[t2] */
+                for (int t2 = 0; t2 <= ti; t2++) {
+                    const float *k = qkv + ((size_t)bi * t + t2) * c3 + c + h * hs;
+                    float *dk = dqkv + ((size_t)bi * t + t2) * c3 + c + h * hs;
+                    float g = dpre[t2] * scale;
+                    for (int j = 0; j < hs; j++) {
+                        dq[j] += k[j] * g;
+                        dk[j] += q[j] * g;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* losses (BT); probs, logits (BT,V); targets (BT) */
+static void cpu_softmax_xent_forward(void *ctx, float *losses, float *probs,
+                                     const float *logits, const int32_t *targets, int bt, int v)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *z = logits + (size_t)i * v;
+        float *p = probs + (size_t)i * v;
+        float maxval = -INFINITY;
+        for (int j = 0; j < v; j++)
+            if (z[j] > maxval)
+                maxval = z[j];
+        float sum = 0.0f;
+        for (int j = 0; j < v; j++) {
+            p[j] = expf(z[j] - maxval);
+            sum += p[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < v; j++)
+            p[j] *= inv;
+        losses[i] = -logf(p[targets[i]]);
+    }
+}
+
+/* dlogits, probs (BT,V); targets (BT); overwrites dlogits */
+static void cpu_softmax_xent_backward(void *ctx, float *dlogits, const float *probs,
+                                      const int32_t *targets, float dloss, int bt, int v)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *p = probs + (size_t)i * v;
+        float *d = dlogits + (size_t)i * v;
+        for (int j = 0; j < v; j++) {
+            float ind = (j == targets[i]) ? 1.0f : 0.0f;
+            d[j] = dloss * (p[j] - ind);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * typed loads and stores
+ * ------------------------------------------------------------------------- */
+
+/* Element i of a typed buffer as fp32. */
+static inline float cpu_load(const void *x, zs_dtype t, size_t i)
+{
+    switch (t) {
+    case ZS_DTYPE_BF16: return zs_bf16_to_f32(((const uint16_t *)x)[i]);
+    case ZS_DTYPE_F16: return zs_f16_to_f32(((const uint16_t *)x)[i]);
+    case ZS_DTYPE_F32: break;
+    }
+    return ((const float *)x)[i];
+}
+
+/* Store f, rounded to nearest even, as element i of a typed buffer. */
+static inline void cpu_store(void *x, zs_dtype t, size_t i, float f)
+{
+    switch (t) {
+    case ZS_DTYPE_BF16: ((uint16_t *)x)[i] = zs_f32_to_bf16(f); return;
+    case ZS_DTYPE_F16: ((uint16_t *)x)[i] = zs_f32_to_f16(f); return;
+    case ZS_DTYPE_F32: break;
+    }
+    ((float *)x)[i] = f;
+}
+
+/* x (N, typed); double accumulation in index order */
+static double cpu_sumsq(void *ctx, const void *x, zs_dtype t, size_t n)
+{
+    (void)ctx;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double xi = (double)cpu_load(x, t, i);
+        s += xi * xi;
+    }
+    return s;
+}
+
+/* x (N, typed); counts elements whose exponent bits are all ones */
+static size_t cpu_count_nonfinite(void *ctx, const void *x, zs_dtype t, size_t n)
+{
+    (void)ctx;
+    size_t bad = 0;
+    if (t == ZS_DTYPE_F32) {
+        const uint32_t *u = x;
+        for (size_t i = 0; i < n; i++)
+            bad += (u[i] & 0x7f800000u) == 0x7f800000u;
+    } else {
+        const uint16_t *u = x;
+        uint16_t em = (t == ZS_DTYPE_BF16) ? 0x7f80u : 0x7c00u; /* exponent mask */
+        for (size_t i = 0; i < n; i++)
+            bad += (u[i] & em) == em;
+    }
+    return bad;
+}
+
+/* dst (N, fp32) = src (N, st) */
+static void cpu_convert_to_f32(void *ctx, float *dst, const void *src, zs_dtype st, size_t n)
+{
+    (void)ctx;
+    if (st == ZS_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = cpu_load(src, st, i);
+}
+
+/* dst (N, dt) = src (N, fp32) */
+static void cpu_convert_from_f32(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
+{
+    (void)ctx;
+    if (dt == ZS_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        cpu_store(dst, dt, i, src[i]);
+}
+
+/* dst (N, dt) = round(float(dst) + src (N, fp32)) */
+static void cpu_accumulate_f32(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        cpu_store(dst, dt, i, cpu_load(dst, dt, i) + src[i]);
+}
+
+/* ---------------------------------------------------------------------------
+ * optimizer
+ * ------------------------------------------------------------------------- */
+
+/* master, m, v (N, fp32); grad (N, gt); param (N, pt) or NULL.
+ *   g = grad * grad_mul
+ *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+ *   master -= lr * (m/bias_corr1 / (sqrt(v/bias_corr2) + eps) + wd*master)
+ * all in fp32, in this order; then param = round(master). */
+static void cpu_adamw_step(void *ctx, float *master, float *m, float *v,
+                           const void *grad, zs_dtype gt, void *param, zs_dtype pt,
+                           size_t n, const zs_optim_hparams *h)
+{
+    (void)ctx;
+    float b1 = h->beta1, b2 = h->beta2;
+    for (size_t i = 0; i < n; i++) {
+        float g = cpu_load(grad, gt, i) * h->grad_mul;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        float mhat = mi / h->bias_corr1;
+        float vhat = vi / h->bias_corr2;
+        float p = master[i];
+        p -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + h->weight_decay * p);
+        m[i] = mi;
+        v[i] = vi;
+        master[i] = p;
+        if (param != NULL)
+            cpu_store(param, pt, i, p);
+    }
+}
+
+/* master, buf (N, fp32); grad (N, gt); param (N, pt) or NULL.
+ *   g = grad * grad_mul;  buf = momentum*buf + g
+ *   master -= lr*wd*master  (decoupled decay, on the pre-step value)
+ *   master -= lr*buf
+ * then param = round(master). */
+static void cpu_sgd_step(void *ctx, float *master, float *buf,
+                         const void *grad, zs_dtype gt, void *param, zs_dtype pt,
+                         size_t n, const zs_optim_hparams *h)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) {
+        float g = cpu_load(grad, gt, i) * h->grad_mul;
+        float b = h->momentum * buf[i] + g;
+        float p = master[i];
+        p -= h->lr * h->weight_decay * p;
+        p -= h->lr * b;
+        buf[i] = b;
+        master[i] = p;
+        if (param != NULL)
+            cpu_store(param, pt, i, p);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * the table
+ * ------------------------------------------------------------------------- */
+
+static const struct zs_backend_i zs_cpu_iface = {
+    .name = "cpu",
+    .release = NULL,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset0 = cpu_memset0,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .sgemm = cpu_sgemm,
+    .add_bias = cpu_add_bias,
+    .bias_backward = cpu_bias_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .relu_forward = cpu_relu_forward,
+    .relu_backward = cpu_relu_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .residual_forward = cpu_residual_forward,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .softmax_xent_forward = cpu_softmax_xent_forward,
+    .softmax_xent_backward = cpu_softmax_xent_backward,
+    .sumsq = cpu_sumsq,
+    .count_nonfinite = cpu_count_nonfinite,
+    .convert_to_f32 = cpu_convert_to_f32,
+    .convert_from_f32 = cpu_convert_from_f32,
+    .accumulate_f32 = cpu_accumulate_f32,
+    .adamw_step = cpu_adamw_step,
+    .sgd_step = cpu_sgd_step,
+};
+
+/* The CPU backend has no state; it pins OpenBLAS to one thread. */
+int zs_backend_cpu_init(struct zs_backend *be, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    openblas_set_num_threads(1);
+    be->iface = &zs_cpu_iface;
+    be->ctx = NULL;
+    return 0;
+}

@@ -1,0 +1,377 @@
+/* zerosim — the command-line program.
+ *
+ *   zerosim train [options]     train a model (see --help)
+ *   zerosim --help | --version
+ *
+ * Options are applied after the --config file, so they override it. Only
+ * main() prints errors and exits.
+ */
+#include "build-config.h"
+#include "zerosim/backend.h"
+#include "zerosim/config.h"
+#include "zerosim/error.h"
+#include "zerosim/mem.h"
+#include "zerosim/report.h"
+#include "zerosim/train.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const zs_usage =
+    "usage: zerosim train [options]\n"
+    "       zerosim --help | --version\n"
+    "\n"
+    "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
+    "\n"
+    "model:\n"
+    "  --model mlp|gpt          model kind (default gpt)\n"
+    "  --layers N               GPT blocks, or MLP hidden layers (default 2)\n"
+    "  --hidden N               GPT hidden size, or width of every MLP hidden layer (64)\n"
+    "  --heads N                GPT attention heads (4)\n"
+    "  --seq N                  GPT sequence length (32)\n"
+    "  --vocab N                GPT vocabulary (64)\n"
+    "  --widths A,B,...         MLP hidden widths (overrides --layers/--hidden)\n"
+    "  --input-dim N            MLP input size (32)\n"
+    "  --classes N              MLP classes (8)\n"
+    "  --activation relu|gelu   MLP activation (relu)\n"
+    "training:\n"
+    "  --steps N                optimizer steps (100)\n"
+    "  --micro-batch N          samples per micro-batch per rank (8)\n"
+    "  --grad-accum N           micro-batches per step per rank (1)\n"
+    "  --train-batch-size N     global batch = micro-batch x grad-accum x ranks\n"
+    "  --optimizer adamw|sgd    optimizer (adamw)\n"
+    "  --lr X                   peak learning rate (3e-3)\n"
+    "  --warmup N               warm-up steps before cosine decay (10)\n"
+    "  --min-lr-ratio X         final learning rate as a fraction of --lr (0.1)\n"
+    "  --weight-decay X         decoupled weight decay (0)\n"
+    "  --momentum X             SGD momentum (0.9)\n"
+    "  --grad-clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
+    "  --precision fp32|bf16|fp16  storage of parameters and gradients (fp32);\n"
+    "                           bf16/fp16 keep fp32 master weights, m and v\n"
+    "  --loss-scale X           fp16 static loss scale, 0 = dynamic (0)\n"
+    "  --seed N                 seed of data and initialisation (1234)\n"
+    "  --stage 0|1|2|3          ZeRO stage (0)\n"
+    "  --config FILE            DeepSpeed-style JSON configuration\n"
+    "run:\n"
+    "  --backend NAME           compute backend (cpu)\n"
+    "  --device-memory SIZE     simulated device memory per rank, e.g. 512MiB, 2GB\n"
+    "  --report FILE            write a JSON report\n"
+    "  --print-every N          progress line every N steps (10)\n"
+    "  --quiet                  no progress lines\n";
+
+enum {
+    OPT_MODEL = 256, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_SEQ, OPT_VOCAB, OPT_WIDTHS,
+    OPT_INPUT_DIM, OPT_CLASSES, OPT_ACTIVATION, OPT_STEPS, OPT_MICRO_BATCH, OPT_GRAD_ACCUM,
+    OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
+    OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
+    OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
+    OPT_HELP, OPT_VERSION, OPT_LAST
+};
+
+static const struct option zs_long_options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"seq", required_argument, NULL, OPT_SEQ},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"widths", required_argument, NULL, OPT_WIDTHS},
+    {"input-dim", required_argument, NULL, OPT_INPUT_DIM},
+    {"classes", required_argument, NULL, OPT_CLASSES},
+    {"activation", required_argument, NULL, OPT_ACTIVATION},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"micro-batch", required_argument, NULL, OPT_MICRO_BATCH},
+    {"grad-accum", required_argument, NULL, OPT_GRAD_ACCUM},
+    {"train-batch-size", required_argument, NULL, OPT_TRAIN_BATCH},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"min-lr-ratio", required_argument, NULL, OPT_MIN_LR_RATIO},
+    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
+    {"precision", required_argument, NULL, OPT_PRECISION},
+    {"loss-scale", required_argument, NULL, OPT_LOSS_SCALE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"stage", required_argument, NULL, OPT_STAGE},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"device-memory", required_argument, NULL, OPT_DEVICE_MEMORY},
+    {"report", required_argument, NULL, OPT_REPORT},
+    {"print-every", required_argument, NULL, OPT_PRINT_EVERY},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+/* Option values as given, indexed by option id; applied after --config. */
+typedef struct {
+    const char *val[OPT_LAST];
+} zs_cli;
+
+static int zs_opt_name_is(int id, const char **name)
+{
+    for (const struct option *o = zs_long_options; o->name; o++)
+        if (o->val == id) {
+            *name = o->name;
+            return 1;
+        }
+    return 0;
+}
+
+static int zs_parse_int(int id, const char *s, long lo, long hi, long *out)
+{
+    const char *name = "?";
+    zs_opt_name_is(id, &name);
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi)
+        ZS_FAIL("--%s must be an integer between %ld and %ld, got \"%s\"", name, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+static int zs_parse_float(int id, const char *s, double lo, double hi, float *out)
+{
+    const char *name = "?";
+    zs_opt_name_is(id, &name);
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi)
+        ZS_FAIL("--%s must be a number between %g and %g, got \"%s\"", name, lo, hi, s);
+    *out = (float)v;
+    return 0;
+}
+
+/* Apply the command-line options onto c (after defaults and --config). */
+static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
+{
+    long v = 0;
+    float f = 0.0f;
+    const char *s;
+    zs_model_config *mc = &c->model;
+    if ((s = cli->val[OPT_MODEL])) {
+        if (!strcmp(s, "gpt"))
+            mc->kind = ZS_MODEL_GPT;
+        else if (!strcmp(s, "mlp"))
+            mc->kind = ZS_MODEL_MLP;
+        else
+            ZS_FAIL("--model must be \"mlp\" or \"gpt\", got \"%s\"", s);
+    }
+    if ((s = cli->val[OPT_LAYERS])) {
+        ZS_TRY(zs_parse_int(OPT_LAYERS, s, 0, 4096, &v));
+        if (mc->kind == ZS_MODEL_GPT && v < 1)
+            ZS_FAIL("--layers must be at least 1 for the GPT, got \"%s\"", s);
+        if (v > ZS_MLP_MAX_HIDDEN && mc->kind == ZS_MODEL_MLP)
+            ZS_FAIL("--layers must be at most %d for the MLP, got \"%s\"", ZS_MLP_MAX_HIDDEN, s);
+        mc->n_layer = (int)v;
+        mc->n_hidden = v > ZS_MLP_MAX_HIDDEN ? ZS_MLP_MAX_HIDDEN : (int)v;
+    }
+    if ((s = cli->val[OPT_HIDDEN])) {
+        ZS_TRY(zs_parse_int(OPT_HIDDEN, s, 1, 1 << 20, &v));
+        mc->n_embd = (int)v;
+        for (int i = 0; i < ZS_MLP_MAX_HIDDEN; i++)
+            mc->widths[i] = (int)v;
+    }
+    if ((s = cli->val[OPT_WIDTHS])) {
+        int n = 0;
+        const char *p = s;
+        while (*p) {
+            char *end;
+            errno = 0;
+            long w = strtol(p, &end, 10);
+            if (end == p || errno || w < 1 || w > 1 << 20 || (*end && *end != ',') ||
+                n >= ZS_MLP_MAX_HIDDEN)
+                ZS_FAIL("--widths must be up to %d comma-separated positive integers, got \"%s\"",
+                        ZS_MLP_MAX_HIDDEN, s);
+            mc->widths[n++] = (int)w;
+            p = *end ? end + 1 : end;
+        }
+        mc->n_hidden = n;
+    }
+    static const struct { int id; long lo, hi; size_t off; } ints[] = {
+        {OPT_HEADS, 1, 1 << 16, offsetof(zs_run_config, model.n_head)},
+        {OPT_SEQ, 1, 1 << 20, offsetof(zs_run_config, model.seq_len)},
+        {OPT_VOCAB, 2, 1 << 24, offsetof(zs_run_config, model.vocab)},
+        {OPT_INPUT_DIM, 1, 1 << 20, offsetof(zs_run_config, model.input_dim)},
+        {OPT_CLASSES, 2, 1 << 20, offsetof(zs_run_config, model.n_classes)},
+        {OPT_STEPS, 1, 100000000, offsetof(zs_run_config, steps)},
+        {OPT_MICRO_BATCH, 1, 1 << 20, offsetof(zs_run_config, micro_batch)},
+        {OPT_GRAD_ACCUM, 1, 1 << 20, offsetof(zs_run_config, grad_accum)},
+        {OPT_TRAIN_BATCH, 1, INT_MAX, offsetof(zs_run_config, train_batch_size)},
+        {OPT_WARMUP, 0, 100000000, offsetof(zs_run_config, warmup_steps)},
+        {OPT_STAGE, 0, 3, offsetof(zs_run_config, stage)},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if ((s = cli->val[ints[i].id])) {
+            ZS_TRY(zs_parse_int(ints[i].id, s, ints[i].lo, ints[i].hi, &v));
+            *(int *)((char *)c + ints[i].off) = (int)v;
+        }
+    static const struct { int id; double lo, hi; size_t off; } reals[] = {
+        {OPT_LR, 1e-12, 1e3, offsetof(zs_run_config, lr)},
+        {OPT_MIN_LR_RATIO, 0, 1, offsetof(zs_run_config, cos_min_ratio)},
+        {OPT_WEIGHT_DECAY, 0, 1e3, offsetof(zs_run_config, weight_decay)},
+        {OPT_MOMENTUM, 0, 0.999999, offsetof(zs_run_config, momentum)},
+        {OPT_GRAD_CLIP, 0, 1e30, offsetof(zs_run_config, grad_clip)},
+        {OPT_LOSS_SCALE, 0, 6.5e4, offsetof(zs_run_config, static_loss_scale)},
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+        if ((s = cli->val[reals[i].id])) {
+            ZS_TRY(zs_parse_float(reals[i].id, s, reals[i].lo, reals[i].hi, &f));
+            *(float *)((char *)c + reals[i].off) = f;
+        }
+    if (cli->val[OPT_WARMUP] || cli->val[OPT_MIN_LR_RATIO])
+        if (c->scheduler == ZS_SCHED_CONSTANT)
+            c->scheduler = ZS_SCHED_WARMUP_COSINE;
+    if ((s = cli->val[OPT_SEED])) {
+        ZS_TRY(zs_parse_int(OPT_SEED, s, 0, LONG_MAX, &v));
+        c->seed = (uint64_t)v;
+    }
+    if ((s = cli->val[OPT_OPTIMIZER])) {
+        if (!strcmp(s, "adamw") || !strcmp(s, "adam"))
+            c->optimizer = ZS_OPT_ADAMW;
+        else if (!strcmp(s, "sgd"))
+            c->optimizer = ZS_OPT_SGD;
+        else
+            ZS_FAIL("--optimizer must be \"adamw\" or \"sgd\", got \"%s\"", s);
+    }
+    if ((s = cli->val[OPT_PRECISION])) {
+        if (!strcmp(s, "fp32"))
+            c->precision = ZS_DTYPE_F32;
+        else if (!strcmp(s, "bf16"))
+            c->precision = ZS_DTYPE_BF16;
+        else if (!strcmp(s, "fp16"))
+            c->precision = ZS_DTYPE_F16;
+        else
+            ZS_FAIL("--precision must be fp32, bf16 or fp16, got \"%s\"", s);
+    }
+    if ((s = cli->val[OPT_ACTIVATION])) {
+        if (!strcmp(s, "relu"))
+            mc->act = ZS_ACT_RELU;
+        else if (!strcmp(s, "gelu"))
+            mc->act = ZS_ACT_GELU;
+        else
+            ZS_FAIL("--activation must be \"relu\" or \"gelu\", got \"%s\"", s);
+    }
+    /* A batch option given here wins over the file's train_batch_size: when
+     * both micro-batch and grad-accum are then known, the global batch is
+     * derived from them again. */
+    if (had_config && (cli->val[OPT_MICRO_BATCH] || cli->val[OPT_GRAD_ACCUM]) &&
+        !cli->val[OPT_TRAIN_BATCH] && c->micro_batch > 0 && c->grad_accum > 0)
+        c->train_batch_size = 0;
+    return 0;
+}
+
+static int zs_cmd_train(int argc, char **argv)
+{
+    zs_cli cli;
+    memset(&cli, 0, sizeof cli);
+    zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
+    const char *report = NULL;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", zs_long_options, NULL)) != -1) {
+        if (ch == '?' || ch == ':') {
+            const char *arg = argv[optind - 1];
+            if (optopt)
+                fprintf(stderr, "zerosim: option %s needs a value (see zerosim --help)\n", arg);
+            else
+                fprintf(stderr, "zerosim: unknown option %s (see zerosim --help)\n", arg);
+            return 2;
+        }
+        if (ch == 'h' || ch == OPT_HELP) {
+            fputs(zs_usage, stdout);
+            return 0;
+        }
+        if (ch == OPT_QUIET) {
+            o.log = NULL;
+            continue;
+        }
+        cli.val[ch] = optarg;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "zerosim: unexpected argument \"%s\" (see zerosim --help)\n", argv[optind]);
+        return 2;
+    }
+    zs_run_config cfg;
+    zs_run_config_defaults(&cfg);
+    if (cli.val[OPT_CONFIG] && zs_config_load_file(cli.val[OPT_CONFIG], &cfg))
+        goto fail;
+    if (zs_cli_apply(&cli, &cfg, cli.val[OPT_CONFIG] != NULL))
+        goto fail;
+    if (zs_run_config_finalize(&cfg, 1))
+        goto fail;
+    if (cli.val[OPT_DEVICE_MEMORY] && zs_parse_size(cli.val[OPT_DEVICE_MEMORY], &o.device_memory)) {
+        fprintf(stderr, "zerosim: --device-memory: %s\n", zs_error_msg());
+        return 1;
+    }
+    if (cli.val[OPT_BACKEND])
+        o.backend = cli.val[OPT_BACKEND];
+    if (cli.val[OPT_PRINT_EVERY]) {
+        long v;
+        if (zs_parse_int(OPT_PRINT_EVERY, cli.val[OPT_PRINT_EVERY], 1, INT_MAX, &v))
+            goto fail;
+        o.print_every = (int)v;
+    }
+    report = cli.val[OPT_REPORT];
+    if (cfg.stage != 0 && o.log)
+        fprintf(o.log, "note: one rank: ZeRO stage %d partitions over a world of 1\n", cfg.stage);
+
+    zs_train_result r;
+    if (o.log)
+        fprintf(o.log, "zerosim %s: %s model, %s, micro-batch %d x grad-accum %d, %d steps\n",
+                PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
+                zs_dtype_name(cfg.precision), cfg.micro_batch, cfg.grad_accum, cfg.steps);
+    if (zs_train(&cfg, &o, &r)) {
+        zs_train_result_free(&r);
+        goto fail;
+    }
+    if (o.log) {
+        float last = r.info[r.steps - 1].loss;
+        fprintf(o.log, "parameters %zu, final loss %.4f, loss floor %.4f (%+.1f%%), %.2f s\n",
+                r.num_params, (double)last, r.loss_floor,
+                r.loss_floor > 0 ? 100.0 * ((double)last - r.loss_floor) / r.loss_floor : 0.0,
+                r.seconds);
+        fprintf(o.log, "param_hash %s, peak accounted memory %zu bytes\n", r.param_hash,
+                r.mem.total_peak);
+    }
+    if (report && zs_report_write_json(report, &cfg, &r)) {
+        zs_train_result_free(&r);
+        goto fail;
+    }
+    zs_train_result_free(&r);
+    return 0;
+fail:
+    fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(zs_usage, stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(zs_usage, stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("zerosim %s (backends: %s)\n", PACKAGE_VERSION, zs_backend_list());
+        return 0;
+    }
+    if (!strcmp(argv[1], "train"))
+        return zs_cmd_train(argc - 1, argv + 1);
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train; see zerosim --help)\n",
+            argv[1]);
+    return 2;
+}

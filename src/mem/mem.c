@@ -1,0 +1,148 @@
+/* zerosim — the accounting allocator. */
+#include "zerosim/mem.h"
+#include "zerosim/error.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct zs_mem {
+    zs_backend_t be;
+    size_t capacity;   /* 0 = unlimited */
+    int rank;
+    zs_mem_stats s;
+};
+
+static const char *const zs_mem_names[ZS_MEM_NCAT] = {
+    [ZS_MEM_PARAMS] = "params",
+    [ZS_MEM_GRADS] = "grads",
+    [ZS_MEM_OPT_MASTER] = "optimizer_master",
+    [ZS_MEM_OPT_M] = "optimizer_m",
+    [ZS_MEM_OPT_V] = "optimizer_v",
+    [ZS_MEM_ACTIVATIONS] = "activations",
+    [ZS_MEM_CHECKPOINTS] = "checkpoints",
+    [ZS_MEM_COMM_BUFFERS] = "comm_buffers",
+    [ZS_MEM_COMPRESSION] = "compression",
+    [ZS_MEM_WORKSPACE] = "workspace",
+};
+
+const char *zs_mem_category_name(zs_mem_category c)
+{
+    return (c >= 0 && c < ZS_MEM_NCAT) ? zs_mem_names[c] : "unknown";
+}
+
+const char *zs_mem_category_group(zs_mem_category c)
+{
+    if (c == ZS_MEM_OPT_MASTER || c == ZS_MEM_OPT_M || c == ZS_MEM_OPT_V)
+        return "optimizer";
+    return zs_mem_category_name(c);
+}
+
+zs_mem_t zs_mem_create(zs_backend_t be, size_t capacity, int rank)
+{
+    zs_mem_t m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->be = be;
+    m->capacity = capacity;
+    m->rank = rank;
+    return m;
+}
+
+void zs_mem_destroy(zs_mem_t m) { free(m); }
+
+zs_backend_t zs_mem_backend(zs_mem_t m) { return m->be; }
+
+size_t zs_mem_capacity(zs_mem_t m) { return m->capacity; }
+
+void zs_mem_get_stats(zs_mem_t m, zs_mem_stats *s) { *s = m->s; }
+
+/* Append "params=123 grads=456 ..." for the categories in use to buf. */
+static void zs_mem_describe_use(const zs_mem_t m, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < ZS_MEM_NCAT && used < len; c++) {
+        int n = snprintf(buf + used, len - used, "%s%s=%zu", c ? " " : "",
+                         zs_mem_names[c], m->s.current[c]);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+}
+
+int zs_mem_alloc(zs_mem_t m, zs_mem_category c, size_t bytes, void **out)
+{
+    *out = NULL;
+    if (c < 0 || c >= ZS_MEM_NCAT)
+        ZS_FAIL("internal error: allocation with unknown memory category %d", (int)c);
+    if (bytes == 0)
+        return 0;
+    if (m->capacity && (bytes > m->capacity || m->s.total_current > m->capacity - bytes)) {
+        char use[512];
+        zs_mem_describe_use(m, use, sizeof use);
+        ZS_FAIL("out of memory on rank %d: %s asked for %zu bytes with %zu of %zu bytes in use "
+                "(%s); raise --device-memory or use a higher ZeRO stage",
+                m->rank, zs_mem_names[c], bytes, m->s.total_current, m->capacity, use);
+    }
+    void *p = zs_backend_alloc(m->be, bytes);
+    if (!p)
+        ZS_FAIL("out of host memory on rank %d: %s asked for %zu bytes (the machine itself "
+                "could not provide them)", m->rank, zs_mem_names[c], bytes);
+    m->s.current[c] += bytes;
+    if (m->s.current[c] > m->s.peak[c])
+        m->s.peak[c] = m->s.current[c];
+    m->s.total_current += bytes;
+    if (m->s.total_current > m->s.total_peak) {
+        m->s.total_peak = m->s.total_current;
+        memcpy(m->s.at_total_peak, m->s.current, sizeof m->s.current);
+    }
+    m->s.allocs++;
+    *out = p;
+    return 0;
+}
+
+void zs_mem_free(zs_mem_t m, zs_mem_category c, void *ptr, size_t bytes)
+{
+    if (!ptr)
+        return;
+    zs_backend_free(m->be, ptr);
+    if (c >= 0 && c < ZS_MEM_NCAT) {
+        m->s.current[c] -= bytes;
+        m->s.total_current -= bytes;
+    }
+}
+
+int zs_parse_size(const char *s, size_t *bytes)
+{
+    static const struct { const char *suffix; double mul; } units[] = {
+        {"", 1.0},       {"B", 1.0},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+        {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},           {"TB", 1e12},
+        {"K", 1024.0},   {"M", 1048576.0},   {"G", 1073741824.0},
+    };
+    if (!s || !*s)
+        ZS_FAIL("empty size: give bytes, or a number with KiB/MiB/GiB or KB/MB/GB");
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0)
+        ZS_FAIL("bad size \"%s\": give bytes, or a number with KiB/MiB/GiB or KB/MB/GB", s);
+    while (isspace((unsigned char)*end))
+        end++;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) == 0) {
+            double b = v * units[i].mul;
+            if (b >= 18446744073709551615.0)
+                ZS_FAIL("size \"%s\" is too large", s);
+            if (b != floor(b))
+                ZS_FAIL("size \"%s\" is not a whole number of bytes", s);
+            *bytes = (size_t)b;
+            return 0;
+        }
+    }
+    ZS_FAIL("bad size unit in \"%s\": use bytes, KiB, MiB, GiB, TiB, KB, MB, GB or TB", s);
+}

@@ -1,0 +1,240 @@
+/* zerosim — GPT-2-style decoder: pre-LayerNorm blocks with biases, learned
+ * positions, output head tied to the token embedding.
+ *
+ * Units: 0 = token and position embeddings, 1..L = transformer blocks,
+ * L+1 = final LayerNorm and the tied head with softmax cross-entropy.
+ *
+ * Activation memory saved for backward per micro-batch of B sequences, in
+ * floats (4 bytes each), with BT = B*T:
+ *   encoded                                   BT*C
+ *   per block: ln1, atty, res2, ln2, res3     5*BT*C
+ *              qkv                            3*BT*C
+ *              fch, fch_gelu                  8*BT*C
+ *              ln1/ln2 mean and rstd          4*BT
+ *              att (softmax)                  B*NH*T*T
+ *   final: lnf                                BT*C
+ *          lnf mean and rstd                  2*BT
+ *          probs                              BT*V
+ *          losses                             BT
+ * total = 4 * (BT*C*(2 + 16L) + L*(4*BT + B*NH*T*T) + BT*(V + 3)) bytes.
+ */
+#include "model_impl.h"
+#include "zerosim/error.h"
+#include "zerosim/layers.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { /* entries of one block, in layout order */
+    B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_PROJW, B_PROJB,
+    B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPW, B_FCPB, B_NENT
+};
+
+static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
+{
+    size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, T = (size_t)c->seq_len;
+    char name[48];
+    ZS_TRY(zs_layout_add(lay, "wte", V * C, 0));
+    ZS_TRY(zs_layout_add(lay, "wpe", T * C, 0));
+    for (int l = 0; l < c->n_layer; l++) {
+        static const char *const nm[B_NENT] = {
+            "ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b",
+            "ln2.w", "ln2.b", "mlp.fc.w", "mlp.fc.b", "mlp.proj.w", "mlp.proj.b"};
+        const size_t n[B_NENT] = {C, C, 3 * C * C, 3 * C, C * C, C,
+                                  C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+        for (int k = 0; k < B_NENT; k++) {
+            snprintf(name, sizeof name, "h%d.%s", l, nm[k]);
+            ZS_TRY(zs_layout_add(lay, name, n[k], l + 1));
+        }
+    }
+    ZS_TRY(zs_layout_add(lay, "lnf.w", C, c->n_layer + 1));
+    ZS_TRY(zs_layout_add(lay, "lnf.b", C, c->n_layer + 1));
+    return 0;
+}
+
+/* Entry index of entry k of block l (0-based block). */
+static int blk(int l, int k) { return 2 + l * B_NENT + k; }
+
+static void gpt_init_params(const zs_model *m, float *params, uint64_t seed)
+{
+    const zs_layout *lay = &m->layout;
+    double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+    for (int i = 0; i < lay->n_entries; i++) {
+        const zs_param_entry *e = &lay->entries[i];
+        float *p = params + e->offset;
+        uint64_t st = zs_rng_mix(seed, (uint64_t)i + 1);
+        int k = i >= 2 ? (i - 2) % B_NENT : -1;
+        int is_ln_w = (i >= 2 && i < 2 + m->cfg.n_layer * B_NENT && (k == B_LN1W || k == B_LN2W)) ||
+                      i == lay->n_entries - 2;
+        int is_bias = (i >= 2 && i < 2 + m->cfg.n_layer * B_NENT &&
+                       (k == B_LN1B || k == B_QKVB || k == B_PROJB || k == B_LN2B ||
+                        k == B_FCB || k == B_FCPB)) || i == lay->n_entries - 1;
+        double std = (i >= 2 && (k == B_PROJW || k == B_FCPW) && i < 2 + m->cfg.n_layer * B_NENT)
+                         ? resid_std : 0.02;
+        for (size_t j = 0; j < e->numel; j++)
+            p[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
+    }
+}
+
+static size_t gpt_activation_floats(const zs_model_config *c, int b)
+{
+    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, L = (size_t)c->n_layer;
+    size_t BT = B * T;
+    return BT * C * (2 + 16 * L) + L * (4 * BT + B * NH * T * T) + BT * (V + 3);
+}
+
+static size_t gpt_activation_bytes(const zs_model_config *c, int b)
+{
+    return 4 * gpt_activation_floats(c, b);
+}
+
+/* Scratch: tmp, dres, datty (BT*C each), dqkv (3BT*C), dfch, dfch_gelu
+ * (4BT*C each), preatt and datt (B*NH*T*T each), logits/dlogits (BT*V). */
+static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
+{
+    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
+    return 4 * (BT * C * 14 + 2 * B * NH * T * T + BT * V);
+}
+
+static void gpt_bind_acts(zs_acts *a)
+{
+    const zs_model_config *c = &a->m->cfg;
+    size_t B = (size_t)a->b, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
+    int L = c->n_layer;
+    float **arr = calloc((size_t)L * 13, sizeof(float *));
+    a->view_arrays = arr;
+    if (!arr)
+        return;
+    float ***views[13] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
+                          &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
+                          &a->fch_gelu, &a->res3};
+    const size_t sz[13] = {BT * C, BT, BT, 3 * BT * C, BT * C, B * NH * T * T,
+                           BT * C, BT * C, BT, BT, 4 * BT * C, 4 * BT * C, BT * C};
+    for (int k = 0; k < 13; k++)
+        *views[k] = arr + (size_t)k * (size_t)L;
+    float *p = a->saved;
+    a->encoded = p; p += BT * C;
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < 13; k++) {
+            (*views[k])[l] = p;
+            p += sz[k];
+        }
+    a->lnf = p; p += BT * C;
+    a->lnf_mean = p; p += BT;
+    a->lnf_rstd = p; p += BT;
+    a->probs = p; p += BT * V;
+    a->losses = p; p += BT;
+    a->n_losses = BT;
+
+    float *s = a->scratch;
+    a->s_tmp = s; s += BT * C;
+    a->s_dres = s; s += BT * C;
+    a->s_datty = s; s += BT * C;
+    a->s_dqkv = s; s += 3 * BT * C;
+    a->s_dfch = s; s += 4 * BT * C;
+    a->s_dfch_gelu = s; s += 4 * BT * C;
+    a->s_preatt = s; s += B * NH * T * T;
+    a->s_datt = s; s += B * NH * T * T;
+    a->s_logits = s;
+}
+
+static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
+                             const zs_batch *batch)
+{
+    const zs_model_config *c = &m->cfg;
+    int B = batch->b, T = c->seq_len, C = c->n_embd, NH = c->n_head, V = c->vocab, L = c->n_layer;
+    int BT = B * T;
+    if (u == 0) {
+        zs_backend_embedding_forward(be, a->encoded, batch->tokens, P[0], P[1], B, T, C);
+        return;
+    }
+    if (u <= L) {
+        int l = u - 1;
+        const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+        zs_backend_layernorm_forward(be, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp,
+                                     P[blk(l, B_LN1W)], P[blk(l, B_LN1B)], BT, C);
+        zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(l, B_QKVW)], P[blk(l, B_QKVB)], BT, C, 3 * C);
+        zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T, C, NH);
+        zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(l, B_PROJW)], P[blk(l, B_PROJB)], BT, C, C);
+        zs_backend_residual_forward(be, a->res2[l], inp, a->s_tmp, (size_t)BT * C);
+        zs_backend_layernorm_forward(be, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l],
+                                     P[blk(l, B_LN2W)], P[blk(l, B_LN2B)], BT, C);
+        zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(l, B_FCW)], P[blk(l, B_FCB)], BT, C, 4 * C);
+        zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * C);
+        zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(l, B_FCPW)], P[blk(l, B_FCPB)], BT, 4 * C, C);
+        zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, (size_t)BT * C);
+        return;
+    }
+    int lnw = 2 + L * B_NENT;
+    zs_backend_layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1],
+                                 P[lnw], P[lnw + 1], BT, C);
+    zs_linear_forward(be, a->s_logits, a->lnf, P[0], NULL, BT, C, V);
+    zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT, V);
+}
+
+static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const *P,
+                              float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
+{
+    const zs_model_config *c = &m->cfg;
+    int B = batch->b, T = c->seq_len, C = c->n_embd, NH = c->n_head, V = c->vocab, L = c->n_layer;
+    int BT = B * T;
+    size_t btc = (size_t)BT * C;
+    if (u == L + 1) {
+        int lnw = 2 + L * B_NENT;
+        /* the objective is dloss * mean over BT positions of the loss */
+        zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,
+                                         dloss / (float)BT, BT, V);
+        zs_backend_memset0(be, a->s_tmp, btc * 4);
+        zs_linear_backward(be, a->s_tmp, G[0], NULL, a->s_logits, a->lnf, P[0], BT, C, V);
+        zs_backend_memset0(be, a->s_dres, btc * 4);
+        zs_backend_layernorm_backward(be, a->s_dres, G[lnw], G[lnw + 1], a->s_tmp, a->res3[L - 1],
+                                      P[lnw], a->lnf_mean, a->lnf_rstd, BT, C);
+        return;
+    }
+    if (u >= 1) {
+        int l = u - 1;
+        const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+        float *dres = a->s_dres; /* d(res3) on entry, d(inp) on exit */
+        /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
+        zs_backend_memset0(be, a->s_dfch_gelu, btc * 16);
+        zs_linear_backward(be, a->s_dfch_gelu, G[blk(l, B_FCPW)], G[blk(l, B_FCPB)], dres,
+                           a->fch_gelu[l], P[blk(l, B_FCPW)], BT, 4 * C, C);
+        zs_backend_memset0(be, a->s_dfch, btc * 16);
+        zs_backend_gelu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, btc * 4);
+        zs_backend_memset0(be, a->s_tmp, btc * 4);
+        zs_linear_backward(be, a->s_tmp, G[blk(l, B_FCW)], G[blk(l, B_FCB)], a->s_dfch,
+                           a->ln2[l], P[blk(l, B_FCW)], BT, C, 4 * C);
+        zs_backend_layernorm_backward(be, dres, G[blk(l, B_LN2W)], G[blk(l, B_LN2B)], a->s_tmp,
+                                      a->res2[l], P[blk(l, B_LN2W)], a->ln2_mean[l],
+                                      a->ln2_rstd[l], BT, C);
+        /* attention branch: res2 = inp + proj(attn(qkv(ln1(inp)))) */
+        zs_backend_memset0(be, a->s_datty, btc * 4);
+        zs_linear_backward(be, a->s_datty, G[blk(l, B_PROJW)], G[blk(l, B_PROJB)], dres,
+                           a->atty[l], P[blk(l, B_PROJW)], BT, C, C);
+        zs_backend_memset0(be, a->s_dqkv, btc * 12);
+        zs_backend_attention_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
+                                      a->qkv[l], a->att[l], B, T, C, NH);
+        zs_backend_memset0(be, a->s_tmp, btc * 4);
+        zs_linear_backward(be, a->s_tmp, G[blk(l, B_QKVW)], G[blk(l, B_QKVB)], a->s_dqkv,
+                           a->ln1[l], P[blk(l, B_QKVW)], BT, C, 3 * C);
+        zs_backend_layernorm_backward(be, dres, G[blk(l, B_LN1W)], G[blk(l, B_LN1B)], a->s_tmp,
+                                      inp, P[blk(l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l],
+                                      BT, C);
+        return;
+    }
+    zs_backend_embedding_backward(be, G[0], G[1], a->s_dres, batch->tokens, B, T, C);
+}
+
+const zs_model_ops zs_gpt_ops = {
+    .build_layout = gpt_build_layout,
+    .init_params = gpt_init_params,
+    .activation_bytes = gpt_activation_bytes,
+    .scratch_bytes = gpt_scratch_bytes,
+    .bind_acts = gpt_bind_acts,
+    .forward_unit = gpt_forward_unit,
+    .backward_unit = gpt_backward_unit,
+};

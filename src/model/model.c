@@ -1,0 +1,259 @@
+/* zerosim — the model interface: layouts, validation, dispatch, RNG. */
+#include "model_impl.h"
+#include "zerosim/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- deterministic random numbers ------------------------------------------ */
+
+uint64_t zs_rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+double zs_rng_uniform(uint64_t *state)
+{
+    return (double)(zs_rng_next(state) >> 11) * 0x1.0p-53;
+}
+
+double zs_rng_normal(uint64_t *state)
+{
+    double u1 = zs_rng_uniform(state), u2 = zs_rng_uniform(state);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t zs_rng_mix(uint64_t a, uint64_t b)
+{
+    uint64_t s = a ^ (b * 0xd6e8feb86659fd93ULL);
+    zs_rng_next(&s);
+    return zs_rng_next(&s) ^ b;
+}
+
+/* ---- configuration ----------------------------------------------------------- */
+
+static const zs_model_ops *zs_model_ops_for(zs_model_kind k)
+{
+    return k == ZS_MODEL_GPT ? &zs_gpt_ops : &zs_mlp_ops;
+}
+
+int zs_model_config_validate(const zs_model_config *c)
+{
+    if (c->kind == ZS_MODEL_GPT) {
+        if (c->n_layer < 1 || c->n_layer > 4096)
+            ZS_FAIL("model.layers must be between 1 and 4096, got %d", c->n_layer);
+        if (c->n_embd < 1 || c->n_embd > 1 << 20)
+            ZS_FAIL("model.hidden must be between 1 and 1048576, got %d", c->n_embd);
+        if (c->n_head < 1 || c->n_embd % c->n_head)
+            ZS_FAIL("model.heads (%d) must be positive and divide model.hidden (%d)",
+                    c->n_head, c->n_embd);
+        if (c->seq_len < 1 || c->seq_len > 1 << 20)
+            ZS_FAIL("model.seq must be between 1 and 1048576, got %d", c->seq_len);
+        if (c->vocab < 2 || c->vocab > 1 << 24)
+            ZS_FAIL("model.vocab must be between 2 and 16777216, got %d", c->vocab);
+    } else if (c->kind == ZS_MODEL_MLP) {
+        if (c->input_dim < 1 || c->input_dim > 1 << 20)
+            ZS_FAIL("model.input_dim must be between 1 and 1048576, got %d", c->input_dim);
+        if (c->n_classes < 2 || c->n_classes > 1 << 20)
+            ZS_FAIL("model.classes must be between 2 and 1048576, got %d", c->n_classes);
+        if (c->n_hidden < 0 || c->n_hidden > ZS_MLP_MAX_HIDDEN)
+            ZS_FAIL("model.layers (hidden layers of the MLP) must be between 0 and %d, got %d",
+                    ZS_MLP_MAX_HIDDEN, c->n_hidden);
+        for (int i = 0; i < c->n_hidden; i++)
+            if (c->widths[i] < 1 || c->widths[i] > 1 << 20)
+                ZS_FAIL("model.widths[%d] must be between 1 and 1048576, got %d", i, c->widths[i]);
+        if (c->act != ZS_ACT_RELU && c->act != ZS_ACT_GELU)
+            ZS_FAIL("model.activation must be \"relu\" or \"gelu\"");
+    } else {
+        ZS_FAIL("model.type must be \"gpt\" or \"mlp\"");
+    }
+    return 0;
+}
+
+int zs_layout_add(zs_layout *lay, const char *name, size_t numel, int layer)
+{
+    zs_param_entry *e = realloc(lay->entries, (size_t)(lay->n_entries + 1) * sizeof *e);
+    if (!e)
+        ZS_FAIL("out of host memory building the parameter layout");
+    lay->entries = e;
+    zs_param_entry *p = &e[lay->n_entries++];
+    memset(p, 0, sizeof *p);
+    strncpy(p->name, name, sizeof p->name - 1);
+    p->numel = numel;
+    p->layer = layer;
+    if (layer + 1 > lay->n_layers)
+        lay->n_layers = layer + 1;
+    return 0;
+}
+
+static void zs_layout_free(zs_layout *lay)
+{
+    free(lay->entries);
+    free(lay->layer_offset);
+    free(lay->layer_numel);
+    memset(lay, 0, sizeof *lay);
+}
+
+size_t zs_model_count_params(const zs_model_config *c)
+{
+    size_t n = 0;
+    if (c->kind == ZS_MODEL_GPT) {
+        size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, T = (size_t)c->seq_len;
+        size_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) +
+                       (4 * C * C + C);
+        n = V * C + T * C + (size_t)c->n_layer * block + 2 * C;
+    } else {
+        size_t in = (size_t)c->input_dim;
+        for (int i = 0; i <= c->n_hidden; i++) {
+            size_t out = i < c->n_hidden ? (size_t)c->widths[i] : (size_t)c->n_classes;
+            n += out * in + out;
+            in = out;
+        }
+    }
+    return n;
+}
+
+int zs_model_create(const zs_model_config *c, zs_model **out)
+{
+    *out = NULL;
+    ZS_TRY(zs_model_config_validate(c));
+    zs_model *m = calloc(1, sizeof *m);
+    if (!m)
+        ZS_FAIL("out of host memory creating the model");
+    m->cfg = *c;
+    m->ops = zs_model_ops_for(c->kind);
+    zs_layout *lay = &m->layout;
+    if (m->ops->build_layout(c, lay)) {
+        zs_model_destroy(m);
+        return -1;
+    }
+    lay->layer_offset = calloc((size_t)lay->n_layers, sizeof(size_t));
+    lay->layer_numel = calloc((size_t)lay->n_layers, sizeof(size_t));
+    m->uses = calloc((size_t)lay->n_layers, sizeof *m->uses);
+    m->uses_count = calloc((size_t)lay->n_layers, sizeof(int));
+    if (!lay->layer_offset || !lay->layer_numel || !m->uses || !m->uses_count) {
+        zs_model_destroy(m);
+        ZS_FAIL("out of host memory creating the model");
+    }
+    size_t off = 0;
+    int prev = -1;
+    for (int i = 0; i < lay->n_entries; i++) {
+        zs_param_entry *e = &lay->entries[i];
+        if (e->layer != prev) {
+            lay->layer_offset[e->layer] = off;
+            prev = e->layer;
+        }
+        e->offset = off;
+        off += e->numel;
+        lay->layer_numel[e->layer] += e->numel;
+        m->uses[e->layer][m->uses_count[e->layer]++] = i;
+    }
+    lay->num_params = off;
+    if (c->kind == ZS_MODEL_GPT) /* the head uses the tied token embedding (entry 0) */
+        m->uses[lay->n_layers - 1][m->uses_count[lay->n_layers - 1]++] = 0;
+    *out = m;
+    return 0;
+}
+
+void zs_model_destroy(zs_model *m)
+{
+    if (!m)
+        return;
+    zs_layout_free(&m->layout);
+    free(m->uses);
+    free(m->uses_count);
+    free(m);
+}
+
+const zs_layout *zs_model_layout(const zs_model *m) { return &m->layout; }
+
+const zs_model_config *zs_model_get_config(const zs_model *m) { return &m->cfg; }
+
+int zs_model_unit_uses(const zs_model *m, int l, int *ids, int max)
+{
+    int n = m->uses_count[l];
+    for (int i = 0; i < n && i < max; i++)
+        ids[i] = m->uses[l][i];
+    return n;
+}
+
+void zs_model_init_params(const zs_model *m, float *params, uint64_t seed)
+{
+    m->ops->init_params(m, params, seed);
+}
+
+size_t zs_model_activation_bytes(const zs_model_config *c, int b)
+{
+    return zs_model_ops_for(c->kind)->activation_bytes(c, b);
+}
+
+size_t zs_model_scratch_bytes(const zs_model_config *c, int b)
+{
+    return zs_model_ops_for(c->kind)->scratch_bytes(c, b);
+}
+
+int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
+{
+    *out = NULL;
+    zs_acts *a = calloc(1, sizeof *a);
+    if (!a)
+        ZS_FAIL("out of host memory creating activations");
+    a->m = m;
+    a->mem = mem;
+    a->b = b;
+    a->saved_bytes = m->ops->activation_bytes(&m->cfg, b);
+    a->scratch_bytes = m->ops->scratch_bytes(&m->cfg, b);
+    if (zs_mem_alloc(mem, ZS_MEM_ACTIVATIONS, a->saved_bytes, (void **)&a->saved) ||
+        zs_mem_alloc(mem, ZS_MEM_WORKSPACE, a->scratch_bytes, (void **)&a->scratch)) {
+        zs_model_acts_destroy(a);
+        return -1;
+    }
+    m->ops->bind_acts(a);
+    if (!a->view_arrays && m->cfg.kind == ZS_MODEL_GPT) {
+        zs_model_acts_destroy(a);
+        ZS_FAIL("out of host memory creating activation views");
+    }
+    *out = a;
+    return 0;
+}
+
+void zs_model_acts_destroy(zs_acts *a)
+{
+    if (!a)
+        return;
+    zs_mem_free(a->mem, ZS_MEM_ACTIVATIONS, a->saved, a->saved_bytes);
+    zs_mem_free(a->mem, ZS_MEM_WORKSPACE, a->scratch, a->scratch_bytes);
+    free(a->view_arrays);
+    free(a);
+}
+
+void zs_model_forward_unit(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
+                           const zs_batch *batch)
+{
+    m->ops->forward_unit(m, be, l, P, a, batch);
+}
+
+void zs_model_backward_unit(zs_model *m, zs_backend_t be, int l, float *const *P,
+                            float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
+{
+    m->ops->backward_unit(m, be, l, P, G, a, batch, dloss);
+}
+
+float zs_model_loss(const zs_acts *a, zs_backend_t be)
+{
+    float *h = malloc(a->n_losses * sizeof(float));
+    if (!h)
+        return NAN;
+    zs_backend_copy_d2h(be, h, a->losses, a->n_losses * sizeof(float));
+    double s = 0.0;
+    for (size_t i = 0; i < a->n_losses; i++)
+        s += h[i];
+    free(h);
+    return (float)(s / (double)a->n_losses);
+}

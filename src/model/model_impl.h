@@ -1,0 +1,67 @@
+/* zerosim — model internals shared by model.c, gpt.c and mlp.c. */
+#ifndef ZEROSIM_MODEL_IMPL_H
+#define ZEROSIM_MODEL_IMPL_H
+
+#include "zerosim/model.h"
+
+/* Per-model operations; one table each for the GPT and the MLP. */
+typedef struct {
+    /* fill the layout entries (names, numel, layer); offsets are set after */
+    int (*build_layout)(const zs_model_config *c, zs_layout *lay);
+    void (*init_params)(const zs_model *m, float *params, uint64_t seed);
+    size_t (*activation_bytes)(const zs_model_config *c, int b);
+    size_t (*scratch_bytes)(const zs_model_config *c, int b);
+    void (*bind_acts)(zs_acts *a);   /* carve views out of the two blocks */
+    void (*forward_unit)(zs_model *m, zs_backend_t be, int l, float *const *P,
+                         zs_acts *a, const zs_batch *batch);
+    void (*backward_unit)(zs_model *m, zs_backend_t be, int l, float *const *P,
+                          float *const *G, zs_acts *a, const zs_batch *batch, float dloss);
+} zs_model_ops;
+
+extern const zs_model_ops zs_gpt_ops;
+extern const zs_model_ops zs_mlp_ops;
+
+#define ZS_MAX_USES ZS_MAX_USES_PUBLIC
+
+struct zs_model {
+    zs_model_config cfg;
+    zs_layout layout;
+    const zs_model_ops *ops;
+    int (*uses)[ZS_MAX_USES];  /* [n_layers][ZS_MAX_USES] entry ids */
+    int *uses_count;           /* [n_layers] */
+};
+
+/* Activations: two blocks from the accounting allocator, carved into views. */
+struct zs_acts {
+    const zs_model *m;
+    zs_mem_t mem;
+    int b;
+    float *saved;            /* category activations */
+    size_t saved_bytes;
+    float *scratch;          /* category workspace */
+    size_t scratch_bytes;
+    float *losses;           /* (B,T) or (B): per-position losses */
+    size_t n_losses;
+    /* GPT views; per-block arrays have n_layer entries */
+    float *encoded;
+    float **ln1, **ln1_mean, **ln1_rstd, **qkv, **atty, **att, **res2;
+    float **ln2, **ln2_mean, **ln2_rstd, **fch, **fch_gelu, **res3;
+    float *lnf, *lnf_mean, *lnf_rstd, *probs;
+    /* GPT scratch */
+    float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
+    /* MLP views: per hidden layer pre- and post-activation */
+    float **h, **a;
+    float *s_d0, *s_d1, *s_dh;
+    void *view_arrays;       /* malloc'd storage of the pointer arrays */
+};
+
+/* Deterministic random numbers: splitmix64 stream and helpers. */
+uint64_t zs_rng_next(uint64_t *state);
+double zs_rng_uniform(uint64_t *state);         /* [0,1) */
+double zs_rng_normal(uint64_t *state);          /* N(0,1), Box-Muller */
+uint64_t zs_rng_mix(uint64_t a, uint64_t b);    /* hash two words into a seed */
+
+/* Add an entry to a layout being built (entries array grows). */
+int zs_layout_add(zs_layout *lay, const char *name, size_t numel, int layer);
+
+#endif

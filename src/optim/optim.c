@@ -1,0 +1,99 @@
+/* zerosim — optimizers, schedules and loss scaling. */
+#include "zerosim/optim.h"
+
+#include <math.h>
+
+int zs_optim_state_bytes(zs_optim_kind k, zs_dtype precision)
+{
+    int b = k == ZS_OPT_ADAMW ? 8 : 4;
+    return b + (precision == ZS_DTYPE_F32 ? 0 : 4);
+}
+
+float zs_lr_at(const zs_run_config *c, int step)
+{
+    double lr = c->lr;
+    if (c->scheduler == ZS_SCHED_CONSTANT)
+        return (float)lr;
+    int warm = c->warmup_steps;
+    int total = c->total_steps > 0 ? c->total_steps : c->steps;
+    if (step < warm) {
+        /* DeepSpeed's warm-up: linear, or "log" = log(step+1)/log(warmup) */
+        double frac = c->warmup_linear ? (double)step / warm
+                                       : (warm > 1 ? log((double)step + 1) / log((double)warm) : 1.0);
+        return (float)(lr * (c->warmup_min_ratio + (1.0 - c->warmup_min_ratio) * frac));
+    }
+    if (c->scheduler == ZS_SCHED_WARMUP)
+        return (float)lr;
+    double span = total > warm ? (double)(total - warm) : 1.0;
+    double prog = (double)(step - warm) / span;
+    if (prog > 1.0)
+        prog = 1.0;
+    if (c->scheduler == ZS_SCHED_WARMUP_DECAY)
+        return (float)(lr * (1.0 - prog));
+    double cosf_ = 0.5 * (1.0 + cos(3.141592653589793 * prog));
+    return (float)(lr * (c->cos_min_ratio + (1.0 - c->cos_min_ratio) * cosf_));
+}
+
+void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, float grad_mul,
+                   float *master, float *m, float *v, const void *grad, zs_dtype gt,
+                   void *param, zs_dtype pt, size_t off, size_t len)
+{
+    zs_optim_hparams h = {
+        .lr = lr,
+        .beta1 = c->beta1,
+        .beta2 = c->beta2,
+        .eps = c->eps,
+        .weight_decay = c->weight_decay,
+        .momentum = c->momentum,
+        .grad_mul = grad_mul,
+        .bias_corr1 = (float)(1.0 - pow(c->beta1, t)),
+        .bias_corr2 = (float)(1.0 - pow(c->beta2, t)),
+    };
+    size_t gs = zs_dtype_size(gt), ps = zs_dtype_size(pt);
+    const void *g = (const char *)grad + off * gs;
+    void *p = param ? (char *)param + off * ps : NULL;
+    if (c->optimizer == ZS_OPT_ADAMW)
+        zs_backend_adamw_step(be, master + off, m + off, v + off, g, gt, p, pt, len, &h);
+    else
+        zs_backend_sgd_step(be, master + off, m + off, g, gt, p, pt, len, &h);
+}
+
+void zs_loss_scaler_init(zs_loss_scaler *s, const zs_run_config *c)
+{
+    s->dynamic = c->precision == ZS_DTYPE_F16 && c->static_loss_scale == 0.0f;
+    if (c->precision != ZS_DTYPE_F16)
+        s->scale = 1.0f;
+    else if (!s->dynamic)
+        s->scale = c->static_loss_scale;
+    else
+        s->scale = ldexpf(1.0f, c->initial_scale_power);
+    s->window = c->loss_scale_window;
+    s->hysteresis = c->hysteresis;
+    s->cur_hysteresis = c->hysteresis;
+    s->min_scale = c->min_loss_scale;
+    s->good_steps = 0;
+    s->overflows = 0;
+}
+
+int zs_loss_scaler_update(zs_loss_scaler *s, int overflow)
+{
+    if (overflow)
+        s->overflows++;
+    if (!s->dynamic)
+        return overflow;
+    if (overflow) {
+        if (s->cur_hysteresis > 1) {
+            s->cur_hysteresis--;
+        } else {
+            s->scale = s->scale / 2.0f < s->min_scale ? s->min_scale : s->scale / 2.0f;
+        }
+        s->good_steps = 0;
+        return 1;
+    }
+    s->good_steps++;
+    if (s->window > 0 && s->good_steps % s->window == 0) {
+        s->scale *= 2.0f;
+        s->cur_hysteresis = s->hysteresis;
+    }
+    return 0;
+}

@@ -1,0 +1,339 @@
+/* Tests of the models: parameter layouts and counts, whole-model gradients
+ * against finite differences, and the synthetic data's loss floor. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zerosim/backend.h"
+#include "zerosim/data.h"
+#include "zerosim/error.h"
+#include "zerosim/mem.h"
+#include "zerosim/model.h"
+
+static zs_model_config gpt_cfg(int L, int C, int NH, int T, int V)
+{
+    zs_model_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = ZS_MODEL_GPT;
+    c.n_layer = L;
+    c.n_embd = C;
+    c.n_head = NH;
+    c.seq_len = T;
+    c.vocab = V;
+    return c;
+}
+
+static zs_model_config mlp_cfg(int in, int classes, int nh, const int *w, zs_activation act)
+{
+    zs_model_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = ZS_MODEL_MLP;
+    c.input_dim = in;
+    c.n_classes = classes;
+    c.n_hidden = nh;
+    for (int i = 0; i < nh; i++)
+        c.widths[i] = w[i];
+    c.act = act;
+    return c;
+}
+
+/* GPT-2 small (124M): 12 layers, 768 hidden, 12 heads, 1024 positions,
+ * 50257 tokens has 124,439,808 parameters (the published count of the
+ * Hugging Face gpt2 checkpoint, with the head tied to the embedding). */
+START_TEST(test_gpt2_small_count)
+{
+    zs_model_config c = gpt_cfg(12, 768, 12, 1024, 50257);
+    ck_assert_uint_eq(zs_model_count_params(&c), 124439808ULL);
+    zs_model *m;
+    ck_assert_int_eq(zs_model_create(&c, &m), 0);
+    ck_assert_uint_eq(zs_model_layout(m)->num_params, 124439808ULL);
+    ck_assert_int_eq(zs_model_layout(m)->n_layers, 14);
+    zs_model_destroy(m);
+}
+END_TEST
+
+/* Entries tile the flat array in order; each layer's entries are contiguous. */
+static void check_layout(const zs_model *m)
+{
+    const zs_layout *lay = zs_model_layout(m);
+    size_t off = 0;
+    int prev = 0;
+    size_t *sum = calloc((size_t)lay->n_layers, sizeof(size_t));
+    for (int i = 0; i < lay->n_entries; i++) {
+        const zs_param_entry *e = &lay->entries[i];
+        ck_assert_uint_eq(e->offset, off);
+        ck_assert_int_ge(e->layer, prev);
+        ck_assert_int_le(e->layer, prev + 1);
+        if (sum[e->layer] == 0)
+            ck_assert_uint_eq(lay->layer_offset[e->layer], e->offset);
+        sum[e->layer] += e->numel;
+        prev = e->layer;
+        off += e->numel;
+    }
+    ck_assert_uint_eq(off, lay->num_params);
+    for (int l = 0; l < lay->n_layers; l++)
+        ck_assert_uint_eq(sum[l], lay->layer_numel[l]);
+    free(sum);
+}
+
+START_TEST(test_layouts)
+{
+    zs_model *m;
+    zs_model_config g = gpt_cfg(3, 32, 4, 16, 50);
+    ck_assert_int_eq(zs_model_create(&g, &m), 0);
+    check_layout(m);
+    ck_assert_str_eq(zs_model_layout(m)->entries[0].name, "wte");
+    ck_assert_uint_eq(zs_model_layout(m)->num_params, zs_model_count_params(&g));
+    int ids[ZS_MAX_USES_PUBLIC];
+    int n = zs_model_unit_uses(m, 4, ids, ZS_MAX_USES_PUBLIC); /* the head uses wte */
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(ids[2], 0);
+    zs_model_destroy(m);
+
+    const int w[3] = {17, 5, 9};
+    zs_model_config c = mlp_cfg(7, 3, 3, w, ZS_ACT_RELU);
+    ck_assert_int_eq(zs_model_create(&c, &m), 0);
+    check_layout(m);
+    /* 7->17->5->9->3 with biases */
+    ck_assert_uint_eq(zs_model_layout(m)->num_params,
+                      (size_t)(7 * 17 + 17 + 17 * 5 + 5 + 5 * 9 + 9 + 9 * 3 + 3));
+    ck_assert_uint_eq(zs_model_count_params(&c), zs_model_layout(m)->num_params);
+    zs_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_config_validation)
+{
+    zs_model_config g = gpt_cfg(2, 30, 4, 8, 16); /* 4 does not divide 30 */
+    ck_assert_int_ne(zs_model_config_validate(&g), 0);
+    ck_assert_msg(strstr(zs_error_msg(), "model.heads") != NULL, "%s", zs_error_msg());
+    g = gpt_cfg(0, 32, 4, 8, 16);
+    ck_assert_int_ne(zs_model_config_validate(&g), 0);
+    ck_assert_msg(strstr(zs_error_msg(), "model.layers") != NULL, "%s", zs_error_msg());
+    const int w[1] = {0};
+    zs_model_config c = mlp_cfg(4, 3, 1, w, ZS_ACT_RELU);
+    ck_assert_int_ne(zs_model_config_validate(&c), 0);
+    ck_assert_msg(strstr(zs_error_msg(), "model.widths[0]") != NULL, "%s", zs_error_msg());
+}
+END_TEST
+
+/* ---- whole-model gradient against finite differences ---------------------- */
+
+typedef struct {
+    zs_backend_t be;
+    zs_mem_t mem;
+    zs_model *m;
+    zs_acts *a;
+    zs_batch batch;
+    float **P, **G;
+    float *params, *grads;
+} harness;
+
+static void harness_init(harness *h, const zs_model_config *c, int B)
+{
+    char err[256];
+    memset(h, 0, sizeof *h);
+    h->be = zs_backend_init("cpu", err, sizeof err);
+    ck_assert_ptr_nonnull(h->be);
+    h->mem = zs_mem_create(h->be, 0, 0);
+    ck_assert_int_eq(zs_model_create(c, &h->m), 0);
+    ck_assert_int_eq(zs_model_acts_create(h->m, h->mem, B, &h->a), 0);
+    const zs_layout *lay = zs_model_layout(h->m);
+    h->params = calloc(lay->num_params, sizeof(float));
+    h->grads = calloc(lay->num_params, sizeof(float));
+    h->P = calloc((size_t)lay->n_entries, sizeof(float *));
+    h->G = calloc((size_t)lay->n_entries, sizeof(float *));
+    for (int i = 0; i < lay->n_entries; i++) {
+        h->P[i] = h->params + lay->entries[i].offset;
+        h->G[i] = h->grads + lay->entries[i].offset;
+    }
+    zs_model_init_params(h->m, h->params, 42);
+    /* perturb so that biases and LayerNorm weights are not at special values */
+    uint64_t s = 99;
+    for (size_t i = 0; i < lay->num_params; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        h->params[i] += 0.05f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f);
+    }
+    zs_data *d;
+    ck_assert_int_eq(zs_data_create(c, 7, &d), 0);
+    size_t n = c->kind == ZS_MODEL_GPT ? (size_t)B * c->seq_len : (size_t)B;
+    h->batch.b = B;
+    h->batch.tokens = calloc(n, sizeof(int32_t));
+    h->batch.targets = calloc(n, sizeof(int32_t));
+    h->batch.x = calloc((size_t)B * (c->kind == ZS_MODEL_MLP ? c->input_dim : 1), sizeof(float));
+    zs_data_fill(d, 0, B, h->batch.tokens, h->batch.targets, h->batch.x);
+    zs_data_destroy(d);
+}
+
+static void harness_free(harness *h)
+{
+    zs_model_acts_destroy(h->a);
+    zs_model_destroy(h->m);
+    zs_mem_destroy(h->mem);
+    zs_backend_release(h->be);
+    free(h->params); free(h->grads); free(h->P); free(h->G);
+    free(h->batch.tokens); free(h->batch.targets); free(h->batch.x);
+}
+
+static double harness_loss(harness *h)
+{
+    int U = zs_model_layout(h->m)->n_layers;
+    for (int u = 0; u < U; u++)
+        zs_model_forward_unit(h->m, h->be, u, h->P, h->a, &h->batch);
+    return zs_model_loss(h->a, h->be);
+}
+
+static void harness_grad(harness *h)
+{
+    int U = zs_model_layout(h->m)->n_layers;
+    memset(h->grads, 0, zs_model_layout(h->m)->num_params * sizeof(float));
+    harness_loss(h);
+    for (int u = U - 1; u >= 0; u--)
+        zs_model_backward_unit(h->m, h->be, u, h->P, h->G, h->a, &h->batch, 1.0f);
+}
+
+/* For every entry, the coordinates with the largest analytic gradient and a
+ * few random ones: central difference with step 1e-2 in fp32. Tolerance:
+ * |fd - an| <= 0.05 * |an| + 2e-4 (the fp32 loss carries ~1e-6 of rounding,
+ * divided by 2h gives ~1e-4 absolute noise). */
+static void check_model_gradients(const zs_model_config *c, int B)
+{
+    harness h;
+    harness_init(&h, c, B);
+    harness_grad(&h);
+    const zs_layout *lay = zs_model_layout(h.m);
+    int checked = 0;
+    for (int i = 0; i < lay->n_entries; i++) {
+        const zs_param_entry *e = &lay->entries[i];
+        size_t best = 0;
+        for (size_t j = 1; j < e->numel; j++)
+            if (fabsf(h.grads[e->offset + j]) > fabsf(h.grads[e->offset + best]))
+                best = j;
+        size_t picks[3] = {best, (e->numel * 7) / 13, e->numel - 1};
+        for (int k = 0; k < 3; k++) {
+            size_t idx = e->offset + picks[k];
+            float an = h.grads[idx], orig = h.params[idx];
+            const float step = 1e-2f;
+            h.params[idx] = orig + step;
+            double lp = harness_loss(&h);
+            h.params[idx] = orig - step;
+            double lm = harness_loss(&h);
+            h.params[idx] = orig;
+            double fd = (lp - lm) / (2.0 * step);
+            ck_assert_msg(fabs(fd - an) <= 0.05 * fabs(an) + 2e-4,
+                          "%s[%zu]: analytic %.6g, finite difference %.6g", e->name, picks[k],
+                          (double)an, fd);
+            checked++;
+        }
+    }
+    ck_assert_int_eq(checked, 3 * lay->n_entries);
+    harness_free(&h);
+}
+
+START_TEST(test_gpt_gradients)
+{
+    zs_model_config c = gpt_cfg(2, 16, 2, 6, 11);
+    check_model_gradients(&c, 2);
+}
+END_TEST
+
+START_TEST(test_mlp_gradients)
+{
+    const int w[2] = {12, 9};
+    zs_model_config c = mlp_cfg(6, 4, 2, w, ZS_ACT_GELU);
+    check_model_gradients(&c, 5);
+}
+END_TEST
+
+/* Activation bytes from the formula equal what the model allocates. */
+START_TEST(test_activation_bytes)
+{
+    harness h;
+    zs_model_config c = gpt_cfg(2, 16, 2, 6, 11);
+    harness_init(&h, &c, 3);
+    zs_mem_stats s;
+    zs_mem_get_stats(h.mem, &s);
+    /* hand count for B=3, T=6, C=16, NH=2, V=11, L=2 (see gpt.c) */
+    size_t BT = 18, C = 16, L = 2, V = 11, att = 3 * 2 * 6 * 6;
+    size_t expect = 4 * (BT * C * (2 + 16 * L) + L * (4 * BT + att) + BT * (V + 3));
+    ck_assert_uint_eq(zs_model_activation_bytes(&c, 3), expect);
+    ck_assert_uint_eq(s.current[ZS_MEM_ACTIVATIONS], expect);
+    harness_free(&h);
+}
+END_TEST
+
+/* ---- data ---------------------------------------------------------------- */
+
+/* The loss floor is the chain's entropy rate: the plug-in estimate of the
+ * conditional entropy H(x_{t+1} | x_t) from 400k sampled transitions must
+ * agree with it within 1%. */
+START_TEST(test_markov_floor)
+{
+    zs_model_config c = gpt_cfg(1, 8, 1, 100, 16);
+    zs_data *d;
+    ck_assert_int_eq(zs_data_create(&c, 5, &d), 0);
+    double floor = zs_data_loss_floor(d);
+    ck_assert(floor > 0.1 && floor < log(16.0));
+    enum { NSEQ = 4000 };
+    int32_t tok[100], tgt[100];
+    double counts[16][16];
+    memset(counts, 0, sizeof counts);
+    for (int s = 0; s < NSEQ; s++) {
+        zs_data_fill(d, (uint64_t)s, 1, tok, tgt, NULL);
+        for (int t = 0; t < 100; t++) {
+            ck_assert(tok[t] >= 0 && tok[t] < 16);
+            if (t > 0)
+                ck_assert_int_eq(tok[t], tgt[t - 1]);
+            counts[tok[t]][tgt[t]] += 1;
+        }
+    }
+    double total = NSEQ * 100.0, H = 0.0;
+    for (int i = 0; i < 16; i++) {
+        double row = 0.0;
+        for (int j = 0; j < 16; j++)
+            row += counts[i][j];
+        for (int j = 0; j < 16; j++)
+            if (counts[i][j] > 0)
+                H -= counts[i][j] / total * log(counts[i][j] / row);
+    }
+    ck_assert_msg(fabs(H - floor) < 0.01 * floor, "empirical %.5f vs floor %.5f", H, floor);
+    zs_data_destroy(d);
+}
+END_TEST
+
+/* Sample i depends on (seed, i) only: any way of dealing samples agrees. */
+START_TEST(test_data_dealing)
+{
+    zs_model_config c = gpt_cfg(1, 8, 1, 10, 20);
+    zs_data *d;
+    ck_assert_int_eq(zs_data_create(&c, 9, &d), 0);
+    int32_t a[80], at[80], b[30], bt[30];
+    zs_data_fill(d, 0, 8, a, at, NULL);
+    zs_data_fill(d, 5, 3, b, bt, NULL);
+    ck_assert_mem_eq(a + 50, b, sizeof b);
+    ck_assert_mem_eq(at + 50, bt, sizeof bt);
+    zs_data_destroy(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_gpt2_small_count);
+    tcase_add_test(tc, test_layouts);
+    tcase_add_test(tc, test_config_validation);
+    tcase_add_test(tc, test_gpt_gradients);
+    tcase_add_test(tc, test_mlp_gradients);
+    tcase_add_test(tc, test_activation_bytes);
+    tcase_add_test(tc, test_markov_floor);
+    tcase_add_test(tc, test_data_dealing);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
