@@ -20,6 +20,8 @@
 #include "zerosim/backend.h"
 #include "zerosim/layers.h"
 
+#include "backend/backend_impl.h" /* white-box: the optional-member fallbacks */
+
 /* ---------------------------------------------------------------------------
  * fixture: one backend per test, and every buffer freed in teardown
  * ------------------------------------------------------------------------- */
@@ -108,6 +110,14 @@ static void rng_fill(float *x, size_t n, float scale)
         x[i] = scale * rng_uniform();
 }
 
+/* ck_assert_msg without Check's per-call bookkeeping (a write to the
+ * runner for every passing assertion), for loops over 10^5 elements. */
+#define CHECK_FAST(cond, ...)            \
+    do {                                 \
+        if (!(cond))                     \
+            ck_abort_msg(__VA_ARGS__);   \
+    } while (0)
+
 static uint32_t f2u(float f)
 {
     uint32_t u;
@@ -180,6 +190,45 @@ START_TEST(test_cpu_alloc_aligned)
         void *p = dnew(NULL, bytes);
         ck_assert_uint_eq((uintptr_t)p % 64, 0);
     }
+}
+END_TEST
+
+/* The wrappers' fallbacks for the OPTIONAL table members (memset0, copy_d2d,
+ * sumsq, count_nonfinite) give the same results as the members themselves:
+ * run them on a copy of the table with those members set to NULL. */
+START_TEST(test_optional_fallbacks)
+{
+    struct zs_backend_i tbl = *be->iface;
+    tbl.release = NULL;
+    tbl.memset0 = NULL;
+    tbl.copy_d2d = NULL;
+    tbl.sumsq = NULL;
+    tbl.count_nonfinite = NULL;
+    struct zs_backend bare = { &tbl, be->ctx };
+
+    size_t n = 97;
+    float x[97];
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)i * 0.25f - 7.0f;
+    x[5] = INFINITY;
+    x[50] = NAN;
+    for (int t = 0; t < 3; t++) {
+        size_t es = zs_dtype_size((zs_dtype)t);
+        void *dt = dnew(NULL, n * es);
+        float *dx = dnew(x, sizeof x);
+        zs_backend_convert_from_f32(be, dt, (zs_dtype)t, dx, n);
+        ck_assert_uint_eq(zs_backend_count_nonfinite(&bare, dt, (zs_dtype)t, n),
+                          zs_backend_count_nonfinite(be, dt, (zs_dtype)t, n));
+        ck_assert_uint_eq(zs_backend_count_nonfinite(&bare, dt, (zs_dtype)t, n), 2);
+        ck_assert(zs_backend_sumsq(&bare, dt, (zs_dtype)t, 5) == zs_backend_sumsq(be, dt, (zs_dtype)t, 5));
+    }
+    float *a = dnew(x, sizeof x), *b = dnew(NULL, sizeof x);
+    zs_backend_copy_d2d(&bare, b, a, sizeof x);
+    ck_assert_mem_eq(down(b, sizeof x), x, sizeof x);
+    zs_backend_memset0(&bare, b, sizeof x);
+    float *z = down(b, sizeof x);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(f2u(z[i]), 0);
 }
 END_TEST
 
@@ -458,13 +507,13 @@ START_TEST(test_bf16_exhaustive_roundtrip)
 {
     for (uint32_t h = 0; h < 0x10000u; h++) {
         float f = zs_bf16_to_f32((uint16_t)h);
-        ck_assert_uint_eq(f2u(f), h << 16);
+        CHECK_FAST(f2u(f) == h << 16, "bf16 %04x widened wrongly", h);
         uint16_t back = zs_f32_to_bf16(f);
         if (isnan(f)) {
-            ck_assert_msg((back & 0x7f80u) == 0x7f80u && (back & 0x7fu) != 0 &&
+            CHECK_FAST((back & 0x7f80u) == 0x7f80u && (back & 0x7fu) != 0 &&
                           (back & 0x8000u) == (h & 0x8000u), "bf16 NaN %04x -> %04x", h, back);
         } else {
-            ck_assert_msg(back == h, "bf16 %04x -> %g -> %04x", h, (double)f, back);
+            CHECK_FAST(back == h, "bf16 %04x -> %g -> %04x", h, (double)f, back);
         }
     }
 }
@@ -480,20 +529,20 @@ START_TEST(test_f16_exhaustive_roundtrip)
         double sign = (h & 0x8000u) ? -1.0 : 1.0;
         if (e == 0x1f) {
             if (m == 0)
-                ck_assert(isinf(f) && (f < 0) == (sign < 0));
+                CHECK_FAST(isinf(f) && (f < 0) == (sign < 0), "f16 %04x should be inf", h);
             else
-                ck_assert(isnan(f) && (signbit(f) != 0) == (sign < 0));
+                CHECK_FAST(isnan(f) && (signbit(f) != 0) == (sign < 0), "f16 %04x should be NaN", h);
         } else {
             double ref = e == 0 ? ldexp((double)m, -24) : ldexp(1024.0 + m, (int)e - 25);
-            ck_assert_msg((double)f == sign * ref && (signbit(f) != 0) == (sign < 0),
+            CHECK_FAST((double)f == sign * ref && (signbit(f) != 0) == (sign < 0),
                           "f16 %04x -> %.9g, expected %.9g", h, (double)f, sign * ref);
         }
         uint16_t back = zs_f32_to_f16(f);
         if (isnan(f))
-            ck_assert_msg((back & 0x7c00u) == 0x7c00u && (back & 0x3ffu) != 0 &&
+            CHECK_FAST((back & 0x7c00u) == 0x7c00u && (back & 0x3ffu) != 0 &&
                           (back & 0x8000u) == (h & 0x8000u), "f16 NaN %04x -> %04x", h, back);
         else
-            ck_assert_msg(back == h, "f16 %04x -> %.9g -> %04x", h, (double)f, back);
+            CHECK_FAST(back == h, "f16 %04x -> %.9g -> %04x", h, (double)f, back);
     }
 }
 END_TEST
@@ -557,12 +606,12 @@ START_TEST(test_convert_cases)
 {
     for (size_t i = 0; i < sizeof bf16_cases / sizeof bf16_cases[0]; i++) {
         uint16_t got = zs_f32_to_bf16(u2f(bf16_cases[i].f32));
-        ck_assert_msg(got == bf16_cases[i].want, "bf16 %s: %08x -> %04x, expected %04x",
+        CHECK_FAST(got == bf16_cases[i].want, "bf16 %s: %08x -> %04x, expected %04x",
                       bf16_cases[i].what, bf16_cases[i].f32, got, bf16_cases[i].want);
     }
     for (size_t i = 0; i < sizeof f16_cases / sizeof f16_cases[0]; i++) {
         uint16_t got = zs_f32_to_f16(u2f(f16_cases[i].f32));
-        ck_assert_msg(got == f16_cases[i].want, "f16 %s: %08x -> %04x, expected %04x",
+        CHECK_FAST(got == f16_cases[i].want, "f16 %s: %08x -> %04x, expected %04x",
                       f16_cases[i].what, f16_cases[i].f32, got, f16_cases[i].want);
     }
     /* NaNs whose payload sits only in the low bits must stay NaN */
@@ -598,28 +647,28 @@ START_TEST(test_convert_nearest_property)
         uint16_t mag = h & 0x7fffu;
         uint16_t top = is_f16 ? 0x7c00u : 0x7f80u; /* inf */
         double got = fabs(is_f16 ? (double)zs_f16_to_f32(h) : (double)zs_bf16_to_f32(h));
-        ck_assert_msg((h & 0x8000u) == ((u >> 16) & 0x8000u), "sign lost for %08x", u);
+        CHECK_FAST((h & 0x8000u) == ((u >> 16) & 0x8000u), "sign lost for %08x", u);
         if (mag == top) {
             /* overflowed: the largest finite must be strictly worse or a tie
              * lost to even (the largest finite has an odd mantissa) */
             uint16_t mx = (uint16_t)(top - 1);
             double fmax = is_f16 ? zs_f16_to_f32(mx) : zs_bf16_to_f32(mx);
             double ulp = is_f16 ? 32.0 : ldexp(1.0, 127 - 7);
-            ck_assert_msg(x >= fmax + ulp / 2, "%08x overflowed too early", u);
+            CHECK_FAST(x >= fmax + ulp / 2, "%08x overflowed too early", u);
             continue;
         }
-        ck_assert_msg(mag < top, "finite %08x became inf/NaN", u);
+        CHECK_FAST(mag < top, "finite %08x became inf/NaN", u);
         double err = fabs(got - x);
         if (mag > 0) {
             double lo = is_f16 ? zs_f16_to_f32((uint16_t)(mag - 1)) : zs_bf16_to_f32((uint16_t)(mag - 1));
             double elo = fabs(lo - x);
-            ck_assert_msg(err < elo || (err == elo && !(mag & 1u)),
+            CHECK_FAST(err < elo || (err == elo && !(mag & 1u)),
                           "%08x -> %04x: lower neighbour is nearer or the even tie", u, h);
         }
         if (mag + 1 < top) {
             double hi = is_f16 ? zs_f16_to_f32((uint16_t)(mag + 1)) : zs_bf16_to_f32((uint16_t)(mag + 1));
             double ehi = fabs(hi - x);
-            ck_assert_msg(err < ehi || (err == ehi && !(mag & 1u)),
+            CHECK_FAST(err < ehi || (err == ehi && !(mag & 1u)),
                           "%08x -> %04x: upper neighbour is nearer or the even tie", u, h);
         }
     }
@@ -937,6 +986,7 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_backend_init);
     tcase_add_test(tc, test_backend_memory);
     tcase_add_test(tc, test_cpu_alloc_aligned);
+    tcase_add_test(tc, test_optional_fallbacks);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sgemm");

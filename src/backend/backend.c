@@ -40,6 +40,22 @@ static const struct {
 
 const char *zs_backend_list(void) { return ZS_BACKEND_LIST; }
 
+/* Whether a backend filled every REQUIRED member of its table. */
+static int zs_backend_iface_complete(const struct zs_backend_i *i)
+{
+    return i->name != NULL && i->alloc != NULL && i->dealloc != NULL && i->copy_h2d != NULL
+        && i->copy_d2h != NULL && i->sgemm != NULL && i->add_bias != NULL
+        && i->bias_backward != NULL && i->gelu_forward != NULL && i->gelu_backward != NULL
+        && i->relu_forward != NULL && i->relu_backward != NULL
+        && i->layernorm_forward != NULL && i->layernorm_backward != NULL
+        && i->residual_forward != NULL && i->axpy != NULL && i->scale != NULL
+        && i->embedding_forward != NULL && i->embedding_backward != NULL
+        && i->attention_forward != NULL && i->attention_backward != NULL
+        && i->softmax_xent_forward != NULL && i->softmax_xent_backward != NULL
+        && i->convert_to_f32 != NULL && i->convert_from_f32 != NULL
+        && i->accumulate_f32 != NULL && i->adamw_step != NULL && i->sgd_step != NULL;
+}
+
 /* Copy the error just recorded with zs_error_set into the caller's err. */
 static void zs_backend_copy_err(char *err, size_t errlen)
 {
@@ -71,7 +87,7 @@ zs_backend_t zs_backend_init(const char *name, char *err, size_t errlen)
             free(be);
             return NULL;
         }
-        ZS_BE_CHECK(be->iface != NULL);
+        ZS_BE_CHECK(be->iface != NULL && zs_backend_iface_complete(be->iface));
         return be;
     }
     zs_error_set("unknown backend '%s' (available: %s)", name, ZS_BACKEND_LIST);
@@ -225,7 +241,7 @@ void zs_backend_free(zs_backend_t be, void *ptr)
     ZS_BE_VALID(be);
     if (ptr == NULL)
         return;
-    be->iface->free(be->ctx, ptr);
+    be->iface->dealloc(be->ctx, ptr);
 }
 
 void zs_backend_memset0(zs_backend_t be, void *dst, size_t bytes)

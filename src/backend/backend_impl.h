@@ -34,9 +34,10 @@ struct zs_backend_i {
      * least 64 bytes. NULL on failure. bytes == 0 may return NULL or a unique
      * pointer; the wrapper passes 0 through. */
     void *(*alloc)(void *ctx, size_t bytes);
-    /* REQUIRED. Free a pointer from alloc; NULL is a no-op (the wrapper never
-     * passes NULL). */
-    void (*free)(void *ctx, void *ptr);
+    /* REQUIRED. Free a pointer from alloc; the wrapper filters out NULL.
+     * (Named dealloc so that a free() macro of a debugging allocator cannot
+     * expand here.) */
+    void (*dealloc)(void *ctx, void *ptr);
     /* OPTIONAL. Zero `bytes` bytes of device memory. NULL: the wrapper copies
      * from a zeroed host buffer with copy_h2d. */
     void (*memset0)(void *ctx, void *dst, size_t bytes);

@@ -42,7 +42,7 @@ static void *cpu_alloc(void *ctx, size_t bytes)
     return p;
 }
 
-static void cpu_free(void *ctx, void *ptr)
+static void cpu_dealloc(void *ctx, void *ptr)
 {
     (void)ctx;
     free(ptr);
@@ -577,7 +577,7 @@ static const struct zs_backend_i zs_cpu_iface = {
     .name = "cpu",
     .release = NULL,
     .alloc = cpu_alloc,
-    .free = cpu_free,
+    .dealloc = cpu_dealloc,
     .memset0 = cpu_memset0,
     .copy_h2d = cpu_copy,
     .copy_d2h = cpu_copy,
