@@ -152,7 +152,8 @@ am_libzerosim_la_OBJECTS = src/util/error.lo src/backend/backend.lo \
 	src/backend/cpu.lo src/mem/mem.lo src/model/layers.lo \
 	src/model/model.lo src/model/gpt.lo src/model/mlp.lo \
 	src/model/data.lo src/optim/optim.lo src/zero/engine.lo \
-	src/report/report.lo src/cli/config.lo src/cli/train.lo
+	src/report/report.lo src/comm/comm.lo src/cli/config.lo \
+	src/cli/train.lo
 libzerosim_la_OBJECTS = $(am_libzerosim_la_OBJECTS)
 AM_V_lt = $(am__v_lt_$(V))
 am__v_lt_ = $(am__v_lt_$(AM_DEFAULT_VERBOSITY))
@@ -231,11 +232,12 @@ am__maybe_remake_depfiles = depfiles
 am__depfiles_remade = src/backend/$(DEPDIR)/backend.Plo \
 	src/backend/$(DEPDIR)/cpu.Plo src/cli/$(DEPDIR)/config.Plo \
 	src/cli/$(DEPDIR)/main.Po src/cli/$(DEPDIR)/train.Plo \
-	src/mem/$(DEPDIR)/mem.Plo src/model/$(DEPDIR)/data.Plo \
-	src/model/$(DEPDIR)/gpt.Plo src/model/$(DEPDIR)/layers.Plo \
-	src/model/$(DEPDIR)/mlp.Plo src/model/$(DEPDIR)/model.Plo \
-	src/optim/$(DEPDIR)/optim.Plo src/report/$(DEPDIR)/report.Plo \
-	src/util/$(DEPDIR)/error.Plo src/zero/$(DEPDIR)/engine.Plo \
+	src/comm/$(DEPDIR)/comm.Plo src/mem/$(DEPDIR)/mem.Plo \
+	src/model/$(DEPDIR)/data.Plo src/model/$(DEPDIR)/gpt.Plo \
+	src/model/$(DEPDIR)/layers.Plo src/model/$(DEPDIR)/mlp.Plo \
+	src/model/$(DEPDIR)/model.Plo src/optim/$(DEPDIR)/optim.Plo \
+	src/report/$(DEPDIR)/report.Plo src/util/$(DEPDIR)/error.Plo \
+	src/zero/$(DEPDIR)/engine.Plo \
 	tests/$(DEPDIR)/check_config-check_config.Po \
 	tests/$(DEPDIR)/check_kernels-check_kernels.Po \
 	tests/$(DEPDIR)/check_layers-check_layers.Po \
@@ -583,7 +585,7 @@ STRIP = strip
 VERSION = 0.1.0
 XXHASH_CFLAGS = 
 XXHASH_LIBS = -lxxhash 
-ZS_CFLAGS = -std=c11 -Wall -Wextra -Werror
+ZS_CFLAGS = -std=c11 -Wall -Wextra -Werror -ffp-contract=off
 abs_builddir = /work/main
 abs_srcdir = /work/main
 abs_top_builddir = /work/main
@@ -658,6 +660,7 @@ libzerosim_la_SOURCES = \
 	src/optim/optim.c \
 	src/zero/engine.c \
 	src/report/report.c \
+	src/comm/comm.c \
 	src/cli/config.c \
 	src/cli/train.c
 
@@ -666,6 +669,7 @@ libzerosim_la_LDFLAGS = -version-info 0:0:0
 zerosimincludedir = $(includedir)/zerosim
 zerosiminclude_HEADERS = \
 	include/zerosim/backend.h \
+	include/zerosim/comm.h \
 	include/zerosim/config.h \
 	include/zerosim/data.h \
 	include/zerosim/error.h \
@@ -938,6 +942,14 @@ src/report/$(DEPDIR)/$(am__dirstamp):
 	@: > src/report/$(DEPDIR)/$(am__dirstamp)
 src/report/report.lo: src/report/$(am__dirstamp) \
 	src/report/$(DEPDIR)/$(am__dirstamp)
+src/comm/$(am__dirstamp):
+	@$(MKDIR_P) src/comm
+	@: > src/comm/$(am__dirstamp)
+src/comm/$(DEPDIR)/$(am__dirstamp):
+	@$(MKDIR_P) src/comm/$(DEPDIR)
+	@: > src/comm/$(DEPDIR)/$(am__dirstamp)
+src/comm/comm.lo: src/comm/$(am__dirstamp) \
+	src/comm/$(DEPDIR)/$(am__dirstamp)
 src/cli/$(am__dirstamp):
 	@$(MKDIR_P) src/cli
 	@: > src/cli/$(am__dirstamp)
@@ -1006,6 +1018,8 @@ mostlyclean-compile:
 	-rm -f src/backend/*.lo
 	-rm -f src/cli/*.$(OBJEXT)
 	-rm -f src/cli/*.lo
+	-rm -f src/comm/*.$(OBJEXT)
+	-rm -f src/comm/*.lo
 	-rm -f src/mem/*.$(OBJEXT)
 	-rm -f src/mem/*.lo
 	-rm -f src/model/*.$(OBJEXT)
@@ -1028,6 +1042,7 @@ include src/backend/$(DEPDIR)/cpu.Plo # am--include-marker
 include src/cli/$(DEPDIR)/config.Plo # am--include-marker
 include src/cli/$(DEPDIR)/main.Po # am--include-marker
 include src/cli/$(DEPDIR)/train.Plo # am--include-marker
+include src/comm/$(DEPDIR)/comm.Plo # am--include-marker
 include src/mem/$(DEPDIR)/mem.Plo # am--include-marker
 include src/model/$(DEPDIR)/data.Plo # am--include-marker
 include src/model/$(DEPDIR)/gpt.Plo # am--include-marker
@@ -1166,6 +1181,7 @@ clean-libtool:
 	-rm -rf .libs _libs
 	-rm -rf src/backend/.libs src/backend/_libs
 	-rm -rf src/cli/.libs src/cli/_libs
+	-rm -rf src/comm/.libs src/comm/_libs
 	-rm -rf src/mem/.libs src/mem/_libs
 	-rm -rf src/model/.libs src/model/_libs
 	-rm -rf src/optim/.libs src/optim/_libs
@@ -1709,6 +1725,8 @@ distclean-generic:
 	-rm -f src/backend/$(am__dirstamp)
 	-rm -f src/cli/$(DEPDIR)/$(am__dirstamp)
 	-rm -f src/cli/$(am__dirstamp)
+	-rm -f src/comm/$(DEPDIR)/$(am__dirstamp)
+	-rm -f src/comm/$(am__dirstamp)
 	-rm -f src/mem/$(DEPDIR)/$(am__dirstamp)
 	-rm -f src/mem/$(am__dirstamp)
 	-rm -f src/model/$(DEPDIR)/$(am__dirstamp)
@@ -1739,6 +1757,7 @@ distclean: distclean-am
 	-rm -f src/cli/$(DEPDIR)/config.Plo
 	-rm -f src/cli/$(DEPDIR)/main.Po
 	-rm -f src/cli/$(DEPDIR)/train.Plo
+	-rm -f src/comm/$(DEPDIR)/comm.Plo
 	-rm -f src/mem/$(DEPDIR)/mem.Plo
 	-rm -f src/model/$(DEPDIR)/data.Plo
 	-rm -f src/model/$(DEPDIR)/gpt.Plo
@@ -1807,6 +1826,7 @@ maintainer-clean: maintainer-clean-am
 	-rm -f src/cli/$(DEPDIR)/config.Plo
 	-rm -f src/cli/$(DEPDIR)/main.Po
 	-rm -f src/cli/$(DEPDIR)/train.Plo
+	-rm -f src/comm/$(DEPDIR)/comm.Plo
 	-rm -f src/mem/$(DEPDIR)/mem.Plo
 	-rm -f src/model/$(DEPDIR)/data.Plo
 	-rm -f src/model/$(DEPDIR)/gpt.Plo

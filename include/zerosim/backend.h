@@ -129,6 +129,21 @@ void zs_backend_convert_from_f32(zs_backend_t be, void *dst, zs_dtype dt, const 
 /* dst(N, typed) += src(N, fp32); the sum is computed in fp32 and rounded once. */
 void zs_backend_accumulate_f32(zs_backend_t be, void *dst, zs_dtype dt, const float *src, size_t n);
 
+/* dst(N, typed) = round(float(dst) + float(src)); both stored as t. */
+void zs_backend_add_typed(zs_backend_t be, void *dst, const void *src, zs_dtype t, size_t n);
+
+/* Fixed point, for reductions whose result must not depend on the order of
+ * summation (deterministic mode): dst[i] = round-half-even(src[i] * 2^frac_bits)
+ * as int64. An element that is not finite or whose magnitude after scaling is
+ * not below limit is stored as 0 and counted; returns that count. */
+size_t zs_backend_to_fixed(zs_backend_t be, int64_t *dst, const void *src, zs_dtype t, size_t n,
+                           int frac_bits, int64_t limit);
+/* dst(N) += src(N), int64. */
+void zs_backend_add_i64(zs_backend_t be, int64_t *dst, const int64_t *src, size_t n);
+/* dst(N, typed) = round((double)src[i] * 2^-frac_bits). */
+void zs_backend_from_fixed(zs_backend_t be, void *dst, zs_dtype t, const int64_t *src, size_t n,
+                           int frac_bits);
+
 /* Optimizer hyper-parameters for one step of one range. */
 typedef struct {
     float lr;

@@ -62,6 +62,11 @@ typedef struct {
     size_t allgather_bucket_size;
     size_t stage3_max_live_parameters;
     size_t stage3_prefetch_bucket_size;
+
+    /* zerosim.deterministic: gradients are summed across ranks and
+     * micro-batches as fixed-point integers, so the result does not depend
+     * on the number of ranks or the MPI algorithm (see zerosim/zero.h). */
+    int deterministic;
 } zs_run_config;
 
 /* The defaults: a small GPT that trains in seconds on one core. */

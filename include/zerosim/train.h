@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include "zerosim/comm.h"
 #include "zerosim/config.h"
 #include "zerosim/mem.h"
 #include "zerosim/zero.h"
@@ -15,26 +16,35 @@ extern "C" {
 typedef struct {
     const char *backend;      /* "cpu" */
     size_t device_memory;     /* simulated capacity per rank in bytes, 0 = none */
-    FILE *log;                /* progress lines, NULL = silent */
+    FILE *log;                /* progress lines (rank 0 only), NULL = silent */
     int print_every;          /* print every N steps (and the first and last) */
+    int hash_every_step;      /* record param_hashes after every step */
 } zs_train_options;
 
 typedef struct {
     int steps;
     zs_step_info *info;       /* [steps] */
-    char param_hash[17];
+    char (*hashes)[17];       /* [steps] when hash_every_step (rank 0) */
+    char param_hash[17];      /* after the last step (rank 0) */
     size_t num_params;
+    size_t padded_params;
     double loss_floor;
-    zs_mem_stats mem;
+    zs_mem_stats mem;         /* this rank */
+    size_t (*peaks)[ZS_MEM_NCAT]; /* [world_size] peak bytes per category (rank 0) */
+    size_t *total_peaks;      /* [world_size] peak of the total (rank 0) */
+    size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
     double seconds;
     int world_size;
     int skipped_steps;
-    float final_loss_scale;
+    int error_rank;           /* after a failure: 1 when this rank should print it */
 } zs_train_result;
 
-/* Train cfg (already finalized) and fill r. Returns 0 or non-zero with a
- * message. Release r with zs_train_result_free even after a failure. */
-int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_train_result *r);
+/* Train cfg (already finalized) over comm (collective) and fill r. Returns 0
+ * or non-zero with a message; after a failure every rank returns non-zero
+ * and exactly one has r->error_rank set (the lowest failing rank). Release r
+ * with zs_train_result_free even after a failure. */
+int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
+             zs_train_result *r);
 void zs_train_result_free(zs_train_result *r);
 
 #ifdef __cplusplus

@@ -17,6 +17,8 @@
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
 
+struct zs_comm;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,9 +33,29 @@ typedef struct {
     int skipped;       /* 1 when fp16 overflow made the step be skipped */
 } zs_step_info;
 
-/* world_size and rank describe the data-parallel group (1 and 0 on one rank). */
+/* The partition plan: the flat layout padded to a multiple of the world size
+ * (of world * ZS_DET_BLOCK in deterministic mode), one contiguous shard per
+ * rank. */
+#define ZS_DET_BLOCK 1024
+typedef struct {
+    int world, rank;
+    size_t num_params;    /* Ψ */
+    size_t padded;        /* Ψ rounded up */
+    size_t shard;         /* padded / world */
+    size_t shard_begin;   /* rank * shard */
+} zs_partition;
+
+void zs_partition_make(zs_partition *p, size_t num_params, int world, int rank, int deterministic);
+/* The part of [lo, hi) that rank q owns: *begin and the count (0 if none). */
+size_t zs_partition_overlap(const zs_partition *p, int q, size_t lo, size_t hi, size_t *begin);
+
+/* comm: the data-parallel group (zs_comm_self() for one rank without MPI).
+ * Collective: every rank of comm must call it. */
 int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem,
-                     int world_size, int rank, zs_engine **out);
+                     struct zs_comm *comm, zs_engine **out);
+const zs_partition *zs_engine_partition(const zs_engine *e);
+/* The most gathered parameters (elements) alive at once so far (stage 3). */
+size_t zs_engine_live_params_peak(const zs_engine *e);
 void zs_engine_destroy(zs_engine *e);
 
 /* Run step `step` (0-based): grad_accum micro-batches, then the optimizer. */
@@ -43,11 +65,13 @@ const zs_model *zs_engine_model(const zs_engine *e);
 size_t zs_engine_num_params(const zs_engine *e);
 double zs_engine_loss_floor(const zs_engine *e);
 
-/* Copy the fp32 parameters (the master weights under mixed precision), in
- * layout order, unpadded, into host (num_params floats). */
-void zs_engine_get_params(const zs_engine *e, float *host);
-/* Hex 64-bit XXH3 hash of those num_params * 4 bytes (little-endian floats). */
-void zs_engine_param_hash(const zs_engine *e, char hex[17]);
+/* Collective. Copy the fp32 parameters (the master weights under mixed
+ * precision), in layout order, unpadded, into host on rank 0 (num_params
+ * floats; host may be NULL on other ranks). */
+int zs_engine_get_params(zs_engine *e, float *host);
+/* Collective. Hex 64-bit XXH3 hash of those num_params * 4 bytes
+ * (little-endian floats), valid on rank 0. */
+int zs_engine_param_hash(zs_engine *e, char hex[17]);
 /* The hash of any fp32 parameter vector, computed the same way. */
 void zs_param_hash(const float *params, size_t n, char hex[17]);
 

@@ -53,7 +53,9 @@ static int zs_backend_iface_complete(const struct zs_backend_i *i)
         && i->attention_forward != NULL && i->attention_backward != NULL
         && i->softmax_xent_forward != NULL && i->softmax_xent_backward != NULL
         && i->convert_to_f32 != NULL && i->convert_from_f32 != NULL
-        && i->accumulate_f32 != NULL && i->adamw_step != NULL && i->sgd_step != NULL;
+        && i->accumulate_f32 != NULL && i->adamw_step != NULL && i->sgd_step != NULL
+        && i->add_typed != NULL && i->to_fixed != NULL && i->add_i64 != NULL
+        && i->from_fixed != NULL;
 }
 
 /* Copy the error just recorded with zs_error_set into the caller's err. */
@@ -629,4 +631,45 @@ void zs_backend_sgd_step(zs_backend_t be, float *master, float *buf,
         return;
     ZS_BE_CHECK(master != NULL && buf != NULL && grad != NULL);
     be->iface->sgd_step(be->ctx, master, buf, grad, gt, param, pt, n, h);
+}
+
+void zs_backend_add_typed(zs_backend_t be, void *dst, const void *src, zs_dtype t, size_t n)
+{
+    ZS_BE_VALID(be);
+    ZS_DTYPE_VALID(t);
+    if (n == 0)
+        return;
+    ZS_BE_CHECK(dst != NULL && src != NULL);
+    be->iface->add_typed(be->ctx, dst, src, t, n);
+}
+
+size_t zs_backend_to_fixed(zs_backend_t be, int64_t *dst, const void *src, zs_dtype t, size_t n,
+                           int frac_bits, int64_t limit)
+{
+    ZS_BE_VALID(be);
+    ZS_DTYPE_VALID(t);
+    if (n == 0)
+        return 0;
+    ZS_BE_CHECK(dst != NULL && src != NULL && frac_bits >= 0 && frac_bits < 63 && limit > 0);
+    return be->iface->to_fixed(be->ctx, dst, src, t, n, frac_bits, limit);
+}
+
+void zs_backend_add_i64(zs_backend_t be, int64_t *dst, const int64_t *src, size_t n)
+{
+    ZS_BE_VALID(be);
+    if (n == 0)
+        return;
+    ZS_BE_CHECK(dst != NULL && src != NULL);
+    be->iface->add_i64(be->ctx, dst, src, n);
+}
+
+void zs_backend_from_fixed(zs_backend_t be, void *dst, zs_dtype t, const int64_t *src, size_t n,
+                           int frac_bits)
+{
+    ZS_BE_VALID(be);
+    ZS_DTYPE_VALID(t);
+    if (n == 0)
+        return;
+    ZS_BE_CHECK(dst != NULL && src != NULL && frac_bits >= 0 && frac_bits < 63);
+    be->iface->from_fixed(be->ctx, dst, t, src, n, frac_bits);
 }

@@ -125,6 +125,22 @@ struct zs_backend_i {
     /* REQUIRED. dst(N, typed) = round(float(dst) + src), one rounding. */
     void (*accumulate_f32)(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n);
 
+    /* REQUIRED. dst(N, typed) = round(float(dst) + float(src)), one rounding. */
+    void (*add_typed)(void *ctx, void *dst, const void *src, zs_dtype t, size_t n);
+
+    /* ---- fixed point (deterministic reductions) ------------------------- */
+
+    /* REQUIRED. dst(N) int64 = rint(src * 2^frac_bits) (ties to even); an
+     * element not finite or with |scaled| >= limit is stored as 0 and
+     * counted; returns the count. */
+    size_t (*to_fixed)(void *ctx, int64_t *dst, const void *src, zs_dtype t, size_t n,
+                       int frac_bits, int64_t limit);
+    /* REQUIRED. dst(N) += src(N), int64. */
+    void (*add_i64)(void *ctx, int64_t *dst, const int64_t *src, size_t n);
+    /* REQUIRED. dst(N, typed) = round(float((double)src * 2^-frac_bits)). */
+    void (*from_fixed)(void *ctx, void *dst, zs_dtype t, const int64_t *src, size_t n,
+                       int frac_bits);
+
     /* ---- optimizer ------------------------------------------------------- */
 
     /* REQUIRED. AdamW over n elements (see backend.c / cpu.c for the exact

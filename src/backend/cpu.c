@@ -515,6 +515,51 @@ static void cpu_accumulate_f32(void *ctx, void *dst, zs_dtype dt, const float *s
         cpu_store(dst, dt, i, cpu_load(dst, dt, i) + src[i]);
 }
 
+/* dst (N, t) = round(float(dst) + float(src)) */
+static void cpu_add_typed(void *ctx, void *dst, const void *src, zs_dtype t, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        cpu_store(dst, t, i, cpu_load(dst, t, i) + cpu_load(src, t, i));
+}
+
+/* dst (N, int64) = rint(src (N, t) * 2^frac_bits); out-of-range -> 0, counted */
+static size_t cpu_to_fixed(void *ctx, int64_t *dst, const void *src, zs_dtype t, size_t n,
+                           int frac_bits, int64_t limit)
+{
+    (void)ctx;
+    double scale = ldexp(1.0, frac_bits), lim = (double)limit;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = (double)cpu_load(src, t, i) * scale; /* exact: a power of two */
+        if (!(fabs(v) < lim)) { /* also catches NaN */
+            dst[i] = 0;
+            bad++;
+            continue;
+        }
+        dst[i] = (int64_t)nearbyint(v);
+    }
+    return bad;
+}
+
+/* dst (N) += src (N), int64 */
+static void cpu_add_i64(void *ctx, int64_t *dst, const int64_t *src, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+/* dst (N, t) = round(float((double)src * 2^-frac_bits)) */
+static void cpu_from_fixed(void *ctx, void *dst, zs_dtype t, const int64_t *src, size_t n,
+                           int frac_bits)
+{
+    (void)ctx;
+    double scale = ldexp(1.0, -frac_bits);
+    for (size_t i = 0; i < n; i++)
+        cpu_store(dst, t, i, (float)((double)src[i] * scale));
+}
+
 /* ---------------------------------------------------------------------------
  * optimizer
  * ------------------------------------------------------------------------- */
@@ -605,6 +650,10 @@ static const struct zs_backend_i zs_cpu_iface = {
     .convert_to_f32 = cpu_convert_to_f32,
     .convert_from_f32 = cpu_convert_from_f32,
     .accumulate_f32 = cpu_accumulate_f32,
+    .add_typed = cpu_add_typed,
+    .to_fixed = cpu_to_fixed,
+    .add_i64 = cpu_add_i64,
+    .from_fixed = cpu_from_fixed,
     .adamw_step = cpu_adamw_step,
     .sgd_step = cpu_sgd_step,
 };

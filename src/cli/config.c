@@ -745,8 +745,15 @@ static const field zero_fields[] = {
     F_BOOL("reduce_scatter"),
     F_BOOL("allgather_partitions"),
 };
+/* zerosim.deterministic: order-independent (fixed-point) gradient reduction. */
+static int zerosim_deterministic(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.deterministic);
+}
+
 static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
+    F_FUNC("deterministic", zerosim_deterministic),
 };
 static const field_table fp16_table = TABLE(fp16_fields);
 static const field_table bf16_table = TABLE(bf16_fields);

@@ -8,6 +8,7 @@
  */
 #include "build-config.h"
 #include "zerosim/backend.h"
+#include "zerosim/comm.h"
 #include "zerosim/config.h"
 #include "zerosim/error.h"
 #include "zerosim/mem.h"
@@ -24,9 +25,11 @@
 
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
+    "       mpirun -np N zerosim train [options]\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
+    "Each MPI rank is one data-parallel device.\n"
     "\n"
     "model:\n"
     "  --model mlp|gpt          model kind (default gpt)\n"
@@ -56,6 +59,8 @@ static const char *const zs_usage =
     "  --loss-scale X           fp16 static loss scale, 0 = dynamic (0)\n"
     "  --seed N                 seed of data and initialisation (1234)\n"
     "  --stage 0|1|2|3          ZeRO stage (0)\n"
+    "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
+    "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
     "run:\n"
     "  --backend NAME           compute backend (cpu)\n"
@@ -70,7 +75,7 @@ enum {
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
-    OPT_HELP, OPT_VERSION, OPT_LAST
+    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -105,6 +110,7 @@ static const struct option zs_long_options[] = {
     {"report", required_argument, NULL, OPT_REPORT},
     {"print-every", required_argument, NULL, OPT_PRINT_EVERY},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -231,6 +237,8 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     if (cli->val[OPT_WARMUP] || cli->val[OPT_MIN_LR_RATIO])
         if (c->scheduler == ZS_SCHED_CONSTANT)
             c->scheduler = ZS_SCHED_WARMUP_COSINE;
+    if (cli->val[OPT_DETERMINISTIC])
+        c->deterministic = 1;
     if ((s = cli->val[OPT_SEED])) {
         ZS_TRY(zs_parse_int(OPT_SEED, s, 0, LONG_MAX, &v));
         c->seed = (uint64_t)v;
@@ -270,89 +278,121 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     return 0;
 }
 
-static int zs_cmd_train(int argc, char **argv)
+/* Parse, configure and validate; 0 to train, else an exit code (after
+ * printing, on rank 0 only, one line). */
+static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cfg,
+                          zs_train_options *o, const char **report)
 {
     zs_cli cli;
     memset(&cli, 0, sizeof cli);
-    zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
-    const char *report = NULL;
+    FILE *err = rank == 0 ? stderr : NULL;
     optind = 1;
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", zs_long_options, NULL)) != -1) {
         if (ch == '?' || ch == ':') {
             const char *arg = argv[optind - 1];
-            if (optopt)
-                fprintf(stderr, "zerosim: option %s needs a value (see zerosim --help)\n", arg);
-            else
-                fprintf(stderr, "zerosim: unknown option %s (see zerosim --help)\n", arg);
+            if (err && optopt)
+                fprintf(err, "zerosim: option %s needs a value (see zerosim --help)\n", arg);
+            else if (err)
+                fprintf(err, "zerosim: unknown option %s (see zerosim --help)\n", arg);
             return 2;
         }
         if (ch == 'h' || ch == OPT_HELP) {
-            fputs(zs_usage, stdout);
-            return 0;
+            if (rank == 0)
+                fputs(zs_usage, stdout);
+            return -1; /* done, exit 0 */
         }
         if (ch == OPT_QUIET) {
-            o.log = NULL;
+            o->log = NULL;
             continue;
         }
-        cli.val[ch] = optarg;
+        cli.val[ch] = optarg ? optarg : "1";
     }
     if (optind < argc) {
-        fprintf(stderr, "zerosim: unexpected argument \"%s\" (see zerosim --help)\n", argv[optind]);
+        if (err)
+            fprintf(err, "zerosim: unexpected argument \"%s\" (see zerosim --help)\n", argv[optind]);
         return 2;
     }
-    zs_run_config cfg;
-    zs_run_config_defaults(&cfg);
-    if (cli.val[OPT_CONFIG] && zs_config_load_file(cli.val[OPT_CONFIG], &cfg))
+    zs_run_config_defaults(cfg);
+    if (cli.val[OPT_CONFIG] && zs_config_load_file(cli.val[OPT_CONFIG], cfg))
         goto fail;
-    if (zs_cli_apply(&cli, &cfg, cli.val[OPT_CONFIG] != NULL))
+    if (zs_cli_apply(&cli, cfg, cli.val[OPT_CONFIG] != NULL))
         goto fail;
-    if (zs_run_config_finalize(&cfg, 1))
+    if (zs_run_config_finalize(cfg, world))
         goto fail;
-    if (cli.val[OPT_DEVICE_MEMORY] && zs_parse_size(cli.val[OPT_DEVICE_MEMORY], &o.device_memory)) {
-        fprintf(stderr, "zerosim: --device-memory: %s\n", zs_error_msg());
+    if (cli.val[OPT_DEVICE_MEMORY] && zs_parse_size(cli.val[OPT_DEVICE_MEMORY], &o->device_memory)) {
+        if (err)
+            fprintf(err, "zerosim: --device-memory: %s\n", zs_error_msg());
         return 1;
     }
     if (cli.val[OPT_BACKEND])
-        o.backend = cli.val[OPT_BACKEND];
+        o->backend = cli.val[OPT_BACKEND];
     if (cli.val[OPT_PRINT_EVERY]) {
         long v;
         if (zs_parse_int(OPT_PRINT_EVERY, cli.val[OPT_PRINT_EVERY], 1, INT_MAX, &v))
             goto fail;
-        o.print_every = (int)v;
+        o->print_every = (int)v;
     }
-    report = cli.val[OPT_REPORT];
-    if (cfg.stage != 0 && o.log)
-        fprintf(o.log, "note: one rank: ZeRO stage %d partitions over a world of 1\n", cfg.stage);
-
-    zs_train_result r;
-    if (o.log)
-        fprintf(o.log, "zerosim %s: %s model, %s, micro-batch %d x grad-accum %d, %d steps\n",
-                PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
-                zs_dtype_name(cfg.precision), cfg.micro_batch, cfg.grad_accum, cfg.steps);
-    if (zs_train(&cfg, &o, &r)) {
-        zs_train_result_free(&r);
-        goto fail;
-    }
-    if (o.log) {
-        float last = r.info[r.steps - 1].loss;
-        fprintf(o.log, "parameters %zu, final loss %.4f, loss floor %.4f (%+.1f%%), %.2f s\n",
-                r.num_params, (double)last, r.loss_floor,
-                r.loss_floor > 0 ? 100.0 * ((double)last - r.loss_floor) / r.loss_floor : 0.0,
-                r.seconds);
-        fprintf(o.log, "param_hash %s, peak accounted memory %zu bytes\n", r.param_hash,
-                r.mem.total_peak);
-    }
-    if (report && zs_report_write_json(report, &cfg, &r)) {
-        zs_train_result_free(&r);
-        goto fail;
-    }
-    zs_train_result_free(&r);
+    *report = cli.val[OPT_REPORT];
     return 0;
 fail:
-    fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+    if (err)
+        fprintf(err, "zerosim: %s\n", zs_error_msg());
     return 1;
+}
+
+static int zs_cmd_train(int argc, char **argv)
+{
+    zs_comm_t comm;
+    if (zs_comm_init(NULL, NULL, &comm)) {
+        fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+        return 1;
+    }
+    int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
+    zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
+    zs_run_config cfg;
+    const char *report = NULL;
+    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report);
+    if (rc) {
+        zs_comm_finalize(comm);
+        return rc < 0 ? 0 : rc;
+    }
+    o.hash_every_step = report != NULL;
+    if (rank == 0 && o.log)
+        fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d rank%s%s, micro-batch %d x "
+                "grad-accum %d x %d, %d steps\n",
+                PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
+                zs_dtype_name(cfg.precision), cfg.stage, world, world == 1 ? "" : "s",
+                cfg.deterministic ? " (deterministic)" : "", cfg.micro_batch, cfg.grad_accum,
+                world, cfg.steps);
+    zs_train_result r;
+    rc = zs_train(&cfg, &o, comm, &r);
+    if (!rc && rank == 0) {
+        if (o.log) {
+            float last = r.info[r.steps - 1].loss;
+            fprintf(o.log, "parameters %zu (padded %zu), final loss %.4f, loss floor %.4f "
+                    "(%+.1f%%), %.2f s\n", r.num_params, r.padded_params, (double)last,
+                    r.loss_floor,
+                    r.loss_floor > 0 ? 100.0 * ((double)last - r.loss_floor) / r.loss_floor : 0.0,
+                    r.seconds);
+            fprintf(o.log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
+                    r.param_hash, r.mem.total_peak);
+        }
+        if (report && zs_report_write_json(report, &cfg, &r)) {
+            fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+            rc = 1;
+        }
+    } else if (rc && r.error_rank) {
+        fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+    }
+    /* the report's outcome decides every rank's exit code */
+    int any = 0;
+    if (zs_comm_agree(comm, rc != 0, 60.0, &any))
+        zs_comm_abort(comm, 1);
+    zs_train_result_free(&r);
+    zs_comm_finalize(comm);
+    return any ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -28,18 +28,18 @@ static json_t *zs_json_real(double v)
 
 static json_t *zs_report_memory(const zs_train_result *r)
 {
-    json_t *cats = json_object();
-    for (int c = 0; c < ZS_MEM_NCAT; c++) {
-        json_object_set_new(cats, zs_mem_category_name((zs_mem_category)c),
-                            json_pack("{s:I, s:I}", "peak_bytes", (json_int_t)r->mem.peak[c],
-                                      "at_total_peak_bytes",
-                                      (json_int_t)r->mem.at_total_peak[c]));
-    }
-    json_t *rank = json_pack("{s:i, s:o, s:I, s:I}", "rank", 0, "categories", cats,
-                             "total_peak_bytes", (json_int_t)r->mem.total_peak,
-                             "peak_rss_bytes", (json_int_t)zs_report_peak_rss());
     json_t *list = json_array();
-    json_array_append_new(list, rank);
+    for (int q = 0; q < r->world_size; q++) {
+        json_t *cats = json_object();
+        for (int c = 0; c < ZS_MEM_NCAT; c++)
+            json_object_set_new(cats, zs_mem_category_name((zs_mem_category)c),
+                                json_pack("{s:I}", "peak_bytes", (json_int_t)r->peaks[q][c]));
+        json_t *rank = json_pack("{s:i, s:o, s:I}", "rank", q, "categories", cats,
+                                 "total_peak_bytes", (json_int_t)r->total_peaks[q]);
+        if (q == 0)
+            json_object_set_new(rank, "peak_rss_bytes", json_integer((json_int_t)zs_report_peak_rss()));
+        json_array_append_new(list, rank);
+    }
     return list;
 }
 
@@ -95,6 +95,16 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "loss_floor", zs_json_real(r->loss_floor));
     json_object_set_new(root, "seconds", zs_json_real(r->seconds));
     json_object_set_new(root, "memory", zs_report_memory(r));
+    json_object_set_new(root, "deterministic", json_boolean(cfg->deterministic));
+    json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
+    if (cfg->stage == 3)
+        json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));
+    if (r->hashes) {
+        json_t *h = json_array();
+        for (int s = 0; s < r->steps; s++)
+            json_array_append_new(h, json_string(r->hashes[s]));
+        json_object_set_new(root, "param_hashes", h);
+    }
 
     char tmp[4096];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());

@@ -1,52 +1,277 @@
-/* zerosim — the training engine (see zerosim/zero.h).
+/* zerosim — the ZeRO engine (see zerosim/zero.h).
  *
- * One step:
- *   for each micro-batch a of grad_accum:
- *     forward:  for unit u: view params(u) in fp32 -> forward
- *     backward: for unit u reversed: view params(u), zero fp32 grads(u)
- *               -> backward -> accumulate into the stored gradients
- *   step: overflow check (fp16) -> global norm -> clip -> optimizer -> zero grads
+ * Partition: the flat layout is padded to Ψp (a multiple of N) and rank r
+ * owns [r*S, (r+1)*S), S = Ψp/N.
+ *
+ * Gradient buckets: [0, Ψp) is cut into ranges of at most reduce_bucket_size
+ * elements, walking the units from the last one (backward order); a bucket
+ * is ready once the lowest unit overlapping it has run its backward.
+ *
+ * One step, every stage:
+ *   zero the gradient shard accumulator
+ *   for each micro-batch:
+ *     forward:  for unit u: [stage 3: allgather u's parameters] -> compute
+ *               -> [stage 3: release]
+ *     backward: for unit u reversed: [stage 3: allgather] -> compute fp32
+ *               gradients in a staging workspace -> add them into the
+ *               full-size gradient buffer (stages 0, 1) or the bucket buffers
+ *               (stages 2, 3) -> [stage 3: release]; stages 2, 3 reduce-
+ *               scatter each bucket as soon as it is ready and free it;
+ *               stages 0, 1 reduce-scatter the same buckets after backward
+ *     each bucket's reduced part is added into the shard accumulator
+ *   step: overflow flag and global norm (per-block sums, summed in a fixed
+ *         order on every rank) -> clip coefficient -> optimizer on the shard
+ *         (stages 1-3) or on everything after allgathering the gradient
+ *         shards (stage 0) -> stages 1, 2: allgather the updated parameters
+ *
+ * Because every stage reduces the same buckets per micro-batch with the same
+ * calls, and accumulates the reduced parts in the same order, stages 0-3
+ * give byte-identical parameters for a fixed N (the invariant "bit-exact
+ * stages"). In deterministic mode each micro-batch's gradient is turned into
+ * int64 fixed point before the reduction, so every sum is exact and the
+ * result does not depend on N or on how MPI orders the sum.
  */
 #include "zerosim/zero.h"
+#include "zerosim/comm.h"
 #include "zerosim/data.h"
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
+typedef struct {
+    size_t lo, hi;      /* flat range */
+    int ready_unit;     /* reduce after this unit's backward */
+    int *counts;        /* [N] elements of the range each rank owns */
+    size_t rbegin;      /* this rank's part: first element and count */
+    size_t rcount;
+    void *buf;          /* stages 2, 3: full-size buffer while alive */
+} zs_bucket;
+
+typedef struct {        /* a flat range that a unit gathers (stage 3) */
+    size_t lo, hi;
+    int *counts, *displs;
+} zs_range;
+
+typedef struct {
+    zs_range r[ZS_MAX_USES_PUBLIC];
+    int n;
+    size_t elems;
+    void *buf[ZS_MAX_USES_PUBLIC];   /* gathered buffers, NULL when released */
+    void *req[ZS_MAX_USES_PUBLIC];   /* pending prefetch */
+    int live;
+} zs_unit_gather;
+
 struct zs_engine {
     zs_run_config cfg;
     zs_backend_t be;
     zs_mem_t mem;
-    int world, rank;
+    zs_comm_t comm;
+    zs_partition part;
+    int stage, det;
     zs_model *model;
     zs_data *data;
     const zs_layout *lay;
-    size_t psi;                 /* number of parameters */
+    int U;                      /* units */
     zs_dtype pt;                /* storage type of params and grads */
-    int mixed;                  /* 1 when pt is bf16/fp16: fp32 master exists */
+    size_t ps;                  /* its size */
+    int mixed;
+    zs_comm_type ct;            /* comm type of gradients and params */
 
-    void *params, *grads;       /* psi elements of pt */
-    float *master, *m, *v;      /* fp32; master == params when !mixed */
-    size_t pbytes, gbytes;
+    /* model states; "full" arrays have Ψp elements, shards S */
+    void *params;               /* stages 0-2 full, stage 3 shard */
+    size_t params_elems;
+    float *master, *m, *v;      /* stage 0 full, else shard; master aliases
+                                   the params when !mixed */
+    size_t opt_elems;
+    void *gfull;                /* stages 0, 1: full gradient buffer */
+    void *gshard;               /* reduced gradient shard (pt) */
+    int64_t *gacc;              /* deterministic: fixed-point shard accumulator */
 
-    float *stage_p, *stage_g;   /* fp32 staging for one unit (mixed only) */
+    zs_bucket *buckets;
+    int nbuckets;
+    size_t max_bucket, max_rcount;
+    void *recv;                 /* this rank's part of one bucket (pt or int64) */
+    int64_t *fixbuf;            /* deterministic: one bucket in fixed point */
+    int frac_bits;
+    int64_t fix_limit;
+    size_t fix_overflows;
+
+    zs_unit_gather *gath;       /* stage 3, per unit */
+    size_t live, live_peak;
+
+    float *stage_p, *stage_g;   /* fp32 staging for one unit */
     size_t stage_elems;
-    float **P, **G;             /* fp32 views per entry */
+    float **P, **G;
 
     zs_acts *acts;
-    zs_batch batch;             /* device buffers */
+    zs_batch batch;
     size_t tok_bytes, x_bytes;
     int32_t *h_tokens, *h_targets;
     float *h_x;
 
+    size_t norm_block;          /* elements per norm block */
+    double *norm_local, *norm_all;
+    float *loss_local, *loss_all;
+
     zs_loss_scaler scaler;
-    int t;                      /* optimizer steps taken */
+    int t;
 };
+
+/* ---- partition --------------------------------------------------------- */
+
+void zs_partition_make(zs_partition *p, size_t num_params, int world, int rank, int deterministic)
+{
+    size_t q = (size_t)world * (deterministic ? ZS_DET_BLOCK : 1);
+    p->world = world;
+    p->rank = rank;
+    p->num_params = num_params;
+    p->padded = (num_params + q - 1) / q * q;
+    if (p->padded == 0)
+        p->padded = q;
+    p->shard = p->padded / (size_t)world;
+    p->shard_begin = (size_t)rank * p->shard;
+}
+
+size_t zs_partition_overlap(const zs_partition *p, int q, size_t lo, size_t hi, size_t *begin)
+{
+    size_t a = (size_t)q * p->shard, b = a + p->shard;
+    size_t s = lo > a ? lo : a, e = hi < b ? hi : b;
+    *begin = s;
+    return e > s ? e - s : 0;
+}
+
+/* ---- set-up ------------------------------------------------------------- */
+
+static int zs_engine_check_int(size_t n, const char *what)
+{
+    if (n > (size_t)INT_MAX)
+        ZS_FAIL("%s of %zu elements is more than one MPI call can carry (%d): lower "
+                "reduce_bucket_size / allgather_bucket_size or use more ranks", what, n, INT_MAX);
+    return 0;
+}
+
+/* Cut [0, Ψp) into buckets from the end, at unit boundaries where possible. */
+static int zs_engine_make_buckets(zs_engine *e)
+{
+    size_t B = e->cfg.reduce_bucket_size ? e->cfg.reduce_bucket_size : e->part.padded;
+    int cap = 16, n = 0;
+    zs_bucket *bk = calloc((size_t)cap, sizeof *bk);
+    if (!bk)
+        ZS_FAIL("out of host memory planning gradient buckets");
+    size_t hi = e->part.padded; /* the open bucket is [lo, hi) */
+    size_t lo = hi;
+    int ready = e->U - 1;
+    for (int u = e->U - 1; u >= 0; u--) {
+        size_t uo = e->lay->layer_offset[u];
+        size_t un = (u == e->U - 1 ? e->part.padded : e->lay->layer_offset[u + 1]) - uo;
+        /* close the open bucket when this unit would overflow it */
+        if (lo < hi && (hi - lo) + un > B) {
+            if (n == cap) {
+                cap *= 2;
+                zs_bucket *t = realloc(bk, (size_t)cap * sizeof *bk);
+                if (!t) { free(bk); ZS_FAIL("out of host memory planning gradient buckets"); }
+                bk = t;
+            }
+            bk[n++] = (zs_bucket){.lo = lo, .hi = hi, .ready_unit = ready};
+            hi = lo;
+        }
+        lo = uo;
+        ready = u;
+        while (hi - lo > B) { /* a unit larger than a bucket: cut pieces from its end */
+            if (n == cap) {
+                cap *= 2;
+                zs_bucket *t = realloc(bk, (size_t)cap * sizeof *bk);
+                if (!t) { free(bk); ZS_FAIL("out of host memory planning gradient buckets"); }
+                bk = t;
+            }
+            bk[n++] = (zs_bucket){.lo = hi - B, .hi = hi, .ready_unit = u};
+            hi -= B;
+        }
+    }
+    if (hi > lo) {
+        if (n == cap) {
+            zs_bucket *t = realloc(bk, (size_t)(cap + 1) * sizeof *bk);
+            if (!t) { free(bk); ZS_FAIL("out of host memory planning gradient buckets"); }
+            bk = t;
+        }
+        bk[n++] = (zs_bucket){.lo = lo, .hi = hi, .ready_unit = ready};
+    }
+    e->buckets = bk;
+    e->nbuckets = n;
+    int N = e->part.world;
+    for (int i = 0; i < n; i++) {
+        zs_bucket *b = &bk[i];
+        ZS_TRY(zs_engine_check_int(b->hi - b->lo, "a gradient bucket"));
+        b->counts = calloc((size_t)N, sizeof(int));
+        if (!b->counts)
+            ZS_FAIL("out of host memory planning gradient buckets");
+        for (int q = 0; q < N; q++) {
+            size_t beg;
+            b->counts[q] = (int)zs_partition_overlap(&e->part, q, b->lo, b->hi, &beg);
+            if (q == e->part.rank) {
+                b->rbegin = beg;
+                b->rcount = (size_t)b->counts[q];
+            }
+        }
+        if (b->hi - b->lo > e->max_bucket)
+            e->max_bucket = b->hi - b->lo;
+        if (b->rcount > e->max_rcount)
+            e->max_rcount = b->rcount;
+    }
+    return 0;
+}
+
+static int zs_range_init(zs_engine *e, zs_range *r, size_t lo, size_t hi)
+{
+    int N = e->part.world;
+    r->lo = lo;
+    r->hi = hi;
+    r->counts = calloc((size_t)N, sizeof(int));
+    r->displs = calloc((size_t)N, sizeof(int));
+    if (!r->counts || !r->displs)
+        ZS_FAIL("out of host memory planning parameter gathers");
+    ZS_TRY(zs_engine_check_int(hi - lo, "a parameter gather"));
+    for (int q = 0; q < N; q++) {
+        size_t beg;
+        r->counts[q] = (int)zs_partition_overlap(&e->part, q, lo, hi, &beg);
+        r->displs[q] = r->counts[q] ? (int)(beg - lo) : 0;
+    }
+    return 0;
+}
+
+/* Stage 3: the ranges each unit gathers: its own range, then borrowed entries. */
+static int zs_engine_plan_gathers(zs_engine *e)
+{
+    e->gath = calloc((size_t)e->U, sizeof *e->gath);
+    if (!e->gath)
+        ZS_FAIL("out of host memory planning parameter gathers");
+    for (int u = 0; u < e->U; u++) {
+        zs_unit_gather *g = &e->gath[u];
+        size_t lo = e->lay->layer_offset[u], hi = lo + e->lay->layer_numel[u];
+        ZS_TRY(zs_range_init(e, &g->r[g->n++], lo, hi));
+        int ids[ZS_MAX_USES_PUBLIC];
+        int n = zs_model_unit_uses(e->model, u, ids, ZS_MAX_USES_PUBLIC);
+        for (int i = 0; i < n; i++) {
+            const zs_param_entry *pe = &e->lay->entries[ids[i]];
+            if (pe->layer == u)
+                continue;
+            ZS_TRY(zs_range_init(e, &g->r[g->n++], pe->offset, pe->offset + pe->numel));
+        }
+        for (int i = 0; i < g->n; i++)
+            g->elems += g->r[i].hi - g->r[i].lo;
+        if (g->elems > e->cfg.stage3_max_live_parameters)
+            ZS_FAIL("stage3_max_live_parameters (%zu) is smaller than unit %d, which needs %zu "
+                    "gathered parameters at once: raise it to at least %zu",
+                    e->cfg.stage3_max_live_parameters, u, g->elems, g->elems);
+    }
+    return 0;
+}
 
 static size_t zs_unit_elems(const zs_model *m, int u)
 {
@@ -58,8 +283,69 @@ static size_t zs_unit_elems(const zs_model *m, int u)
     return s;
 }
 
-int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, int world_size,
-                     int rank, zs_engine **out)
+#define ZS_ALLOC(cat, bytes, ptr) zs_mem_alloc(e->mem, cat, bytes, (void **)(ptr))
+
+static int zs_engine_alloc_states(zs_engine *e)
+{
+    const zs_partition *p = &e->part;
+    int st = e->stage;
+    e->params_elems = st == 3 ? p->shard : p->padded;
+    e->opt_elems = st == 0 ? p->padded : p->shard;
+    ZS_TRY(ZS_ALLOC(ZS_MEM_PARAMS, e->params_elems * e->ps, &e->params));
+    if (e->mixed) {
+        ZS_TRY(ZS_ALLOC(ZS_MEM_OPT_MASTER, e->opt_elems * 4, &e->master));
+    } else {
+        /* fp32: the optimizer updates the parameters themselves */
+        e->master = (float *)e->params + (st == 1 || st == 2 ? p->shard_begin : 0);
+    }
+    ZS_TRY(ZS_ALLOC(ZS_MEM_OPT_M, e->opt_elems * 4, &e->m));
+    if (e->cfg.optimizer == ZS_OPT_ADAMW)
+        ZS_TRY(ZS_ALLOC(ZS_MEM_OPT_V, e->opt_elems * 4, &e->v));
+    if (st <= 1)
+        ZS_TRY(ZS_ALLOC(ZS_MEM_GRADS, p->padded * e->ps, &e->gfull));
+    ZS_TRY(ZS_ALLOC(ZS_MEM_GRADS, p->shard * e->ps, &e->gshard));
+    if (e->det) {
+        ZS_TRY(ZS_ALLOC(ZS_MEM_GRADS, p->shard * 8, &e->gacc));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_bucket * 8, &e->fixbuf));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_rcount * 8, &e->recv));
+    } else {
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_rcount * e->ps, &e->recv));
+    }
+    return 0;
+}
+
+/* Initial parameters: the same fp32 vector on every rank; each keeps what
+ * its stage holds. */
+static int zs_engine_init_params(zs_engine *e)
+{
+    const zs_partition *p = &e->part;
+    float *init = calloc(p->padded, sizeof(float));
+    if (!init)
+        ZS_FAIL("out of host memory initialising %zu parameters", p->num_params);
+    zs_model_init_params(e->model, init, e->cfg.seed);
+    const float *src = init + (e->stage == 0 ? 0 : p->shard_begin);
+    if (e->mixed) {
+        zs_backend_copy_h2d(e->be, e->master, src, e->opt_elems * 4);
+        /* working copy: full (stages 0-2) or shard (stage 3) */
+        const float *wsrc = e->stage == 3 ? init + p->shard_begin : init;
+        float *tmp = NULL;
+        if (ZS_ALLOC(ZS_MEM_WORKSPACE, e->params_elems * 4, &tmp)) {
+            free(init);
+            return -1;
+        }
+        zs_backend_copy_h2d(e->be, tmp, wsrc, e->params_elems * 4);
+        zs_backend_convert_from_f32(e->be, e->params, e->pt, tmp, e->params_elems);
+        zs_mem_free(e->mem, ZS_MEM_WORKSPACE, tmp, e->params_elems * 4);
+    } else {
+        const float *wsrc = e->stage == 3 ? init + p->shard_begin : init;
+        zs_backend_copy_h2d(e->be, e->params, wsrc, e->params_elems * 4);
+    }
+    free(init);
+    return 0;
+}
+
+int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs_comm_t comm,
+                     zs_engine **out)
 {
     *out = NULL;
     zs_engine *e = calloc(1, sizeof *e);
@@ -68,52 +354,59 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, in
     e->cfg = *cfg;
     e->be = be;
     e->mem = mem;
-    e->world = world_size;
-    e->rank = rank;
+    e->comm = comm;
+    e->stage = cfg->stage;
+    e->det = cfg->deterministic;
     e->pt = cfg->precision;
+    e->ps = zs_dtype_size(e->pt);
     e->mixed = cfg->precision != ZS_DTYPE_F32;
+    e->ct = e->pt == ZS_DTYPE_F32 ? ZS_CT_F32 : e->pt == ZS_DTYPE_BF16 ? ZS_CT_BF16 : ZS_CT_F16;
+    if (e->stage < 0 || e->stage > 3) {
+        zs_error_set("ZeRO stage must be 0, 1, 2 or 3, got %d", e->stage);
+        goto fail;
+    }
     if (zs_model_create(&cfg->model, &e->model) || zs_data_create(&cfg->model, cfg->seed, &e->data))
         goto fail;
     e->lay = zs_model_layout(e->model);
-    e->psi = e->lay->num_params;
-    size_t ps = zs_dtype_size(e->pt);
-    e->pbytes = e->psi * ps;
-    e->gbytes = e->psi * ps;
-
-    /* model states */
-    if (zs_mem_alloc(mem, ZS_MEM_PARAMS, e->pbytes, &e->params) ||
-        zs_mem_alloc(mem, ZS_MEM_GRADS, e->gbytes, &e->grads))
+    e->U = e->lay->n_layers;
+    int N = zs_comm_size(comm);
+    zs_partition_make(&e->part, e->lay->num_params, N, zs_comm_rank(comm), e->det);
+    if (zs_engine_make_buckets(e))
         goto fail;
-    if (e->mixed) {
-        if (zs_mem_alloc(mem, ZS_MEM_OPT_MASTER, e->psi * 4, (void **)&e->master))
+    if (e->stage == 3 && zs_engine_plan_gathers(e))
+        goto fail;
+    if (e->stage == 1 || e->stage == 2 || e->stage == 0)
+        if (zs_engine_check_int(e->cfg.allgather_bucket_size ? e->cfg.allgather_bucket_size
+                                                             : e->part.padded,
+                                "a parameter allgather"))
             goto fail;
-    } else {
-        e->master = e->params;
-    }
-    if (zs_mem_alloc(mem, ZS_MEM_OPT_M, e->psi * 4, (void **)&e->m))
-        goto fail;
-    if (cfg->optimizer == ZS_OPT_ADAMW && zs_mem_alloc(mem, ZS_MEM_OPT_V, e->psi * 4, (void **)&e->v))
+
+    /* fixed point: fp16 values are exact with 24 fractional bits; fp32 and
+     * bf16 keep 40. The limit keeps the sum of all micro-batches of a step
+     * below 2^62. */
+    e->frac_bits = e->pt == ZS_DTYPE_F16 ? 24 : 40;
+    e->fix_limit = (int64_t)((((uint64_t)1) << 62) / ((uint64_t)cfg->grad_accum * (uint64_t)N));
+
+    if (zs_engine_alloc_states(e))
         goto fail;
 
-    /* fp32 views and, under mixed precision, the staging workspace */
+    /* fp32 views and staging */
     e->P = calloc((size_t)e->lay->n_entries, sizeof(float *));
     e->G = calloc((size_t)e->lay->n_entries, sizeof(float *));
     if (!e->P || !e->G) {
         zs_error_set("out of host memory creating the engine");
         goto fail;
     }
-    if (e->mixed) {
-        for (int u = 0; u < e->lay->n_layers; u++) {
-            size_t s = zs_unit_elems(e->model, u);
-            if (s > e->stage_elems)
-                e->stage_elems = s;
-        }
-        if (zs_mem_alloc(mem, ZS_MEM_WORKSPACE, e->stage_elems * 4, (void **)&e->stage_p) ||
-            zs_mem_alloc(mem, ZS_MEM_WORKSPACE, e->stage_elems * 4, (void **)&e->stage_g))
-            goto fail;
+    for (int u = 0; u < e->U; u++) {
+        size_t s = zs_unit_elems(e->model, u);
+        if (s > e->stage_elems)
+            e->stage_elems = s;
     }
+    if ((e->mixed && ZS_ALLOC(ZS_MEM_WORKSPACE, e->stage_elems * 4, &e->stage_p)) ||
+        ZS_ALLOC(ZS_MEM_WORKSPACE, e->stage_elems * 4, &e->stage_g))
+        goto fail;
 
-    /* activations and the micro-batch buffers */
+    /* activations and the micro-batch */
     int mb = cfg->micro_batch;
     if (zs_model_acts_create(e->model, mem, mb, &e->acts))
         goto fail;
@@ -122,31 +415,28 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, in
     e->tok_bytes = ntok * sizeof(int32_t);
     e->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * mc->input_dim * sizeof(float) : 0;
     e->batch.b = mb;
-    if ((mc->kind == ZS_MODEL_GPT &&
-         zs_mem_alloc(mem, ZS_MEM_WORKSPACE, e->tok_bytes, (void **)&e->batch.tokens)) ||
-        zs_mem_alloc(mem, ZS_MEM_WORKSPACE, e->tok_bytes, (void **)&e->batch.targets) ||
-        zs_mem_alloc(mem, ZS_MEM_WORKSPACE, e->x_bytes, (void **)&e->batch.x))
+    if ((mc->kind == ZS_MODEL_GPT && ZS_ALLOC(ZS_MEM_WORKSPACE, e->tok_bytes, &e->batch.tokens)) ||
+        ZS_ALLOC(ZS_MEM_WORKSPACE, e->tok_bytes, &e->batch.targets) ||
+        ZS_ALLOC(ZS_MEM_WORKSPACE, e->x_bytes, &e->batch.x))
         goto fail;
     e->h_tokens = calloc(ntok, sizeof(int32_t));
     e->h_targets = calloc(ntok, sizeof(int32_t));
     e->h_x = calloc(e->x_bytes / sizeof(float) + 1, sizeof(float));
-    if (!e->h_tokens || !e->h_targets || !e->h_x) {
-        zs_error_set("out of host memory creating the data buffers");
+
+    /* norm blocks: one per rank, or ZS_DET_BLOCK elements in deterministic mode */
+    e->norm_block = e->det ? ZS_DET_BLOCK : e->part.shard;
+    size_t nblk = e->part.shard / e->norm_block;
+    e->norm_local = calloc(nblk, sizeof(double));
+    e->norm_all = calloc(nblk * (size_t)N, sizeof(double));
+    e->loss_local = calloc((size_t)cfg->grad_accum, sizeof(float));
+    e->loss_all = calloc((size_t)cfg->grad_accum * (size_t)N, sizeof(float));
+    if (!e->h_tokens || !e->h_targets || !e->h_x || !e->norm_local || !e->norm_all ||
+        !e->loss_local || !e->loss_all) {
+        zs_error_set("out of host memory creating the engine");
         goto fail;
     }
-
-    /* initial parameters: the same fp32 vector on every rank */
-    float *init = malloc(e->psi * sizeof(float));
-    if (!init) {
-        zs_error_set("out of host memory initialising %zu parameters", e->psi);
+    if (zs_engine_init_params(e))
         goto fail;
-    }
-    zs_model_init_params(e->model, init, cfg->seed);
-    zs_backend_copy_h2d(be, e->master, init, e->psi * 4);
-    free(init);
-    if (e->mixed)
-        zs_backend_convert_from_f32(be, e->params, e->pt, e->master, e->psi);
-
     zs_loss_scaler_init(&e->scaler, cfg);
     *out = e;
     return 0;
@@ -160,12 +450,35 @@ void zs_engine_destroy(zs_engine *e)
     if (!e)
         return;
     zs_mem_t mem = e->mem;
-    zs_mem_free(mem, ZS_MEM_PARAMS, e->params, e->pbytes);
-    zs_mem_free(mem, ZS_MEM_GRADS, e->grads, e->gbytes);
+    const zs_partition *p = &e->part;
+    zs_mem_free(mem, ZS_MEM_PARAMS, e->params, e->params_elems * e->ps);
     if (e->mixed)
-        zs_mem_free(mem, ZS_MEM_OPT_MASTER, e->master, e->psi * 4);
-    zs_mem_free(mem, ZS_MEM_OPT_M, e->m, e->psi * 4);
-    zs_mem_free(mem, ZS_MEM_OPT_V, e->v, e->psi * 4);
+        zs_mem_free(mem, ZS_MEM_OPT_MASTER, e->master, e->opt_elems * 4);
+    zs_mem_free(mem, ZS_MEM_OPT_M, e->m, e->opt_elems * 4);
+    zs_mem_free(mem, ZS_MEM_OPT_V, e->v, e->opt_elems * 4);
+    zs_mem_free(mem, ZS_MEM_GRADS, e->gfull, p->padded * e->ps);
+    zs_mem_free(mem, ZS_MEM_GRADS, e->gshard, p->shard * e->ps);
+    zs_mem_free(mem, ZS_MEM_GRADS, e->gacc, p->shard * 8);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->fixbuf, e->max_bucket * 8);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->recv, e->max_rcount * (e->det ? 8 : e->ps));
+    for (int i = 0; i < e->nbuckets; i++) {
+        zs_bucket *b = &e->buckets[i];
+        zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, b->buf, (b->hi - b->lo) * e->ps);
+        free(b->counts);
+    }
+    free(e->buckets);
+    if (e->gath) {
+        for (int u = 0; u < e->U; u++) {
+            zs_unit_gather *g = &e->gath[u];
+            for (int i = 0; i < g->n; i++) {
+                zs_comm_wait(e->comm, &g->req[i]);
+                zs_mem_free(mem, ZS_MEM_PARAMS, g->buf[i], (g->r[i].hi - g->r[i].lo) * e->ps);
+                free(g->r[i].counts);
+                free(g->r[i].displs);
+            }
+        }
+        free(e->gath);
+    }
     zs_mem_free(mem, ZS_MEM_WORKSPACE, e->stage_p, e->stage_elems * 4);
     zs_mem_free(mem, ZS_MEM_WORKSPACE, e->stage_g, e->stage_elems * 4);
     zs_mem_free(mem, ZS_MEM_WORKSPACE, e->batch.tokens, e->tok_bytes);
@@ -177,13 +490,93 @@ void zs_engine_destroy(zs_engine *e)
     free(e->h_tokens);
     free(e->h_targets);
     free(e->h_x);
+    free(e->norm_local);
+    free(e->norm_all);
+    free(e->loss_local);
+    free(e->loss_all);
     zs_data_destroy(e->data);
     zs_model_destroy(e->model);
     free(e);
 }
 
-/* Point P[e] at fp32 values of every entry unit u uses; with want_grads also
- * point G[e] at zeroed fp32 accumulators (mixed) or the gradients (fp32). */
+/* ---- stage 3: gathering parameters ------------------------------------- */
+
+/* Start gathering unit u's parameters (non-blocking). */
+static int zs_gather_start(zs_engine *e, int u)
+{
+    zs_unit_gather *g = &e->gath[u];
+    if (g->live)
+        return 0;
+    const zs_partition *p = &e->part;
+    for (int i = 0; i < g->n; i++) {
+        zs_range *r = &g->r[i];
+        size_t n = r->hi - r->lo;
+        ZS_TRY(ZS_ALLOC(ZS_MEM_PARAMS, n * e->ps, &g->buf[i]));
+        int me = p->rank;
+        if (r->counts[me]) /* put this rank's part in place */
+            zs_backend_copy_d2d(e->be, (char *)g->buf[i] + (size_t)r->displs[me] * e->ps,
+                                (char *)e->params + (r->lo + (size_t)r->displs[me] - p->shard_begin) * e->ps,
+                                (size_t)r->counts[me] * e->ps);
+        ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, g->buf[i], r->counts, r->displs, e->ct, u,
+                                           &g->req[i]));
+    }
+    g->live = 1;
+    e->live += g->elems;
+    if (e->live > e->live_peak)
+        e->live_peak = e->live;
+    return 0;
+}
+
+static int zs_gather_wait(zs_engine *e, int u)
+{
+    zs_unit_gather *g = &e->gath[u];
+    for (int i = 0; i < g->n; i++)
+        ZS_TRY(zs_comm_wait(e->comm, &g->req[i]));
+    return 0;
+}
+
+static void zs_gather_release(zs_engine *e, int u)
+{
+    zs_unit_gather *g = &e->gath[u];
+    if (!g->live)
+        return;
+    for (int i = 0; i < g->n; i++) {
+        zs_mem_free(e->mem, ZS_MEM_PARAMS, g->buf[i], (g->r[i].hi - g->r[i].lo) * e->ps);
+        g->buf[i] = NULL;
+    }
+    g->live = 0;
+    e->live -= g->elems;
+}
+
+/* Gather unit u (if not prefetched) and prefetch unit `next` when it fits
+ * under stage3_max_live_parameters and stage3_prefetch_bucket_size. */
+static int zs_gather_unit(zs_engine *e, int u, int next)
+{
+    ZS_TRY(zs_gather_start(e, u));
+    if (next >= 0 && next < e->U && !e->gath[next].live &&
+        e->gath[next].elems <= e->cfg.stage3_prefetch_bucket_size &&
+        e->live + e->gath[next].elems <= e->cfg.stage3_max_live_parameters)
+        ZS_TRY(zs_gather_start(e, next));
+    return zs_gather_wait(e, u);
+}
+
+/* Typed pointer to entry id's parameters: the full array (stages 0-2) or
+ * the gathered range that holds it (stage 3). */
+static const void *zs_entry_params(const zs_engine *e, int u, int id)
+{
+    const zs_param_entry *pe = &e->lay->entries[id];
+    if (e->stage < 3)
+        return (const char *)e->params + pe->offset * e->ps;
+    const zs_unit_gather *g = &e->gath[u];
+    for (int i = 0; i < g->n; i++)
+        if (pe->offset >= g->r[i].lo && pe->offset + pe->numel <= g->r[i].hi)
+            return (const char *)g->buf[i] + (pe->offset - g->r[i].lo) * e->ps;
+    return NULL; /* unreachable: every used entry is in a gathered range */
+}
+
+/* ---- views --------------------------------------------------------------- */
+
+/* P[id] for every entry unit u uses; with grads, G[id] = zeroed staging. */
 static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 {
     int ids[ZS_MAX_USES_PUBLIC];
@@ -191,16 +584,13 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
     size_t pos = 0;
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &e->lay->entries[ids[i]];
-        if (!e->mixed) {
-            e->P[ids[i]] = (float *)e->params + pe->offset;
-            if (want_grads)
-                e->G[ids[i]] = (float *)e->grads + pe->offset;
-            continue;
+        const void *src = zs_entry_params(e, u, ids[i]);
+        if (e->mixed) {
+            zs_backend_convert_to_f32(e->be, e->stage_p + pos, src, e->pt, pe->numel);
+            e->P[ids[i]] = e->stage_p + pos;
+        } else {
+            e->P[ids[i]] = (float *)src;
         }
-        e->P[ids[i]] = e->stage_p + pos;
-        zs_backend_convert_to_f32(e->be, e->stage_p + pos,
-                                  (const char *)e->params + pe->offset * zs_dtype_size(e->pt),
-                                  e->pt, pe->numel);
         if (want_grads) {
             e->G[ids[i]] = e->stage_g + pos;
             zs_backend_memset0(e->be, e->stage_g + pos, pe->numel * 4);
@@ -209,21 +599,103 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
     }
 }
 
-/* Mixed precision: add unit u's fp32 gradients into the stored gradients. */
-static void zs_engine_commit_grads(zs_engine *e, int u)
+/* ---- gradients ----------------------------------------------------------- */
+
+static int zs_bucket_ensure(zs_engine *e, zs_bucket *b)
 {
-    if (!e->mixed)
-        return;
+    if (!b->buf)
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, (b->hi - b->lo) * e->ps, &b->buf));
+    return 0;
+}
+
+/* Add unit u's staged fp32 gradients into the stored gradient: the full
+ * buffer (stages 0, 1) or the bucket buffers covering each entry (2, 3). */
+static int zs_engine_commit_grads(zs_engine *e, int u)
+{
     int ids[ZS_MAX_USES_PUBLIC];
     int n = zs_model_unit_uses(e->model, u, ids, ZS_MAX_USES_PUBLIC);
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &e->lay->entries[ids[i]];
-        zs_backend_accumulate_f32(e->be, (char *)e->grads + pe->offset * zs_dtype_size(e->pt),
-                                  e->pt, e->G[ids[i]], pe->numel);
+        const float *src = e->G[ids[i]];
+        if (e->stage <= 1) {
+            zs_backend_accumulate_f32(e->be, (char *)e->gfull + pe->offset * e->ps, e->pt, src,
+                                      pe->numel);
+            continue;
+        }
+        size_t lo = pe->offset, hi = pe->offset + pe->numel;
+        for (int k = 0; k < e->nbuckets; k++) {
+            zs_bucket *b = &e->buckets[k];
+            size_t s = lo > b->lo ? lo : b->lo, t = hi < b->hi ? hi : b->hi;
+            if (t <= s)
+                continue;
+            ZS_TRY(zs_bucket_ensure(e, b));
+            zs_backend_accumulate_f32(e->be, (char *)b->buf + (s - b->lo) * e->ps, e->pt,
+                                      src + (s - lo), t - s);
+        }
     }
+    return 0;
 }
 
-/* Load micro-batch `first`.. into the device buffers. */
+/* Reduce-scatter bucket k and add this rank's part into the shard
+ * accumulator. */
+static int zs_engine_reduce_bucket(zs_engine *e, int k)
+{
+    zs_bucket *b = &e->buckets[k];
+    size_t n = b->hi - b->lo;
+    const void *src;
+    if (e->stage <= 1) {
+        src = (const char *)e->gfull + b->lo * e->ps;
+    } else {
+        ZS_TRY(zs_bucket_ensure(e, b)); /* a bucket of padding only gets zeros */
+        src = b->buf;
+    }
+    size_t off = b->rbegin - e->part.shard_begin;
+    if (e->det) {
+        e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, src, e->pt, n, e->frac_bits,
+                                                e->fix_limit);
+        ZS_TRY(zs_comm_reduce_scatter(e->comm, e->fixbuf, e->recv, b->counts, ZS_CT_I64, k));
+        zs_backend_add_i64(e->be, e->gacc + off, e->recv, b->rcount);
+    } else {
+        ZS_TRY(zs_comm_reduce_scatter(e->comm, src, e->recv, b->counts, e->ct, k));
+        zs_backend_add_typed(e->be, (char *)e->gshard + off * e->ps, e->recv, e->pt, b->rcount);
+    }
+    if (e->stage >= 2) {
+        zs_mem_free(e->mem, ZS_MEM_COMM_BUFFERS, b->buf, n * e->ps);
+        b->buf = NULL;
+    }
+    return 0;
+}
+
+/* Allgather [0, Ψp) of a full array whose shard this rank holds at its place,
+ * in pieces of allgather_bucket_size elements. */
+static int zs_engine_allgather_full(zs_engine *e, void *full)
+{
+    size_t B = e->cfg.allgather_bucket_size ? e->cfg.allgather_bucket_size : e->part.padded;
+    int N = e->part.world;
+    int *counts = calloc((size_t)N, sizeof(int)), *displs = calloc((size_t)N, sizeof(int));
+    if (!counts || !displs) {
+        free(counts);
+        free(displs);
+        ZS_FAIL("out of host memory for an allgather");
+    }
+    int rc = 0, piece = 0;
+    for (size_t lo = 0; lo < e->part.padded && !rc; lo += B, piece++) {
+        size_t hi = lo + B < e->part.padded ? lo + B : e->part.padded;
+        for (int q = 0; q < N; q++) {
+            size_t beg;
+            counts[q] = (int)zs_partition_overlap(&e->part, q, lo, hi, &beg);
+            displs[q] = counts[q] ? (int)(beg - lo) : 0;
+        }
+        rc = zs_comm_allgatherv_inplace(e->comm, (char *)full + lo * e->ps, counts, displs, e->ct,
+                                        piece);
+    }
+    free(counts);
+    free(displs);
+    return rc;
+}
+
+/* ---- the step -------------------------------------------------------------- */
+
 static void zs_engine_load_batch(zs_engine *e, uint64_t first)
 {
     int mb = e->cfg.micro_batch;
@@ -235,75 +707,165 @@ static void zs_engine_load_batch(zs_engine *e, uint64_t first)
         zs_backend_copy_h2d(e->be, e->batch.x, e->h_x, e->x_bytes);
 }
 
+static int zs_engine_micro_batch(zs_engine *e, int step, int a, float dloss)
+{
+    const zs_run_config *c = &e->cfg;
+    int N = e->part.world, U = e->U;
+    uint64_t global = (uint64_t)c->micro_batch * (uint64_t)c->grad_accum * (uint64_t)N;
+    /* micro-batch j = a*N + rank of the step holds samples j*MB .. j*MB+MB-1 */
+    uint64_t j = (uint64_t)a * (uint64_t)N + (uint64_t)e->part.rank;
+    zs_engine_load_batch(e, (uint64_t)step * global + j * (uint64_t)c->micro_batch);
+
+    zs_comm_set_context(e->comm, ZS_PHASE_FORWARD, step);
+    for (int u = 0; u < U; u++) {
+        if (e->stage == 3)
+            ZS_TRY(zs_gather_unit(e, u, u + 1));
+        zs_engine_view_unit(e, u, 0);
+        zs_model_forward_unit(e->model, e->be, u, e->P, e->acts, &e->batch);
+        if (e->stage == 3)
+            zs_gather_release(e, u);
+    }
+    e->loss_local[a] = zs_model_loss(e->acts, e->be);
+
+    zs_comm_set_context(e->comm, ZS_PHASE_BACKWARD, step);
+    if (e->stage <= 1)
+        zs_backend_memset0(e->be, e->gfull, e->part.padded * e->ps);
+    for (int u = U - 1; u >= 0; u--) {
+        if (e->stage == 3)
+            ZS_TRY(zs_gather_unit(e, u, u - 1));
+        zs_engine_view_unit(e, u, 1);
+        zs_model_backward_unit(e->model, e->be, u, e->P, e->G, e->acts, &e->batch, dloss);
+        ZS_TRY(zs_engine_commit_grads(e, u));
+        if (e->stage == 3)
+            zs_gather_release(e, u);
+        if (e->stage >= 2)
+            for (int k = 0; k < e->nbuckets; k++)
+                if (e->buckets[k].ready_unit == u)
+                    ZS_TRY(zs_engine_reduce_bucket(e, k));
+    }
+    if (e->stage <= 1)
+        for (int k = 0; k < e->nbuckets; k++)
+            ZS_TRY(zs_engine_reduce_bucket(e, k));
+    return 0;
+}
+
 int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
 {
     const zs_run_config *c = &e->cfg;
-    int U = e->lay->n_layers, GA = c->grad_accum, MB = c->micro_batch, W = e->world;
-    uint64_t global = (uint64_t)MB * (uint64_t)GA * (uint64_t)W;
+    const zs_partition *p = &e->part;
+    int N = p->world, GA = c->grad_accum;
     float scale = e->scaler.scale;
-    float dloss = scale / (float)(GA * W);
-    double loss_sum = 0.0;
+    float dloss = scale / (float)(GA * N);
 
-    for (int a = 0; a < GA; a++) {
-        /* micro-batch j = a*W + rank of the step holds samples j*MB .. j*MB+MB-1 */
-        uint64_t j = (uint64_t)a * (uint64_t)W + (uint64_t)e->rank;
-        zs_engine_load_batch(e, (uint64_t)step * global + j * (uint64_t)MB);
-        for (int u = 0; u < U; u++) {
-            zs_engine_view_unit(e, u, 0);
-            zs_model_forward_unit(e->model, e->be, u, e->P, e->acts, &e->batch);
-        }
-        float l = zs_model_loss(e->acts, e->be);
-        if (!isfinite(l))
-            ZS_FAIL("loss is not finite (%g) at step %d: lower --lr or enable gradient_clipping",
-                    (double)l, step);
-        loss_sum += l;
-        for (int u = U - 1; u >= 0; u--) {
-            zs_engine_view_unit(e, u, 1);
-            zs_model_backward_unit(e->model, e->be, u, e->P, e->G, e->acts, &e->batch, dloss);
-            zs_engine_commit_grads(e, u);
-        }
-    }
+    if (e->det)
+        zs_backend_memset0(e->be, e->gacc, p->shard * 8);
+    zs_backend_memset0(e->be, e->gshard, p->shard * e->ps);
+    e->fix_overflows = 0;
+    for (int a = 0; a < GA; a++)
+        ZS_TRY(zs_engine_micro_batch(e, step, a, dloss));
 
-    info->loss = (float)(loss_sum / GA);
+    zs_comm_set_context(e->comm, ZS_PHASE_STEP, step);
+    /* the loss of the step: micro-batch losses summed in global order */
+    ZS_TRY(zs_comm_allgather_small(e->comm, e->loss_local, e->loss_all, GA, ZS_CT_F32));
+    double loss = 0.0;
+    for (int a = 0; a < GA; a++)
+        for (int r = 0; r < N; r++)
+            loss += e->loss_all[(size_t)r * GA + a];
+    info->loss = (float)(loss / (GA * N));
     info->loss_scale = scale;
     info->lr = zs_lr_at(c, step);
     info->skipped = 0;
 
-    int overflow = 0;
-    if (e->pt == ZS_DTYPE_F16)
-        overflow = zs_backend_count_nonfinite(e->be, e->grads, e->pt, e->psi) > 0;
-    double sumsq = overflow ? INFINITY : zs_backend_sumsq(e->be, e->grads, e->pt, e->psi);
-    double norm = sqrt(sumsq) / scale;
+    if (e->det)
+        zs_backend_from_fixed(e->be, e->gshard, e->pt, e->gacc, p->shard, e->frac_bits);
+    /* overflow: fixed-point range, or inf/NaN in the reduced gradients */
+    int flags = (e->fix_overflows > 0) | (zs_backend_count_nonfinite(e->be, e->gshard, e->pt,
+                                                                      p->shard) > 0) << 1;
+    ZS_TRY(zs_comm_allreduce_max_int(e->comm, &flags));
+    int overflow = flags != 0;
+    if (overflow && e->pt != ZS_DTYPE_F16) {
+        if (flags & 1)
+            ZS_FAIL("deterministic reduction overflow at step %d: a gradient element reached "
+                    "2^%d / (grad_accum x ranks); lower --lr, enable gradient_clipping, or turn "
+                    "off --deterministic", step, 62 - e->frac_bits);
+        ZS_FAIL("gradients are not finite at step %d: lower --lr or enable gradient_clipping",
+                step);
+    }
+
+    /* global norm: block sums in double, summed in block order everywhere */
+    double sumsq = 0.0;
+    if (!overflow) {
+        size_t nblk = p->shard / e->norm_block;
+        for (size_t i = 0; i < nblk; i++)
+            e->norm_local[i] = zs_backend_sumsq(
+                e->be, (const char *)e->gshard + i * e->norm_block * e->ps, e->pt, e->norm_block);
+        ZS_TRY(zs_comm_allgather_small(e->comm, e->norm_local, e->norm_all, (int)nblk, ZS_CT_F64));
+        for (size_t i = 0; i < nblk * (size_t)N; i++)
+            sumsq += e->norm_all[i];
+    }
+    double norm = overflow ? INFINITY : sqrt(sumsq) / scale;
     info->grad_norm = (float)norm;
     if (zs_loss_scaler_update(&e->scaler, overflow)) {
         info->skipped = 1;
-    } else {
-        if (!isfinite(norm))
-            ZS_FAIL("gradient norm is not finite at step %d: lower --lr or use fp16 loss scaling",
-                    step);
-        double coef = 1.0;
-        if (c->grad_clip > 0.0f) {
-            double cc = c->grad_clip / (norm + 1e-6);
-            if (cc < 1.0)
-                coef = cc;
-        }
-        e->t++;
-        zs_optim_step(e->be, c, e->t, info->lr, (float)(coef / scale), e->master, e->m, e->v,
-                      e->grads, e->pt, e->mixed ? e->params : NULL, e->pt, 0, e->psi);
+        return 0;
     }
-    zs_backend_memset0(e->be, e->grads, e->gbytes);
+    double coef = 1.0;
+    if (c->grad_clip > 0.0f) {
+        double cc = c->grad_clip / (norm + 1e-6);
+        if (cc < 1.0)
+            coef = cc;
+    }
+    e->t++;
+    float mul = (float)(coef / scale);
+    if (e->stage == 0) {
+        /* every rank gets every reduced gradient, then updates everything */
+        zs_backend_copy_d2d(e->be, (char *)e->gfull + p->shard_begin * e->ps, e->gshard,
+                            p->shard * e->ps);
+        ZS_TRY(zs_engine_allgather_full(e, e->gfull));
+        zs_optim_step(e->be, c, e->t, info->lr, mul, e->master, e->m, e->v, e->gfull, e->pt,
+                      e->mixed ? e->params : NULL, e->pt, 0, p->padded);
+        return 0;
+    }
+    void *pshard = (char *)e->params + (e->stage == 3 ? 0 : p->shard_begin * e->ps);
+    zs_optim_step(e->be, c, e->t, info->lr, mul, e->master, e->m, e->v, e->gshard, e->pt,
+                  e->mixed ? pshard : NULL, e->pt, 0, p->shard);
+    if (e->stage <= 2)
+        ZS_TRY(zs_engine_allgather_full(e, e->params));
     return 0;
 }
 
+/* ---- results ---------------------------------------------------------------- */
+
 const zs_model *zs_engine_model(const zs_engine *e) { return e->model; }
-
-size_t zs_engine_num_params(const zs_engine *e) { return e->psi; }
-
+size_t zs_engine_num_params(const zs_engine *e) { return e->part.num_params; }
 double zs_engine_loss_floor(const zs_engine *e) { return zs_data_loss_floor(e->data); }
+const zs_partition *zs_engine_partition(const zs_engine *e) { return &e->part; }
+size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
 
-void zs_engine_get_params(const zs_engine *e, float *host)
+int zs_engine_get_params(zs_engine *e, float *host)
 {
-    zs_backend_copy_d2h(e->be, host, e->master, e->psi * 4);
+    const zs_partition *p = &e->part;
+    zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
+    int rc = 0;
+    if (e->stage == 0) { /* every rank holds all of it */
+        if (p->rank == 0)
+            zs_backend_copy_d2h(e->be, host, e->master, p->num_params * 4);
+        return 0;
+    }
+    const float *mine = e->master; /* the shard (aliases the params when fp32) */
+    float *shard = malloc(p->shard * sizeof(float));
+    float *all = p->rank == 0 ? malloc(p->padded * sizeof(float)) : NULL;
+    if (!shard || (p->rank == 0 && !all)) {
+        rc = zs_error_set("out of host memory gathering %zu parameters", p->padded);
+    } else {
+        zs_backend_copy_d2h(e->be, shard, mine, p->shard * 4);
+        rc = zs_comm_gather_root(e->comm, shard, (int)p->shard, all, ZS_CT_F32);
+        if (!rc && p->rank == 0)
+            memcpy(host, all, p->num_params * sizeof(float));
+    }
+    free(shard);
+    free(all);
+    return rc;
 }
 
 void zs_param_hash(const float *params, size_t n, char hex[17])
@@ -312,14 +874,16 @@ void zs_param_hash(const float *params, size_t n, char hex[17])
     snprintf(hex, 17, "%016llx", (unsigned long long)h);
 }
 
-void zs_engine_param_hash(const zs_engine *e, char hex[17])
+int zs_engine_param_hash(zs_engine *e, char hex[17])
 {
-    float *h = malloc(e->psi * sizeof(float));
-    if (!h) {
-        snprintf(hex, 17, "%s", "unavailable");
-        return;
-    }
-    zs_engine_get_params(e, h);
-    zs_param_hash(h, e->psi, hex);
+    float *h = e->part.rank == 0 ? malloc(e->part.num_params * sizeof(float)) : NULL;
+    if (e->part.rank == 0 && !h)
+        ZS_FAIL("out of host memory hashing %zu parameters", e->part.num_params);
+    int rc = zs_engine_get_params(e, h);
+    if (!rc && e->part.rank == 0)
+        zs_param_hash(h, e->part.num_params, hex);
+    else
+        hex[0] = '\0';
     free(h);
+    return rc;
 }

@@ -1,0 +1,106 @@
+/* zerosim — communication: the only layer that talks to MPI.
+ *
+ * Collectives over a communicator, each call recorded once in the comm
+ * ledger (op, phase, layer or bucket, elements, element size, bytes,
+ * seconds). bf16 and fp16 sums use MPI operations of our own (each pairwise
+ * sum computed in fp32 and rounded once), so gradients travel in the
+ * precision they are stored in.
+ */
+#ifndef ZEROSIM_COMM_H
+#define ZEROSIM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_comm *zs_comm_t;
+
+typedef enum {
+    ZS_CT_F32 = 0, ZS_CT_BF16, ZS_CT_F16, ZS_CT_I64, ZS_CT_F64, ZS_CT_U64, ZS_CT_INT,
+    ZS_CT_NTYPES
+} zs_comm_type;
+
+typedef enum {
+    ZS_PHASE_SETUP = 0, ZS_PHASE_FORWARD, ZS_PHASE_BACKWARD, ZS_PHASE_STEP,
+    ZS_PHASE_REPORT,           /* gathering results for the report, not training */
+    ZS_PHASE_NPHASES
+} zs_comm_phase;
+
+typedef enum {
+    ZS_OP_REDUCE_SCATTER = 0,  /* gradients */
+    ZS_OP_ALLGATHER,           /* parameters (or stage 0's gradients) */
+    ZS_OP_ALLREDUCE,
+    ZS_OP_SCALARS,             /* per-rank scalars: norm partials, losses, flags */
+    ZS_OP_GATHER,              /* to rank 0, for the report */
+    ZS_OP_NOPS
+} zs_comm_op;
+
+const char *zs_comm_op_name(zs_comm_op op);
+const char *zs_comm_phase_name(zs_comm_phase p);
+size_t zs_comm_type_size(zs_comm_type t);
+
+/* One record per collective call. */
+typedef struct {
+    zs_comm_op op;
+    zs_comm_phase phase;
+    int layer;           /* unit or bucket index, -1 when none */
+    int step;            /* the training step, -1 outside steps */
+    size_t elems;        /* elements of the full (gathered / unreduced) buffer */
+    size_t elem_size;
+    double seconds;
+} zs_comm_record;
+
+/* Initialise MPI (once per process) and return the world communicator. */
+int zs_comm_init(int *argc, char ***argv, zs_comm_t *world);
+/* A communicator of one rank that never calls MPI (library use, tests). */
+zs_comm_t zs_comm_self(void);
+/* Finalise MPI (and free the communicator). */
+void zs_comm_finalize(zs_comm_t world);
+/* Terminate every rank of the job with this exit code. */
+void zs_comm_abort(zs_comm_t c, int code);
+
+int zs_comm_rank(zs_comm_t c);
+int zs_comm_size(zs_comm_t c);
+/* Rank on this node (for picking a device); 0 when unknown. */
+int zs_comm_local_rank(zs_comm_t c);
+
+/* Ledger context for the following calls. */
+void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);
+const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n);
+void zs_comm_clear_records(zs_comm_t c);
+
+/* Reduce-scatter (sum) of the range [0, total) of send, where rank r
+ * receives counts[r] elements starting at displs[r] = sum of counts before r
+ * into recv. Elements are summed in the same order for the same N and
+ * counts (MPI_Reduce_scatter). */
+int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
+                           zs_comm_type t, int layer);
+/* In-place allgather: rank r's counts[r] elements already sit at
+ * buf + displs[r]; afterwards every rank holds all of them. */
+int zs_comm_allgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                               zs_comm_type t, int layer);
+/* Non-blocking variant for prefetch; wait with zs_comm_wait. */
+int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                                zs_comm_type t, int layer, void **request);
+int zs_comm_wait(zs_comm_t c, void **request);
+/* Scalars: gather count values per rank, in rank order, to all ranks
+ * (recorded as the op "scalars", apart from model-state traffic). */
+int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count, zs_comm_type t);
+/* Integer maximum over ranks (used for error and overflow flags). */
+int zs_comm_allreduce_max_int(zs_comm_t c, int *v);
+/* Gather count elements from every rank, in rank order, to rank 0. */
+int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs_comm_type t);
+/* After a local failure or success, agree whether any rank failed, waiting
+ * at most timeout_s. *any = 0 when none failed, else 1 + the lowest failing
+ * rank. Returns non-zero when the ranks could not agree in time (some rank
+ * is stuck elsewhere: the caller should abort the job). */
+int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any);
+int zs_comm_barrier(zs_comm_t c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,351 @@
+/* zerosim — communication over MPI (the only file that includes mpi.h). */
+#include "zerosim/comm.h"
+#include "zerosim/backend.h"
+#include "zerosim/error.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct zs_comm {
+    MPI_Comm comm;
+    int rank, size, local_rank;
+    zs_comm_phase phase;
+    int step;
+    zs_comm_record *rec;
+    size_t nrec, caprec;
+    MPI_Op op_sum_bf16, op_sum_f16;
+};
+
+typedef struct {   /* a pending non-blocking call */
+    MPI_Request req;
+    zs_comm_record r;
+    double t0;
+} zs_comm_pending;
+
+static const char *const zs_op_names[ZS_OP_NOPS] = {
+    [ZS_OP_REDUCE_SCATTER] = "reduce_scatter",
+    [ZS_OP_ALLGATHER] = "allgather",
+    [ZS_OP_ALLREDUCE] = "allreduce",
+    [ZS_OP_SCALARS] = "scalars",
+    [ZS_OP_GATHER] = "gather",
+};
+static const char *const zs_phase_names[ZS_PHASE_NPHASES] = {
+    [ZS_PHASE_SETUP] = "setup",
+    [ZS_PHASE_FORWARD] = "forward",
+    [ZS_PHASE_BACKWARD] = "backward",
+    [ZS_PHASE_STEP] = "step",
+    [ZS_PHASE_REPORT] = "report",
+};
+
+const char *zs_comm_op_name(zs_comm_op op) { return op < ZS_OP_NOPS ? zs_op_names[op] : "?"; }
+const char *zs_comm_phase_name(zs_comm_phase p)
+{
+    return p < ZS_PHASE_NPHASES ? zs_phase_names[p] : "?";
+}
+
+size_t zs_comm_type_size(zs_comm_type t)
+{
+    static const size_t sz[ZS_CT_NTYPES] = {4, 2, 2, 8, 8, 8, sizeof(int)};
+    return t < ZS_CT_NTYPES ? sz[t] : 0;
+}
+
+static MPI_Datatype zs_mpi_type(zs_comm_type t)
+{
+    switch (t) {
+    case ZS_CT_F32: return MPI_FLOAT;
+    case ZS_CT_BF16:
+    case ZS_CT_F16: return MPI_UINT16_T;
+    case ZS_CT_I64: return MPI_INT64_T;
+    case ZS_CT_F64: return MPI_DOUBLE;
+    case ZS_CT_U64: return MPI_UINT64_T;
+    default: return MPI_INT;
+    }
+}
+
+/* Sums of 16-bit floats: each pairwise sum in fp32, rounded once. */
+static void zs_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = zs_f32_to_bf16(zs_bf16_to_f32(a[i]) + zs_bf16_to_f32(b[i]));
+}
+
+static void zs_sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = zs_f32_to_f16(zs_f16_to_f32(a[i]) + zs_f16_to_f32(b[i]));
+}
+
+static MPI_Op zs_sum_op(zs_comm_t c, zs_comm_type t)
+{
+    if (t == ZS_CT_BF16)
+        return c->op_sum_bf16;
+    if (t == ZS_CT_F16)
+        return c->op_sum_f16;
+    return MPI_SUM;
+}
+
+static int zs_mpi_fail(int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    ZS_FAIL("MPI error in %s: %s", what, msg);
+}
+
+int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
+{
+    *world = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS)
+        ZS_FAIL("MPI_Init failed: check the Open MPI installation (package openmpi-bin)");
+    zs_comm_t c = calloc(1, sizeof *c);
+    if (!c)
+        ZS_FAIL("out of host memory creating the communicator");
+    c->comm = MPI_COMM_WORLD;
+    MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    MPI_Comm node;
+    if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_rank(node, &c->local_rank);
+        MPI_Comm_free(&node);
+    }
+    MPI_Op_create(zs_sum_bf16, 1, &c->op_sum_bf16);
+    MPI_Op_create(zs_sum_f16, 1, &c->op_sum_f16);
+    c->step = -1;
+    *world = c;
+    return 0;
+}
+
+void zs_comm_finalize(zs_comm_t c)
+{
+    if (c && c->comm == MPI_COMM_NULL) { /* a self communicator: MPI was never used */
+        free(c->rec);
+        free(c);
+        return;
+    }
+    if (c) {
+        MPI_Op_free(&c->op_sum_bf16);
+        MPI_Op_free(&c->op_sum_f16);
+        free(c->rec);
+        free(c);
+    }
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin)
+        MPI_Finalize();
+}
+
+void zs_comm_abort(zs_comm_t c, int code) { MPI_Abort(c ? c->comm : MPI_COMM_WORLD, code); }
+
+zs_comm_t zs_comm_self(void)
+{
+    zs_comm_t c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->comm = MPI_COMM_NULL;
+    c->size = 1;
+    c->step = -1;
+    return c;
+}
+
+int zs_comm_rank(zs_comm_t c) { return c->rank; }
+int zs_comm_size(zs_comm_t c) { return c->size; }
+int zs_comm_local_rank(zs_comm_t c) { return c->local_rank; }
+
+void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step)
+{
+    c->phase = phase;
+    c->step = step;
+}
+
+const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n)
+{
+    *n = c->nrec;
+    return c->rec;
+}
+
+void zs_comm_clear_records(zs_comm_t c) { c->nrec = 0; }
+
+static void zs_comm_record_add(zs_comm_t c, const zs_comm_record *r)
+{
+    if (c->nrec == c->caprec) {
+        size_t cap = c->caprec ? 2 * c->caprec : 1024;
+        zs_comm_record *p = realloc(c->rec, cap * sizeof *p);
+        if (!p)
+            return; /* the ledger stays short rather than the run failing */
+        c->rec = p;
+        c->caprec = cap;
+    }
+    c->rec[c->nrec++] = *r;
+}
+
+static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t elems,
+                                  zs_comm_type t)
+{
+    zs_comm_record r = {.op = op, .phase = c->phase, .layer = layer, .step = c->step,
+                        .elems = elems, .elem_size = zs_comm_type_size(t)};
+    return r;
+}
+
+int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
+                           zs_comm_type t, int layer)
+{
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++)
+        total += (size_t)counts[r];
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_REDUCE_SCATTER, layer, total, t);
+    if (c->size == 1) {
+        memmove(recv, send, total * zs_comm_type_size(t));
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    int rc = MPI_Reduce_scatter(send, recv, counts, zs_mpi_type(t), zs_sum_op(c, t), c->comm);
+    rec.seconds = MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Reduce_scatter");
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+int zs_comm_allgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                               zs_comm_type t, int layer)
+{
+    void *req = NULL;
+    ZS_TRY(zs_comm_iallgatherv_inplace(c, buf, counts, displs, t, layer, &req));
+    return zs_comm_wait(c, &req);
+}
+
+int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                                zs_comm_type t, int layer, void **request)
+{
+    *request = NULL;
+    zs_comm_pending *p = calloc(1, sizeof *p);
+    if (!p)
+        ZS_FAIL("out of host memory for a pending allgather");
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++)
+        total += (size_t)counts[r];
+    p->r = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, total, t);
+    if (c->size == 1) { /* nothing to exchange; the request completes at once */
+        p->req = MPI_REQUEST_NULL;
+        *request = p;
+        return 0;
+    }
+    p->t0 = MPI_Wtime();
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
+                             zs_mpi_type(t), c->comm, &p->req);
+    if (rc != MPI_SUCCESS) {
+        free(p);
+        return zs_mpi_fail(rc, "MPI_Iallgatherv");
+    }
+    *request = p;
+    return 0;
+}
+
+int zs_comm_wait(zs_comm_t c, void **request)
+{
+    zs_comm_pending *p = *request;
+    if (!p)
+        return 0;
+    int rc = MPI_SUCCESS;
+    if (c->size > 1) {
+        rc = MPI_Wait(&p->req, MPI_STATUS_IGNORE);
+        p->r.seconds = MPI_Wtime() - p->t0;
+    }
+    zs_comm_record r = p->r;
+    free(p);
+    *request = NULL;
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Wait");
+    zs_comm_record_add(c, &r);
+    return 0;
+}
+
+int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count, zs_comm_type t)
+{
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_SCALARS, -1, (size_t)count * (size_t)c->size, t);
+    if (c->size == 1) {
+        memmove(recv, send, (size_t)count * zs_comm_type_size(t));
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    int rc = MPI_Allgather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), c->comm);
+    rec.seconds = MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Allgather");
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+int zs_comm_allreduce_max_int(zs_comm_t c, int *v)
+{
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_SCALARS, -1, (size_t)c->size, ZS_CT_INT);
+    if (c->size == 1) {
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, c->comm);
+    rec.seconds = MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Allreduce");
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs_comm_type t)
+{
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_GATHER, -1, (size_t)count * (size_t)c->size, t);
+    if (c->size == 1) {
+        memmove(recv, send, (size_t)count * zs_comm_type_size(t));
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    int rc = MPI_Gather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), 0, c->comm);
+    rec.seconds = MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Gather");
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
+{
+    *any = failed;
+    if (c->size == 1)
+        return 0;
+    MPI_Request req;
+    int in = failed ? c->size - c->rank : 0, out = 0; /* the lowest failing rank wins */
+    if (MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX, c->comm, &req) != MPI_SUCCESS)
+        return -1;
+    double t0 = MPI_Wtime();
+    int done = 0;
+    while (!done) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done && MPI_Wtime() - t0 > timeout_s)
+            return -1;
+    }
+    *any = out ? c->size - out + 1 : 0; /* 1 + lowest failing rank, 0 when none */
+    return 0;
+}
+
+int zs_comm_barrier(zs_comm_t c)
+{
+    if (c->size == 1)
+        return 0;
+    int rc = MPI_Barrier(c->comm);
+    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Barrier");
+}
