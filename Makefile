@@ -95,7 +95,12 @@ bin_PROGRAMS = zerosim$(EXEEXT)
 check_PROGRAMS = tests/check_kernels$(EXEEXT) \
 	tests/check_layers$(EXEEXT) tests/check_config$(EXEEXT) \
 	tests/check_mem$(EXEEXT) tests/check_model$(EXEEXT) \
-	tests/check_train$(EXEEXT)
+	tests/check_train$(EXEEXT) tests/check_comm$(EXEEXT)
+TESTS = tests/check_kernels$(EXEEXT) tests/check_layers$(EXEEXT) \
+	tests/check_config$(EXEEXT) tests/check_mem$(EXEEXT) \
+	tests/check_model$(EXEEXT) tests/check_train$(EXEEXT) \
+	$(dist_check_SCRIPTS)
+EXTRA_PROGRAMS = bench/bench_comm$(EXEEXT)
 subdir = .
 ACLOCAL_M4 = $(top_srcdir)/aclocal.m4
 am__aclocal_m4_deps = $(top_srcdir)/m4/libtool.m4 \
@@ -162,11 +167,21 @@ am__v_lt_1 =
 libzerosim_la_LINK = $(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) \
 	$(LIBTOOLFLAGS) --mode=link $(CCLD) $(AM_CFLAGS) $(CFLAGS) \
 	$(libzerosim_la_LDFLAGS) $(LDFLAGS) -o $@
+am_bench_bench_comm_OBJECTS = bench/bench_comm.$(OBJEXT)
+bench_bench_comm_OBJECTS = $(am_bench_bench_comm_OBJECTS)
+bench_bench_comm_DEPENDENCIES = libzerosim.la
+am_tests_check_comm_OBJECTS = tests/check_comm-check_comm.$(OBJEXT)
+tests_check_comm_OBJECTS = $(am_tests_check_comm_OBJECTS)
+am__DEPENDENCIES_2 = libzerosim.la $(am__DEPENDENCIES_1) \
+	$(am__DEPENDENCIES_1)
+tests_check_comm_DEPENDENCIES = $(am__DEPENDENCIES_2)
+tests_check_comm_LINK = $(LIBTOOL) $(AM_V_lt) --tag=CC \
+	$(AM_LIBTOOLFLAGS) $(LIBTOOLFLAGS) --mode=link $(CCLD) \
+	$(tests_check_comm_CFLAGS) $(CFLAGS) $(AM_LDFLAGS) $(LDFLAGS) \
+	-o $@
 am_tests_check_config_OBJECTS =  \
 	tests/check_config-check_config.$(OBJEXT)
 tests_check_config_OBJECTS = $(am_tests_check_config_OBJECTS)
-am__DEPENDENCIES_2 = libzerosim.la $(am__DEPENDENCIES_1) \
-	$(am__DEPENDENCIES_1)
 tests_check_config_DEPENDENCIES = $(am__DEPENDENCIES_2)
 tests_check_config_LINK = $(LIBTOOL) $(AM_V_lt) --tag=CC \
 	$(AM_LIBTOOLFLAGS) $(LIBTOOLFLAGS) --mode=link $(CCLD) \
@@ -229,7 +244,8 @@ am__v_at_1 =
 DEFAULT_INCLUDES = -I.
 depcomp = $(SHELL) $(top_srcdir)/build-aux/depcomp
 am__maybe_remake_depfiles = depfiles
-am__depfiles_remade = src/backend/$(DEPDIR)/backend.Plo \
+am__depfiles_remade = bench/$(DEPDIR)/bench_comm.Po \
+	src/backend/$(DEPDIR)/backend.Plo \
 	src/backend/$(DEPDIR)/cpu.Plo src/cli/$(DEPDIR)/config.Plo \
 	src/cli/$(DEPDIR)/main.Po src/cli/$(DEPDIR)/train.Plo \
 	src/comm/$(DEPDIR)/comm.Plo src/mem/$(DEPDIR)/mem.Plo \
@@ -238,6 +254,7 @@ am__depfiles_remade = src/backend/$(DEPDIR)/backend.Plo \
 	src/model/$(DEPDIR)/model.Plo src/optim/$(DEPDIR)/optim.Plo \
 	src/report/$(DEPDIR)/report.Plo src/util/$(DEPDIR)/error.Plo \
 	src/zero/$(DEPDIR)/engine.Plo \
+	tests/$(DEPDIR)/check_comm-check_comm.Po \
 	tests/$(DEPDIR)/check_config-check_config.Po \
 	tests/$(DEPDIR)/check_kernels-check_kernels.Po \
 	tests/$(DEPDIR)/check_layers-check_layers.Po \
@@ -263,11 +280,13 @@ AM_V_CCLD = $(am__v_CCLD_$(V))
 am__v_CCLD_ = $(am__v_CCLD_$(AM_DEFAULT_VERBOSITY))
 am__v_CCLD_0 = @echo "  CCLD    " $@;
 am__v_CCLD_1 = 
-SOURCES = $(libzerosim_la_SOURCES) $(tests_check_config_SOURCES) \
+SOURCES = $(libzerosim_la_SOURCES) $(bench_bench_comm_SOURCES) \
+	$(tests_check_comm_SOURCES) $(tests_check_config_SOURCES) \
 	$(tests_check_kernels_SOURCES) $(tests_check_layers_SOURCES) \
 	$(tests_check_mem_SOURCES) $(tests_check_model_SOURCES) \
 	$(tests_check_train_SOURCES) $(zerosim_SOURCES)
-DIST_SOURCES = $(libzerosim_la_SOURCES) $(tests_check_config_SOURCES) \
+DIST_SOURCES = $(libzerosim_la_SOURCES) $(bench_bench_comm_SOURCES) \
+	$(tests_check_comm_SOURCES) $(tests_check_config_SOURCES) \
 	$(tests_check_kernels_SOURCES) $(tests_check_layers_SOURCES) \
 	$(tests_check_mem_SOURCES) $(tests_check_model_SOURCES) \
 	$(tests_check_train_SOURCES) $(zerosim_SOURCES)
@@ -705,11 +724,17 @@ tests_check_model_LDADD = $(TEST_LIBS)
 tests_check_train_SOURCES = tests/check_train.c
 tests_check_train_CFLAGS = $(TEST_CFLAGS)
 tests_check_train_LDADD = $(TEST_LIBS)
+tests_check_comm_SOURCES = tests/check_comm.c
+tests_check_comm_CFLAGS = $(TEST_CFLAGS)
+tests_check_comm_LDADD = $(TEST_LIBS)
 dist_check_SCRIPTS = \
 	tests/test_cli.sh \
-	tests/test_train_cli.sh
+	tests/test_train_cli.sh \
+	tests/test_comm.sh \
+	tests/test_zero_stages.sh \
+	tests/test_deterministic.sh \
+	tests/test_mpi_cli.sh
 
-TESTS = $(check_PROGRAMS) $(dist_check_SCRIPTS)
 AM_TESTS_ENVIRONMENT = \
 	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS; \
 	OMPI_ALLOW_RUN_AS_ROOT=1; export OMPI_ALLOW_RUN_AS_ROOT; \
@@ -720,6 +745,8 @@ AM_TESTS_ENVIRONMENT = \
 
 EXTRA_DIST = \
 	README.md \
+	tests/mpirun.sh \
+	bench/bench_zero.sh \
 	zerosim.pc.in \
 	scripts/install-deps.sh \
 	scripts/demo.sh \
@@ -728,6 +755,9 @@ EXTRA_DIST = \
 	examples/configs/mlp_adamw.json \
 	.ci/run
 
+bench_bench_comm_SOURCES = bench/bench_comm.c
+bench_bench_comm_LDADD = libzerosim.la
+CLEANFILES = $(EXTRA_PROGRAMS)
 all: build-config.h
 	$(MAKE) $(AM_MAKEFLAGS) all-am
 
@@ -963,12 +993,30 @@ src/cli/train.lo: src/cli/$(am__dirstamp) \
 
 libzerosim.la: $(libzerosim_la_OBJECTS) $(libzerosim_la_DEPENDENCIES) $(EXTRA_libzerosim_la_DEPENDENCIES) 
 	$(AM_V_CCLD)$(libzerosim_la_LINK) -rpath $(libdir) $(libzerosim_la_OBJECTS) $(libzerosim_la_LIBADD) $(LIBS)
+bench/$(am__dirstamp):
+	@$(MKDIR_P) bench
+	@: > bench/$(am__dirstamp)
+bench/$(DEPDIR)/$(am__dirstamp):
+	@$(MKDIR_P) bench/$(DEPDIR)
+	@: > bench/$(DEPDIR)/$(am__dirstamp)
+bench/bench_comm.$(OBJEXT): bench/$(am__dirstamp) \
+	bench/$(DEPDIR)/$(am__dirstamp)
+
+bench/bench_comm$(EXEEXT): $(bench_bench_comm_OBJECTS) $(bench_bench_comm_DEPENDENCIES) $(EXTRA_bench_bench_comm_DEPENDENCIES) bench/$(am__dirstamp)
+	@rm -f bench/bench_comm$(EXEEXT)
+	$(AM_V_CCLD)$(LINK) $(bench_bench_comm_OBJECTS) $(bench_bench_comm_LDADD) $(LIBS)
 tests/$(am__dirstamp):
 	@$(MKDIR_P) tests
 	@: > tests/$(am__dirstamp)
 tests/$(DEPDIR)/$(am__dirstamp):
 	@$(MKDIR_P) tests/$(DEPDIR)
 	@: > tests/$(DEPDIR)/$(am__dirstamp)
+tests/check_comm-check_comm.$(OBJEXT): tests/$(am__dirstamp) \
+	tests/$(DEPDIR)/$(am__dirstamp)
+
+tests/check_comm$(EXEEXT): $(tests_check_comm_OBJECTS) $(tests_check_comm_DEPENDENCIES) $(EXTRA_tests_check_comm_DEPENDENCIES) tests/$(am__dirstamp)
+	@rm -f tests/check_comm$(EXEEXT)
+	$(AM_V_CCLD)$(tests_check_comm_LINK) $(tests_check_comm_OBJECTS) $(tests_check_comm_LDADD) $(LIBS)
 tests/check_config-check_config.$(OBJEXT): tests/$(am__dirstamp) \
 	tests/$(DEPDIR)/$(am__dirstamp)
 
@@ -1014,6 +1062,7 @@ zerosim$(EXEEXT): $(zerosim_OBJECTS) $(zerosim_DEPENDENCIES) $(EXTRA_zerosim_DEP
 
 mostlyclean-compile:
 	-rm -f *.$(OBJEXT)
+	-rm -f bench/*.$(OBJEXT)
 	-rm -f src/backend/*.$(OBJEXT)
 	-rm -f src/backend/*.lo
 	-rm -f src/cli/*.$(OBJEXT)
@@ -1037,6 +1086,7 @@ mostlyclean-compile:
 distclean-compile:
 	-rm -f *.tab.c
 
+include bench/$(DEPDIR)/bench_comm.Po # am--include-marker
 include src/backend/$(DEPDIR)/backend.Plo # am--include-marker
 include src/backend/$(DEPDIR)/cpu.Plo # am--include-marker
 include src/cli/$(DEPDIR)/config.Plo # am--include-marker
@@ -1053,6 +1103,7 @@ include src/optim/$(DEPDIR)/optim.Plo # am--include-marker
 include src/report/$(DEPDIR)/report.Plo # am--include-marker
 include src/util/$(DEPDIR)/error.Plo # am--include-marker
 include src/zero/$(DEPDIR)/engine.Plo # am--include-marker
+include tests/$(DEPDIR)/check_comm-check_comm.Po # am--include-marker
 include tests/$(DEPDIR)/check_config-check_config.Po # am--include-marker
 include tests/$(DEPDIR)/check_kernels-check_kernels.Po # am--include-marker
 include tests/$(DEPDIR)/check_layers-check_layers.Po # am--include-marker
@@ -1089,6 +1140,20 @@ am--depfiles: $(am__depfiles_remade)
 #	$(AM_V_CC)source='$<' object='$@' libtool=yes \
 #	DEPDIR=$(DEPDIR) $(CCDEPMODE) $(depcomp) \
 #	$(AM_V_CC_no)$(LTCOMPILE) -c -o $@ $<
+
+tests/check_comm-check_comm.o: tests/check_comm.c
+	$(AM_V_CC)$(CC) $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS) $(tests_check_comm_CFLAGS) $(CFLAGS) -MT tests/check_comm-check_comm.o -MD -MP -MF tests/$(DEPDIR)/check_comm-check_comm.Tpo -c -o tests/check_comm-check_comm.o `test -f 'tests/check_comm.c' || echo '$(srcdir)/'`tests/check_comm.c
+	$(AM_V_at)$(am__mv) tests/$(DEPDIR)/check_comm-check_comm.Tpo tests/$(DEPDIR)/check_comm-check_comm.Po
+#	$(AM_V_CC)source='tests/check_comm.c' object='tests/check_comm-check_comm.o' libtool=no \
+#	DEPDIR=$(DEPDIR) $(CCDEPMODE) $(depcomp) \
+#	$(AM_V_CC_no)$(CC) $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS) $(tests_check_comm_CFLAGS) $(CFLAGS) -c -o tests/check_comm-check_comm.o `test -f 'tests/check_comm.c' || echo '$(srcdir)/'`tests/check_comm.c
+
+tests/check_comm-check_comm.obj: tests/check_comm.c
+	$(AM_V_CC)$(CC) $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS) $(tests_check_comm_CFLAGS) $(CFLAGS) -MT tests/check_comm-check_comm.obj -MD -MP -MF tests/$(DEPDIR)/check_comm-check_comm.Tpo -c -o tests/check_comm-check_comm.obj `if test -f 'tests/check_comm.c'; then $(CYGPATH_W) 'tests/check_comm.c'; else $(CYGPATH_W) '$(srcdir)/tests/check_comm.c'; fi`
+	$(AM_V_at)$(am__mv) tests/$(DEPDIR)/check_comm-check_comm.Tpo tests/$(DEPDIR)/check_comm-check_comm.Po
+#	$(AM_V_CC)source='tests/check_comm.c' object='tests/check_comm-check_comm.obj' libtool=no \
+#	DEPDIR=$(DEPDIR) $(CCDEPMODE) $(depcomp) \
+#	$(AM_V_CC_no)$(CC) $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS) $(tests_check_comm_CFLAGS) $(CFLAGS) -c -o tests/check_comm-check_comm.obj `if test -f 'tests/check_comm.c'; then $(CYGPATH_W) 'tests/check_comm.c'; else $(CYGPATH_W) '$(srcdir)/tests/check_comm.c'; fi`
 
 tests/check_config-check_config.o: tests/check_config.c
 	$(AM_V_CC)$(CC) $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) $(AM_CPPFLAGS) $(CPPFLAGS) $(tests_check_config_CFLAGS) $(CFLAGS) -MT tests/check_config-check_config.o -MD -MP -MF tests/$(DEPDIR)/check_config-check_config.Tpo -c -o tests/check_config-check_config.o `test -f 'tests/check_config.c' || echo '$(srcdir)/'`tests/check_config.c
@@ -1179,6 +1244,7 @@ mostlyclean-libtool:
 
 clean-libtool:
 	-rm -rf .libs _libs
+	-rm -rf bench/.libs bench/_libs
 	-rm -rf src/backend/.libs src/backend/_libs
 	-rm -rf src/cli/.libs src/cli/_libs
 	-rm -rf src/comm/.libs src/comm/_libs
@@ -1491,6 +1557,34 @@ tests/test_train_cli.sh.log: tests/test_train_cli.sh
 	--log-file $$b.log --trs-file $$b.trs \
 	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
 	"$$tst" $(AM_TESTS_FD_REDIRECT)
+tests/test_comm.sh.log: tests/test_comm.sh
+	@p='tests/test_comm.sh'; \
+	b='tests/test_comm.sh'; \
+	$(am__check_pre) $(LOG_DRIVER) --test-name "$$f" \
+	--log-file $$b.log --trs-file $$b.trs \
+	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
+	"$$tst" $(AM_TESTS_FD_REDIRECT)
+tests/test_zero_stages.sh.log: tests/test_zero_stages.sh
+	@p='tests/test_zero_stages.sh'; \
+	b='tests/test_zero_stages.sh'; \
+	$(am__check_pre) $(LOG_DRIVER) --test-name "$$f" \
+	--log-file $$b.log --trs-file $$b.trs \
+	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
+	"$$tst" $(AM_TESTS_FD_REDIRECT)
+tests/test_deterministic.sh.log: tests/test_deterministic.sh
+	@p='tests/test_deterministic.sh'; \
+	b='tests/test_deterministic.sh'; \
+	$(am__check_pre) $(LOG_DRIVER) --test-name "$$f" \
+	--log-file $$b.log --trs-file $$b.trs \
+	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
+	"$$tst" $(AM_TESTS_FD_REDIRECT)
+tests/test_mpi_cli.sh.log: tests/test_mpi_cli.sh
+	@p='tests/test_mpi_cli.sh'; \
+	b='tests/test_mpi_cli.sh'; \
+	$(am__check_pre) $(LOG_DRIVER) --test-name "$$f" \
+	--log-file $$b.log --trs-file $$b.trs \
+	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
+	"$$tst" $(AM_TESTS_FD_REDIRECT)
 .test.log:
 	@p='$<'; \
 	$(am__set_b); \
@@ -1684,6 +1778,8 @@ check-am: all-am
 check: check-am
 all-am: Makefile $(PROGRAMS) $(LTLIBRARIES) $(DATA) $(HEADERS) \
 		build-config.h
+install-EXTRAPROGRAMS: install-libLTLIBRARIES
+
 install-binPROGRAMS: install-libLTLIBRARIES
 
 install-checkPROGRAMS: install-libLTLIBRARIES
@@ -1717,10 +1813,13 @@ mostlyclean-generic:
 	-test -z "$(TEST_SUITE_LOG)" || rm -f $(TEST_SUITE_LOG)
 
 clean-generic:
+	-test -z "$(CLEANFILES)" || rm -f $(CLEANFILES)
 
 distclean-generic:
 	-test -z "$(CONFIG_CLEAN_FILES)" || rm -f $(CONFIG_CLEAN_FILES)
 	-test . = "$(srcdir)" || test -z "$(CONFIG_CLEAN_VPATH_FILES)" || rm -f $(CONFIG_CLEAN_VPATH_FILES)
+	-rm -f bench/$(DEPDIR)/$(am__dirstamp)
+	-rm -f bench/$(am__dirstamp)
 	-rm -f src/backend/$(DEPDIR)/$(am__dirstamp)
 	-rm -f src/backend/$(am__dirstamp)
 	-rm -f src/cli/$(DEPDIR)/$(am__dirstamp)
@@ -1752,7 +1851,8 @@ clean-am: clean-binPROGRAMS clean-checkPROGRAMS clean-generic \
 
 distclean: distclean-am
 	-rm -f $(am__CONFIG_DISTCLEAN_FILES)
-		-rm -f src/backend/$(DEPDIR)/backend.Plo
+		-rm -f bench/$(DEPDIR)/bench_comm.Po
+	-rm -f src/backend/$(DEPDIR)/backend.Plo
 	-rm -f src/backend/$(DEPDIR)/cpu.Plo
 	-rm -f src/cli/$(DEPDIR)/config.Plo
 	-rm -f src/cli/$(DEPDIR)/main.Po
@@ -1768,6 +1868,7 @@ distclean: distclean-am
 	-rm -f src/report/$(DEPDIR)/report.Plo
 	-rm -f src/util/$(DEPDIR)/error.Plo
 	-rm -f src/zero/$(DEPDIR)/engine.Plo
+	-rm -f tests/$(DEPDIR)/check_comm-check_comm.Po
 	-rm -f tests/$(DEPDIR)/check_config-check_config.Po
 	-rm -f tests/$(DEPDIR)/check_kernels-check_kernels.Po
 	-rm -f tests/$(DEPDIR)/check_layers-check_layers.Po
@@ -1821,7 +1922,8 @@ installcheck-am:
 maintainer-clean: maintainer-clean-am
 	-rm -f $(am__CONFIG_DISTCLEAN_FILES)
 	-rm -rf $(top_srcdir)/autom4te.cache
-		-rm -f src/backend/$(DEPDIR)/backend.Plo
+		-rm -f bench/$(DEPDIR)/bench_comm.Po
+	-rm -f src/backend/$(DEPDIR)/backend.Plo
 	-rm -f src/backend/$(DEPDIR)/cpu.Plo
 	-rm -f src/cli/$(DEPDIR)/config.Plo
 	-rm -f src/cli/$(DEPDIR)/main.Po
@@ -1837,6 +1939,7 @@ maintainer-clean: maintainer-clean-am
 	-rm -f src/report/$(DEPDIR)/report.Plo
 	-rm -f src/util/$(DEPDIR)/error.Plo
 	-rm -f src/zero/$(DEPDIR)/engine.Plo
+	-rm -f tests/$(DEPDIR)/check_comm-check_comm.Po
 	-rm -f tests/$(DEPDIR)/check_config-check_config.Po
 	-rm -f tests/$(DEPDIR)/check_kernels-check_kernels.Po
 	-rm -f tests/$(DEPDIR)/check_layers-check_layers.Po
@@ -1889,11 +1992,14 @@ uninstall-am: uninstall-binPROGRAMS uninstall-libLTLIBRARIES \
 .PRECIOUS: Makefile
 
 
+bench: zerosim$(EXEEXT) bench/bench_comm$(EXEEXT)
+	ZEROSIM=./zerosim BENCH_COMM=./bench/bench_comm sh $(srcdir)/bench/bench_zero.sh 2
+
 # `make demo`: train the default small GPT on one rank.
 demo: zerosim$(EXEEXT)
 	OPENBLAS_NUM_THREADS=1 ./zerosim train --steps 150
 
-.PHONY: demo
+.PHONY: demo bench
 
 # Tell versions [3.59,3.63) of GNU make to not export all variables.
 # Otherwise a system limit (for SysV at least) may be exceeded.

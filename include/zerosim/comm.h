@@ -73,11 +73,24 @@ const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n);
 void zs_comm_clear_records(zs_comm_t c);
 
 /* Reduce-scatter (sum) of the range [0, total) of send, where rank r
- * receives counts[r] elements starting at displs[r] = sum of counts before r
- * into recv. Elements are summed in the same order for the same N and
- * counts (MPI_Reduce_scatter). */
+ * receives counts[r] elements starting at sum of counts before r into recv.
+ * Elements are summed in the same order for the same N and counts.
+ *
+ * Algorithm: a ring of MPI_Sendrecv steps (each rank sends (N-1)/N of the
+ * bytes, the ring volume) on 2 ranks, or on more when a scratch buffer of
+ * 2 * max(counts) elements has been registered with zs_comm_set_scratch;
+ * else MPI_Reduce_scatter.
+ * Open MPI 4.1's MPI_Reduce_scatter measured 0.2-0.6x the bus bandwidth of
+ * MPI_Allreduce here (bench/bench_zero.sh); the ring reaches it. The
+ * environment variable ZEROSIM_REDUCE_SCATTER=mpi selects MPI_Reduce_scatter. */
 int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
                            zs_comm_type t, int layer);
+/* Register scratch memory (from the accounting allocator) for the ring
+ * reduce-scatter; NULL unregisters. */
+void zs_comm_set_scratch(zs_comm_t c, void *buf, size_t bytes);
+/* 1 when reduce-scatter uses the ring, 0 when MPI_Reduce_scatter. */
+int zs_comm_uses_ring(zs_comm_t c);
+
 /* In-place allgather: rank r's counts[r] elements already sit at
  * buf + displs[r]; afterwards every rank holds all of them. */
 int zs_comm_allgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
@@ -86,6 +99,9 @@ int zs_comm_allgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const 
 int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
                                 zs_comm_type t, int layer, void **request);
 int zs_comm_wait(zs_comm_t c, void **request);
+/* In-place sum over ranks of n elements (MPI_Allreduce; for benchmarks and
+ * comparisons: the engine itself reduce-scatters). */
+int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int layer);
 /* Scalars: gather count values per rank, in rank order, to all ranks
  * (recorded as the op "scalars", apart from model-state traffic). */
 int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count, zs_comm_type t);

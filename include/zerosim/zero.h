@@ -31,6 +31,7 @@ typedef struct {
     float grad_norm;   /* global gradient norm before clipping (unscaled) */
     float loss_scale;  /* loss scale in effect during the step */
     int skipped;       /* 1 when fp16 overflow made the step be skipped */
+    double seconds;    /* wall time of the step on this rank */
 } zs_step_info;
 
 /* The partition plan: the flat layout padded to a multiple of the world size

@@ -109,7 +109,9 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     r->loss_floor = zs_engine_loss_floor(e);
     double t0 = zs_now();
     for (int s = 0; s < cfg->steps; s++) {
+        double ts = zs_now();
         rc = zs_engine_step(e, s, &r->info[s]);
+        r->info[s].seconds = zs_now() - ts;
         if (!rc && o->hash_every_step)
             rc = zs_engine_param_hash(e, r->hashes[s]);
         if ((rc = zs_train_agree(comm, rc, r)))

@@ -46,13 +46,14 @@ static json_t *zs_report_memory(const zs_train_result *r)
 int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r)
 {
     json_t *losses = json_array(), *lrs = json_array(), *norms = json_array(),
-           *scales = json_array(), *skipped = json_array();
+           *scales = json_array(), *skipped = json_array(), *secs = json_array();
     for (int s = 0; s < r->steps; s++) {
         json_array_append_new(losses, zs_json_real(r->info[s].loss));
         json_array_append_new(lrs, zs_json_real(r->info[s].lr));
         json_array_append_new(norms, zs_json_real(r->info[s].grad_norm));
         json_array_append_new(scales, zs_json_real(r->info[s].loss_scale));
         json_array_append_new(skipped, json_boolean(r->info[s].skipped));
+        json_array_append_new(secs, zs_json_real(r->info[s].seconds));
     }
     const zs_model_config *mc = &cfg->model;
     json_t *model;
@@ -92,6 +93,7 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "grad_norms", norms);
     json_object_set_new(root, "loss_scales", scales);
     json_object_set_new(root, "skipped_steps", skipped);
+    json_object_set_new(root, "step_seconds", secs);
     json_object_set_new(root, "loss_floor", zs_json_real(r->loss_floor));
     json_object_set_new(root, "seconds", zs_json_real(r->seconds));
     json_object_set_new(root, "memory", zs_report_memory(r));

@@ -96,6 +96,9 @@ struct zs_engine {
     zs_bucket *buckets;
     int nbuckets;
     size_t max_bucket, max_rcount;
+    size_t max_chunk;           /* largest part of a bucket any rank owns */
+    void *ring;                 /* ring reduce-scatter scratch: 2 * max_chunk */
+    size_t ring_bytes;
     void *recv;                 /* this rank's part of one bucket (pt or int64) */
     int64_t *fixbuf;            /* deterministic: one bucket in fixed point */
     int frac_bits;
@@ -223,6 +226,9 @@ static int zs_engine_make_buckets(zs_engine *e)
             e->max_bucket = b->hi - b->lo;
         if (b->rcount > e->max_rcount)
             e->max_rcount = b->rcount;
+        for (int q = 0; q < N; q++)
+            if ((size_t)b->counts[q] > e->max_chunk)
+                e->max_chunk = (size_t)b->counts[q];
     }
     return 0;
 }
@@ -310,6 +316,11 @@ static int zs_engine_alloc_states(zs_engine *e)
         ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_rcount * 8, &e->recv));
     } else {
         ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_rcount * e->ps, &e->recv));
+    }
+    if (p->world > 2) { /* the ring's two receive buffers (2 ranks receive straight into recv) */
+        e->ring_bytes = 2 * e->max_chunk * (e->det ? 8 : e->ps);
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->ring_bytes, &e->ring));
+        zs_comm_set_scratch(e->comm, e->ring, e->ring_bytes);
     }
     return 0;
 }
@@ -461,6 +472,9 @@ void zs_engine_destroy(zs_engine *e)
     zs_mem_free(mem, ZS_MEM_GRADS, e->gacc, p->shard * 8);
     zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->fixbuf, e->max_bucket * 8);
     zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->recv, e->max_rcount * (e->det ? 8 : e->ps));
+    if (e->comm)
+        zs_comm_set_scratch(e->comm, NULL, 0);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->ring, e->ring_bytes);
     for (int i = 0; i < e->nbuckets; i++) {
         zs_bucket *b = &e->buckets[i];
         zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, b->buf, (b->hi - b->lo) * e->ps);

@@ -1,0 +1,39 @@
+#!/bin/sh
+# zerosim benchmark, measured side by side in one run at N = 2 ranks:
+#  1. step time of ZeRO stages 1, 2 and 3 relative to stage 0 (same model,
+#     same batch; median step time after 3 warm-up steps, 3 runs each,
+#     interleaved so that machine noise hits every stage alike);
+#  2. bus bandwidth of the engine's reduce-scatter and allgather relative to
+#     MPI_Allreduce on the same bytes.
+# Usage: bench/bench_zero.sh [ranks] (from the build directory).
+set -eu
+N=${1:-2}
+ZS=${ZEROSIM:-./zerosim}
+HERE=$(dirname "$0")
+RUN="sh $HERE/../tests/mpirun.sh"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+MODEL="--layers 4 --hidden 128 --heads 4 --seq 64 --vocab 256 --micro-batch 4 --grad-accum 1 --steps 13"
+# median step time of one run, steps 4.. (the first three warm up)
+median_step() {
+    sed -n '/"step_seconds"/,/\]/p' "$1" | grep -E '^ *[0-9.e+-]+,?$' | tr -d ' ,' | tail -n +4 |
+        sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
+}
+echo "# step time at N=$N ranks: $MODEL"
+for rep in 1 2 3; do
+    for st in 0 1 2 3; do
+        $RUN "$N" "$ZS" train $MODEL --stage "$st" --quiet --report "$T/s$st-$rep.json"
+        median_step "$T/s$st-$rep.json" >>"$T/t$st"
+    done
+done
+best() { sort -g "$1" | head -1; }
+t0=$(best "$T/t0")
+printf "# %6s %14s %10s %8s\n" stage "step_seconds" "vs_stage0" target
+for st in 0 1 2 3; do
+    t=$(best "$T/t$st")
+    case $st in 0) tgt="-";; 3) tgt="<=1.50";; *) tgt="<=1.15";; esac
+    awk -v s="$st" -v t="$t" -v t0="$t0" -v g="$tgt" 'BEGIN {printf "  %6d %14.6f %10.3f %8s\n", s, t, t/t0, g}'
+done
+echo
+$RUN "$N" "${BENCH_COMM:-./bench/bench_comm}"

@@ -1,0 +1,163 @@
+/* MPI tests of the comm layer, run under mpiexec with several ranks
+ * (tests/test_comm.sh): reduce-scatter against a reference sum for uneven
+ * and zero counts, messages longer than one ring segment, each element
+ * type, with the ring and with MPI_Reduce_scatter; allgatherv in place.
+ * Check runs without fork (CK_NOFORK) as Open MPI advises; failures are
+ * combined across ranks so every rank exits with the same code. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zerosim/backend.h"
+#include "zerosim/comm.h"
+
+static zs_comm_t comm;
+
+/* Counts per rank for pattern k: uneven, some zero, some > one segment. */
+static void make_counts(int k, int N, int *counts)
+{
+    static const int pat[4][8] = {
+        {5, 0, 7, 3, 1, 2, 9, 4},
+        {0, 0, 11, 0, 0, 1, 0, 0},
+        {300000, 1, 0, 200001, 7, 131073, 5, 2},
+        {1, 1, 1, 1, 1, 1, 1, 1},
+    };
+    for (int q = 0; q < N; q++)
+        counts[q] = pat[k][q % 8];
+}
+
+/* Value that rank q contributes at element i (exact in every type). */
+static double contrib(size_t i, int q) { return (double)((i * 7 + (size_t)q * 3) % 64) - 20.0; }
+
+static void check_rs(int k, zs_comm_type t, int ring)
+{
+    int N = zs_comm_size(comm), me = zs_comm_rank(comm);
+    int counts[64];
+    make_counts(k, N, counts);
+    size_t tot = 0, maxc = 0, disp = 0;
+    for (int q = 0; q < N; q++) {
+        if (q < me)
+            disp += (size_t)counts[q];
+        tot += (size_t)counts[q];
+        if ((size_t)counts[q] > maxc)
+            maxc = (size_t)counts[q];
+    }
+    size_t es = zs_comm_type_size(t);
+    char *send = malloc(tot * es + 8), *recv = malloc((size_t)counts[me] * es + 8);
+    void *scratch = malloc(2 * maxc * es + 8);
+    for (size_t i = 0; i < tot; i++) {
+        double v = contrib(i, me);
+        switch (t) {
+        case ZS_CT_F32: ((float *)send)[i] = (float)v; break;
+        case ZS_CT_BF16: ((uint16_t *)send)[i] = zs_f32_to_bf16((float)v); break;
+        case ZS_CT_F16: ((uint16_t *)send)[i] = zs_f32_to_f16((float)v); break;
+        case ZS_CT_I64: ((int64_t *)send)[i] = (int64_t)v; break;
+        default: ((double *)send)[i] = v; break;
+        }
+    }
+    zs_comm_set_scratch(comm, ring ? scratch : NULL, ring ? 2 * maxc * es + 8 : 0);
+    ck_assert_int_eq(zs_comm_reduce_scatter(comm, send, recv, counts, t, 0), 0);
+    for (int i = 0; i < counts[me]; i++) {
+        double want = 0.0, got;
+        for (int q = 0; q < N; q++)
+            want += contrib(disp + (size_t)i, q);
+        switch (t) {
+        case ZS_CT_F32: got = ((float *)recv)[i]; break;
+        case ZS_CT_BF16: got = zs_bf16_to_f32(((uint16_t *)recv)[i]); break;
+        case ZS_CT_F16: got = zs_f16_to_f32(((uint16_t *)recv)[i]); break;
+        case ZS_CT_I64: got = (double)((int64_t *)recv)[i]; break;
+        default: got = ((double *)recv)[i]; break;
+        }
+        /* small integers: every partial sum is exact in every type */
+        ck_assert_msg(got == want, "pattern %d type %d ring %d rank %d element %d: %g != %g", k,
+                      (int)t, ring, me, i, got, want);
+    }
+    zs_comm_set_scratch(comm, NULL, 0);
+    free(send);
+    free(recv);
+    free(scratch);
+}
+
+START_TEST(test_reduce_scatter)
+{
+    static const zs_comm_type types[] = {ZS_CT_F32, ZS_CT_BF16, ZS_CT_F16, ZS_CT_I64, ZS_CT_F64};
+    for (int k = 0; k < 4; k++)
+        for (int ti = 0; ti < 5; ti++)
+            for (int ring = 0; ring < 2; ring++)
+                check_rs(k, types[ti], ring);
+}
+END_TEST
+
+START_TEST(test_allgatherv)
+{
+    int N = zs_comm_size(comm), me = zs_comm_rank(comm);
+    for (int k = 0; k < 4; k++) {
+        int counts[64], displs[64];
+        make_counts(k, N, counts);
+        size_t tot = 0;
+        for (int q = 0; q < N; q++) {
+            displs[q] = (int)tot;
+            tot += (size_t)counts[q];
+        }
+        float *buf = calloc(tot + 1, sizeof(float));
+        for (int i = 0; i < counts[me]; i++)
+            buf[displs[me] + i] = (float)(me * 1000 + i % 997);
+        ck_assert_int_eq(zs_comm_allgatherv_inplace(comm, buf, counts, displs, ZS_CT_F32, 0), 0);
+        for (int q = 0; q < N; q++)
+            for (int i = 0; i < counts[q]; i++)
+                ck_assert_float_eq(buf[displs[q] + i], (float)(q * 1000 + i % 997));
+        free(buf);
+    }
+}
+END_TEST
+
+/* Every collective call is recorded once, with its op and element count. */
+START_TEST(test_ledger)
+{
+    int N = zs_comm_size(comm);
+    zs_comm_clear_records(comm);
+    zs_comm_set_context(comm, ZS_PHASE_BACKWARD, 3);
+    int counts[64];
+    make_counts(0, N, counts);
+    size_t tot = 0;
+    for (int q = 0; q < N; q++)
+        tot += (size_t)counts[q];
+    float *a = calloc(tot + 1, sizeof(float)), *b = calloc(tot + 1, sizeof(float));
+    ck_assert_int_eq(zs_comm_reduce_scatter(comm, a, b, counts, ZS_CT_F32, 5), 0);
+    size_t n;
+    const zs_comm_record *r = zs_comm_records(comm, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(r[0].op, ZS_OP_REDUCE_SCATTER);
+    ck_assert_int_eq(r[0].phase, ZS_PHASE_BACKWARD);
+    ck_assert_int_eq(r[0].step, 3);
+    ck_assert_int_eq(r[0].layer, 5);
+    ck_assert_uint_eq(r[0].elems, tot);
+    ck_assert_uint_eq(r[0].elem_size, 4);
+    free(a);
+    free(b);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (zs_comm_init(&argc, &argv, &comm))
+        return 1;
+    Suite *s = suite_create("comm");
+    TCase *tc = tcase_create("collectives");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_reduce_scatter);
+    tcase_add_test(tc, test_allgatherv);
+    tcase_add_test(tc, test_ledger);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, zs_comm_rank(comm) == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    int any = 0;
+    if (zs_comm_agree(comm, failed != 0, 60.0, &any))
+        any = 1;
+    zs_comm_finalize(comm);
+    return any ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,10 @@
+#!/bin/sh
+# The comm layer's Check suite under MPI with 1, 2, 3 and 4 ranks.
+set -u
+HERE=$(dirname "$0")
+fails=0
+for n in 1 2 3 4; do
+    echo "== $n ranks"
+    sh "$HERE/mpirun.sh" "$n" ./tests/check_comm || fails=$((fails + 1))
+done
+[ "$fails" -eq 0 ]

@@ -1,0 +1,54 @@
+#!/bin/sh
+# Under MPI: stage 3 never holds more gathered parameters than
+# stage3_max_live_parameters; bad configurations give one line from rank 0
+# and a non-zero exit of the whole job, with no hang.
+set -u
+ZS=${ZEROSIM:-./zerosim}
+HERE=$(dirname "$0")
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+passes=0
+ok() { passes=$((passes + 1)); }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+key() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1"; }
+
+# units of this model: embeddings 1075, blocks 7825 each, head 825 elements
+MODEL="--layers 3 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --steps 2 --warmup 0"
+for bound in 8000 10000 100000; do
+    printf '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": %d, "stage3_prefetch_bucket_size": 100000}}\n' \
+        "$bound" >"$T/s3.json"
+    if sh "$HERE/mpirun.sh" 3 "$ZS" train --config "$T/s3.json" $MODEL --quiet --report "$T/r.json" >"$T/log" 2>&1; then
+        live=$(key "$T/r.json" live_params_peak)
+        [ -n "$live" ] && [ "$live" -le "$bound" ] && [ "$live" -ge 7825 ] && ok ||
+            bad "bound $bound: live_params_peak $live"
+        echo "stage3_max_live_parameters $bound: most live $live"
+    else
+        bad "stage 3 with bound $bound failed"; cat "$T/log"
+    fi
+done
+# with room for two blocks, the next block is prefetched beside the current one
+[ "$live" -gt 7825 ] && ok || bad "no prefetch with a large bound (live $live)"
+
+# expect_error N "pattern" args...: exit non-zero, within 60 s, one line on stderr
+expect_error() {
+    n=$1; pattern=$2; shift 2
+    timeout 60 sh "$HERE/mpirun.sh" "$n" "$ZS" train "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    # mpiexec may add its own notice after a rank exits non-zero; count ours
+    lines=$(grep -c '^zerosim:' "$T/err")
+    if [ "$rc" -eq 0 ]; then bad "$pattern: exit 0"; return; fi
+    if [ "$rc" -eq 124 ]; then bad "$pattern: hang (killed after 60 s)"; return; fi
+    if [ "$lines" -ne 1 ]; then bad "$pattern: $lines zerosim lines"; cat "$T/err"; return; fi
+    grep -q -- "$pattern" "$T/err" && ok || { bad "message lacks '$pattern'"; cat "$T/err"; }
+}
+expect_error 2 "--stage must be an integer between 0 and 3" --stage 5
+printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 4}\n' >"$T/b.json"
+expect_error 2 "train_batch_size" --config "$T/b.json"
+printf '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 5000}}\n' >"$T/small.json"
+expect_error 2 "stage3_max_live_parameters (5000)" --config "$T/small.json" $MODEL
+expect_error 3 "out of memory on rank 0" --device-memory 200KiB $MODEL
+expect_error 2 "unknown backend" --backend nonesuch $MODEL
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]
