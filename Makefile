@@ -1997,7 +1997,7 @@ bench: zerosim$(EXEEXT) bench/bench_comm$(EXEEXT)
 
 # `make demo`: train the default small GPT on one rank.
 demo: zerosim$(EXEEXT)
-	OPENBLAS_NUM_THREADS=1 ./zerosim train --steps 150
+	OPENBLAS_NUM_THREADS=1 ./zerosim train --steps 400 --print-every 25
 
 .PHONY: demo bench
 

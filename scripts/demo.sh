@@ -5,5 +5,5 @@ set -eu
 cd "$(dirname "$0")/.."
 sh scripts/build.sh
 export OPENBLAS_NUM_THREADS=1
-./zerosim train --steps 150 --print-every 10 --report demo-report.json
+./zerosim train --steps 400 --print-every 25 --report demo-report.json
 echo "report written to demo-report.json"

@@ -370,11 +370,14 @@ static int zs_cmd_train(int argc, char **argv)
     rc = zs_train(&cfg, &o, comm, &r);
     if (!rc && rank == 0) {
         if (o.log) {
-            float last = r.info[r.steps - 1].loss;
-            fprintf(o.log, "parameters %zu (padded %zu), final loss %.4f, loss floor %.4f "
-                    "(%+.1f%%), %.2f s\n", r.num_params, r.padded_params, (double)last,
+            int k = r.steps < 10 ? r.steps : 10;
+            double last = 0.0;
+            for (int i = r.steps - k; i < r.steps; i++)
+                last += r.info[i].loss / k;
+            fprintf(o.log, "parameters %zu (padded %zu), mean loss of the last %d steps %.4f, "
+                    "loss floor %.4f (%+.1f%%), %.2f s\n", r.num_params, r.padded_params, k, last,
                     r.loss_floor,
-                    r.loss_floor > 0 ? 100.0 * ((double)last - r.loss_floor) / r.loss_floor : 0.0,
+                    r.loss_floor > 0 ? 100.0 * (last - r.loss_floor) / r.loss_floor : 0.0,
                     r.seconds);
             fprintf(o.log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
                     r.param_hash, r.mem.total_peak);
