@@ -157,8 +157,8 @@ am_libzerosim_la_OBJECTS = src/util/error.lo src/backend/backend.lo \
 	src/backend/cpu.lo src/mem/mem.lo src/model/layers.lo \
 	src/model/model.lo src/model/gpt.lo src/model/mlp.lo \
 	src/model/data.lo src/optim/optim.lo src/zero/engine.lo \
-	src/report/report.lo src/comm/comm.lo src/cli/config.lo \
-	src/cli/train.lo
+	src/predict/predict.lo src/report/report.lo src/comm/comm.lo \
+	src/cli/config.lo src/cli/train.lo
 libzerosim_la_OBJECTS = $(am_libzerosim_la_OBJECTS)
 AM_V_lt = $(am__v_lt_$(V))
 am__v_lt_ = $(am__v_lt_$(AM_DEFAULT_VERBOSITY))
@@ -252,6 +252,7 @@ am__depfiles_remade = bench/$(DEPDIR)/bench_comm.Po \
 	src/model/$(DEPDIR)/data.Plo src/model/$(DEPDIR)/gpt.Plo \
 	src/model/$(DEPDIR)/layers.Plo src/model/$(DEPDIR)/mlp.Plo \
 	src/model/$(DEPDIR)/model.Plo src/optim/$(DEPDIR)/optim.Plo \
+	src/predict/$(DEPDIR)/predict.Plo \
 	src/report/$(DEPDIR)/report.Plo src/util/$(DEPDIR)/error.Plo \
 	src/zero/$(DEPDIR)/engine.Plo \
 	tests/$(DEPDIR)/check_comm-check_comm.Po \
@@ -503,7 +504,7 @@ am__DIST_COMMON = $(srcdir)/Makefile.in $(srcdir)/build-config.h.in \
 	$(top_srcdir)/build-aux/ltmain.sh \
 	$(top_srcdir)/build-aux/missing \
 	$(top_srcdir)/build-aux/tap-driver.sh \
-	$(top_srcdir)/build-aux/test-driver build-aux/ar-lib \
+	$(top_srcdir)/build-aux/test-driver README.md build-aux/ar-lib \
 	build-aux/compile build-aux/config.guess build-aux/config.sub \
 	build-aux/depcomp build-aux/install-sh build-aux/ltmain.sh \
 	build-aux/missing
@@ -678,6 +679,7 @@ libzerosim_la_SOURCES = \
 	src/model/data.c \
 	src/optim/optim.c \
 	src/zero/engine.c \
+	src/predict/predict.c \
 	src/report/report.c \
 	src/comm/comm.c \
 	src/cli/config.c \
@@ -696,6 +698,7 @@ zerosiminclude_HEADERS = \
 	include/zerosim/mem.h \
 	include/zerosim/model.h \
 	include/zerosim/optim.h \
+	include/zerosim/predict.h \
 	include/zerosim/report.h \
 	include/zerosim/train.h \
 	include/zerosim/zero.h
@@ -733,7 +736,9 @@ dist_check_SCRIPTS = \
 	tests/test_comm.sh \
 	tests/test_zero_stages.sh \
 	tests/test_deterministic.sh \
-	tests/test_mpi_cli.sh
+	tests/test_mpi_cli.sh \
+	tests/test_accounting.sh \
+	tests/test_plots.sh
 
 AM_TESTS_ENVIRONMENT = \
 	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS; \
@@ -741,12 +746,18 @@ AM_TESTS_ENVIRONMENT = \
 	OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM; \
 	OMPI_MCA_rmaps_base_oversubscribe=1; export OMPI_MCA_rmaps_base_oversubscribe; \
 	ZEROSIM=$(abs_top_builddir)/zerosim; export ZEROSIM; \
-	MPIEXEC='$(MPIEXEC)'; export MPIEXEC;
+	MPIEXEC='$(MPIEXEC)'; export MPIEXEC; \
+	GNUPLOT='$(GNUPLOT)'; export GNUPLOT;
 
 EXTRA_DIST = \
 	README.md \
 	tests/mpirun.sh \
 	bench/bench_zero.sh \
+	examples/sweep.sh \
+	plots/render.sh \
+	plots/memory_vs_n.gp \
+	plots/traffic.gp \
+	plots/timeline.gp \
 	zerosim.pc.in \
 	scripts/install-deps.sh \
 	scripts/demo.sh \
@@ -757,7 +768,10 @@ EXTRA_DIST = \
 
 bench_bench_comm_SOURCES = bench/bench_comm.c
 bench_bench_comm_LDADD = libzerosim.la
-CLEANFILES = $(EXTRA_PROGRAMS)
+PLOT_FILES = plots/memory_vs_n.png plots/traffic.png plots/timeline.png \
+	plots/data/memory_vs_n.dat plots/data/traffic.dat plots/data/timeline.dat
+
+CLEANFILES = $(EXTRA_PROGRAMS) $(PLOT_FILES)
 all: build-config.h
 	$(MAKE) $(AM_MAKEFLAGS) all-am
 
@@ -964,6 +978,14 @@ src/zero/$(DEPDIR)/$(am__dirstamp):
 	@: > src/zero/$(DEPDIR)/$(am__dirstamp)
 src/zero/engine.lo: src/zero/$(am__dirstamp) \
 	src/zero/$(DEPDIR)/$(am__dirstamp)
+src/predict/$(am__dirstamp):
+	@$(MKDIR_P) src/predict
+	@: > src/predict/$(am__dirstamp)
+src/predict/$(DEPDIR)/$(am__dirstamp):
+	@$(MKDIR_P) src/predict/$(DEPDIR)
+	@: > src/predict/$(DEPDIR)/$(am__dirstamp)
+src/predict/predict.lo: src/predict/$(am__dirstamp) \
+	src/predict/$(DEPDIR)/$(am__dirstamp)
 src/report/$(am__dirstamp):
 	@$(MKDIR_P) src/report
 	@: > src/report/$(am__dirstamp)
@@ -1075,6 +1097,8 @@ mostlyclean-compile:
 	-rm -f src/model/*.lo
 	-rm -f src/optim/*.$(OBJEXT)
 	-rm -f src/optim/*.lo
+	-rm -f src/predict/*.$(OBJEXT)
+	-rm -f src/predict/*.lo
 	-rm -f src/report/*.$(OBJEXT)
 	-rm -f src/report/*.lo
 	-rm -f src/util/*.$(OBJEXT)
@@ -1100,6 +1124,7 @@ include src/model/$(DEPDIR)/layers.Plo # am--include-marker
 include src/model/$(DEPDIR)/mlp.Plo # am--include-marker
 include src/model/$(DEPDIR)/model.Plo # am--include-marker
 include src/optim/$(DEPDIR)/optim.Plo # am--include-marker
+include src/predict/$(DEPDIR)/predict.Plo # am--include-marker
 include src/report/$(DEPDIR)/report.Plo # am--include-marker
 include src/util/$(DEPDIR)/error.Plo # am--include-marker
 include src/zero/$(DEPDIR)/engine.Plo # am--include-marker
@@ -1251,6 +1276,7 @@ clean-libtool:
 	-rm -rf src/mem/.libs src/mem/_libs
 	-rm -rf src/model/.libs src/model/_libs
 	-rm -rf src/optim/.libs src/optim/_libs
+	-rm -rf src/predict/.libs src/predict/_libs
 	-rm -rf src/report/.libs src/report/_libs
 	-rm -rf src/util/.libs src/util/_libs
 	-rm -rf src/zero/.libs src/zero/_libs
@@ -1585,6 +1611,20 @@ tests/test_mpi_cli.sh.log: tests/test_mpi_cli.sh
 	--log-file $$b.log --trs-file $$b.trs \
 	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
 	"$$tst" $(AM_TESTS_FD_REDIRECT)
+tests/test_accounting.sh.log: tests/test_accounting.sh
+	@p='tests/test_accounting.sh'; \
+	b='tests/test_accounting.sh'; \
+	$(am__check_pre) $(LOG_DRIVER) --test-name "$$f" \
+	--log-file $$b.log --trs-file $$b.trs \
+	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
+	"$$tst" $(AM_TESTS_FD_REDIRECT)
+tests/test_plots.sh.log: tests/test_plots.sh
+	@p='tests/test_plots.sh'; \
+	b='tests/test_plots.sh'; \
+	$(am__check_pre) $(LOG_DRIVER) --test-name "$$f" \
+	--log-file $$b.log --trs-file $$b.trs \
+	$(am__common_driver_flags) $(AM_LOG_DRIVER_FLAGS) $(LOG_DRIVER_FLAGS) -- $(LOG_COMPILE) \
+	"$$tst" $(AM_TESTS_FD_REDIRECT)
 .test.log:
 	@p='$<'; \
 	$(am__set_b); \
@@ -1832,6 +1872,8 @@ distclean-generic:
 	-rm -f src/model/$(am__dirstamp)
 	-rm -f src/optim/$(DEPDIR)/$(am__dirstamp)
 	-rm -f src/optim/$(am__dirstamp)
+	-rm -f src/predict/$(DEPDIR)/$(am__dirstamp)
+	-rm -f src/predict/$(am__dirstamp)
 	-rm -f src/report/$(DEPDIR)/$(am__dirstamp)
 	-rm -f src/report/$(am__dirstamp)
 	-rm -f src/util/$(DEPDIR)/$(am__dirstamp)
@@ -1865,6 +1907,7 @@ distclean: distclean-am
 	-rm -f src/model/$(DEPDIR)/mlp.Plo
 	-rm -f src/model/$(DEPDIR)/model.Plo
 	-rm -f src/optim/$(DEPDIR)/optim.Plo
+	-rm -f src/predict/$(DEPDIR)/predict.Plo
 	-rm -f src/report/$(DEPDIR)/report.Plo
 	-rm -f src/util/$(DEPDIR)/error.Plo
 	-rm -f src/zero/$(DEPDIR)/engine.Plo
@@ -1936,6 +1979,7 @@ maintainer-clean: maintainer-clean-am
 	-rm -f src/model/$(DEPDIR)/mlp.Plo
 	-rm -f src/model/$(DEPDIR)/model.Plo
 	-rm -f src/optim/$(DEPDIR)/optim.Plo
+	-rm -f src/predict/$(DEPDIR)/predict.Plo
 	-rm -f src/report/$(DEPDIR)/report.Plo
 	-rm -f src/util/$(DEPDIR)/error.Plo
 	-rm -f src/zero/$(DEPDIR)/engine.Plo
@@ -1992,6 +2036,11 @@ uninstall-am: uninstall-binPROGRAMS uninstall-libLTLIBRARIES \
 .PRECIOUS: Makefile
 
 
+# `make plots`: sweep stages 0-3 over N = 1-4 ranks, render plots/*.png
+plots: zerosim$(EXEEXT)
+	ZEROSIM=./zerosim MPIEXEC='$(MPIEXEC)' sh $(srcdir)/examples/sweep.sh plots/data
+	GNUPLOT='$(GNUPLOT)' sh $(srcdir)/plots/render.sh plots/data plots
+
 bench: zerosim$(EXEEXT) bench/bench_comm$(EXEEXT)
 	ZEROSIM=./zerosim BENCH_COMM=./bench/bench_comm sh $(srcdir)/bench/bench_zero.sh 2
 
@@ -1999,7 +2048,7 @@ bench: zerosim$(EXEEXT) bench/bench_comm$(EXEEXT)
 demo: zerosim$(EXEEXT)
 	OPENBLAS_NUM_THREADS=1 ./zerosim train --steps 400 --print-every 25
 
-.PHONY: demo bench
+.PHONY: demo bench plots
 
 # Tell versions [3.59,3.63) of GNU make to not export all variables.
 # Otherwise a system limit (for SysV at least) may be exceeded.

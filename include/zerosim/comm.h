@@ -109,6 +109,10 @@ int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count
 int zs_comm_allreduce_max_int(zs_comm_t c, int *v);
 /* Gather count elements from every rank, in rank order, to rank 0. */
 int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs_comm_type t);
+/* Point to point, for the report: rank `from` sends count elements to rank
+ * 0 (recorded as op "gather", one record on each of the two ranks). Every
+ * other rank does nothing. */
+int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_type t);
 /* After a local failure or success, agree whether any rank failed, waiting
  * at most timeout_s. *any = 0 when none failed, else 1 + the lowest failing
  * rank. Returns non-zero when the ranks could not agree in time (some rank

@@ -36,6 +36,13 @@ const char *zs_mem_category_group(zs_mem_category c);
 
 typedef struct zs_mem *zs_mem_t;
 
+/* Phases of a step, for the per-phase peaks and the timeline. */
+typedef enum {
+    ZS_MEM_PHASE_SETUP = 0, ZS_MEM_PHASE_FORWARD, ZS_MEM_PHASE_BACKWARD, ZS_MEM_PHASE_STEP,
+    ZS_MEM_NPHASES
+} zs_mem_phase;
+const char *zs_mem_phase_name(zs_mem_phase p);
+
 typedef struct {
     size_t current[ZS_MEM_NCAT];
     size_t peak[ZS_MEM_NCAT];
@@ -43,7 +50,14 @@ typedef struct {
     size_t total_peak;
     size_t at_total_peak[ZS_MEM_NCAT];  /* category mix when total_peak was reached */
     size_t allocs;                      /* number of successful allocations */
+    size_t phase_peak[ZS_MEM_NPHASES];  /* peak of the total within each phase */
 } zs_mem_stats;
+
+/* One point of the timeline: bytes per category after an allocation or free. */
+typedef struct {
+    size_t current[ZS_MEM_NCAT];
+    int phase;
+} zs_mem_event;
 
 /* capacity = 0: unlimited. rank is used in the out-of-memory message. */
 zs_mem_t zs_mem_create(zs_backend_t be, size_t capacity, int rank);
@@ -59,6 +73,11 @@ int zs_mem_alloc(zs_mem_t m, zs_mem_category c, size_t bytes, void **out);
 void zs_mem_free(zs_mem_t m, zs_mem_category c, void *ptr, size_t bytes);
 
 void zs_mem_get_stats(zs_mem_t m, zs_mem_stats *s);
+/* Set the phase that the following allocations belong to. */
+void zs_mem_set_phase(zs_mem_t m, zs_mem_phase p);
+/* Start (on = 1) or stop recording the timeline; starting clears it. */
+void zs_mem_trace(zs_mem_t m, int on);
+const zs_mem_event *zs_mem_timeline(zs_mem_t m, size_t *n);
 size_t zs_mem_capacity(zs_mem_t m);
 
 /* Parse "123", "4KiB", "1.5GiB", "2GB" (KB/MB/GB = 1e3.., KiB/MiB/GiB = 2^10..).

@@ -83,6 +83,9 @@ int zs_model_unit_uses(const zs_model *m, int l, int *ids, int max);
  * projections scaled by 1/sqrt(2L), LayerNorm weights 1, biases 0); MLP:
  * Kaiming-uniform-style U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
 void zs_model_init_params(const zs_model *m, float *params, uint64_t seed);
+/* The same values for flat elements [lo, hi) only (0 beyond num_params),
+ * so a shard can be initialised in small pieces. */
+void zs_model_init_slice(const zs_model *m, size_t lo, size_t hi, float *out, uint64_t seed);
 
 /* One micro-batch of B samples, device pointers.
  * GPT: tokens(B,T), targets(B,T). MLP: x(B,input_dim), targets(B). */

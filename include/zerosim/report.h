@@ -2,6 +2,7 @@
 #ifndef ZEROSIM_REPORT_H
 #define ZEROSIM_REPORT_H
 
+#include <stdio.h>
 #include "zerosim/config.h"
 #include "zerosim/train.h"
 
@@ -12,6 +13,14 @@ extern "C" {
 /* Write the JSON report to path atomically (a temporary file renamed into
  * place, so a failed run leaves nothing half-written). */
 int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r);
+
+/* The tables for people: memory per rank (measured, predicted, ratio),
+ * traffic per rank per step, and rank 0's comms table. */
+void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r);
+
+/* Write run.csv, memory.csv, comm.csv, timeline.csv and steps.csv
+ * (#-headed columns for gnuplot) into dir, creating it when missing. */
+int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_train_result *r);
 
 /* Peak resident set size of this process in bytes (0 when unknown). */
 size_t zs_report_peak_rss(void);

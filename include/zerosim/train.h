@@ -7,6 +7,7 @@
 #include "zerosim/comm.h"
 #include "zerosim/config.h"
 #include "zerosim/mem.h"
+#include "zerosim/predict.h"
 #include "zerosim/zero.h"
 
 #ifdef __cplusplus
@@ -21,6 +22,21 @@ typedef struct {
     int hash_every_step;      /* record param_hashes after every step */
 } zs_train_options;
 
+/* Collective calls of one rank, summed per op and phase. */
+typedef struct {
+    double calls;
+    double bytes;        /* full-buffer bytes (elements x element size) */
+    double seconds;
+} zs_comm_sum;
+
+/* One row of the comms table (rank 0): calls of one op with one message size. */
+typedef struct {
+    int op;
+    size_t msg_bytes;
+    size_t count;
+    double seconds;
+} zs_comm_row;
+
 typedef struct {
     int steps;
     zs_step_info *info;       /* [steps] */
@@ -32,6 +48,16 @@ typedef struct {
     zs_mem_stats mem;         /* this rank */
     size_t (*peaks)[ZS_MEM_NCAT]; /* [world_size] peak bytes per category (rank 0) */
     size_t *total_peaks;      /* [world_size] peak of the total (rank 0) */
+    size_t (*at_peak)[ZS_MEM_NCAT];      /* [world_size] mix at the total's peak */
+    size_t (*phase_peaks)[ZS_MEM_NPHASES]; /* [world_size] peak total per phase */
+    zs_comm_sum (*comm)[ZS_OP_NOPS][ZS_PHASE_NPHASES]; /* [world_size] (rank 0) */
+    zs_comm_row *comm_rows;   /* rank 0's comms table */
+    size_t n_comm_rows;
+    zs_mem_event *timeline;   /* rank 0's memory during step timeline_step */
+    size_t n_timeline;
+    int timeline_step;
+    zs_prediction pred;       /* for rank 0's shard size (every shard is the same) */
+    int steps_applied;        /* steps not skipped */
     size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
     double seconds;
     int world_size;

@@ -66,6 +66,7 @@ static const char *const zs_usage =
     "  --backend NAME           compute backend (cpu)\n"
     "  --device-memory SIZE     simulated device memory per rank, e.g. 512MiB, 2GB\n"
     "  --report FILE            write a JSON report\n"
+    "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
     "  --print-every N          progress line every N steps (10)\n"
     "  --quiet                  no progress lines\n";
 
@@ -75,7 +76,7 @@ enum {
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
-    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_LAST
+    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -111,6 +112,7 @@ static const struct option zs_long_options[] = {
     {"print-every", required_argument, NULL, OPT_PRINT_EVERY},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
+    {"csv", required_argument, NULL, OPT_CSV},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -281,7 +283,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
 /* Parse, configure and validate; 0 to train, else an exit code (after
  * printing, on rank 0 only, one line). */
 static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cfg,
-                          zs_train_options *o, const char **report)
+                          zs_train_options *o, const char **report, const char **csv)
 {
     zs_cli cli;
     memset(&cli, 0, sizeof cli);
@@ -335,6 +337,7 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         o->print_every = (int)v;
     }
     *report = cli.val[OPT_REPORT];
+    *csv = cli.val[OPT_CSV];
     return 0;
 fail:
     if (err)
@@ -352,8 +355,8 @@ static int zs_cmd_train(int argc, char **argv)
     int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
     zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
     zs_run_config cfg;
-    const char *report = NULL;
-    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report);
+    const char *report = NULL, *csv = NULL;
+    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv);
     if (rc) {
         zs_comm_finalize(comm);
         return rc < 0 ? 0 : rc;
@@ -382,7 +385,10 @@ static int zs_cmd_train(int argc, char **argv)
             fprintf(o.log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
                     r.param_hash, r.mem.total_peak);
         }
-        if (report && zs_report_write_json(report, &cfg, &r)) {
+        if (o.log)
+            zs_report_print(o.log, &cfg, &r);
+        if ((report && zs_report_write_json(report, &cfg, &r)) ||
+            (csv && zs_report_write_csv(csv, &cfg, &r))) {
             fprintf(stderr, "zerosim: %s\n", zs_error_msg());
             rc = 1;
         }

@@ -52,30 +52,85 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
     fflush(o->log);
 }
 
-/* Gather every rank's memory peaks to rank 0. */
-static int zs_train_gather_memory(zs_comm_t comm, zs_train_result *r)
+/* Gather every rank's memory statistics and comm sums to rank 0. */
+static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
 {
     int N = zs_comm_size(comm);
-    uint64_t mine[ZS_MEM_NCAT + 1];
-    for (int c = 0; c < ZS_MEM_NCAT; c++)
-        mine[c] = r->mem.peak[c];
-    mine[ZS_MEM_NCAT] = r->mem.total_peak;
-    uint64_t *all = calloc((size_t)N * (ZS_MEM_NCAT + 1), sizeof(uint64_t));
+    enum { NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1, NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 3 };
+    double mine[NM + NC];
+    for (int c = 0; c < ZS_MEM_NCAT; c++) {
+        mine[c] = (double)r->mem.peak[c];
+        mine[ZS_MEM_NCAT + c] = (double)r->mem.at_total_peak[c];
+    }
+    for (int p = 0; p < ZS_MEM_NPHASES; p++)
+        mine[2 * ZS_MEM_NCAT + p] = (double)r->mem.phase_peak[p];
+    mine[NM - 1] = (double)r->mem.total_peak;
+    size_t n;
+    const zs_comm_record *rec = zs_comm_records(comm, &n);
+    double *cs = mine + NM;
+    memset(cs, 0, NC * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        double *d = cs + ((size_t)rec[i].op * ZS_PHASE_NPHASES + (size_t)rec[i].phase) * 3;
+        d[0] += 1;
+        d[1] += (double)(rec[i].elems * rec[i].elem_size);
+        d[2] += rec[i].seconds;
+    }
+    double *all = calloc((size_t)N * (NM + NC), sizeof(double));
     r->peaks = calloc((size_t)N, sizeof *r->peaks);
     r->total_peaks = calloc((size_t)N, sizeof(size_t));
-    if (!all || !r->peaks || !r->total_peaks) {
+    r->at_peak = calloc((size_t)N, sizeof *r->at_peak);
+    r->phase_peaks = calloc((size_t)N, sizeof *r->phase_peaks);
+    r->comm = calloc((size_t)N, sizeof *r->comm);
+    if (!all || !r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm) {
         free(all);
-        ZS_FAIL("out of host memory gathering memory statistics");
+        ZS_FAIL("out of host memory gathering statistics");
     }
     zs_comm_set_context(comm, ZS_PHASE_REPORT, -1);
-    int rc = zs_comm_gather_root(comm, mine, ZS_MEM_NCAT + 1, all, ZS_CT_U64);
+    /* exact: byte counts stay far below 2^53 */
+    int rc = zs_comm_gather_root(comm, mine, NM + NC, all, ZS_CT_F64);
     for (int q = 0; q < N && !rc; q++) {
-        for (int c = 0; c < ZS_MEM_NCAT; c++)
-            r->peaks[q][c] = (size_t)all[(size_t)q * (ZS_MEM_NCAT + 1) + c];
-        r->total_peaks[q] = (size_t)all[(size_t)q * (ZS_MEM_NCAT + 1) + ZS_MEM_NCAT];
+        const double *v = all + (size_t)q * (NM + NC);
+        for (int c = 0; c < ZS_MEM_NCAT; c++) {
+            r->peaks[q][c] = (size_t)v[c];
+            r->at_peak[q][c] = (size_t)v[ZS_MEM_NCAT + c];
+        }
+        for (int p = 0; p < ZS_MEM_NPHASES; p++)
+            r->phase_peaks[q][p] = (size_t)v[2 * ZS_MEM_NCAT + p];
+        r->total_peaks[q] = (size_t)v[NM - 1];
+        for (int o = 0; o < ZS_OP_NOPS; o++)
+            for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
+                const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 3;
+                r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2]};
+            }
     }
     free(all);
     return rc;
+}
+
+/* Rank 0's comms table: training calls grouped by op and message size. */
+static int zs_train_comm_table(zs_comm_t comm, zs_train_result *r)
+{
+    size_t n;
+    const zs_comm_record *rec = zs_comm_records(comm, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (rec[i].phase == ZS_PHASE_REPORT)
+            continue;
+        size_t bytes = rec[i].elems * rec[i].elem_size, k;
+        for (k = 0; k < r->n_comm_rows; k++)
+            if (r->comm_rows[k].op == (int)rec[i].op && r->comm_rows[k].msg_bytes == bytes)
+                break;
+        if (k == r->n_comm_rows) {
+            zs_comm_row *t = realloc(r->comm_rows, (k + 1) * sizeof *t);
+            if (!t)
+                ZS_FAIL("out of host memory building the comms table");
+            r->comm_rows = t;
+            r->comm_rows[k] = (zs_comm_row){.op = (int)rec[i].op, .msg_bytes = bytes};
+            r->n_comm_rows++;
+        }
+        r->comm_rows[k].count++;
+        r->comm_rows[k].seconds += rec[i].seconds;
+    }
+    return 0;
 }
 
 int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
@@ -104,11 +159,17 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_engine_create(cfg, be, mem, comm, &e);
     if ((rc = zs_train_agree(comm, rc, r)))
         goto done;
+    if (zs_predict(cfg, r->world_size, &r->pred)) {
+        rc = zs_train_agree(comm, -1, r);
+        goto done;
+    }
     r->num_params = zs_engine_num_params(e);
     r->padded_params = zs_engine_partition(e)->padded;
     r->loss_floor = zs_engine_loss_floor(e);
     double t0 = zs_now();
+    r->timeline_step = cfg->steps > 1 ? 1 : 0;
     for (int s = 0; s < cfg->steps; s++) {
+        zs_mem_trace(mem, s == r->timeline_step);
         double ts = zs_now();
         rc = zs_engine_step(e, s, &r->info[s]);
         r->info[s].seconds = zs_now() - ts;
@@ -116,16 +177,29 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
             rc = zs_engine_param_hash(e, r->hashes[s]);
         if ((rc = zs_train_agree(comm, rc, r)))
             goto done;
+        if (s == r->timeline_step) {
+            zs_mem_trace(mem, 0);
+            size_t nt;
+            const zs_mem_event *ev = zs_mem_timeline(mem, &nt);
+            r->timeline = malloc((nt ? nt : 1) * sizeof *ev);
+            if (r->timeline) {
+                memcpy(r->timeline, ev, nt * sizeof *ev);
+                r->n_timeline = nt;
+            }
+        }
         r->steps = s + 1;
         r->skipped_steps += r->info[s].skipped;
+        r->steps_applied += !r->info[s].skipped;
         zs_train_log_step(cfg, &lo, r, s);
     }
     r->seconds = zs_now() - t0;
     rc = zs_engine_param_hash(e, r->param_hash);
     r->live_params_peak = zs_engine_live_params_peak(e);
     zs_mem_get_stats(mem, &r->mem);
+    if (!rc && rank == 0)
+        rc = zs_train_comm_table(comm, r);
     if (!rc)
-        rc = zs_train_gather_memory(comm, r);
+        rc = zs_train_gather_stats(comm, r);
     rc = zs_train_agree(comm, rc, r);
 done:
     zs_engine_destroy(e);
@@ -141,6 +215,16 @@ void zs_train_result_free(zs_train_result *r)
     free(r->hashes);
     free(r->peaks);
     free(r->total_peaks);
+    free(r->at_peak);
+    free(r->phase_peaks);
+    free(r->comm);
+    free(r->comm_rows);
+    free(r->timeline);
+    r->at_peak = NULL;
+    r->phase_peaks = NULL;
+    r->comm = NULL;
+    r->comm_rows = NULL;
+    r->timeline = NULL;
     r->info = NULL;
     r->hashes = NULL;
     r->peaks = NULL;

@@ -480,6 +480,22 @@ int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs
     return 0;
 }
 
+int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_type t)
+{
+    if (from == 0 || (c->rank != 0 && c->rank != from))
+        return 0;
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_GATHER, -1, (size_t)count, t);
+    double t0 = MPI_Wtime();
+    int rc = c->rank == from
+                 ? MPI_Send(buf, count, zs_mpi_type(t), 0, 7002, c->comm)
+                 : MPI_Recv(buf, count, zs_mpi_type(t), from, 7002, c->comm, MPI_STATUS_IGNORE);
+    rec.seconds = MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Send/MPI_Recv");
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
 int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
 {
     *any = failed;

@@ -14,7 +14,55 @@ struct zs_mem {
     size_t capacity;   /* 0 = unlimited */
     int rank;
     zs_mem_stats s;
+    zs_mem_phase phase;
+    int tracing;
+    zs_mem_event *ev;
+    size_t nev, capev;
 };
+
+const char *zs_mem_phase_name(zs_mem_phase p)
+{
+    static const char *const n[ZS_MEM_NPHASES] = {"setup", "forward", "backward", "step"};
+    return p < ZS_MEM_NPHASES ? n[p] : "?";
+}
+
+void zs_mem_set_phase(zs_mem_t m, zs_mem_phase p)
+{
+    m->phase = p;
+    if (m->s.total_current > m->s.phase_peak[p])
+        m->s.phase_peak[p] = m->s.total_current;
+}
+
+void zs_mem_trace(zs_mem_t m, int on)
+{
+    m->tracing = on;
+    if (on)
+        m->nev = 0;
+}
+
+const zs_mem_event *zs_mem_timeline(zs_mem_t m, size_t *n)
+{
+    *n = m->nev;
+    return m->ev;
+}
+
+/* Record the current bytes per category when tracing. */
+static void zs_mem_record(zs_mem_t m)
+{
+    if (!m->tracing)
+        return;
+    if (m->nev == m->capev) {
+        size_t cap = m->capev ? 2 * m->capev : 256;
+        zs_mem_event *e = realloc(m->ev, cap * sizeof *e);
+        if (!e)
+            return; /* the timeline stays short rather than the run failing */
+        m->ev = e;
+        m->capev = cap;
+    }
+    memcpy(m->ev[m->nev].current, m->s.current, sizeof m->s.current);
+    m->ev[m->nev].phase = (int)m->phase;
+    m->nev++;
+}
 
 static const char *const zs_mem_names[ZS_MEM_NCAT] = {
     [ZS_MEM_PARAMS] = "params",
@@ -52,7 +100,12 @@ zs_mem_t zs_mem_create(zs_backend_t be, size_t capacity, int rank)
     return m;
 }
 
-void zs_mem_destroy(zs_mem_t m) { free(m); }
+void zs_mem_destroy(zs_mem_t m)
+{
+    if (m)
+        free(m->ev);
+    free(m);
+}
 
 zs_backend_t zs_mem_backend(zs_mem_t m) { return m->be; }
 
@@ -100,8 +153,11 @@ int zs_mem_alloc(zs_mem_t m, zs_mem_category c, size_t bytes, void **out)
         m->s.total_peak = m->s.total_current;
         memcpy(m->s.at_total_peak, m->s.current, sizeof m->s.current);
     }
+    if (m->s.total_current > m->s.phase_peak[m->phase])
+        m->s.phase_peak[m->phase] = m->s.total_current;
     m->s.allocs++;
     *out = p;
+    zs_mem_record(m);
     return 0;
 }
 
@@ -114,6 +170,7 @@ void zs_mem_free(zs_mem_t m, zs_mem_category c, void *ptr, size_t bytes)
         m->s.current[c] -= bytes;
         m->s.total_current -= bytes;
     }
+    zs_mem_record(m);
 }
 
 int zs_parse_size(const char *s, size_t *bytes)

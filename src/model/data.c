@@ -14,52 +14,61 @@
 struct zs_data {
     zs_model_config mc;
     uint64_t seed;
-    /* GPT: the chain */
+    /* GPT: the chain, stored sparsely. Row i moves to succ[i][j] with weight
+     * (1-teleport)*w[i][j] (successors may repeat; weights then add), and to
+     * every token with probability teleport/V. O(V * successors) storage, so
+     * any vocabulary fits. */
     int v;
-    double *cdf;      /* (V,V) cumulative transition probabilities per row */
+    int k;            /* successors per row */
+    int32_t *succ;    /* (V,k) */
+    double *wcdf;     /* (V,k) cumulative successor weights, last = 1 */
     double *pi_cdf;   /* (V) cumulative stationary distribution */
     double floor;
     /* MLP: the teacher, input -> tanh hidden -> classes */
     double *w1, *w2;
 };
 
-/* Build the transition matrix P (V,V), its stationary distribution and
- * entropy rate. */
+/* Build the chain, its stationary distribution (power iteration on the
+ * sparse form) and its entropy rate. */
 static int zs_data_build_chain(zs_data *d)
 {
-    int V = d->v;
-    size_t VV = (size_t)V * (size_t)V;
-    double *P = calloc(VV, sizeof(double));
-    double *pi = calloc((size_t)V, sizeof(double)), *nx = calloc((size_t)V, sizeof(double));
-    d->cdf = calloc(VV, sizeof(double));
+    int V = d->v, k = V < ZS_MARKOV_SUCCESSORS ? V : ZS_MARKOV_SUCCESSORS;
+    d->k = k;
+    d->succ = calloc((size_t)V * k, sizeof(int32_t));
+    d->wcdf = calloc((size_t)V * k, sizeof(double));
     d->pi_cdf = calloc((size_t)V, sizeof(double));
-    if (!P || !pi || !nx || !d->cdf || !d->pi_cdf) {
-        free(P); free(pi); free(nx);
+    double *pi = calloc((size_t)V, sizeof(double)), *nx = calloc((size_t)V, sizeof(double));
+    if (!d->succ || !d->wcdf || !d->pi_cdf || !pi || !nx) {
+        free(pi);
+        free(nx);
         ZS_FAIL("out of host memory building the Markov chain for vocab %d", V);
     }
     uint64_t st = zs_rng_mix(d->seed, 0x6d61726b6f76ULL);
-    int k = V < ZS_MARKOV_SUCCESSORS ? V : ZS_MARKOV_SUCCESSORS;
+    const double tele = ZS_MARKOV_TELEPORT;
     for (int i = 0; i < V; i++) {
-        double *row = P + (size_t)i * V, w[ZS_MARKOV_SUCCESSORS], sum = 0.0;
+        double w[ZS_MARKOV_SUCCESSORS], sum = 0.0, c = 0.0;
         for (int j = 0; j < k; j++) {
             w[j] = -log(1.0 - zs_rng_uniform(&st)); /* exponential: Dirichlet(1) weights */
             sum += w[j];
         }
-        for (int j = 0; j < V; j++)
-            row[j] = ZS_MARKOV_TELEPORT / V;
-        for (int j = 0; j < k; j++) { /* successors may repeat; weights then add */
-            int s = (int)(zs_rng_next(&st) % (uint64_t)V);
-            row[s] += (1.0 - ZS_MARKOV_TELEPORT) * w[j] / sum;
+        for (int j = 0; j < k; j++) {
+            d->succ[(size_t)i * k + j] = (int32_t)(zs_rng_next(&st) % (uint64_t)V);
+            c += w[j] / sum;
+            d->wcdf[(size_t)i * k + j] = j == k - 1 ? 1.0 : c;
         }
     }
-    /* stationary distribution by power iteration (the chain is primitive) */
+    /* pi' = teleport/V + (1-teleport) * sum_i pi_i * successor weights */
     for (int i = 0; i < V; i++)
         pi[i] = 1.0 / V;
-    for (int it = 0; it < 10000; it++) {
-        memset(nx, 0, (size_t)V * sizeof(double));
+    for (int it = 0; it < 100000; it++) {
+        for (int j = 0; j < V; j++)
+            nx[j] = tele / V;
         for (int i = 0; i < V; i++)
-            for (int j = 0; j < V; j++)
-                nx[j] += pi[i] * P[(size_t)i * V + j];
+            for (int j = 0; j < k; j++) {
+                const double *cw = d->wcdf + (size_t)i * k;
+                double wj = cw[j] - (j ? cw[j - 1] : 0.0);
+                nx[d->succ[(size_t)i * k + j]] += (1.0 - tele) * pi[i] * wj;
+            }
         double diff = 0.0;
         for (int j = 0; j < V; j++) {
             diff += fabs(nx[j] - pi[j]);
@@ -68,22 +77,36 @@ static int zs_data_build_chain(zs_data *d)
         if (diff < 1e-15)
             break;
     }
+    /* H(row i) = -sum_j p_ij log p_ij: successors (duplicates merged) carry
+     * teleport/V + their weight, the other tokens teleport/V each. */
     double H = 0.0, acc = 0.0;
     for (int i = 0; i < V; i++) {
-        double h = 0.0, c = 0.0;
-        for (int j = 0; j < V; j++) {
-            double p = P[(size_t)i * V + j];
-            if (p > 0)
-                h -= p * log(p);
-            c += p;
-            d->cdf[(size_t)i * V + j] = c;
+        double p[ZS_MARKOV_SUCCESSORS];
+        int32_t id[ZS_MARKOV_SUCCESSORS];
+        int n = 0;
+        for (int j = 0; j < k; j++) {
+            const double *cw = d->wcdf + (size_t)i * k;
+            double wj = (1.0 - tele) * (cw[j] - (j ? cw[j - 1] : 0.0));
+            int32_t t = d->succ[(size_t)i * k + j], m;
+            for (m = 0; m < n && id[m] != t; m++)
+                ;
+            if (m == n) {
+                id[n] = t;
+                p[n++] = tele / V;
+            }
+            p[m] += wj;
         }
+        double h = 0.0, base = tele / V;
+        for (int m = 0; m < n; m++)
+            h -= p[m] * log(p[m]);
+        h -= (double)(V - n) * base * log(base);
         H += pi[i] * h;
         acc += pi[i];
         d->pi_cdf[i] = acc;
     }
     d->floor = H;
-    free(P); free(pi); free(nx);
+    free(pi);
+    free(nx);
     return 0;
 }
 
@@ -98,6 +121,17 @@ static int zs_sample_cdf(const double *cdf, int n, double u)
             lo = mid + 1;
     }
     return lo;
+}
+
+/* The token after cur: teleport to a uniform token, else a successor. */
+static int zs_data_next(const zs_data *d, int cur, uint64_t *st)
+{
+    double u = zs_rng_uniform(st);
+    if (u < ZS_MARKOV_TELEPORT)
+        return (int)(zs_rng_next(st) % (uint64_t)d->v);
+    double w = (u - ZS_MARKOV_TELEPORT) / (1.0 - ZS_MARKOV_TELEPORT);
+    int j = zs_sample_cdf(d->wcdf + (size_t)cur * d->k, d->k, w);
+    return d->succ[(size_t)cur * d->k + j];
 }
 
 int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out)
@@ -137,7 +171,8 @@ void zs_data_destroy(zs_data *d)
 {
     if (!d)
         return;
-    free(d->cdf);
+    free(d->succ);
+    free(d->wcdf);
     free(d->pi_cdf);
     free(d->w1);
     free(d->w2);
@@ -156,7 +191,7 @@ void zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens, int3
             int T = mc->seq_len, V = d->v;
             int cur = zs_sample_cdf(d->pi_cdf, V, zs_rng_uniform(&st));
             for (int t = 0; t < T; t++) {
-                int nxt = zs_sample_cdf(d->cdf + (size_t)cur * V, V, zs_rng_uniform(&st));
+                int nxt = zs_data_next(d, cur, &st);
                 tokens[(size_t)s * T + t] = cur;
                 targets[(size_t)s * T + t] = nxt;
                 cur = nxt;

@@ -56,25 +56,23 @@ static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
 /* Entry index of entry k of block l (0-based block). */
 static int blk(int l, int k) { return 2 + l * B_NENT + k; }
 
-static void gpt_init_params(const zs_model *m, float *params, uint64_t seed)
+/* Elements [first, first+n) of entry i, into out. Value j of an entry is
+ * drawn from the (2j)-th and (2j+1)-th numbers of the entry's stream, so any
+ * range can be generated on its own. */
+static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, float *out,
+                           uint64_t seed)
 {
     const zs_layout *lay = &m->layout;
-    double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
-    for (int i = 0; i < lay->n_entries; i++) {
-        const zs_param_entry *e = &lay->entries[i];
-        float *p = params + e->offset;
-        uint64_t st = zs_rng_mix(seed, (uint64_t)i + 1);
-        int k = i >= 2 ? (i - 2) % B_NENT : -1;
-        int is_ln_w = (i >= 2 && i < 2 + m->cfg.n_layer * B_NENT && (k == B_LN1W || k == B_LN2W)) ||
-                      i == lay->n_entries - 2;
-        int is_bias = (i >= 2 && i < 2 + m->cfg.n_layer * B_NENT &&
-                       (k == B_LN1B || k == B_QKVB || k == B_PROJB || k == B_LN2B ||
-                        k == B_FCB || k == B_FCPB)) || i == lay->n_entries - 1;
-        double std = (i >= 2 && (k == B_PROJW || k == B_FCPW) && i < 2 + m->cfg.n_layer * B_NENT)
-                         ? resid_std : 0.02;
-        for (size_t j = 0; j < e->numel; j++)
-            p[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
-    }
+    int L = m->cfg.n_layer;
+    int in_block = i >= 2 && i < 2 + L * B_NENT;
+    int k = in_block ? (i - 2) % B_NENT : -1;
+    int is_ln_w = (in_block && (k == B_LN1W || k == B_LN2W)) || i == lay->n_entries - 2;
+    int is_bias = (in_block && (k == B_LN1B || k == B_QKVB || k == B_PROJB || k == B_LN2B ||
+                                k == B_FCB || k == B_FCPB)) || i == lay->n_entries - 1;
+    double std = in_block && (k == B_PROJW || k == B_FCPW) ? 0.02 / sqrt(2.0 * L) : 0.02;
+    uint64_t st = zs_rng_mix(seed, (uint64_t)i + 1) + 2 * first * 0x9e3779b97f4a7c15ULL;
+    for (size_t j = 0; j < n; j++)
+        out[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
 }
 
 static size_t gpt_activation_floats(const zs_model_config *c, int b)
@@ -231,7 +229,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
 
 const zs_model_ops zs_gpt_ops = {
     .build_layout = gpt_build_layout,
-    .init_params = gpt_init_params,
+    .init_range = gpt_init_range,
     .activation_bytes = gpt_activation_bytes,
     .scratch_bytes = gpt_scratch_bytes,
     .bind_acts = gpt_bind_acts,

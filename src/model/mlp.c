@@ -38,18 +38,16 @@ static int mlp_build_layout(const zs_model_config *c, zs_layout *lay)
     return 0;
 }
 
-/* Weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) times sqrt(3) (variance 1/fan_in), biases 0. */
-static void mlp_init_params(const zs_model *m, float *params, uint64_t seed)
+/* Weights U(-sqrt(3/fan_in), sqrt(3/fan_in)) (variance 1/fan_in), biases 0.
+ * Value j of an entry is the j-th number of the entry's stream. */
+static void mlp_init_range(const zs_model *m, int i, size_t first, size_t n, float *out,
+                           uint64_t seed)
 {
-    const zs_layout *lay = &m->layout;
-    for (int i = 0; i < lay->n_entries; i++) {
-        const zs_param_entry *e = &lay->entries[i];
-        float *p = params + e->offset;
-        uint64_t st = zs_rng_mix(seed, (uint64_t)i + 1);
-        double bound = sqrt(3.0 / (double)mlp_in(&m->cfg, e->layer));
-        for (size_t j = 0; j < e->numel; j++)
-            p[j] = (i % 2) ? 0.0f : (float)(bound * (2.0 * zs_rng_uniform(&st) - 1.0));
-    }
+    const zs_param_entry *e = &m->layout.entries[i];
+    uint64_t st = zs_rng_mix(seed, (uint64_t)i + 1) + first * 0x9e3779b97f4a7c15ULL;
+    double bound = sqrt(3.0 / (double)mlp_in(&m->cfg, e->layer));
+    for (size_t j = 0; j < n; j++)
+        out[j] = (i % 2) ? 0.0f : (float)(bound * (2.0 * zs_rng_uniform(&st) - 1.0));
 }
 
 static size_t mlp_activation_bytes(const zs_model_config *c, int b)
@@ -152,7 +150,7 @@ static void mlp_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
 
 const zs_model_ops zs_mlp_ops = {
     .build_layout = mlp_build_layout,
-    .init_params = mlp_init_params,
+    .init_range = mlp_init_range,
     .activation_bytes = mlp_activation_bytes,
     .scratch_bytes = mlp_scratch_bytes,
     .bind_acts = mlp_bind_acts,

@@ -185,7 +185,24 @@ int zs_model_unit_uses(const zs_model *m, int l, int *ids, int max)
 
 void zs_model_init_params(const zs_model *m, float *params, uint64_t seed)
 {
-    m->ops->init_params(m, params, seed);
+    for (int i = 0; i < m->layout.n_entries; i++)
+        m->ops->init_range(m, i, 0, m->layout.entries[i].numel, params + m->layout.entries[i].offset,
+                           seed);
+}
+
+void zs_model_init_slice(const zs_model *m, size_t lo, size_t hi, float *out, uint64_t seed)
+{
+    const zs_layout *lay = &m->layout;
+    for (size_t k = lo; k < hi; k++) /* padding beyond the parameters is 0 */
+        if (k >= lay->num_params)
+            out[k - lo] = 0.0f;
+    for (int i = 0; i < lay->n_entries; i++) {
+        const zs_param_entry *e = &lay->entries[i];
+        size_t a = e->offset > lo ? e->offset : lo;
+        size_t b = e->offset + e->numel < hi ? e->offset + e->numel : hi;
+        if (a < b)
+            m->ops->init_range(m, i, a - e->offset, b - a, out + (a - lo), seed);
+    }
 }
 
 size_t zs_model_activation_bytes(const zs_model_config *c, int b)

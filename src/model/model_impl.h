@@ -8,7 +8,8 @@
 typedef struct {
     /* fill the layout entries (names, numel, layer); offsets are set after */
     int (*build_layout)(const zs_model_config *c, zs_layout *lay);
-    void (*init_params)(const zs_model *m, float *params, uint64_t seed);
+    void (*init_range)(const zs_model *m, int entry, size_t first, size_t n, float *out,
+                       uint64_t seed);
     size_t (*activation_bytes)(const zs_model_config *c, int b);
     size_t (*scratch_bytes)(const zs_model_config *c, int b);
     void (*bind_acts)(zs_acts *a);   /* carve views out of the two blocks */

@@ -3,13 +3,16 @@
 #include "zerosim/report.h"
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
+#include "zerosim/predict.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 size_t zs_report_peak_rss(void)
@@ -26,21 +29,350 @@ static json_t *zs_json_real(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
+/* The report's memory rows: one per category, the three optimizer ones
+ * also summed into "optimizer". */
+typedef struct {
+    const char *name;
+    int cats[3];
+    int ncats;
+} zs_mem_row;
+
+static const zs_mem_row zs_mem_rows[] = {
+    {"params", {ZS_MEM_PARAMS}, 1},
+    {"grads", {ZS_MEM_GRADS}, 1},
+    {"optimizer_master", {ZS_MEM_OPT_MASTER}, 1},
+    {"optimizer_m", {ZS_MEM_OPT_M}, 1},
+    {"optimizer_v", {ZS_MEM_OPT_V}, 1},
+    {"optimizer", {ZS_MEM_OPT_MASTER, ZS_MEM_OPT_M, ZS_MEM_OPT_V}, 3},
+    {"activations", {ZS_MEM_ACTIVATIONS}, 1},
+    {"checkpoints", {ZS_MEM_CHECKPOINTS}, 1},
+    {"comm_buffers", {ZS_MEM_COMM_BUFFERS}, 1},
+    {"compression", {ZS_MEM_COMPRESSION}, 1},
+    {"workspace", {ZS_MEM_WORKSPACE}, 1},
+};
+#define ZS_NROWS (sizeof zs_mem_rows / sizeof zs_mem_rows[0])
+
+/* Measured peak and prediction of row k on rank q; *has = 0 when none. */
+static size_t zs_row_peak(const zs_train_result *r, int q, size_t k)
+{
+    size_t v = 0;
+    for (int i = 0; i < zs_mem_rows[k].ncats; i++)
+        v += r->peaks[q][zs_mem_rows[k].cats[i]];
+    return v;
+}
+
+static size_t zs_row_pred(const zs_train_result *r, size_t k, int *has)
+{
+    size_t v = 0;
+    *has = 1;
+    for (int i = 0; i < zs_mem_rows[k].ncats; i++) {
+        int c = zs_mem_rows[k].cats[i];
+        *has &= r->pred.has[c];
+        v += r->pred.bytes[c];
+    }
+    return v;
+}
+
+static double zs_ratio(double measured, double predicted)
+{
+    if (predicted == 0.0)
+        return measured == 0.0 ? 1.0 : INFINITY;
+    return measured / predicted;
+}
+
+/* Training traffic of op o on rank q over the run (full-buffer bytes). */
+static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls, double *secs)
+{
+    double b = 0.0;
+    *calls = *secs = 0.0;
+    for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
+        if (p == ZS_PHASE_REPORT)
+            continue;
+        b += r->comm[q][o][p].bytes;
+        *calls += r->comm[q][o][p].calls;
+        *secs += r->comm[q][o][p].seconds;
+    }
+    return b;
+}
+
+/* Predicted full-buffer bytes of op o over the run; -1 when none. */
+static double zs_op_pred(const zs_train_result *r, int o)
+{
+    if (o == ZS_OP_REDUCE_SCATTER)
+        return (double)r->pred.rs_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLGATHER)
+        return (double)r->pred.ag_bytes_per_step * r->steps_applied +
+               (double)r->pred.ag_bytes_per_skipped_step * r->skipped_steps;
+    return -1.0;
+}
+
 static json_t *zs_report_memory(const zs_train_result *r)
 {
     json_t *list = json_array();
     for (int q = 0; q < r->world_size; q++) {
         json_t *cats = json_object();
+        for (size_t k = 0; k < ZS_NROWS; k++) {
+            if (!strncmp(zs_mem_rows[k].name, "optimizer_", 10))
+                continue; /* inside "optimizer" below */
+            int has;
+            size_t pred = zs_row_pred(r, k, &has);
+            json_t *o = json_pack("{s:I, s:o}", "peak_bytes", (json_int_t)zs_row_peak(r, q, k),
+                                  "predicted_bytes", has ? json_integer((json_int_t)pred) : json_null());
+            if (!strcmp(zs_mem_rows[k].name, "optimizer")) {
+                static const char *const sub[3] = {"master", "m", "v"};
+                for (int i = 0; i < 3; i++) {
+                    int c = zs_mem_rows[k].cats[i];
+                    json_object_set_new(o, sub[i], json_pack("{s:I, s:I}", "peak_bytes",
+                                        (json_int_t)r->peaks[q][c], "predicted_bytes",
+                                        (json_int_t)r->pred.bytes[c]));
+                }
+            }
+            json_object_set_new(cats, zs_mem_rows[k].name, o);
+        }
+        json_t *mix = json_object(), *phases = json_object();
         for (int c = 0; c < ZS_MEM_NCAT; c++)
-            json_object_set_new(cats, zs_mem_category_name((zs_mem_category)c),
-                                json_pack("{s:I}", "peak_bytes", (json_int_t)r->peaks[q][c]));
-        json_t *rank = json_pack("{s:i, s:o, s:I}", "rank", q, "categories", cats,
-                                 "total_peak_bytes", (json_int_t)r->total_peaks[q]);
+            json_object_set_new(mix, zs_mem_category_name((zs_mem_category)c),
+                                json_integer((json_int_t)r->at_peak[q][c]));
+        for (int p = 1; p < ZS_MEM_NPHASES; p++)
+            json_object_set_new(phases, zs_mem_phase_name((zs_mem_phase)p),
+                                json_integer((json_int_t)r->phase_peaks[q][p]));
+        json_t *rank = json_pack("{s:i, s:o, s:I, s:o, s:o}", "rank", q, "categories", cats,
+                                 "total_peak_bytes", (json_int_t)r->total_peaks[q],
+                                 "at_total_peak", mix, "peak_by_phase", phases);
         if (q == 0)
             json_object_set_new(rank, "peak_rss_bytes", json_integer((json_int_t)zs_report_peak_rss()));
         json_array_append_new(list, rank);
     }
     return list;
+}
+
+static json_t *zs_report_comm(const zs_train_result *r)
+{
+    json_t *list = json_array();
+    int N = r->world_size;
+    for (int q = 0; q < N; q++) {
+        json_t *ops = json_object();
+        for (int o = 0; o < ZS_OP_NOPS; o++) {
+            double calls, secs, b = zs_op_bytes(r, q, o, &calls, &secs), pb = zs_op_pred(r, o);
+            json_t *phases = json_object();
+            for (int p = 0; p < ZS_PHASE_NPHASES; p++)
+                if (r->comm[q][o][p].calls > 0)
+                    json_object_set_new(phases, zs_comm_phase_name((zs_comm_phase)p),
+                                        json_pack("{s:f, s:f, s:f}", "bytes",
+                                                  zs_ring_bytes((size_t)r->comm[q][o][p].bytes, N),
+                                                  "api_bytes", r->comm[q][o][p].bytes, "calls",
+                                                  r->comm[q][o][p].calls));
+            json_object_set_new(ops, zs_comm_op_name((zs_comm_op)o),
+                json_pack("{s:f, s:o, s:f, s:f, s:f, s:f, s:o}",
+                          "bytes", zs_ring_bytes((size_t)b, N),
+                          "predicted_bytes", pb >= 0 ? json_real(zs_ring_bytes((size_t)pb, N)) : json_null(),
+                          "api_bytes", b, "calls", calls, "seconds", secs,
+                          "bytes_per_step", r->steps ? zs_ring_bytes((size_t)b, N) / r->steps : 0.0,
+                          "by_phase", phases));
+        }
+        json_array_append_new(list, json_pack("{s:i, s:o}", "rank", q, "ops", ops));
+    }
+    return list;
+}
+
+/* nccl-tests' bus bandwidth factor of an op on N ranks. */
+static double zs_busbw_factor(int op, int N)
+{
+    if (N < 2)
+        return 0.0;
+    double f = (double)(N - 1) / N;
+    return op == ZS_OP_ALLREDUCE ? 2 * f : f;
+}
+
+void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
+{
+    int N = r->world_size;
+    fprintf(f, "\nmemory per rank (peak bytes; predicted from the closed forms in "
+               "zerosim/predict.h)\n");
+    fprintf(f, "%5s  %-17s %15s %15s %9s\n", "rank", "category", "measured", "predicted", "ratio");
+    for (int q = 0; q < N; q++) {
+        for (size_t k = 0; k < ZS_NROWS; k++) {
+            int has;
+            size_t pred = zs_row_pred(r, k, &has), meas = zs_row_peak(r, q, k);
+            if (!has && meas == 0)
+                continue;
+            if (has)
+                fprintf(f, "%5d  %-17s %15zu %15zu %9.3f\n", q, zs_mem_rows[k].name, meas, pred,
+                        zs_ratio((double)meas, (double)pred));
+            else
+                fprintf(f, "%5d  %-17s %15zu %15s %9s\n", q, zs_mem_rows[k].name, meas, "-", "-");
+        }
+        fprintf(f, "%5d  %-17s %15zu   (forward %zu, backward %zu, step %zu)\n", q, "total peak",
+                r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_FORWARD],
+                r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD], r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
+    }
+    fprintf(f, "rank 0 peak RSS %zu bytes\n", zs_report_peak_rss());
+    if (cfg->stage == 3)
+        fprintf(f, "stage 3: at most %zu gathered parameters alive (predicted %zu, bound %zu)\n",
+                r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters);
+
+    fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
+    fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
+    for (int q = 0; q < N; q++)
+        for (int o = 0; o < ZS_OP_NOPS; o++) {
+            double calls, secs, b = zs_op_bytes(r, q, o, &calls, &secs), pb = zs_op_pred(r, o);
+            if (calls == 0)
+                continue;
+            double mb = zs_ring_bytes((size_t)b, N) / r->steps;
+            if (pb >= 0) {
+                double pp = zs_ring_bytes((size_t)pb, N) / r->steps;
+                if (N > 1)
+                    fprintf(f, "%5d  %-15s %15.1f %15.1f %9.3f\n", q, zs_comm_op_name(o), mb, pp,
+                            zs_ratio(mb, pp));
+                else
+                    fprintf(f, "%5d  %-15s %15.1f %15.1f %9s\n", q, zs_comm_op_name(o), mb, pp,
+                            "(N=1)");
+            } else {
+                fprintf(f, "%5d  %-15s %15.1f %15s %9s\n", q, zs_comm_op_name(o), mb, "-", "-");
+            }
+        }
+
+    fprintf(f, "\ncomms on rank 0 (training calls; algbw = bytes/time, busbw as nccl-tests)\n");
+    fprintf(f, "%-15s %14s %8s %12s %12s %12s\n", "op", "message bytes", "count", "total ms",
+            "algbw GB/s", "busbw GB/s");
+    for (size_t i = 0; i < r->n_comm_rows; i++) {
+        const zs_comm_row *c = &r->comm_rows[i];
+        double alg = c->seconds > 0 ? (double)c->msg_bytes * c->count / c->seconds / 1e9 : 0.0;
+        fprintf(f, "%-15s %14zu %8zu %12.3f %12.3f %12.3f\n", zs_comm_op_name(c->op), c->msg_bytes,
+                c->count, c->seconds * 1e3, alg, alg * zs_busbw_factor(c->op, N));
+    }
+}
+
+/* Write text to dir/name atomically. */
+static int zs_write_file(const char *dir, const char *name, const char *text, size_t len)
+{
+    char path[4096], tmp[4200];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        ZS_FAIL("--csv directory path too long: %s", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        ZS_FAIL("cannot write %s: %s", path, strerror(errno));
+    size_t w = fwrite(text, 1, len, f);
+    int bad = w != len || fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        ZS_FAIL("cannot write %s: %s", path, strerror(err ? err : EIO));
+    }
+    return 0;
+}
+
+/* A growing text buffer for the CSV files. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+} zs_text;
+
+static void zs_text_add(zs_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void zs_text_add(zs_text *t, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        size_t room = t->cap - t->len;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->oom = 1;
+            return;
+        }
+        if (t->p && (size_t)n < room) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *q = realloc(t->p, cap);
+        if (!q) {
+            t->oom = 1;
+            return;
+        }
+        t->p = q;
+        t->cap = cap;
+    }
+}
+
+static int zs_text_flush(zs_text *t, const char *dir, const char *name)
+{
+    int rc = t->oom ? zs_error_set("out of host memory writing %s", name)
+                    : zs_write_file(dir, name, t->p ? t->p : "", t->len);
+    free(t->p);
+    memset(t, 0, sizeof *t);
+    return rc;
+}
+
+int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_train_result *r)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 && mkdir(dir, 0777) != 0)
+        ZS_FAIL("cannot create the --csv directory %s: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        ZS_FAIL("--csv %s is not a directory", dir);
+    int N = r->world_size;
+    zs_text t = {0};
+    zs_text_add(&t, "# world_size stage precision deterministic num_params padded_params steps "
+                    "micro_batch grad_accum\n%d %d %s %d %zu %zu %d %d %d\n", N, cfg->stage,
+                zs_dtype_name(cfg->precision), cfg->deterministic, r->num_params, r->padded_params,
+                r->steps, cfg->micro_batch, cfg->grad_accum);
+    ZS_TRY(zs_text_flush(&t, dir, "run.csv"));
+
+    zs_text_add(&t, "# rank category peak_bytes predicted_bytes ratio\n");
+    for (int q = 0; q < N; q++) {
+        for (size_t k = 0; k < ZS_NROWS; k++) {
+            int has;
+            size_t pred = zs_row_pred(r, k, &has), meas = zs_row_peak(r, q, k);
+            if (has)
+                zs_text_add(&t, "%d %s %zu %zu %.6f\n", q, zs_mem_rows[k].name, meas, pred,
+                            zs_ratio((double)meas, (double)pred));
+            else
+                zs_text_add(&t, "%d %s %zu -1 -1\n", q, zs_mem_rows[k].name, meas);
+        }
+        zs_text_add(&t, "%d total %zu -1 -1\n", q, r->total_peaks[q]);
+    }
+    ZS_TRY(zs_text_flush(&t, dir, "memory.csv"));
+
+    zs_text_add(&t, "# rank op phase calls bytes predicted_bytes api_bytes seconds\n");
+    for (int q = 0; q < N; q++)
+        for (int o = 0; o < ZS_OP_NOPS; o++) {
+            for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
+                const zs_comm_sum *c = &r->comm[q][o][p];
+                if (c->calls > 0)
+                    zs_text_add(&t, "%d %s %s %.0f %.3f -1 %.0f %.6f\n", q, zs_comm_op_name(o),
+                                zs_comm_phase_name(p), c->calls, zs_ring_bytes((size_t)c->bytes, N),
+                                c->bytes, c->seconds);
+            }
+            double calls, secs, b = zs_op_bytes(r, q, o, &calls, &secs), pb = zs_op_pred(r, o);
+            zs_text_add(&t, "%d %s all %.0f %.3f %.3f %.0f %.6f\n", q, zs_comm_op_name(o), calls,
+                        zs_ring_bytes((size_t)b, N), pb >= 0 ? zs_ring_bytes((size_t)pb, N) : -1.0,
+                        b, secs);
+        }
+    ZS_TRY(zs_text_flush(&t, dir, "comm.csv"));
+
+    zs_text_add(&t, "# step %d\n# event params grads optimizer activations checkpoints "
+                    "comm_buffers compression workspace total\n", r->timeline_step);
+    for (size_t i = 0; i < r->n_timeline; i++) {
+        const size_t *c = r->timeline[i].current;
+        size_t opt = c[ZS_MEM_OPT_MASTER] + c[ZS_MEM_OPT_M] + c[ZS_MEM_OPT_V], tot = 0;
+        for (int k = 0; k < ZS_MEM_NCAT; k++)
+            tot += c[k];
+        zs_text_add(&t, "%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", i, c[ZS_MEM_PARAMS],
+                    c[ZS_MEM_GRADS], opt, c[ZS_MEM_ACTIVATIONS], c[ZS_MEM_CHECKPOINTS],
+                    c[ZS_MEM_COMM_BUFFERS], c[ZS_MEM_COMPRESSION], c[ZS_MEM_WORKSPACE], tot);
+    }
+    ZS_TRY(zs_text_flush(&t, dir, "timeline.csv"));
+
+    zs_text_add(&t, "# step loss lr grad_norm loss_scale seconds\n");
+    for (int s = 0; s < r->steps; s++)
+        zs_text_add(&t, "%d %.9g %.9g %.9g %.9g %.9g\n", s, (double)r->info[s].loss,
+                    (double)r->info[s].lr, (double)r->info[s].grad_norm,
+                    (double)r->info[s].loss_scale, r->info[s].seconds);
+    return zs_text_flush(&t, dir, "steps.csv");
 }
 
 int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r)
@@ -97,6 +429,7 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "loss_floor", zs_json_real(r->loss_floor));
     json_object_set_new(root, "seconds", zs_json_real(r->seconds));
     json_object_set_new(root, "memory", zs_report_memory(r));
+    json_object_set_new(root, "comm", zs_report_comm(r));
     json_object_set_new(root, "deterministic", json_boolean(cfg->deterministic));
     json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
     if (cfg->stage == 3)

@@ -325,33 +325,39 @@ static int zs_engine_alloc_states(zs_engine *e)
     return 0;
 }
 
-/* Initial parameters: the same fp32 vector on every rank; each keeps what
- * its stage holds. */
+/* Initial parameters: the same fp32 values on every rank; each writes what
+ * its stage holds, through a small host buffer (no host copy of the model). */
+#define ZS_INIT_CHUNK ((size_t)1 << 18)
 static int zs_engine_init_params(zs_engine *e)
 {
     const zs_partition *p = &e->part;
-    float *init = calloc(p->padded, sizeof(float));
-    if (!init)
-        ZS_FAIL("out of host memory initialising %zu parameters", p->num_params);
-    zs_model_init_params(e->model, init, e->cfg.seed);
-    const float *src = init + (e->stage == 0 ? 0 : p->shard_begin);
-    if (e->mixed) {
-        zs_backend_copy_h2d(e->be, e->master, src, e->opt_elems * 4);
-        /* working copy: full (stages 0-2) or shard (stage 3) */
-        const float *wsrc = e->stage == 3 ? init + p->shard_begin : init;
-        float *tmp = NULL;
-        if (ZS_ALLOC(ZS_MEM_WORKSPACE, e->params_elems * 4, &tmp)) {
-            free(init);
-            return -1;
-        }
-        zs_backend_copy_h2d(e->be, tmp, wsrc, e->params_elems * 4);
-        zs_backend_convert_from_f32(e->be, e->params, e->pt, tmp, e->params_elems);
-        zs_mem_free(e->mem, ZS_MEM_WORKSPACE, tmp, e->params_elems * 4);
-    } else {
-        const float *wsrc = e->stage == 3 ? init + p->shard_begin : init;
-        zs_backend_copy_h2d(e->be, e->params, wsrc, e->params_elems * 4);
+    float *buf = malloc(ZS_INIT_CHUNK * sizeof(float)), *tmp = NULL;
+    if (!buf)
+        ZS_FAIL("out of host memory initialising the parameters");
+    if (e->mixed && ZS_ALLOC(ZS_MEM_WORKSPACE, ZS_INIT_CHUNK * 4, &tmp)) {
+        free(buf);
+        return -1;
     }
-    free(init);
+    /* master / optimizer view: [mlo, mlo+opt_elems); working copy: [plo, plo+params_elems) */
+    size_t mlo = e->stage == 0 ? 0 : p->shard_begin, plo = e->stage == 3 ? p->shard_begin : 0;
+    for (size_t off = 0; off < e->params_elems; off += ZS_INIT_CHUNK) {
+        size_t n = e->params_elems - off < ZS_INIT_CHUNK ? e->params_elems - off : ZS_INIT_CHUNK;
+        size_t g = plo + off; /* global index of this piece */
+        zs_model_init_slice(e->model, g, g + n, buf, e->cfg.seed);
+        if (!e->mixed) {
+            zs_backend_copy_h2d(e->be, (float *)e->params + off, buf, n * 4);
+            continue;
+        }
+        zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
+        zs_backend_convert_from_f32(e->be, (char *)e->params + off * e->ps, e->pt, tmp, n);
+        /* the part of this piece that the master holds */
+        size_t a = g > mlo ? g : mlo, b = g + n < mlo + e->opt_elems ? g + n : mlo + e->opt_elems;
+        if (a < b)
+            zs_backend_copy_h2d(e->be, e->master + (a - mlo), buf + (a - g), (b - a) * 4);
+    }
+    if (tmp)
+        zs_mem_free(e->mem, ZS_MEM_WORKSPACE, tmp, ZS_INIT_CHUNK * 4);
+    free(buf);
     return 0;
 }
 
@@ -731,6 +737,7 @@ static int zs_engine_micro_batch(zs_engine *e, int step, int a, float dloss)
     zs_engine_load_batch(e, (uint64_t)step * global + j * (uint64_t)c->micro_batch);
 
     zs_comm_set_context(e->comm, ZS_PHASE_FORWARD, step);
+    zs_mem_set_phase(e->mem, ZS_MEM_PHASE_FORWARD);
     for (int u = 0; u < U; u++) {
         if (e->stage == 3)
             ZS_TRY(zs_gather_unit(e, u, u + 1));
@@ -742,6 +749,7 @@ static int zs_engine_micro_batch(zs_engine *e, int step, int a, float dloss)
     e->loss_local[a] = zs_model_loss(e->acts, e->be);
 
     zs_comm_set_context(e->comm, ZS_PHASE_BACKWARD, step);
+    zs_mem_set_phase(e->mem, ZS_MEM_PHASE_BACKWARD);
     if (e->stage <= 1)
         zs_backend_memset0(e->be, e->gfull, e->part.padded * e->ps);
     for (int u = U - 1; u >= 0; u--) {
@@ -779,6 +787,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
         ZS_TRY(zs_engine_micro_batch(e, step, a, dloss));
 
     zs_comm_set_context(e->comm, ZS_PHASE_STEP, step);
+    zs_mem_set_phase(e->mem, ZS_MEM_PHASE_STEP);
     /* the loss of the step: micro-batch losses summed in global order */
     ZS_TRY(zs_comm_allgather_small(e->comm, e->loss_local, e->loss_all, GA, ZS_CT_F32));
     double loss = 0.0;
@@ -888,16 +897,42 @@ void zs_param_hash(const float *params, size_t n, char hex[17])
     snprintf(hex, 17, "%016llx", (unsigned long long)h);
 }
 
+/* Collective. The hash streams the parameters through a small host buffer,
+ * shard after shard in rank order, so hashing never holds a second copy of
+ * the model (which would show in the peak RSS and not in the accounting). */
+#define ZS_HASH_CHUNK ((size_t)1 << 18)
 int zs_engine_param_hash(zs_engine *e, char hex[17])
 {
-    float *h = e->part.rank == 0 ? malloc(e->part.num_params * sizeof(float)) : NULL;
-    if (e->part.rank == 0 && !h)
-        ZS_FAIL("out of host memory hashing %zu parameters", e->part.num_params);
-    int rc = zs_engine_get_params(e, h);
-    if (!rc && e->part.rank == 0)
-        zs_param_hash(h, e->part.num_params, hex);
-    else
-        hex[0] = '\0';
-    free(h);
+    const zs_partition *p = &e->part;
+    zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
+    hex[0] = '\0';
+    float *buf = malloc(ZS_HASH_CHUNK * sizeof(float));
+    XXH3_state_t *st = p->rank == 0 ? XXH3_createState() : NULL;
+    int rc = 0;
+    if (!buf || (p->rank == 0 && !st))
+        rc = zs_error_set("out of host memory hashing the parameters");
+    if (st)
+        XXH3_64bits_reset(st);
+    /* stage 0: rank 0 holds everything; otherwise rank q holds [qS, qS+S) */
+    int owners = e->stage == 0 ? 1 : p->world;
+    size_t span = e->stage == 0 ? p->padded : p->shard;
+    for (int q = 0; q < owners && !rc; q++) {
+        size_t base = (size_t)q * span;
+        for (size_t off = 0; off < span && base + off < p->num_params && !rc; off += ZS_HASH_CHUNK) {
+            size_t n = span - off < ZS_HASH_CHUNK ? span - off : ZS_HASH_CHUNK;
+            if (base + off + n > p->num_params) /* leave the padding out */
+                n = p->num_params - base - off;
+            if (p->rank == q)
+                zs_backend_copy_d2h(e->be, buf, e->master + off, n * 4);
+            rc = zs_comm_send_to_root(e->comm, q, buf, (int)n, ZS_CT_F32);
+            if (!rc && st)
+                XXH3_64bits_update(st, buf, n * sizeof(float));
+        }
+    }
+    if (!rc && st)
+        snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
+    if (st)
+        XXH3_freeState(st);
+    free(buf);
     return rc;
 }

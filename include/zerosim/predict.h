@@ -1,0 +1,64 @@
+/* zerosim — closed-form predictions of memory and traffic per rank.
+ *
+ * Notation: Ψ parameters, Ψp padded to the partition, N ranks, S = Ψp/N,
+ * p bytes per stored parameter or gradient (4 fp32, 2 bf16/fp16), K
+ * optimizer bytes per parameter (8 AdamW, 4 SGD, plus 4 for the fp32 master
+ * under mixed precision). The ZeRO paper's per-rank model states,
+ * (2+2+K)Ψ, 4Ψ+KΨ/N, 2Ψ+(2+K)Ψ/N and (4+K)Ψ/N for p = 2, become, exactly
+ * as zerosim allocates them:
+ *
+ *   stage | params          | grads          | optimizer
+ *   0     | p Ψp            | p Ψp + p S     | K Ψp
+ *   1     | p Ψp            | p Ψp + p S     | K S
+ *   2     | p Ψp            | p S            | K S
+ *   3     | p S + p L       | p S            | K S
+ *
+ * where L is the most gathered parameters alive at once under the stage-3
+ * schedule (each unit gathered before use, the next one prefetched when it
+ * fits under stage3_max_live_parameters and stage3_prefetch_bucket_size),
+ * and the extra p S of stages 0 and 1 is the reduced gradient shard every
+ * stage accumulates into. Deterministic mode adds 8 S of int64 gradients.
+ *
+ * Traffic per rank per step, in the ring-volume convention ((N-1)/N of the
+ * bytes of the full buffer for reduce-scatter and allgather):
+ *   reduce-scatter: grad_accum x Ψp x (p, or 8 in deterministic mode)
+ *   allgather:      stages 0-2: p Ψp once per step that is not skipped
+ *                   (stage 0 gathers gradients, 1 and 2 parameters);
+ *                   stage 3: grad_accum x 2 x p x G, G = sum over units of
+ *                   the parameters each gathers (Ψ, plus the tied token
+ *                   embedding once more for the GPT's output head).
+ */
+#ifndef ZEROSIM_PREDICT_H
+#define ZEROSIM_PREDICT_H
+
+#include <stddef.h>
+#include "zerosim/config.h"
+#include "zerosim/mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    size_t num_params, padded, shard;
+    size_t bytes[ZS_MEM_NCAT];   /* predicted peak per category; 0 = none */
+    int has[ZS_MEM_NCAT];        /* 1 where a prediction exists */
+    size_t live_params;          /* stage 3: L */
+    size_t gathered_per_pass;    /* stage 3: G */
+    /* traffic per step, full-buffer bytes (multiply by (N-1)/N for ring) */
+    size_t rs_bytes_per_step;
+    size_t ag_bytes_per_step;    /* for a step that is not skipped */
+    size_t ag_bytes_per_skipped_step;
+} zs_prediction;
+
+/* Predict for cfg (finalized) on `world` ranks. Returns 0 or non-zero with
+ * a message (an impossible model). */
+int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p);
+
+/* Ring-volume bytes of a collective over an S-byte buffer on N ranks. */
+double zs_ring_bytes(size_t full_bytes, int world);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

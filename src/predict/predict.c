@@ -1,0 +1,101 @@
+/* zerosim — closed-form predictions (see zerosim/predict.h). */
+#include "zerosim/predict.h"
+#include "zerosim/error.h"
+#include "zerosim/model.h"
+#include "zerosim/zero.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+double zs_ring_bytes(size_t full_bytes, int world)
+{
+    return world > 1 ? (double)full_bytes * (double)(world - 1) / (double)world : 0.0;
+}
+
+/* Elements unit u gathers in stage 3: its own range and borrowed entries. */
+static size_t zs_unit_gather(const zs_model *m, int u)
+{
+    const zs_layout *lay = zs_model_layout(m);
+    size_t g = lay->layer_numel[u];
+    int ids[ZS_MAX_USES_PUBLIC];
+    int n = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
+    for (int i = 0; i < n; i++)
+        if (lay->entries[ids[i]].layer != u)
+            g += lay->entries[ids[i]].numel;
+    return g;
+}
+
+/* The most elements alive at once when unit after unit is gathered, the
+ * next one (in the pass's direction) prefetched when it fits. */
+static size_t zs_live_peak(const size_t *g, int U, size_t bound, size_t prefetch)
+{
+    size_t peak = 0;
+    for (int dir = 1; dir >= -1; dir -= 2) {
+        int first = dir > 0 ? 0 : U - 1;
+        for (int k = 0, u = first; k < U; k++, u += dir) {
+            size_t live = g[u]; /* the previous unit was released after use */
+            int nx = u + dir;
+            if (nx >= 0 && nx < U && g[nx] <= prefetch && live + g[nx] <= bound)
+                live += g[nx];
+            if (live > peak)
+                peak = live;
+        }
+    }
+    return peak;
+}
+
+int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
+{
+    memset(p, 0, sizeof *p);
+    zs_model *m;
+    ZS_TRY(zs_model_create(&cfg->model, &m));
+    const zs_layout *lay = zs_model_layout(m);
+    zs_partition part;
+    zs_partition_make(&part, lay->num_params, world, 0, cfg->deterministic);
+    p->num_params = part.num_params;
+    p->padded = part.padded;
+    p->shard = part.shard;
+    size_t P = part.padded, S = part.shard;
+    size_t ps = zs_dtype_size(cfg->precision);
+    int mixed = cfg->precision != ZS_DTYPE_F32, st = cfg->stage;
+    size_t opt = st == 0 ? P : S;
+
+    /* stage 3: gathered parameters */
+    int U = lay->n_layers;
+    size_t *g = calloc((size_t)U, sizeof(size_t));
+    if (!g) {
+        zs_model_destroy(m);
+        ZS_FAIL("out of host memory predicting");
+    }
+    for (int u = 0; u < U; u++) {
+        g[u] = zs_unit_gather(m, u);
+        p->gathered_per_pass += g[u];
+    }
+    if (st == 3)
+        p->live_params = zs_live_peak(g, U, cfg->stage3_max_live_parameters,
+                                      cfg->stage3_prefetch_bucket_size);
+    free(g);
+
+    p->bytes[ZS_MEM_PARAMS] = st == 3 ? ps * S + ps * p->live_params : ps * P;
+    p->bytes[ZS_MEM_GRADS] = (st <= 1 ? ps * P + ps * S : ps * S) + (cfg->deterministic ? 8 * S : 0);
+    p->bytes[ZS_MEM_OPT_MASTER] = mixed ? 4 * opt : 0;
+    p->bytes[ZS_MEM_OPT_M] = 4 * opt;
+    p->bytes[ZS_MEM_OPT_V] = cfg->optimizer == ZS_OPT_ADAMW ? 4 * opt : 0;
+    p->bytes[ZS_MEM_ACTIVATIONS] = zs_model_activation_bytes(&cfg->model, cfg->micro_batch);
+    p->bytes[ZS_MEM_CHECKPOINTS] = 0; /* activation checkpointing is not implemented yet */
+    p->has[ZS_MEM_PARAMS] = p->has[ZS_MEM_GRADS] = 1;
+    p->has[ZS_MEM_OPT_MASTER] = p->has[ZS_MEM_OPT_M] = p->has[ZS_MEM_OPT_V] = 1;
+    p->has[ZS_MEM_ACTIVATIONS] = p->has[ZS_MEM_CHECKPOINTS] = 1;
+
+    size_t GA = (size_t)cfg->grad_accum;
+    p->rs_bytes_per_step = GA * P * (cfg->deterministic ? 8 : ps);
+    if (st == 3) {
+        p->ag_bytes_per_step = GA * 2 * ps * p->gathered_per_pass;
+        p->ag_bytes_per_skipped_step = p->ag_bytes_per_step;
+    } else {
+        p->ag_bytes_per_step = ps * P;
+        p->ag_bytes_per_skipped_step = 0;
+    }
+    zs_model_destroy(m);
+    return 0;
+}
