@@ -37,3 +37,19 @@ for st in 0 1 2 3; do
 done
 echo
 $RUN "$N" "${BENCH_COMM:-./bench/bench_comm}"
+
+# 3. activation checkpointing: step time with sqrt checkpointing relative to
+#    without, one rank, a 16-layer GPT (expected: about one extra forward
+#    pass, 1.2-1.4x), runs interleaved, best of 3 medians each.
+CK="--layers 16 --hidden 64 --heads 4 --seq 32 --vocab 64 --micro-batch 8 --steps 13"
+: >"$T/ck-off"; : >"$T/ck-sqrt"
+for rep in 1 2 3; do
+    for ck in off sqrt; do
+        OPENBLAS_NUM_THREADS=1 "$ZS" train $CK --checkpoint-activations "$ck" --quiet --report "$T/ck.json"
+        median_step "$T/ck.json" >>"$T/ck-$ck"
+    done
+done
+echo
+printf "# %-22s %14s %10s\n" checkpointing step_seconds vs_off
+a=$(best "$T/ck-off"); b=$(best "$T/ck-sqrt")
+awk -v a="$a" -v b="$b" 'BEGIN {printf "  %-22s %14.6f %10.3f\n  %-22s %14.6f %10.3f\n", "off", a, 1, "sqrt (4 segments)", b, b/a}'

@@ -25,6 +25,13 @@ typedef enum {
     ZS_SCHED_WARMUP_COSINE = 3/* DeepSpeed WarmupCosineLR: warm up, then cosine decay */
 } zs_sched_kind;
 
+typedef enum {
+    ZS_CKPT_OFF = 0,
+    ZS_CKPT_EVERY = 1,     /* segments of checkpoint_value blocks */
+    ZS_CKPT_SQRT = 2,      /* about sqrt(L) segments (Chen et al. 2016) */
+    ZS_CKPT_SEGMENTS = 3   /* checkpoint_value segments (number_checkpoints) */
+} zs_ckpt_mode;
+
 typedef struct {
     zs_model_config model;
 
@@ -67,6 +74,12 @@ typedef struct {
      * micro-batches as fixed-point integers, so the result does not depend
      * on the number of ranks or the MPI algorithm (see zerosim/zero.h). */
     int deterministic;
+
+    /* activation checkpointing (--checkpoint-activations, the
+     * "activation_checkpointing" section); finalize turns it into
+     * model.ckpt_blocks */
+    zs_ckpt_mode checkpoint_mode;
+    int checkpoint_value;
 } zs_run_config;
 
 /* The defaults: a small GPT that trains in seconds on one core. */

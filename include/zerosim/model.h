@@ -38,6 +38,7 @@ typedef struct {
     int n_head;       /* attention heads NH (divides C) */
     int seq_len;      /* T, also the number of learned positions */
     int vocab;        /* V */
+    int ckpt_blocks;  /* activation checkpointing: blocks per segment, 0 = off */
     /* MLP */
     int input_dim;
     int n_classes;
@@ -104,6 +105,14 @@ void zs_model_acts_destroy(zs_acts *a);
  * the backward scratch (category workspace) for B samples, from the shapes. */
 size_t zs_model_activation_bytes(const zs_model_config *c, int b);
 size_t zs_model_scratch_bytes(const zs_model_config *c, int b);
+/* Bytes of the activation checkpoints (category checkpoints): with
+ * checkpointing, the input of every segment but the first. */
+size_t zs_model_checkpoint_bytes(const zs_model_config *c, int b);
+/* Activation checkpointing: the number of segments and the units of segment
+ * s ([*first, *last], GPT blocks are units 1..L). Without checkpointing there
+ * is one segment. */
+int zs_model_segments(const zs_model_config *c);
+void zs_model_segment_units(const zs_model_config *c, int s, int *first, int *last);
 
 /* Forward of unit l; P[e] are fp32 views of the entries the unit uses. After
  * the last unit, zs_model_loss() returns the mean loss of the micro-batch. */

@@ -751,6 +751,55 @@ static int zerosim_deterministic(loader *ld, const char *path, const json_t *v)
     return read_bool(ld, path, v, &ld->c.deterministic);
 }
 
+/* activation_checkpointing: the section turns checkpointing on (about
+ * sqrt(L) segments unless number_checkpoints says how many). */
+static int ckpt_number(loader *ld, const char *path, const json_t *v)
+{
+    double n;
+    long long ll;
+    ZS_TRY(read_number(ld, path, v, &R_POS_INT, &n, &ll));
+    ld->c.checkpoint_mode = ZS_CKPT_SEGMENTS;
+    ld->c.checkpoint_value = (int)ll;
+    return 0;
+}
+
+/* A boolean that zerosim supports only as false (a feature it lacks). */
+static int false_only(loader *ld, const char *path, const json_t *v, const char *why)
+{
+    int on;
+    ZS_TRY(read_bool(ld, path, v, &on));
+    if (on)
+        return fail("%s: \"%s\": true is not supported (%s): set it to false", ld->name, path, why);
+    return 0;
+}
+
+static int ckpt_partition(loader *ld, const char *path, const json_t *v)
+{
+    return false_only(ld, path, v, "zerosim has no model parallelism to partition across");
+}
+
+static int ckpt_cpu(loader *ld, const char *path, const json_t *v)
+{
+    return false_only(ld, path, v, "checkpoints stay in device memory in zerosim");
+}
+
+static const field ckpt_fields[] = {
+    F_FUNC("number_checkpoints", ckpt_number),
+    F_FUNC("partition_activations", ckpt_partition),
+    F_FUNC("cpu_checkpointing", ckpt_cpu),
+    F_BOOL("contiguous_memory_optimization"),
+    F_BOOL("synchronize_checkpoint_boundary"),
+    F_BOOL("profile"),
+};
+static const field_table ckpt_table = TABLE(ckpt_fields);
+
+static int load_ckpt(loader *ld, const char *path, const json_t *v)
+{
+    if (json_is_object(v) && ld->c.checkpoint_mode == ZS_CKPT_OFF)
+        ld->c.checkpoint_mode = ZS_CKPT_SQRT;
+    return apply_object(ld, path, v, &ckpt_table, "");
+}
+
 static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
     F_FUNC("deterministic", zerosim_deterministic),
@@ -884,6 +933,7 @@ static const field top_fields[] = {
     F_SECTION("zero_optimization", zero_table),
     F_FUNC("model", load_model),
     F_SECTION("zerosim", zerosim_table),
+    F_FUNC("activation_checkpointing", load_ckpt),
 };
 static const field_table top_table = TABLE(top_fields);
 
@@ -1081,5 +1131,19 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
         if (!checks[i].ok)
             return fail("%s must be %s, got %g", checks[i].key, checks[i].need, checks[i].value);
 
+    if (c->model.kind == ZS_MODEL_GPT || c->checkpoint_mode != ZS_CKPT_OFF) {
+        int L = c->model.n_layer > 0 ? c->model.n_layer : 1, k = 0;
+        if (c->checkpoint_mode == ZS_CKPT_EVERY)
+            k = c->checkpoint_value;
+        else if (c->checkpoint_mode == ZS_CKPT_SEGMENTS)
+            k = (L + c->checkpoint_value - 1) / c->checkpoint_value;
+        else if (c->checkpoint_mode == ZS_CKPT_SQRT) {
+            int nseg = (int)lround(sqrt((double)L));
+            k = (L + (nseg > 0 ? nseg : 1) - 1) / (nseg > 0 ? nseg : 1);
+        }
+        if (c->checkpoint_mode != ZS_CKPT_OFF && k < 1)
+            return fail("activation checkpointing needs at least one block per segment");
+        c->model.ckpt_blocks = k;
+    }
     return zs_model_config_validate(&c->model);
 }

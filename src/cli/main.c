@@ -59,6 +59,8 @@ static const char *const zs_usage =
     "  --loss-scale X           fp16 static loss scale, 0 = dynamic (0)\n"
     "  --seed N                 seed of data and initialisation (1234)\n"
     "  --stage 0|1|2|3          ZeRO stage (0)\n"
+    "  --checkpoint-activations off|every:K|sqrt\n"
+    "                           keep only segment inputs and recompute (GPT; off)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
@@ -76,7 +78,7 @@ enum {
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
-    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_LAST
+    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -113,6 +115,7 @@ static const struct option zs_long_options[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
     {"csv", required_argument, NULL, OPT_CSV},
+    {"checkpoint-activations", required_argument, NULL, OPT_CKPT},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -241,6 +244,23 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
             c->scheduler = ZS_SCHED_WARMUP_COSINE;
     if (cli->val[OPT_DETERMINISTIC])
         c->deterministic = 1;
+    if ((s = cli->val[OPT_CKPT])) {
+        if (!strcmp(s, "off")) {
+            c->checkpoint_mode = ZS_CKPT_OFF;
+        } else if (!strcmp(s, "sqrt")) {
+            c->checkpoint_mode = ZS_CKPT_SQRT;
+        } else if (!strncmp(s, "every:", 6)) {
+            char *end;
+            errno = 0;
+            long k = strtol(s + 6, &end, 10);
+            if (end == s + 6 || *end || errno || k < 1 || k > 4096)
+                ZS_FAIL("--checkpoint-activations every:K needs K between 1 and 4096, got \"%s\"", s);
+            c->checkpoint_mode = ZS_CKPT_EVERY;
+            c->checkpoint_value = (int)k;
+        } else {
+            ZS_FAIL("--checkpoint-activations must be off, every:K or sqrt, got \"%s\"", s);
+        }
+    }
     if ((s = cli->val[OPT_SEED])) {
         ZS_TRY(zs_parse_int(OPT_SEED, s, 0, LONG_MAX, &v));
         c->seed = (uint64_t)v;

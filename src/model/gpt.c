@@ -17,6 +17,12 @@
  *          probs                              BT*V
  *          losses                             BT
  * total = 4 * (BT*C*(2 + 16L) + L*(4*BT + B*NH*T*T) + BT*(V + 3)) bytes.
+ *
+ * With activation checkpointing in segments of K blocks, only K blocks'
+ * activations exist at a time (block l uses slot l mod K; the engine
+ * recomputes a segment before its backward), and the output of the last
+ * block of every segment but the final one is kept as the next segment's
+ * checkpoint (category checkpoints, BT*C floats each). L becomes K above.
  */
 #include "model_impl.h"
 #include "zerosim/error.h"
@@ -75,10 +81,22 @@ static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, flo
         out[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
 }
 
+/* Blocks whose activations exist at once: K with checkpointing, else L. */
+static int gpt_slots(const zs_model_config *c)
+{
+    return c->ckpt_blocks > 0 && c->ckpt_blocks < c->n_layer ? c->ckpt_blocks : c->n_layer;
+}
+
+static size_t gpt_checkpoint_bytes(const zs_model_config *c, int b)
+{
+    int K = gpt_slots(c), nseg = (c->n_layer + K - 1) / K;
+    return 4 * (size_t)(nseg - 1) * (size_t)b * (size_t)c->seq_len * (size_t)c->n_embd;
+}
+
 static size_t gpt_activation_floats(const zs_model_config *c, int b)
 {
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
-    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, L = (size_t)c->n_layer;
+    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
     size_t BT = B * T;
     return BT * C * (2 + 16 * L) + L * (4 * BT + B * NH * T * T) + BT * (V + 3);
 }
@@ -116,11 +134,19 @@ static void gpt_bind_acts(zs_acts *a)
         *views[k] = arr + (size_t)k * (size_t)L;
     float *p = a->saved;
     a->encoded = p; p += BT * C;
-    for (int l = 0; l < L; l++)
+    int K = gpt_slots(c);
+    for (int l = 0; l < K; l++)   /* slot l */
         for (int k = 0; k < 13; k++) {
             (*views[k])[l] = p;
             p += sz[k];
         }
+    for (int l = K; l < L; l++)   /* block l uses slot l mod K */
+        for (int k = 0; k < 13; k++)
+            (*views[k])[l] = (*views[k])[l % K];
+    /* the last block of each segment but the final one writes its output
+     * into the next segment's checkpoint */
+    for (int l = K - 1; l < L - 1; l += K)
+        a->res3[l] = a->ckpt + (size_t)(l / K) * BT * C;
     a->lnf = p; p += BT * C;
     a->lnf_mean = p; p += BT;
     a->lnf_rstd = p; p += BT;
@@ -232,6 +258,7 @@ const zs_model_ops zs_gpt_ops = {
     .init_range = gpt_init_range,
     .activation_bytes = gpt_activation_bytes,
     .scratch_bytes = gpt_scratch_bytes,
+    .checkpoint_bytes = gpt_checkpoint_bytes,
     .bind_acts = gpt_bind_acts,
     .forward_unit = gpt_forward_unit,
     .backward_unit = gpt_backward_unit,

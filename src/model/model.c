@@ -57,7 +57,13 @@ int zs_model_config_validate(const zs_model_config *c)
             ZS_FAIL("model.seq must be between 1 and 1048576, got %d", c->seq_len);
         if (c->vocab < 2 || c->vocab > 1 << 24)
             ZS_FAIL("model.vocab must be between 2 and 16777216, got %d", c->vocab);
+        if (c->ckpt_blocks < 0)
+            ZS_FAIL("activation checkpointing: blocks per segment must be positive, got %d",
+                    c->ckpt_blocks);
     } else if (c->kind == ZS_MODEL_MLP) {
+        if (c->ckpt_blocks > 0)
+            ZS_FAIL("activation checkpointing is implemented for the GPT only: use "
+                    "--checkpoint-activations off with --model mlp");
         if (c->input_dim < 1 || c->input_dim > 1 << 20)
             ZS_FAIL("model.input_dim must be between 1 and 1048576, got %d", c->input_dim);
         if (c->n_classes < 2 || c->n_classes > 1 << 20)
@@ -215,6 +221,35 @@ size_t zs_model_scratch_bytes(const zs_model_config *c, int b)
     return zs_model_ops_for(c->kind)->scratch_bytes(c, b);
 }
 
+size_t zs_model_checkpoint_bytes(const zs_model_config *c, int b)
+{
+    const zs_model_ops *ops = zs_model_ops_for(c->kind);
+    return ops->checkpoint_bytes ? ops->checkpoint_bytes(c, b) : 0;
+}
+
+/* Blocks per segment: all of them without checkpointing. */
+static int zs_model_seg_blocks(const zs_model_config *c)
+{
+    if (c->kind != ZS_MODEL_GPT || c->ckpt_blocks <= 0 || c->ckpt_blocks >= c->n_layer)
+        return c->kind == ZS_MODEL_GPT ? c->n_layer : 1;
+    return c->ckpt_blocks;
+}
+
+int zs_model_segments(const zs_model_config *c)
+{
+    if (c->kind != ZS_MODEL_GPT)
+        return 1;
+    int k = zs_model_seg_blocks(c);
+    return (c->n_layer + k - 1) / k;
+}
+
+void zs_model_segment_units(const zs_model_config *c, int s, int *first, int *last)
+{
+    int k = zs_model_seg_blocks(c);
+    *first = 1 + s * k;
+    *last = (s + 1) * k < c->n_layer ? (s + 1) * k : c->n_layer;
+}
+
 int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
 {
     *out = NULL;
@@ -226,7 +261,9 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
     a->b = b;
     a->saved_bytes = m->ops->activation_bytes(&m->cfg, b);
     a->scratch_bytes = m->ops->scratch_bytes(&m->cfg, b);
+    a->ckpt_bytes = zs_model_checkpoint_bytes(&m->cfg, b);
     if (zs_mem_alloc(mem, ZS_MEM_ACTIVATIONS, a->saved_bytes, (void **)&a->saved) ||
+        zs_mem_alloc(mem, ZS_MEM_CHECKPOINTS, a->ckpt_bytes, (void **)&a->ckpt) ||
         zs_mem_alloc(mem, ZS_MEM_WORKSPACE, a->scratch_bytes, (void **)&a->scratch)) {
         zs_model_acts_destroy(a);
         return -1;
@@ -246,6 +283,7 @@ void zs_model_acts_destroy(zs_acts *a)
         return;
     zs_mem_free(a->mem, ZS_MEM_ACTIVATIONS, a->saved, a->saved_bytes);
     zs_mem_free(a->mem, ZS_MEM_WORKSPACE, a->scratch, a->scratch_bytes);
+    zs_mem_free(a->mem, ZS_MEM_CHECKPOINTS, a->ckpt, a->ckpt_bytes);
     free(a->view_arrays);
     free(a);
 }

@@ -12,6 +12,7 @@ typedef struct {
                        uint64_t seed);
     size_t (*activation_bytes)(const zs_model_config *c, int b);
     size_t (*scratch_bytes)(const zs_model_config *c, int b);
+    size_t (*checkpoint_bytes)(const zs_model_config *c, int b);
     void (*bind_acts)(zs_acts *a);   /* carve views out of the two blocks */
     void (*forward_unit)(zs_model *m, zs_backend_t be, int l, float *const *P,
                          zs_acts *a, const zs_batch *batch);
@@ -40,6 +41,8 @@ struct zs_acts {
     float *saved;            /* category activations */
     size_t saved_bytes;
     float *scratch;          /* category workspace */
+    float *ckpt;             /* category checkpoints */
+    size_t ckpt_bytes;
     size_t scratch_bytes;
     float *losses;           /* (B,T) or (B): per-position losses */
     size_t n_losses;

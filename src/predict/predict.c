@@ -82,7 +82,7 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     p->bytes[ZS_MEM_OPT_M] = 4 * opt;
     p->bytes[ZS_MEM_OPT_V] = cfg->optimizer == ZS_OPT_ADAMW ? 4 * opt : 0;
     p->bytes[ZS_MEM_ACTIVATIONS] = zs_model_activation_bytes(&cfg->model, cfg->micro_batch);
-    p->bytes[ZS_MEM_CHECKPOINTS] = 0; /* activation checkpointing is not implemented yet */
+    p->bytes[ZS_MEM_CHECKPOINTS] = zs_model_checkpoint_bytes(&cfg->model, cfg->micro_batch);
     p->has[ZS_MEM_PARAMS] = p->has[ZS_MEM_GRADS] = 1;
     p->has[ZS_MEM_OPT_MASTER] = p->has[ZS_MEM_OPT_M] = p->has[ZS_MEM_OPT_V] = 1;
     p->has[ZS_MEM_ACTIVATIONS] = p->has[ZS_MEM_CHECKPOINTS] = 1;
@@ -90,7 +90,17 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     size_t GA = (size_t)cfg->grad_accum;
     p->rs_bytes_per_step = GA * P * (cfg->deterministic ? 8 : ps);
     if (st == 3) {
-        p->ag_bytes_per_step = GA * 2 * ps * p->gathered_per_pass;
+        /* each micro-batch: a forward and a backward pass of gathers, plus
+         * the recomputed segments' units again (activation checkpointing) */
+        size_t recompute = 0;
+        int nseg = zs_model_segments(&cfg->model);
+        for (int sg = 0; sg < nseg - 1; sg++) {
+            int first, last;
+            zs_model_segment_units(&cfg->model, sg, &first, &last);
+            for (int u = first; u <= last; u++)
+                recompute += zs_unit_gather(m, u);
+        }
+        p->ag_bytes_per_step = GA * ps * (2 * p->gathered_per_pass + recompute);
         p->ag_bytes_per_skipped_step = p->ag_bytes_per_step;
     } else {
         p->ag_bytes_per_step = ps * P;

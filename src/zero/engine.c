@@ -752,7 +752,25 @@ static int zs_engine_micro_batch(zs_engine *e, int step, int a, float dloss)
     zs_mem_set_phase(e->mem, ZS_MEM_PHASE_BACKWARD);
     if (e->stage <= 1)
         zs_backend_memset0(e->be, e->gfull, e->part.padded * e->ps);
+    int nseg = zs_model_segments(&c->model);
     for (int u = U - 1; u >= 0; u--) {
+        /* activation checkpointing: before the backward of a segment (all
+         * but the last, whose activations are still there), recompute its
+         * forward from its checkpoint */
+        for (int sg = 0; sg < nseg - 1; sg++) {
+            int first, last;
+            zs_model_segment_units(&c->model, sg, &first, &last);
+            if (u != last)
+                continue;
+            for (int v = first; v <= last; v++) {
+                if (e->stage == 3)
+                    ZS_TRY(zs_gather_unit(e, v, v < last ? v + 1 : -1));
+                zs_engine_view_unit(e, v, 0);
+                zs_model_forward_unit(e->model, e->be, v, e->P, e->acts, &e->batch);
+                if (e->stage == 3)
+                    zs_gather_release(e, v);
+            }
+        }
         if (e->stage == 3)
             ZS_TRY(zs_gather_unit(e, u, u - 1));
         zs_engine_view_unit(e, u, 1);
