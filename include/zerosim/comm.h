@@ -35,6 +35,7 @@ typedef enum {
     ZS_OP_ALLREDUCE,
     ZS_OP_SCALARS,             /* per-rank scalars: norm partials, losses, flags */
     ZS_OP_GATHER,              /* to rank 0, for the report */
+    ZS_OP_ALLTOALL,            /* compressed gradients */
     ZS_OP_NOPS
 } zs_comm_op;
 
@@ -50,6 +51,10 @@ typedef struct {
     int step;            /* the training step, -1 outside steps */
     size_t elems;        /* elements of the full (gathered / unreduced) buffer */
     size_t elem_size;
+    double wire_bytes;   /* this rank's traffic: (N-1)/N of the buffer for
+                            reduce-scatter and allgather (the ring volume),
+                            twice that for allreduce, what it sends to others
+                            for all-to-all */
     double seconds;
 } zs_comm_record;
 
@@ -85,6 +90,12 @@ void zs_comm_clear_records(zs_comm_t c);
  * environment variable ZEROSIM_REDUCE_SCATTER=mpi selects MPI_Reduce_scatter. */
 int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
                            zs_comm_type t, int layer);
+/* All-to-all of bytes: send + sdispl[q] holds scount[q] bytes for rank q;
+ * recv + rdispl[q] receives rcount[q] bytes from q. Recorded as
+ * "alltoall" with the bytes sent to the other ranks. */
+int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, const int *sdispl,
+                            void *recv, const int *rcount, const int *rdispl, int layer);
+
 /* Register scratch memory (from the accounting allocator) for the ring
  * reduce-scatter; NULL unregisters. */
 void zs_comm_set_scratch(zs_comm_t c, void *buf, size_t bytes);

@@ -27,6 +27,7 @@ typedef struct {
     double calls;
     double bytes;        /* full-buffer bytes (elements x element size) */
     double seconds;
+    double wire;         /* this rank's traffic (zs_comm_record.wire_bytes) */
 } zs_comm_sum;
 
 /* One row of the comms table (rank 0): calls of one op with one message size. */
@@ -58,6 +59,9 @@ typedef struct {
     int timeline_step;
     zs_prediction pred;       /* for rank 0's shard size (every shard is the same) */
     int steps_applied;        /* steps not skipped */
+    int compressed_steps;     /* steps whose gradients went compressed */
+    double *a2a_pred;         /* [world_size] predicted all-to-all bytes per
+                                 compressed step of each rank, or NULL */
     size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
     double seconds;
     int world_size;

@@ -56,7 +56,7 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
 static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
 {
     int N = zs_comm_size(comm);
-    enum { NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1, NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 3 };
+    enum { NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1, NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 };
     double mine[NM + NC];
     for (int c = 0; c < ZS_MEM_NCAT; c++) {
         mine[c] = (double)r->mem.peak[c];
@@ -70,10 +70,11 @@ static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
     double *cs = mine + NM;
     memset(cs, 0, NC * sizeof(double));
     for (size_t i = 0; i < n; i++) {
-        double *d = cs + ((size_t)rec[i].op * ZS_PHASE_NPHASES + (size_t)rec[i].phase) * 3;
+        double *d = cs + ((size_t)rec[i].op * ZS_PHASE_NPHASES + (size_t)rec[i].phase) * 4;
         d[0] += 1;
         d[1] += (double)(rec[i].elems * rec[i].elem_size);
         d[2] += rec[i].seconds;
+        d[3] += rec[i].wire_bytes;
     }
     double *all = calloc((size_t)N * (NM + NC), sizeof(double));
     r->peaks = calloc((size_t)N, sizeof *r->peaks);
@@ -99,8 +100,8 @@ static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
         r->total_peaks[q] = (size_t)v[NM - 1];
         for (int o = 0; o < ZS_OP_NOPS; o++)
             for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
-                const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 3;
-                r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2]};
+                const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 4;
+                r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2], d[3]};
             }
     }
     free(all);
@@ -220,6 +221,8 @@ void zs_train_result_free(zs_train_result *r)
     free(r->comm);
     free(r->comm_rows);
     free(r->timeline);
+    free(r->a2a_pred);
+    r->a2a_pred = NULL;
     r->at_peak = NULL;
     r->phase_peaks = NULL;
     r->comm = NULL;

@@ -33,6 +33,7 @@ static const char *const zs_op_names[ZS_OP_NOPS] = {
     [ZS_OP_ALLREDUCE] = "allreduce",
     [ZS_OP_SCALARS] = "scalars",
     [ZS_OP_GATHER] = "gather",
+    [ZS_OP_ALLTOALL] = "alltoall",
 };
 static const char *const zs_phase_names[ZS_PHASE_NPHASES] = {
     [ZS_PHASE_SETUP] = "setup",
@@ -200,6 +201,10 @@ static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t 
 {
     zs_comm_record r = {.op = op, .phase = c->phase, .layer = layer, .step = c->step,
                         .elems = elems, .elem_size = zs_comm_type_size(t)};
+    double full = (double)elems * (double)r.elem_size, N = c->size;
+    r.wire_bytes = op == ZS_OP_GATHER ? full : full * (N - 1) / N;
+    if (op == ZS_OP_ALLREDUCE)
+        r.wire_bytes *= 2;
     return r;
 }
 
@@ -476,6 +481,32 @@ int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs
     rec.seconds = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Gather");
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, const int *sdispl,
+                            void *recv, const int *rcount, const int *rdispl, int layer)
+{
+    size_t total = 0, others = 0;
+    for (int q = 0; q < c->size; q++) {
+        total += (size_t)scount[q];
+        if (q != c->rank)
+            others += (size_t)scount[q];
+    }
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_ALLTOALL, layer, total, ZS_CT_NTYPES);
+    rec.elem_size = 1;
+    rec.wire_bytes = (double)others;
+    if (c->size == 1) {
+        memmove((char *)recv + rdispl[0], (const char *)send + sdispl[0], (size_t)scount[0]);
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    int rc = MPI_Alltoallv(send, scount, sdispl, MPI_BYTE, recv, rcount, rdispl, MPI_BYTE, c->comm);
+    rec.seconds = MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Alltoallv");
     zs_comm_record_add(c, &rec);
     return 0;
 }

@@ -80,29 +80,42 @@ static double zs_ratio(double measured, double predicted)
     return measured / predicted;
 }
 
-/* Training traffic of op o on rank q over the run (full-buffer bytes). */
-static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls, double *secs)
+/* Training traffic of op o on rank q over the run: this rank's bytes
+ * (zs_comm_record.wire_bytes); *api gets the full buffers' bytes. */
+static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls, double *secs,
+                          double *api)
 {
     double b = 0.0;
-    *calls = *secs = 0.0;
+    *calls = *secs = *api = 0.0;
     for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
         if (p == ZS_PHASE_REPORT)
             continue;
-        b += r->comm[q][o][p].bytes;
+        b += r->comm[q][o][p].wire;
+        *api += r->comm[q][o][p].bytes;
         *calls += r->comm[q][o][p].calls;
         *secs += r->comm[q][o][p].seconds;
     }
+    /* sum the full buffers first and convert once, so the ring volume of
+     * many calls compares exactly with the prediction's */
+    if (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS)
+        b = zs_ring_bytes((size_t)*api, r->world_size);
+    else if (o == ZS_OP_ALLREDUCE)
+        b = 2 * zs_ring_bytes((size_t)*api, r->world_size);
     return b;
 }
 
-/* Predicted full-buffer bytes of op o over the run; -1 when none. */
-static double zs_op_pred(const zs_train_result *r, int o)
+/* Predicted traffic of op o on rank q over the run, in the same convention;
+ * -1 when there is no prediction. */
+static double zs_op_pred(const zs_train_result *r, int q, int o)
 {
+    int N = r->world_size, dense = r->steps - r->compressed_steps;
     if (o == ZS_OP_REDUCE_SCATTER)
-        return (double)r->pred.rs_bytes_per_step * r->steps;
+        return zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense;
     if (o == ZS_OP_ALLGATHER)
-        return (double)r->pred.ag_bytes_per_step * r->steps_applied +
-               (double)r->pred.ag_bytes_per_skipped_step * r->skipped_steps;
+        return zs_ring_bytes(r->pred.ag_bytes_per_step, N) * r->steps_applied +
+               zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps;
+    if (o == ZS_OP_ALLTOALL && r->a2a_pred)
+        return r->a2a_pred[q] * r->compressed_steps;
     return -1.0;
 }
 
@@ -153,22 +166,26 @@ static json_t *zs_report_comm(const zs_train_result *r)
     for (int q = 0; q < N; q++) {
         json_t *ops = json_object();
         for (int o = 0; o < ZS_OP_NOPS; o++) {
-            double calls, secs, b = zs_op_bytes(r, q, o, &calls, &secs), pb = zs_op_pred(r, o);
+            double calls, secs, api, b = zs_op_bytes(r, q, o, &calls, &secs, &api);
+            double pb = zs_op_pred(r, q, o);
             json_t *phases = json_object();
             for (int p = 0; p < ZS_PHASE_NPHASES; p++)
                 if (r->comm[q][o][p].calls > 0)
                     json_object_set_new(phases, zs_comm_phase_name((zs_comm_phase)p),
-                                        json_pack("{s:f, s:f, s:f}", "bytes",
-                                                  zs_ring_bytes((size_t)r->comm[q][o][p].bytes, N),
+                                        json_pack("{s:f, s:f, s:f}", "bytes", r->comm[q][o][p].wire,
                                                   "api_bytes", r->comm[q][o][p].bytes, "calls",
                                                   r->comm[q][o][p].calls));
-            json_object_set_new(ops, zs_comm_op_name((zs_comm_op)o),
-                json_pack("{s:f, s:o, s:f, s:f, s:f, s:f, s:o}",
-                          "bytes", zs_ring_bytes((size_t)b, N),
-                          "predicted_bytes", pb >= 0 ? json_real(zs_ring_bytes((size_t)pb, N)) : json_null(),
-                          "api_bytes", b, "calls", calls, "seconds", secs,
-                          "bytes_per_step", r->steps ? zs_ring_bytes((size_t)b, N) / r->steps : 0.0,
-                          "by_phase", phases));
+            json_t *op = json_pack("{s:f, s:o, s:f, s:f, s:f, s:f, s:o}",
+                          "bytes", b,
+                          "predicted_bytes", pb >= 0 ? json_real(pb) : json_null(),
+                          "api_bytes", api, "calls", calls, "seconds", secs,
+                          "bytes_per_step", r->steps ? b / r->steps : 0.0,
+                          "by_phase", phases);
+            if (o == ZS_OP_ALLTOALL && r->compressed_steps > 0)
+                json_object_set_new(op, "dense_equivalent_bytes",
+                                    json_real(zs_ring_bytes(r->pred.rs_bytes_per_step, N) *
+                                              r->compressed_steps));
+            json_object_set_new(ops, zs_comm_op_name((zs_comm_op)o), op);
         }
         json_array_append_new(list, json_pack("{s:i, s:o}", "rank", q, "ops", ops));
     }
@@ -215,12 +232,13 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
     fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
     for (int q = 0; q < N; q++)
         for (int o = 0; o < ZS_OP_NOPS; o++) {
-            double calls, secs, b = zs_op_bytes(r, q, o, &calls, &secs), pb = zs_op_pred(r, o);
+            double calls, secs, api, b = zs_op_bytes(r, q, o, &calls, &secs, &api);
+            double pb = zs_op_pred(r, q, o);
             if (calls == 0)
                 continue;
-            double mb = zs_ring_bytes((size_t)b, N) / r->steps;
+            double mb = b / r->steps;
             if (pb >= 0) {
-                double pp = zs_ring_bytes((size_t)pb, N) / r->steps;
+                double pp = pb / r->steps;
                 if (N > 1)
                     fprintf(f, "%5d  %-15s %15.1f %15.1f %9.3f\n", q, zs_comm_op_name(o), mb, pp,
                             zs_ratio(mb, pp));
@@ -344,13 +362,12 @@ int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_trai
                 const zs_comm_sum *c = &r->comm[q][o][p];
                 if (c->calls > 0)
                     zs_text_add(&t, "%d %s %s %.0f %.3f -1 %.0f %.6f\n", q, zs_comm_op_name(o),
-                                zs_comm_phase_name(p), c->calls, zs_ring_bytes((size_t)c->bytes, N),
-                                c->bytes, c->seconds);
+                                zs_comm_phase_name(p), c->calls, c->wire, c->bytes, c->seconds);
             }
-            double calls, secs, b = zs_op_bytes(r, q, o, &calls, &secs), pb = zs_op_pred(r, o);
-            zs_text_add(&t, "%d %s all %.0f %.3f %.3f %.0f %.6f\n", q, zs_comm_op_name(o), calls,
-                        zs_ring_bytes((size_t)b, N), pb >= 0 ? zs_ring_bytes((size_t)pb, N) : -1.0,
-                        b, secs);
+            double calls, secs, api, b = zs_op_bytes(r, q, o, &calls, &secs, &api);
+            double pb = zs_op_pred(r, q, o);
+            zs_text_add(&t, "%d %s all %.0f %.3f %.3f %.0f %.6f\n", q, zs_comm_op_name(o), calls, b,
+                        pb >= 0 ? pb : -1.0, api, secs);
         }
     ZS_TRY(zs_text_flush(&t, dir, "comm.csv"));
 
