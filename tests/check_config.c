@@ -640,7 +640,7 @@ static const bad_case unknown_keys[] = {
      "test.json: unknown key \"zero_optimization.stag\"; check the spelling"},
     {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}",
      "unknown key \"zero_optimization.offload_optimizer\""},
-    {"{\"activation_checkpointing\": {}}", "unknown key \"activation_checkpointing\""},
+    {"{\"flops_profiler\": {}}", "unknown key \"flops_profiler\""},
     {"{\"optimizer\": {\"type\": \"AdamW\", \"parms\": {}}}", "unknown key \"optimizer.parms\""},
     {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"momentum\": 0.9}}}",
      "unknown key \"optimizer.params.momentum\" for optimizer type \"AdamW\""},

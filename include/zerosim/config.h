@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "zerosim/backend.h"
+#include "zerosim/compress.h"
 #include "zerosim/model.h"
 
 #ifdef __cplusplus
@@ -80,6 +81,12 @@ typedef struct {
      * model.ckpt_blocks */
     zs_ckpt_mode checkpoint_mode;
     int checkpoint_value;
+
+    /* gradient compression (--compression, the "gradient_compression"
+     * section): replaces the dense reduce-scatter after warm-up steps */
+    zs_comp_spec compression;
+    int error_feedback;        /* keep what was not sent (default on) */
+    int compression_warmup;    /* dense steps before compression starts */
 } zs_run_config;
 
 /* The defaults: a small GPT that trains in seconds on one core. */

@@ -32,6 +32,7 @@ typedef struct {
     float loss_scale;  /* loss scale in effect during the step */
     int skipped;       /* 1 when fp16 overflow made the step be skipped */
     double seconds;    /* wall time of the step on this rank */
+    int compressed;    /* 1 when the gradients went compressed */
 } zs_step_info;
 
 /* The partition plan: the flat layout padded to a multiple of the world size
@@ -55,6 +56,9 @@ size_t zs_partition_overlap(const zs_partition *p, int q, size_t lo, size_t hi, 
 int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem,
                      struct zs_comm *comm, zs_engine **out);
 const zs_partition *zs_engine_partition(const zs_engine *e);
+/* The gradient buckets' flat ranges [lo[i], hi[i]); returns their number
+ * (up to max are written). */
+int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max);
 /* The most gathered parameters (elements) alive at once so far (stage 3). */
 size_t zs_engine_live_params_peak(const zs_engine *e);
 void zs_engine_destroy(zs_engine *e);

@@ -62,6 +62,9 @@ void zs_run_config_defaults(zs_run_config *c)
     c->model.act = ZS_ACT_RELU;
 
     c->steps = 100;
+    c->compression = (zs_comp_spec){.kind = ZS_COMP_NONE, .topk_fraction = 0.01};
+    c->error_feedback = 1;
+    c->compression_warmup = 0;
     c->train_batch_size = 0;
     c->micro_batch = 0;
     c->grad_accum = 0;
@@ -219,6 +222,7 @@ static const num_rule R_POS = {0, FLT_MAX, 1, 0, 0, "a number > 0"};
 static const num_rule R_NONNEG = {0, FLT_MAX, 0, 0, 0, "a number >= 0"};
 static const num_rule R_FRACTION = {0, 1, 0, 0, 0, "a number from 0 to 1"};
 static const num_rule R_BETA = {0, 1, 0, 1, 0, "a number >= 0 and < 1"};
+static const num_rule R_NONNEG_INT = {0, INT_MAX, 0, 0, 1, "a non-negative integer"};
 
 typedef enum {
     FK_INT,      /* int member */
@@ -800,6 +804,48 @@ static int load_ckpt(loader *ld, const char *path, const json_t *v)
     return apply_object(ld, path, v, &ckpt_table, "");
 }
 
+/* gradient_compression.method */
+static int comp_method(loader *ld, const char *path, const json_t *v)
+{
+    const char *m = "";
+    ZS_TRY(read_string(ld, path, v, "\"none\", \"topk\", \"int8\" or \"sign\"", &m));
+    double frac = ld->c.compression.topk_fraction > 0 ? ld->c.compression.topk_fraction : 0.01;
+    if (!strcmp(m, "topk"))
+        ld->c.compression = (zs_comp_spec){.kind = ZS_COMP_TOPK, .topk_fraction = frac};
+    else if (!strcmp(m, "int8"))
+        ld->c.compression = (zs_comp_spec){.kind = ZS_COMP_INT8, .topk_fraction = frac};
+    else if (!strcmp(m, "sign"))
+        ld->c.compression = (zs_comp_spec){.kind = ZS_COMP_SIGN, .topk_fraction = frac};
+    else if (!strcmp(m, "none"))
+        ld->c.compression = (zs_comp_spec){.kind = ZS_COMP_NONE, .topk_fraction = frac};
+    else
+        return bad_value(ld, path, v, "\"none\", \"topk\", \"int8\" or \"sign\"");
+    return 0;
+}
+
+static int comp_fraction(loader *ld, const char *path, const json_t *v)
+{
+    double f;
+    long long ll;
+    static const num_rule r = {0, 1, 1, 0, 0, "a number > 0 and <= 1"};
+    ZS_TRY(read_number(ld, path, v, &r, &f, &ll));
+    ld->c.compression.topk_fraction = f;
+    return 0;
+}
+
+static int comp_ef(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.error_feedback);
+}
+
+static const field comp_fields[] = {
+    F_FUNC("method", comp_method),
+    F_FUNC("topk_fraction", comp_fraction),
+    F_FUNC("error_feedback", comp_ef),
+    F_INT("warmup_steps", compression_warmup, R_NONNEG_INT),
+};
+static const field_table comp_table = TABLE(comp_fields);
+
 static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
     F_FUNC("deterministic", zerosim_deterministic),
@@ -934,6 +980,7 @@ static const field top_fields[] = {
     F_FUNC("model", load_model),
     F_SECTION("zerosim", zerosim_table),
     F_FUNC("activation_checkpointing", load_ckpt),
+    F_SECTION("gradient_compression", comp_table),
 };
 static const field_table top_table = TABLE(top_fields);
 
@@ -1131,6 +1178,12 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
         if (!checks[i].ok)
             return fail("%s must be %s, got %g", checks[i].key, checks[i].need, checks[i].value);
 
+    if (c->compression.kind != ZS_COMP_NONE && c->stage == 0)
+        return fail("gradient compression works with ZeRO stages 1, 2 and 3: set "
+                    "zero_optimization.stage (--stage) to 1, 2 or 3, or turn compression off");
+    if (c->compression.kind != ZS_COMP_NONE && c->deterministic)
+        return fail("gradient compression and deterministic mode cannot be combined: compressed "
+                    "sums are deterministic only for a fixed number of ranks");
     if (c->model.kind == ZS_MODEL_GPT || c->checkpoint_mode != ZS_CKPT_OFF) {
         int L = c->model.n_layer > 0 ? c->model.n_layer : 1, k = 0;
         if (c->checkpoint_mode == ZS_CKPT_EVERY)

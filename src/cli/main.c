@@ -61,6 +61,11 @@ static const char *const zs_usage =
     "  --stage 0|1|2|3          ZeRO stage (0)\n"
     "  --checkpoint-activations off|every:K|sqrt\n"
     "                           keep only segment inputs and recompute (GPT; off)\n"
+    "  --compression none|topk:F|int8|sign\n"
+    "                           compress gradients in place of the reduce-scatter\n"
+    "                           (stages 1-3; error feedback on by default)\n"
+    "  --no-error-feedback      drop what compression did not send\n"
+    "  --compression-warmup N   dense steps before compression starts (0)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
@@ -78,7 +83,7 @@ enum {
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
-    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_LAST
+    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -116,6 +121,9 @@ static const struct option zs_long_options[] = {
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
     {"csv", required_argument, NULL, OPT_CSV},
     {"checkpoint-activations", required_argument, NULL, OPT_CKPT},
+    {"compression", required_argument, NULL, OPT_COMP},
+    {"no-error-feedback", no_argument, NULL, OPT_NO_EF},
+    {"compression-warmup", required_argument, NULL, OPT_COMP_WARMUP},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -244,6 +252,14 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
             c->scheduler = ZS_SCHED_WARMUP_COSINE;
     if (cli->val[OPT_DETERMINISTIC])
         c->deterministic = 1;
+    if ((s = cli->val[OPT_COMP]) && zs_comp_parse(s, &c->compression))
+        return -1;
+    if (cli->val[OPT_NO_EF])
+        c->error_feedback = 0;
+    if ((s = cli->val[OPT_COMP_WARMUP])) {
+        ZS_TRY(zs_parse_int(OPT_COMP_WARMUP, s, 0, 100000000, &v));
+        c->compression_warmup = (int)v;
+    }
     if ((s = cli->val[OPT_CKPT])) {
         if (!strcmp(s, "off")) {
             c->checkpoint_mode = ZS_CKPT_OFF;

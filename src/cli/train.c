@@ -164,6 +164,18 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_train_agree(comm, -1, r);
         goto done;
     }
+    if (cfg->compression.kind != ZS_COMP_NONE && rank == 0) {
+        int nb = zs_engine_buckets(e, NULL, NULL, 0);
+        size_t *lo = calloc((size_t)nb + 1, sizeof(size_t)), *hi = calloc((size_t)nb + 1, sizeof(size_t));
+        r->a2a_pred = calloc((size_t)r->world_size, sizeof(double));
+        if (lo && hi && r->a2a_pred) {
+            zs_engine_buckets(e, lo, hi, nb);
+            for (int q = 0; q < r->world_size; q++)
+                r->a2a_pred[q] = zs_predict_alltoall_bytes(cfg, r->world_size, q, lo, hi, nb);
+        }
+        free(lo);
+        free(hi);
+    }
     r->num_params = zs_engine_num_params(e);
     r->padded_params = zs_engine_partition(e)->padded;
     r->loss_floor = zs_engine_loss_floor(e);
@@ -191,6 +203,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         r->steps = s + 1;
         r->skipped_steps += r->info[s].skipped;
         r->steps_applied += !r->info[s].skipped;
+        r->compressed_steps += r->info[s].compressed;
         zs_train_log_step(cfg, &lo, r, s);
     }
     r->seconds = zs_now() - t0;

@@ -323,9 +323,15 @@ static void zs_sign_decompress_add(const unsigned char *in, size_t n, float *acc
     const unsigned char *is = in, *ib = in + 4 * nb;
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * ZS_COMP_BLOCK, hi = lo + ZS_COMP_BLOCK < n ? lo + ZS_COMP_BLOCK : n;
-        float scale = zs_get_f32(is + 4 * b);
-        for (size_t i = lo; i < hi; i++)
-            acc[i] += ((ib[i >> 3] >> (i & 7)) & 1) ? scale : -scale;
+        uint32_t su = zs_get_u32(is + 4 * b);
+        for (size_t i = lo; i < hi; i++) {
+            /* bit 0 flips the sign bit of scale: exactly -scale, no branch */
+            uint32_t neg = (uint32_t)(~ib[i >> 3] >> (i & 7) & 1) << 31;
+            uint32_t vu = su ^ neg;
+            float v;
+            memcpy(&v, &vu, 4);
+            acc[i] += v;
+        }
     }
 }
 

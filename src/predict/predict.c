@@ -4,6 +4,7 @@
 #include "zerosim/model.h"
 #include "zerosim/zero.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,10 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     p->has[ZS_MEM_PARAMS] = p->has[ZS_MEM_GRADS] = 1;
     p->has[ZS_MEM_OPT_MASTER] = p->has[ZS_MEM_OPT_M] = p->has[ZS_MEM_OPT_V] = 1;
     p->has[ZS_MEM_ACTIVATIONS] = p->has[ZS_MEM_CHECKPOINTS] = 1;
+    /* error feedback keeps an fp32 residual of the whole padded gradient */
+    p->bytes[ZS_MEM_COMPRESSION] =
+        cfg->compression.kind != ZS_COMP_NONE && cfg->error_feedback ? 4 * P : 0;
+    p->has[ZS_MEM_COMPRESSION] = 1;
 
     size_t GA = (size_t)cfg->grad_accum;
     p->rs_bytes_per_step = GA * P * (cfg->deterministic ? 8 : ps);
@@ -108,4 +113,42 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     }
     zs_model_destroy(m);
     return 0;
+}
+
+/* The closed form of a compressed part of n elements. */
+static double zs_comp_part_bytes(const zs_comp_spec *s, size_t n)
+{
+    double blocks = (double)((n + 255) / 256);
+    switch (s->kind) {
+    case ZS_COMP_TOPK: {
+        double k = n ? ceil(s->topk_fraction * (double)n) : 0.0;
+        if (n && k < 1)
+            k = 1;
+        if (k > (double)n)
+            k = (double)n;
+        return 8.0 * k;
+    }
+    case ZS_COMP_INT8: return (double)n + 4.0 * blocks;
+    case ZS_COMP_SIGN: return (double)((n + 7) / 8) + 4.0 * blocks;
+    default: return 4.0 * (double)n;
+    }
+}
+
+double zs_predict_alltoall_bytes(const zs_run_config *cfg, int world, int rank,
+                                 const size_t *lo, const size_t *hi, int nbuckets)
+{
+    zs_model *m;
+    if (zs_model_create(&cfg->model, &m))
+        return -1.0;
+    zs_partition part;
+    zs_partition_make(&part, zs_model_layout(m)->num_params, world, rank, cfg->deterministic);
+    zs_model_destroy(m);
+    double bytes = 0.0;
+    for (int i = 0; i < nbuckets; i++)
+        for (int q = 0; q < world; q++) {
+            size_t beg, n = zs_partition_overlap(&part, q, lo[i], hi[i], &beg);
+            if (q != rank)
+                bytes += zs_comp_part_bytes(&cfg->compression, n);
+        }
+    return bytes * cfg->grad_accum;
 }

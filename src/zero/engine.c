@@ -33,6 +33,7 @@
  */
 #include "zerosim/zero.h"
 #include "zerosim/comm.h"
+#include "zerosim/compress.h"
 #include "zerosim/data.h"
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
@@ -117,6 +118,15 @@ struct zs_engine {
     size_t tok_bytes, x_bytes;
     int32_t *h_tokens, *h_targets;
     float *h_x;
+
+    /* gradient compression: replaces the reduce-scatter of each bucket */
+    int comp_on, comp_now;
+    float *residual;            /* error feedback, Ψp fp32 (category compression) */
+    float *cx, *capprox, *cacc; /* fp32 workspaces: a bucket, its approximation,
+                                   this rank's part */
+    char *csend, *crecv;        /* compressed bytes out and in */
+    size_t csend_bytes, crecv_bytes;
+    int *scount, *sdispl, *rcount, *rdispl;
 
     size_t norm_block;          /* elements per norm block */
     double *norm_local, *norm_all;
@@ -317,6 +327,35 @@ static int zs_engine_alloc_states(zs_engine *e)
     } else {
         ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_rcount * e->ps, &e->recv));
     }
+    if (e->comp_on) {
+        int N = p->world;
+        for (int k = 0; k < e->nbuckets; k++) {
+            const zs_bucket *b = &e->buckets[k];
+            size_t sb = 0;
+            for (int q = 0; q < N; q++)
+                sb += zs_comp_bytes(&e->cfg.compression, (size_t)b->counts[q]);
+            if (sb > e->csend_bytes)
+                e->csend_bytes = sb;
+            size_t rb = (size_t)N * zs_comp_bytes(&e->cfg.compression, b->rcount);
+            if (rb > e->crecv_bytes)
+                e->crecv_bytes = rb;
+        }
+        if (e->csend_bytes > (size_t)INT_MAX || e->crecv_bytes > (size_t)INT_MAX)
+            ZS_FAIL("a compressed bucket exceeds what one MPI call can carry: lower reduce_bucket_size");
+        if (e->cfg.error_feedback)
+            ZS_TRY(ZS_ALLOC(ZS_MEM_COMPRESSION, p->padded * 4, &e->residual));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_WORKSPACE, e->max_bucket * 4, &e->cx));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_WORKSPACE, e->max_bucket * 4, &e->capprox));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_WORKSPACE, e->max_rcount * 4 + 4, &e->cacc));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->csend_bytes + 1, &e->csend));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->crecv_bytes + 1, &e->crecv));
+        e->scount = calloc((size_t)N, sizeof(int));
+        e->sdispl = calloc((size_t)N, sizeof(int));
+        e->rcount = calloc((size_t)N, sizeof(int));
+        e->rdispl = calloc((size_t)N, sizeof(int));
+        if (!e->scount || !e->sdispl || !e->rcount || !e->rdispl)
+            ZS_FAIL("out of host memory for the compressed exchange");
+    }
     if (p->world > 2) { /* the ring's two receive buffers (2 ranks receive straight into recv) */
         e->ring_bytes = 2 * e->max_chunk * (e->det ? 8 : e->ps);
         ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->ring_bytes, &e->ring));
@@ -377,6 +416,7 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
     e->pt = cfg->precision;
     e->ps = zs_dtype_size(e->pt);
     e->mixed = cfg->precision != ZS_DTYPE_F32;
+    e->comp_on = cfg->compression.kind != ZS_COMP_NONE;
     e->ct = e->pt == ZS_DTYPE_F32 ? ZS_CT_F32 : e->pt == ZS_DTYPE_BF16 ? ZS_CT_BF16 : ZS_CT_F16;
     if (e->stage < 0 || e->stage > 3) {
         zs_error_set("ZeRO stage must be 0, 1, 2 or 3, got %d", e->stage);
@@ -481,6 +521,16 @@ void zs_engine_destroy(zs_engine *e)
     if (e->comm)
         zs_comm_set_scratch(e->comm, NULL, 0);
     zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->ring, e->ring_bytes);
+    zs_mem_free(mem, ZS_MEM_COMPRESSION, e->residual, p->padded * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, e->cx, e->max_bucket * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, e->capprox, e->max_bucket * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, e->cacc, e->max_rcount * 4 + 4);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->csend, e->csend_bytes + 1);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->crecv, e->crecv_bytes + 1);
+    free(e->scount);
+    free(e->sdispl);
+    free(e->rcount);
+    free(e->rdispl);
     for (int i = 0; i < e->nbuckets; i++) {
         zs_bucket *b = &e->buckets[i];
         zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, b->buf, (b->hi - b->lo) * e->ps);
@@ -656,6 +706,49 @@ static int zs_engine_commit_grads(zs_engine *e, int u)
     return 0;
 }
 
+/* The compressed exchange of bucket k (in place of its reduce-scatter):
+ * x = the bucket's gradient (+ the error-feedback residual); the part that
+ * rank q owns is compressed and sent to q (all-to-all); what was not sent
+ * stays in the residual; every rank decompresses the parts it receives and
+ * sums them in rank order, then adds the sum into its shard. */
+static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src)
+{
+    zs_bucket *b = &e->buckets[k];
+    const zs_comp_spec *cs = &e->cfg.compression;
+    int N = e->part.world;
+    size_t n = b->hi - b->lo;
+    zs_backend_convert_to_f32(e->be, e->cx, src, e->pt, n);
+    if (e->residual)
+        zs_backend_axpy(e->be, e->cx, 1.0f, e->residual + b->lo, n);
+    size_t part = 0, soff = 0;
+    for (int q = 0; q < N; q++) {
+        size_t cnt = (size_t)b->counts[q], nb = zs_comp_bytes(cs, cnt);
+        /* host codecs: the CPU backend's buffers are host memory */
+        zs_comp_compress(cs, e->cx + part, cnt, e->csend + soff, e->capprox + part);
+        e->scount[q] = (int)nb;
+        e->sdispl[q] = (int)soff;
+        soff += nb;
+        part += cnt;
+    }
+    if (e->residual) { /* residual = x - what the receivers will see */
+        zs_backend_copy_d2d(e->be, e->residual + b->lo, e->cx, n * 4);
+        zs_backend_axpy(e->be, e->residual + b->lo, -1.0f, e->capprox, n);
+    }
+    size_t rb = zs_comp_bytes(cs, b->rcount);
+    for (int q = 0; q < N; q++) {
+        e->rcount[q] = (int)rb;
+        e->rdispl[q] = (int)((size_t)q * rb);
+    }
+    ZS_TRY(zs_comm_alltoallv_bytes(e->comm, e->csend, e->scount, e->sdispl, e->crecv, e->rcount,
+                                   e->rdispl, k));
+    zs_backend_memset0(e->be, e->cacc, b->rcount * 4);
+    for (int q = 0; q < N; q++)
+        zs_comp_decompress_add(cs, e->crecv + (size_t)q * rb, b->rcount, e->cacc);
+    size_t off = b->rbegin - e->part.shard_begin;
+    zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->ps, e->pt, e->cacc, b->rcount);
+    return 0;
+}
+
 /* Reduce-scatter bucket k and add this rank's part into the shard
  * accumulator. */
 static int zs_engine_reduce_bucket(zs_engine *e, int k)
@@ -670,7 +763,9 @@ static int zs_engine_reduce_bucket(zs_engine *e, int k)
         src = b->buf;
     }
     size_t off = b->rbegin - e->part.shard_begin;
-    if (e->det) {
+    if (e->comp_now) {
+        ZS_TRY(zs_engine_exchange_compressed(e, k, src));
+    } else if (e->det) {
         e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, src, e->pt, n, e->frac_bits,
                                                 e->fix_limit);
         ZS_TRY(zs_comm_reduce_scatter(e->comm, e->fixbuf, e->recv, b->counts, ZS_CT_I64, k));
@@ -801,6 +896,8 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
         zs_backend_memset0(e->be, e->gacc, p->shard * 8);
     zs_backend_memset0(e->be, e->gshard, p->shard * e->ps);
     e->fix_overflows = 0;
+    e->comp_now = e->comp_on && step >= c->compression_warmup;
+    info->compressed = e->comp_now;
     for (int a = 0; a < GA; a++)
         ZS_TRY(zs_engine_micro_batch(e, step, a, dloss));
 
@@ -882,6 +979,15 @@ size_t zs_engine_num_params(const zs_engine *e) { return e->part.num_params; }
 double zs_engine_loss_floor(const zs_engine *e) { return zs_data_loss_floor(e->data); }
 const zs_partition *zs_engine_partition(const zs_engine *e) { return &e->part; }
 size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
+
+int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max)
+{
+    for (int i = 0; i < e->nbuckets && i < max; i++) {
+        lo[i] = e->buckets[i].lo;
+        hi[i] = e->buckets[i].hi;
+    }
+    return e->nbuckets;
+}
 
 int zs_engine_get_params(zs_engine *e, float *host)
 {
