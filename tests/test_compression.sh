@@ -68,6 +68,16 @@ awk -v a="$k" -v d="$d" 'BEGIN { exit !(a <= 1.05 * d) }' && ok || bad "top-k 1%
 awk -v a="$q" -v d="$d" 'BEGIN { exit !(a <= 1.05 * d) }' && ok || bad "int8 ($q) not within 5% of dense ($d)"
 awk -v a="$x" -v k="$k0" 'BEGIN { exit !(a >= 1.05 * k) }' && ok || bad "top-k without error feedback ($x) not 5% worse than with it ($k0)"
 
+# the config section does what the options do
+printf '{"gradient_compression": {"method": "int8", "error_feedback": true, "warmup_steps": 1}}\n' >"$T/c.json"
+sh "$HERE/mpirun.sh" 2 "$ZS" train $MODEL --config "$T/c.json" --stage 2 --quiet --report "$T/cfg.json" >/dev/null 2>&1
+sh "$HERE/mpirun.sh" 2 "$ZS" train $MODEL --compression int8 --stage 2 --quiet --report "$T/cli.json" >/dev/null 2>&1
+[ -n "$(hashes "$T/cfg.json")" ] && [ "$(hashes "$T/cfg.json")" = "$(hashes "$T/cli.json")" ] && ok ||
+    bad "gradient_compression section differs from --compression int8"
+printf '{"gradient_compression": {"method": "zip"}}\n' >"$T/z.json"
+"$ZS" train --steps 1 --quiet --stage 1 --config "$T/z.json" 2>"$T/err" && bad "method zip accepted" ||
+    { grep -q "gradient_compression.method" "$T/err" && ok || { bad "method zip message"; cat "$T/err"; }; }
+
 # bad combinations: one line, non-zero exit
 "$ZS" train --steps 1 --quiet --compression topk:2 2>"$T/err" && bad "topk:2 accepted" || { grep -q "topk" "$T/err" && ok || bad "topk:2 message"; }
 "$ZS" train --steps 1 --quiet --compression int8 --stage 0 2>"$T/err" && bad "stage 0 accepted" || { grep -q "stages 1, 2 and 3" "$T/err" && ok || bad "stage 0 message"; }
