@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
@@ -219,7 +220,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     static const struct { int id; long lo, hi; size_t off; } ints[] = {
         {OPT_HEADS, 1, 1 << 16, offsetof(zs_run_config, model.n_head)},
         {OPT_SEQ, 1, 1 << 20, offsetof(zs_run_config, model.seq_len)},
-        {OPT_VOCAB, 2, 1 << 24, offsetof(zs_run_config, model.vocab)},
+        {OPT_VOCAB, 2, 1 << 20, offsetof(zs_run_config, model.vocab)},
         {OPT_INPUT_DIM, 1, 1 << 20, offsetof(zs_run_config, model.input_dim)},
         {OPT_CLASSES, 2, 1 << 20, offsetof(zs_run_config, model.n_classes)},
         {OPT_STEPS, 1, 100000000, offsetof(zs_run_config, steps)},
@@ -330,9 +331,18 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
     while ((ch = getopt_long(argc, argv, "h", zs_long_options, NULL)) != -1) {
         if (ch == '?' || ch == ':') {
             const char *arg = argv[optind - 1];
-            if (err && optopt)
+            int is_long = arg[0] == '-' && arg[1] == '-';
+            int known_long = 0;
+            for (const struct option *lo = zs_long_options; is_long && lo->name; lo++)
+                if (lo->val == optopt && optopt >= OPT_MODEL)
+                    known_long = lo->has_arg == required_argument ? 1 : 2;
+            if (!err)
+                ;
+            else if (known_long == 1)
                 fprintf(err, "zerosim: option %s needs a value (see zerosim --help)\n", arg);
-            else if (err)
+            else if (known_long == 2)
+                fprintf(err, "zerosim: option %s takes no value (see zerosim --help)\n", arg);
+            else
                 fprintf(err, "zerosim: unknown option %s (see zerosim --help)\n", arg);
             return 2;
         }
@@ -374,6 +384,17 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
     }
     *report = cli.val[OPT_REPORT];
     *csv = cli.val[OPT_CSV];
+    if (*csv && rank == 0) { /* find out now, not after training */
+        struct stat st;
+        if (stat(*csv, &st) != 0 && mkdir(*csv, 0777) != 0) {
+            zs_error_set("cannot create the --csv directory %s: %s", *csv, strerror(errno));
+            goto fail;
+        }
+        if (stat(*csv, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            zs_error_set("--csv %s is not a directory", *csv);
+            goto fail;
+        }
+    }
     return 0;
 fail:
     if (err)
@@ -393,6 +414,11 @@ static int zs_cmd_train(int argc, char **argv)
     zs_run_config cfg;
     const char *report = NULL, *csv = NULL;
     int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv);
+    int setup_failed = 0; /* some checks run on rank 0 only: agree */
+    if (world > 1 && zs_comm_agree(comm, rc > 0, 60.0, &setup_failed))
+        zs_comm_abort(comm, 1);
+    if (!rc && setup_failed)
+        rc = 1;
     if (rc) {
         zs_comm_finalize(comm);
         return rc < 0 ? 0 : rc;
@@ -423,8 +449,9 @@ static int zs_cmd_train(int argc, char **argv)
         }
         if (o.log)
             zs_report_print(o.log, &cfg, &r);
-        if ((report && zs_report_write_json(report, &cfg, &r)) ||
-            (csv && zs_report_write_csv(csv, &cfg, &r))) {
+        /* the JSON last: a run whose outputs failed leaves no report */
+        if ((csv && zs_report_write_csv(csv, &cfg, &r)) ||
+            (report && zs_report_write_json(report, &cfg, &r))) {
             fprintf(stderr, "zerosim: %s\n", zs_error_msg());
             rc = 1;
         }

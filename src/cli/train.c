@@ -196,7 +196,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
             const zs_mem_event *ev = zs_mem_timeline(mem, &nt);
             r->timeline = malloc((nt ? nt : 1) * sizeof *ev);
             if (r->timeline) {
-                memcpy(r->timeline, ev, nt * sizeof *ev);
+                if (nt)
+                    memcpy(r->timeline, ev, nt * sizeof *ev);
                 r->n_timeline = nt;
             }
         }

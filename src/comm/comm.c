@@ -10,6 +10,8 @@
 
 struct zs_comm {
     MPI_Comm comm;
+    MPI_Comm agree_comm;     /* a duplicate, so that agreeing after a failure
+                                never matches a collective of the training */
     int rank, size, local_rank;
     zs_comm_phase phase;
     int step;
@@ -116,6 +118,7 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
         ZS_FAIL("out of host memory creating the communicator");
     c->comm = MPI_COMM_WORLD;
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_dup(c->comm, &c->agree_comm);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
     MPI_Comm node;
@@ -141,6 +144,7 @@ void zs_comm_finalize(zs_comm_t c)
         return;
     }
     if (c) {
+        MPI_Comm_free(&c->agree_comm);
         MPI_Op_free(&c->op_sum_bf16);
         MPI_Op_free(&c->op_sum_f16);
         free(c->rec);
@@ -534,7 +538,7 @@ int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
         return 0;
     MPI_Request req;
     int in = failed ? c->size - c->rank : 0, out = 0; /* the lowest failing rank wins */
-    if (MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX, c->comm, &req) != MPI_SUCCESS)
+    if (MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX, c->agree_comm, &req) != MPI_SUCCESS)
         return -1;
     double t0 = MPI_Wtime();
     int done = 0;

@@ -55,8 +55,8 @@ int zs_model_config_validate(const zs_model_config *c)
                     c->n_head, c->n_embd);
         if (c->seq_len < 1 || c->seq_len > 1 << 20)
             ZS_FAIL("model.seq must be between 1 and 1048576, got %d", c->seq_len);
-        if (c->vocab < 2 || c->vocab > 1 << 24)
-            ZS_FAIL("model.vocab must be between 2 and 16777216, got %d", c->vocab);
+        if (c->vocab < 2 || c->vocab > 1 << 20)
+            ZS_FAIL("model.vocab must be between 2 and 1048576, got %d", c->vocab);
         if (c->ckpt_blocks < 0)
             ZS_FAIL("activation checkpointing: blocks per segment must be positive, got %d",
                     c->ckpt_blocks);

@@ -120,14 +120,8 @@ static double zs_comp_part_bytes(const zs_comp_spec *s, size_t n)
 {
     double blocks = (double)((n + 255) / 256);
     switch (s->kind) {
-    case ZS_COMP_TOPK: {
-        double k = n ? ceil(s->topk_fraction * (double)n) : 0.0;
-        if (n && k < 1)
-            k = 1;
-        if (k > (double)n)
-            k = (double)n;
-        return 8.0 * k;
-    }
+    case ZS_COMP_TOPK: /* k by the codec's rule: ceil(f*n), within [1, n] */
+        return 8.0 * (double)zs_comp_topk_k(s, n);
     case ZS_COMP_INT8: return (double)n + 4.0 * blocks;
     case ZS_COMP_SIGN: return (double)((n + 7) / 8) + 4.0 * blocks;
     default: return 4.0 * (double)n;

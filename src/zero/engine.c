@@ -323,9 +323,9 @@ static int zs_engine_alloc_states(zs_engine *e)
     if (e->det) {
         ZS_TRY(ZS_ALLOC(ZS_MEM_GRADS, p->shard * 8, &e->gacc));
         ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_bucket * 8, &e->fixbuf));
-        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_rcount * 8, &e->recv));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_chunk * 8, &e->recv));
     } else {
-        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_rcount * e->ps, &e->recv));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->max_chunk * e->ps, &e->recv));
     }
     if (e->comp_on) {
         int N = p->world;
@@ -336,9 +336,11 @@ static int zs_engine_alloc_states(zs_engine *e)
                 sb += zs_comp_bytes(&e->cfg.compression, (size_t)b->counts[q]);
             if (sb > e->csend_bytes)
                 e->csend_bytes = sb;
-            size_t rb = (size_t)N * zs_comp_bytes(&e->cfg.compression, b->rcount);
-            if (rb > e->crecv_bytes)
-                e->crecv_bytes = rb;
+            for (int q = 0; q < N; q++) { /* the same size on every rank */
+                size_t rb = (size_t)N * zs_comp_bytes(&e->cfg.compression, (size_t)b->counts[q]);
+                if (rb > e->crecv_bytes)
+                    e->crecv_bytes = rb;
+            }
         }
         if (e->csend_bytes > (size_t)INT_MAX || e->crecv_bytes > (size_t)INT_MAX)
             ZS_FAIL("a compressed bucket exceeds what one MPI call can carry: lower reduce_bucket_size");
@@ -346,7 +348,7 @@ static int zs_engine_alloc_states(zs_engine *e)
             ZS_TRY(ZS_ALLOC(ZS_MEM_COMPRESSION, p->padded * 4, &e->residual));
         ZS_TRY(ZS_ALLOC(ZS_MEM_WORKSPACE, e->max_bucket * 4, &e->cx));
         ZS_TRY(ZS_ALLOC(ZS_MEM_WORKSPACE, e->max_bucket * 4, &e->capprox));
-        ZS_TRY(ZS_ALLOC(ZS_MEM_WORKSPACE, e->max_rcount * 4 + 4, &e->cacc));
+        ZS_TRY(ZS_ALLOC(ZS_MEM_WORKSPACE, e->max_chunk * 4 + 4, &e->cacc));
         ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->csend_bytes + 1, &e->csend));
         ZS_TRY(ZS_ALLOC(ZS_MEM_COMM_BUFFERS, e->crecv_bytes + 1, &e->crecv));
         e->scount = calloc((size_t)N, sizeof(int));
@@ -433,8 +435,9 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
     if (e->stage == 3 && zs_engine_plan_gathers(e))
         goto fail;
     if (e->stage == 1 || e->stage == 2 || e->stage == 0)
-        if (zs_engine_check_int(e->cfg.allgather_bucket_size ? e->cfg.allgather_bucket_size
-                                                             : e->part.padded,
+        if (zs_engine_check_int(e->cfg.allgather_bucket_size &&
+                                        e->cfg.allgather_bucket_size < e->part.padded
+                                    ? e->cfg.allgather_bucket_size : e->part.padded,
                                 "a parameter allgather"))
             goto fail;
 
@@ -517,14 +520,14 @@ void zs_engine_destroy(zs_engine *e)
     zs_mem_free(mem, ZS_MEM_GRADS, e->gshard, p->shard * e->ps);
     zs_mem_free(mem, ZS_MEM_GRADS, e->gacc, p->shard * 8);
     zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->fixbuf, e->max_bucket * 8);
-    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->recv, e->max_rcount * (e->det ? 8 : e->ps));
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->recv, e->max_chunk * (e->det ? 8 : e->ps));
     if (e->comm)
         zs_comm_set_scratch(e->comm, NULL, 0);
     zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->ring, e->ring_bytes);
     zs_mem_free(mem, ZS_MEM_COMPRESSION, e->residual, p->padded * 4);
     zs_mem_free(mem, ZS_MEM_WORKSPACE, e->cx, e->max_bucket * 4);
     zs_mem_free(mem, ZS_MEM_WORKSPACE, e->capprox, e->max_bucket * 4);
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, e->cacc, e->max_rcount * 4 + 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, e->cacc, e->max_chunk * 4 + 4);
     zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->csend, e->csend_bytes + 1);
     zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->crecv, e->crecv_bytes + 1);
     free(e->scount);
@@ -718,8 +721,11 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src)
     int N = e->part.world;
     size_t n = b->hi - b->lo;
     zs_backend_convert_to_f32(e->be, e->cx, src, e->pt, n);
+    /* the residual is kept unscaled, so a change of the fp16 loss scale
+     * does not change what it means */
+    float scale = e->scaler.scale;
     if (e->residual)
-        zs_backend_axpy(e->be, e->cx, 1.0f, e->residual + b->lo, n);
+        zs_backend_axpy(e->be, e->cx, scale, e->residual + b->lo, n);
     size_t part = 0, soff = 0;
     for (int q = 0; q < N; q++) {
         size_t cnt = (size_t)b->counts[q], nb = zs_comp_bytes(cs, cnt);
@@ -733,6 +739,7 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src)
     if (e->residual) { /* residual = x - what the receivers will see */
         zs_backend_copy_d2d(e->be, e->residual + b->lo, e->cx, n * 4);
         zs_backend_axpy(e->be, e->residual + b->lo, -1.0f, e->capprox, n);
+        zs_backend_scale(e->be, e->residual + b->lo, 1.0f / scale, n);
     }
     size_t rb = zs_comp_bytes(cs, b->rcount);
     for (int q = 0; q < N; q++) {
@@ -866,8 +873,17 @@ static int zs_engine_micro_batch(zs_engine *e, int step, int a, float dloss)
                     zs_gather_release(e, v);
             }
         }
-        if (e->stage == 3)
-            ZS_TRY(zs_gather_unit(e, u, u - 1));
+        if (e->stage == 3) {
+            /* no prefetch of a unit whose segment is recomputed first */
+            int next = u - 1;
+            for (int sg = 0; sg < nseg - 1; sg++) {
+                int first, last;
+                zs_model_segment_units(&c->model, sg, &first, &last);
+                if (next == last)
+                    next = -1;
+            }
+            ZS_TRY(zs_gather_unit(e, u, next));
+        }
         zs_engine_view_unit(e, u, 1);
         zs_model_backward_unit(e->model, e->be, u, e->P, e->G, e->acts, &e->batch, dloss);
         ZS_TRY(zs_engine_commit_grads(e, u));
@@ -945,6 +961,10 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
     info->grad_norm = (float)norm;
     if (zs_loss_scaler_update(&e->scaler, overflow)) {
         info->skipped = 1;
+        /* what this step left in the error-feedback residual holds the
+         * overflow: start it again from zero */
+        if (e->residual && e->comp_now)
+            zs_backend_memset0(e->be, e->residual, e->part.padded * 4);
         return 0;
     }
     double coef = 1.0;
