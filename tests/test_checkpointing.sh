@@ -1,6 +1,7 @@
 #!/bin/sh
 # Activation checkpointing: parameters byte-identical with and without it in
-# every stage and precision; activation and checkpoint bytes as predicted;
+# every stage and precision; activation, checkpoint and model-state bytes as
+# predicted (stage 3 gathers included);
 # on a 16-layer GPT, sqrt checkpointing lowers the peak of activations plus
 # checkpoints at least 3x; the DeepSpeed-style config section works.
 set -u
@@ -30,7 +31,7 @@ for n in 2 3; do
                 h=$(hashes "$d.json")
                 [ -z "$ref" ] && ref=$h
                 [ "$h" = "$ref" ] && ok || bad "N=$n $prec stage $stage $ck: $h vs off $ref"
-                for c in activations checkpoints; do
+                for c in activations checkpoints params grads optimizer; do
                     set -- $(mem "$d" $c)
                     [ "$#" -eq 2 ] && [ "$1" = "$2" ] && ok || bad "N=$n $prec stage $stage $ck $c: $*"
                 done

@@ -78,6 +78,16 @@ printf '{"gradient_compression": {"method": "zip"}}\n' >"$T/z.json"
 "$ZS" train --steps 1 --quiet --stage 1 --config "$T/z.json" 2>"$T/err" && bad "method zip accepted" ||
     { grep -q "gradient_compression.method" "$T/err" && ok || { bad "method zip message"; cat "$T/err"; }; }
 
+# fp16 with compression recovers from overflow steps: a start scale of
+# 2^30 overflows, steps are skipped, the scale comes down, the loss falls
+printf '{"fp16": {"enabled": true, "initial_scale_power": 30, "hysteresis": 1}}\n' >"$T/f16.json"
+for comp in topk:0.01 int8; do
+    sh "$HERE/mpirun.sh" 2 "$ZS" train --config "$T/f16.json" --stage 2 --compression "$comp" --steps 40 \
+        --quiet --csv "$T/f16-$comp" >/dev/null 2>&1 || bad "fp16 $comp failed"
+    awk '!/^#/ {l[++n] = $2} END {exit !(n == 40 && l[40] < 0.85 * l[1])}' "$T/f16-$comp/steps.csv" &&
+        ok || bad "fp16 with $comp did not recover from overflow"
+done
+
 # bad combinations: one line, non-zero exit
 "$ZS" train --steps 1 --quiet --compression topk:2 2>"$T/err" && bad "topk:2 accepted" || { grep -q "topk" "$T/err" && ok || bad "topk:2 message"; }
 "$ZS" train --steps 1 --quiet --compression int8 --stage 0 2>"$T/err" && bad "stage 0 accepted" || { grep -q "stages 1, 2 and 3" "$T/err" && ok || bad "stage 0 message"; }
