@@ -74,8 +74,21 @@ int zs_comm_local_rank(zs_comm_t c);
 
 /* Ledger context for the following calls. */
 void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);
+/* The individual records since the last clear, the first ZS_COMM_KEEP of
+ * them (later calls still count in the sums below). */
+#define ZS_COMM_KEEP ((size_t)1 << 16)
 const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n);
 void zs_comm_clear_records(zs_comm_t c);
+
+/* Every call since the start, summed per op, phase and message size (the
+ * full buffer's bytes): bounded memory however long the run. */
+typedef struct {
+    zs_comm_op op;
+    zs_comm_phase phase;
+    size_t msg_bytes;
+    double calls, bytes, wire_bytes, seconds;
+} zs_comm_sum_row;
+const zs_comm_sum_row *zs_comm_sums(zs_comm_t c, size_t *n);
 
 /* Reduce-scatter (sum) of the range [0, total) of send, where rank r
  * receives counts[r] elements starting at sum of counts before r into recv.

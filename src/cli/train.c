@@ -66,15 +66,15 @@ static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
         mine[2 * ZS_MEM_NCAT + p] = (double)r->mem.phase_peak[p];
     mine[NM - 1] = (double)r->mem.total_peak;
     size_t n;
-    const zs_comm_record *rec = zs_comm_records(comm, &n);
+    const zs_comm_sum_row *sum = zs_comm_sums(comm, &n);
     double *cs = mine + NM;
     memset(cs, 0, NC * sizeof(double));
     for (size_t i = 0; i < n; i++) {
-        double *d = cs + ((size_t)rec[i].op * ZS_PHASE_NPHASES + (size_t)rec[i].phase) * 4;
-        d[0] += 1;
-        d[1] += (double)(rec[i].elems * rec[i].elem_size);
-        d[2] += rec[i].seconds;
-        d[3] += rec[i].wire_bytes;
+        double *d = cs + ((size_t)sum[i].op * ZS_PHASE_NPHASES + (size_t)sum[i].phase) * 4;
+        d[0] += sum[i].calls;
+        d[1] += sum[i].bytes;
+        d[2] += sum[i].seconds;
+        d[3] += sum[i].wire_bytes;
     }
     double *all = calloc((size_t)N * (NM + NC), sizeof(double));
     r->peaks = calloc((size_t)N, sizeof *r->peaks);
@@ -112,24 +112,24 @@ static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
 static int zs_train_comm_table(zs_comm_t comm, zs_train_result *r)
 {
     size_t n;
-    const zs_comm_record *rec = zs_comm_records(comm, &n);
+    const zs_comm_sum_row *sum = zs_comm_sums(comm, &n);
     for (size_t i = 0; i < n; i++) {
-        if (rec[i].phase == ZS_PHASE_REPORT)
+        if (sum[i].phase == ZS_PHASE_REPORT)
             continue;
-        size_t bytes = rec[i].elems * rec[i].elem_size, k;
+        size_t k;
         for (k = 0; k < r->n_comm_rows; k++)
-            if (r->comm_rows[k].op == (int)rec[i].op && r->comm_rows[k].msg_bytes == bytes)
+            if (r->comm_rows[k].op == (int)sum[i].op && r->comm_rows[k].msg_bytes == sum[i].msg_bytes)
                 break;
         if (k == r->n_comm_rows) {
             zs_comm_row *t = realloc(r->comm_rows, (k + 1) * sizeof *t);
             if (!t)
                 ZS_FAIL("out of host memory building the comms table");
             r->comm_rows = t;
-            r->comm_rows[k] = (zs_comm_row){.op = (int)rec[i].op, .msg_bytes = bytes};
+            r->comm_rows[k] = (zs_comm_row){.op = (int)sum[i].op, .msg_bytes = sum[i].msg_bytes};
             r->n_comm_rows++;
         }
-        r->comm_rows[k].count++;
-        r->comm_rows[k].seconds += rec[i].seconds;
+        r->comm_rows[k].count += (size_t)sum[i].calls;
+        r->comm_rows[k].seconds += sum[i].seconds;
     }
     return 0;
 }

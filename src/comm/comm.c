@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,8 @@ struct zs_comm {
     int step;
     zs_comm_record *rec;
     size_t nrec, caprec;
+    zs_comm_sum_row *sum;
+    size_t nsum, capsum;
     MPI_Op op_sum_bf16, op_sum_f16;
     void *scratch;           /* ring reduce-scatter: two receive buffers */
     size_t scratch_bytes;
@@ -140,6 +143,7 @@ void zs_comm_finalize(zs_comm_t c)
 {
     if (c && c->comm == MPI_COMM_NULL) { /* a self communicator: MPI was never used */
         free(c->rec);
+        free(c->sum);
         free(c);
         return;
     }
@@ -148,6 +152,7 @@ void zs_comm_finalize(zs_comm_t c)
         MPI_Op_free(&c->op_sum_bf16);
         MPI_Op_free(&c->op_sum_f16);
         free(c->rec);
+        free(c->sum);
         free(c);
     }
     int fin = 0;
@@ -187,8 +192,44 @@ const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n)
 
 void zs_comm_clear_records(zs_comm_t c) { c->nrec = 0; }
 
+const zs_comm_sum_row *zs_comm_sums(zs_comm_t c, size_t *n)
+{
+    *n = c->nsum;
+    return c->sum;
+}
+
+/* Add r to its (op, phase, message size) row. */
+static void zs_comm_sum_add(zs_comm_t c, const zs_comm_record *r)
+{
+    size_t bytes = r->elems * r->elem_size, i;
+    for (i = 0; i < c->nsum; i++)
+        if (c->sum[i].op == r->op && c->sum[i].phase == r->phase && c->sum[i].msg_bytes == bytes)
+            break;
+    if (i == c->nsum) {
+        if (c->nsum == c->capsum) {
+            size_t cap = c->capsum ? 2 * c->capsum : 64;
+            zs_comm_sum_row *p = realloc(c->sum, cap * sizeof *p);
+            if (!p) { /* cannot happen quietly: the sums would be wrong */
+                fprintf(stderr, "zerosim: out of host memory in the comm ledger\n");
+                abort();
+            }
+            c->sum = p;
+            c->capsum = cap;
+        }
+        c->sum[i] = (zs_comm_sum_row){.op = r->op, .phase = r->phase, .msg_bytes = bytes};
+        c->nsum++;
+    }
+    c->sum[i].calls += 1;
+    c->sum[i].bytes += (double)bytes;
+    c->sum[i].wire_bytes += r->wire_bytes;
+    c->sum[i].seconds += r->seconds;
+}
+
 static void zs_comm_record_add(zs_comm_t c, const zs_comm_record *r)
 {
+    zs_comm_sum_add(c, r);
+    if (c->nrec >= ZS_COMM_KEEP)
+        return;
     if (c->nrec == c->caprec) {
         size_t cap = c->caprec ? 2 * c->caprec : 1024;
         zs_comm_record *p = realloc(c->rec, cap * sizeof *p);
