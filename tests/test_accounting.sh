@@ -6,15 +6,7 @@
 # and allgather bytes; activations are within 5%. Also: a model that does
 # not fit the simulated device at stage 0 fits at stage 3, and the
 # accounted bytes explain the growth of the process's peak RSS.
-set -u
-ZS=${ZEROSIM:-./zerosim}
-HERE=$(dirname "$0")
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0"
 check_run() { # label dir
@@ -77,15 +69,15 @@ fi
 
 # peak RSS: the accounted growth between a tiny and a ~400 MB model explains
 # the growth of the process's peak RSS within 10%
-key() { sed -n "s/^ *\"$2\": \([0-9]*\),\{0,1\}$/\1/p" "$1" | head -1; }
+# the first numeric value of a key at any depth of a report
+first_number() { sed -n "s/^ *\"$2\": \([0-9]*\),\{0,1\}$/\1/p" "$1" | head -1; }
 OPENBLAS_NUM_THREADS=1 "$ZS" train --steps 1 --quiet --report "$T/tiny.json" || bad "tiny run"
 OPENBLAS_NUM_THREADS=1 "$ZS" train --layers 6 --hidden 512 --heads 8 --seq 32 --vocab 8192 \
     --micro-batch 2 --steps 1 --quiet --report "$T/big.json" || bad "big run"
-a0=$(key "$T/tiny.json" total_peak_bytes); a1=$(key "$T/big.json" total_peak_bytes)
-r0=$(key "$T/tiny.json" peak_rss_bytes); r1=$(key "$T/big.json" peak_rss_bytes)
+a0=$(first_number "$T/tiny.json" total_peak_bytes); a1=$(first_number "$T/big.json" total_peak_bytes)
+r0=$(first_number "$T/tiny.json" peak_rss_bytes); r1=$(first_number "$T/big.json" peak_rss_bytes)
 echo "accounted growth $((a1 - a0)) bytes, RSS growth $((r1 - r0)) bytes"
 awk -v a=$((a1 - a0)) -v r=$((r1 - r0)) 'BEGIN { d = (r - a) / a; if (d < 0) d = -d; exit !(a > 3e8 && d < 0.10) }' &&
     ok || bad "accounted growth $((a1 - a0)) vs RSS growth $((r1 - r0)): more than 10% apart"
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -4,16 +4,7 @@
 # predicted (stage 3 gathers included);
 # on a 16-layer GPT, sqrt checkpointing lowers the peak of activations plus
 # checkpoints at least 3x; the DeepSpeed-style config section works.
-set -u
-ZS=${ZEROSIM:-./zerosim}
-HERE=$(dirname "$0")
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
+. "$(dirname "$0")/testlib.sh"
 # peak bytes and prediction of a category on rank 0
 mem() { awk -v c="$2" '$1 == 0 && $2 == c {print $3, $4}' "$1/memory.csv"; }
 
@@ -65,5 +56,4 @@ printf '{"activation_checkpointing": {"cpu_checkpointing": true}}\n' >"$T/cpu.js
 "$ZS" train --model mlp --steps 1 --quiet --checkpoint-activations sqrt 2>"$T/err" && bad "MLP checkpointing accepted" ||
     { grep -q "GPT only" "$T/err" && ok || bad "no message for MLP checkpointing"; }
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

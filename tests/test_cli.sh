@@ -1,16 +1,7 @@
 #!/bin/sh
 # Bad input gets one clear line on stderr and a non-zero exit, never a crash,
 # and leaves no half-written report behind.
-set -u
-ZS=${ZEROSIM:-./zerosim}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-export OPENBLAS_NUM_THREADS=1
-fails=0
-passes=0
-
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/testlib.sh"
 
 # expect_error "what" "pattern in the message" zerosim-args...
 expect_error() {
@@ -68,5 +59,4 @@ ls "$T"/oom.json.tmp* >/dev/null 2>&1 && bad "temporary report left behind" || o
 # a report into a directory that does not exist
 expect_error "report dir" "cannot write report" train --steps 1 --quiet --report "$T/no/such/dir/r.json"
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -6,16 +6,7 @@
 # synthetic GPT task top-k 1% and int8 with error feedback end within 5% of
 # dense training's loss after the same steps, and top-k without error
 # feedback does measurably worse.
-set -u
-ZS=${ZEROSIM:-./zerosim}
-HERE=$(dirname "$0")
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
+. "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 4 --warmup 0 --lr 1e-2 --compression-warmup 1"
 for n in 2 3 4; do
@@ -92,5 +83,4 @@ done
 "$ZS" train --steps 1 --quiet --compression topk:2 2>"$T/err" && bad "topk:2 accepted" || { grep -q "topk" "$T/err" && ok || bad "topk:2 message"; }
 "$ZS" train --steps 1 --quiet --compression int8 --stage 0 2>"$T/err" && bad "stage 0 accepted" || { grep -q "stages 1, 2 and 3" "$T/err" && ok || bad "stage 0 message"; }
 "$ZS" train --steps 1 --quiet --compression int8 --stage 1 --deterministic 2>"$T/err" && bad "deterministic accepted" || { grep -q "deterministic" "$T/err" && ok || bad "deterministic message"; }
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -3,16 +3,7 @@
 # gives byte-identical parameters after every step for N = 1, 2, 3, 4, 6
 # ranks and any stage, in fp32, bf16 and fp16; without it, N = 1 and N = 4
 # differ (so the test can tell).
-set -u
-ZS=${ZEROSIM:-./zerosim}
-HERE=$(dirname "$0")
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
+. "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --steps 3 --warmup 0 --lr 1e-2 --grad-clip 0.5"
 run() { # n stage prec extra... -> hashes
@@ -44,5 +35,4 @@ c=$(run 3 1 fp32 --config "$T/det.json")
 d=$(run 1 0 fp32 --deterministic)
 [ "$c" = "$d" ] && ok || bad "zerosim.deterministic in a config file differs from --deterministic"
 grep -q '"deterministic": true' "$T/r.json" && ok || bad "report lacks \"deterministic\": true"
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

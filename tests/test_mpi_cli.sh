@@ -2,16 +2,7 @@
 # Under MPI: stage 3 never holds more gathered parameters than
 # stage3_max_live_parameters; bad configurations give one line from rank 0
 # and a non-zero exit of the whole job, with no hang.
-set -u
-ZS=${ZEROSIM:-./zerosim}
-HERE=$(dirname "$0")
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-key() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1"; }
+. "$(dirname "$0")/testlib.sh"
 
 # units of this model: embeddings 1075, blocks 7825 each, head 825 elements
 MODEL="--layers 3 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --steps 2 --warmup 0"
@@ -50,5 +41,4 @@ expect_error 2 "stage3_max_live_parameters (5000)" --config "$T/small.json" $MOD
 expect_error 3 "out of memory on rank 0" --device-memory 200KiB $MODEL
 expect_error 2 "unknown backend" --backend nonesuch $MODEL
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -1,18 +1,7 @@
 #!/bin/sh
 # The zerosim program trains, writes the JSON report with the documented
 # keys, and two runs with the same seed give the same param_hash.
-set -u
-ZS=${ZEROSIM:-./zerosim}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-export OPENBLAS_NUM_THREADS=1
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# the value of a top-level scalar key in a report
-key() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1"; }
+. "$(dirname "$0")/testlib.sh"
 
 "$ZS" train --steps 12 --quiet --report "$T/a.json" || bad "first run failed"
 "$ZS" train --steps 12 --quiet --report "$T/b.json" || bad "second run failed"
@@ -44,5 +33,4 @@ CFG=${srcdir:-.}/examples/configs/gpt_small_fp16_zero2.json
 CFG2=${srcdir:-.}/examples/configs/mlp_adamw.json
 "$ZS" train --config "$CFG2" --steps 3 --quiet && ok || bad "MLP example config failed"
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -3,15 +3,7 @@
 # N = 1..4 ranks, in fp32, bf16 and fp16, with clipping on, gradient
 # accumulation, several gradient buckets and a parameter count that no N
 # divides (so the last shard is padded).
-set -u
-ZS=${ZEROSIM:-./zerosim}
-HERE=$(dirname "$0")
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/testlib.sh"
 
 # small buckets, so that each stage reduces several of them
 cat >"$T/zero.json" <<'JSON'
@@ -26,8 +18,6 @@ cat >"$T/zero.json" <<'JSON'
   }
 }
 JSON
-# hashes FILE: the param_hashes array on one line
-hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
 
 MODEL="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 4 --warmup 0 --lr 1e-2"
 for n in 1 2 3 4; do
@@ -55,5 +45,4 @@ np=$(sed -n 's/^  "num_params": \([0-9]*\),$/\1/p' "$T/r-1-fp32-0.json")
 for n in 2 3 4; do
     [ $((np % n)) -ne 0 ] && ok || bad "num_params $np divisible by $n: padding untested"
 done
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -1,0 +1,29 @@
+# Shared by the shell tests, which source it first:
+#     . "$(dirname "$0")/testlib.sh"
+# It sets ZS (the zerosim program), HERE (the tests' folder), T (a temporary
+# folder removed at exit), one BLAS thread per process, the pass and fail
+# counters with ok and bad, helpers that read JSON reports, and finish.
+set -u
+# shellcheck disable=SC2034 # ZS and HERE are for the tests that source this
+ZS=${ZEROSIM:-./zerosim}
+HERE=$(dirname "$0")
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export OPENBLAS_NUM_THREADS=1
+fails=0
+passes=0
+ok() { passes=$((passes + 1)); }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# hashes FILE: the "param_hashes" array of a report, on one line
+hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
+
+# key FILE NAME: the value of a top-level scalar key of a report
+key() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1"; }
+
+# finish: the closing line, then exit 0 only when nothing failed
+finish() {
+    echo "$passes passed, $fails failed"
+    [ "$fails" -eq 0 ]
+    exit
+}
