@@ -78,6 +78,9 @@ size_t zs_model_count_params(const zs_model_config *c);
 /* Entries used by unit l (its own, plus e.g. the tied embedding in the GPT
  * head). Returns the count; ids receives up to max entry indices. */
 int zs_model_unit_uses(const zs_model *m, int l, int *ids, int max);
+/* Elements of the entries unit l uses (what stage 3 gathers for it, what
+ * its fp32 staging holds). */
+size_t zs_model_unit_elems(const zs_model *m, int l);
 
 /* Initialise the flat fp32 parameter array (num_params elements, host memory)
  * deterministically from seed: GPT-2's scheme (N(0,0.02), residual

@@ -55,13 +55,13 @@ typedef struct {
  * a message (an impossible model). */
 int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p);
 
-/* Compressed gradient exchange: bytes rank `rank` sends to the other ranks
+/* Compressed gradient exchange (Ψ = num_params): bytes rank `rank` sends to the other ranks
  * per step (all-to-all), for gradient buckets [lo[i], hi[i]): for each
  * bucket and each other rank q, the compressed size of q's part of n
  * elements: top-k 8*ceil(f*n) (a 4-byte index and a 4-byte value each),
  * int8 n + 4*ceil(n/256), sign ceil(n/8) + 4*ceil(n/256); times grad_accum. */
-double zs_predict_alltoall_bytes(const zs_run_config *cfg, int world, int rank,
-                                 const size_t *lo, const size_t *hi, int nbuckets);
+double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, int world,
+                                 int rank, const size_t *lo, const size_t *hi, int nbuckets);
 
 /* Ring-volume bytes of a collective over an S-byte buffer on N ranks. */
 double zs_ring_bytes(size_t full_bytes, int world);

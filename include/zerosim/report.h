@@ -18,6 +18,9 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
  * traffic per rank per step, and rank 0's comms table. */
 void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r);
 
+/* Create the --csv directory when missing; fail when it cannot be used. */
+int zs_report_prepare_dir(const char *dir);
+
 /* Write run.csv, memory.csv, comm.csv, timeline.csv and steps.csv
  * (#-headed columns for gnuplot) into dir, creating it when missing. */
 int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_train_result *r);

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
@@ -384,17 +383,8 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
     }
     *report = cli.val[OPT_REPORT];
     *csv = cli.val[OPT_CSV];
-    if (*csv && rank == 0) { /* find out now, not after training */
-        struct stat st;
-        if (stat(*csv, &st) != 0 && mkdir(*csv, 0777) != 0) {
-            zs_error_set("cannot create the --csv directory %s: %s", *csv, strerror(errno));
-            goto fail;
-        }
-        if (stat(*csv, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            zs_error_set("--csv %s is not a directory", *csv);
-            goto fail;
-        }
-    }
+    if (*csv && rank == 0 && zs_report_prepare_dir(*csv)) /* now, not after training */
+        goto fail;
     return 0;
 fail:
     if (err)

@@ -171,7 +171,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         if (lo && hi && r->a2a_pred) {
             zs_engine_buckets(e, lo, hi, nb);
             for (int q = 0; q < r->world_size; q++)
-                r->a2a_pred[q] = zs_predict_alltoall_bytes(cfg, r->world_size, q, lo, hi, nb);
+                r->a2a_pred[q] = zs_predict_alltoall_bytes(cfg, zs_engine_num_params(e),
+                                                           r->world_size, q, lo, hi, nb);
         }
         free(lo);
         free(hi);

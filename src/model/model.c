@@ -189,6 +189,14 @@ int zs_model_unit_uses(const zs_model *m, int l, int *ids, int max)
     return n;
 }
 
+size_t zs_model_unit_elems(const zs_model *m, int l)
+{
+    size_t s = 0;
+    for (int i = 0; i < m->uses_count[l]; i++)
+        s += m->layout.entries[m->uses[l][i]].numel;
+    return s;
+}
+
 void zs_model_init_params(const zs_model *m, float *params, uint64_t seed)
 {
     for (int i = 0; i < m->layout.n_entries; i++)

@@ -4,26 +4,12 @@
 #include "zerosim/model.h"
 #include "zerosim/zero.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 double zs_ring_bytes(size_t full_bytes, int world)
 {
     return world > 1 ? (double)full_bytes * (double)(world - 1) / (double)world : 0.0;
-}
-
-/* Elements unit u gathers in stage 3: its own range and borrowed entries. */
-static size_t zs_unit_gather(const zs_model *m, int u)
-{
-    const zs_layout *lay = zs_model_layout(m);
-    size_t g = lay->layer_numel[u];
-    int ids[ZS_MAX_USES_PUBLIC];
-    int n = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
-    for (int i = 0; i < n; i++)
-        if (lay->entries[ids[i]].layer != u)
-            g += lay->entries[ids[i]].numel;
-    return g;
 }
 
 /* The most elements alive at once when unit after unit is gathered, the
@@ -69,7 +55,7 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
         ZS_FAIL("out of host memory predicting");
     }
     for (int u = 0; u < U; u++) {
-        g[u] = zs_unit_gather(m, u);
+        g[u] = zs_model_unit_elems(m, u);
         p->gathered_per_pass += g[u];
     }
     if (st == 3)
@@ -103,7 +89,7 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
             int first, last;
             zs_model_segment_units(&cfg->model, sg, &first, &last);
             for (int u = first; u <= last; u++)
-                recompute += zs_unit_gather(m, u);
+                recompute += zs_model_unit_elems(m, u);
         }
         p->ag_bytes_per_step = GA * ps * (2 * p->gathered_per_pass + recompute);
         p->ag_bytes_per_skipped_step = p->ag_bytes_per_step;
@@ -128,15 +114,11 @@ static double zs_comp_part_bytes(const zs_comp_spec *s, size_t n)
     }
 }
 
-double zs_predict_alltoall_bytes(const zs_run_config *cfg, int world, int rank,
-                                 const size_t *lo, const size_t *hi, int nbuckets)
+double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, int world,
+                                 int rank, const size_t *lo, const size_t *hi, int nbuckets)
 {
-    zs_model *m;
-    if (zs_model_create(&cfg->model, &m))
-        return -1.0;
     zs_partition part;
-    zs_partition_make(&part, zs_model_layout(m)->num_params, world, rank, cfg->deterministic);
-    zs_model_destroy(m);
+    zs_partition_make(&part, num_params, world, rank, cfg->deterministic);
     double bytes = 0.0;
     for (int i = 0; i < nbuckets; i++)
         for (int q = 0; q < world; q++) {

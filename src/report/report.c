@@ -325,13 +325,19 @@ static int zs_text_flush(zs_text *t, const char *dir, const char *name)
     return rc;
 }
 
-int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_train_result *r)
+int zs_report_prepare_dir(const char *dir)
 {
     struct stat st;
     if (stat(dir, &st) != 0 && mkdir(dir, 0777) != 0)
         ZS_FAIL("cannot create the --csv directory %s: %s", dir, strerror(errno));
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         ZS_FAIL("--csv %s is not a directory", dir);
+    return 0;
+}
+
+int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_train_result *r)
+{
+    ZS_TRY(zs_report_prepare_dir(dir));
     int N = r->world_size;
     zs_text t = {0};
     zs_text_add(&t, "# world_size stage precision deterministic num_params padded_params steps "

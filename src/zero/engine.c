@@ -289,16 +289,6 @@ static int zs_engine_plan_gathers(zs_engine *e)
     return 0;
 }
 
-static size_t zs_unit_elems(const zs_model *m, int u)
-{
-    int ids[ZS_MAX_USES_PUBLIC];
-    int n = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
-    size_t s = 0;
-    for (int i = 0; i < n; i++)
-        s += zs_model_layout(m)->entries[ids[i]].numel;
-    return s;
-}
-
 #define ZS_ALLOC(cat, bytes, ptr) zs_mem_alloc(e->mem, cat, bytes, (void **)(ptr))
 
 static int zs_engine_alloc_states(zs_engine *e)
@@ -458,7 +448,7 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
         goto fail;
     }
     for (int u = 0; u < e->U; u++) {
-        size_t s = zs_unit_elems(e->model, u);
+        size_t s = zs_model_unit_elems(e->model, u);
         if (s > e->stage_elems)
             e->stage_elems = s;
     }
@@ -829,6 +819,35 @@ static void zs_engine_load_batch(zs_engine *e, uint64_t first)
         zs_backend_copy_h2d(e->be, e->batch.x, e->h_x, e->x_bytes);
 }
 
+/* Forward of units first..last (stage 3: each gathered, the next one of the
+ * range prefetched, released after use). */
+static int zs_engine_forward_units(zs_engine *e, int first, int last)
+{
+    for (int u = first; u <= last; u++) {
+        if (e->stage == 3)
+            ZS_TRY(zs_gather_unit(e, u, u < last ? u + 1 : -1));
+        zs_engine_view_unit(e, u, 0);
+        zs_model_forward_unit(e->model, e->be, u, e->P, e->acts, &e->batch);
+        if (e->stage == 3)
+            zs_gather_release(e, u);
+    }
+    return 0;
+}
+
+/* Activation checkpointing: when unit u ends a segment that is recomputed
+ * before its backward (every segment but the last), its first unit; else -1. */
+static int zs_engine_recomputed_first(const zs_engine *e, int u)
+{
+    int nseg = zs_model_segments(&e->cfg.model);
+    for (int sg = 0; sg < nseg - 1; sg++) {
+        int first, last;
+        zs_model_segment_units(&e->cfg.model, sg, &first, &last);
+        if (u == last)
+            return first;
+    }
+    return -1;
+}
+
 static int zs_engine_micro_batch(zs_engine *e, int step, int a, float dloss)
 {
     const zs_run_config *c = &e->cfg;
@@ -840,50 +859,23 @@ static int zs_engine_micro_batch(zs_engine *e, int step, int a, float dloss)
 
     zs_comm_set_context(e->comm, ZS_PHASE_FORWARD, step);
     zs_mem_set_phase(e->mem, ZS_MEM_PHASE_FORWARD);
-    for (int u = 0; u < U; u++) {
-        if (e->stage == 3)
-            ZS_TRY(zs_gather_unit(e, u, u + 1));
-        zs_engine_view_unit(e, u, 0);
-        zs_model_forward_unit(e->model, e->be, u, e->P, e->acts, &e->batch);
-        if (e->stage == 3)
-            zs_gather_release(e, u);
-    }
+    ZS_TRY(zs_engine_forward_units(e, 0, U - 1));
     e->loss_local[a] = zs_model_loss(e->acts, e->be);
 
     zs_comm_set_context(e->comm, ZS_PHASE_BACKWARD, step);
     zs_mem_set_phase(e->mem, ZS_MEM_PHASE_BACKWARD);
     if (e->stage <= 1)
         zs_backend_memset0(e->be, e->gfull, e->part.padded * e->ps);
-    int nseg = zs_model_segments(&c->model);
     for (int u = U - 1; u >= 0; u--) {
         /* activation checkpointing: before the backward of a segment (all
          * but the last, whose activations are still there), recompute its
          * forward from its checkpoint */
-        for (int sg = 0; sg < nseg - 1; sg++) {
-            int first, last;
-            zs_model_segment_units(&c->model, sg, &first, &last);
-            if (u != last)
-                continue;
-            for (int v = first; v <= last; v++) {
-                if (e->stage == 3)
-                    ZS_TRY(zs_gather_unit(e, v, v < last ? v + 1 : -1));
-                zs_engine_view_unit(e, v, 0);
-                zs_model_forward_unit(e->model, e->be, v, e->P, e->acts, &e->batch);
-                if (e->stage == 3)
-                    zs_gather_release(e, v);
-            }
-        }
-        if (e->stage == 3) {
-            /* no prefetch of a unit whose segment is recomputed first */
-            int next = u - 1;
-            for (int sg = 0; sg < nseg - 1; sg++) {
-                int first, last;
-                zs_model_segment_units(&c->model, sg, &first, &last);
-                if (next == last)
-                    next = -1;
-            }
-            ZS_TRY(zs_gather_unit(e, u, next));
-        }
+        int first = zs_engine_recomputed_first(e, u);
+        if (first >= 0)
+            ZS_TRY(zs_engine_forward_units(e, first, u));
+        /* no prefetch of a unit whose segment is recomputed first */
+        if (e->stage == 3)
+            ZS_TRY(zs_gather_unit(e, u, zs_engine_recomputed_first(e, u - 1) >= 0 ? -1 : u - 1));
         zs_engine_view_unit(e, u, 1);
         zs_model_backward_unit(e->model, e->be, u, e->P, e->G, e->acts, &e->batch, dloss);
         ZS_TRY(zs_engine_commit_grads(e, u));
