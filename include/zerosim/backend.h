@@ -41,6 +41,14 @@ const char *zs_dtype_name(zs_dtype t);
  * into err when the name is unknown or the device is unavailable. */
 zs_backend_t zs_backend_init(const char *name, char *err, size_t errlen);
 void zs_backend_release(zs_backend_t be);
+/* The phantom backend of phantom runs: allocations are accounted by the
+ * caller but get addresses that no memory backs, kernels do nothing, copies
+ * to the host write zeros and reductions return 0. Not selectable by name:
+ * its addresses must never reach MPI or BLAS. NULL on failure (message in
+ * err). */
+zs_backend_t zs_backend_init_phantom(char *err, size_t errlen);
+/* 1 when be is a phantom backend: its buffers hold nothing. */
+int zs_backend_is_phantom(zs_backend_t be);
 const char *zs_backend_name(zs_backend_t be);
 /* Comma-separated list of the backends compiled into this build. */
 const char *zs_backend_list(void);

@@ -62,6 +62,14 @@ typedef struct {
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world);
 /* A communicator of one rank that never calls MPI (library use, tests). */
 zs_comm_t zs_comm_self(void);
+/* A simulated rank `rank` of `size` for phantom runs: every call is
+ * recorded in the ledger exactly as a real one would be (same op, phase,
+ * bytes; 0 seconds) and nothing is sent or received; data buffers are not
+ * touched, except that small host gathers (zs_comm_allgather_small) return
+ * zeros for the other ranks. No MPI. Release with zs_comm_finalize. NULL on
+ * bad arguments or no memory. */
+zs_comm_t zs_comm_phantom(int size, int rank);
+int zs_comm_is_phantom(zs_comm_t c);
 /* Finalise MPI (and free the communicator). */
 void zs_comm_finalize(zs_comm_t world);
 /* Terminate every rank of the job with this exit code. */

@@ -67,6 +67,7 @@ typedef struct {
     int world_size;
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */
+    int phantom;              /* a phantom run (zs_train_phantom) */
 } zs_train_result;
 
 /* Train cfg (already finalized) over comm (collective) and fill r. Returns 0
@@ -75,6 +76,14 @@ typedef struct {
  * with zs_train_result_free even after a failure. */
 int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
              zs_train_result *r);
+/* A phantom run: the same engine for each of `world` simulated ranks in
+ * turn, on the phantom backend (no storage, no computation) and phantom
+ * communicators (every collective recorded, none executed). Fills r as
+ * zs_train fills rank 0's, with r->phantom set: memory and traffic are
+ * exact; losses, norms and hashes are not computed (zeros and empty). No
+ * MPI. Returns 0 or non-zero with a message. */
+int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int world,
+                     zs_train_result *r);
 void zs_train_result_free(zs_train_result *r);
 
 #ifdef __cplusplus

@@ -97,6 +97,22 @@ zs_backend_t zs_backend_init(const char *name, char *err, size_t errlen)
     return NULL;
 }
 
+zs_backend_t zs_backend_init_phantom(char *err, size_t errlen)
+{
+    struct zs_backend *be = calloc(1, sizeof *be);
+    if (be == NULL) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "out of host memory creating the phantom backend");
+        return NULL;
+    }
+    if (zs_backend_phantom_init(be, err, errlen) != 0) {
+        free(be);
+        return NULL;
+    }
+    ZS_BE_CHECK(zs_backend_iface_complete(be->iface));
+    return be;
+}
+
 /* Release the backend's context and the handle. NULL is a no-op. */
 void zs_backend_release(zs_backend_t be)
 {

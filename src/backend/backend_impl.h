@@ -164,4 +164,8 @@ struct zs_backend {
  * Returns 0, or non-zero after writing a one-line reason into err. */
 int zs_backend_cpu_init(struct zs_backend *be, char *err, size_t errlen);
 
+/* Constructor of the phantom backend (phantom.c), which has no storage and
+ * does no work; not in the registry (see zs_backend_init_phantom). */
+int zs_backend_phantom_init(struct zs_backend *be, char *err, size_t errlen);
+
 #endif

@@ -75,7 +75,12 @@ static const char *const zs_usage =
     "  --report FILE            write a JSON report\n"
     "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
     "  --print-every N          progress line every N steps (10)\n"
-    "  --quiet                  no progress lines\n";
+    "  --quiet                  no progress lines\n"
+    "phantom runs (no mpirun):\n"
+    "  --phantom                run the engine for simulated ranks without storage,\n"
+    "                           arithmetic or traffic; memory and traffic are exact\n"
+    "  --world-size N           number of simulated ranks (with --phantom);\n"
+    "                           a phantom run defaults to --steps 2\n";
 
 enum {
     OPT_MODEL = 256, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_SEQ, OPT_VOCAB, OPT_WIDTHS,
@@ -83,7 +88,8 @@ enum {
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
-    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP, OPT_LAST
+    OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -120,6 +126,8 @@ static const struct option zs_long_options[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
     {"csv", required_argument, NULL, OPT_CSV},
+    {"phantom", no_argument, NULL, OPT_PHANTOM},
+    {"world-size", required_argument, NULL, OPT_WORLD_SIZE},
     {"checkpoint-activations", required_argument, NULL, OPT_CKPT},
     {"compression", required_argument, NULL, OPT_COMP},
     {"no-error-feedback", no_argument, NULL, OPT_NO_EF},
@@ -318,9 +326,13 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
 
 /* Parse, configure and validate; 0 to train, else an exit code (after
  * printing, on rank 0 only, one line). */
+/* Parse the train options. *phantom_world is set to the simulated world
+ * size of a phantom run, else 0. */
 static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cfg,
-                          zs_train_options *o, const char **report, const char **csv)
+                          zs_train_options *o, const char **report, const char **csv,
+                          int *phantom_world)
 {
+    *phantom_world = 0;
     zs_cli cli;
     memset(&cli, 0, sizeof cli);
     FILE *err = rank == 0 ? stderr : NULL;
@@ -361,7 +373,33 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
             fprintf(err, "zerosim: unexpected argument \"%s\" (see zerosim --help)\n", argv[optind]);
         return 2;
     }
+    if (cli.val[OPT_WORLD_SIZE] && !cli.val[OPT_PHANTOM]) {
+        if (err)
+            fprintf(err, "zerosim: --world-size is for phantom runs (add --phantom); a real run "
+                    "takes its size from mpirun -np\n");
+        return 2;
+    }
+    if (cli.val[OPT_PHANTOM]) {
+        long v;
+        if (!cli.val[OPT_WORLD_SIZE]) {
+            if (err)
+                fprintf(err, "zerosim: --phantom needs --world-size N, the number of ranks to "
+                        "simulate\n");
+            return 2;
+        }
+        if (world > 1) {
+            if (err)
+                fprintf(err, "zerosim: --phantom simulates the ranks itself: run it without "
+                        "mpirun\n");
+            return 2;
+        }
+        if (zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, 1 << 20, &v))
+            goto fail;
+        world = *phantom_world = (int)v;
+    }
     zs_run_config_defaults(cfg);
+    if (*phantom_world) /* the second step is the steady state; more add nothing */
+        cfg->steps = 2;
     if (cli.val[OPT_CONFIG] && zs_config_load_file(cli.val[OPT_CONFIG], cfg))
         goto fail;
     if (zs_cli_apply(&cli, cfg, cli.val[OPT_CONFIG] != NULL))
@@ -392,20 +430,49 @@ fail:
     return 1;
 }
 
+/* Whether the arguments ask for a phantom run (getopt's unambiguous
+ * abbreviations included), which must not start MPI. */
+static int zs_wants_phantom(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (n >= 4 && !strncmp(argv[i], "--phantom", n))
+            return 1;
+    }
+    return 0;
+}
+
 static int zs_cmd_train(int argc, char **argv)
 {
     zs_comm_t comm;
-    if (zs_comm_init(NULL, NULL, &comm)) {
+    int phantom = zs_wants_phantom(argc, argv);
+    if (phantom) {
+        comm = zs_comm_self();
+        if (!comm) {
+            fprintf(stderr, "zerosim: out of host memory\n");
+            return 1;
+        }
+    } else if (zs_comm_init(NULL, NULL, &comm)) {
         fprintf(stderr, "zerosim: %s\n", zs_error_msg());
         return 1;
     }
     int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
+    if (phantom) { /* started by mpirun anyway? setup refuses it */
+        const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+        if (ws && atoi(ws) > 1)
+            world = atoi(ws);
+    }
     zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
     zs_run_config cfg;
     const char *report = NULL, *csv = NULL;
-    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv);
+    int phantom_world = 0;
+    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv, &phantom_world);
+    if (phantom_world)
+        world = phantom_world;
     int setup_failed = 0; /* some checks run on rank 0 only: agree */
-    if (world > 1 && zs_comm_agree(comm, rc > 0, 60.0, &setup_failed))
+    if (!phantom && world > 1 && zs_comm_agree(comm, rc > 0, 60.0, &setup_failed))
         zs_comm_abort(comm, 1);
     if (!rc && setup_failed)
         rc = 1;
@@ -415,16 +482,24 @@ static int zs_cmd_train(int argc, char **argv)
     }
     o.hash_every_step = report != NULL;
     if (rank == 0 && o.log)
-        fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d rank%s%s, micro-batch %d x "
+        fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
                 "grad-accum %d x %d, %d steps\n",
                 PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
-                zs_dtype_name(cfg.precision), cfg.stage, world, world == 1 ? "" : "s",
+                zs_dtype_name(cfg.precision), cfg.stage, world, phantom ? "simulated " : "",
+                world == 1 ? "" : "s",
                 cfg.deterministic ? " (deterministic)" : "", cfg.micro_batch, cfg.grad_accum,
                 world, cfg.steps);
     zs_train_result r;
-    rc = zs_train(&cfg, &o, comm, &r);
+    rc = phantom ? zs_train_phantom(&cfg, &o, world, &r) : zs_train(&cfg, &o, comm, &r);
     if (!rc && rank == 0) {
-        if (o.log) {
+        if (o.log && phantom) {
+            fprintf(o.log, "phantom run: %zu parameters (padded %zu) on %d simulated ranks, "
+                    "%.2f s; nothing was stored, computed or sent, so there are no losses "
+                    "and no param_hash; memory and traffic below are what a real run "
+                    "records\n", r.num_params, r.padded_params, world, r.seconds);
+            fprintf(o.log, "peak accounted memory on rank 0: %zu bytes; peak host memory of "
+                    "this process: %zu bytes\n", r.mem.total_peak, zs_report_peak_rss());
+        } else if (o.log) {
             int k = r.steps < 10 ? r.steps : 10;
             double last = 0.0;
             for (int i = r.steps - k; i < r.steps; i++)

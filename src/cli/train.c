@@ -2,6 +2,7 @@
 #include "zerosim/train.h"
 #include "zerosim/error.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +53,14 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
     fflush(o->log);
 }
 
-/* Gather every rank's memory statistics and comm sums to rank 0. */
-static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
+/* One rank's statistics as a row of doubles (exact: byte counts stay far
+ * below 2^53): memory per category, phase peaks, the total's peak, then the
+ * comm sums per op and phase. */
+enum { ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1, ZS_NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 };
+
+static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double *mine)
 {
-    int N = zs_comm_size(comm);
-    enum { NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1, NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 };
-    double mine[NM + NC];
+    enum { NM = ZS_NM, NC = ZS_NC };
     for (int c = 0; c < ZS_MEM_NCAT; c++) {
         mine[c] = (double)r->mem.peak[c];
         mine[ZS_MEM_NCAT + c] = (double)r->mem.at_total_peak[c];
@@ -76,34 +79,53 @@ static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
         d[2] += sum[i].seconds;
         d[3] += sum[i].wire_bytes;
     }
-    double *all = calloc((size_t)N * (NM + NC), sizeof(double));
+}
+
+/* Rank q's row of statistics into r's per-rank arrays. */
+static void zs_train_unpack_stats(zs_train_result *r, int q, const double *v)
+{
+    enum { NM = ZS_NM };
+    for (int c = 0; c < ZS_MEM_NCAT; c++) {
+        r->peaks[q][c] = (size_t)v[c];
+        r->at_peak[q][c] = (size_t)v[ZS_MEM_NCAT + c];
+    }
+    for (int p = 0; p < ZS_MEM_NPHASES; p++)
+        r->phase_peaks[q][p] = (size_t)v[2 * ZS_MEM_NCAT + p];
+    r->total_peaks[q] = (size_t)v[NM - 1];
+    for (int o = 0; o < ZS_OP_NOPS; o++)
+        for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
+            const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 4;
+            r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2], d[3]};
+        }
+}
+
+static int zs_train_alloc_stats(zs_train_result *r, int N)
+{
     r->peaks = calloc((size_t)N, sizeof *r->peaks);
     r->total_peaks = calloc((size_t)N, sizeof(size_t));
     r->at_peak = calloc((size_t)N, sizeof *r->at_peak);
     r->phase_peaks = calloc((size_t)N, sizeof *r->phase_peaks);
     r->comm = calloc((size_t)N, sizeof *r->comm);
-    if (!all || !r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm) {
+    if (!r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm)
+        ZS_FAIL("out of host memory for the statistics of %d ranks", N);
+    return 0;
+}
+
+/* Gather every rank's memory statistics and comm sums to rank 0. */
+static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
+{
+    int N = zs_comm_size(comm);
+    double mine[ZS_NM + ZS_NC];
+    zs_train_pack_stats(r, comm, mine);
+    double *all = calloc((size_t)N * (ZS_NM + ZS_NC), sizeof(double));
+    if (!all || zs_train_alloc_stats(r, N)) {
         free(all);
         ZS_FAIL("out of host memory gathering statistics");
     }
     zs_comm_set_context(comm, ZS_PHASE_REPORT, -1);
-    /* exact: byte counts stay far below 2^53 */
-    int rc = zs_comm_gather_root(comm, mine, NM + NC, all, ZS_CT_F64);
-    for (int q = 0; q < N && !rc; q++) {
-        const double *v = all + (size_t)q * (NM + NC);
-        for (int c = 0; c < ZS_MEM_NCAT; c++) {
-            r->peaks[q][c] = (size_t)v[c];
-            r->at_peak[q][c] = (size_t)v[ZS_MEM_NCAT + c];
-        }
-        for (int p = 0; p < ZS_MEM_NPHASES; p++)
-            r->phase_peaks[q][p] = (size_t)v[2 * ZS_MEM_NCAT + p];
-        r->total_peaks[q] = (size_t)v[NM - 1];
-        for (int o = 0; o < ZS_OP_NOPS; o++)
-            for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
-                const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 4;
-                r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2], d[3]};
-            }
-    }
+    int rc = zs_comm_gather_root(comm, mine, ZS_NM + ZS_NC, all, ZS_CT_F64);
+    for (int q = 0; q < N && !rc; q++)
+        zs_train_unpack_stats(r, q, all + (size_t)q * (ZS_NM + ZS_NC));
     free(all);
     return rc;
 }
@@ -134,20 +156,15 @@ static int zs_train_comm_table(zs_comm_t comm, zs_train_result *r)
     return 0;
 }
 
-int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
-             zs_train_result *r)
+/* One rank's run on backend be: engine, steps, hash, this rank's memory
+ * statistics in r->mem and, on rank 0, the comms table. Collective over
+ * comm (a phantom comm makes it one simulated rank). */
+static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
+                         zs_backend_t be, zs_train_result *r)
 {
-    memset(r, 0, sizeof *r);
     int rank = zs_comm_rank(comm);
-    FILE *log = rank == 0 ? o->log : NULL;
     zs_train_options lo = *o;
-    lo.log = log;
-    char err[256];
-    zs_backend_t be = zs_backend_init(o->backend ? o->backend : "cpu", err, sizeof err);
-    if (!be) {
-        zs_error_set("%s", err);
-        return zs_train_agree(comm, -1, r);
-    }
+    lo.log = rank == 0 ? o->log : NULL;
     zs_mem_t mem = zs_mem_create(be, o->device_memory, rank);
     zs_engine *e = NULL;
     int rc = 0;
@@ -214,14 +231,74 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_mem_get_stats(mem, &r->mem);
     if (!rc && rank == 0)
         rc = zs_train_comm_table(comm, r);
-    if (!rc)
-        rc = zs_train_gather_stats(comm, r);
-    rc = zs_train_agree(comm, rc, r);
 done:
     zs_engine_destroy(e);
     if (mem)
         zs_mem_destroy(mem);
+    return rc;
+}
+
+int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
+             zs_train_result *r)
+{
+    memset(r, 0, sizeof *r);
+    char err[256];
+    zs_backend_t be = zs_backend_init(o->backend ? o->backend : "cpu", err, sizeof err);
+    if (!be) {
+        zs_error_set("%s", err);
+        return zs_train_agree(comm, -1, r);
+    }
+    int rc = zs_train_rank(cfg, o, comm, be, r);
+    if (!rc) {
+        rc = zs_train_gather_stats(comm, r);
+        rc = zs_train_agree(comm, rc, r);
+    }
     zs_backend_release(be);
+    return rc;
+}
+
+int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int world,
+                     zs_train_result *r)
+{
+    memset(r, 0, sizeof *r);
+    double t0 = zs_now();
+    r->phantom = 1;
+    if (zs_train_alloc_stats(r, world))
+        return -1;
+    zs_train_options po = *o;
+    po.log = NULL;            /* a phantom loss means nothing */
+    po.hash_every_step = 0;   /* nor does a hash of no parameters */
+    int rc = 0;
+    for (int q = 0; q < world && !rc; q++) {
+        char err[256];
+        zs_train_result one, *rq = q == 0 ? r : &one;
+        if (q > 0)
+            memset(&one, 0, sizeof one);
+        zs_backend_t be = zs_backend_init_phantom(err, sizeof err);
+        zs_comm_t comm = be ? zs_comm_phantom(world, q) : NULL;
+        if (!be)
+            rc = zs_error_set("%s", err);
+        else if (!comm)
+            rc = zs_error_set("out of host memory creating simulated rank %d", q);
+        else
+            rc = zs_train_rank(cfg, &po, comm, be, rq);
+        if (!rc) {
+            double row[ZS_NM + ZS_NC];
+            zs_train_pack_stats(rq, comm, row);
+            zs_train_unpack_stats(r, q, row);
+        }
+        if (q > 0) {
+            r->error_rank = one.error_rank;
+            zs_train_result_free(&one);
+        }
+        if (comm)
+            zs_comm_finalize(comm);
+        zs_backend_release(be);
+    }
+    for (int st = 0; st < r->steps; st++) /* computed from nothing: not numbers */
+        r->info[st].loss = r->info[st].grad_norm = NAN;
+    r->seconds = zs_now() - t0; /* all simulated ranks */
+    r->error_rank = rc != 0;
     return rc;
 }
 

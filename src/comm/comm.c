@@ -24,6 +24,8 @@ struct zs_comm {
     void *scratch;           /* ring reduce-scatter: two receive buffers */
     size_t scratch_bytes;
     int force_mpi_rs;        /* ZEROSIM_REDUCE_SCATTER=mpi */
+    int phantom;             /* a simulated rank: record every call, move
+                                nothing (zs_comm_phantom) */
 };
 
 typedef struct {   /* a pending non-blocking call */
@@ -173,6 +175,23 @@ zs_comm_t zs_comm_self(void)
     c->step = -1;
     return c;
 }
+
+zs_comm_t zs_comm_phantom(int size, int rank)
+{
+    if (size < 1 || rank < 0 || rank >= size)
+        return NULL;
+    zs_comm_t c = zs_comm_self();
+    if (!c)
+        return NULL;
+    c->size = size;
+    c->rank = rank;
+    c->phantom = 1;
+    const char *rs = getenv("ZEROSIM_REDUCE_SCATTER"); /* as a real rank would */
+    c->force_mpi_rs = rs && strcmp(rs, "mpi") == 0;
+    return c;
+}
+
+int zs_comm_is_phantom(zs_comm_t c) { return c->phantom; }
 
 int zs_comm_rank(zs_comm_t c) { return c->rank; }
 int zs_comm_size(zs_comm_t c) { return c->size; }
@@ -384,6 +403,10 @@ int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int 
     for (int r = 0; r < c->size; r++)
         total += (size_t)counts[r];
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_REDUCE_SCATTER, layer, total, t);
+    if (c->phantom) {
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
     if (c->size == 1) {
         memmove(recv, send, total * zs_comm_type_size(t));
         zs_comm_record_add(c, &rec);
@@ -427,7 +450,7 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
     for (int r = 0; r < c->size; r++)
         total += (size_t)counts[r];
     p->r = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, total, t);
-    if (c->size == 1) { /* nothing to exchange; the request completes at once */
+    if (c->size == 1 || c->phantom) { /* nothing to exchange: completes at once */
         p->req = MPI_REQUEST_NULL;
         *request = p;
         return 0;
@@ -449,7 +472,7 @@ int zs_comm_wait(zs_comm_t c, void **request)
     if (!p)
         return 0;
     int rc = MPI_SUCCESS;
-    if (c->size > 1) {
+    if (c->size > 1 && !c->phantom) {
         rc = MPI_Wait(&p->req, MPI_STATUS_IGNORE);
         p->r.seconds = MPI_Wtime() - p->t0;
     }
@@ -467,7 +490,7 @@ int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int 
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_ALLREDUCE, layer, n, t);
     if (n > (size_t)INT_MAX)
         ZS_FAIL("allreduce of %zu elements is more than one MPI call can carry", n);
-    if (c->size == 1) {
+    if (c->size == 1 || c->phantom) {
         zs_comm_record_add(c, &rec);
         return 0;
     }
@@ -483,6 +506,13 @@ int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int 
 int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count, zs_comm_type t)
 {
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_SCALARS, -1, (size_t)count * (size_t)c->size, t);
+    if (c->phantom) { /* host scalars: the simulated others contribute zeros */
+        size_t n = (size_t)count * zs_comm_type_size(t);
+        memset(recv, 0, n * (size_t)c->size);
+        memcpy((char *)recv + (size_t)c->rank * n, send, n);
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
     if (c->size == 1) {
         memmove(recv, send, (size_t)count * zs_comm_type_size(t));
         zs_comm_record_add(c, &rec);
@@ -500,7 +530,7 @@ int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count
 int zs_comm_allreduce_max_int(zs_comm_t c, int *v)
 {
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_SCALARS, -1, (size_t)c->size, ZS_CT_INT);
-    if (c->size == 1) {
+    if (c->size == 1 || c->phantom) {
         zs_comm_record_add(c, &rec);
         return 0;
     }
@@ -516,6 +546,10 @@ int zs_comm_allreduce_max_int(zs_comm_t c, int *v)
 int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs_comm_type t)
 {
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_GATHER, -1, (size_t)count * (size_t)c->size, t);
+    if (c->phantom) {
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
     if (c->size == 1) {
         memmove(recv, send, (size_t)count * zs_comm_type_size(t));
         zs_comm_record_add(c, &rec);
@@ -542,6 +576,10 @@ int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, co
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_ALLTOALL, layer, total, ZS_CT_NTYPES);
     rec.elem_size = 1;
     rec.wire_bytes = (double)others;
+    if (c->phantom) {
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
     if (c->size == 1) {
         memmove((char *)recv + rdispl[0], (const char *)send + sdispl[0], (size_t)scount[0]);
         zs_comm_record_add(c, &rec);
@@ -561,6 +599,10 @@ int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_ty
     if (from == 0 || (c->rank != 0 && c->rank != from))
         return 0;
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_GATHER, -1, (size_t)count, t);
+    if (c->phantom) {
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
     double t0 = MPI_Wtime();
     int rc = c->rank == from
                  ? MPI_Send(buf, count, zs_mpi_type(t), 0, 7002, c->comm)
@@ -575,7 +617,7 @@ int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_ty
 int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
 {
     *any = failed;
-    if (c->size == 1)
+    if (c->size == 1 || c->phantom)
         return 0;
     MPI_Request req;
     int in = failed ? c->size - c->rank : 0, out = 0; /* the lowest failing rank wins */
@@ -594,7 +636,7 @@ int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
 
 int zs_comm_barrier(zs_comm_t c)
 {
-    if (c->size == 1)
+    if (c->size == 1 || c->phantom)
         return 0;
     int rc = MPI_Barrier(c->comm);
     return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Barrier");

@@ -223,7 +223,8 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_FORWARD],
                 r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD], r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
     }
-    fprintf(f, "rank 0 peak RSS %zu bytes\n", zs_report_peak_rss());
+    fprintf(f, "%s peak RSS %zu bytes\n", r->phantom ? "this process's (all simulated ranks)" : "rank 0",
+            zs_report_peak_rss());
     if (cfg->stage == 3)
         fprintf(f, "stage 3: at most %zu gathered parameters alive (predicted %zu, bound %zu)\n",
                 r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters);
@@ -454,6 +455,9 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "memory", zs_report_memory(r));
     json_object_set_new(root, "comm", zs_report_comm(r));
     json_object_set_new(root, "deterministic", json_boolean(cfg->deterministic));
+    json_object_set_new(root, "phantom", json_boolean(r->phantom));
+    if (r->phantom) /* nothing was computed: no hash, no losses (null above) */
+        json_object_set_new(root, "param_hash", json_null());
     json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
     if (cfg->stage == 3)
         json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));

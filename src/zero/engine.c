@@ -71,6 +71,7 @@ typedef struct {
 struct zs_engine {
     zs_run_config cfg;
     zs_backend_t be;
+    int phantom;                /* a phantom backend: buffers hold nothing */
     zs_mem_t mem;
     zs_comm_t comm;
     zs_partition part;
@@ -371,7 +372,9 @@ static int zs_engine_init_params(zs_engine *e)
     }
     /* master / optimizer view: [mlo, mlo+opt_elems); working copy: [plo, plo+params_elems) */
     size_t mlo = e->stage == 0 ? 0 : p->shard_begin, plo = e->stage == 3 ? p->shard_begin : 0;
-    for (size_t off = 0; off < e->params_elems; off += ZS_INIT_CHUNK) {
+    /* a phantom run has nothing to fill: only the staging buffer above is
+     * allocated, so that the workspace peak is what a real run's is */
+    for (size_t off = 0; off < e->params_elems && !e->phantom; off += ZS_INIT_CHUNK) {
         size_t n = e->params_elems - off < ZS_INIT_CHUNK ? e->params_elems - off : ZS_INIT_CHUNK;
         size_t g = plo + off; /* global index of this piece */
         zs_model_init_slice(e->model, g, g + n, buf, e->cfg.seed);
@@ -401,6 +404,7 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
         ZS_FAIL("out of host memory creating the engine");
     e->cfg = *cfg;
     e->be = be;
+    e->phantom = zs_backend_is_phantom(be);
     e->mem = mem;
     e->comm = comm;
     e->stage = cfg->stage;
@@ -414,7 +418,10 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
         zs_error_set("ZeRO stage must be 0, 1, 2 or 3, got %d", e->stage);
         goto fail;
     }
-    if (zs_model_create(&cfg->model, &e->model) || zs_data_create(&cfg->model, cfg->seed, &e->data))
+    /* a phantom run feeds no data (building the GPT's Markov chain would be
+     * most of its time) */
+    if (zs_model_create(&cfg->model, &e->model) ||
+        (!e->phantom && zs_data_create(&cfg->model, cfg->seed, &e->data)))
         goto fail;
     e->lay = zs_model_layout(e->model);
     e->U = e->lay->n_layers;
@@ -719,8 +726,10 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src)
     size_t part = 0, soff = 0;
     for (int q = 0; q < N; q++) {
         size_t cnt = (size_t)b->counts[q], nb = zs_comp_bytes(cs, cnt);
-        /* host codecs: the CPU backend's buffers are host memory */
-        zs_comp_compress(cs, e->cx + part, cnt, e->csend + soff, e->capprox + part);
+        /* host codecs: the CPU backend's buffers are host memory; the sizes
+         * do not depend on the values, so a phantom run skips the codec */
+        if (!e->phantom)
+            zs_comp_compress(cs, e->cx + part, cnt, e->csend + soff, e->capprox + part);
         e->scount[q] = (int)nb;
         e->sdispl[q] = (int)soff;
         soff += nb;
@@ -739,7 +748,7 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src)
     ZS_TRY(zs_comm_alltoallv_bytes(e->comm, e->csend, e->scount, e->sdispl, e->crecv, e->rcount,
                                    e->rdispl, k));
     zs_backend_memset0(e->be, e->cacc, b->rcount * 4);
-    for (int q = 0; q < N; q++)
+    for (int q = 0; q < N && !e->phantom; q++)
         zs_comp_decompress_add(cs, e->crecv + (size_t)q * rb, b->rcount, e->cacc);
     size_t off = b->rbegin - e->part.shard_begin;
     zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->ps, e->pt, e->cacc, b->rcount);
@@ -811,7 +820,8 @@ static int zs_engine_allgather_full(zs_engine *e, void *full)
 static void zs_engine_load_batch(zs_engine *e, uint64_t first)
 {
     int mb = e->cfg.micro_batch;
-    zs_data_fill(e->data, first, mb, e->h_tokens, e->h_targets, e->h_x);
+    if (e->data)
+        zs_data_fill(e->data, first, mb, e->h_tokens, e->h_targets, e->h_x);
     if (e->batch.tokens)
         zs_backend_copy_h2d(e->be, e->batch.tokens, e->h_tokens, e->tok_bytes);
     zs_backend_copy_h2d(e->be, e->batch.targets, e->h_targets, e->tok_bytes);
@@ -988,7 +998,10 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
 
 const zs_model *zs_engine_model(const zs_engine *e) { return e->model; }
 size_t zs_engine_num_params(const zs_engine *e) { return e->part.num_params; }
-double zs_engine_loss_floor(const zs_engine *e) { return zs_data_loss_floor(e->data); }
+double zs_engine_loss_floor(const zs_engine *e)
+{
+    return e->data ? zs_data_loss_floor(e->data) : NAN;
+}
 const zs_partition *zs_engine_partition(const zs_engine *e) { return &e->part; }
 size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
 
@@ -1042,6 +1055,8 @@ int zs_engine_param_hash(zs_engine *e, char hex[17])
     const zs_partition *p = &e->part;
     zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
     hex[0] = '\0';
+    if (e->phantom) /* no parameters to hash; the hash stays empty */
+        return 0;
     float *buf = malloc(ZS_HASH_CHUNK * sizeof(float));
     XXH3_state_t *st = p->rank == 0 ? XXH3_createState() : NULL;
     int rc = 0;
