@@ -20,6 +20,9 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
 
 /* Create the --csv directory when missing; fail when it cannot be used. */
 int zs_report_prepare_dir(const char *dir);
+/* Write len bytes of text to path atomically (a temporary file renamed into
+ * place): either the whole file appears or none. */
+int zs_report_write_text(const char *path, const char *text, size_t len);
 
 /* Write run.csv, memory.csv, comm.csv, timeline.csv and steps.csv
  * (#-headed columns for gnuplot) into dir, creating it when missing. */

@@ -7,6 +7,7 @@
  * main() prints errors and exits.
  */
 #include "build-config.h"
+#include "cli/bench.h"
 #include "zerosim/backend.h"
 #include "zerosim/comm.h"
 #include "zerosim/config.h"
@@ -26,6 +27,7 @@
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
     "       mpirun -np N zerosim train [options]\n"
+    "       mpirun -np N zerosim bench [--out FILE]   (calibrate the planner)\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -548,7 +550,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train"))
         return zs_cmd_train(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train; see zerosim --help)\n",
+    if (!strcmp(argv[1], "bench"))
+        return zs_cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, bench; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

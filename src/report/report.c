@@ -201,13 +201,50 @@ static double zs_busbw_factor(int op, int N)
     return op == ZS_OP_ALLREDUCE ? 2 * f : f;
 }
 
+/* Whether ranks q and p hold the same bytes (the memory table) or send the
+ * same bytes per op (the traffic table): runs of such ranks print once. */
+static int zs_same_memory(const zs_train_result *r, int q, int p)
+{
+    return !memcmp(r->peaks[q], r->peaks[p], sizeof r->peaks[q]) &&
+           r->total_peaks[q] == r->total_peaks[p] &&
+           !memcmp(r->phase_peaks[q], r->phase_peaks[p], sizeof r->phase_peaks[q]);
+}
+
+static int zs_same_traffic(const zs_train_result *r, int q, int p)
+{
+    for (int o = 0; o < ZS_OP_NOPS; o++) {
+        double c1, s1, a1, c2, s2, a2;
+        if (zs_op_bytes(r, q, o, &c1, &s1, &a1) != zs_op_bytes(r, p, o, &c2, &s2, &a2) ||
+            c1 != c2 || zs_op_pred(r, q, o) != zs_op_pred(r, p, o))
+            return 0;
+    }
+    return 1;
+}
+
+/* Close a run of ranks [first, last] that repeat rank first-1. */
+static void zs_print_same(FILE *f, int first, int last)
+{
+    if (first > last)
+        return;
+    if (first == last)
+        fprintf(f, "%5d  (the same as rank %d)\n", first, first - 1);
+    else
+        fprintf(f, "%5s  (ranks %d-%d: the same as rank %d)\n", "", first, last, first - 1);
+}
+
 void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
 {
-    int N = r->world_size;
+    int N = r->world_size, same = 0;
     fprintf(f, "\nmemory per rank (peak bytes; predicted from the closed forms in "
                "zerosim/predict.h)\n");
     fprintf(f, "%5s  %-17s %15s %15s %9s\n", "rank", "category", "measured", "predicted", "ratio");
     for (int q = 0; q < N; q++) {
+        if (q > 0 && zs_same_memory(r, q, q - 1)) {
+            same++;
+            continue;
+        }
+        zs_print_same(f, q - same, q - 1);
+        same = 0;
         for (size_t k = 0; k < ZS_NROWS; k++) {
             int has;
             size_t pred = zs_row_pred(r, k, &has), meas = zs_row_peak(r, q, k);
@@ -223,6 +260,8 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_FORWARD],
                 r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD], r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
     }
+    zs_print_same(f, N - same, N - 1);
+    same = 0;
     fprintf(f, "%s peak RSS %zu bytes\n", r->phantom ? "this process's (all simulated ranks)" : "rank 0",
             zs_report_peak_rss());
     if (cfg->stage == 3)
@@ -231,7 +270,13 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
 
     fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
     fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
-    for (int q = 0; q < N; q++)
+    for (int q = 0; q < N; q++) {
+        if (q > 0 && zs_same_traffic(r, q, q - 1)) {
+            same++;
+            continue;
+        }
+        zs_print_same(f, q - same, q - 1);
+        same = 0;
         for (int o = 0; o < ZS_OP_NOPS; o++) {
             double calls, secs, api, b = zs_op_bytes(r, q, o, &calls, &secs, &api);
             double pb = zs_op_pred(r, q, o);
@@ -250,6 +295,8 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 fprintf(f, "%5d  %-15s %15.1f %15s %9s\n", q, zs_comm_op_name(o), mb, "-", "-");
             }
         }
+    }
+    zs_print_same(f, N - same, N - 1);
 
     fprintf(f, "\ncomms on rank 0 (training calls; algbw = bytes/time, busbw as nccl-tests)\n");
     fprintf(f, "%-15s %14s %8s %12s %12s %12s\n", "op", "message bytes", "count", "total ms",
@@ -265,10 +312,17 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
 /* Write text to dir/name atomically. */
 static int zs_write_file(const char *dir, const char *name, const char *text, size_t len)
 {
-    char path[4096], tmp[4200];
+    char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
         ZS_FAIL("--csv directory path too long: %s", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    return zs_report_write_text(path, text, len);
+}
+
+int zs_report_write_text(const char *path, const char *text, size_t len)
+{
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+        ZS_FAIL("path too long: %s", path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         ZS_FAIL("cannot write %s: %s", path, strerror(errno));

@@ -1,0 +1,378 @@
+/* zerosim bench — measure what the planner's step-time model needs on this
+ * machine: the GEMM rate and the optimizer's rate of one rank while every
+ * rank computes at once, and the latency (alpha) and bandwidth (beta) of
+ * the two collectives the engine uses, through the engine's own comm code.
+ *
+ * Run it the way training will run: `mpirun -np N zerosim bench --out
+ * calib.json`. With more ranks than cores the ranks share cores, and the
+ * rates measured here say so; that is the point of measuring them with all
+ * ranks busy.
+ *
+ * Every time is the slowest rank's (a step waits for the slowest), the
+ * median of several repetitions, each started after a barrier.
+ *
+ * Collective model, per call on an S-byte buffer and N ranks:
+ *     t(S) = (N-1) alpha + (N-1)/N S / beta
+ * fitted by least squares over sizes from 64 KiB to 64 MiB. The fit is on
+ * absolute time: the large messages, which take most of a step's
+ * communication, decide beta, and the small ones only the intercept. On a
+ * CPU the bandwidth drops once buffers leave the cache, so no single beta
+ * fits every size; the table printed shows by how much. */
+#include "build-config.h"
+#include "cli/bench.h"
+
+#include "zerosim/backend.h"
+#include "zerosim/comm.h"
+#include "zerosim/error.h"
+#include "zerosim/mem.h"
+#include "zerosim/predict.h"
+#include "zerosim/report.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ZS_BENCH_REPS 5
+
+static const char *const zs_bench_usage =
+    "usage: mpirun -np N zerosim bench [--out FILE] [--quick]\n"
+    "       zerosim bench [--out FILE] [--quick]      (one rank)\n"
+    "\n"
+    "Measure this machine for the planner (zerosim plan --calibration FILE):\n"
+    "the GEMM rate and the AdamW rate of one rank while all N ranks compute,\n"
+    "and alpha (latency) and beta (bandwidth) of the reduce-scatter and the\n"
+    "allgather among the N ranks. Prints a table and writes FILE as JSON.\n"
+    "\n"
+    "  --out FILE   write the calibration (JSON) to FILE\n"
+    "  --quick      fewer and smaller samples (a rougher fit, for tests)\n";
+
+static double zs_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int zs_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The slowest rank's time of each repetition, then the median. */
+static int zs_bench_median_max(zs_comm_t comm, double *t, int reps, double *out)
+{
+    int N = zs_comm_size(comm);
+    double *all = malloc((size_t)N * sizeof(double));
+    if (!all)
+        ZS_FAIL("out of host memory in the benchmark");
+    for (int i = 0; i < reps; i++) {
+        if (zs_comm_allgather_small(comm, &t[i], all, 1, ZS_CT_F64)) {
+            free(all);
+            return -1;
+        }
+        double m = 0;
+        for (int q = 0; q < N; q++)
+            m = all[q] > m ? all[q] : m;
+        t[i] = m;
+    }
+    free(all);
+    qsort(t, (size_t)reps, sizeof *t, zs_cmp_double);
+    *out = t[reps / 2];
+    return 0;
+}
+
+/* The GEMMs of a transformer block's MLP at 512 tokens and 512 channels,
+ * forward (NN) and both backward products (NT, TN): FLOP/s of one rank. */
+static int zs_bench_gemm(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick, double *rate)
+{
+    const int M = 512, C = 512, H = 4 * C;
+    float *x, *w, *y;
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)M * H * 4, (void **)&x));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)C * H * 4, (void **)&w));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)M * H * 4, (void **)&y));
+    double t[ZS_BENCH_REPS];
+    int inner = quick ? 1 : 4;
+    for (int r = -1; r < ZS_BENCH_REPS; r++) { /* r = -1 warms up */
+        ZS_TRY(zs_comm_barrier(comm));
+        double t0 = zs_now();
+        for (int i = 0; i < inner; i++) {
+            /* y(M,H) = x(M,C) w(C,H); dx(M,C) = dy(M,H) w^T; dw(C,H) = x^T dy */
+            zs_backend_sgemm(be, 0, 0, M, H, C, 1.0f, x, C, w, H, 0.0f, y, H);
+            zs_backend_sgemm(be, 0, 1, M, C, H, 1.0f, y, H, w, H, 0.0f, x, C);
+            zs_backend_sgemm(be, 1, 0, C, H, M, 1.0f, x, C, y, H, 0.0f, w, H);
+        }
+        if (r >= 0)
+            t[r] = zs_now() - t0;
+    }
+    double med;
+    ZS_TRY(zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med));
+    *rate = 3.0 * 2.0 * M * (double)C * H * inner / med;
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, x, (size_t)M * H * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, w, (size_t)C * H * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, y, (size_t)M * H * 4);
+    return 0;
+}
+
+/* AdamW over 4 Mi fp32 elements: elements per second of one rank. */
+static int zs_bench_adamw(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick, double *rate)
+{
+    size_t n = quick ? (size_t)1 << 20 : (size_t)1 << 22;
+    float *p, *m, *v, *g;
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_OPT_MASTER, n * 4, (void **)&p));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_OPT_M, n * 4, (void **)&m));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_OPT_V, n * 4, (void **)&v));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_GRADS, n * 4, (void **)&g));
+    zs_optim_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                          .grad_mul = 1.0f, .bias_corr1 = 0.1f, .bias_corr2 = 0.001f};
+    double t[ZS_BENCH_REPS];
+    for (int r = -1; r < ZS_BENCH_REPS; r++) {
+        ZS_TRY(zs_comm_barrier(comm));
+        double t0 = zs_now();
+        zs_backend_adamw_step(be, p, m, v, g, ZS_DTYPE_F32, NULL, ZS_DTYPE_F32, n, &h);
+        if (r >= 0)
+            t[r] = zs_now() - t0;
+    }
+    double med;
+    ZS_TRY(zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med));
+    *rate = (double)n / med;
+    zs_mem_free(mem, ZS_MEM_OPT_MASTER, p, n * 4);
+    zs_mem_free(mem, ZS_MEM_OPT_M, m, n * 4);
+    zs_mem_free(mem, ZS_MEM_OPT_V, v, n * 4);
+    zs_mem_free(mem, ZS_MEM_GRADS, g, n * 4);
+    return 0;
+}
+
+typedef struct {
+    double bytes[16], secs[16];
+    int n;
+    double alpha, beta; /* fitted */
+} zs_bench_fit;
+
+/* Least squares: minimise sum (a + b x - t)^2 with x = (N-1)/N S; then
+ * alpha = a / (N-1), beta = 1 / b. */
+static void zs_bench_fit_ab(zs_bench_fit *f, int N)
+{
+    double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
+    for (int i = 0; i < f->n; i++) {
+        double x = f->bytes[i] * (N - 1) / N, t = f->secs[i];
+        s11 += 1;
+        s12 += x;
+        s22 += x * x;
+        r1 += t;
+        r2 += x * t;
+    }
+    double det = s11 * s22 - s12 * s12;
+    double a = (r1 * s22 - r2 * s12) / det, b = (s11 * r2 - s12 * r1) / det;
+    if (a < 0) { /* latency too small to see: fit the bandwidth alone */
+        a = 0;
+        b = r2 / s22;
+    }
+    f->alpha = N > 1 ? a / (N - 1) : 0;
+    f->beta = b > 0 ? 1.0 / b : INFINITY;
+}
+
+/* The engine's reduce-scatter (its ring) and in-place allgather of fp32
+ * buffers of each size. */
+static int zs_bench_collectives(zs_comm_t comm, zs_mem_t mem, int quick, zs_bench_fit *rs,
+                                zs_bench_fit *ag)
+{
+    int N = zs_comm_size(comm);
+    size_t lo = (size_t)1 << 14, hi = quick ? (size_t)1 << 20 : (size_t)1 << 24; /* elements */
+    size_t maxn = hi + (size_t)N; /* room to pad to N */
+    float *buf, *recv, *ring;
+    size_t ring_bytes = 2 * (maxn / (size_t)N + 1) * 4;
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_COMM_BUFFERS, maxn * 4, (void **)&buf));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_COMM_BUFFERS, (maxn / (size_t)N + 1) * 4, (void **)&recv));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_COMM_BUFFERS, ring_bytes, (void **)&ring));
+    zs_comm_set_scratch(comm, ring, ring_bytes);
+    int *counts = calloc((size_t)N, sizeof(int)), *displs = calloc((size_t)N, sizeof(int));
+    if (!counts || !displs) {
+        free(counts);
+        free(displs);
+        ZS_FAIL("out of host memory in the benchmark");
+    }
+    rs->n = ag->n = 0;
+    int rc = 0;
+    for (size_t n = lo; n <= hi && !rc; n *= n < ((size_t)1 << 18) ? 4 : 2) {
+        size_t chunk = (n + (size_t)N - 1) / (size_t)N;
+        for (int q = 0; q < N; q++) {
+            counts[q] = (int)chunk;
+            displs[q] = (int)(chunk * (size_t)q);
+        }
+        double full = (double)(chunk * (size_t)N) * 4;
+        for (int op = 0; op < 2 && !rc; op++) {
+            double t[ZS_BENCH_REPS];
+            for (int r = -1; r < ZS_BENCH_REPS && !rc; r++) {
+                rc = zs_comm_barrier(comm);
+                double t0 = zs_now();
+                if (!rc && op == 0)
+                    rc = zs_comm_reduce_scatter(comm, buf, recv, counts, ZS_CT_F32, 0);
+                else if (!rc)
+                    rc = zs_comm_allgatherv_inplace(comm, buf, counts, displs, ZS_CT_F32, 0);
+                if (r >= 0)
+                    t[r] = zs_now() - t0;
+            }
+            zs_bench_fit *f = op == 0 ? rs : ag;
+            double med = 0;
+            if (!rc)
+                rc = zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med);
+            f->bytes[f->n] = full;
+            f->secs[f->n++] = med;
+        }
+    }
+    free(counts);
+    free(displs);
+    zs_comm_set_scratch(comm, NULL, 0);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, buf, maxn * 4);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, recv, (maxn / (size_t)N + 1) * 4);
+    zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, ring, ring_bytes);
+    if (rc)
+        return rc;
+    if (N > 1) {
+        zs_bench_fit_ab(rs, N);
+        zs_bench_fit_ab(ag, N);
+    }
+    return 0;
+}
+
+static json_t *zs_bench_fit_json(const zs_bench_fit *f, int N)
+{
+    json_t *samples = json_array();
+    for (int i = 0; i < f->n; i++) {
+        double model = (N - 1) * f->alpha + f->bytes[i] * (N - 1) / N / f->beta;
+        json_array_append_new(samples, json_pack("{s:f, s:f, s:f}", "bytes", f->bytes[i],
+                                                 "seconds", f->secs[i], "model_seconds", model));
+    }
+    return json_pack("{s:f, s:f, s:o}", "latency_s", f->alpha, "bandwidth", f->beta, "samples",
+                     samples);
+}
+
+static void zs_bench_print_fit(const char *name, const zs_bench_fit *f, int N)
+{
+    printf("%s: alpha %.3g s, beta %.3f GB/s\n", name, f->alpha, f->beta / 1e9);
+    printf("  %14s %12s %12s %8s\n", "buffer bytes", "measured ms", "model ms", "ratio");
+    for (int i = 0; i < f->n; i++) {
+        double model = (N - 1) * f->alpha + f->bytes[i] * (N - 1) / N / f->beta;
+        printf("  %14.0f %12.4f %12.4f %8.3f\n", f->bytes[i], f->secs[i] * 1e3, model * 1e3,
+               model / f->secs[i]);
+    }
+}
+
+static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
+{
+    int N = zs_comm_size(comm), rank = zs_comm_rank(comm);
+    char err[256];
+    zs_backend_t be = zs_backend_init("cpu", err, sizeof err);
+    if (!be)
+        ZS_FAIL("%s", err);
+    zs_mem_t mem = zs_mem_create(be, 0, rank);
+    if (!mem) {
+        zs_backend_release(be);
+        ZS_FAIL("out of host memory");
+    }
+    double gemm = 0, adamw = 0;
+    zs_bench_fit rs, ag;
+    memset(&rs, 0, sizeof rs);
+    memset(&ag, 0, sizeof ag);
+    int rc = zs_bench_gemm(comm, be, mem, quick, &gemm);
+    if (!rc)
+        rc = zs_bench_adamw(comm, be, mem, quick, &adamw);
+    if (!rc)
+        rc = zs_bench_collectives(comm, mem, quick, &rs, &ag);
+    zs_mem_destroy(mem);
+    zs_backend_release(be);
+    if (rc || rank != 0)
+        return rc;
+    printf("zerosim bench: %d rank%s, every rank busy at once\n", N, N == 1 ? "" : "s");
+    printf("GEMM (512x2048x512, forward and backward): %.2f GFLOP/s per rank\n", gemm / 1e9);
+    printf("AdamW: %.1f M elements/s per rank\n", adamw / 1e6);
+    if (N > 1) {
+        zs_bench_print_fit("reduce-scatter", &rs, N);
+        zs_bench_print_fit("allgather", &ag, N);
+    } else {
+        printf("collectives: one rank sends nothing (run under mpirun -np N to measure them)\n");
+    }
+    if (!out)
+        return 0;
+    /* one node: the inter-node figures are the intra-node ones, said so */
+    double a = N > 1 ? 0.5 * (rs.alpha + ag.alpha) : 0;
+    double b = N > 1 ? 2.0 / (1.0 / rs.beta + 1.0 / ag.beta) : 0;
+    json_t *root = json_pack("{s:s, s:i, s:f, s:f}", "zerosim_calibration", PACKAGE_VERSION,
+                             "world_size", N, "gemm_flops", gemm, "optimizer_elems_per_s", adamw);
+    if (N > 1) {
+        json_object_set_new(root, "intra_latency_s", json_real(a));
+        json_object_set_new(root, "intra_bandwidth", json_real(b));
+        json_object_set_new(root, "inter_latency_s", json_real(a));
+        json_object_set_new(root, "inter_bandwidth", json_real(b));
+        json_object_set_new(root, "note", json_string("measured on one machine: the inter-node "
+                                                      "figures repeat the intra-node ones"));
+        json_object_set_new(root, "reduce_scatter", zs_bench_fit_json(&rs, N));
+        json_object_set_new(root, "allgather", zs_bench_fit_json(&ag, N));
+    }
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    if (!text)
+        ZS_FAIL("out of host memory writing %s", out);
+    rc = zs_report_write_text(out, text, strlen(text));
+    free(text);
+    if (!rc)
+        printf("calibration written to %s\n", out);
+    return rc;
+}
+
+int zs_cmd_bench(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"out", required_argument, NULL, 'o'},
+        {"quick", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    zs_comm_t comm;
+    if (zs_comm_init(NULL, NULL, &comm)) {
+        fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+        return 1;
+    }
+    int rank = zs_comm_rank(comm);
+    const char *out = NULL;
+    int quick = 0, ch, rc = 0;
+    optind = 1;
+    opterr = 0;
+    while (rc == 0 && (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (ch == 'o')
+            out = optarg;
+        else if (ch == 'q')
+            quick = 1;
+        else if (ch == 'h') {
+            if (rank == 0)
+                fputs(zs_bench_usage, stdout);
+            rc = -1;
+        } else {
+            if (rank == 0)
+                fprintf(stderr, "zerosim: bench: unknown option or missing value: %s (see "
+                        "zerosim bench --help)\n", argv[optind - 1]);
+            rc = 2;
+        }
+    }
+    if (rc == 0 && optind < argc) {
+        if (rank == 0)
+            fprintf(stderr, "zerosim: bench: unexpected argument \"%s\"\n", argv[optind]);
+        rc = 2;
+    }
+    if (rc == 0) {
+        rc = zs_bench_run(comm, out, quick);
+        int any = 0;
+        if (zs_comm_agree(comm, rc != 0, 60.0, &any))
+            zs_comm_abort(comm, 1);
+        if (rc)
+            fprintf(stderr, "zerosim: bench: %s\n", zs_error_msg());
+        rc = any ? 1 : 0;
+    }
+    zs_comm_finalize(comm);
+    return rc < 0 ? 0 : rc;
+}
