@@ -14,6 +14,7 @@
 #include "zerosim/mem.h"
 #include "zerosim/report.h"
 #include "zerosim/train.h"
+#include "plan_cmd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -26,6 +27,8 @@
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
     "       mpirun -np N zerosim train [options]\n"
+    "       zerosim plan [options]   memory, traffic and step time of a model and\n"
+    "                                cluster, without MPI (see zerosim plan --help)\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -473,7 +476,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train"))
         return zs_cmd_train(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train; see zerosim --help)\n",
+    if (!strcmp(argv[1], "plan"))
+        return zs_cmd_plan(argc - 1, argv + 1);
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, plan; see zerosim --help)\n",
             argv[1]);
     return 2;
 }
