@@ -94,7 +94,9 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
             zs_model_segment_units(&c->model, s, &first, &last);
             ru += last - first + 1;
         }
-        *gather_calls = 2.0 * U + ru;
+        /* one call per unit and pass, and one more for the head's tied
+         * token embedding, which is gathered on its own */
+        *gather_calls = 2.0 * (U + 1) + ru;
         return 0;
     }
     zs_partition part;
