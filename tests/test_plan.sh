@@ -206,6 +206,16 @@ done
 [ "$(awk '!/^#/ { printf "%s:%s ", $1, $2 }' "$T/sw.dat" | cut -c1-24)" = "0:1 0:4 0:16 0:64 0:256 " ] &&
     [ "$(grep -vc '^#' "$T/sw.dat")" -eq 24 ] && ok || bad "csv rows: $(grep -v '^#' "$T/sw.dat" | head -3)"
 "$ZS" plan --params 1e9 --dp 2,4 --stage 1 --json | grep -q '"plans": \[' && ok || bad "sweep JSON has no plans array"
+# plots/plan_memory.gp renders the CSV (when gnuplot is here)
+GP=${GNUPLOT:-gnuplot}
+if [ "$GP" != no ] && command -v "$GP" >/dev/null 2>&1; then
+    mkdir -p "$T/plot" && cp "$T/sw.dat" "$T/plot/plan_memory.dat"
+    "$GP" -e "datadir='$T/plot'; outdir='$T/plot'" "$HERE/../plots/plan_memory.gp" &&
+        [ "$(od -An -tx1 -N4 "$T/plot/plan_memory.png" | tr -d ' \n')" = 89504e47 ] && ok ||
+        bad "plots/plan_memory.gp did not render a PNG"
+else
+    echo "gnuplot not found: plots/plan_memory.gp not rendered"
+fi
 
 # ---- step time by hand: Ψ = 1e9 bf16, stage 2 on N = 4 in one node,
 # 100 tokens: compute 6e9 * 100 / 1e12 = 0.6 s; reduce-scatter 2e9 bytes in

@@ -82,6 +82,7 @@ typedef struct {
     double traffic_bytes;     /* per device per step, ring volume */
     double flops_per_step;    /* per device; 0 = not modelled */
     double tokens_per_step;   /* per device */
+    int recompute;            /* 1: checkpointing adds a forward to the FLOPs */
     zs_steptime_result time;
     int fits;                 /* 1 fits, 0 does not, -1 no device memory given */
 } zs_plan_result;

@@ -418,7 +418,7 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     if (r->flops_per_step > 0)
         fprintf(f, "  compute: %.4g FLOP per device per step (%.0f tokens x %s) at %.4g FLOP/s\n",
                 r->flops_per_step, r->tokens_per_step,
-                in->has_arch ? (c->model.ckpt_blocks > 0 ? "(8 Psi + 16 L C T), recompute"
+                in->has_arch ? (r->recompute ? "(8 Psi + 16 L C T), with recompute"
                                                          : "(6 Psi + 12 L C T)")
                              : "6 Psi",
                 in->cal.gemm_flops);

@@ -247,7 +247,8 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     double per_token = 6.0 * Psi;
     if (in->has_arch)
         per_token += 12.0 * c.model.n_layer * (double)c.model.n_embd * c.model.seq_len;
-    if (c.model.ckpt_blocks > 0 && in->has_arch)
+    r->recompute = in->has_arch && c.model.ckpt_blocks > 0 && c.model.ckpt_blocks < c.model.n_layer;
+    if (r->recompute)
         per_token *= 4.0 / 3.0;
     r->flops_per_step = r->tokens_per_step * per_token;
     zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
