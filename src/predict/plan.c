@@ -143,11 +143,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (!in->has_arch) {
         if (c.checkpoint_mode != ZS_CKPT_OFF)
             ZS_FAIL("activation checkpointing needs the model's shape: use --arch gpt");
-        zs_model_config small; /* the shape is unused: keep a valid one */
-        zs_run_config d;
+        zs_run_config d; /* the shape is unused: keep the default, valid one */
         zs_run_config_defaults(&d);
-        small = d.model;
-        c.model = small;
+        c.model = d.model;
     } else if (c.model.kind != ZS_MODEL_GPT) {
         ZS_FAIL("the planner's architectures are: gpt");
     }
