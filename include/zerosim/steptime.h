@@ -38,8 +38,9 @@ typedef enum {
 const char *zs_coll_kind_name(zs_coll_kind k);
 
 /* One kind of collective in a step: full-buffer bytes summed over its calls
- * (for all-to-all: the bytes one rank sends, over N/(N-1) — i.e. give the
- * full exchanged buffer), and the number of calls per step. */
+ * (for all-to-all: the bytes one rank sends times N/(N-1), so that the
+ * (N-1)/N factor gives back what it sends), and the number of calls per
+ * step. */
 typedef struct {
     zs_coll_kind kind;
     double bytes;     /* full-buffer bytes, summed over the calls of a step */
