@@ -15,6 +15,7 @@
 #include "zerosim/mem.h"
 #include "zerosim/report.h"
 #include "zerosim/train.h"
+#include "plan_cmd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +28,8 @@
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
     "       mpirun -np N zerosim train [options]\n"
+    "       zerosim plan [options]   memory, traffic and step time of a model and\n"
+    "                                cluster, without MPI (see zerosim plan --help)\n"
     "       mpirun -np N zerosim bench [--out FILE]   (calibrate the planner)\n"
     "       zerosim --help | --version\n"
     "\n"
@@ -552,7 +555,9 @@ int main(int argc, char **argv)
         return zs_cmd_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, bench; see zerosim --help)\n",
+    if (!strcmp(argv[1], "plan"))
+        return zs_cmd_plan(argc - 1, argv + 1);
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, plan, bench; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

@@ -1,0 +1,96 @@
+/* zerosim — step-time estimate: an alpha-beta model of each collective plus
+ * compute at a stated FLOP rate.
+ *
+ * A collective on N ranks over a full buffer of S bytes, one call, takes
+ *   reduce-scatter, allgather:  (N-1) α + (N-1)/N · S / β      (ring)
+ *   allreduce:                 2(N-1) α + 2(N-1)/N · S / β     (ring: RS + AG)
+ *   all-to-all:                 (N-1) α + (N-1)/N · S / β      (pairwise)
+ * where α (seconds) and β (bytes/s per device) are those of the links inside
+ * a node when all N ranks fit in one node (N <= devices per node) and those
+ * between nodes otherwise: a ring that crosses nodes runs at the pace of its
+ * slowest link. A collective given as (total bytes over `calls` calls) pays
+ * α per step of every call and β on the total.
+ *
+ * Compute is flops_per_step / gemm_flops. Without overlap the step time is
+ * compute + communication; with overlap it is max(compute, communication).
+ *
+ * The model is small on purpose: it is meant to be tuned against measured
+ * runs (`zerosim bench` writes the calibration file read here).
+ */
+#ifndef ZEROSIM_STEPTIME_H
+#define ZEROSIM_STEPTIME_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    ZS_COLL_REDUCE_SCATTER = 0,
+    ZS_COLL_ALLGATHER,
+    ZS_COLL_ALLREDUCE,
+    ZS_COLL_ALLTOALL,
+    ZS_COLL_NKINDS
+} zs_coll_kind;
+
+/* "reduce_scatter", "allgather", "allreduce", "alltoall" */
+const char *zs_coll_kind_name(zs_coll_kind k);
+
+/* One kind of collective in a step: full-buffer bytes summed over its calls
+ * (for all-to-all: the bytes one rank sends times N/(N-1), so that the
+ * (N-1)/N factor gives back what it sends), and the number of calls per
+ * step. */
+typedef struct {
+    zs_coll_kind kind;
+    double bytes;     /* full-buffer bytes, summed over the calls of a step */
+    double calls;     /* calls per step (each pays the latency term) */
+} zs_steptime_coll;
+
+/* Machine constants: what `zerosim bench` measures. */
+typedef struct {
+    double gemm_flops;        /* FLOP/s per device */
+    double intra_latency_s;   /* α inside a node */
+    double intra_bandwidth;   /* β inside a node, bytes/s per device */
+    double inter_latency_s;   /* α between nodes */
+    double inter_bandwidth;   /* β between nodes, bytes/s per device */
+} zs_steptime_calib;
+
+typedef struct {
+    int world;                      /* N, data-parallel ranks */
+    int devices_per_node;
+    const zs_steptime_coll *colls;  /* the collectives of one step */
+    int ncolls;
+    double flops_per_step;          /* per device */
+    int overlap;                    /* 1: communication hides behind compute */
+    zs_steptime_calib cal;
+} zs_steptime_input;
+
+typedef struct {
+    double compute_s;
+    double comm_s;                  /* sum over the collectives */
+    double coll_s[ZS_COLL_NKINDS];  /* per kind */
+    double total_s;
+    double alpha_s, beta;           /* the link constants used */
+    int inter_node;                 /* 1 when the inter-node link was used */
+} zs_steptime_result;
+
+/* A stated default machine: 312e12 FLOP/s (A100 dense bf16), 8 devices per
+ * node, 5 us and 150e9 B/s inside a node, 10 us and 25e9 B/s between nodes. */
+void zs_steptime_defaults(zs_steptime_calib *c);
+
+/* Estimate one step. Returns 0, or non-zero with a message (N < 1, a rate
+ * that is not positive). */
+int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out);
+
+/* Read a calibration JSON object with any of the keys "gemm_flops",
+ * "intra_latency_s", "intra_bandwidth", "inter_latency_s",
+ * "inter_bandwidth" (numbers); keys that are missing keep the value in *c,
+ * other keys are ignored. Returns 0 or non-zero with a message naming the
+ * file and the key. */
+int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

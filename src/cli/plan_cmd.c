@@ -1,0 +1,718 @@
+/* zerosim — the `plan` command: per-device memory, traffic, fit and step
+ * time for a model and cluster, from zerosim/plan.h. No MPI: it runs as a
+ * plain program. Prints for people, or JSON (--json), or #-headed columns
+ * (--csv FILE) for gnuplot; --deepspeed-estimate prints DeepSpeed's
+ * estimate_zero{2,3}_model_states_mem_needs_all_cold table instead.
+ *
+ * Exit status: 0 when the plan was computed (whether or not it fits: see
+ * "fits"), 1 for an impossible model or setup, 2 for a bad option.
+ */
+#include "plan_cmd.h"
+#include "zerosim/compress.h"
+#include "zerosim/error.h"
+#include "zerosim/plan.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const zs_plan_usage =
+    "usage: zerosim plan --params COUNT | --arch gpt --layers L --hidden C --heads H\n"
+    "                    --vocab V --seq T   [cluster] [setup] [output]\n"
+    "\n"
+    "Per-device memory by category, traffic per step, whether it fits and a step-time\n"
+    "estimate, from the closed forms that real zerosim runs are measured against.\n"
+    "Runs without MPI. Sizes: bytes, or a number with KB/MB/GB/TB (1e3..) or\n"
+    "KiB/MiB/GiB/TiB (2^10..). Lists (--dp, --stage) sweep and print one table.\n"
+    "\n"
+    "model:\n"
+    "  --params COUNT           parameters, plain or e notation (7.5e9)\n"
+    "  --arch gpt               a GPT of --layers, --hidden, --heads, --vocab, --seq\n"
+    "  --largest-layer COUNT    parameters of the largest layer (stage 3's live gather;\n"
+    "                           DeepSpeed's estimate); --params only\n"
+    "  --seq T                  with --params: tokens per sample, for the FLOPs\n"
+    "cluster:\n"
+    "  --dp N[,N...]            data-parallel devices (1)\n"
+    "  --devices-per-node N     devices per node (8); alias --gpus-per-node\n"
+    "  --nodes N                nodes (--dp defaults to nodes x devices per node)\n"
+    "  --device-memory SIZE     memory per device, e.g. 32GB, 80GiB, 80e9\n"
+    "  --flops RATE             FLOP/s per device (312e12)\n"
+    "  --bw-intra B --lat-intra S   bytes/s and seconds inside a node (150e9, 5e-6)\n"
+    "  --bw-inter B --lat-inter S   bytes/s and seconds between nodes (25e9, 10e-6)\n"
+    "  --calibration FILE       JSON from zerosim bench: gemm_flops, intra_latency_s,\n"
+    "                           intra_bandwidth, inter_latency_s, inter_bandwidth\n"
+    "                           (the flags above override the file)\n"
+    "  --overlap                communication hides behind compute\n"
+    "setup:\n"
+    "  --stage S[,S...]         ZeRO stage 0-3 (0)\n"
+    "  --precision fp32|bf16|fp16   parameters (fp32); bf16/fp16 add an fp32 master\n"
+    "  --grad-precision fp32|bf16|fp16  gradients (as --precision)\n"
+    "  --optimizer adamw|sgd    (adamw)\n"
+    "  --micro-batch N --grad-accum N   samples per micro-batch, micro-batches per step\n"
+    "  --checkpoint-activations off|every:K|sqrt   (--arch gpt)\n"
+    "  --compression none|topk:F|int8|sign   --no-error-feedback   --deterministic\n"
+    "  --convention zerosim|paper|megatron   whose bytes (zerosim: what a zerosim run\n"
+    "                           measures; paper: ZeRO paper; megatron: Megatron-LM's\n"
+    "                           distributed optimizer, stage 1 = distributed)\n"
+    "output:\n"
+    "  --max-model              also the largest model that fits --device-memory\n"
+    "  --json                   one JSON object (a sweep: {\"plans\": [...]})\n"
+    "  --csv FILE               #-headed columns, one row per (stage, N); - = stdout\n"
+    "  --deepspeed-estimate     DeepSpeed's estimate_zero{2,3}_model_states_mem_needs\n"
+    "                           table for --stage 2 or 3, --params, --largest-layer,\n"
+    "                           --nodes, --gpus-per-node, --buffer-factor X (1.5);\n"
+    "                           --offload-optimizer cpu|none, --offload-param cpu|none,\n"
+    "                           --zero-init 0|1 keep only the matching rows\n";
+
+enum {
+    P_PARAMS = 256, P_ARCH, P_LAYERS, P_HIDDEN, P_HEADS, P_VOCAB, P_SEQ, P_LARGEST, P_DP,
+    P_DPN, P_NODES, P_DEVMEM, P_FLOPS, P_BW_INTRA, P_LAT_INTRA, P_BW_INTER, P_LAT_INTER,
+    P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
+    P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
+    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_LAST
+};
+
+static const struct option zs_plan_options[] = {
+    {"params", required_argument, NULL, P_PARAMS},
+    {"arch", required_argument, NULL, P_ARCH},
+    {"layers", required_argument, NULL, P_LAYERS},
+    {"hidden", required_argument, NULL, P_HIDDEN},
+    {"heads", required_argument, NULL, P_HEADS},
+    {"vocab", required_argument, NULL, P_VOCAB},
+    {"seq", required_argument, NULL, P_SEQ},
+    {"largest-layer", required_argument, NULL, P_LARGEST},
+    {"dp", required_argument, NULL, P_DP},
+    {"devices-per-node", required_argument, NULL, P_DPN},
+    {"gpus-per-node", required_argument, NULL, P_DPN},
+    {"nodes", required_argument, NULL, P_NODES},
+    {"device-memory", required_argument, NULL, P_DEVMEM},
+    {"flops", required_argument, NULL, P_FLOPS},
+    {"bw-intra", required_argument, NULL, P_BW_INTRA},
+    {"lat-intra", required_argument, NULL, P_LAT_INTRA},
+    {"bw-inter", required_argument, NULL, P_BW_INTER},
+    {"lat-inter", required_argument, NULL, P_LAT_INTER},
+    {"calibration", required_argument, NULL, P_CALIB},
+    {"overlap", no_argument, NULL, P_OVERLAP},
+    {"stage", required_argument, NULL, P_STAGE},
+    {"precision", required_argument, NULL, P_PRECISION},
+    {"grad-precision", required_argument, NULL, P_GRAD_PRECISION},
+    {"optimizer", required_argument, NULL, P_OPTIMIZER},
+    {"micro-batch", required_argument, NULL, P_MICRO},
+    {"grad-accum", required_argument, NULL, P_ACCUM},
+    {"checkpoint-activations", required_argument, NULL, P_CKPT},
+    {"compression", required_argument, NULL, P_COMP},
+    {"no-error-feedback", no_argument, NULL, P_NO_EF},
+    {"deterministic", no_argument, NULL, P_DET},
+    {"convention", required_argument, NULL, P_CONVENTION},
+    {"max-model", no_argument, NULL, P_MAX_MODEL},
+    {"json", no_argument, NULL, P_JSON},
+    {"csv", required_argument, NULL, P_CSV},
+    {"deepspeed-estimate", no_argument, NULL, P_DS},
+    {"buffer-factor", required_argument, NULL, P_BUFFER},
+    {"offload-optimizer", required_argument, NULL, P_OFF_OPT},
+    {"offload-param", required_argument, NULL, P_OFF_PARAM},
+    {"zero-init", required_argument, NULL, P_ZERO_INIT},
+    {"help", no_argument, NULL, P_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+#define ZS_PLAN_MAX_LIST 64
+
+typedef struct {
+    const char *val[P_LAST];
+    zs_plan_input in;
+    int dps[ZS_PLAN_MAX_LIST], ndp;
+    int stages[ZS_PLAN_MAX_LIST], nstage;
+    int nodes;
+} zs_plan_cli;
+
+static const char *zs_plan_opt_name(int id)
+{
+    for (const struct option *o = zs_plan_options; o->name; o++)
+        if (o->val == id)
+            return o->name;
+    return "?";
+}
+
+/* A whole number from plain or e notation ("7.5e9"), within [lo, hi]. */
+static int zs_plan_count(int id, const char *s, double lo, double hi, double *out)
+{
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v != floor(v) || v < lo || v > hi)
+        ZS_FAIL("--%s must be a whole number from %.0f to %.0f (plain or e notation, e.g. "
+                "7.5e9), got \"%s\"", zs_plan_opt_name(id), lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+static int zs_plan_int(int id, const char *s, int lo, int hi, int *out)
+{
+    double v;
+    ZS_TRY(zs_plan_count(id, s, lo, hi, &v));
+    *out = (int)v;
+    return 0;
+}
+
+static int zs_plan_real(int id, const char *s, double *out, int zero_ok)
+{
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < 0 || (!zero_ok && v == 0))
+        ZS_FAIL("--%s must be a %s number (e notation allowed), got \"%s\"", zs_plan_opt_name(id),
+                zero_ok ? "non-negative" : "positive", s);
+    *out = v;
+    return 0;
+}
+
+/* "1,4,16": at most ZS_PLAN_MAX_LIST integers in [lo, hi]. */
+static int zs_plan_list(int id, const char *s, int lo, int hi, int *out, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    do {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < lo || v > hi || (*end && *end != ',') ||
+            *n >= ZS_PLAN_MAX_LIST)
+            ZS_FAIL("--%s must be a comma-separated list of up to %d integers from %d to %d "
+                    "(e.g. 1,4,16), got \"%s\"", zs_plan_opt_name(id), ZS_PLAN_MAX_LIST, lo, hi, s);
+        out[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+    } while (*p);
+    if (p > s && p[-1] == ',')
+        ZS_FAIL("--%s has an empty item: \"%s\"", zs_plan_opt_name(id), s);
+    return 0;
+}
+
+static int zs_plan_dtype(int id, const char *s, zs_dtype *out)
+{
+    if (!strcmp(s, "fp32"))
+        *out = ZS_DTYPE_F32;
+    else if (!strcmp(s, "bf16"))
+        *out = ZS_DTYPE_BF16;
+    else if (!strcmp(s, "fp16"))
+        *out = ZS_DTYPE_F16;
+    else
+        ZS_FAIL("--%s must be fp32, bf16 or fp16, got \"%s\"", zs_plan_opt_name(id), s);
+    return 0;
+}
+
+static int zs_plan_apply(zs_plan_cli *cl)
+{
+    const char *const *v = cl->val;
+    zs_plan_input *in = &cl->in;
+    zs_run_config *c = &in->cfg;
+    double x;
+    if (v[P_PARAMS] && v[P_ARCH])
+        ZS_FAIL("give --params or --arch, not both");
+    if (v[P_PARAMS]) {
+        ZS_TRY(zs_plan_count(P_PARAMS, v[P_PARAMS], 1, 4503599627370496.0, &x));
+        in->num_params = (size_t)x;
+        static const int arch_only[] = {P_LAYERS, P_HIDDEN, P_HEADS, P_VOCAB};
+        for (size_t i = 0; i < sizeof arch_only / sizeof arch_only[0]; i++)
+            if (v[arch_only[i]])
+                ZS_FAIL("--%s describes a GPT: use it with --arch gpt, not --params",
+                        zs_plan_opt_name(arch_only[i]));
+        if (v[P_SEQ])
+            ZS_TRY(zs_plan_int(P_SEQ, v[P_SEQ], 1, 1 << 24, &in->seq_len));
+    } else if (v[P_ARCH]) {
+        if (strcmp(v[P_ARCH], "gpt"))
+            ZS_FAIL("--arch must be \"gpt\", got \"%s\"", v[P_ARCH]);
+        in->has_arch = 1;
+        c->model.kind = ZS_MODEL_GPT;
+        static const struct { int id, lo, hi; size_t off; } dims[] = {
+            {P_LAYERS, 1, 4096, offsetof(zs_model_config, n_layer)},
+            {P_HIDDEN, 1, 1 << 20, offsetof(zs_model_config, n_embd)},
+            {P_HEADS, 1, 1 << 16, offsetof(zs_model_config, n_head)},
+            {P_VOCAB, 2, 1 << 20, offsetof(zs_model_config, vocab)},
+            {P_SEQ, 1, 1 << 20, offsetof(zs_model_config, seq_len)},
+        };
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+            if (!v[dims[i].id])
+                ZS_FAIL("--arch gpt needs --layers, --hidden, --heads, --vocab and --seq: "
+                        "--%s is missing", zs_plan_opt_name(dims[i].id));
+            ZS_TRY(zs_plan_int(dims[i].id, v[dims[i].id], dims[i].lo, dims[i].hi,
+                               (int *)((char *)&c->model + dims[i].off)));
+        }
+        if (c->model.n_embd % c->model.n_head)
+            ZS_FAIL("--heads (%d) must divide --hidden (%d)", c->model.n_head, c->model.n_embd);
+    } else if (!v[P_HELP]) {
+        ZS_FAIL("no model: give --params COUNT, or --arch gpt with --layers, --hidden, --heads, "
+                "--vocab and --seq");
+    }
+    if (v[P_LARGEST]) {
+        if (in->has_arch)
+            ZS_FAIL("--largest-layer is for --params; a GPT's layers are known");
+        ZS_TRY(zs_plan_count(P_LARGEST, v[P_LARGEST], 0, 4503599627370496.0, &x));
+        in->largest_layer = (size_t)x;
+    }
+    if (v[P_STAGE])
+        ZS_TRY(zs_plan_list(P_STAGE, v[P_STAGE], 0, 3, cl->stages, &cl->nstage));
+    else
+        cl->stages[0] = 0, cl->nstage = 1;
+    if (v[P_DPN])
+        ZS_TRY(zs_plan_int(P_DPN, v[P_DPN], 1, 1 << 20, &in->devices_per_node));
+    cl->nodes = 0;
+    if (v[P_NODES])
+        ZS_TRY(zs_plan_int(P_NODES, v[P_NODES], 1, 1 << 20, &cl->nodes));
+    if (v[P_DP])
+        ZS_TRY(zs_plan_list(P_DP, v[P_DP], 1, 1 << 24, cl->dps, &cl->ndp));
+    else
+        cl->dps[0] = cl->nodes ? cl->nodes * in->devices_per_node : 1, cl->ndp = 1;
+    if (v[P_DEVMEM] && zs_parse_size(v[P_DEVMEM], &in->device_memory))
+        ZS_FAIL("--device-memory: %s", zs_error_msg());
+    if (v[P_CALIB])
+        ZS_TRY(zs_steptime_load_calibration(v[P_CALIB], &in->cal));
+    static const struct { int id; size_t off; int zero_ok; } reals[] = {
+        {P_FLOPS, offsetof(zs_steptime_calib, gemm_flops), 0},
+        {P_BW_INTRA, offsetof(zs_steptime_calib, intra_bandwidth), 0},
+        {P_LAT_INTRA, offsetof(zs_steptime_calib, intra_latency_s), 1},
+        {P_BW_INTER, offsetof(zs_steptime_calib, inter_bandwidth), 0},
+        {P_LAT_INTER, offsetof(zs_steptime_calib, inter_latency_s), 1},
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+        if (v[reals[i].id])
+            ZS_TRY(zs_plan_real(reals[i].id, v[reals[i].id],
+                                (double *)((char *)&in->cal + reals[i].off), reals[i].zero_ok));
+    in->overlap = v[P_OVERLAP] != NULL;
+    if (v[P_PRECISION])
+        ZS_TRY(zs_plan_dtype(P_PRECISION, v[P_PRECISION], &c->precision));
+    in->grad_precision = c->precision;
+    if (v[P_GRAD_PRECISION])
+        ZS_TRY(zs_plan_dtype(P_GRAD_PRECISION, v[P_GRAD_PRECISION], &in->grad_precision));
+    if (v[P_OPTIMIZER]) {
+        if (!strcmp(v[P_OPTIMIZER], "adamw") || !strcmp(v[P_OPTIMIZER], "adam"))
+            c->optimizer = ZS_OPT_ADAMW;
+        else if (!strcmp(v[P_OPTIMIZER], "sgd"))
+            c->optimizer = ZS_OPT_SGD;
+        else
+            ZS_FAIL("--optimizer must be adamw or sgd, got \"%s\"", v[P_OPTIMIZER]);
+    }
+    if (v[P_MICRO])
+        ZS_TRY(zs_plan_int(P_MICRO, v[P_MICRO], 1, 1 << 20, &c->micro_batch));
+    if (v[P_ACCUM])
+        ZS_TRY(zs_plan_int(P_ACCUM, v[P_ACCUM], 1, 1 << 20, &c->grad_accum));
+    if (v[P_CKPT]) {
+        const char *s = v[P_CKPT];
+        if (!strcmp(s, "off")) {
+            c->checkpoint_mode = ZS_CKPT_OFF;
+        } else if (!strcmp(s, "sqrt")) {
+            c->checkpoint_mode = ZS_CKPT_SQRT;
+        } else if (!strncmp(s, "every:", 6)) {
+            c->checkpoint_mode = ZS_CKPT_EVERY;
+            ZS_TRY(zs_plan_int(P_CKPT, s + 6, 1, 4096, &c->checkpoint_value));
+        } else {
+            ZS_FAIL("--checkpoint-activations must be off, every:K or sqrt, got \"%s\"", s);
+        }
+    }
+    if (v[P_COMP] && zs_comp_parse(v[P_COMP], &c->compression))
+        return -1;
+    if (v[P_NO_EF])
+        c->error_feedback = 0;
+    if (v[P_DET])
+        c->deterministic = 1;
+    if (v[P_CONVENTION]) {
+        const char *s = v[P_CONVENTION];
+        if (!strcmp(s, "zerosim"))
+            in->convention = ZS_PLAN_ZEROSIM;
+        else if (!strcmp(s, "paper"))
+            in->convention = ZS_PLAN_PAPER;
+        else if (!strcmp(s, "megatron"))
+            in->convention = ZS_PLAN_MEGATRON;
+        else
+            ZS_FAIL("--convention must be zerosim, paper or megatron, got \"%s\"", s);
+    }
+    return 0;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static double gb(double bytes) { return bytes / 1e9; }
+
+static void zs_plan_human_size(char *buf, size_t n, double count)
+{
+    if (count >= 1e12)
+        snprintf(buf, n, "%.3gT", count / 1e12);
+    else if (count >= 1e9)
+        snprintf(buf, n, "%.3gB", count / 1e9);
+    else if (count >= 1e6)
+        snprintf(buf, n, "%.3gM", count / 1e6);
+    else
+        snprintf(buf, n, "%.0f", count);
+}
+
+static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_input *in,
+                              const zs_plan_result *r, int want_max, size_t max_params,
+                              int max_layers)
+{
+    const zs_run_config *c = &in->cfg;
+    char h[32];
+    zs_plan_human_size(h, sizeof h, (double)r->num_params);
+    fprintf(f, "model: %zu parameters (%s)", r->num_params, h);
+    if (in->has_arch)
+        fprintf(f, ", GPT: %d layers, hidden %d, %d heads, vocab %d, seq %d", c->model.n_layer,
+                c->model.n_embd, c->model.n_head, c->model.vocab, c->model.seq_len);
+    if (in->convention == ZS_PLAN_ZEROSIM)
+        fprintf(f, "; padded to %zu, shard %zu", r->padded, r->shard);
+    fprintf(f, "\nsetup: ZeRO stage %d, %s parameters, %s gradients, %s, micro-batch %d x "
+            "grad-accum %d, convention %s\n", c->stage, zs_dtype_name(c->precision),
+            zs_dtype_name(in->grad_precision), c->optimizer == ZS_OPT_ADAMW ? "AdamW" : "SGD",
+            c->micro_batch, c->grad_accum, zs_plan_convention_name(in->convention));
+    fprintf(f, "cluster: %d device%s, %d per node", in->dp, in->dp == 1 ? "" : "s",
+            in->devices_per_node);
+    if (in->device_memory)
+        fprintf(f, ", %.2f GB (%.2f GiB) each", gb((double)in->device_memory),
+                (double)in->device_memory / 1073741824.0);
+    fprintf(f, "\n\nmemory per device     %20s %12s\n", "bytes", "GB");
+    for (int k = 0; k < ZS_MEM_NCAT; k++) {
+        const char *name = zs_mem_category_name((zs_mem_category)k);
+        if (r->has[k])
+            fprintf(f, "  %-19s %20.0f %12.3f\n", name, r->bytes[k], gb(r->bytes[k]));
+        else if (k == ZS_MEM_ACTIVATIONS || k == ZS_MEM_CHECKPOINTS)
+            fprintf(f, "  %-19s %33s\n", name, "not modelled (give --arch gpt)");
+        else
+            fprintf(f, "  %-19s %33s\n", name, "not modelled");
+    }
+    fprintf(f, "  %-19s %20.0f %12.3f\n", "total", r->total, gb(r->total));
+    if (in->convention == ZS_PLAN_ZEROSIM && c->stage == 3)
+        fprintf(f, "  (stage 3 holds %zu live gathered parameters%s)\n", r->live_params,
+                in->has_arch ? "" : in->largest_layer ? ": --largest-layer"
+                                                      : ": give --largest-layer to count them");
+    if (r->fits == 1)
+        fprintf(f, "fits: yes, %.3f GB of %.3f GB (%.3f GB free)\n", gb(r->total),
+                gb((double)in->device_memory), gb((double)in->device_memory - r->total));
+    else if (r->fits == 0)
+        fprintf(f, "does not fit: needs %.3f GB, device has %.3f GB (short by %.3f GB)\n",
+                gb(r->total), gb((double)in->device_memory),
+                gb(r->total - (double)in->device_memory));
+    else
+        fprintf(f, "fits: unknown (give --device-memory SIZE)\n");
+    if (want_max) {
+        zs_plan_human_size(h, sizeof h, (double)max_params);
+        if (in->has_arch)
+            fprintf(f, "largest model that fits: %d layers, %zu parameters (%s)\n", max_layers,
+                    max_params, h);
+        else
+            fprintf(f, "largest model that fits: %zu parameters (%s)\n", max_params, h);
+    }
+    fprintf(f, "\ntraffic per device per step (ring volume):");
+    for (int i = 0; i < r->ncolls; i++)
+        fprintf(f, " %s %.3f GB (%.0f call%s)%s", zs_coll_kind_name(r->colls[i].kind),
+                gb((r->colls[i].kind == ZS_COLL_ALLREDUCE ? 2.0 : 1.0) * r->colls[i].bytes *
+                   (in->dp > 1 ? (in->dp - 1.0) / in->dp : 0.0)),
+                r->colls[i].calls, r->colls[i].calls == 1 ? "" : "s",
+                i + 1 < r->ncolls ? "," : "");
+    fprintf(f, "%s; total %.0f bytes (%.3f GB)\n", r->ncolls ? "" : " none", r->traffic_bytes,
+            gb(r->traffic_bytes));
+    const zs_steptime_result *t = &r->time;
+    fprintf(f, "step time: compute %.4g s + communication %.4g s = %.4g s%s\n", t->compute_s,
+            t->comm_s, t->total_s, in->overlap ? " (overlapped: the larger of the two)" : "");
+    if (r->flops_per_step > 0)
+        fprintf(f, "  compute: %.4g FLOP per device per step (%.0f tokens x %s) at %.4g FLOP/s\n",
+                r->flops_per_step, r->tokens_per_step,
+                in->has_arch ? (r->recompute ? "(8 Psi + 16 L C T), with recompute"
+                                                         : "(6 Psi + 12 L C T)")
+                             : "6 Psi",
+                in->cal.gemm_flops);
+    else
+        fprintf(f, "  compute: not modelled (give --seq with --params, or --arch gpt)\n");
+    fprintf(f, "  communication: %s link, alpha %.3g s, beta %.4g bytes/s; ring collective "
+            "(N-1) alpha + (N-1)/N S/beta per call\n", t->inter_node ? "inter-node" : "intra-node",
+            t->alpha_s, t->beta);
+    (void)cl;
+}
+
+static json_t *zs_json_bytes(double v)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0)
+        return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, int want_max,
+                            size_t max_params, int max_layers)
+{
+    const zs_run_config *c = &in->cfg;
+    json_t *o = json_object();
+    json_object_set_new(o, "params", json_integer((json_int_t)r->num_params));
+    json_object_set_new(o, "padded_params", json_integer((json_int_t)r->padded));
+    json_object_set_new(o, "dp", json_integer(in->dp));
+    json_object_set_new(o, "stage", json_integer(c->stage));
+    json_object_set_new(o, "convention", json_string(zs_plan_convention_name(in->convention)));
+    json_object_set_new(o, "precision", json_string(zs_dtype_name(c->precision)));
+    json_object_set_new(o, "grad_precision", json_string(zs_dtype_name(in->grad_precision)));
+    json_t *b = json_object();
+    json_object_set_new(b, "params", zs_json_bytes(r->params));
+    json_object_set_new(b, "grads", zs_json_bytes(r->grads));
+    json_object_set_new(b, "optimizer", zs_json_bytes(r->optimizer));
+    json_object_set_new(b, "activations", zs_json_bytes(r->activations));
+    json_object_set_new(b, "total", zs_json_bytes(r->total));
+    json_object_set_new(o, "bytes_per_device", b);
+    json_t *cat = json_object();
+    for (int k = 0; k < ZS_MEM_NCAT; k++)
+        json_object_set_new(cat, zs_mem_category_name((zs_mem_category)k),
+                            r->has[k] ? zs_json_bytes(r->bytes[k]) : json_null());
+    json_object_set_new(o, "bytes_per_category", cat);
+    json_object_set_new(o, "activations_modelled", json_boolean(r->activations_modelled));
+    if (in->convention == ZS_PLAN_ZEROSIM && c->stage == 3)
+        json_object_set_new(o, "live_params", json_integer((json_int_t)r->live_params));
+    json_object_set_new(o, "traffic_bytes_per_step", zs_json_bytes(round(r->traffic_bytes)));
+    json_t *cs = json_array();
+    for (int i = 0; i < r->ncolls; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "op", json_string(zs_coll_kind_name(r->colls[i].kind)));
+        json_object_set_new(e, "full_bytes", zs_json_bytes(r->colls[i].bytes));
+        json_object_set_new(e, "calls", json_real(r->colls[i].calls));
+        json_array_append_new(cs, e);
+    }
+    json_object_set_new(o, "collectives", cs);
+    json_object_set_new(o, "device_memory", in->device_memory
+                                                ? json_integer((json_int_t)in->device_memory)
+                                                : json_null());
+    json_object_set_new(o, "fits", r->fits < 0 ? json_null() : json_boolean(r->fits));
+    if (want_max) {
+        json_object_set_new(o, "max_params", json_integer((json_int_t)max_params));
+        if (in->has_arch)
+            json_object_set_new(o, "max_layers", json_integer(max_layers));
+    }
+    json_t *t = json_object();
+    json_object_set_new(t, "compute_s", json_real(r->time.compute_s));
+    json_object_set_new(t, "comm_s", json_real(r->time.comm_s));
+    json_object_set_new(t, "total_s", json_real(r->time.total_s));
+    json_object_set_new(t, "flops_per_step", json_real(r->flops_per_step));
+    json_object_set_new(t, "gemm_flops", json_real(in->cal.gemm_flops));
+    json_object_set_new(t, "alpha_s", json_real(r->time.alpha_s));
+    json_object_set_new(t, "beta_bytes_per_s", json_real(r->time.beta));
+    json_object_set_new(t, "inter_node", json_boolean(r->time.inter_node));
+    json_object_set_new(o, "step_time", t);
+    return o;
+}
+
+/* DeepSpeed's table, in its own format (sizes in GiB, printed "GB"). */
+static int zs_plan_deepspeed(FILE *f, const zs_plan_cli *cl)
+{
+    const zs_plan_input *in = &cl->in;
+    const char *const *v = cl->val;
+    if (cl->nstage != 1 || cl->ndp != 1)
+        ZS_FAIL("--deepspeed-estimate takes one --stage (2 or 3) and no --dp list");
+    double total = in->has_arch ? (double)zs_model_count_params(&in->cfg.model)
+                                : (double)in->num_params;
+    double largest = in->has_arch ? (double)zs_plan_gpt_largest_layer(&in->cfg.model)
+                                  : (double)in->largest_layer;
+    int gpn = v[P_DPN] ? in->devices_per_node : 1;
+    int nodes = cl->nodes ? cl->nodes : 1;
+    if (v[P_DP] && !cl->nodes)
+        nodes = (cl->dps[0] + gpn - 1) / gpn;
+    double bf = 1.5;
+    if (v[P_BUFFER])
+        ZS_TRY(zs_plan_real(P_BUFFER, v[P_BUFFER], &bf, 0));
+    int want_oo = -1, want_op = -1, want_zi = -1;
+    if (v[P_OFF_OPT]) {
+        if (strcmp(v[P_OFF_OPT], "cpu") && strcmp(v[P_OFF_OPT], "none"))
+            ZS_FAIL("--offload-optimizer must be cpu or none, got \"%s\"", v[P_OFF_OPT]);
+        want_oo = !strcmp(v[P_OFF_OPT], "cpu");
+    }
+    if (v[P_OFF_PARAM]) {
+        if (strcmp(v[P_OFF_PARAM], "cpu") && strcmp(v[P_OFF_PARAM], "none"))
+            ZS_FAIL("--offload-param must be cpu or none, got \"%s\"", v[P_OFF_PARAM]);
+        want_op = !strcmp(v[P_OFF_PARAM], "cpu");
+    }
+    if (v[P_ZERO_INIT]) {
+        if (strcmp(v[P_ZERO_INIT], "0") && strcmp(v[P_ZERO_INIT], "1"))
+            ZS_FAIL("--zero-init must be 0 or 1, got \"%s\"", v[P_ZERO_INIT]);
+        want_zi = v[P_ZERO_INIT][0] == '1';
+    }
+    int st = cl->stages[0];
+    if (st == 2 && (want_op >= 0 || want_zi >= 0))
+        ZS_FAIL("DeepSpeed's ZeRO-2 estimate has --offload-optimizer only");
+    zs_ds_estimate_row rows[6];
+    int n = zs_plan_deepspeed_rows(st, total, largest, gpn, nodes, bf, rows);
+    if (n < 0)
+        return -1;
+    fprintf(f, "Estimated memory needed for params, optim states and gradients for a:\n"
+            "HW: Setup with %d %s, %d %s per node.\n", nodes, nodes > 1 ? "nodes" : "node", gpn,
+            gpn > 1 ? "GPUs" : "GPU");
+    if (st == 2)
+        fprintf(f, "SW: Model with %.0fM total params.\n", trunc(total / 1e6));
+    else
+        fprintf(f, "SW: Model with %.0fM total params, %.0fM largest layer params.\n",
+                trunc(total / 1e6), trunc(largest / 1e6));
+    fprintf(f, "  per CPU  |  per GPU |   Options\n");
+    for (int i = 0; i < n; i++) {
+        const zs_ds_estimate_row *w = &rows[i];
+        if ((want_oo >= 0 && w->offload_optimizer != want_oo) ||
+            (want_op >= 0 && w->offload_param != want_op) ||
+            (want_zi >= 0 && w->zero_init != want_zi))
+            continue;
+        fprintf(f, " %7.2fGB | %6.2fGB | ", w->cpu_bytes / 1073741824.0,
+                w->gpu_bytes / 1073741824.0);
+        if (st == 2)
+            fprintf(f, "cpu_offload=%d\n", w->offload_optimizer);
+        else
+            fprintf(f, "offload_param=%s, offload_optimizer=%s, zero_init=%d\n",
+                    w->offload_param ? "cpu " : "none", w->offload_optimizer ? "cpu " : "none",
+                    w->zero_init);
+    }
+    return 0;
+}
+
+int zs_cmd_plan(int argc, char **argv)
+{
+    zs_plan_cli cl;
+    memset(&cl, 0, sizeof cl);
+    zs_plan_input_defaults(&cl.in);
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", zs_plan_options, NULL)) != -1) {
+        if (ch == '?' || ch == ':') {
+            const char *arg = argv[optind - 1];
+            int needs = 0;
+            for (const struct option *o = zs_plan_options; o->name; o++)
+                if (o->val == optopt && optopt >= P_PARAMS)
+                    needs = o->has_arg == required_argument ? 1 : 2;
+            if (needs == 1)
+                fprintf(stderr, "zerosim plan: option %s needs a value (see zerosim plan --help)\n", arg);
+            else if (needs == 2)
+                fprintf(stderr, "zerosim plan: option %s takes no value (see zerosim plan --help)\n", arg);
+            else
+                fprintf(stderr, "zerosim plan: unknown option %s (see zerosim plan --help)\n", arg);
+            return 2;
+        }
+        if (ch == 'h' || ch == P_HELP) {
+            fputs(zs_plan_usage, stdout);
+            return 0;
+        }
+        cl.val[ch] = optarg ? optarg : "1";
+    }
+    if (optind < argc) {
+        fprintf(stderr, "zerosim plan: unexpected argument \"%s\" (see zerosim plan --help)\n",
+                argv[optind]);
+        return 2;
+    }
+    if (zs_plan_apply(&cl)) {
+        fprintf(stderr, "zerosim plan: %s\n", zs_error_msg());
+        return 1;
+    }
+    if (cl.val[P_DS]) {
+        if (zs_plan_deepspeed(stdout, &cl)) {
+            fprintf(stderr, "zerosim plan: %s\n", zs_error_msg());
+            return 1;
+        }
+        return 0;
+    }
+    int want_max = cl.val[P_MAX_MODEL] != NULL, as_json = cl.val[P_JSON] != NULL;
+    const char *csv = cl.val[P_CSV];
+    int nplans = cl.nstage * cl.ndp, rc = 0;
+    zs_plan_input *ins = calloc((size_t)nplans, sizeof *ins);
+    zs_plan_result *rs = calloc((size_t)nplans, sizeof *rs);
+    size_t *maxp = calloc((size_t)nplans, sizeof *maxp);
+    int *maxl = calloc((size_t)nplans, sizeof *maxl);
+    if (!ins || !rs || !maxp || !maxl) {
+        fprintf(stderr, "zerosim plan: out of host memory\n");
+        rc = 1;
+        goto done;
+    }
+    for (int s = 0; s < cl.nstage; s++)
+        for (int d = 0; d < cl.ndp; d++) {
+            int i = s * cl.ndp + d;
+            ins[i] = cl.in;
+            ins[i].cfg.stage = cl.stages[s];
+            ins[i].dp = cl.dps[d];
+            if (zs_plan_compute(&ins[i], &rs[i]) ||
+                (want_max && zs_plan_max_model(&ins[i], &maxp[i], &maxl[i]))) {
+                fprintf(stderr, "zerosim plan: stage %d, N = %d: %s\n", cl.stages[s], cl.dps[d],
+                        zs_error_msg());
+                rc = 1;
+                goto done;
+            }
+        }
+    if (csv) {
+        FILE *f = strcmp(csv, "-") ? fopen(csv, "w") : stdout;
+        if (!f) {
+            fprintf(stderr, "zerosim plan: cannot write %s: %s\n", csv, strerror(errno));
+            rc = 1;
+            goto done;
+        }
+        fprintf(f, "# zerosim plan: bytes per device and per step; convention %s; %zu parameters\n"
+                "# stage dp params grads optimizer activations total traffic step_s fits max_params\n",
+                zs_plan_convention_name(cl.in.convention), rs[0].num_params);
+        for (int i = 0; i < nplans; i++)
+            fprintf(f, "%d %d %.0f %.0f %.0f %.0f %.0f %.0f %.6g %d %zu\n", ins[i].cfg.stage,
+                    ins[i].dp, rs[i].params, rs[i].grads, rs[i].optimizer, rs[i].activations,
+                    rs[i].total, rs[i].traffic_bytes, rs[i].time.total_s, rs[i].fits, maxp[i]);
+        if (f != stdout && fclose(f)) {
+            fprintf(stderr, "zerosim plan: cannot write %s: %s\n", csv, strerror(errno));
+            rc = 1;
+            goto done;
+        }
+        if (f == stdout)
+            goto done;
+    }
+    if (as_json) {
+        json_t *o;
+        if (nplans == 1) {
+            o = zs_plan_json(&ins[0], &rs[0], want_max, maxp[0], maxl[0]);
+        } else {
+            o = json_object();
+            json_t *a = json_array();
+            for (int i = 0; i < nplans; i++)
+                json_array_append_new(a, zs_plan_json(&ins[i], &rs[i], want_max, maxp[i], maxl[i]));
+            json_object_set_new(o, "plans", a);
+        }
+        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+        json_decref(o);
+        if (!txt) {
+            fprintf(stderr, "zerosim plan: out of host memory writing JSON\n");
+            rc = 1;
+            goto done;
+        }
+        puts(txt);
+        free(txt);
+    } else if (nplans == 1) {
+        zs_plan_print_one(stdout, &cl, &ins[0], &rs[0], want_max, maxp[0], maxl[0]);
+    } else {
+        char h[32];
+        zs_plan_human_size(h, sizeof h, (double)rs[0].num_params);
+        printf("%zu parameters (%s), %s parameters, %s gradients, convention %s; GB = 1e9 bytes "
+               "per device\n", rs[0].num_params, h, zs_dtype_name(cl.in.cfg.precision),
+               zs_dtype_name(cl.in.grad_precision), zs_plan_convention_name(cl.in.convention));
+        printf("%5s %6s %11s %11s %11s %11s %11s %12s %11s %5s%s\n", "stage", "N", "params",
+               "grads", "optimizer", "activations", "total", "traffic/step", "step_s", "fits",
+               want_max ? "   max_params" : "");
+        for (int i = 0; i < nplans; i++) {
+            char act[32] = "-";
+            if (rs[i].activations_modelled)
+                snprintf(act, sizeof act, "%.3f", gb(rs[i].activations));
+            printf("%5d %6d %11.3f %11.3f %11.3f %11s %11.3f %12.3f %11.4g %5s", ins[i].cfg.stage,
+                   ins[i].dp, gb(rs[i].params), gb(rs[i].grads), gb(rs[i].optimizer), act,
+                   gb(rs[i].total),
+                   gb(rs[i].traffic_bytes), rs[i].time.total_s,
+                   rs[i].fits < 0 ? "?" : rs[i].fits ? "yes" : "no");
+            if (want_max) {
+                zs_plan_human_size(h, sizeof h, (double)maxp[i]);
+                printf(" %12s", h);
+            }
+            printf("\n");
+        }
+        printf("activations: %s; step time: %.4g FLOP/s, alpha/beta %.3g s / %.4g B/s inside a "
+               "node, %.3g s / %.4g B/s between nodes, %d devices per node\n",
+               rs[0].activations_modelled ? "included" : "not modelled (give --arch gpt)",
+               cl.in.cal.gemm_flops, cl.in.cal.intra_latency_s, cl.in.cal.intra_bandwidth,
+               cl.in.cal.inter_latency_s, cl.in.cal.inter_bandwidth, cl.in.devices_per_node);
+    }
+done:
+    free(ins);
+    free(rs);
+    free(maxp);
+    free(maxl);
+    return rc;
+}

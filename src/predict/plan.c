@@ -1,0 +1,370 @@
+/* zerosim — the planner (see zerosim/plan.h). */
+#include "zerosim/plan.h"
+#include "zerosim/error.h"
+#include "zerosim/model.h"
+#include "zerosim/predict.h"
+#include "zerosim/zero.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *zs_plan_convention_name(zs_plan_convention c)
+{
+    switch (c) {
+    case ZS_PLAN_ZEROSIM: return "zerosim";
+    case ZS_PLAN_PAPER: return "paper";
+    case ZS_PLAN_MEGATRON: return "megatron";
+    }
+    return "?";
+}
+
+void zs_plan_input_defaults(zs_plan_input *in)
+{
+    memset(in, 0, sizeof *in);
+    zs_run_config_defaults(&in->cfg);
+    in->cfg.micro_batch = 1;
+    in->cfg.grad_accum = 1;
+    in->grad_precision = in->cfg.precision;
+    in->convention = ZS_PLAN_ZEROSIM;
+    in->dp = 1;
+    in->devices_per_node = 8;
+    zs_steptime_defaults(&in->cal);
+}
+
+static size_t zs_ceil_div(size_t a, size_t b) { return b ? (a + b - 1) / b : 1; }
+
+/* Model states of the paper's and Megatron's conventions. */
+static int zs_plan_states_closed(const zs_plan_input *in, const zs_run_config *c,
+                                 zs_plan_result *r)
+{
+    double P = (double)r->num_params, N = in->dp;
+    double p = (double)zs_dtype_size(c->precision), g = (double)zs_dtype_size(in->grad_precision);
+    int mixed = c->precision != ZS_DTYPE_F32, st = c->stage;
+    double master = mixed ? 4.0 : 0.0, m = 4.0, v = c->optimizer == ZS_OPT_ADAMW ? 4.0 : 0.0;
+    double gcopy = 0.0; /* Megatron: fp32 main gradients in the optimizer when g < 4 */
+    if (in->convention == ZS_PLAN_MEGATRON) {
+        if (st > 1)
+            ZS_FAIL("the megatron convention has stage 0 (plain optimizer) and stage 1 (the "
+                    "distributed optimizer) only: use --stage 0 or 1, or --convention paper");
+        gcopy = g < 4 ? 4.0 : 0.0;
+    }
+    double os = st >= 1 ? 1.0 / N : 1.0;          /* optimizer shard */
+    double gs = st >= 2 ? 1.0 / N : 1.0;          /* gradient shard */
+    double ps = st >= 3 ? 1.0 / N : 1.0;          /* parameter shard */
+    r->bytes[ZS_MEM_PARAMS] = p * P * ps;
+    r->bytes[ZS_MEM_GRADS] = g * P * gs;
+    r->bytes[ZS_MEM_OPT_MASTER] = (master + gcopy) * P * os;
+    r->bytes[ZS_MEM_OPT_M] = m * P * os;
+    r->bytes[ZS_MEM_OPT_V] = v * P * os;
+    r->padded = r->num_params;
+    r->shard = (size_t)(P / N);
+    return 0;
+}
+
+/* Model states of the zerosim convention, and the structure the traffic
+ * needs: G (parameters gathered per pass) and the recomputed units. */
+static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *c,
+                                  zs_plan_result *r, double *gathered, double *recompute,
+                                  double *gather_calls)
+{
+    size_t ps = zs_dtype_size(c->precision), gs = zs_dtype_size(in->grad_precision);
+    int st = c->stage;
+    if (in->has_arch) {
+        zs_prediction pr;
+        ZS_TRY(zs_predict(c, in->dp, &pr));
+        for (int k = 0; k < ZS_MEM_NCAT; k++)
+            r->bytes[k] = (double)pr.bytes[k];
+        r->padded = pr.padded;
+        r->shard = pr.shard;
+        r->live_params = pr.live_params;
+        if (gs != ps) /* the same formula with the gradient's own size */
+            r->bytes[ZS_MEM_GRADS] = (double)((st <= 1 ? gs * pr.padded + gs * pr.shard
+                                                       : gs * pr.shard) +
+                                              (c->deterministic ? 8 * pr.shard : 0));
+        *gathered = (double)pr.gathered_per_pass;
+        /* the recomputed segments' units, as zs_predict counts them */
+        size_t G = pr.gathered_per_pass, rec = 0;
+        if (st == 3 && pr.ag_bytes_per_step >= 2 * (size_t)c->grad_accum * ps * G)
+            rec = pr.ag_bytes_per_step / ((size_t)c->grad_accum * ps) - 2 * G;
+        *recompute = (double)rec;
+        int U = c->model.n_layer + 2, nseg = zs_model_segments(&c->model), ru = 0;
+        for (int s = 0; s < nseg - 1; s++) {
+            int first, last;
+            zs_model_segment_units(&c->model, s, &first, &last);
+            ru += last - first + 1;
+        }
+        /* one call per unit and pass, and one more for the head's tied
+         * token embedding, which is gathered on its own */
+        *gather_calls = 2.0 * (U + 1) + ru;
+        return 0;
+    }
+    zs_partition part;
+    zs_partition_make(&part, r->num_params, in->dp, 0, c->deterministic);
+    size_t P = part.padded, S = part.shard, opt = st == 0 ? P : S;
+    int mixed = c->precision != ZS_DTYPE_F32;
+    r->padded = P;
+    r->shard = S;
+    r->live_params = st == 3 ? in->largest_layer : 0;
+    r->bytes[ZS_MEM_PARAMS] = (double)(st == 3 ? ps * S + ps * r->live_params : ps * P);
+    r->bytes[ZS_MEM_GRADS] =
+        (double)((st <= 1 ? gs * P + gs * S : gs * S) + (c->deterministic ? 8 * S : 0));
+    r->bytes[ZS_MEM_OPT_MASTER] = mixed ? 4.0 * (double)opt : 0.0;
+    r->bytes[ZS_MEM_OPT_M] = 4.0 * (double)opt;
+    r->bytes[ZS_MEM_OPT_V] = c->optimizer == ZS_OPT_ADAMW ? 4.0 * (double)opt : 0.0;
+    r->bytes[ZS_MEM_COMPRESSION] =
+        c->compression.kind != ZS_COMP_NONE && c->error_feedback ? 4.0 * (double)P : 0.0;
+    *gathered = (double)r->num_params;
+    *recompute = 0.0;
+    *gather_calls = 2.0; /* one per pass: the units are unknown */
+    return 0;
+}
+
+static void zs_plan_add_coll(zs_plan_result *r, zs_coll_kind k, double bytes, double calls,
+                             int N)
+{
+    if (bytes <= 0.0)
+        return;
+    r->colls[r->ncolls++] = (zs_steptime_coll){.kind = k, .bytes = bytes, .calls = calls};
+    double f = N > 1 ? (double)(N - 1) / N : 0.0;
+    r->traffic_bytes += (k == ZS_COLL_ALLREDUCE ? 2.0 : 1.0) * f * bytes;
+}
+
+int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
+{
+    memset(r, 0, sizeof *r);
+    if (in->dp < 1)
+        ZS_FAIL("--dp must be at least 1, got %d", in->dp);
+    if (in->devices_per_node < 1)
+        ZS_FAIL("devices per node must be at least 1, got %d", in->devices_per_node);
+    if (!in->has_arch && in->num_params == 0)
+        ZS_FAIL("no model: give --params COUNT or --arch gpt with its shape");
+    zs_run_config c = in->cfg;
+    if (!in->has_arch) {
+        if (c.checkpoint_mode != ZS_CKPT_OFF)
+            ZS_FAIL("activation checkpointing needs the model's shape: use --arch gpt");
+        zs_run_config d; /* the shape is unused: keep the default, valid one */
+        zs_run_config_defaults(&d);
+        c.model = d.model;
+    } else if (c.model.kind != ZS_MODEL_GPT) {
+        ZS_FAIL("the planner's architectures are: gpt");
+    }
+    if (in->grad_precision != ZS_DTYPE_F32 && in->grad_precision != ZS_DTYPE_BF16 &&
+        in->grad_precision != ZS_DTYPE_F16)
+        ZS_FAIL("gradient precision must be fp32, bf16 or fp16");
+    c.train_batch_size = 0;
+    c.steps = c.steps > 0 ? c.steps : 1;
+    ZS_TRY(zs_run_config_finalize(&c, in->dp));
+    if (in->convention != ZS_PLAN_ZEROSIM &&
+        (c.compression.kind != ZS_COMP_NONE || c.deterministic))
+        ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");
+    r->num_params = in->has_arch ? zs_model_count_params(&c.model) : in->num_params;
+
+    double G = 0, recompute = 0, gather_calls = 2;
+    if (in->convention == ZS_PLAN_ZEROSIM)
+        ZS_TRY(zs_plan_states_zerosim(in, &c, r, &G, &recompute, &gather_calls));
+    else
+        ZS_TRY(zs_plan_states_closed(in, &c, r));
+    r->has[ZS_MEM_PARAMS] = r->has[ZS_MEM_GRADS] = 1;
+    r->has[ZS_MEM_OPT_MASTER] = r->has[ZS_MEM_OPT_M] = r->has[ZS_MEM_OPT_V] = 1;
+    r->has[ZS_MEM_COMPRESSION] = in->convention == ZS_PLAN_ZEROSIM;
+    if (in->has_arch) {
+        r->activations_modelled = 1;
+        r->bytes[ZS_MEM_ACTIVATIONS] = (double)zs_model_activation_bytes(&c.model, c.micro_batch);
+        r->bytes[ZS_MEM_CHECKPOINTS] = (double)zs_model_checkpoint_bytes(&c.model, c.micro_batch);
+        r->has[ZS_MEM_ACTIVATIONS] = r->has[ZS_MEM_CHECKPOINTS] = 1;
+    }
+    r->params = r->bytes[ZS_MEM_PARAMS];
+    r->grads = r->bytes[ZS_MEM_GRADS];
+    r->optimizer = r->bytes[ZS_MEM_OPT_MASTER] + r->bytes[ZS_MEM_OPT_M] + r->bytes[ZS_MEM_OPT_V];
+    r->activations = r->bytes[ZS_MEM_ACTIVATIONS] + r->bytes[ZS_MEM_CHECKPOINTS];
+    for (int k = 0; k < ZS_MEM_NCAT; k++)
+        if (r->has[k])
+            r->total += r->bytes[k];
+    r->fits = in->device_memory ? r->total <= (double)in->device_memory : -1;
+
+    /* traffic: the collectives of one step */
+    int N = in->dp, st = c.stage;
+    double GA = c.grad_accum, Psi = (double)r->num_params, Pp = (double)r->padded;
+    double p = (double)zs_dtype_size(c.precision), g = (double)zs_dtype_size(in->grad_precision);
+    double rs_calls = GA * (double)zs_ceil_div(r->padded, c.reduce_bucket_size);
+    double ag_calls = (double)zs_ceil_div(r->padded, c.allgather_bucket_size);
+    if (in->convention == ZS_PLAN_ZEROSIM) {
+        if (c.compression.kind != ZS_COMP_NONE) {
+            /* all-to-all of compressed buckets in place of the reduce-scatter */
+            size_t B = c.reduce_bucket_size ? c.reduce_bucket_size : r->padded;
+            size_t nb = zs_ceil_div(r->padded, B);
+            size_t *lo = malloc(nb * sizeof *lo), *hi = malloc(nb * sizeof *hi);
+            if (!lo || !hi) {
+                free(lo);
+                free(hi);
+                ZS_FAIL("out of host memory planning");
+            }
+            for (size_t i = 0; i < nb; i++) {
+                lo[i] = i * B;
+                hi[i] = i + 1 == nb ? r->padded : (i + 1) * B;
+            }
+            double sent = zs_predict_alltoall_bytes(&c, r->padded, N, 0, lo, hi, (int)nb);
+            free(lo);
+            free(hi);
+            zs_plan_add_coll(r, ZS_COLL_ALLTOALL, N > 1 ? sent * N / (N - 1) : 0.0, rs_calls, N);
+        } else {
+            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, GA * Pp * (c.deterministic ? 8.0 : g),
+                             rs_calls, N);
+        }
+        if (st == 3)
+            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, GA * p * (2.0 * G + recompute),
+                             GA * gather_calls, N);
+        else
+            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (st == 0 ? g : p) * Pp, ag_calls, N);
+    } else if (in->convention == ZS_PLAN_PAPER) {
+        /* stages 0, 1: one gradient allreduce (= reduce-scatter + allgather)
+         * per step; 2: a reduce-scatter per micro-batch and a parameter
+         * allgather; 3: also a parameter allgather per pass (3Ψ in all) */
+        if (st <= 1) {
+            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, g * Psi, ag_calls, N);
+        } else {
+            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, GA * g * Psi, rs_calls, N);
+            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, st == 3 ? GA * 2.0 * p * Psi : p * Psi,
+                             st == 3 ? GA * 2.0 : ag_calls, N);
+        }
+    } else { /* megatron: allreduce of gradients, or reduce-scatter + allgather */
+        if (st == 0) {
+            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, g * Psi, ag_calls, N);
+        } else {
+            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, g * Psi, ag_calls, N);
+            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, p * Psi, ag_calls, N);
+        }
+    }
+
+    /* compute: 6Ψ FLOPs per token for forward and backward, plus attention
+     * 12·L·C·T per token (a GPT); one more forward (8Ψ + 16·L·C·T) with
+     * activation checkpointing */
+    double seq = in->has_arch ? c.model.seq_len : in->seq_len;
+    r->tokens_per_step = (double)c.micro_batch * GA * seq;
+    double per_token = 6.0 * Psi;
+    if (in->has_arch)
+        per_token += 12.0 * c.model.n_layer * (double)c.model.n_embd * c.model.seq_len;
+    r->recompute = in->has_arch && c.model.ckpt_blocks > 0 && c.model.ckpt_blocks < c.model.n_layer;
+    if (r->recompute)
+        per_token *= 4.0 / 3.0;
+    r->flops_per_step = r->tokens_per_step * per_token;
+    zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
+                            .colls = r->colls, .ncolls = r->ncolls,
+                            .flops_per_step = r->flops_per_step, .overlap = in->overlap,
+                            .cal = in->cal};
+    ZS_TRY(zs_steptime_estimate(&si, &r->time));
+    return 0;
+}
+
+int zs_plan_max_model(const zs_plan_input *in, size_t *max_params, int *layers)
+{
+    *max_params = 0;
+    *layers = 0;
+    if (!in->device_memory)
+        ZS_FAIL("--max-model needs --device-memory SIZE");
+    zs_plan_input t = *in;
+    zs_plan_result r;
+    if (in->has_arch) { /* the most blocks that fit, at the given width */
+        int lo = 0, hi = 4096;
+        while (lo < hi) {
+            int mid = lo + (hi - lo + 1) / 2;
+            t.cfg.model.n_layer = mid;
+            ZS_TRY(zs_plan_compute(&t, &r));
+            if (r.fits == 1)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (lo > 0) {
+            t.cfg.model.n_layer = lo;
+            *max_params = zs_model_count_params(&t.cfg.model);
+        }
+        *layers = lo;
+        return 0;
+    }
+    /* Ψ: total bytes grow with Ψ; search [0, 2^52] */
+    size_t lo = 0, hi = (size_t)1 << 52;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo + 1) / 2;
+        t.num_params = mid;
+        ZS_TRY(zs_plan_compute(&t, &r));
+        if (r.fits == 1)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    *max_params = lo;
+    return 0;
+}
+
+int zs_plan_deepspeed_rows(int stage, double total, double largest, int gpn, int nodes,
+                           double bf, zs_ds_estimate_row rows[6])
+{
+    if (stage != 2 && stage != 3)
+        return zs_error_set("DeepSpeed's estimators exist for ZeRO stages 2 and 3, not %d: "
+                            "use --stage 2 or --stage 3", stage);
+    if (gpn < 1 || nodes < 1 || !(total > 0) || !(bf > 0) || largest < 0)
+        return zs_error_set("the DeepSpeed estimate needs parameters > 0, at least one node "
+                            "and one GPU per node, and a positive buffer factor");
+    double G = (double)nodes * gpn;
+    int n = 0;
+    if (stage == 2) {
+        /* offload: GPU 2Ψ (fp16 params), CPU Ψ·max(4·gpus, 16)·factor;
+         * none:    GPU 4Ψ + int(16Ψ/gpus), CPU Ψ·4·gpus_per_node·factor */
+        for (int off = 1; off >= 0; off--) {
+            zs_ds_estimate_row *w = &rows[n++];
+            *w = (zs_ds_estimate_row){.offload_optimizer = off};
+            if (off) {
+                w->gpu_bytes = 2 * total;
+                w->cpu_bytes = total * fmax(4 * G, 16) * bf;
+            } else {
+                w->gpu_bytes = 4 * total + trunc(16 * total / G);
+                w->cpu_bytes = total * 4 * gpn * bf;
+            }
+            w->cpu_bytes = trunc(w->cpu_bytes);
+            w->gpu_bytes = trunc(w->gpu_bytes);
+        }
+        return n;
+    }
+    /* stage 3: the largest layer gathered (4 bytes a parameter: fp16 value
+     * and gradient) plus, per option, the share of 18 (everything), 2 (fp16
+     * parameters) or 0 bytes a parameter left on the GPU; the CPU holds 18
+     * or 16 bytes a parameter per node, or the fp32 model at start-up */
+    double llm = 4 * largest, gf = 1.0 / nodes;
+    for (int oo = 1; oo >= 0; oo--)
+        for (int op = 1; op >= 0; op--) {
+            if (!oo && op)
+                continue;
+            for (int zi = 1; zi >= 0; zi--) {
+                zs_ds_estimate_row *w = &rows[n++];
+                *w = (zs_ds_estimate_row){.offload_optimizer = oo, .offload_param = op,
+                                          .zero_init = zi};
+                if (oo && op) {
+                    w->gpu_bytes = llm;
+                    w->cpu_bytes = zi ? total * 18 * gf * bf : total * fmax(4.0 * gpn, 18 * gf) * bf;
+                } else if (oo) {
+                    w->gpu_bytes = llm + trunc(2 * total / G);
+                    w->cpu_bytes = zi ? total * 16 * gf * bf : total * fmax(4.0 * gpn, 16 * gf) * bf;
+                } else {
+                    w->gpu_bytes = llm + trunc(18 * total / G);
+                    w->cpu_bytes = zi ? largest * 4 * gpn * bf : total * 4 * gpn * bf;
+                }
+                w->cpu_bytes = trunc(w->cpu_bytes);
+                w->gpu_bytes = trunc(w->gpu_bytes);
+            }
+        }
+    return n;
+}
+
+size_t zs_plan_gpt_largest_layer(const zs_model_config *c)
+{
+    size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, T = (size_t)c->seq_len;
+    size_t cand[] = {V * C, T * C, 3 * C * C + 3 * C, C * C + C, 4 * C * C + 4 * C,
+                     4 * C * C + C, 2 * C};
+    size_t m = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+        if (cand[i] > m)
+            m = cand[i];
+    return m;
+}

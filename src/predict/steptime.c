@@ -1,0 +1,102 @@
+/* zerosim — step-time estimate (see zerosim/steptime.h). */
+#include "zerosim/steptime.h"
+#include "zerosim/error.h"
+
+#include <jansson.h>
+#include <math.h>
+
+const char *zs_coll_kind_name(zs_coll_kind k)
+{
+    static const char *const names[ZS_COLL_NKINDS] = {"reduce_scatter", "allgather", "allreduce",
+                                                      "alltoall"};
+    return (int)k >= 0 && k < ZS_COLL_NKINDS ? names[k] : "?";
+}
+
+void zs_steptime_defaults(zs_steptime_calib *c)
+{
+    c->gemm_flops = 312e12;
+    c->intra_latency_s = 5e-6;
+    c->intra_bandwidth = 150e9;
+    c->inter_latency_s = 10e-6;
+    c->inter_bandwidth = 25e9;
+}
+
+static int zs_steptime_check(const char *what, double v, int zero_ok)
+{
+    if (!isfinite(v) || v < 0 || (!zero_ok && v == 0))
+        ZS_FAIL("step time: %s must be a %s number, got %g", what,
+                zero_ok ? "non-negative" : "positive", v);
+    return 0;
+}
+
+int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
+{
+    const zs_steptime_calib *c = &in->cal;
+    *out = (zs_steptime_result){0};
+    if (in->world < 1 || in->devices_per_node < 1)
+        ZS_FAIL("step time: ranks (%d) and devices per node (%d) must be at least 1", in->world,
+                in->devices_per_node);
+    ZS_TRY(zs_steptime_check("the FLOP rate", c->gemm_flops, 0));
+    ZS_TRY(zs_steptime_check("the intra-node latency", c->intra_latency_s, 1));
+    ZS_TRY(zs_steptime_check("the intra-node bandwidth", c->intra_bandwidth, 0));
+    ZS_TRY(zs_steptime_check("the inter-node latency", c->inter_latency_s, 1));
+    ZS_TRY(zs_steptime_check("the inter-node bandwidth", c->inter_bandwidth, 0));
+    ZS_TRY(zs_steptime_check("the FLOPs per step", in->flops_per_step, 1));
+
+    double N = in->world;
+    out->inter_node = in->world > in->devices_per_node;
+    out->alpha_s = out->inter_node ? c->inter_latency_s : c->intra_latency_s;
+    out->beta = out->inter_node ? c->inter_bandwidth : c->intra_bandwidth;
+    for (int i = 0; i < in->ncolls; i++) {
+        const zs_steptime_coll *k = &in->colls[i];
+        if ((int)k->kind < 0 || k->kind >= ZS_COLL_NKINDS)
+            ZS_FAIL("step time: unknown collective kind %d", (int)k->kind);
+        ZS_TRY(zs_steptime_check("a collective's bytes", k->bytes, 1));
+        ZS_TRY(zs_steptime_check("a collective's calls", k->calls, 1));
+        double rounds = k->kind == ZS_COLL_ALLREDUCE ? 2.0 : 1.0; /* RS + AG */
+        double t = in->world > 1 ? rounds * (k->calls * (N - 1) * out->alpha_s +
+                                             (N - 1) / N * k->bytes / out->beta)
+                                 : 0.0;
+        out->coll_s[k->kind] += t;
+        out->comm_s += t;
+    }
+    out->compute_s = in->flops_per_step / c->gemm_flops;
+    out->total_s = in->overlap ? fmax(out->compute_s, out->comm_s) : out->compute_s + out->comm_s;
+    return 0;
+}
+
+int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        ZS_FAIL("calibration %s: %s (line %d, column %d)", path, jerr.text, jerr.line,
+                jerr.column);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        ZS_FAIL("calibration %s: expected a JSON object", path);
+    }
+    static const struct { const char *key; size_t off; int zero_ok; } keys[] = {
+        {"gemm_flops", offsetof(zs_steptime_calib, gemm_flops), 0},
+        {"intra_latency_s", offsetof(zs_steptime_calib, intra_latency_s), 1},
+        {"intra_bandwidth", offsetof(zs_steptime_calib, intra_bandwidth), 0},
+        {"inter_latency_s", offsetof(zs_steptime_calib, inter_latency_s), 1},
+        {"inter_bandwidth", offsetof(zs_steptime_calib, inter_bandwidth), 0},
+    };
+    zs_steptime_calib tmp = *c;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *v = json_object_get(root, keys[i].key);
+        if (!v)
+            continue;
+        double x = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!isfinite(x) || x < 0 || (!keys[i].zero_ok && x == 0)) {
+            json_decref(root);
+            ZS_FAIL("calibration %s: \"%s\" must be a %s number", path, keys[i].key,
+                    keys[i].zero_ok ? "non-negative" : "positive");
+        }
+        *(double *)((char *)&tmp + keys[i].off) = x;
+    }
+    json_decref(root);
+    *c = tmp;
+    return 0;
+}
