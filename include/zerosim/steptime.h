@@ -11,8 +11,11 @@
  * slowest link. A collective given as (total bytes over `calls` calls) pays
  * α per step of every call and β on the total.
  *
- * Compute is flops_per_step / gemm_flops. Without overlap the step time is
- * compute + communication; with overlap it is max(compute, communication).
+ * Compute is flops_per_step / gemm_flops, plus optimizer_elems /
+ * optimizer_elems_per_s when the optimizer's rate is given. Without overlap
+ * the step time is compute + optimizer + communication; with overlap it is
+ * max(compute, communication) + optimizer (the optimizer step follows the
+ * last reduction).
  *
  * The model is small on purpose: it is meant to be tuned against measured
  * runs (`zerosim bench` writes the calibration file read here).
@@ -54,6 +57,13 @@ typedef struct {
     double intra_bandwidth;   /* β inside a node, bytes/s per device */
     double inter_latency_s;   /* α between nodes */
     double inter_bandwidth;   /* β between nodes, bytes/s per device */
+    /* Optional refinements (0 = not given). zerosim bench measures each
+     * collective on its own: inside one node these replace α and β for
+     * that kind. The optimizer's rate (elements per second of AdamW on one
+     * device) adds optimizer_elems / rate to the step. */
+    double coll_latency_s[ZS_COLL_NKINDS];
+    double coll_bandwidth[ZS_COLL_NKINDS];
+    double optimizer_elems_per_s;
 } zs_steptime_calib;
 
 typedef struct {
@@ -62,12 +72,14 @@ typedef struct {
     const zs_steptime_coll *colls;  /* the collectives of one step */
     int ncolls;
     double flops_per_step;          /* per device */
+    double optimizer_elems;         /* optimizer elements per device per step */
     int overlap;                    /* 1: communication hides behind compute */
     zs_steptime_calib cal;
 } zs_steptime_input;
 
 typedef struct {
-    double compute_s;
+    double compute_s;               /* the FLOPs at the GEMM rate */
+    double optimizer_s;             /* 0 unless optimizer_elems_per_s is given */
     double comm_s;                  /* sum over the collectives */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */
     double total_s;
@@ -85,8 +97,9 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out);
 
 /* Read a calibration JSON object with any of the keys "gemm_flops",
  * "intra_latency_s", "intra_bandwidth", "inter_latency_s",
- * "inter_bandwidth" (numbers); keys that are missing keep the value in *c,
- * other keys are ignored. Returns 0 or non-zero with a message naming the
+ * "inter_bandwidth", "optimizer_elems_per_s" (numbers) and
+ * "reduce_scatter", "allgather" (objects with "latency_s" and "bandwidth");
+ * keys that are missing keep the value in *c, other keys are ignored. Returns 0 or non-zero with a message naming the
  * file and the key. */
 int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c);
 

@@ -413,8 +413,13 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     fprintf(f, "%s; total %.0f bytes (%.3f GB)\n", r->ncolls ? "" : " none", r->traffic_bytes,
             gb(r->traffic_bytes));
     const zs_steptime_result *t = &r->time;
-    fprintf(f, "step time: compute %.4g s + communication %.4g s = %.4g s%s\n", t->compute_s,
-            t->comm_s, t->total_s, in->overlap ? " (overlapped: the larger of the two)" : "");
+    if (t->optimizer_s > 0)
+        fprintf(f, "step time: compute %.4g s + communication %.4g s + optimizer %.4g s = %.4g s%s\n",
+                t->compute_s, t->comm_s, t->optimizer_s, t->total_s,
+                in->overlap ? " (overlapped: the larger of the first two)" : "");
+    else
+        fprintf(f, "step time: compute %.4g s + communication %.4g s = %.4g s%s\n", t->compute_s,
+                t->comm_s, t->total_s, in->overlap ? " (overlapped: the larger of the two)" : "");
     if (r->flops_per_step > 0)
         fprintf(f, "  compute: %.4g FLOP per device per step (%.0f tokens x %s) at %.4g FLOP/s\n",
                 r->flops_per_step, r->tokens_per_step,
@@ -486,6 +491,7 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_t *t = json_object();
     json_object_set_new(t, "compute_s", json_real(r->time.compute_s));
     json_object_set_new(t, "comm_s", json_real(r->time.comm_s));
+    json_object_set_new(t, "optimizer_s", json_real(r->time.optimizer_s));
     json_object_set_new(t, "total_s", json_real(r->time.total_s));
     json_object_set_new(t, "flops_per_step", json_real(r->flops_per_step));
     json_object_set_new(t, "gemm_flops", json_real(in->cal.gemm_flops));

@@ -252,6 +252,7 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
                             .colls = r->colls, .ncolls = r->ncolls,
                             .flops_per_step = r->flops_per_step, .overlap = in->overlap,
+                            .optimizer_elems = st == 0 ? Pp : Pp / N,
                             .cal = in->cal};
     ZS_TRY(zs_steptime_estimate(&si, &r->time));
     return 0;

@@ -14,11 +14,11 @@ const char *zs_coll_kind_name(zs_coll_kind k)
 
 void zs_steptime_defaults(zs_steptime_calib *c)
 {
-    c->gemm_flops = 312e12;
-    c->intra_latency_s = 5e-6;
-    c->intra_bandwidth = 150e9;
-    c->inter_latency_s = 10e-6;
-    c->inter_bandwidth = 25e9;
+    *c = (zs_steptime_calib){.gemm_flops = 312e12,
+                             .intra_latency_s = 5e-6,
+                             .intra_bandwidth = 150e9,
+                             .inter_latency_s = 10e-6,
+                             .inter_bandwidth = 25e9};
 }
 
 static int zs_steptime_check(const char *what, double v, int zero_ok)
@@ -47,6 +47,8 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
     out->inter_node = in->world > in->devices_per_node;
     out->alpha_s = out->inter_node ? c->inter_latency_s : c->intra_latency_s;
     out->beta = out->inter_node ? c->inter_bandwidth : c->intra_bandwidth;
+    ZS_TRY(zs_steptime_check("the optimizer's rate", c->optimizer_elems_per_s, 1));
+    ZS_TRY(zs_steptime_check("the optimizer's elements", in->optimizer_elems, 1));
     for (int i = 0; i < in->ncolls; i++) {
         const zs_steptime_coll *k = &in->colls[i];
         if ((int)k->kind < 0 || k->kind >= ZS_COLL_NKINDS)
@@ -54,14 +56,21 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
         ZS_TRY(zs_steptime_check("a collective's bytes", k->bytes, 1));
         ZS_TRY(zs_steptime_check("a collective's calls", k->calls, 1));
         double rounds = k->kind == ZS_COLL_ALLREDUCE ? 2.0 : 1.0; /* RS + AG */
-        double t = in->world > 1 ? rounds * (k->calls * (N - 1) * out->alpha_s +
-                                             (N - 1) / N * k->bytes / out->beta)
+        double a = out->alpha_s, b = out->beta;
+        if (!out->inter_node && c->coll_bandwidth[k->kind] > 0) { /* measured on its own */
+            a = c->coll_latency_s[k->kind];
+            b = c->coll_bandwidth[k->kind];
+        }
+        double t = in->world > 1 ? rounds * (k->calls * (N - 1) * a + (N - 1) / N * k->bytes / b)
                                  : 0.0;
         out->coll_s[k->kind] += t;
         out->comm_s += t;
     }
     out->compute_s = in->flops_per_step / c->gemm_flops;
-    out->total_s = in->overlap ? fmax(out->compute_s, out->comm_s) : out->compute_s + out->comm_s;
+    if (c->optimizer_elems_per_s > 0)
+        out->optimizer_s = in->optimizer_elems / c->optimizer_elems_per_s;
+    out->total_s = (in->overlap ? fmax(out->compute_s, out->comm_s) : out->compute_s + out->comm_s) +
+                   out->optimizer_s;
     return 0;
 }
 
@@ -82,6 +91,7 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
         {"intra_bandwidth", offsetof(zs_steptime_calib, intra_bandwidth), 0},
         {"inter_latency_s", offsetof(zs_steptime_calib, inter_latency_s), 1},
         {"inter_bandwidth", offsetof(zs_steptime_calib, inter_bandwidth), 0},
+        {"optimizer_elems_per_s", offsetof(zs_steptime_calib, optimizer_elems_per_s), 0},
     };
     zs_steptime_calib tmp = *c;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -95,6 +105,22 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
                     keys[i].zero_ok ? "non-negative" : "positive");
         }
         *(double *)((char *)&tmp + keys[i].off) = x;
+    }
+    static const zs_coll_kind per_op[] = {ZS_COLL_REDUCE_SCATTER, ZS_COLL_ALLGATHER};
+    for (size_t i = 0; i < sizeof per_op / sizeof per_op[0]; i++) {
+        json_t *o = json_object_get(root, zs_coll_kind_name(per_op[i]));
+        if (!o)
+            continue;
+        json_t *lat = json_object_get(o, "latency_s"), *bw = json_object_get(o, "bandwidth");
+        double a = json_is_number(lat) ? json_number_value(lat) : NAN;
+        double b = json_is_number(bw) ? json_number_value(bw) : NAN;
+        if (!json_is_object(o) || !isfinite(a) || a < 0 || !isfinite(b) || b <= 0) {
+            json_decref(root);
+            ZS_FAIL("calibration %s: \"%s\" must hold a non-negative \"latency_s\" and a "
+                    "positive \"bandwidth\"", path, zs_coll_kind_name(per_op[i]));
+        }
+        tmp.coll_latency_s[per_op[i]] = a;
+        tmp.coll_bandwidth[per_op[i]] = b;
     }
     json_decref(root);
     *c = tmp;
