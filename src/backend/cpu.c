@@ -620,6 +620,7 @@ static void cpu_sgd_step(void *ctx, float *master, float *buf,
 
 static const struct zs_backend_i zs_cpu_iface = {
     .name = "cpu",
+    .host_accessible = 1,
     .release = NULL,
     .alloc = cpu_alloc,
     .dealloc = cpu_dealloc,
@@ -659,8 +660,9 @@ static const struct zs_backend_i zs_cpu_iface = {
 };
 
 /* The CPU backend has no state; it pins OpenBLAS to one thread. */
-int zs_backend_cpu_init(struct zs_backend *be, char *err, size_t errlen)
+int zs_backend_cpu_init(struct zs_backend *be, int device, char *err, size_t errlen)
 {
+    (void)device;
     (void)err;
     (void)errlen;
     openblas_set_num_threads(1);
