@@ -36,6 +36,7 @@ static const struct {
     int (*init)(struct zs_backend *be, int device, char *err, size_t errlen);
 } zs_backend_registry[] = {
     { "cpu", zs_backend_cpu_init },
+    { "cpu-staged", zs_backend_cpu_staged_init }, /* tests; not in the list */
 #ifdef HAVE_CUDA
     { "cuda", zs_backend_cuda_init },
 #endif

@@ -143,10 +143,18 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_train_options lo = *o;
     lo.log = log;
     char err[256];
-    zs_backend_t be = zs_backend_init(o->backend ? o->backend : "cpu", err, sizeof err);
+    /* each rank takes the device of its local rank (the CUDA backend: modulo
+     * the GPUs it sees); comm stages that device's buffers for MPI */
+    zs_backend_t be = zs_backend_init_device(o->backend ? o->backend : "cpu",
+                                             zs_comm_local_rank(comm), err, sizeof err);
     if (!be) {
         zs_error_set("%s", err);
         return zs_train_agree(comm, -1, r);
+    }
+    if (zs_train_agree(comm, zs_comm_set_backend(comm, be), r)) {
+        zs_comm_set_backend(comm, NULL);
+        zs_backend_release(be);
+        return -1;
     }
     zs_mem_t mem = zs_mem_create(be, o->device_memory, rank);
     zs_engine *e = NULL;
@@ -221,6 +229,7 @@ done:
     zs_engine_destroy(e);
     if (mem)
         zs_mem_destroy(mem);
+    zs_comm_set_backend(comm, NULL);
     zs_backend_release(be);
     return rc;
 }
