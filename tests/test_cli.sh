@@ -33,7 +33,7 @@ expect_error "bad widths" "--widths" train --model mlp --widths 8,x
 expect_error "bad lr" "--lr must be a number" train --lr -1
 expect_error "bad size" "furlong" train --device-memory 3furlong
 expect_error "stray argument" "unexpected argument" train stray
-expect_error "unknown backend" "cuda" train --backend cuda --steps 1
+expect_error "unknown backend" "unknown backend .bogus." train --backend bogus --steps 1
 
 printf '{\n  "train_batch_size": 8,\n  "zero_optimization": {"stage": 1,,}\n}\n' >"$T/bad.json"
 expect_error "malformed JSON" "bad.json:3:" train --config "$T/bad.json"

@@ -37,9 +37,14 @@ typedef enum {
 size_t zs_dtype_size(zs_dtype t);
 const char *zs_dtype_name(zs_dtype t);
 
-/* Create a backend by name ("cpu"). Returns NULL and writes a one-line reason
- * into err when the name is unknown or the device is unavailable. */
+/* Create a backend by name ("cpu", or "cuda" in a build configured with
+ * CUDA). Returns NULL and writes a one-line reason into err when the name is
+ * unknown, not compiled into this build, or the device is unavailable. */
 zs_backend_t zs_backend_init(const char *name, char *err, size_t errlen);
+/* The same on device number `device` (a training rank passes its local
+ * rank; the CUDA backend takes GPU device % visible GPUs, so several ranks
+ * may share one GPU). */
+zs_backend_t zs_backend_init_device(const char *name, int device, char *err, size_t errlen);
 void zs_backend_release(zs_backend_t be);
 /* The phantom backend of phantom runs: allocations are accounted by the
  * caller but get addresses that no memory backs, kernels do nothing, copies
@@ -52,6 +57,25 @@ int zs_backend_is_phantom(zs_backend_t be);
 const char *zs_backend_name(zs_backend_t be);
 /* Comma-separated list of the backends compiled into this build. */
 const char *zs_backend_list(void);
+/* 1 when the backend's buffers are host memory that host code may read and
+ * write directly (cpu); 0 when they must go through zs_backend_copy_* (cuda). */
+int zs_backend_host_accessible(zs_backend_t be);
+
+/* Element types of the device collectives below. */
+typedef enum {
+    ZS_COLL_F32 = 0, ZS_COLL_BF16, ZS_COLL_F16, ZS_COLL_I64
+} zs_coll_type;
+
+/* Device collectives (NCCL in a CUDA build that found it), for src/comm
+ * only. zs_backend_coll_id_bytes is 0 when the backend has none. Each
+ * returns 0, or non-zero with a message (zerosim/error.h). */
+size_t zs_backend_coll_id_bytes(zs_backend_t be);
+int zs_backend_coll_get_id(zs_backend_t be, void *id);
+int zs_backend_coll_init(zs_backend_t be, const void *id, int nranks, int rank);
+int zs_backend_coll_allgatherv(zs_backend_t be, void *buf, const int *counts, const int *displs,
+                               zs_coll_type t, int nranks);
+int zs_backend_coll_reduce_scatterv(zs_backend_t be, const void *send, void *recv,
+                                    const int *counts, zs_coll_type t, int nranks, int rank);
 
 /* Raw device memory. Callers outside src/mem go through the accounting
  * allocator (zerosim/mem.h) instead. alloc returns NULL on failure. */

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zerosim/backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -97,6 +99,20 @@ typedef struct {
     double calls, bytes, wire_bytes, seconds;
 } zs_comm_sum_row;
 const zs_comm_sum_row *zs_comm_sums(zs_comm_t c, size_t *n);
+
+/* The backend whose memory the buffers of reduce-scatter, allgather(v),
+ * allreduce_sum and alltoallv live in (NULL or a host-accessible backend:
+ * plain host memory). For a backend whose memory the host cannot touch
+ * (cuda), MPI never sees a device pointer: those calls copy the buffers to
+ * host staging buffers (host memory, not counted by the device accounting),
+ * run the same host algorithm, and copy the result back; or, with the
+ * environment variable ZEROSIM_NCCL=1 and a backend with device collectives
+ * (CUDA built with NCCL; one GPU per rank), use those. Either way the ledger
+ * records the same ops and bytes. Collective when ZEROSIM_NCCL=1 (the
+ * NCCL id is broadcast with MPI, outside the ledger). The scalar calls
+ * (allgather_small, allreduce_max_int, gather_root, send_to_root) always take
+ * host buffers. Set it back to NULL before releasing the backend. */
+int zs_comm_set_backend(zs_comm_t c, zs_backend_t be);
 
 /* Reduce-scatter (sum) of the range [0, total) of send, where rank r
  * receives counts[r] elements starting at sum of counts before r into recv.

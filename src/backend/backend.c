@@ -2,6 +2,7 @@
  * through the table (backend_impl.h). Also the storage-type helpers and the
  * host-side fp32 <-> bf16/fp16 conversions, written with bit manipulation so
  * that every backend can reproduce them exactly. */
+#include "build-config.h"
 #include "backend/backend_impl.h"
 
 #include <stdio.h>
@@ -32,11 +33,19 @@
  * name to ZS_BACKEND_LIST (guarded by its configure conditional). */
 static const struct {
     const char *name;
-    int (*init)(struct zs_backend *be, char *err, size_t errlen);
+    int (*init)(struct zs_backend *be, int device, char *err, size_t errlen);
 } zs_backend_registry[] = {
     { "cpu", zs_backend_cpu_init },
+    { "cpu-staged", zs_backend_cpu_staged_init }, /* tests; not in the list */
+#ifdef HAVE_CUDA
+    { "cuda", zs_backend_cuda_init },
+#endif
 };
+#ifdef HAVE_CUDA
+#define ZS_BACKEND_LIST "cpu,cuda"
+#else
 #define ZS_BACKEND_LIST "cpu"
+#endif
 
 const char *zs_backend_list(void) { return ZS_BACKEND_LIST; }
 
@@ -68,6 +77,11 @@ static void zs_backend_copy_err(char *err, size_t errlen)
 /* Create a backend by name; NULL and a reason in err when it cannot. */
 zs_backend_t zs_backend_init(const char *name, char *err, size_t errlen)
 {
+    return zs_backend_init_device(name, 0, err, errlen);
+}
+
+zs_backend_t zs_backend_init_device(const char *name, int device, char *err, size_t errlen)
+{
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (name == NULL) {
@@ -85,13 +99,23 @@ zs_backend_t zs_backend_init(const char *name, char *err, size_t errlen)
             zs_backend_copy_err(err, errlen);
             return NULL;
         }
-        if (zs_backend_registry[i].init(be, err, errlen) != 0) {
+        if (zs_backend_registry[i].init(be, device, err, errlen) != 0) {
+            zs_error_set("%s", err);
             free(be);
             return NULL;
         }
         ZS_BE_CHECK(be->iface != NULL && zs_backend_iface_complete(be->iface));
         return be;
     }
+#ifndef HAVE_CUDA
+    if (strcmp(name, "cuda") == 0) {
+        zs_error_set("--backend cuda: this zerosim was built without CUDA (backends: %s); "
+                     "rebuild with ./configure --with-cuda on a machine with the CUDA toolkit",
+                     ZS_BACKEND_LIST);
+        zs_backend_copy_err(err, errlen);
+        return NULL;
+    }
+#endif
     zs_error_set("unknown backend '%s' (available: %s)", name, ZS_BACKEND_LIST);
     zs_backend_copy_err(err, errlen);
     return NULL;
@@ -121,6 +145,57 @@ void zs_backend_release(zs_backend_t be)
     if (be->iface != NULL && be->iface->release != NULL)
         be->iface->release(be->ctx);
     free(be);
+}
+
+int zs_backend_host_accessible(zs_backend_t be)
+{
+    ZS_BE_VALID(be);
+    return be->iface->host_accessible;
+}
+
+size_t zs_backend_coll_id_bytes(zs_backend_t be)
+{
+    ZS_BE_VALID(be);
+    const struct zs_backend_i *i = be->iface;
+    if (i->coll_get_id == NULL || i->coll_init == NULL || i->coll_allgatherv == NULL
+        || i->coll_reduce_scatterv == NULL)
+        return 0;
+    return i->coll_id_bytes;
+}
+
+int zs_backend_coll_get_id(zs_backend_t be, void *id)
+{
+    ZS_BE_CHECK(zs_backend_coll_id_bytes(be) > 0 && id != NULL);
+    if (be->iface->coll_get_id(be->ctx, id) != 0)
+        return zs_error_set("%s backend: cannot create a device-collective id", be->iface->name);
+    return 0;
+}
+
+int zs_backend_coll_init(zs_backend_t be, const void *id, int nranks, int rank)
+{
+    ZS_BE_CHECK(zs_backend_coll_id_bytes(be) > 0 && id != NULL && nranks > 0);
+    char err[256] = "";
+    if (be->iface->coll_init(be->ctx, id, nranks, rank, err, sizeof err) != 0)
+        return zs_error_set("%s backend: %s", be->iface->name, err);
+    return 0;
+}
+
+int zs_backend_coll_allgatherv(zs_backend_t be, void *buf, const int *counts, const int *displs,
+                               zs_coll_type t, int nranks)
+{
+    ZS_BE_CHECK(zs_backend_coll_id_bytes(be) > 0 && counts != NULL && displs != NULL);
+    if (be->iface->coll_allgatherv(be->ctx, buf, counts, displs, t, nranks) != 0)
+        return zs_error_set("%s backend: device allgather failed", be->iface->name);
+    return 0;
+}
+
+int zs_backend_coll_reduce_scatterv(zs_backend_t be, const void *send, void *recv,
+                                    const int *counts, zs_coll_type t, int nranks, int rank)
+{
+    ZS_BE_CHECK(zs_backend_coll_id_bytes(be) > 0 && counts != NULL);
+    if (be->iface->coll_reduce_scatterv(be->ctx, send, recv, counts, t, nranks, rank) != 0)
+        return zs_error_set("%s backend: device reduce-scatter failed", be->iface->name);
+    return 0;
 }
 
 const char *zs_backend_name(zs_backend_t be)

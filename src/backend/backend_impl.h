@@ -24,6 +24,12 @@ struct zs_backend_i {
     /* REQUIRED. Short name, as accepted by zs_backend_init ("cpu"). */
     const char *name;
 
+    /* 1 when the backend's device pointers are host pointers that host code
+     * (MPI, the compression codecs) may read and write directly: the CPU
+     * backend. 0 for a device with its own memory (CUDA): buffers then reach
+     * the host only through copy_d2h / copy_h2d. */
+    int host_accessible;
+
     /* OPTIONAL. Release ctx. NULL: nothing to release. The wrapper frees the
      * struct zs_backend itself afterwards. */
     void (*release)(void *ctx);
@@ -152,6 +158,24 @@ struct zs_backend_i {
     void (*sgd_step)(void *ctx, float *master, float *buf,
                      const void *grad, zs_dtype gt, void *param, zs_dtype pt,
                      size_t n, const zs_optim_hparams *h);
+
+    /* ---- device collectives (all OPTIONAL, all or none) ------------------
+     * Collectives on device buffers without MPI (NCCL). src/comm uses them
+     * when the user asks (ZEROSIM_NCCL=1) and they exist; otherwise it stages
+     * device buffers through host memory. Each returns 0 or non-zero. */
+
+    /* Bytes of the id that rank 0 creates and every rank receives. */
+    size_t coll_id_bytes;
+    /* Create the id (rank 0 only). */
+    int (*coll_get_id)(void *ctx, void *id);
+    /* Join the group of nranks; writes a one-line reason on failure. */
+    int (*coll_init)(void *ctx, const void *id, int nranks, int rank, char *err, size_t errlen);
+    /* In-place allgatherv of elements of type t (zs_comm_allgatherv_inplace). */
+    int (*coll_allgatherv)(void *ctx, void *buf, const int *counts, const int *displs,
+                           zs_coll_type t, int nranks);
+    /* Sum of send[0, total) over ranks; rank q gets its counts[q] elements. */
+    int (*coll_reduce_scatterv)(void *ctx, const void *send, void *recv, const int *counts,
+                                zs_coll_type t, int nranks, int rank);
 };
 
 /* A backend instance: its table and its private state. */
@@ -160,9 +184,17 @@ struct zs_backend {
     void *ctx;
 };
 
-/* Constructor of the CPU backend (cpu.c): sets be->iface and be->ctx.
- * Returns 0, or non-zero after writing a one-line reason into err. */
-int zs_backend_cpu_init(struct zs_backend *be, char *err, size_t errlen);
+/* Constructors: set be->iface and be->ctx for the device numbered `device`
+ * (the rank's local rank; a backend without devices ignores it). Return 0,
+ * or non-zero after writing a one-line reason into err. */
+int zs_backend_cpu_init(struct zs_backend *be, int device, char *err, size_t errlen);
+/* cpu.c: the CPU backend with host_accessible = 0, for tests (unlisted). */
+int zs_backend_cpu_staged_init(struct zs_backend *be, int device, char *err, size_t errlen);
+/* cuda.cu, only in builds configured with CUDA. */
+#ifdef __cplusplus
+extern "C"
+#endif
+int zs_backend_cuda_init(struct zs_backend *be, int device, char *err, size_t errlen);
 
 /* Constructor of the phantom backend (phantom.c), which has no storage and
  * does no work; not in the registry (see zs_backend_init_phantom). */

@@ -620,6 +620,7 @@ static void cpu_sgd_step(void *ctx, float *master, float *buf,
 
 static const struct zs_backend_i zs_cpu_iface = {
     .name = "cpu",
+    .host_accessible = 1,
     .release = NULL,
     .alloc = cpu_alloc,
     .dealloc = cpu_dealloc,
@@ -658,9 +659,26 @@ static const struct zs_backend_i zs_cpu_iface = {
     .sgd_step = cpu_sgd_step,
 };
 
-/* The CPU backend has no state; it pins OpenBLAS to one thread. */
-int zs_backend_cpu_init(struct zs_backend *be, char *err, size_t errlen)
+/* "cpu-staged", for tests only (not listed by zs_backend_list): the CPU
+ * backend declaring that host code may not touch its memory, as CUDA's. It
+ * runs the paths that a GPU run takes above this layer (comm staging device
+ * buffers through host copies, the refusals) on machines without a GPU; its
+ * results must equal the CPU's byte for byte. */
+int zs_backend_cpu_staged_init(struct zs_backend *be, int device, char *err, size_t errlen)
 {
+    static struct zs_backend_i staged;
+    zs_backend_cpu_init(be, device, err, errlen);
+    staged = zs_cpu_iface;
+    staged.name = "cpu-staged";
+    staged.host_accessible = 0;
+    be->iface = &staged;
+    return 0;
+}
+
+/* The CPU backend has no state; it pins OpenBLAS to one thread. */
+int zs_backend_cpu_init(struct zs_backend *be, int device, char *err, size_t errlen)
+{
+    (void)device;
     (void)err;
     (void)errlen;
     openblas_set_num_threads(1);

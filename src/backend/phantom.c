@@ -174,6 +174,7 @@ static void zs_phantom_sgd(void *ctx, float *master, float *buf, const void *gra
 
 static const struct zs_backend_i zs_phantom_iface = {
     .name = "phantom",
+    .host_accessible = 0, /* its addresses hold nothing */
     .release = zs_phantom_release,
     .alloc = zs_phantom_alloc,
     .dealloc = zs_phantom_dealloc,

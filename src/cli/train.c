@@ -243,16 +243,25 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
 {
     memset(r, 0, sizeof *r);
     char err[256];
-    zs_backend_t be = zs_backend_init(o->backend ? o->backend : "cpu", err, sizeof err);
+    /* each rank takes the device of its local rank (the CUDA backend: modulo
+     * the GPUs it sees); comm stages that device's buffers for MPI */
+    zs_backend_t be = zs_backend_init_device(o->backend ? o->backend : "cpu",
+                                             zs_comm_local_rank(comm), err, sizeof err);
     if (!be) {
         zs_error_set("%s", err);
         return zs_train_agree(comm, -1, r);
+    }
+    if (zs_train_agree(comm, zs_comm_set_backend(comm, be), r)) {
+        zs_comm_set_backend(comm, NULL);
+        zs_backend_release(be);
+        return -1;
     }
     int rc = zs_train_rank(cfg, o, comm, be, r);
     if (!rc) {
         rc = zs_train_gather_stats(comm, r);
         rc = zs_train_agree(comm, rc, r);
     }
+    zs_comm_set_backend(comm, NULL);
     zs_backend_release(be);
     return rc;
 }

@@ -26,12 +26,25 @@ struct zs_comm {
     int force_mpi_rs;        /* ZEROSIM_REDUCE_SCATTER=mpi */
     int phantom;             /* a simulated rank: record every call, move
                                 nothing (zs_comm_phantom) */
+    /* Buffers of a backend whose memory the host cannot touch (CUDA): MPI
+     * never sees a device pointer. Either the backend's device collectives
+     * (NCCL, when ZEROSIM_NCCL=1) or a copy to host buffers, the host
+     * algorithm, and a copy back. Host staging buffers grow as needed and
+     * are host memory, outside the accounting of device memory. */
+    zs_backend_t be;
+    int staged;              /* be is set and not host-accessible */
+    int use_coll;            /* staged, and the backend's collectives in use */
+    void *h_send, *h_recv, *h_scratch;
+    size_t h_send_cap, h_recv_cap, h_scratch_cap;
 };
 
 typedef struct {   /* a pending non-blocking call */
     MPI_Request req;
     zs_comm_record r;
     double t0;
+    void *dev;               /* staged: the device buffer to fill on wait */
+    void *host;              /* its host copy, and its bytes */
+    size_t host_bytes;
 } zs_comm_pending;
 
 static const char *const zs_op_names[ZS_OP_NOPS] = {
@@ -143,6 +156,11 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 
 void zs_comm_finalize(zs_comm_t c)
 {
+    if (c) {
+        free(c->h_send);
+        free(c->h_recv);
+        free(c->h_scratch);
+    }
     if (c && c->comm == MPI_COMM_NULL) { /* a self communicator: MPI was never used */
         free(c->rec);
         free(c->sum);
@@ -283,6 +301,61 @@ int zs_comm_uses_ring(zs_comm_t c)
     return !c->force_mpi_rs && (c->size == 2 || c->scratch != NULL);
 }
 
+/* Grow a host staging buffer to at least `bytes`. */
+static int zs_comm_grow(void **buf, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap)
+        return 0;
+    void *p = realloc(*buf, bytes);
+    if (!p)
+        ZS_FAIL("out of host memory staging %zu bytes of device memory for MPI", bytes);
+    *buf = p;
+    *cap = bytes;
+    return 0;
+}
+
+int zs_comm_set_backend(zs_comm_t c, zs_backend_t be)
+{
+    c->be = be;
+    c->staged = be != NULL && !zs_backend_host_accessible(be);
+    c->use_coll = 0;
+    const char *env = getenv("ZEROSIM_NCCL");
+    if (!c->staged || !env || strcmp(env, "1") != 0 || c->size == 1)
+        return 0;
+    size_t idb = zs_backend_coll_id_bytes(be);
+    if (idb == 0)
+        ZS_FAIL("ZEROSIM_NCCL=1: the %s backend of this build has no device collectives "
+                "(configure did not find NCCL); unset ZEROSIM_NCCL to stage through MPI",
+                zs_backend_name(be));
+    char *id = calloc(1, idb);
+    if (!id)
+        ZS_FAIL("out of host memory for the device-collective id");
+    int rc = c->rank == 0 ? zs_backend_coll_get_id(be, id) : 0;
+    /* set-up, not training traffic: not in the ledger, so that the ledger is
+     * the same with and without NCCL */
+    int mrc = MPI_Bcast(id, (int)idb, MPI_BYTE, 0, c->comm);
+    if (!rc && mrc != MPI_SUCCESS)
+        rc = zs_mpi_fail(mrc, "MPI_Bcast of the NCCL id");
+    if (!rc)
+        rc = zs_backend_coll_init(be, id, c->size, c->rank);
+    free(id);
+    if (!rc)
+        c->use_coll = 1;
+    return rc;
+}
+
+/* The device collectives' type for t, or -1 when they have none. */
+static int zs_comm_coll_type(zs_comm_type t)
+{
+    switch (t) {
+    case ZS_CT_F32: return ZS_COLL_F32;
+    case ZS_CT_BF16: return ZS_COLL_BF16;
+    case ZS_CT_F16: return ZS_COLL_F16;
+    case ZS_CT_I64: return ZS_COLL_I64;
+    default: return -1;
+    }
+}
+
 /* acc(N) += own(N), fp32. GCC's -O2 does not vectorize this loop (its cheap
  * cost model) and the scalar loop made the ring reduce-scatter 2x slower
  * than the transfer itself; ask for the vectorizer here. Results do not
@@ -346,7 +419,7 @@ static void zs_comm_add(void *acc, const void *own, int n, zs_comm_type t)
  * what it receives from rank r-1; after N-1 steps it holds chunk r. The
  * partial sum of chunk j starts at rank j+1 and travels the ring in order. */
 static int zs_comm_ring_reduce_scatter(zs_comm_t c, const void *send, void *recv,
-                                       const int *counts, zs_comm_type t)
+                                       const int *counts, zs_comm_type t, void *scratch)
 {
     int N = c->size, r = c->rank;
     size_t es = zs_comm_type_size(t);
@@ -360,7 +433,7 @@ static int zs_comm_ring_reduce_scatter(zs_comm_t c, const void *send, void *recv
         if ((size_t)counts[q] > maxc)
             maxc = (size_t)counts[q];
     }
-    char *buf[2] = {c->scratch, (char *)c->scratch + maxc * es};
+    char *buf[2] = {scratch, (char *)scratch + maxc * es};
     int next = (r + 1) % N, prev = (r + N - 1) % N;
     const char *out = (const char *)send + displ[prev] * es; /* step 0 sends own data */
     int rc = MPI_SUCCESS;
@@ -396,6 +469,47 @@ static int zs_comm_ring_reduce_scatter(zs_comm_t c, const void *send, void *recv
     return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "ring reduce-scatter");
 }
 
+/* The host algorithm of zs_comm_reduce_scatter on host buffers, with the
+ * ring's scratch `scratch` (NULL: none registered). Not recorded. */
+static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv,
+                                       const int *counts, zs_comm_type t, void *scratch,
+                                       size_t scratch_bytes)
+{
+    size_t maxc = 0;
+    for (int r = 0; r < c->size; r++)
+        if ((size_t)counts[r] > maxc)
+            maxc = (size_t)counts[r];
+    /* two ranks receive straight into recv; more need the scratch */
+    if (!c->force_mpi_rs &&
+        (c->size == 2 || (scratch && 2 * maxc * zs_comm_type_size(t) <= scratch_bytes))) {
+        return zs_comm_ring_reduce_scatter(c, send, recv, counts, t, scratch);
+    }
+    int rc = MPI_Reduce_scatter(send, recv, counts, zs_mpi_type(t), zs_sum_op(c, t), c->comm);
+    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Reduce_scatter");
+}
+
+/* Staged (device buffers): the backend's collectives, or host copies of
+ * send and recv through the same host algorithm, so the sums and the choice
+ * of algorithm are those of a host run. */
+static int zs_comm_reduce_scatter_staged(zs_comm_t c, const void *send, void *recv,
+                                         const int *counts, zs_comm_type t, size_t total)
+{
+    if (c->use_coll && zs_comm_coll_type(t) >= 0)
+        return zs_backend_coll_reduce_scatterv(c->be, send, recv, counts,
+                                               (zs_coll_type)zs_comm_coll_type(t), c->size,
+                                               c->rank);
+    size_t es = zs_comm_type_size(t), mine = (size_t)counts[c->rank] * es;
+    ZS_TRY(zs_comm_grow(&c->h_send, &c->h_send_cap, total * es + 1));
+    ZS_TRY(zs_comm_grow(&c->h_recv, &c->h_recv_cap, mine + 1));
+    if (c->scratch)
+        ZS_TRY(zs_comm_grow(&c->h_scratch, &c->h_scratch_cap, c->scratch_bytes + 1));
+    zs_backend_copy_d2h(c->be, c->h_send, send, total * es);
+    ZS_TRY(zs_comm_reduce_scatter_host(c, c->h_send, c->h_recv, counts, t,
+                                       c->scratch ? c->h_scratch : NULL, c->scratch_bytes));
+    zs_backend_copy_h2d(c->be, recv, c->h_recv, mine);
+    return 0;
+}
+
 int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
                            zs_comm_type t, int layer)
 {
@@ -408,24 +522,19 @@ int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int 
         return 0;
     }
     if (c->size == 1) {
-        memmove(recv, send, total * zs_comm_type_size(t));
+        if (c->staged)
+            zs_backend_copy_d2d(c->be, recv, send, total * zs_comm_type_size(t));
+        else
+            memmove(recv, send, total * zs_comm_type_size(t));
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    size_t maxc = 0;
-    for (int r = 0; r < c->size; r++)
-        if ((size_t)counts[r] > maxc)
-            maxc = (size_t)counts[r];
     double t0 = MPI_Wtime();
-    /* two ranks receive straight into recv; more need the scratch */
-    if (!c->force_mpi_rs &&
-        (c->size == 2 || (c->scratch && 2 * maxc * zs_comm_type_size(t) <= c->scratch_bytes))) {
-        ZS_TRY(zs_comm_ring_reduce_scatter(c, send, recv, counts, t));
-    } else {
-        int rc = MPI_Reduce_scatter(send, recv, counts, zs_mpi_type(t), zs_sum_op(c, t), c->comm);
-        if (rc != MPI_SUCCESS)
-            return zs_mpi_fail(rc, "MPI_Reduce_scatter");
-    }
+    if (c->staged)
+        ZS_TRY(zs_comm_reduce_scatter_staged(c, send, recv, counts, t, total));
+    else
+        ZS_TRY(zs_comm_reduce_scatter_host(c, send, recv, counts, t, c->scratch,
+                                           c->scratch_bytes));
     rec.seconds = MPI_Wtime() - t0;
     zs_comm_record_add(c, &rec);
     return 0;
@@ -456,9 +565,41 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
         return 0;
     }
     p->t0 = MPI_Wtime();
-    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs,
+    void *mbuf = buf;
+    if (c->staged) {
+        if (c->use_coll && zs_comm_coll_type(t) >= 0) { /* complete on return */
+            int rc = zs_backend_coll_allgatherv(c->be, buf, counts, displs,
+                                                (zs_coll_type)zs_comm_coll_type(t), c->size);
+            if (rc) {
+                free(p);
+                return rc;
+            }
+            p->req = MPI_REQUEST_NULL;
+            *request = p;
+            return 0;
+        }
+        /* a host copy of the whole span per request (prefetches overlap),
+         * this rank's part copied in; the rest comes back on wait */
+        size_t es = zs_comm_type_size(t), span = 0;
+        for (int r = 0; r < c->size; r++)
+            if (counts[r] && (size_t)displs[r] + (size_t)counts[r] > span)
+                span = (size_t)displs[r] + (size_t)counts[r];
+        p->dev = buf;
+        p->host_bytes = span * es;
+        p->host = malloc(p->host_bytes + 1);
+        if (!p->host) {
+            free(p);
+            ZS_FAIL("out of host memory staging an allgather of %zu bytes", span * es);
+        }
+        size_t mine = (size_t)displs[c->rank] * es;
+        zs_backend_copy_d2h(c->be, (char *)p->host + mine, (const char *)buf + mine,
+                            (size_t)counts[c->rank] * es);
+        mbuf = p->host;
+    }
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mbuf, counts, displs,
                              zs_mpi_type(t), c->comm, &p->req);
     if (rc != MPI_SUCCESS) {
+        free(p->host);
         free(p);
         return zs_mpi_fail(rc, "MPI_Iallgatherv");
     }
@@ -474,9 +615,12 @@ int zs_comm_wait(zs_comm_t c, void **request)
     int rc = MPI_SUCCESS;
     if (c->size > 1 && !c->phantom) {
         rc = MPI_Wait(&p->req, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS && p->host)
+            zs_backend_copy_h2d(c->be, p->dev, p->host, p->host_bytes);
         p->r.seconds = MPI_Wtime() - p->t0;
     }
     zs_comm_record r = p->r;
+    free(p->host);
     free(p);
     *request = NULL;
     if (rc != MPI_SUCCESS)
@@ -495,7 +639,16 @@ int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int 
         return 0;
     }
     double t0 = MPI_Wtime();
-    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, zs_mpi_type(t), zs_sum_op(c, t), c->comm);
+    size_t bytes = n * zs_comm_type_size(t);
+    void *mbuf = buf;
+    if (c->staged) {
+        ZS_TRY(zs_comm_grow(&c->h_send, &c->h_send_cap, bytes + 1));
+        zs_backend_copy_d2h(c->be, c->h_send, buf, bytes);
+        mbuf = c->h_send;
+    }
+    int rc = MPI_Allreduce(MPI_IN_PLACE, mbuf, (int)n, zs_mpi_type(t), zs_sum_op(c, t), c->comm);
+    if (rc == MPI_SUCCESS && c->staged)
+        zs_backend_copy_h2d(c->be, buf, c->h_send, bytes);
     rec.seconds = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Allreduce");
@@ -581,12 +734,35 @@ int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, co
         return 0;
     }
     if (c->size == 1) {
-        memmove((char *)recv + rdispl[0], (const char *)send + sdispl[0], (size_t)scount[0]);
+        if (c->staged)
+            zs_backend_copy_d2d(c->be, (char *)recv + rdispl[0], (const char *)send + sdispl[0],
+                                (size_t)scount[0]);
+        else
+            memmove((char *)recv + rdispl[0], (const char *)send + sdispl[0], (size_t)scount[0]);
         zs_comm_record_add(c, &rec);
         return 0;
     }
     double t0 = MPI_Wtime();
-    int rc = MPI_Alltoallv(send, scount, sdispl, MPI_BYTE, recv, rcount, rdispl, MPI_BYTE, c->comm);
+    const void *msend = send;
+    void *mrecv = recv;
+    size_t sspan = 0, rspan = 0;
+    if (c->staged) { /* whole spans through host buffers */
+        for (int q = 0; q < c->size; q++) {
+            if ((size_t)sdispl[q] + (size_t)scount[q] > sspan)
+                sspan = (size_t)sdispl[q] + (size_t)scount[q];
+            if ((size_t)rdispl[q] + (size_t)rcount[q] > rspan)
+                rspan = (size_t)rdispl[q] + (size_t)rcount[q];
+        }
+        ZS_TRY(zs_comm_grow(&c->h_send, &c->h_send_cap, sspan + 1));
+        ZS_TRY(zs_comm_grow(&c->h_recv, &c->h_recv_cap, rspan + 1));
+        zs_backend_copy_d2h(c->be, c->h_send, send, sspan);
+        msend = c->h_send;
+        mrecv = c->h_recv;
+    }
+    int rc = MPI_Alltoallv(msend, scount, sdispl, MPI_BYTE, mrecv, rcount, rdispl, MPI_BYTE,
+                           c->comm);
+    if (rc == MPI_SUCCESS && c->staged)
+        zs_backend_copy_h2d(c->be, recv, c->h_recv, rspan);
     rec.seconds = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Alltoallv");

@@ -418,6 +418,15 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
         zs_error_set("ZeRO stage must be 0, 1, 2 or 3, got %d", e->stage);
         goto fail;
     }
+    if (e->comp_on && !zs_backend_host_accessible(be) && !e->phantom) {
+        /* the codecs (src/comm/compress.c) read and write host memory (a
+         * phantom run skips them: the compressed sizes do not depend on the
+         * values) */
+        zs_error_set("--compression is not supported with --backend %s (its codecs run on "
+                     "host memory): use --backend cpu, or --compression none",
+                     zs_backend_name(be));
+        goto fail;
+    }
     /* a phantom run feeds no data (building the GPT's Markov chain would be
      * most of its time) */
     if (zs_model_create(&cfg->model, &e->model) ||
