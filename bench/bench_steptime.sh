@@ -15,7 +15,7 @@ trap 'rm -rf "$T"' EXIT
 export OPENBLAS_NUM_THREADS=1
 MPIRUN="sh $HERE/../tests/mpirun.sh"
 SHAPE="--layers 4 --hidden 512 --heads 8 --seq 32 --vocab 1024 --micro-batch 16"
-STEPS=8
+STEPS=6
 
 printf '#%3s %6s %14s %14s %10s %8s\n' N stage measured_s predicted_s pred/meas target
 fails=0

@@ -50,6 +50,22 @@ typedef struct {
     double calls;     /* calls per step (each pays the latency term) */
 } zs_steptime_coll;
 
+/* The kernels of a GPT that are not GEMMs, by how their time scales; a
+ * CPU spends about half of a small GPT's step in them. */
+typedef enum {
+    ZS_WORK_ATTENTION = 0,  /* causal attention, forward + backward: B T^2 C per layer */
+    ZS_WORK_GELU,           /* GELU forward + backward: elements, B T 4C per layer */
+    ZS_WORK_BLOCK,          /* the rest of a block (layernorms, biases, residuals,
+                               zeroing), forward + backward: B T C per layer */
+    ZS_WORK_HEAD,           /* softmax cross-entropy, forward + backward: B T V */
+    ZS_WORK_GRADS,          /* zeroing and accumulating gradients: parameters per
+                               micro-batch */
+    ZS_WORK_NKINDS
+} zs_work_kind;
+
+/* "attention", "gelu", "block_elementwise", "head", "grads" */
+const char *zs_work_kind_name(zs_work_kind k);
+
 /* Machine constants: what `zerosim bench` measures. */
 typedef struct {
     double gemm_flops;        /* FLOP/s per device */
@@ -64,6 +80,10 @@ typedef struct {
     double coll_latency_s[ZS_COLL_NKINDS];
     double coll_bandwidth[ZS_COLL_NKINDS];
     double optimizer_elems_per_s;
+    /* Seconds per unit of each kind of non-GEMM work (0 = not given). When
+     * every one is given and the input counts the work, compute is
+     * gemm_flops_per_step at the GEMM rate plus the work at these rates. */
+    double work_s[ZS_WORK_NKINDS];
 } zs_steptime_calib;
 
 typedef struct {
@@ -71,14 +91,21 @@ typedef struct {
     int devices_per_node;
     const zs_steptime_coll *colls;  /* the collectives of one step */
     int ncolls;
-    double flops_per_step;          /* per device */
+    double flops_per_step;          /* per device: every FLOP at the GEMM rate */
+    /* the finer model (used when the calibration gives work_s): the GEMMs'
+     * FLOPs alone, and the other work per device per step */
+    double gemm_flops_per_step;
+    double work[ZS_WORK_NKINDS];
     double optimizer_elems;         /* optimizer elements per device per step */
     int overlap;                    /* 1: communication hides behind compute */
     zs_steptime_calib cal;
 } zs_steptime_input;
 
 typedef struct {
-    double compute_s;               /* the FLOPs at the GEMM rate */
+    double compute_s;               /* the FLOPs at the GEMM rate (and the
+                                       non-GEMM work, when modelled) */
+    double work_s[ZS_WORK_NKINDS];  /* of which the non-GEMM work */
+    int kernels_modelled;           /* 1: the finer compute model was used */
     double optimizer_s;             /* 0 unless optimizer_elems_per_s is given */
     double comm_s;                  /* sum over the collectives */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */
@@ -98,7 +125,9 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out);
 /* Read a calibration JSON object with any of the keys "gemm_flops",
  * "intra_latency_s", "intra_bandwidth", "inter_latency_s",
  * "inter_bandwidth", "optimizer_elems_per_s" (numbers) and
- * "reduce_scatter", "allgather" (objects with "latency_s" and "bandwidth");
+ * "reduce_scatter", "allgather" (objects with "latency_s" and "bandwidth"),
+ * "work_s" (an object with "attention", "gelu", "block_elementwise", "head",
+ * "grads");
  * keys that are missing keep the value in *c, other keys are ignored. Returns 0 or non-zero with a message naming the
  * file and the key. */
 int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c);

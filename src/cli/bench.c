@@ -27,6 +27,7 @@
 #include "zerosim/mem.h"
 #include "zerosim/predict.h"
 #include "zerosim/report.h"
+#include "zerosim/steptime.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -86,39 +87,53 @@ static int zs_bench_median_max(zs_comm_t comm, double *t, int reps, double *out)
     return 0;
 }
 
-/* The GEMMs of a transformer block's MLP at 512 tokens and 512 channels,
- * forward (NN) and both backward products (NT, TN): FLOP/s of one rank. */
+/* The GEMMs of a transformer block (its four linear layers: qkv, attention
+ * projection, MLP up and down) at 512 tokens and 512 channels, forward and
+ * both backward products, as zs_linear_forward/backward issue them: FLOP/s
+ * of one rank. */
 static int zs_bench_gemm(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick, double *rate)
 {
-    const int M = 512, C = 512, H = 4 * C;
-    float *x, *w, *y;
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)M * H * 4, (void **)&x));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)C * H * 4, (void **)&w));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)M * H * 4, (void **)&y));
-    double t[ZS_BENCH_REPS];
-    int inner = quick ? 1 : 4;
+    const int M = 512, C = 512;
+    const int shape[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* in, out */
+    size_t act = (size_t)M * 4 * C, wts = (size_t)4 * C * C;
+    float *x, *w, *y, *dx, *dw;
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, act * 4, (void **)&x));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, act * 4, (void **)&y));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, act * 4, (void **)&dx));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, wts * 4, (void **)&w));
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, wts * 4, (void **)&dw));
+    double t[ZS_BENCH_REPS], flops = 0;
+    int inner = quick ? 1 : 3;
     for (int r = -1; r < ZS_BENCH_REPS; r++) { /* r = -1 warms up */
         ZS_TRY(zs_comm_barrier(comm));
         double t0 = zs_now();
-        for (int i = 0; i < inner; i++) {
-            /* y(M,H) = x(M,C) w(C,H); dx(M,C) = dy(M,H) w^T; dw(C,H) = x^T dy */
-            zs_backend_sgemm(be, 0, 0, M, H, C, 1.0f, x, C, w, H, 0.0f, y, H);
-            zs_backend_sgemm(be, 0, 1, M, C, H, 1.0f, y, H, w, H, 0.0f, x, C);
-            zs_backend_sgemm(be, 1, 0, C, H, M, 1.0f, x, C, y, H, 0.0f, w, H);
-        }
+        for (int i = 0; i < inner; i++)
+            for (int l = 0; l < 4; l++) {
+                int ic = shape[l][0], oc = shape[l][1];
+                /* y = x w^T; dx += dy w; dw += dy^T x */
+                zs_backend_sgemm(be, 0, 1, M, oc, ic, 1.0f, x, ic, w, ic, 0.0f, y, oc);
+                zs_backend_sgemm(be, 0, 0, M, ic, oc, 1.0f, y, oc, w, ic, 1.0f, dx, ic);
+                zs_backend_sgemm(be, 1, 0, oc, ic, M, 1.0f, y, oc, x, ic, 1.0f, dw, ic);
+                if (r == 0)
+                    flops += 3.0 * 2.0 * M * (double)ic * oc;
+            }
         if (r >= 0)
             t[r] = zs_now() - t0;
     }
     double med;
     ZS_TRY(zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med));
-    *rate = 3.0 * 2.0 * M * (double)C * H * inner / med;
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, x, (size_t)M * H * 4);
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, w, (size_t)C * H * 4);
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, y, (size_t)M * H * 4);
+    *rate = flops / med;
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, x, act * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, y, act * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, dx, act * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, w, wts * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, dw, wts * 4);
     return 0;
 }
 
-/* AdamW over 4 Mi fp32 elements: elements per second of one rank. */
+/* The optimizer step's work per element of the shard: the gradient's sum
+ * of squares (the global norm), its overflow check and AdamW, over 4 Mi
+ * fp32 elements: elements per second of one rank. */
 static int zs_bench_adamw(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick, double *rate)
 {
     size_t n = quick ? (size_t)1 << 20 : (size_t)1 << 22;
@@ -133,6 +148,10 @@ static int zs_bench_adamw(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int qui
     for (int r = -1; r < ZS_BENCH_REPS; r++) {
         ZS_TRY(zs_comm_barrier(comm));
         double t0 = zs_now();
+        volatile double sq = zs_backend_sumsq(be, g, ZS_DTYPE_F32, n);
+        volatile size_t bad = zs_backend_count_nonfinite(be, g, ZS_DTYPE_F32, n);
+        (void)sq;
+        (void)bad;
         zs_backend_adamw_step(be, p, m, v, g, ZS_DTYPE_F32, NULL, ZS_DTYPE_F32, n, &h);
         if (r >= 0)
             t[r] = zs_now() - t0;
@@ -145,6 +164,114 @@ static int zs_bench_adamw(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int qui
     zs_mem_free(mem, ZS_MEM_OPT_V, v, n * 4);
     zs_mem_free(mem, ZS_MEM_GRADS, g, n * 4);
     return 0;
+}
+
+/* The GPT's kernels other than GEMM, in the sequence a block runs them, at
+ * a reference shape (B 16, T 32, C 512, 8 heads, V 1024): seconds per unit
+ * of each kind of work (see zerosim/steptime.h), one rank. */
+static int zs_bench_kernels(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick,
+                            double work_s[ZS_WORK_NKINDS])
+{
+    const int B = quick ? 4 : 16, T = 32, C = 512, NH = 8, V = 1024, BT = B * T;
+    const size_t btc = (size_t)BT * C, natt = (size_t)B * NH * T * T;
+    /* one arena: x, y (BT x 4C each), att, preatt, datt, dpre (B NH T T),
+     * qkv, dqkv (BT x 3C), w, bias (4C), mean, rstd (BT), logits, probs
+     * (BT x V), losses (BT), targets (BT) */
+    size_t nfl = 2 * 4 * btc + 4 * natt + 2 * 3 * btc + 2 * 4 * (size_t)C + 2 * (size_t)BT +
+                 2 * (size_t)BT * V + BT;
+    float *arena;
+    int32_t *targets;
+    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, nfl * 4, (void **)&arena));
+    if (zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)BT * 4, (void **)&targets)) {
+        zs_mem_free(mem, ZS_MEM_WORKSPACE, arena, nfl * 4);
+        return -1;
+    }
+    float *x = arena, *y = x + 4 * btc, *att = y + 4 * btc, *pre = att + natt, *datt = pre + natt,
+          *dpre = datt + natt, *qkv = dpre + natt, *dqkv = qkv + 3 * btc, *w = dqkv + 3 * btc,
+          *bias = w + 4 * C, *mean = bias + 4 * C, *rstd = mean + BT, *logits = rstd + BT,
+          *probs = logits + (size_t)BT * V, *losses = probs + (size_t)BT * V;
+    /* defined inputs: small values, targets in range */
+    float *h = malloc(nfl * 4);
+    int32_t *ht = malloc((size_t)BT * 4);
+    if (!h || !ht) {
+        free(h);
+        free(ht);
+        zs_mem_free(mem, ZS_MEM_WORKSPACE, targets, (size_t)BT * 4);
+        zs_mem_free(mem, ZS_MEM_WORKSPACE, arena, nfl * 4);
+        ZS_FAIL("out of host memory in the benchmark");
+    }
+    for (size_t i = 0; i < nfl; i++)
+        h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (int i = 0; i < BT; i++)
+        ht[i] = (int32_t)((i * 7) % V);
+    zs_backend_copy_h2d(be, arena, h, nfl * 4);
+    zs_backend_copy_h2d(be, targets, ht, (size_t)BT * 4);
+    free(h);
+    free(ht);
+    double units[ZS_WORK_NKINDS] = {
+        [ZS_WORK_ATTENTION] = (double)BT * T * C,
+        [ZS_WORK_GELU] = 4.0 * (double)btc,
+        [ZS_WORK_BLOCK] = (double)btc,
+        [ZS_WORK_HEAD] = (double)BT * V,
+        [ZS_WORK_GRADS] = 4.0 * (double)btc,
+    };
+    int rc = 0;
+    for (int k = 0; k < ZS_WORK_NKINDS && !rc; k++) {
+        double t[ZS_BENCH_REPS];
+        for (int r = -1; r < ZS_BENCH_REPS && !rc; r++) {
+            rc = zs_comm_barrier(comm);
+            double t0 = zs_now();
+            switch (k) {
+            case ZS_WORK_ATTENTION:
+                zs_backend_attention_forward(be, y, pre, att, qkv, B, T, C, NH);
+                zs_backend_attention_backward(be, dqkv, dpre, datt, y, qkv, att, B, T, C, NH);
+                break;
+            case ZS_WORK_GELU:
+                zs_backend_gelu_forward(be, y, x, 4 * btc);
+                zs_backend_gelu_backward(be, x, y, y, 4 * btc);
+                break;
+            case ZS_WORK_BLOCK: /* as gpt.c runs a block, less GEMMs, GELU, attention */
+                zs_backend_layernorm_forward(be, y, mean, rstd, x, w, bias, BT, C);
+                zs_backend_add_bias(be, qkv, bias, BT, 3 * C);
+                zs_backend_add_bias(be, y, bias, BT, C);
+                zs_backend_residual_forward(be, y, x, y, btc);
+                zs_backend_layernorm_forward(be, y, mean, rstd, x, w, bias, BT, C);
+                zs_backend_add_bias(be, y, bias, BT, 4 * C);
+                zs_backend_add_bias(be, y, bias, BT, C);
+                zs_backend_residual_forward(be, y, x, y, btc);
+                zs_backend_memset0(be, dqkv, btc * 16);
+                zs_backend_bias_backward(be, bias, x, BT, C);
+                zs_backend_memset0(be, dqkv, btc * 16);
+                zs_backend_memset0(be, y, btc * 4);
+                zs_backend_bias_backward(be, bias, x, BT, 4 * C);
+                zs_backend_layernorm_backward(be, y, w, bias, x, y, w, mean, rstd, BT, C);
+                zs_backend_memset0(be, y, btc * 4);
+                zs_backend_bias_backward(be, bias, x, BT, C);
+                zs_backend_memset0(be, dqkv, btc * 12);
+                zs_backend_memset0(be, y, btc * 4);
+                zs_backend_bias_backward(be, bias, x, BT, 3 * C);
+                zs_backend_layernorm_backward(be, y, w, bias, x, y, w, mean, rstd, BT, C);
+                break;
+            case ZS_WORK_GRADS: /* zero the gradients, add a micro-batch's into a bucket */
+                zs_backend_memset0(be, x, 4 * btc * 4);
+                zs_backend_accumulate_f32(be, y, ZS_DTYPE_F32, x, 4 * btc);
+                break;
+            default:
+                zs_backend_softmax_xent_forward(be, losses, probs, logits, targets, BT, V);
+                zs_backend_softmax_xent_backward(be, logits, probs, targets, 1.0f / BT, BT, V);
+                break;
+            }
+            if (r >= 0)
+                t[r] = zs_now() - t0;
+        }
+        double med = 0;
+        if (!rc)
+            rc = zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med);
+        work_s[k] = med / units[k];
+    }
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, targets, (size_t)BT * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, arena, nfl * 4);
+    return rc;
 }
 
 typedef struct {
@@ -275,7 +402,7 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
         zs_backend_release(be);
         ZS_FAIL("out of host memory");
     }
-    double gemm = 0, adamw = 0;
+    double gemm = 0, adamw = 0, work_s[ZS_WORK_NKINDS] = {0};
     zs_bench_fit rs, ag;
     memset(&rs, 0, sizeof rs);
     memset(&ag, 0, sizeof ag);
@@ -283,14 +410,20 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     if (!rc)
         rc = zs_bench_adamw(comm, be, mem, quick, &adamw);
     if (!rc)
+        rc = zs_bench_kernels(comm, be, mem, quick, work_s);
+    if (!rc)
         rc = zs_bench_collectives(comm, mem, quick, &rs, &ag);
     zs_mem_destroy(mem);
     zs_backend_release(be);
     if (rc || rank != 0)
         return rc;
     printf("zerosim bench: %d rank%s, every rank busy at once\n", N, N == 1 ? "" : "s");
-    printf("GEMM (512x2048x512, forward and backward): %.2f GFLOP/s per rank\n", gemm / 1e9);
+    printf("GEMM (a block's linear layers at 512 tokens, C 512, forward and backward): %.2f GFLOP/s per rank\n", gemm / 1e9);
     printf("AdamW: %.1f M elements/s per rank\n", adamw / 1e6);
+    printf("other GPT kernels (B 16, T 32, C 512, V 1024), ns per unit: attention %.4g (per "
+           "B T^2 C), GELU %.4g (per element), rest of a block %.4g (per B T C), head %.4g "
+           "(per B T V), gradients %.4g (per parameter)\n", work_s[0] * 1e9, work_s[1] * 1e9,
+           work_s[2] * 1e9, work_s[3] * 1e9, work_s[4] * 1e9);
     if (N > 1) {
         zs_bench_print_fit("reduce-scatter", &rs, N);
         zs_bench_print_fit("allgather", &ag, N);
@@ -304,6 +437,10 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     double b = N > 1 ? 2.0 / (1.0 / rs.beta + 1.0 / ag.beta) : 0;
     json_t *root = json_pack("{s:s, s:i, s:f, s:f}", "zerosim_calibration", PACKAGE_VERSION,
                              "world_size", N, "gemm_flops", gemm, "optimizer_elems_per_s", adamw);
+    json_t *wj = json_object();
+    for (int k = 0; k < ZS_WORK_NKINDS; k++)
+        json_object_set_new(wj, zs_work_kind_name((zs_work_kind)k), json_real(work_s[k]));
+    json_object_set_new(root, "work_s", wj);
     if (N > 1) {
         json_object_set_new(root, "intra_latency_s", json_real(a));
         json_object_set_new(root, "intra_bandwidth", json_real(b));

@@ -249,11 +249,27 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (r->recompute)
         per_token *= 4.0 / 3.0;
     r->flops_per_step = r->tokens_per_step * per_token;
+    /* the finer model of a GPT: the GEMMs (12 C^2 per block and the V x C
+     * head per token, forward and backward: 6 x) apart from the other
+     * kernels, each counted in the units of its calibration */
+    double gemm = 0, work[ZS_WORK_NKINDS] = {0};
+    if (in->has_arch) {
+        double Lq = c.model.n_layer, C = c.model.n_embd, T = c.model.seq_len, V = c.model.vocab;
+        double tok = r->tokens_per_step, rf = r->recompute ? 4.0 / 3.0 : 1.0;
+        gemm = rf * 6.0 * tok * (12.0 * Lq * C * C + V * C);
+        work[ZS_WORK_ATTENTION] = rf * tok * T * C * Lq;
+        work[ZS_WORK_GELU] = rf * tok * 4.0 * C * Lq;
+        work[ZS_WORK_BLOCK] = rf * tok * C * Lq;
+        work[ZS_WORK_HEAD] = tok * V;
+        work[ZS_WORK_GRADS] = GA * Pp;
+    }
     zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
                             .colls = r->colls, .ncolls = r->ncolls,
                             .flops_per_step = r->flops_per_step, .overlap = in->overlap,
                             .optimizer_elems = st == 0 ? Pp : Pp / N,
+                            .gemm_flops_per_step = gemm,
                             .cal = in->cal};
+    memcpy(si.work, work, sizeof work);
     ZS_TRY(zs_steptime_estimate(&si, &r->time));
     return 0;
 }

@@ -12,6 +12,13 @@ const char *zs_coll_kind_name(zs_coll_kind k)
     return (int)k >= 0 && k < ZS_COLL_NKINDS ? names[k] : "?";
 }
 
+const char *zs_work_kind_name(zs_work_kind k)
+{
+    static const char *const names[ZS_WORK_NKINDS] = {"attention", "gelu", "block_elementwise",
+                                                      "head", "grads"};
+    return (int)k >= 0 && k < ZS_WORK_NKINDS ? names[k] : "?";
+}
+
 void zs_steptime_defaults(zs_steptime_calib *c)
 {
     *c = (zs_steptime_calib){.gemm_flops = 312e12,
@@ -66,7 +73,22 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
         out->coll_s[k->kind] += t;
         out->comm_s += t;
     }
-    out->compute_s = in->flops_per_step / c->gemm_flops;
+    out->kernels_modelled = in->gemm_flops_per_step > 0;
+    for (int k = 0; k < ZS_WORK_NKINDS; k++) {
+        ZS_TRY(zs_steptime_check("a kernel's seconds per unit", c->work_s[k], 1));
+        ZS_TRY(zs_steptime_check("a kernel's work", in->work[k], 1));
+        if (c->work_s[k] <= 0)
+            out->kernels_modelled = 0;
+    }
+    if (out->kernels_modelled) {
+        out->compute_s = in->gemm_flops_per_step / c->gemm_flops;
+        for (int k = 0; k < ZS_WORK_NKINDS; k++) {
+            out->work_s[k] = in->work[k] * c->work_s[k];
+            out->compute_s += out->work_s[k];
+        }
+    } else {
+        out->compute_s = in->flops_per_step / c->gemm_flops;
+    }
     if (c->optimizer_elems_per_s > 0)
         out->optimizer_s = in->optimizer_elems / c->optimizer_elems_per_s;
     out->total_s = (in->overlap ? fmax(out->compute_s, out->comm_s) : out->compute_s + out->comm_s) +
@@ -121,6 +143,19 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
         }
         tmp.coll_latency_s[per_op[i]] = a;
         tmp.coll_bandwidth[per_op[i]] = b;
+    }
+    json_t *w = json_object_get(root, "work_s");
+    for (int k = 0; w && k < ZS_WORK_NKINDS; k++) {
+        json_t *v = json_is_object(w) ? json_object_get(w, zs_work_kind_name((zs_work_kind)k)) : NULL;
+        if (json_is_object(w) && !v)
+            continue; /* missing: keep the value */
+        double x = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!isfinite(x) || x < 0) {
+            json_decref(root);
+            ZS_FAIL("calibration %s: \"work_s\" must hold a non-negative number \"%s\"", path,
+                    zs_work_kind_name((zs_work_kind)k));
+        }
+        tmp.work_s[k] = x;
     }
     json_decref(root);
     *c = tmp;
