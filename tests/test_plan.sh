@@ -236,9 +236,10 @@ awk -v t="$(json "$T/st2.json" total_s)" 'BEGIN { exit !(t > 0.600119 && t < 0.6
 # ---- a 1T-parameter GPT plans in well under a second, in small memory:
 # the layout is a table of entries, never an array of Ψ
 start=$(date +%s)
-# (a cap of 400 MB of address space, except under the sanitizers, which
-# reserve terabytes)
-lim="ulimit -v 400000"
+# (a cap of 400 MB of heap and anonymous memory, except under the
+# sanitizers, which reserve terabytes; not of address space, which the CUDA
+# libraries of a CUDA build fill with hundreds of MB of mapped code)
+lim="ulimit -d 400000"
 grep -qs -- -fsanitize Makefile && lim=:
 ( $lim 2>/dev/null; "$ZS" plan --arch gpt --layers 128 --hidden 25600 --heads 160 --vocab 51200 \
     --seq 2048 --dp 1024 --stage 3 --precision bf16 --json >"$T/big.json" ) || bad "1T GPT plan"
