@@ -100,6 +100,7 @@ expect_error "phantom without world size" "needs --world-size" --phantom
 expect_error "world size without phantom" "for phantom runs" --world-size 4
 expect_error "world size 0" "world-size" --phantom --world-size 0
 expect_error "world size junk" "world-size" --phantom --world-size four
+expect_error "phantom with a backend" "drop --backend" --phantom --world-size 2 --backend cpu
 expect_error "does not fit" "out of memory" --phantom --world-size 8 --layers 8 --hidden 256 --heads 4 --device-memory 1MB
 expect_error "bad batch split" "train" --phantom --world-size 3 --train-batch-size 16 --micro-batch 4
 finish

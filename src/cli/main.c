@@ -399,6 +399,12 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
                         "mpirun\n");
             return 2;
         }
+        if (cli.val[OPT_BACKEND]) {
+            if (err)
+                fprintf(err, "zerosim: --phantom computes nothing, on no backend: drop --backend "
+                        "(the bytes it reports do not depend on the device)\n");
+            return 2;
+        }
         if (zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, 1 << 20, &v))
             goto fail;
         world = *phantom_world = (int)v;
