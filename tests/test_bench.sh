@@ -10,7 +10,7 @@ cal="$T/cal.json"
 if sh "$HERE/mpirun.sh" 2 "$ZS" bench --quick --out "$cal" > "$T/bench.log" 2>&1; then ok
 else bad "zerosim bench failed"; cat "$T/bench.log"; fi
 for k in gemm_flops optimizer_elems_per_s intra_latency_s intra_bandwidth inter_latency_s \
-         inter_bandwidth attention gelu block_elementwise head grads; do
+         inter_bandwidth attention gelu block_elementwise head grads memory_pass; do
     v=$(sed -n "s/^ *\"$k\": \([-0-9.e+]*\),\{0,1\}$/\1/p" "$cal" | head -1)
     if [ -n "$v" ] && awk -v v="$v" 'BEGIN { exit !(v + 0 >= 0 && v == v) }'; then ok
     else bad "calibration key $k: \"$v\""; fi
@@ -42,4 +42,10 @@ echo '{"gemm_flops": "fast"}' > "$T/badcal.json"
 if "$ZS" plan --params 1e9 --calibration "$T/badcal.json" > /dev/null 2> "$T/err.txt"; then
     bad "plan accepted a bad calibration"
 elif grep -q 'gemm_flops' "$T/err.txt"; then ok; else bad "bad calibration: $(cat "$T/err.txt")"; fi
+# a calibration from before a kernel class was measured: said, not ignored
+sed 's/"memory_pass"/"unknown_kernel"/' "$cal" > "$T/oldcal.json"
+if "$ZS" plan --params 1e9 --calibration "$T/oldcal.json" > /dev/null 2> "$T/err.txt"; then
+    bad "plan accepted a calibration without memory_pass"
+elif grep -q 'memory_pass.*run zerosim bench again' "$T/err.txt"; then ok
+else bad "incomplete calibration: $(cat "$T/err.txt")"; fi
 finish

@@ -60,10 +60,13 @@ typedef enum {
     ZS_WORK_HEAD,           /* softmax cross-entropy, forward + backward: B T V */
     ZS_WORK_GRADS,          /* zeroing and accumulating gradients: parameters per
                                micro-batch */
+    ZS_WORK_PASS,           /* the engine's other passes over parameter-sized
+                               fp32 arrays (zero, copy, add, convert):
+                               elements */
     ZS_WORK_NKINDS
 } zs_work_kind;
 
-/* "attention", "gelu", "block_elementwise", "head", "grads" */
+/* "attention", "gelu", "block_elementwise", "head", "grads", "memory_pass" */
 const char *zs_work_kind_name(zs_work_kind k);
 
 /* Machine constants: what `zerosim bench` measures. */
@@ -127,7 +130,7 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out);
  * "inter_bandwidth", "optimizer_elems_per_s" (numbers) and
  * "reduce_scatter", "allgather" (objects with "latency_s" and "bandwidth"),
  * "work_s" (an object with "attention", "gelu", "block_elementwise", "head",
- * "grads");
+ * "grads", "memory_pass": all of them when it is there);
  * keys that are missing keep the value in *c, other keys are ignored. Returns 0 or non-zero with a message naming the
  * file and the key. */
 int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c);

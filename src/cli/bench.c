@@ -9,7 +9,9 @@
  * ranks busy.
  *
  * Every time is the slowest rank's (a step waits for the slowest), the
- * median of several repetitions, each started after a barrier.
+ * median of several repetitions, each started after a barrier. A compute
+ * repetition repeats its kernel for at least 50 ms, so that ranks sharing
+ * a core share it as they do in a long run.
  *
  * Collective model, per call on an S-byte buffer and N ranks:
  *     t(S) = (N-1) alpha + (N-1)/N S / beta
@@ -87,189 +89,253 @@ static int zs_bench_median_max(zs_comm_t comm, double *t, int reps, double *out)
     return 0;
 }
 
-/* The GEMMs of a transformer block (its four linear layers: qkv, attention
- * projection, MLP up and down) at 512 tokens and 512 channels, forward and
- * both backward products, as zs_linear_forward/backward issue them: FLOP/s
- * of one rank. */
-static int zs_bench_gemm(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick, double *rate)
-{
-    const int M = 512, C = 512;
-    const int shape[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* in, out */
-    size_t act = (size_t)M * 4 * C, wts = (size_t)4 * C * C;
-    float *x, *w, *y, *dx, *dw;
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, act * 4, (void **)&x));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, act * 4, (void **)&y));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, act * 4, (void **)&dx));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, wts * 4, (void **)&w));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, wts * 4, (void **)&dw));
-    double t[ZS_BENCH_REPS], flops = 0;
-    int inner = quick ? 1 : 3;
-    for (int r = -1; r < ZS_BENCH_REPS; r++) { /* r = -1 warms up */
-        ZS_TRY(zs_comm_barrier(comm));
-        double t0 = zs_now();
-        for (int i = 0; i < inner; i++)
-            for (int l = 0; l < 4; l++) {
-                int ic = shape[l][0], oc = shape[l][1];
-                /* y = x w^T; dx += dy w; dw += dy^T x */
-                zs_backend_sgemm(be, 0, 1, M, oc, ic, 1.0f, x, ic, w, ic, 0.0f, y, oc);
-                zs_backend_sgemm(be, 0, 0, M, ic, oc, 1.0f, y, oc, w, ic, 1.0f, dx, ic);
-                zs_backend_sgemm(be, 1, 0, oc, ic, M, 1.0f, y, oc, x, ic, 1.0f, dw, ic);
-                if (r == 0)
-                    flops += 3.0 * 2.0 * M * (double)ic * oc;
-            }
-        if (r >= 0)
-            t[r] = zs_now() - t0;
-    }
-    double med;
-    ZS_TRY(zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med));
-    *rate = flops / med;
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, x, act * 4);
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, y, act * 4);
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, dx, act * 4);
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, w, wts * 4);
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, dw, wts * 4);
-    return 0;
-}
+/* What one timed call runs: kernel `k` of a zs_bench_ctx. */
+enum {
+    ZS_BK_GEMM = 0, ZS_BK_ADAMW, ZS_BK_ATTENTION, ZS_BK_GELU, ZS_BK_BLOCK, ZS_BK_HEAD,
+    ZS_BK_GRADS, ZS_BK_PASS
+};
 
-/* The optimizer step's work per element of the shard: the gradient's sum
- * of squares (the global norm), its overflow check and AdamW, over 4 Mi
- * fp32 elements: elements per second of one rank. */
-static int zs_bench_adamw(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick, double *rate)
-{
-    size_t n = quick ? (size_t)1 << 20 : (size_t)1 << 22;
+typedef struct {
+    zs_backend_t be;
+    int k;
+    /* the GEMMs: M tokens, C channels */
+    int M, C;
+    float *gx, *gw, *gy, *gdx, *gdw;
+    /* AdamW and the passes over parameter-sized arrays: n elements */
+    size_t n;
     float *p, *m, *v, *g;
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_OPT_MASTER, n * 4, (void **)&p));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_OPT_M, n * 4, (void **)&m));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_OPT_V, n * 4, (void **)&v));
-    ZS_TRY(zs_mem_alloc(mem, ZS_MEM_GRADS, n * 4, (void **)&g));
-    zs_optim_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                          .grad_mul = 1.0f, .bias_corr1 = 0.1f, .bias_corr2 = 0.001f};
-    double t[ZS_BENCH_REPS];
-    for (int r = -1; r < ZS_BENCH_REPS; r++) {
-        ZS_TRY(zs_comm_barrier(comm));
-        double t0 = zs_now();
-        volatile double sq = zs_backend_sumsq(be, g, ZS_DTYPE_F32, n);
-        volatile size_t bad = zs_backend_count_nonfinite(be, g, ZS_DTYPE_F32, n);
+    /* the other kernels at B, T, C, NH, V */
+    int B, T, KC, NH, V;
+    float *x, *y, *att, *pre, *datt, *dpre, *qkv, *dqkv, *w, *bias, *mean, *rstd, *logits,
+        *probs, *losses;
+    int32_t *targets;
+    double spread; /* of the last zs_bench_time: slowest repetition / fastest */
+} zs_bench_ctx;
+
+static void zs_bench_call(zs_bench_ctx *c)
+{
+    zs_backend_t be = c->be;
+    const int B = c->B, T = c->T, C = c->KC, NH = c->NH, V = c->V, BT = B * T;
+    const size_t btc = (size_t)BT * C;
+    switch (c->k) {
+    case ZS_BK_GEMM: { /* a block's four linear layers: y = x w^T; dx += dy w; dw += dy^T x */
+        const int M = c->M, GC = c->C;
+        const int shape[4][2] = {{GC, 3 * GC}, {GC, GC}, {GC, 4 * GC}, {4 * GC, GC}};
+        for (int l = 0; l < 4; l++) {
+            int ic = shape[l][0], oc = shape[l][1];
+            zs_backend_sgemm(be, 0, 1, M, oc, ic, 1.0f, c->gx, ic, c->gw, ic, 0.0f, c->gy, oc);
+            zs_backend_sgemm(be, 0, 0, M, ic, oc, 1.0f, c->gy, oc, c->gw, ic, 1.0f, c->gdx, ic);
+            zs_backend_sgemm(be, 1, 0, oc, ic, M, 1.0f, c->gy, oc, c->gx, ic, 1.0f, c->gdw, ic);
+        }
+        break;
+    }
+    case ZS_BK_ADAMW: { /* the norm's sum of squares, the overflow check, AdamW */
+        zs_optim_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                              .grad_mul = 1.0f, .bias_corr1 = 0.1f, .bias_corr2 = 0.001f};
+        volatile double sq = zs_backend_sumsq(be, c->g, ZS_DTYPE_F32, c->n);
+        volatile size_t bad = zs_backend_count_nonfinite(be, c->g, ZS_DTYPE_F32, c->n);
         (void)sq;
         (void)bad;
-        zs_backend_adamw_step(be, p, m, v, g, ZS_DTYPE_F32, NULL, ZS_DTYPE_F32, n, &h);
-        if (r >= 0)
-            t[r] = zs_now() - t0;
+        zs_backend_adamw_step(be, c->p, c->m, c->v, c->g, ZS_DTYPE_F32, NULL, ZS_DTYPE_F32, c->n,
+                              &h);
+        break;
     }
-    double med;
-    ZS_TRY(zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med));
-    *rate = (double)n / med;
-    zs_mem_free(mem, ZS_MEM_OPT_MASTER, p, n * 4);
-    zs_mem_free(mem, ZS_MEM_OPT_M, m, n * 4);
-    zs_mem_free(mem, ZS_MEM_OPT_V, v, n * 4);
-    zs_mem_free(mem, ZS_MEM_GRADS, g, n * 4);
+    case ZS_BK_ATTENTION:
+        zs_backend_attention_forward(be, c->y, c->pre, c->att, c->qkv, B, T, C, NH);
+        zs_backend_attention_backward(be, c->dqkv, c->dpre, c->datt, c->y, c->qkv, c->att, B, T,
+                                      C, NH);
+        break;
+    case ZS_BK_GELU:
+        zs_backend_gelu_forward(be, c->y, c->x, 4 * btc);
+        zs_backend_gelu_backward(be, c->x, c->y, c->y, 4 * btc);
+        break;
+    case ZS_BK_BLOCK: /* as gpt.c runs a block, less GEMMs, GELU, attention */
+        zs_backend_layernorm_forward(be, c->y, c->mean, c->rstd, c->x, c->w, c->bias, BT, C);
+        zs_backend_add_bias(be, c->qkv, c->bias, BT, 3 * C);
+        zs_backend_add_bias(be, c->y, c->bias, BT, C);
+        zs_backend_residual_forward(be, c->y, c->x, c->y, btc);
+        zs_backend_layernorm_forward(be, c->y, c->mean, c->rstd, c->x, c->w, c->bias, BT, C);
+        zs_backend_add_bias(be, c->y, c->bias, BT, 4 * C);
+        zs_backend_add_bias(be, c->y, c->bias, BT, C);
+        zs_backend_residual_forward(be, c->y, c->x, c->y, btc);
+        zs_backend_memset0(be, c->dqkv, btc * 16);
+        zs_backend_bias_backward(be, c->bias, c->x, BT, C);
+        zs_backend_memset0(be, c->dqkv, btc * 16);
+        zs_backend_memset0(be, c->y, btc * 4);
+        zs_backend_bias_backward(be, c->bias, c->x, BT, 4 * C);
+        zs_backend_layernorm_backward(be, c->y, c->w, c->bias, c->x, c->y, c->w, c->mean,
+                                      c->rstd, BT, C);
+        zs_backend_memset0(be, c->y, btc * 4);
+        zs_backend_bias_backward(be, c->bias, c->x, BT, C);
+        zs_backend_memset0(be, c->dqkv, btc * 12);
+        zs_backend_memset0(be, c->y, btc * 4);
+        zs_backend_bias_backward(be, c->bias, c->x, BT, 3 * C);
+        zs_backend_layernorm_backward(be, c->y, c->w, c->bias, c->x, c->y, c->w, c->mean,
+                                      c->rstd, BT, C);
+        break;
+    case ZS_BK_HEAD:
+        zs_backend_softmax_xent_forward(be, c->losses, c->probs, c->logits, c->targets, BT, V);
+        zs_backend_softmax_xent_backward(be, c->logits, c->probs, c->targets, 1.0f / BT, BT, V);
+        break;
+    case ZS_BK_GRADS: /* zero a unit's staged gradient, add it into the stored one */
+        zs_backend_memset0(be, c->g, c->n * 4);
+        zs_backend_accumulate_f32(be, c->m, ZS_DTYPE_F32, c->g, c->n);
+        break;
+    default: /* ZS_BK_PASS: one each of zero, add and copy */
+        zs_backend_memset0(be, c->v, c->n * 4);
+        zs_backend_add_typed(be, c->v, c->m, ZS_DTYPE_F32, c->n);
+        zs_backend_copy_d2d(be, c->p, c->v, c->n * 4);
+        break;
+    }
+}
+
+/* Seconds per call of kernel k: calls repeated until a repetition lasts
+ * min_s (the same count on every rank, so that all ranks are busy
+ * together, and long enough that ranks sharing a core share it evenly),
+ * ZS_BENCH_REPS repetitions after a barrier each, the slowest rank's
+ * time, the median. */
+static int zs_bench_time(zs_comm_t comm, zs_bench_ctx *c, int k, double min_s, double *per_call)
+{
+    c->k = k;
+    ZS_TRY(zs_comm_barrier(comm));
+    double t0 = zs_now();
+    zs_bench_call(c); /* warms up, and sizes the repetition */
+    double want = ceil(min_s / fmax(zs_now() - t0, 1e-9));
+    double inner = want < 1 ? 1 : want > 1e6 ? 1e6 : want;
+    int N = zs_comm_size(comm);
+    double *all = malloc((size_t)N * sizeof(double));
+    if (!all)
+        ZS_FAIL("out of host memory in the benchmark");
+    if (zs_comm_allgather_small(comm, &inner, all, 1, ZS_CT_F64)) {
+        free(all);
+        return -1;
+    }
+    for (int q = 0; q < N; q++)
+        inner = all[q] > inner ? all[q] : inner;
+    free(all);
+    double t[ZS_BENCH_REPS];
+    for (int r = 0; r < ZS_BENCH_REPS; r++) {
+        ZS_TRY(zs_comm_barrier(comm));
+        t0 = zs_now();
+        for (double i = 0; i < inner; i++)
+            zs_bench_call(c);
+        t[r] = (zs_now() - t0) / inner;
+    }
+    ZS_TRY(zs_bench_median_max(comm, t, ZS_BENCH_REPS, per_call));
+    c->spread = t[ZS_BENCH_REPS - 1] / t[0]; /* sorted: slowest / fastest */
     return 0;
 }
 
-/* The GPT's kernels other than GEMM, in the sequence a block runs them, at
- * a reference shape (B 16, T 32, C 512, 8 heads, V 1024): seconds per unit
- * of each kind of work (see zerosim/steptime.h), one rank. */
-static int zs_bench_kernels(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick,
+/* Defined inputs: values spread over [-2, 2), as pre-activations are. */
+static void zs_bench_fill(zs_backend_t be, float *dst, size_t n)
+{
+    float buf[4096];
+    for (size_t i = 0; i < n;) {
+        size_t m = n - i < 4096 ? n - i : 4096;
+        for (size_t j = 0; j < m; j++)
+            buf[j] = (float)(((i + j) * 2654435761u) % 4000) * 1e-3f - 2.0f;
+        zs_backend_copy_h2d(be, dst + i, buf, m * 4);
+        i += m;
+    }
+}
+
+/* Every compute rate the step-time model takes, on one rank while all
+ * ranks run the same (see zerosim/steptime.h for the units):
+ *  - the GEMMs of a transformer block (its four linear layers: qkv,
+ *    attention projection, MLP up and down) at 512 tokens and 512
+ *    channels, forward and both backward products, as
+ *    zs_linear_forward/backward issue them: FLOP/s;
+ *  - the optimizer step's work per element of the shard (the gradient's
+ *    sum of squares, its overflow check and AdamW): elements/s;
+ *  - the GPT's other kernels, in the sequence a block runs them, at a
+ *    reference shape (B 16, T 32, C 512, 8 heads, V 1024): seconds per
+ *    unit of each kind of work;
+ *  - the passes over parameter-sized arrays, on 4 Mi elements (16 MB, more
+ *    than a core's cache, as a model's gradients are): seconds per
+ *    element. */
+static int zs_bench_compute(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int quick,
+                            double *gemm, double *gemm_spread, double *adamw,
                             double work_s[ZS_WORK_NKINDS])
 {
-    const int B = quick ? 4 : 16, T = 32, C = 512, NH = 8, V = 1024, BT = B * T;
-    const size_t btc = (size_t)BT * C, natt = (size_t)B * NH * T * T;
-    /* one arena: x, y (BT x 4C each), att, preatt, datt, dpre (B NH T T),
+    zs_bench_ctx c = {.be = be, .M = 512, .C = 512, .n = quick ? (size_t)1 << 18 : (size_t)1 << 22,
+                      .B = quick ? 4 : 16, .T = 32, .KC = 512, .NH = 8, .V = 1024};
+    const int BT = c.B * c.T;
+    const size_t btc = (size_t)BT * c.KC, natt = (size_t)c.B * c.NH * c.T * c.T;
+    const size_t gact = (size_t)c.M * 4 * c.C, gwts = (size_t)4 * c.C * c.C;
+    /* one arena: the GEMMs' x, y, dx (M x 4C), w, dw (4C x C); p, m, v, g
+     * (n each); x, y (BT x 4C each), att, preatt, datt, dpre (B NH T T),
      * qkv, dqkv (BT x 3C), w, bias (4C), mean, rstd (BT), logits, probs
-     * (BT x V), losses (BT), targets (BT) */
-    size_t nfl = 2 * 4 * btc + 4 * natt + 2 * 3 * btc + 2 * 4 * (size_t)C + 2 * (size_t)BT +
-                 2 * (size_t)BT * V + BT;
+     * (BT x V), losses (BT) */
+    size_t nfl = 3 * gact + 2 * gwts + 4 * c.n + 2 * 4 * btc + 4 * natt + 2 * 3 * btc +
+                 2 * 4 * (size_t)c.KC + 2 * (size_t)BT + 2 * (size_t)BT * c.V + BT;
     float *arena;
-    int32_t *targets;
     ZS_TRY(zs_mem_alloc(mem, ZS_MEM_WORKSPACE, nfl * 4, (void **)&arena));
-    if (zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)BT * 4, (void **)&targets)) {
+    if (zs_mem_alloc(mem, ZS_MEM_WORKSPACE, (size_t)BT * 4, (void **)&c.targets)) {
         zs_mem_free(mem, ZS_MEM_WORKSPACE, arena, nfl * 4);
         return -1;
     }
-    float *x = arena, *y = x + 4 * btc, *att = y + 4 * btc, *pre = att + natt, *datt = pre + natt,
-          *dpre = datt + natt, *qkv = dpre + natt, *dqkv = qkv + 3 * btc, *w = dqkv + 3 * btc,
-          *bias = w + 4 * C, *mean = bias + 4 * C, *rstd = mean + BT, *logits = rstd + BT,
-          *probs = logits + (size_t)BT * V, *losses = probs + (size_t)BT * V;
-    /* defined inputs: small values, targets in range */
-    float *h = malloc(nfl * 4);
-    int32_t *ht = malloc((size_t)BT * 4);
-    if (!h || !ht) {
-        free(h);
-        free(ht);
-        zs_mem_free(mem, ZS_MEM_WORKSPACE, targets, (size_t)BT * 4);
-        zs_mem_free(mem, ZS_MEM_WORKSPACE, arena, nfl * 4);
-        ZS_FAIL("out of host memory in the benchmark");
+    float *q = arena;
+    c.gx = q; q += gact;
+    c.gy = q; q += gact;
+    c.gdx = q; q += gact;
+    c.gw = q; q += gwts;
+    c.gdw = q; q += gwts;
+    c.p = q; q += c.n;
+    c.m = q; q += c.n;
+    c.v = q; q += c.n;
+    c.g = q; q += c.n;
+    c.x = q; q += 4 * btc;
+    c.y = q; q += 4 * btc;
+    c.att = q; q += natt;
+    c.pre = q; q += natt;
+    c.datt = q; q += natt;
+    c.dpre = q; q += natt;
+    c.qkv = q; q += 3 * btc;
+    c.dqkv = q; q += 3 * btc;
+    c.w = q; q += 4 * (size_t)c.KC;
+    c.bias = q; q += 4 * (size_t)c.KC;
+    c.mean = q; q += BT;
+    c.rstd = q; q += BT;
+    c.logits = q; q += (size_t)BT * c.V;
+    c.probs = q; q += (size_t)BT * c.V;
+    c.losses = q;
+    zs_bench_fill(be, arena, nfl);
+    int32_t tg[256];
+    for (int i = 0; i < BT; i += 256) {
+        int m = BT - i < 256 ? BT - i : 256;
+        for (int j = 0; j < m; j++)
+            tg[j] = (int32_t)(((i + j) * 7) % c.V);
+        zs_backend_copy_h2d(be, c.targets + i, tg, (size_t)m * 4);
     }
-    for (size_t i = 0; i < nfl; i++)
-        h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    for (int i = 0; i < BT; i++)
-        ht[i] = (int32_t)((i * 7) % V);
-    zs_backend_copy_h2d(be, arena, h, nfl * 4);
-    zs_backend_copy_h2d(be, targets, ht, (size_t)BT * 4);
-    free(h);
-    free(ht);
+    /* AdamW's second moment must not be negative */
+    zs_backend_memset0(be, c.v, c.n * 4);
+    double min_s = quick ? 0.002 : 0.05, secs = 0;
+    int rc = zs_bench_time(comm, &c, ZS_BK_GEMM, min_s, &secs);
+    if (!rc) {
+        *gemm = 3 * 2.0 * c.M * (3.0 + 1.0 + 4.0 + 4.0) * c.C * c.C / secs;
+        *gemm_spread = c.spread;
+    }
+    if (!rc)
+        rc = zs_bench_time(comm, &c, ZS_BK_ADAMW, min_s, &secs);
+    if (!rc)
+        *adamw = (double)c.n / secs;
+    static const struct { int k; zs_work_kind w; } kinds[] = {
+        {ZS_BK_ATTENTION, ZS_WORK_ATTENTION}, {ZS_BK_GELU, ZS_WORK_GELU},
+        {ZS_BK_BLOCK, ZS_WORK_BLOCK},         {ZS_BK_HEAD, ZS_WORK_HEAD},
+        {ZS_BK_GRADS, ZS_WORK_GRADS},         {ZS_BK_PASS, ZS_WORK_PASS}};
     double units[ZS_WORK_NKINDS] = {
-        [ZS_WORK_ATTENTION] = (double)BT * T * C,
+        [ZS_WORK_ATTENTION] = (double)BT * c.T * c.KC,
         [ZS_WORK_GELU] = 4.0 * (double)btc,
         [ZS_WORK_BLOCK] = (double)btc,
-        [ZS_WORK_HEAD] = (double)BT * V,
-        [ZS_WORK_GRADS] = 4.0 * (double)btc,
+        [ZS_WORK_HEAD] = (double)BT * c.V,
+        [ZS_WORK_GRADS] = (double)c.n,
+        [ZS_WORK_PASS] = 3.0 * (double)c.n,
     };
-    int rc = 0;
-    for (int k = 0; k < ZS_WORK_NKINDS && !rc; k++) {
-        double t[ZS_BENCH_REPS];
-        for (int r = -1; r < ZS_BENCH_REPS && !rc; r++) {
-            rc = zs_comm_barrier(comm);
-            double t0 = zs_now();
-            switch (k) {
-            case ZS_WORK_ATTENTION:
-                zs_backend_attention_forward(be, y, pre, att, qkv, B, T, C, NH);
-                zs_backend_attention_backward(be, dqkv, dpre, datt, y, qkv, att, B, T, C, NH);
-                break;
-            case ZS_WORK_GELU:
-                zs_backend_gelu_forward(be, y, x, 4 * btc);
-                zs_backend_gelu_backward(be, x, y, y, 4 * btc);
-                break;
-            case ZS_WORK_BLOCK: /* as gpt.c runs a block, less GEMMs, GELU, attention */
-                zs_backend_layernorm_forward(be, y, mean, rstd, x, w, bias, BT, C);
-                zs_backend_add_bias(be, qkv, bias, BT, 3 * C);
-                zs_backend_add_bias(be, y, bias, BT, C);
-                zs_backend_residual_forward(be, y, x, y, btc);
-                zs_backend_layernorm_forward(be, y, mean, rstd, x, w, bias, BT, C);
-                zs_backend_add_bias(be, y, bias, BT, 4 * C);
-                zs_backend_add_bias(be, y, bias, BT, C);
-                zs_backend_residual_forward(be, y, x, y, btc);
-                zs_backend_memset0(be, dqkv, btc * 16);
-                zs_backend_bias_backward(be, bias, x, BT, C);
-                zs_backend_memset0(be, dqkv, btc * 16);
-                zs_backend_memset0(be, y, btc * 4);
-                zs_backend_bias_backward(be, bias, x, BT, 4 * C);
-                zs_backend_layernorm_backward(be, y, w, bias, x, y, w, mean, rstd, BT, C);
-                zs_backend_memset0(be, y, btc * 4);
-                zs_backend_bias_backward(be, bias, x, BT, C);
-                zs_backend_memset0(be, dqkv, btc * 12);
-                zs_backend_memset0(be, y, btc * 4);
-                zs_backend_bias_backward(be, bias, x, BT, 3 * C);
-                zs_backend_layernorm_backward(be, y, w, bias, x, y, w, mean, rstd, BT, C);
-                break;
-            case ZS_WORK_GRADS: /* zero the gradients, add a micro-batch's into a bucket */
-                zs_backend_memset0(be, x, 4 * btc * 4);
-                zs_backend_accumulate_f32(be, y, ZS_DTYPE_F32, x, 4 * btc);
-                break;
-            default:
-                zs_backend_softmax_xent_forward(be, losses, probs, logits, targets, BT, V);
-                zs_backend_softmax_xent_backward(be, logits, probs, targets, 1.0f / BT, BT, V);
-                break;
-            }
-            if (r >= 0)
-                t[r] = zs_now() - t0;
-        }
-        double med = 0;
-        if (!rc)
-            rc = zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med);
-        work_s[k] = med / units[k];
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && !rc; i++) {
+        rc = zs_bench_time(comm, &c, kinds[i].k, min_s, &secs);
+        work_s[kinds[i].w] = secs / units[kinds[i].w];
     }
-    zs_mem_free(mem, ZS_MEM_WORKSPACE, targets, (size_t)BT * 4);
+    zs_mem_free(mem, ZS_MEM_WORKSPACE, c.targets, (size_t)BT * 4);
     zs_mem_free(mem, ZS_MEM_WORKSPACE, arena, nfl * 4);
     return rc;
 }
@@ -406,11 +472,8 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     zs_bench_fit rs, ag;
     memset(&rs, 0, sizeof rs);
     memset(&ag, 0, sizeof ag);
-    int rc = zs_bench_gemm(comm, be, mem, quick, &gemm);
-    if (!rc)
-        rc = zs_bench_adamw(comm, be, mem, quick, &adamw);
-    if (!rc)
-        rc = zs_bench_kernels(comm, be, mem, quick, work_s);
+    double gemm_spread = 1;
+    int rc = zs_bench_compute(comm, be, mem, quick, &gemm, &gemm_spread, &adamw, work_s);
     if (!rc)
         rc = zs_bench_collectives(comm, mem, quick, &rs, &ag);
     zs_mem_destroy(mem);
@@ -418,12 +481,15 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     if (rc || rank != 0)
         return rc;
     printf("zerosim bench: %d rank%s, every rank busy at once\n", N, N == 1 ? "" : "s");
-    printf("GEMM (a block's linear layers at 512 tokens, C 512, forward and backward): %.2f GFLOP/s per rank\n", gemm / 1e9);
+    printf("GEMM (a block's linear layers at 512 tokens, C 512, forward and backward): %.2f "
+           "GFLOP/s per rank; its slowest repetition took %.2fx the fastest's time\n", gemm / 1e9,
+           gemm_spread);
     printf("AdamW: %.1f M elements/s per rank\n", adamw / 1e6);
-    printf("other GPT kernels (B 16, T 32, C 512, V 1024), ns per unit: attention %.4g (per "
+    printf("other GPT kernels (B %d, T 32, C 512, V 1024), ns per unit: attention %.4g (per "
            "B T^2 C), GELU %.4g (per element), rest of a block %.4g (per B T C), head %.4g "
-           "(per B T V), gradients %.4g (per parameter)\n", work_s[0] * 1e9, work_s[1] * 1e9,
-           work_s[2] * 1e9, work_s[3] * 1e9, work_s[4] * 1e9);
+           "(per B T V), gradients %.4g (per parameter), other passes %.4g (per element)\n",
+           quick ? 4 : 16, work_s[0] * 1e9, work_s[1] * 1e9, work_s[2] * 1e9, work_s[3] * 1e9, work_s[4] * 1e9,
+           work_s[5] * 1e9);
     if (N > 1) {
         zs_bench_print_fit("reduce-scatter", &rs, N);
         zs_bench_print_fit("allgather", &ag, N);
@@ -437,6 +503,8 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     double b = N > 1 ? 2.0 / (1.0 / rs.beta + 1.0 / ag.beta) : 0;
     json_t *root = json_pack("{s:s, s:i, s:f, s:f}", "zerosim_calibration", PACKAGE_VERSION,
                              "world_size", N, "gemm_flops", gemm, "optimizer_elems_per_s", adamw);
+    /* how much this machine's speed moved while it was measured */
+    json_object_set_new(root, "gemm_spread", json_real(gemm_spread));
     json_t *wj = json_object();
     for (int k = 0; k < ZS_WORK_NKINDS; k++)
         json_object_set_new(wj, zs_work_kind_name((zs_work_kind)k), json_real(work_s[k]));

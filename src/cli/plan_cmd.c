@@ -420,12 +420,17 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     else
         fprintf(f, "step time: compute %.4g s + communication %.4g s = %.4g s%s\n", t->compute_s,
                 t->comm_s, t->total_s, in->overlap ? " (overlapped: the larger of the two)" : "");
-    if (t->kernels_modelled)
-        fprintf(f, "  compute (kernels as calibrated): GEMMs %.4g s, attention %.4g s, GELU %.4g s, "
-                "rest of the blocks %.4g s, head %.4g s, gradients %.4g s\n",
-                t->compute_s - t->work_s[0] - t->work_s[1] - t->work_s[2] - t->work_s[3] -
-                    t->work_s[4], t->work_s[0], t->work_s[1], t->work_s[2], t->work_s[3],
-                t->work_s[4]);
+    if (t->kernels_modelled) {
+        static const char *const what[ZS_WORK_NKINDS] = {
+            "attention", "GELU", "rest of the blocks", "head", "gradients", "other passes"};
+        double gemm_s = t->compute_s;
+        for (int k = 0; k < ZS_WORK_NKINDS; k++)
+            gemm_s -= t->work_s[k];
+        fprintf(f, "  compute (kernels as calibrated): GEMMs %.4g s", gemm_s);
+        for (int k = 0; k < ZS_WORK_NKINDS; k++)
+            fprintf(f, ", %s %.4g s", what[k], t->work_s[k]);
+        fputc('\n', f);
+    }
     if (r->flops_per_step > 0)
         fprintf(f, "  compute: %.4g FLOP per device per step (%.0f tokens x %s) at %.4g FLOP/s\n",
                 r->flops_per_step, r->tokens_per_step,

@@ -262,6 +262,24 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         work[ZS_WORK_BLOCK] = rf * tok * C * Lq;
         work[ZS_WORK_HEAD] = tok * V;
         work[ZS_WORK_GRADS] = GA * Pp;
+        /* the engine's other passes over parameter-sized fp32 arrays, as
+         * zs_engine_step runs them: the full gradient zeroed per
+         * micro-batch (stages 0, 1), the reduced part added into the shard
+         * per micro-batch, the shard zeroed, and copied back (stage 0); a
+         * stage-3 gather copies this rank's piece in; mixed precision
+         * converts each unit's parameters to fp32 for every pass over it */
+        double S = Pp / N, passes = GA * S + S;
+        if (st <= 1)
+            passes += GA * Pp;
+        if (st == 0)
+            passes += S;
+        if (st == 3)
+            passes += GA * (2.0 * G + recompute) / N;
+        if (c.precision != ZS_DTYPE_F32)
+            passes += GA * Pp * (r->recompute ? 3.0 : 2.0);
+        if (c.deterministic) /* to fixed point, added, back */
+            passes += GA * Pp + GA * S + S;
+        work[ZS_WORK_PASS] = passes;
     }
     zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
                             .colls = r->colls, .ncolls = r->ncolls,

@@ -15,7 +15,7 @@ const char *zs_coll_kind_name(zs_coll_kind k)
 const char *zs_work_kind_name(zs_work_kind k)
 {
     static const char *const names[ZS_WORK_NKINDS] = {"attention", "gelu", "block_elementwise",
-                                                      "head", "grads"};
+                                                      "head", "grads", "memory_pass"};
     return (int)k >= 0 && k < ZS_WORK_NKINDS ? names[k] : "?";
 }
 
@@ -147,8 +147,11 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
     json_t *w = json_object_get(root, "work_s");
     for (int k = 0; w && k < ZS_WORK_NKINDS; k++) {
         json_t *v = json_is_object(w) ? json_object_get(w, zs_work_kind_name((zs_work_kind)k)) : NULL;
-        if (json_is_object(w) && !v)
-            continue; /* missing: keep the value */
+        if (json_is_object(w) && !v) { /* from an older zerosim bench */
+            json_decref(root);
+            ZS_FAIL("calibration %s: \"work_s\" has no \"%s\"; run zerosim bench again to "
+                    "measure it", path, zs_work_kind_name((zs_work_kind)k));
+        }
         double x = json_is_number(v) ? json_number_value(v) : NAN;
         if (!isfinite(x) || x < 0) {
             json_decref(root);
