@@ -89,6 +89,13 @@ static int zs_bench_median_max(zs_comm_t comm, double *t, int reps, double *out)
     return 0;
 }
 
+/* A block's four linear layers (qkv, attention projection, MLP up and
+ * down): input and output channels in units of C. */
+static const int zs_bench_gemm_shape[4][2] = {{1, 3}, {1, 1}, {1, 4}, {4, 1}};
+
+/* The reference batch of the non-GEMM kernels (smaller with --quick). */
+static int zs_bench_batch(int quick) { return quick ? 4 : 16; }
+
 /* What one timed call runs: kernel `k` of a zs_bench_ctx. */
 enum {
     ZS_BK_GEMM = 0, ZS_BK_ADAMW, ZS_BK_ATTENTION, ZS_BK_GELU, ZS_BK_BLOCK, ZS_BK_HEAD,
@@ -119,10 +126,9 @@ static void zs_bench_call(zs_bench_ctx *c)
     const size_t btc = (size_t)BT * C;
     switch (c->k) {
     case ZS_BK_GEMM: { /* a block's four linear layers: y = x w^T; dx += dy w; dw += dy^T x */
-        const int M = c->M, GC = c->C;
-        const int shape[4][2] = {{GC, 3 * GC}, {GC, GC}, {GC, 4 * GC}, {4 * GC, GC}};
+        const int M = c->M;
         for (int l = 0; l < 4; l++) {
-            int ic = shape[l][0], oc = shape[l][1];
+            int ic = zs_bench_gemm_shape[l][0] * c->C, oc = zs_bench_gemm_shape[l][1] * c->C;
             zs_backend_sgemm(be, 0, 1, M, oc, ic, 1.0f, c->gx, ic, c->gw, ic, 0.0f, c->gy, oc);
             zs_backend_sgemm(be, 0, 0, M, ic, oc, 1.0f, c->gy, oc, c->gw, ic, 1.0f, c->gdx, ic);
             zs_backend_sgemm(be, 1, 0, oc, ic, M, 1.0f, c->gy, oc, c->gx, ic, 1.0f, c->gdw, ic);
@@ -201,23 +207,13 @@ static int zs_bench_time(zs_comm_t comm, zs_bench_ctx *c, int k, double min_s, d
     double t0 = zs_now();
     zs_bench_call(c); /* warms up, and sizes the repetition */
     double want = ceil(min_s / fmax(zs_now() - t0, 1e-9));
-    double inner = want < 1 ? 1 : want > 1e6 ? 1e6 : want;
-    int N = zs_comm_size(comm);
-    double *all = malloc((size_t)N * sizeof(double));
-    if (!all)
-        ZS_FAIL("out of host memory in the benchmark");
-    if (zs_comm_allgather_small(comm, &inner, all, 1, ZS_CT_F64)) {
-        free(all);
-        return -1;
-    }
-    for (int q = 0; q < N; q++)
-        inner = all[q] > inner ? all[q] : inner;
-    free(all);
+    int inner = want < 1 ? 1 : want > 1e6 ? 1000000 : (int)want;
+    ZS_TRY(zs_comm_allreduce_max_int(comm, &inner));
     double t[ZS_BENCH_REPS];
     for (int r = 0; r < ZS_BENCH_REPS; r++) {
         ZS_TRY(zs_comm_barrier(comm));
         t0 = zs_now();
-        for (double i = 0; i < inner; i++)
+        for (int i = 0; i < inner; i++)
             zs_bench_call(c);
         t[r] = (zs_now() - t0) / inner;
     }
@@ -258,7 +254,7 @@ static int zs_bench_compute(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int q
                             double work_s[ZS_WORK_NKINDS])
 {
     zs_bench_ctx c = {.be = be, .M = 512, .C = 512, .n = quick ? (size_t)1 << 18 : (size_t)1 << 22,
-                      .B = quick ? 4 : 16, .T = 32, .KC = 512, .NH = 8, .V = 1024};
+                      .B = zs_bench_batch(quick), .T = 32, .KC = 512, .NH = 8, .V = 1024};
     const int BT = c.B * c.T;
     const size_t btc = (size_t)BT * c.KC, natt = (size_t)c.B * c.NH * c.T * c.T;
     const size_t gact = (size_t)c.M * 4 * c.C, gwts = (size_t)4 * c.C * c.C;
@@ -312,7 +308,11 @@ static int zs_bench_compute(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int q
     double min_s = quick ? 0.002 : 0.05, secs = 0;
     int rc = zs_bench_time(comm, &c, ZS_BK_GEMM, min_s, &secs);
     if (!rc) {
-        *gemm = 3 * 2.0 * c.M * (3.0 + 1.0 + 4.0 + 4.0) * c.C * c.C / secs;
+        double flops = 0; /* forward and both backward products */
+        for (int l = 0; l < 4; l++)
+            flops += 3 * 2.0 * c.M * zs_bench_gemm_shape[l][0] * zs_bench_gemm_shape[l][1] *
+                     (double)c.C * c.C;
+        *gemm = flops / secs;
         *gemm_spread = c.spread;
     }
     if (!rc)
@@ -488,8 +488,8 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     printf("other GPT kernels (B %d, T 32, C 512, V 1024), ns per unit: attention %.4g (per "
            "B T^2 C), GELU %.4g (per element), rest of a block %.4g (per B T C), head %.4g "
            "(per B T V), gradients %.4g (per parameter), other passes %.4g (per element)\n",
-           quick ? 4 : 16, work_s[0] * 1e9, work_s[1] * 1e9, work_s[2] * 1e9, work_s[3] * 1e9, work_s[4] * 1e9,
-           work_s[5] * 1e9);
+           zs_bench_batch(quick), work_s[0] * 1e9, work_s[1] * 1e9, work_s[2] * 1e9,
+           work_s[3] * 1e9, work_s[4] * 1e9, work_s[5] * 1e9);
     if (N > 1) {
         zs_bench_print_fit("reduce-scatter", &rs, N);
         zs_bench_print_fit("allgather", &ag, N);
