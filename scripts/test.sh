@@ -5,7 +5,7 @@ set -u
 cd "$(dirname "$0")/.."
 sh scripts/build.sh || exit 1
 export OPENBLAS_NUM_THREADS=1
-make check
+make -j2 check
 rc=$?
 summary=$(sed -n 's/^# \(PASS\|FAIL\|ERROR\|SKIP\): *\([0-9]*\)/\1 \2/p' test-suite.log 2>/dev/null)
 p=$(echo "$summary" | awk '$1=="PASS"{print $2}')

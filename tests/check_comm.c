@@ -139,6 +139,42 @@ START_TEST(test_ledger)
 }
 END_TEST
 
+/* Split into pairs (ranks 2k, 2k+1; a lone last rank alone): the group's
+ * allreduce sums only its members, its records land in the world's ledger
+ * tagged with its group, and its wire bytes use its own size. */
+START_TEST(test_split)
+{
+    int N = zs_comm_size(comm), me = zs_comm_rank(comm);
+    int color = me / 2, size = (me / 2 * 2 + 1 < N) ? 2 : 1, rank = me % 2;
+    zs_comm_t sub;
+    ck_assert_int_eq(zs_comm_split(comm, color, me, size, rank, ZS_GROUP_TP, &sub), 0);
+    ck_assert_int_eq(zs_comm_size(sub), size);
+    ck_assert_int_eq(zs_comm_rank(sub), rank);
+    ck_assert_int_eq(zs_comm_get_group(sub), ZS_GROUP_TP);
+    zs_comm_clear_records(comm);
+    zs_comm_set_context(comm, ZS_PHASE_FORWARD, 7);
+    float v[3] = {(float)me, 1.0f, 2.0f * (float)me};
+    ck_assert_int_eq(zs_comm_allreduce_sum(sub, v, 3, ZS_CT_F32, 2), 0);
+    float lo = (float)(me / 2 * 2), want = size == 2 ? 2 * lo + 1 : lo;
+    ck_assert_float_eq(v[0], want);
+    ck_assert_float_eq(v[1], (float)size);
+    ck_assert_float_eq(v[2], 2 * want);
+    size_t n;
+    const zs_comm_record *r = zs_comm_records(comm, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(r[0].group, ZS_GROUP_TP);
+    ck_assert_int_eq(r[0].phase, ZS_PHASE_FORWARD);
+    ck_assert_int_eq(r[0].step, 7);
+    ck_assert(r[0].wire_bytes == 2.0 * 12.0 * (size - 1) / size);
+    /* a wrong expectation is an error, not a silent mismatch */
+    zs_comm_t bad = NULL;
+    ck_assert_int_ne(zs_comm_split(comm, 0, me, N + 1, 0, ZS_GROUP_DP, &bad), 0);
+    ck_assert_ptr_null(bad);
+    zs_comm_free(sub);
+    zs_comm_clear_records(comm);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (zs_comm_init(&argc, &argv, &comm))
@@ -149,6 +185,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_reduce_scatter);
     tcase_add_test(tc, test_allgatherv);
     tcase_add_test(tc, test_ledger);
+    tcase_add_test(tc, test_split);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

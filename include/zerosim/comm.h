@@ -41,7 +41,16 @@ typedef enum {
     ZS_OP_NOPS
 } zs_comm_op;
 
+/* The parallel axis a communicator spans (Megatron-LM's names): data,
+ * tensor, pipeline, expert. The world communicator is the dp group until a
+ * mesh splits it. */
+typedef enum {
+    ZS_GROUP_DP = 0, ZS_GROUP_TP, ZS_GROUP_PP, ZS_GROUP_EP,
+    ZS_GROUP_NGROUPS
+} zs_comm_group;
+
 const char *zs_comm_op_name(zs_comm_op op);
+const char *zs_comm_group_name(zs_comm_group g);
 const char *zs_comm_phase_name(zs_comm_phase p);
 size_t zs_comm_type_size(zs_comm_type t);
 
@@ -49,6 +58,7 @@ size_t zs_comm_type_size(zs_comm_type t);
 typedef struct {
     zs_comm_op op;
     zs_comm_phase phase;
+    zs_comm_group group; /* the communicator's axis */
     int layer;           /* unit or bucket index, -1 when none */
     int step;            /* the training step, -1 outside steps */
     size_t elems;        /* elements of the full (gathered / unreduced) buffer */
@@ -77,6 +87,21 @@ void zs_comm_finalize(zs_comm_t world);
 /* Terminate every rank of the job with this exit code. */
 void zs_comm_abort(zs_comm_t c, int code);
 
+/* A sub-communicator of c (MPI_Comm_split with color and key) spanning the
+ * axis `group`, in which this rank is expected to be `rank` of `size`
+ * (a mesh knows both; a mismatch is an error). A phantom or self c gives a
+ * phantom (or self) communicator of that size and rank without MPI.
+ * Collective over c for real MPI. Its calls are recorded in c's ledger
+ * (the records and sums of the root communicator), tagged with `group`;
+ * its wire bytes are computed over its own size. Free with zs_comm_free
+ * before c is finalised. */
+int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_group group,
+                  zs_comm_t *out);
+void zs_comm_free(zs_comm_t sub);
+zs_comm_group zs_comm_get_group(zs_comm_t c);
+/* Retag a communicator (the world is dp by default). */
+void zs_comm_set_group(zs_comm_t c, zs_comm_group g);
+
 int zs_comm_rank(zs_comm_t c);
 int zs_comm_size(zs_comm_t c);
 /* Rank on this node (for picking a device); 0 when unknown. */
@@ -90,9 +115,10 @@ void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);
 const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n);
 void zs_comm_clear_records(zs_comm_t c);
 
-/* Every call since the start, summed per op, phase and message size (the
- * full buffer's bytes): bounded memory however long the run. */
+/* Every call since the start, summed per group, op, phase and message size
+ * (the full buffer's bytes): bounded memory however long the run. */
 typedef struct {
+    zs_comm_group group;
     zs_comm_op op;
     zs_comm_phase phase;
     size_t msg_bytes;

@@ -10,6 +10,9 @@
 #include <string.h>
 
 struct zs_comm {
+    struct zs_comm *ledger;  /* where records, sums and the phase context
+                                live: itself, or the root of a split */
+    zs_comm_group group;
     MPI_Comm comm;
     MPI_Comm agree_comm;     /* a duplicate, so that agreeing after a failure
                                 never matches a collective of the training */
@@ -62,6 +65,18 @@ static const char *const zs_phase_names[ZS_PHASE_NPHASES] = {
     [ZS_PHASE_STEP] = "step",
     [ZS_PHASE_REPORT] = "report",
 };
+
+static const char *const zs_group_names[ZS_GROUP_NGROUPS] = {
+    [ZS_GROUP_DP] = "dp",
+    [ZS_GROUP_TP] = "tp",
+    [ZS_GROUP_PP] = "pp",
+    [ZS_GROUP_EP] = "ep",
+};
+
+const char *zs_comm_group_name(zs_comm_group g)
+{
+    return g < ZS_GROUP_NGROUPS ? zs_group_names[g] : "?";
+}
 
 const char *zs_comm_op_name(zs_comm_op op) { return op < ZS_OP_NOPS ? zs_op_names[op] : "?"; }
 const char *zs_comm_phase_name(zs_comm_phase p)
@@ -134,6 +149,7 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
     zs_comm_t c = calloc(1, sizeof *c);
     if (!c)
         ZS_FAIL("out of host memory creating the communicator");
+    c->ledger = c;
     c->comm = MPI_COMM_WORLD;
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
     MPI_Comm_dup(c->comm, &c->agree_comm);
@@ -188,6 +204,7 @@ zs_comm_t zs_comm_self(void)
     zs_comm_t c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    c->ledger = c;
     c->comm = MPI_COMM_NULL;
     c->size = 1;
     c->step = -1;
@@ -215,32 +232,97 @@ int zs_comm_rank(zs_comm_t c) { return c->rank; }
 int zs_comm_size(zs_comm_t c) { return c->size; }
 int zs_comm_local_rank(zs_comm_t c) { return c->local_rank; }
 
+int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_group group,
+                  zs_comm_t *out)
+{
+    *out = NULL;
+    if (size < 1 || rank < 0 || rank >= size)
+        ZS_FAIL("communicator split: rank %d of %d is not a rank of a group", rank, size);
+    zs_comm_t s = calloc(1, sizeof *s);
+    if (!s)
+        ZS_FAIL("out of host memory creating a %s communicator", zs_comm_group_name(group));
+    s->ledger = c->ledger;
+    s->group = group;
+    s->force_mpi_rs = c->force_mpi_rs;
+    s->phantom = c->phantom;
+    s->local_rank = c->local_rank;
+    s->comm = MPI_COMM_NULL;
+    s->agree_comm = MPI_COMM_NULL;
+    s->size = size;
+    s->rank = rank;
+    if (c->comm != MPI_COMM_NULL) {
+        int rc = MPI_Comm_split(c->comm, color, key, &s->comm);
+        if (rc != MPI_SUCCESS) {
+            free(s);
+            return zs_mpi_fail(rc, "MPI_Comm_split");
+        }
+        int r = -1, n = 0;
+        MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(s->comm, &r);
+        MPI_Comm_size(s->comm, &n);
+        MPI_Comm_dup(s->comm, &s->agree_comm);
+        MPI_Op_create(zs_sum_bf16, 1, &s->op_sum_bf16);
+        MPI_Op_create(zs_sum_f16, 1, &s->op_sum_f16);
+        if (r != rank || n != size) {
+            zs_comm_free(s);
+            ZS_FAIL("the %s group has rank %d of %d where the mesh expects %d of %d",
+                    zs_comm_group_name(group), r, n, rank, size);
+        }
+    } else if (size > 1 && !c->phantom) {
+        free(s);
+        ZS_FAIL("a %s group of %d ranks needs MPI (this communicator is a single rank)",
+                zs_comm_group_name(group), size);
+    }
+    *out = s;
+    return 0;
+}
+
+void zs_comm_free(zs_comm_t s)
+{
+    if (!s || s->ledger == s)
+        return;
+    if (s->comm != MPI_COMM_NULL) {
+        MPI_Comm_free(&s->agree_comm);
+        MPI_Comm_free(&s->comm);
+        MPI_Op_free(&s->op_sum_bf16);
+        MPI_Op_free(&s->op_sum_f16);
+    }
+    free(s->h_send);
+    free(s->h_recv);
+    free(s->h_scratch);
+    free(s);
+}
+
+zs_comm_group zs_comm_get_group(zs_comm_t c) { return c->group; }
+void zs_comm_set_group(zs_comm_t c, zs_comm_group g) { c->group = g; }
+
 void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step)
 {
-    c->phase = phase;
-    c->step = step;
+    c->ledger->phase = phase;
+    c->ledger->step = step;
 }
 
 const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n)
 {
-    *n = c->nrec;
-    return c->rec;
+    *n = c->ledger->nrec;
+    return c->ledger->rec;
 }
 
-void zs_comm_clear_records(zs_comm_t c) { c->nrec = 0; }
+void zs_comm_clear_records(zs_comm_t c) { c->ledger->nrec = 0; }
 
 const zs_comm_sum_row *zs_comm_sums(zs_comm_t c, size_t *n)
 {
-    *n = c->nsum;
-    return c->sum;
+    *n = c->ledger->nsum;
+    return c->ledger->sum;
 }
 
-/* Add r to its (op, phase, message size) row. */
+/* Add r to its (group, op, phase, message size) row. */
 static void zs_comm_sum_add(zs_comm_t c, const zs_comm_record *r)
 {
     size_t bytes = r->elems * r->elem_size, i;
     for (i = 0; i < c->nsum; i++)
-        if (c->sum[i].op == r->op && c->sum[i].phase == r->phase && c->sum[i].msg_bytes == bytes)
+        if (c->sum[i].op == r->op && c->sum[i].phase == r->phase &&
+            c->sum[i].msg_bytes == bytes && c->sum[i].group == r->group)
             break;
     if (i == c->nsum) {
         if (c->nsum == c->capsum) {
@@ -253,7 +335,8 @@ static void zs_comm_sum_add(zs_comm_t c, const zs_comm_record *r)
             c->sum = p;
             c->capsum = cap;
         }
-        c->sum[i] = (zs_comm_sum_row){.op = r->op, .phase = r->phase, .msg_bytes = bytes};
+        c->sum[i] = (zs_comm_sum_row){.group = r->group, .op = r->op, .phase = r->phase,
+                                      .msg_bytes = bytes};
         c->nsum++;
     }
     c->sum[i].calls += 1;
@@ -264,6 +347,7 @@ static void zs_comm_sum_add(zs_comm_t c, const zs_comm_record *r)
 
 static void zs_comm_record_add(zs_comm_t c, const zs_comm_record *r)
 {
+    c = c->ledger;
     zs_comm_sum_add(c, r);
     if (c->nrec >= ZS_COMM_KEEP)
         return;
@@ -281,7 +365,8 @@ static void zs_comm_record_add(zs_comm_t c, const zs_comm_record *r)
 static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t elems,
                                   zs_comm_type t)
 {
-    zs_comm_record r = {.op = op, .phase = c->phase, .layer = layer, .step = c->step,
+    zs_comm_record r = {.op = op, .phase = c->ledger->phase, .group = c->group, .layer = layer,
+                        .step = c->ledger->step,
                         .elems = elems, .elem_size = zs_comm_type_size(t)};
     double full = (double)elems * (double)r.elem_size, N = c->size;
     r.wire_bytes = op == ZS_OP_GATHER ? full : full * (N - 1) / N;
