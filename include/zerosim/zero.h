@@ -18,6 +18,8 @@
 #include "zerosim/model.h"
 
 struct zs_comm;
+struct zs_step_shape_s;
+struct zs_step_program_s;
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,7 +57,16 @@ size_t zs_partition_overlap(const zs_partition *p, int q, size_t lo, size_t hi, 
  * Collective: every rank of comm must call it. */
 int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem,
                      struct zs_comm *comm, zs_engine **out);
+/* The same with a step shape built by the caller for these ranks
+ * (zs_step_shape_build; NULL builds one), shared by engines of the same
+ * configuration (a phantom run's simulated ranks); it must outlive e. */
+int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem,
+                            struct zs_comm *comm, const struct zs_step_shape_s *shape,
+                            zs_engine **out);
 const zs_partition *zs_engine_partition(const zs_engine *e);
+/* The step's shape and the program the engine executes (zerosim/program.h). */
+const struct zs_step_shape_s *zs_engine_shape(const zs_engine *e);
+const struct zs_step_program_s *zs_engine_program(const zs_engine *e);
 /* The gradient buckets' flat ranges [lo[i], hi[i]); returns their number
  * (up to max are written). */
 int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max);

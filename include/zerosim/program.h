@@ -1,0 +1,187 @@
+/* zerosim — the step as a program.
+ *
+ * One description of what a rank does in one training step, built from
+ * shapes alone: the model's layout, the run configuration and the number of
+ * data-parallel ranks. Three users read it:
+ *
+ *   the engine (src/zero/engine.c) allocates the buffers of the shape's
+ *     table and executes the ops one after the other;
+ *   a phantom run executes the same ops on a backend without storage;
+ *   the predictions (src/predict) count the ops and the table: memory peaks
+ *     per category, calls and bytes per collective, recomputed units.
+ *
+ * so that a plan, a phantom run and a real run agree by construction. What
+ * checks the program itself are the tests against published formulas and
+ * hand counts (tests/test_accounting.sh, tests/test_plan.sh).
+ *
+ * A shape is the same on every rank: the partition of rank 0 (every shard
+ * has the same size), the gradient buckets, stage 3's gather ranges, the
+ * allgather pieces and the table of buffers. What differs between ranks is
+ * only which part of a range each owns, computed in O(1) from the partition
+ * (zs_step_counts, zs_range_max_part, zs_step_alltoall_bytes), so that a
+ * shape for 16,384 ranks costs no more than one for 2.
+ */
+#ifndef ZEROSIM_PROGRAM_H
+#define ZEROSIM_PROGRAM_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "zerosim/comm.h"
+#include "zerosim/config.h"
+#include "zerosim/mem.h"
+#include "zerosim/model.h"
+#include "zerosim/zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every buffer the engine allocates, by role. */
+typedef enum {
+    ZS_BUF_PARAMS = 0,   /* stored parameters: full (stages 0-2) or shard (3) */
+    ZS_BUF_MASTER,       /* fp32 master weights (mixed precision) */
+    ZS_BUF_M, ZS_BUF_V,  /* optimizer moments */
+    ZS_BUF_GFULL,        /* stages 0, 1: the full gradient */
+    ZS_BUF_GSHARD,       /* the reduced gradient shard */
+    ZS_BUF_GACC,         /* deterministic: int64 shard accumulator */
+    ZS_BUF_FIXBUF,       /* deterministic: one bucket in fixed point */
+    ZS_BUF_RECV,         /* this rank's part of one bucket */
+    ZS_BUF_RESIDUAL,     /* error feedback */
+    ZS_BUF_CX, ZS_BUF_CAPPROX, ZS_BUF_CACC,  /* compression workspaces */
+    ZS_BUF_CSEND, ZS_BUF_CRECV,              /* compressed bytes out and in */
+    ZS_BUF_RING,         /* ring reduce-scatter scratch (more than 2 ranks) */
+    ZS_BUF_STAGE_P, ZS_BUF_STAGE_G,          /* fp32 staging of one unit */
+    ZS_BUF_TOKENS, ZS_BUF_TARGETS, ZS_BUF_X, /* one micro-batch */
+    ZS_BUF_ACTS,         /* the model's saved activations */
+    ZS_BUF_CKPT,         /* activation checkpoints */
+    ZS_BUF_SCRATCH,      /* the model's backward scratch */
+    ZS_BUF_INIT,         /* transient: initialisation staging (freed) */
+    ZS_BUF_N
+} zs_buf_id;
+
+typedef struct {
+    zs_mem_category cat;
+    size_t bytes;        /* 0: not allocated in this configuration */
+} zs_buf_spec;
+
+typedef struct {
+    size_t lo, hi;       /* flat range of the padded layout */
+    int unit;            /* buckets: reduced after this unit's backward */
+} zs_step_range;
+
+typedef struct zs_step_shape_s {
+    zs_partition part;   /* of rank 0 */
+    int stage, det, mixed, comp;
+    zs_dtype pt;
+    size_t ps;           /* bytes of a stored parameter or gradient */
+    int U;               /* units */
+    size_t *unit_lo, *unit_n;  /* [U] each unit's own flat range */
+    zs_step_range *buckets;
+    int nbuckets;
+    size_t max_bucket, max_chunk;
+    /* stage 3: unit u gathers granges[gfirst[u] .. gfirst[u] + gn[u]) */
+    zs_step_range *granges;
+    int *gfirst, *gn;
+    size_t *gelems;      /* [U] elements unit u gathers */
+    size_t ag_piece;     /* stages 0-2: allgather pieces of this many */
+    int npieces;
+    size_t stage_elems;  /* fp32 staging: the largest unit */
+    size_t tok_bytes, x_bytes;
+    size_t csend_bytes, crecv_bytes;
+    zs_buf_spec buf[ZS_BUF_N];
+    zs_run_config cfg;
+} zs_step_shape;
+
+/* Build the shape of cfg's step (model built from cfg->model) on `world`
+ * data-parallel ranks. Returns 0, or non-zero with a one-line message (a
+ * bucket or gather larger than one MPI call, a unit larger than
+ * stage3_max_live_parameters). */
+int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
+                        zs_step_shape *s);
+void zs_step_shape_free(zs_step_shape *s);
+
+/* The elements of [lo, hi) that each rank owns, and where each part starts
+ * relative to lo (displs may be NULL). O(world). */
+void zs_step_counts(const zs_step_shape *s, size_t lo, size_t hi, int *counts, int *displs);
+/* The largest part of [lo, hi) that any one rank owns. O(1). */
+size_t zs_range_max_part(const zs_partition *p, size_t lo, size_t hi);
+/* Bytes rank q sends to the other ranks in the compressed exchange of
+ * bucket k (one micro-batch). O(1). */
+double zs_step_alltoall_bytes(const zs_step_shape *s, int k, int q);
+/* The compressed size of a part of n elements (the codec's closed form). */
+double zs_comp_part_bytes(const zs_comp_spec *c, size_t n);
+
+/* ---- the ops ------------------------------------------------------------ */
+
+typedef enum {
+    ZS_SOP_BEGIN = 0,    /* zero the gradient shard accumulator */
+    ZS_SOP_LOAD,         /* load micro-batch `micro` */
+    ZS_SOP_GATHER,       /* stage 3: start gathering unit's ranges */
+    ZS_SOP_WAIT,         /* stage 3: wait for unit's gather */
+    ZS_SOP_FORWARD,      /* forward of unit */
+    ZS_SOP_RELEASE,      /* stage 3: free unit's gathered ranges */
+    ZS_SOP_LOSS,         /* keep the micro-batch's loss */
+    ZS_SOP_ZERO_GRADS,   /* stages 0, 1: zero the full gradient */
+    ZS_SOP_BUCKET_ALLOC, /* stages 2, 3: bucket `index` gets its buffer */
+    ZS_SOP_BACKWARD,     /* backward of unit, gradients added to storage */
+    ZS_SOP_REDUCE,       /* bucket `index`: reduce-scatter (or compressed
+                            all-to-all) and add this rank's part */
+    ZS_SOP_LOSS_SUM,     /* the step's loss over the ranks */
+    ZS_SOP_CHECK,        /* overflow flags over the ranks */
+    ZS_SOP_NORM,         /* global norm, loss scaler; an overflow ends the
+                            step here */
+    ZS_SOP_PUT_SHARD,    /* stage 0: the reduced shard into the full gradient */
+    ZS_SOP_OPTIMIZER,    /* optimizer on the shard (stage 0: everything) */
+    ZS_SOP_ALLGATHER,    /* piece `index` of the full array: stage 0 the
+                            gradients, stages 1, 2 the parameters */
+    ZS_SOP_NKINDS
+} zs_step_op_kind;
+
+#define ZS_SOPF_PREFETCH  1u  /* GATHER: ahead of the unit that uses it */
+#define ZS_SOPF_RECOMPUTE 2u  /* FORWARD/GATHER: activation checkpointing */
+#define ZS_SOPF_APPLIED   4u  /* runs only when the step is not skipped */
+
+typedef struct {
+    zs_step_op_kind kind;
+    int micro;           /* micro-batch, -1 in the optimizer's part */
+    int unit;            /* -1 when none */
+    int index;           /* bucket or piece, -1 when none */
+    unsigned flags;
+    zs_comm_phase phase;
+    zs_comm_group group; /* of its collective (dp for now) */
+    size_t elems;        /* elements it computes on or moves */
+} zs_step_op;
+
+typedef struct zs_step_program_s {
+    zs_step_op *ops;
+    size_t n, cap;
+} zs_step_program;
+
+/* The ops of one step of rank `rank` (the same for every data-parallel rank
+ * today; the pipeline's schedules will differ per rank). */
+int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
+                          zs_step_program *p);
+void zs_step_program_free(zs_step_program *p);
+const char *zs_step_op_name(zs_step_op_kind k);
+/* One op a line, with its sizes, group and the buffers it touches. */
+void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FILE *f);
+
+/* What a program does, counted. */
+typedef struct {
+    size_t peak[ZS_MEM_NCAT];    /* per category: the buffer table plus the
+                                    dynamic buffers (gathered ranges,
+                                    buckets) at their most */
+    size_t live_params;          /* stage 3: most gathered elements at once */
+    size_t gathered_elems;       /* stage 3: elements gathered per step */
+    double gather_calls;         /* stage 3: allgather calls per step */
+    double rs_calls, rs_bytes;   /* per dense step (full-buffer bytes) */
+    double ag_calls, ag_bytes;   /* stages 0-2 per applied step, full bytes */
+    double recompute_units;      /* forward passes recomputed per step */
+} zs_step_count;
+
+void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,657 @@
+/* zerosim — the step as a program (see zerosim/program.h). */
+#include "zerosim/program.h"
+#include "zerosim/compress.h"
+#include "zerosim/error.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- ranges over the partition ------------------------------------------ */
+
+/* The owners of [lo, hi): ranks a..b; the first and last parts' sizes (the
+ * ranks between own a whole shard each). Returns 0 for an empty range. */
+static int zs_range_owners(const zs_partition *p, size_t lo, size_t hi, size_t *a, size_t *b,
+                           size_t *first, size_t *last)
+{
+    if (hi <= lo)
+        return 0;
+    size_t S = p->shard;
+    *a = lo / S;
+    *b = (hi - 1) / S;
+    if (*a == *b) {
+        *first = *last = hi - lo;
+    } else {
+        *first = (*a + 1) * S - lo;
+        *last = hi - *b * S;
+    }
+    return 1;
+}
+
+size_t zs_range_max_part(const zs_partition *p, size_t lo, size_t hi)
+{
+    size_t a, b, f, l;
+    if (!zs_range_owners(p, lo, hi, &a, &b, &f, &l))
+        return 0;
+    size_t m = f > l ? f : l;
+    return b > a + 1 && p->shard > m ? p->shard : m;
+}
+
+/* Sum over the ranks of fn(part of rank q), in O(1). */
+static double zs_range_sum(const zs_partition *p, size_t lo, size_t hi,
+                           double (*fn)(const zs_comp_spec *, size_t), const zs_comp_spec *cs)
+{
+    size_t a, b, f, l, N = (size_t)p->world;
+    if (!zs_range_owners(p, lo, hi, &a, &b, &f, &l))
+        return (double)N * fn(cs, 0);
+    double s = fn(cs, f);
+    if (b > a) {
+        s += fn(cs, l);
+        s += (double)(b - a - 1) * fn(cs, p->shard);
+    }
+    return s + (double)(N - (b - a + 1)) * fn(cs, 0);
+}
+
+/* The part of [lo, hi) that rank q owns, O(1). */
+static size_t zs_range_part(const zs_partition *p, int q, size_t lo, size_t hi)
+{
+    size_t beg;
+    return zs_partition_overlap(p, q, lo, hi, &beg);
+}
+
+void zs_step_counts(const zs_step_shape *s, size_t lo, size_t hi, int *counts, int *displs)
+{
+    for (int q = 0; q < s->part.world; q++) {
+        size_t beg, n = zs_partition_overlap(&s->part, q, lo, hi, &beg);
+        counts[q] = (int)n;
+        if (displs)
+            displs[q] = n ? (int)(beg - lo) : 0;
+    }
+}
+
+double zs_comp_part_bytes(const zs_comp_spec *s, size_t n)
+{
+    double blocks = (double)((n + 255) / 256);
+    switch (s->kind) {
+    case ZS_COMP_TOPK: /* k by the codec's rule: ceil(f*n), within [1, n] */
+        return 8.0 * (double)zs_comp_topk_k(s, n);
+    case ZS_COMP_INT8: return (double)n + 4.0 * blocks;
+    case ZS_COMP_SIGN: return (double)((n + 7) / 8) + 4.0 * blocks;
+    default: return 4.0 * (double)n;
+    }
+}
+
+static double zs_codec_bytes(const zs_comp_spec *s, size_t n) { return (double)zs_comp_bytes(s, n); }
+
+double zs_step_alltoall_bytes(const zs_step_shape *s, int k, int q)
+{
+    const zs_step_range *b = &s->buckets[k];
+    const zs_comp_spec *cs = &s->cfg.compression;
+    double all = zs_range_sum(&s->part, b->lo, b->hi, zs_comp_part_bytes, cs);
+    return all - zs_comp_part_bytes(cs, zs_range_part(&s->part, q, b->lo, b->hi));
+}
+
+/* ---- the shape ----------------------------------------------------------- */
+
+static int zs_check_int(size_t n, const char *what)
+{
+    if (n > (size_t)INT_MAX)
+        ZS_FAIL("%s of %zu elements is more than one MPI call can carry (%d): lower "
+                "reduce_bucket_size / allgather_bucket_size or use more ranks", what, n, INT_MAX);
+    return 0;
+}
+
+static int zs_range_push(zs_step_range **v, int *n, int *cap, zs_step_range r)
+{
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 16;
+        zs_step_range *t = realloc(*v, (size_t)nc * sizeof *t);
+        if (!t)
+            ZS_FAIL("out of host memory planning the step");
+        *v = t;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = r;
+    return 0;
+}
+
+/* Cut [0, Ψp) into buckets from the end, at unit boundaries where possible:
+ * a bucket is closed when the next unit would overflow it, and a unit
+ * larger than a bucket is cut into pieces from its end. A bucket is ready
+ * once the lowest unit overlapping it has run its backward. */
+static int zs_shape_buckets(zs_step_shape *s)
+{
+    size_t B = s->cfg.reduce_bucket_size ? s->cfg.reduce_bucket_size : s->part.padded;
+    int cap = 0;
+    size_t hi = s->part.padded, lo = hi; /* the open bucket is [lo, hi) */
+    int ready = s->U - 1;
+    for (int u = s->U - 1; u >= 0; u--) {
+        size_t uo = s->unit_lo[u];
+        size_t un = (u == s->U - 1 ? s->part.padded : s->unit_lo[u + 1]) - uo;
+        if (lo < hi && (hi - lo) + un > B) {
+            ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
+                                 (zs_step_range){.lo = lo, .hi = hi, .unit = ready}));
+            hi = lo;
+        }
+        lo = uo;
+        ready = u;
+        while (hi - lo > B) {
+            ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
+                                 (zs_step_range){.lo = hi - B, .hi = hi, .unit = u}));
+            hi -= B;
+        }
+    }
+    if (hi > lo)
+        ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
+                             (zs_step_range){.lo = lo, .hi = hi, .unit = ready}));
+    for (int i = 0; i < s->nbuckets; i++) {
+        const zs_step_range *b = &s->buckets[i];
+        ZS_TRY(zs_check_int(b->hi - b->lo, "a gradient bucket"));
+        if (b->hi - b->lo > s->max_bucket)
+            s->max_bucket = b->hi - b->lo;
+        size_t mp = zs_range_max_part(&s->part, b->lo, b->hi);
+        if (mp > s->max_chunk)
+            s->max_chunk = mp;
+        if (s->comp) {
+            const zs_comp_spec *cs = &s->cfg.compression;
+            size_t sb = (size_t)zs_range_sum(&s->part, b->lo, b->hi, zs_codec_bytes, cs);
+            size_t rb = (size_t)s->part.world * zs_comp_bytes(cs, mp);
+            if (sb > s->csend_bytes)
+                s->csend_bytes = sb;
+            if (rb > s->crecv_bytes)
+                s->crecv_bytes = rb;
+        }
+    }
+    if (s->comp && (s->csend_bytes > (size_t)INT_MAX || s->crecv_bytes > (size_t)INT_MAX))
+        ZS_FAIL("a compressed bucket exceeds what one MPI call can carry: lower reduce_bucket_size");
+    return 0;
+}
+
+/* Stage 3: the ranges each unit gathers: its own range, then the entries it
+ * borrows from other units (the GPT head's tied token embedding). */
+static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
+{
+    const zs_layout *lay = zs_model_layout(m);
+    int cap = 0, n = 0;
+    s->gfirst = calloc((size_t)s->U, sizeof(int));
+    s->gn = calloc((size_t)s->U, sizeof(int));
+    s->gelems = calloc((size_t)s->U, sizeof(size_t));
+    if (!s->gfirst || !s->gn || !s->gelems)
+        ZS_FAIL("out of host memory planning parameter gathers");
+    for (int u = 0; u < s->U; u++) {
+        s->gfirst[u] = n;
+        size_t lo = s->unit_lo[u], hi = lo + s->unit_n[u];
+        ZS_TRY(zs_range_push(&s->granges, &n, &cap, (zs_step_range){.lo = lo, .hi = hi, .unit = u}));
+        int ids[ZS_MAX_USES_PUBLIC];
+        int k = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
+        for (int i = 0; i < k; i++) {
+            const zs_param_entry *pe = &lay->entries[ids[i]];
+            if (pe->layer != u)
+                ZS_TRY(zs_range_push(&s->granges, &n, &cap,
+                                     (zs_step_range){.lo = pe->offset,
+                                                     .hi = pe->offset + pe->numel, .unit = u}));
+        }
+        s->gn[u] = n - s->gfirst[u];
+        for (int i = s->gfirst[u]; i < n; i++) {
+            ZS_TRY(zs_check_int(s->granges[i].hi - s->granges[i].lo, "a parameter gather"));
+            s->gelems[u] += s->granges[i].hi - s->granges[i].lo;
+        }
+        if (s->gelems[u] > s->cfg.stage3_max_live_parameters)
+            ZS_FAIL("stage3_max_live_parameters (%zu) is smaller than unit %d, which needs %zu "
+                    "gathered parameters at once: raise it to at least %zu",
+                    s->cfg.stage3_max_live_parameters, u, s->gelems[u], s->gelems[u]);
+    }
+    return 0;
+}
+
+#define ZS_INIT_CHUNK ((size_t)1 << 18)
+
+static void zs_shape_buffers(zs_step_shape *s)
+{
+    const zs_partition *p = &s->part;
+    int st = s->stage;
+    size_t P = p->padded, S = p->shard, ps = s->ps;
+    size_t opt = st == 0 ? P : S;
+    zs_buf_spec *b = s->buf;
+#define ZS_SETBUF(id, c, n) (b[id] = (zs_buf_spec){.cat = (c), .bytes = (n)})
+    ZS_SETBUF(ZS_BUF_PARAMS, ZS_MEM_PARAMS, (st == 3 ? S : P) * ps);
+    ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, s->mixed ? opt * 4 : 0);
+    ZS_SETBUF(ZS_BUF_M, ZS_MEM_OPT_M, opt * 4);
+    ZS_SETBUF(ZS_BUF_V, ZS_MEM_OPT_V, s->cfg.optimizer == ZS_OPT_ADAMW ? opt * 4 : 0);
+    ZS_SETBUF(ZS_BUF_GFULL, ZS_MEM_GRADS, st <= 1 ? P * ps : 0);
+    ZS_SETBUF(ZS_BUF_GSHARD, ZS_MEM_GRADS, S * ps);
+    ZS_SETBUF(ZS_BUF_GACC, ZS_MEM_GRADS, s->det ? S * 8 : 0);
+    ZS_SETBUF(ZS_BUF_FIXBUF, ZS_MEM_COMM_BUFFERS, s->det ? s->max_bucket * 8 : 0);
+    ZS_SETBUF(ZS_BUF_RECV, ZS_MEM_COMM_BUFFERS, s->max_chunk * (s->det ? 8 : ps));
+    ZS_SETBUF(ZS_BUF_RESIDUAL, ZS_MEM_COMPRESSION, s->comp && s->cfg.error_feedback ? P * 4 : 0);
+    ZS_SETBUF(ZS_BUF_CX, ZS_MEM_WORKSPACE, s->comp ? s->max_bucket * 4 : 0);
+    ZS_SETBUF(ZS_BUF_CAPPROX, ZS_MEM_WORKSPACE, s->comp ? s->max_bucket * 4 : 0);
+    ZS_SETBUF(ZS_BUF_CACC, ZS_MEM_WORKSPACE, s->comp ? s->max_chunk * 4 + 4 : 0);
+    ZS_SETBUF(ZS_BUF_CSEND, ZS_MEM_COMM_BUFFERS, s->comp ? s->csend_bytes + 1 : 0);
+    ZS_SETBUF(ZS_BUF_CRECV, ZS_MEM_COMM_BUFFERS, s->comp ? s->crecv_bytes + 1 : 0);
+    /* the ring's two receive buffers (2 ranks receive straight into recv) */
+    ZS_SETBUF(ZS_BUF_RING, ZS_MEM_COMM_BUFFERS,
+              p->world > 2 ? 2 * s->max_chunk * (s->det ? 8 : ps) : 0);
+    ZS_SETBUF(ZS_BUF_STAGE_P, ZS_MEM_WORKSPACE, s->mixed ? s->stage_elems * 4 : 0);
+    ZS_SETBUF(ZS_BUF_STAGE_G, ZS_MEM_WORKSPACE, s->stage_elems * 4);
+    ZS_SETBUF(ZS_BUF_TOKENS, ZS_MEM_WORKSPACE,
+              s->cfg.model.kind == ZS_MODEL_GPT ? s->tok_bytes : 0);
+    ZS_SETBUF(ZS_BUF_TARGETS, ZS_MEM_WORKSPACE, s->tok_bytes);
+    ZS_SETBUF(ZS_BUF_X, ZS_MEM_WORKSPACE, s->x_bytes);
+    int mb = s->cfg.micro_batch;
+    ZS_SETBUF(ZS_BUF_ACTS, ZS_MEM_ACTIVATIONS, zs_model_activation_bytes(&s->cfg.model, mb));
+    ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS, zs_model_checkpoint_bytes(&s->cfg.model, mb));
+    ZS_SETBUF(ZS_BUF_SCRATCH, ZS_MEM_WORKSPACE, zs_model_scratch_bytes(&s->cfg.model, mb));
+    ZS_SETBUF(ZS_BUF_INIT, ZS_MEM_WORKSPACE, s->mixed ? ZS_INIT_CHUNK * 4 : 0);
+#undef ZS_SETBUF
+}
+
+int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
+                        zs_step_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->stage = cfg->stage;
+    s->det = cfg->deterministic;
+    s->pt = cfg->precision;
+    s->ps = zs_dtype_size(s->pt);
+    s->mixed = cfg->precision != ZS_DTYPE_F32;
+    s->comp = cfg->compression.kind != ZS_COMP_NONE;
+    if (s->stage < 0 || s->stage > 3)
+        ZS_FAIL("ZeRO stage must be 0, 1, 2 or 3, got %d", s->stage);
+    const zs_layout *lay = zs_model_layout(m);
+    s->U = lay->n_layers;
+    zs_partition_make(&s->part, lay->num_params, world, 0, s->det);
+    s->unit_lo = calloc((size_t)s->U, sizeof(size_t));
+    s->unit_n = calloc((size_t)s->U, sizeof(size_t));
+    if (!s->unit_lo || !s->unit_n) {
+        zs_step_shape_free(s);
+        ZS_FAIL("out of host memory planning the step");
+    }
+    for (int u = 0; u < s->U; u++) {
+        s->unit_lo[u] = lay->layer_offset[u];
+        s->unit_n[u] = lay->layer_numel[u];
+        size_t e = zs_model_unit_elems(m, u);
+        if (e > s->stage_elems)
+            s->stage_elems = e;
+    }
+    int rc = zs_shape_buckets(s);
+    if (!rc && s->stage == 3)
+        rc = zs_shape_gathers(s, m);
+    if (!rc && s->stage < 3) {
+        s->ag_piece = cfg->allgather_bucket_size && cfg->allgather_bucket_size < s->part.padded
+                          ? cfg->allgather_bucket_size : s->part.padded;
+        s->npieces = (int)((s->part.padded + s->ag_piece - 1) / s->ag_piece);
+        rc = zs_check_int(s->ag_piece, "a parameter allgather");
+    }
+    if (rc) {
+        zs_step_shape_free(s);
+        return rc;
+    }
+    const zs_model_config *mc = &cfg->model;
+    int mb = cfg->micro_batch;
+    size_t ntok = mc->kind == ZS_MODEL_GPT ? (size_t)mb * (size_t)mc->seq_len : (size_t)mb;
+    s->tok_bytes = ntok * sizeof(int32_t);
+    s->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * (size_t)mc->input_dim * sizeof(float) : 0;
+    zs_shape_buffers(s);
+    return 0;
+}
+
+void zs_step_shape_free(zs_step_shape *s)
+{
+    free(s->unit_lo);
+    free(s->unit_n);
+    free(s->buckets);
+    free(s->granges);
+    free(s->gfirst);
+    free(s->gn);
+    free(s->gelems);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- building the program ------------------------------------------------ */
+
+static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
+    [ZS_SOP_BEGIN] = "begin",
+    [ZS_SOP_LOAD] = "load",
+    [ZS_SOP_GATHER] = "gather",
+    [ZS_SOP_WAIT] = "wait",
+    [ZS_SOP_FORWARD] = "forward",
+    [ZS_SOP_RELEASE] = "release",
+    [ZS_SOP_LOSS] = "loss",
+    [ZS_SOP_ZERO_GRADS] = "zero_grads",
+    [ZS_SOP_BUCKET_ALLOC] = "bucket_alloc",
+    [ZS_SOP_BACKWARD] = "backward",
+    [ZS_SOP_REDUCE] = "reduce",
+    [ZS_SOP_LOSS_SUM] = "loss_sum",
+    [ZS_SOP_CHECK] = "check",
+    [ZS_SOP_NORM] = "norm",
+    [ZS_SOP_PUT_SHARD] = "put_shard",
+    [ZS_SOP_OPTIMIZER] = "optimizer",
+    [ZS_SOP_ALLGATHER] = "allgather",
+};
+
+const char *zs_step_op_name(zs_step_op_kind k) { return k < ZS_SOP_NKINDS ? zs_sop_names[k] : "?"; }
+
+typedef struct {              /* the builder's state */
+    const zs_step_shape *s;
+    const zs_model *m;
+    zs_step_program *p;
+    int micro;
+    zs_comm_phase phase;
+    char *live;               /* [U] stage 3: unit gathered */
+    size_t nlive;             /* elements gathered */
+    char *touched;            /* [nbuckets] bucket has its buffer */
+    int fail;
+} zs_builder;
+
+static void zs_emit(zs_builder *b, zs_step_op_kind k, int unit, int index, unsigned flags,
+                    size_t elems)
+{
+    zs_step_program *p = b->p;
+    if (b->fail)
+        return;
+    if (p->n == p->cap) {
+        size_t nc = p->cap ? 2 * p->cap : 256;
+        zs_step_op *t = realloc(p->ops, nc * sizeof *t);
+        if (!t) {
+            b->fail = 1;
+            return;
+        }
+        p->ops = t;
+        p->cap = nc;
+    }
+    p->ops[p->n++] = (zs_step_op){.kind = k, .micro = b->micro, .unit = unit, .index = index,
+                                  .flags = flags, .phase = b->phase, .group = ZS_GROUP_DP,
+                                  .elems = elems};
+}
+
+static void zs_b_gather_start(zs_builder *b, int u, unsigned flags)
+{
+    if (b->live[u])
+        return;
+    b->live[u] = 1;
+    b->nlive += b->s->gelems[u];
+    zs_emit(b, ZS_SOP_GATHER, u, -1, flags, b->s->gelems[u]);
+}
+
+/* Gather u (unless prefetched) and prefetch `next` when it fits under
+ * stage3_max_live_parameters and stage3_prefetch_bucket_size. */
+static void zs_b_gather_unit(zs_builder *b, int u, int next, unsigned flags)
+{
+    const zs_step_shape *s = b->s;
+    zs_b_gather_start(b, u, flags);
+    if (next >= 0 && next < s->U && !b->live[next] &&
+        s->gelems[next] <= s->cfg.stage3_prefetch_bucket_size &&
+        b->nlive + s->gelems[next] <= s->cfg.stage3_max_live_parameters)
+        zs_b_gather_start(b, next, flags | ZS_SOPF_PREFETCH);
+    zs_emit(b, ZS_SOP_WAIT, u, -1, flags, s->gelems[u]);
+}
+
+static void zs_b_release(zs_builder *b, int u)
+{
+    if (!b->live[u])
+        return;
+    b->live[u] = 0;
+    b->nlive -= b->s->gelems[u];
+    zs_emit(b, ZS_SOP_RELEASE, u, -1, 0, b->s->gelems[u]);
+}
+
+static void zs_b_forward_units(zs_builder *b, int first, int last, unsigned flags)
+{
+    const zs_step_shape *s = b->s;
+    for (int u = first; u <= last; u++) {
+        if (s->stage == 3)
+            zs_b_gather_unit(b, u, u < last ? u + 1 : -1, flags);
+        zs_emit(b, ZS_SOP_FORWARD, u, -1, flags, zs_model_unit_elems(b->m, u));
+        if (s->stage == 3)
+            zs_b_release(b, u);
+    }
+}
+
+/* Activation checkpointing: when unit u ends a segment that is recomputed
+ * before its backward (every segment but the last), its first unit; else -1. */
+static int zs_recomputed_first(const zs_model_config *mc, int u)
+{
+    int nseg = zs_model_segments(mc);
+    for (int sg = 0; sg < nseg - 1; sg++) {
+        int first, last;
+        zs_model_segment_units(mc, sg, &first, &last);
+        if (u == last)
+            return first;
+    }
+    return -1;
+}
+
+/* Stages 2, 3: the buckets unit u's backward writes into for the first
+ * time in this micro-batch get their buffers, in the order it writes them. */
+static void zs_b_bucket_allocs(zs_builder *b, int u)
+{
+    const zs_step_shape *s = b->s;
+    const zs_layout *lay = zs_model_layout(b->m);
+    int ids[ZS_MAX_USES_PUBLIC];
+    int n = zs_model_unit_uses(b->m, u, ids, ZS_MAX_USES_PUBLIC);
+    for (int i = 0; i < n; i++) {
+        const zs_param_entry *pe = &lay->entries[ids[i]];
+        size_t lo = pe->offset, hi = pe->offset + pe->numel;
+        for (int k = 0; k < s->nbuckets; k++) {
+            const zs_step_range *bk = &s->buckets[k];
+            if (b->touched[k] || (hi < bk->hi ? hi : bk->hi) <= (lo > bk->lo ? lo : bk->lo))
+                continue;
+            b->touched[k] = 1;
+            zs_emit(b, ZS_SOP_BUCKET_ALLOC, u, k, 0, bk->hi - bk->lo);
+        }
+    }
+}
+
+static void zs_b_reduce(zs_builder *b, int k)
+{
+    const zs_step_range *bk = &b->s->buckets[k];
+    if (b->s->stage >= 2 && !b->touched[k]) /* padding only: zeros */
+        zs_emit(b, ZS_SOP_BUCKET_ALLOC, bk->unit, k, 0, bk->hi - bk->lo);
+    zs_emit(b, ZS_SOP_REDUCE, bk->unit, k, 0, bk->hi - bk->lo);
+    b->touched[k] = 0;
+}
+
+int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
+                          zs_step_program *p)
+{
+    (void)rank; /* every data-parallel rank runs the same ops */
+    memset(p, 0, sizeof *p);
+    zs_builder b = {.s = s, .m = m, .p = p, .micro = -1};
+    b.live = calloc((size_t)s->U, 1);
+    b.touched = calloc((size_t)s->nbuckets + 1, 1);
+    if (!b.live || !b.touched) {
+        free(b.live);
+        free(b.touched);
+        ZS_FAIL("out of host memory building the step program");
+    }
+    const zs_model_config *mc = &s->cfg.model;
+    int U = s->U, st = s->stage;
+    b.phase = ZS_PHASE_FORWARD;
+    zs_emit(&b, ZS_SOP_BEGIN, -1, -1, 0, s->part.shard);
+    for (int a = 0; a < s->cfg.grad_accum; a++) {
+        b.micro = a;
+        b.phase = ZS_PHASE_FORWARD;
+        zs_emit(&b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
+        zs_b_forward_units(&b, 0, U - 1, 0);
+        zs_emit(&b, ZS_SOP_LOSS, -1, -1, 0, 1);
+        b.phase = ZS_PHASE_BACKWARD;
+        if (st <= 1)
+            zs_emit(&b, ZS_SOP_ZERO_GRADS, -1, -1, 0, s->part.padded);
+        for (int u = U - 1; u >= 0; u--) {
+            int first = zs_recomputed_first(mc, u);
+            if (first >= 0)
+                zs_b_forward_units(&b, first, u, ZS_SOPF_RECOMPUTE);
+            /* no prefetch of a unit whose segment is recomputed first */
+            if (st == 3)
+                zs_b_gather_unit(&b, u, zs_recomputed_first(mc, u - 1) >= 0 ? -1 : u - 1, 0);
+            if (st >= 2)
+                zs_b_bucket_allocs(&b, u);
+            zs_emit(&b, ZS_SOP_BACKWARD, u, -1, 0, zs_model_unit_elems(m, u));
+            if (st == 3)
+                zs_b_release(&b, u);
+            if (st >= 2)
+                for (int k = 0; k < s->nbuckets; k++)
+                    if (s->buckets[k].unit == u)
+                        zs_b_reduce(&b, k);
+        }
+        if (st <= 1)
+            for (int k = 0; k < s->nbuckets; k++)
+                zs_b_reduce(&b, k);
+    }
+    b.micro = -1;
+    b.phase = ZS_PHASE_STEP;
+    zs_emit(&b, ZS_SOP_LOSS_SUM, -1, -1, 0, (size_t)s->cfg.grad_accum);
+    zs_emit(&b, ZS_SOP_CHECK, -1, -1, 0, s->part.shard);
+    zs_emit(&b, ZS_SOP_NORM, -1, -1, 0, s->part.shard);
+    if (st == 0) {
+        zs_emit(&b, ZS_SOP_PUT_SHARD, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
+        for (int i = 0; i < s->npieces; i++)
+            zs_emit(&b, ZS_SOP_ALLGATHER, -1, i, ZS_SOPF_APPLIED,
+                    i + 1 < s->npieces ? s->ag_piece
+                                       : s->part.padded - (size_t)i * s->ag_piece);
+    }
+    zs_emit(&b, ZS_SOP_OPTIMIZER, -1, -1, ZS_SOPF_APPLIED, st == 0 ? s->part.padded : s->part.shard);
+    if (st == 1 || st == 2)
+        for (int i = 0; i < s->npieces; i++)
+            zs_emit(&b, ZS_SOP_ALLGATHER, -1, i, ZS_SOPF_APPLIED,
+                    i + 1 < s->npieces ? s->ag_piece
+                                       : s->part.padded - (size_t)i * s->ag_piece);
+    free(b.live);
+    free(b.touched);
+    if (b.fail) {
+        zs_step_program_free(p);
+        ZS_FAIL("out of host memory building the step program");
+    }
+    return 0;
+}
+
+void zs_step_program_free(zs_step_program *p)
+{
+    free(p->ops);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- counting ------------------------------------------------------------ */
+
+void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c)
+{
+    memset(c, 0, sizeof *c);
+    size_t stat[ZS_MEM_NCAT] = {0};
+    for (int i = 0; i < ZS_BUF_N; i++)
+        if (i != ZS_BUF_INIT)
+            stat[s->buf[i].cat] += s->buf[i].bytes;
+    memcpy(c->peak, stat, sizeof stat);
+    /* initialisation: its staging buffer comes after every other one */
+    c->peak[s->buf[ZS_BUF_INIT].cat] += s->buf[ZS_BUF_INIT].bytes;
+
+    size_t live = 0, bucket_bytes = 0, gp = 0, gb = 0;
+    double ps = (double)s->ps;
+    for (size_t i = 0; i < p->n; i++) {
+        const zs_step_op *o = &p->ops[i];
+        switch (o->kind) {
+        case ZS_SOP_GATHER:
+            live += o->elems;
+            if (live > c->live_params)
+                c->live_params = live;
+            c->gathered_elems += o->elems;
+            c->gather_calls += s->gn[o->unit];
+            break;
+        case ZS_SOP_RELEASE:
+            live -= o->elems;
+            break;
+        case ZS_SOP_FORWARD:
+            if (o->flags & ZS_SOPF_RECOMPUTE)
+                c->recompute_units += 1;
+            break;
+        case ZS_SOP_BUCKET_ALLOC:
+            bucket_bytes += o->elems * s->ps;
+            if (bucket_bytes > gb)
+                gb = bucket_bytes;
+            break;
+        case ZS_SOP_REDUCE:
+            c->rs_calls += 1;
+            c->rs_bytes += (double)o->elems * (s->det ? 8.0 : ps);
+            if (s->stage >= 2)
+                bucket_bytes -= o->elems * s->ps;
+            break;
+        case ZS_SOP_ALLGATHER:
+            c->ag_calls += 1;
+            c->ag_bytes += (double)o->elems * ps;
+            break;
+        default:
+            break;
+        }
+        if (live * s->ps > gp)
+            gp = live * s->ps;
+    }
+    c->peak[ZS_MEM_PARAMS] += gp;
+    c->peak[ZS_MEM_COMM_BUFFERS] += gb;
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FILE *f)
+{
+    const char *pt = zs_dtype_name(s->pt);
+    fprintf(f, "# step program: stage %d, %d ranks, %zu parameters (%zu padded, shard %zu), "
+               "%d units, %d buckets, %zu ops\n",
+            s->stage, s->part.world, s->part.num_params, s->part.padded, s->part.shard, s->U,
+            s->nbuckets, p->n);
+    for (size_t i = 0; i < p->n; i++) {
+        const zs_step_op *o = &p->ops[i];
+        fprintf(f, "%5zu %-8s", i, zs_comm_phase_name(o->phase));
+        if (o->micro >= 0)
+            fprintf(f, " mb %-3d", o->micro);
+        else
+            fprintf(f, " %-6s", "");
+        fprintf(f, " %-12s", zs_step_op_name(o->kind));
+        switch (o->kind) {
+        case ZS_SOP_GATHER:
+            fprintf(f, " unit %d: allgather %d range%s, %zu %s elements (%s)%s%s", o->unit,
+                    s->gn[o->unit], s->gn[o->unit] == 1 ? "" : "s", o->elems, pt,
+                    zs_comm_group_name(o->group),
+                    o->flags & ZS_SOPF_PREFETCH ? ", prefetch" : "",
+                    o->flags & ZS_SOPF_RECOMPUTE ? ", for recompute" : "");
+            break;
+        case ZS_SOP_WAIT:
+        case ZS_SOP_RELEASE:
+            fprintf(f, " unit %d: %zu gathered params", o->unit, o->elems);
+            break;
+        case ZS_SOP_FORWARD:
+        case ZS_SOP_BACKWARD:
+            fprintf(f, " unit %d (%zu params)%s", o->unit, o->elems,
+                    o->flags & ZS_SOPF_RECOMPUTE ? " recompute" : "");
+            break;
+        case ZS_SOP_BUCKET_ALLOC:
+            fprintf(f, " bucket %d: %zu %s elements (comm_buffers)", o->index, o->elems, pt);
+            break;
+        case ZS_SOP_REDUCE:
+            fprintf(f, " bucket %d [%zu, %zu): %s %zu %s elements (%s)", o->index,
+                    s->buckets[o->index].lo, s->buckets[o->index].hi,
+                    s->comp ? "reduce_scatter or compressed alltoall" : "reduce_scatter",
+                    o->elems, s->det ? "int64" : pt, zs_comm_group_name(o->group));
+            break;
+        case ZS_SOP_ALLGATHER:
+            fprintf(f, " piece %d: %zu %s elements of the %s (%s)", o->index, o->elems, pt,
+                    s->stage == 0 ? "gradients" : "parameters", zs_comm_group_name(o->group));
+            break;
+        case ZS_SOP_OPTIMIZER:
+            fprintf(f, " %s on %zu elements", s->cfg.optimizer == ZS_OPT_ADAMW ? "adamw" : "sgd", o->elems);
+            break;
+        case ZS_SOP_LOAD:
+            fprintf(f, " %zu samples", o->elems);
+            break;
+        case ZS_SOP_LOSS_SUM:
+        case ZS_SOP_CHECK:
+        case ZS_SOP_NORM:
+            fprintf(f, " scalars over the ranks (%s)", zs_comm_group_name(o->group));
+            break;
+        default:
+            fprintf(f, " %zu elements", o->elems);
+            break;
+        }
+        fprintf(f, "%s\n", o->flags & ZS_SOPF_APPLIED ? "  [skipped on overflow]" : "");
+    }
+}
