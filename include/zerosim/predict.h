@@ -49,11 +49,23 @@ typedef struct {
     size_t rs_bytes_per_step;
     size_t ag_bytes_per_step;    /* for a step that is not skipped */
     size_t ag_bytes_per_skipped_step;
+    /* zs_predict only: calls per step, recomputed unit forwards per step,
+     * and rank 0's compressed all-to-all bytes per compressed step */
+    double rs_calls_per_step, ag_calls_per_step, ag_calls_per_skipped_step;
+    double recompute_units;
+    double a2a_bytes_rank0;
 } zs_prediction;
 
-/* Predict for cfg (finalized) on `world` ranks. Returns 0 or non-zero with
- * a message (an impossible model). */
+/* Predict for cfg (finalized) on `world` ranks by counting the step
+ * program (zerosim/program.h): every category, comm_buffers and workspace
+ * included, and every collective. Returns 0 or non-zero with a message (an
+ * impossible model). */
 int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p);
+/* The closed forms above, computed without the program: model states,
+ * activations, checkpoints, compression residual, reduce-scatter and
+ * allgather bytes (comm_buffers and workspace have none: has = 0). The tests
+ * hold the program's counts to them. */
+int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p);
 
 /* Compressed gradient exchange (Ψ = num_params): bytes rank `rank` sends to the other ranks
  * per step (all-to-all), for gradient buckets [lo[i], hi[i]): for each

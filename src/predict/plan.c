@@ -62,41 +62,30 @@ static int zs_plan_states_closed(const zs_plan_input *in, const zs_run_config *c
     return 0;
 }
 
-/* Model states of the zerosim convention, and the structure the traffic
- * needs: G (parameters gathered per pass) and the recomputed units. */
+/* Model states of the zerosim convention. A GPT: every category as its step
+ * program counts it (zs_predict), and the program's collectives in *pr
+ * (*have = 1); a bare parameter count: the closed forms of predict.h over
+ * one layout of Ψ parameters. */
 static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *c,
-                                  zs_plan_result *r, double *gathered, double *recompute,
-                                  double *gather_calls)
+                                  zs_plan_result *r, zs_prediction *pr, int *have)
 {
     size_t ps = zs_dtype_size(c->precision), gs = zs_dtype_size(in->grad_precision);
     int st = c->stage;
+    *have = 0;
     if (in->has_arch) {
-        zs_prediction pr;
-        ZS_TRY(zs_predict(c, in->dp, &pr));
-        for (int k = 0; k < ZS_MEM_NCAT; k++)
-            r->bytes[k] = (double)pr.bytes[k];
-        r->padded = pr.padded;
-        r->shard = pr.shard;
-        r->live_params = pr.live_params;
-        if (gs != ps) /* the same formula with the gradient's own size */
-            r->bytes[ZS_MEM_GRADS] = (double)((st <= 1 ? gs * pr.padded + gs * pr.shard
-                                                       : gs * pr.shard) +
-                                              (c->deterministic ? 8 * pr.shard : 0));
-        *gathered = (double)pr.gathered_per_pass;
-        /* the recomputed segments' units, as zs_predict counts them */
-        size_t G = pr.gathered_per_pass, rec = 0;
-        if (st == 3 && pr.ag_bytes_per_step >= 2 * (size_t)c->grad_accum * ps * G)
-            rec = pr.ag_bytes_per_step / ((size_t)c->grad_accum * ps) - 2 * G;
-        *recompute = (double)rec;
-        int U = c->model.n_layer + 2, nseg = zs_model_segments(&c->model), ru = 0;
-        for (int s = 0; s < nseg - 1; s++) {
-            int first, last;
-            zs_model_segment_units(&c->model, s, &first, &last);
-            ru += last - first + 1;
+        ZS_TRY(zs_predict(c, in->dp, pr));
+        *have = 1;
+        for (int k = 0; k < ZS_MEM_NCAT; k++) {
+            r->bytes[k] = (double)pr->bytes[k];
+            r->has[k] = pr->has[k];
         }
-        /* one call per unit and pass, and one more for the head's tied
-         * token embedding, which is gathered on its own */
-        *gather_calls = 2.0 * (U + 1) + ru;
+        r->padded = pr->padded;
+        r->shard = pr->shard;
+        r->live_params = pr->live_params;
+        if (gs != ps) /* the same formula with the gradient's own size */
+            r->bytes[ZS_MEM_GRADS] = (double)((st <= 1 ? gs * pr->padded + gs * pr->shard
+                                                       : gs * pr->shard) +
+                                              (c->deterministic ? 8 * pr->shard : 0));
         return 0;
     }
     zs_partition part;
@@ -114,9 +103,6 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
     r->bytes[ZS_MEM_OPT_V] = c->optimizer == ZS_OPT_ADAMW ? 4.0 * (double)opt : 0.0;
     r->bytes[ZS_MEM_COMPRESSION] =
         c->compression.kind != ZS_COMP_NONE && c->error_feedback ? 4.0 * (double)P : 0.0;
-    *gathered = (double)r->num_params;
-    *recompute = 0.0;
-    *gather_calls = 2.0; /* one per pass: the units are unknown */
     return 0;
 }
 
@@ -160,9 +146,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");
     r->num_params = in->has_arch ? zs_model_count_params(&c.model) : in->num_params;
 
-    double G = 0, recompute = 0, gather_calls = 2;
+    zs_prediction pr;
+    int have = 0;
     if (in->convention == ZS_PLAN_ZEROSIM)
-        ZS_TRY(zs_plan_states_zerosim(in, &c, r, &G, &recompute, &gather_calls));
+        ZS_TRY(zs_plan_states_zerosim(in, &c, r, &pr, &have));
     else
         ZS_TRY(zs_plan_states_closed(in, &c, r));
     r->has[ZS_MEM_PARAMS] = r->has[ZS_MEM_GRADS] = 1;
@@ -189,9 +176,25 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     double p = (double)zs_dtype_size(c.precision), g = (double)zs_dtype_size(in->grad_precision);
     double rs_calls = GA * (double)zs_ceil_div(r->padded, c.reduce_bucket_size);
     double ag_calls = (double)zs_ceil_div(r->padded, c.allgather_bucket_size);
-    if (in->convention == ZS_PLAN_ZEROSIM) {
+    /* stage 3 gathers per step (elements): the program's count, or two
+     * passes over Ψ for a bare parameter count */
+    double gathered = have ? (double)pr.ag_bytes_per_step / p : 2.0 * Psi * GA;
+    if (in->convention == ZS_PLAN_ZEROSIM && have) {
+        /* the step program's collectives, as a run makes them */
+        if (c.compression.kind != ZS_COMP_NONE)
+            zs_plan_add_coll(r, ZS_COLL_ALLTOALL,
+                             N > 1 ? pr.a2a_bytes_rank0 * N / (N - 1) : 0.0,
+                             pr.rs_calls_per_step, N);
+        else
+            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
+                             (double)pr.rs_bytes_per_step * (c.deterministic ? 1.0 : g / p),
+                             pr.rs_calls_per_step, N);
+        zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
+                         (double)pr.ag_bytes_per_step * (st == 0 ? g / p : 1.0),
+                         pr.ag_calls_per_step, N);
+    } else if (in->convention == ZS_PLAN_ZEROSIM) {
+        /* a bare parameter count: one layout of Ψ, buckets cut evenly */
         if (c.compression.kind != ZS_COMP_NONE) {
-            /* all-to-all of compressed buckets in place of the reduce-scatter */
             size_t B = c.reduce_bucket_size ? c.reduce_bucket_size : r->padded;
             size_t nb = zs_ceil_div(r->padded, B);
             size_t *lo = malloc(nb * sizeof *lo), *hi = malloc(nb * sizeof *hi);
@@ -212,9 +215,8 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, GA * Pp * (c.deterministic ? 8.0 : g),
                              rs_calls, N);
         }
-        if (st == 3)
-            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, GA * p * (2.0 * G + recompute),
-                             GA * gather_calls, N);
+        if (st == 3) /* one call per pass: the units are unknown */
+            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, p * gathered, GA * 2.0, N);
         else
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (st == 0 ? g : p) * Pp, ag_calls, N);
     } else if (in->convention == ZS_PLAN_PAPER) {
@@ -274,7 +276,7 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         if (st == 0)
             passes += S;
         if (st == 3)
-            passes += GA * (2.0 * G + recompute) / N;
+            passes += gathered / N;
         if (c.precision != ZS_DTYPE_F32)
             passes += GA * Pp * (r->recompute ? 3.0 : 2.0);
         if (c.deterministic) /* to fixed point, added, back */

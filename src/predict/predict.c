@@ -2,6 +2,7 @@
 #include "zerosim/predict.h"
 #include "zerosim/error.h"
 #include "zerosim/model.h"
+#include "zerosim/program.h"
 #include "zerosim/zero.h"
 
 #include <stdlib.h>
@@ -31,7 +32,7 @@ static size_t zs_live_peak(const size_t *g, int U, size_t bound, size_t prefetch
     return peak;
 }
 
-int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
+int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
 {
     memset(p, 0, sizeof *p);
     zs_model *m;
@@ -101,19 +102,6 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     return 0;
 }
 
-/* The closed form of a compressed part of n elements. */
-static double zs_comp_part_bytes(const zs_comp_spec *s, size_t n)
-{
-    double blocks = (double)((n + 255) / 256);
-    switch (s->kind) {
-    case ZS_COMP_TOPK: /* k by the codec's rule: ceil(f*n), within [1, n] */
-        return 8.0 * (double)zs_comp_topk_k(s, n);
-    case ZS_COMP_INT8: return (double)n + 4.0 * blocks;
-    case ZS_COMP_SIGN: return (double)((n + 7) / 8) + 4.0 * blocks;
-    default: return 4.0 * (double)n;
-    }
-}
-
 double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, int world,
                                  int rank, const size_t *lo, const size_t *hi, int nbuckets)
 {
@@ -127,4 +115,51 @@ double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, in
                 bytes += zs_comp_part_bytes(&cfg->compression, n);
         }
     return bytes * cfg->grad_accum;
+}
+
+int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
+{
+    memset(p, 0, sizeof *p);
+    zs_model *m;
+    ZS_TRY(zs_model_create(&cfg->model, &m));
+    zs_step_shape sh;
+    zs_step_program prog;
+    if (zs_step_shape_build(cfg, m, world, &sh)) {
+        zs_model_destroy(m);
+        return -1;
+    }
+    if (zs_step_program_build(&sh, m, 0, &prog)) {
+        zs_step_shape_free(&sh);
+        zs_model_destroy(m);
+        return -1;
+    }
+    zs_step_count c;
+    zs_step_program_count(&sh, &prog, &c);
+    p->num_params = sh.part.num_params;
+    p->padded = sh.part.padded;
+    p->shard = sh.part.shard;
+    for (int k = 0; k < ZS_MEM_NCAT; k++) {
+        p->bytes[k] = c.peak[k];
+        p->has[k] = 1;
+    }
+    p->live_params = c.live_params;
+    for (int u = 0; u < sh.U; u++)
+        p->gathered_per_pass += zs_model_unit_elems(m, u);
+    p->rs_bytes_per_step = (size_t)c.rs_bytes;
+    p->rs_calls_per_step = c.rs_calls;
+    p->recompute_units = c.recompute_units;
+    if (sh.stage == 3) {
+        p->ag_bytes_per_step = p->ag_bytes_per_skipped_step = c.gathered_elems * sh.ps;
+        p->ag_calls_per_step = p->ag_calls_per_skipped_step = c.gather_calls;
+    } else {
+        p->ag_bytes_per_step = (size_t)c.ag_bytes;
+        p->ag_calls_per_step = c.ag_calls;
+    }
+    if (sh.comp)
+        for (int k = 0; k < sh.nbuckets; k++)
+            p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, k, 0) * cfg->grad_accum;
+    zs_step_program_free(&prog);
+    zs_step_shape_free(&sh);
+    zs_model_destroy(m);
+    return 0;
 }

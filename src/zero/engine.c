@@ -276,7 +276,8 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
             goto fail;
         e->sh = &e->own_shape;
     }
-    if (zs_step_program_build(e->sh, e->model, e->part.rank, &e->prog))
+    if (zs_step_shape_check_mpi(e->sh) ||
+        zs_step_program_build(e->sh, e->model, e->part.rank, &e->prog))
         goto fail;
 
     /* fixed point: fp16 values are exact with 24 fractional bits; fp32 and

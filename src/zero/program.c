@@ -146,7 +146,6 @@ static int zs_shape_buckets(zs_step_shape *s)
                              (zs_step_range){.lo = lo, .hi = hi, .unit = ready}));
     for (int i = 0; i < s->nbuckets; i++) {
         const zs_step_range *b = &s->buckets[i];
-        ZS_TRY(zs_check_int(b->hi - b->lo, "a gradient bucket"));
         if (b->hi - b->lo > s->max_bucket)
             s->max_bucket = b->hi - b->lo;
         size_t mp = zs_range_max_part(&s->part, b->lo, b->hi);
@@ -162,13 +161,13 @@ static int zs_shape_buckets(zs_step_shape *s)
                 s->crecv_bytes = rb;
         }
     }
-    if (s->comp && (s->csend_bytes > (size_t)INT_MAX || s->crecv_bytes > (size_t)INT_MAX))
-        ZS_FAIL("a compressed bucket exceeds what one MPI call can carry: lower reduce_bucket_size");
     return 0;
 }
 
 /* Stage 3: the ranges each unit gathers: its own range, then the entries it
- * borrows from other units (the GPT head's tied token embedding). */
+ * borrows from other units (the GPT head's tied token embedding). As in
+ * DeepSpeed, stage3_max_live_parameters bounds what is prefetched: a unit
+ * larger than the bound is still gathered when it runs, alone. */
 static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
 {
     const zs_layout *lay = zs_model_layout(m);
@@ -192,14 +191,8 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
                                                      .hi = pe->offset + pe->numel, .unit = u}));
         }
         s->gn[u] = n - s->gfirst[u];
-        for (int i = s->gfirst[u]; i < n; i++) {
-            ZS_TRY(zs_check_int(s->granges[i].hi - s->granges[i].lo, "a parameter gather"));
+        for (int i = s->gfirst[u]; i < n; i++)
             s->gelems[u] += s->granges[i].hi - s->granges[i].lo;
-        }
-        if (s->gelems[u] > s->cfg.stage3_max_live_parameters)
-            ZS_FAIL("stage3_max_live_parameters (%zu) is smaller than unit %d, which needs %zu "
-                    "gathered parameters at once: raise it to at least %zu",
-                    s->cfg.stage3_max_live_parameters, u, s->gelems[u], s->gelems[u]);
     }
     return 0;
 }
@@ -282,7 +275,6 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
         s->ag_piece = cfg->allgather_bucket_size && cfg->allgather_bucket_size < s->part.padded
                           ? cfg->allgather_bucket_size : s->part.padded;
         s->npieces = (int)((s->part.padded + s->ag_piece - 1) / s->ag_piece);
-        rc = zs_check_int(s->ag_piece, "a parameter allgather");
     }
     if (rc) {
         zs_step_shape_free(s);
@@ -294,6 +286,20 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     s->tok_bytes = ntok * sizeof(int32_t);
     s->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * (size_t)mc->input_dim * sizeof(float) : 0;
     zs_shape_buffers(s);
+    return 0;
+}
+
+int zs_step_shape_check_mpi(const zs_step_shape *s)
+{
+    for (int i = 0; i < s->nbuckets; i++)
+        ZS_TRY(zs_check_int(s->buckets[i].hi - s->buckets[i].lo, "a gradient bucket"));
+    for (int u = 0; s->stage == 3 && u < s->U; u++)
+        for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++)
+            ZS_TRY(zs_check_int(s->granges[i].hi - s->granges[i].lo, "a parameter gather"));
+    if (s->stage < 3)
+        ZS_TRY(zs_check_int(s->ag_piece, "a parameter allgather"));
+    if (s->comp && (s->csend_bytes > (size_t)INT_MAX || s->crecv_bytes > (size_t)INT_MAX))
+        ZS_FAIL("a compressed bucket exceeds what one MPI call can carry: lower reduce_bucket_size");
     return 0;
 }
 
