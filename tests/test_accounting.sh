@@ -1,8 +1,10 @@
 #!/bin/sh
 # Accounting against the closed-form predictions (zerosim/predict.h):
 # for N = 1..4, every stage, fp32 / bf16 / fp16 and deterministic mode,
-# the measured peak bytes of params, grads and optimizer (master, m, v)
-# equal the prediction exactly on every rank, and so do the reduce-scatter
+# the measured peak bytes of params, grads and optimizer (master, m, v),
+# and of the buffers the step program allocates (comm_buffers, workspace,
+# checkpoints, compression), equal the prediction exactly on every rank,
+# and so do the reduce-scatter
 # and allgather bytes; activations are within 5%. Also: a model that does
 # not fit the simulated device at stage 0 fits at stage 3, and the
 # accounted bytes explain the growth of the process's peak RSS.
@@ -13,7 +15,7 @@ check_run() { # label dir
     # memory: exact for the model states, within 5% for activations
     awk -v L="$1" '
         $1 ~ /^#/ { next }
-        $2 ~ /^(params|grads|optimizer_master|optimizer_m|optimizer_v|optimizer)$/ {
+        $2 ~ /^(params|grads|optimizer_master|optimizer_m|optimizer_v|optimizer|comm_buffers|workspace|checkpoints|compression)$/ {
             if ($3 != $4) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ }
             n++ }
         $2 == "activations" {

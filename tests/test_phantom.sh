@@ -87,6 +87,35 @@ else
     bad "GPT-3 phantom run failed"; cat "$T/gpt3.log"
 fi
 
+# the same model at 16,384 ranks: ranks whose programs are the same run
+# once, so the time does not grow with N; every category is predicted
+start=$(date +%s)
+if "$ZS" train --phantom --world-size 16384 --config "$T/gpt3.json" --layers 96 --hidden 12288 \
+        --heads 96 --seq 2048 --vocab 50257 --micro-batch 1 --precision bf16 \
+        --csv "$T/gpt3-16k" > "$T/gpt3-16k.log" 2>&1; then
+    secs=$(( $(date +%s) - start ))
+    ranks=$(awk '$1 !~ /^#/ && $2 == "params" { n++ } END { print n }' "$T/gpt3-16k/memory.csv")
+    echo "GPT-3 phantom at 16384 simulated ranks: $secs s"
+    [ "$ranks" = 16384 ] && ok || bad "GPT-3 at 16384: $ranks ranks in the report"
+    [ "$secs" -le 30 ] && ok || bad "GPT-3 phantom at 16384 ranks took $secs s"
+    if awk '$1 !~ /^#/ && $2 != "total" && $3 != $4 { bad++ } END { exit bad > 0 }' "$T/gpt3-16k/memory.csv"; then ok
+    else bad "GPT-3 at 16384: a category differs from the prediction"; fi
+else
+    bad "GPT-3 phantom at 16384 ranks failed"; cat "$T/gpt3-16k.log"
+fi
+
+# running each class of ranks once reports what running every rank reports
+# (compression makes the ranks' all-to-all bytes differ: 5 ranks, uneven)
+for args in "--stage 2 --compression topk:0.05" "--stage 3 --compression int8" "--stage 1"; do
+    "$ZS" train --phantom --world-size 5 $MODEL $args --quiet --csv "$T/cls" >/dev/null 2>&1 &&
+    ZEROSIM_PHANTOM_EVERY_RANK=1 "$ZS" train --phantom --world-size 5 $MODEL $args --quiet \
+        --csv "$T/every" >/dev/null 2>&1 || { bad "phantom $args failed"; continue; }
+    for f in memory.csv comm.csv; do
+        if cmp -s "$T/cls/$f" "$T/every/$f"; then ok
+        else bad "phantom $args: $f differs when every rank runs"; diff "$T/cls/$f" "$T/every/$f" | head -4; fi
+    done
+done
+
 # error paths: one line, non-zero exit
 expect_error() { # label pattern args...
     label=$1 pat=$2

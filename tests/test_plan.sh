@@ -297,4 +297,31 @@ for stage in 0 1 2 3; do
     done
 done
 
+# ---- plan --config reads the run's JSON: the all-to-all of a compressed
+# run with its own reduce_bucket_size (buckets cut from the last unit, as
+# the engine cuts them), calls and bytes, and every category of rank 0
+cat > "$T/c12.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": 1e6},
+ "model": {"type": "gpt", "layers": 4, "hidden": 512, "heads": 8, "seq": 64, "vocab": 1000}}
+JSON
+if sh "$HERE/mpirun.sh" 4 "$ZS" train --config "$T/c12.json" --compression topk:0.01 --steps 1 \
+       --quiet --csv "$T/c12" >"$T/log" 2>&1 &&
+   "$ZS" plan --config "$T/c12.json" --compression topk:0.01 --dp 4 --json >"$T/c12p.json"; then
+    m=$(awk '$1 == 0 && $2 == "alltoall" && $3 == "backward" { print $5, $4 }' "$T/c12/comm.csv")
+    p=$(tr -d ' \n' <"$T/c12p.json" | sed -n 's/.*"op":"alltoall","full_bytes":\([0-9.e+]*\),"calls":\([0-9.]*\).*/\1 \2/p' |
+        awk '{ printf "%.3f %d", $1 * 3 / 4, $2 }')
+    echo "compressed GPT at N = 4: run sends $m (bytes, calls), plan says $p"
+    [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "all-to-all: run $m, plan $p"
+    sed -n '/"bytes_per_category"/,/}/p' "$T/c12p.json" >"$T/c12p.cat"
+    for cat in params grads optimizer_m optimizer_v activations comm_buffers compression workspace; do
+        m=$(awk -v c="$cat" '$1 == 0 && $2 == c { print $3 }' "$T/c12/memory.csv")
+        p=$(json "$T/c12p.cat" "$cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "--config $cat: run $m, plan $p"
+    done
+else
+    bad "plan --config case failed"; cat "$T/log"
+fi
+err_case 1 "planner.s architectures" --config "$HERE/../examples/configs/mlp_adamw.json"
+err_case 1 "cannot open" --config "$T/nonesuch.json"
+
 finish

@@ -53,6 +53,9 @@ typedef struct {
     size_t largest_layer;     /* !has_arch: stage 3's live gathered parameters */
     int seq_len;              /* !has_arch: tokens per sample, for FLOPs (0 = unknown) */
     zs_dtype grad_precision;  /* gradients (the real runs keep cfg.precision) */
+    int keep_batch;           /* cfg's batch sizes as a run reads them (a config
+                                 file): train_batch_size is resolved for each N;
+                                 else micro_batch x grad_accum per device */
     zs_plan_convention convention;
     int dp;                   /* N */
     int devices_per_node;

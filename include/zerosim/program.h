@@ -96,10 +96,11 @@ typedef struct zs_step_shape_s {
  * data-parallel ranks. Returns 0, or non-zero with a one-line message. */
 int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
                         zs_step_shape *s);
-/* What an execution needs beyond a plan: every collective of the shape
- * fits one MPI call (counts are ints). 0, or non-zero with a message that
- * says which setting to lower. */
-int zs_step_shape_check_mpi(const zs_step_shape *s);
+/* What a run refuses and a plan still counts: a stage-3 unit larger than
+ * stage3_max_live_parameters, and a collective larger than one MPI call
+ * (counts are ints). 0, or non-zero with a message that says which setting
+ * to change. */
+int zs_step_shape_check_run(const zs_step_shape *s);
 void zs_step_shape_free(zs_step_shape *s);
 
 /* The elements of [lo, hi) that each rank owns, and where each part starts

@@ -13,6 +13,8 @@
 #include "zerosim/config.h"
 #include "zerosim/error.h"
 #include "zerosim/mem.h"
+#include "zerosim/model.h"
+#include "zerosim/program.h"
 #include "zerosim/report.h"
 #include "zerosim/train.h"
 #include "plan_cmd.h"
@@ -85,8 +87,10 @@ static const char *const zs_usage =
     "phantom runs (no mpirun):\n"
     "  --phantom                run the engine for simulated ranks without storage,\n"
     "                           arithmetic or traffic; memory and traffic are exact\n"
-    "  --world-size N           number of simulated ranks (with --phantom);\n"
-    "                           a phantom run defaults to --steps 2\n";
+    "  --world-size N           number of simulated ranks (with --phantom or\n"
+    "                           --print-program); a phantom run defaults to --steps 2\n"
+    "  --print-program          print the step program of rank 0 on --world-size N\n"
+    "                           ranks (default 1), one op a line, and exit\n";
 
 enum {
     OPT_MODEL = 256, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_SEQ, OPT_VOCAB, OPT_WIDTHS,
@@ -95,7 +99,7 @@ enum {
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_LAST
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -138,6 +142,7 @@ static const struct option zs_long_options[] = {
     {"compression", required_argument, NULL, OPT_COMP},
     {"no-error-feedback", no_argument, NULL, OPT_NO_EF},
     {"compression-warmup", required_argument, NULL, OPT_COMP_WARMUP},
+    {"print-program", no_argument, NULL, OPT_PRINT_PROGRAM},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -336,9 +341,10 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
  * size of a phantom run, else 0. */
 static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cfg,
                           zs_train_options *o, const char **report, const char **csv,
-                          int *phantom_world)
+                          int *phantom_world, int *print_program)
 {
     *phantom_world = 0;
+    *print_program = 0;
     zs_cli cli;
     memset(&cli, 0, sizeof cli);
     FILE *err = rank == 0 ? stderr : NULL;
@@ -379,13 +385,26 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
             fprintf(err, "zerosim: unexpected argument \"%s\" (see zerosim --help)\n", argv[optind]);
         return 2;
     }
-    if (cli.val[OPT_WORLD_SIZE] && !cli.val[OPT_PHANTOM]) {
+    if (cli.val[OPT_WORLD_SIZE] && !cli.val[OPT_PHANTOM] && !cli.val[OPT_PRINT_PROGRAM]) {
         if (err)
             fprintf(err, "zerosim: --world-size is for phantom runs (add --phantom); a real run "
                     "takes its size from mpirun -np\n");
         return 2;
     }
-    if (cli.val[OPT_PHANTOM]) {
+    if (cli.val[OPT_PRINT_PROGRAM]) {
+        long v = 1;
+        if (world > 1) {
+            if (err)
+                fprintf(err, "zerosim: --print-program runs no ranks: run it without mpirun, "
+                        "with --world-size N\n");
+            return 2;
+        }
+        if (cli.val[OPT_WORLD_SIZE] &&
+            zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, 1 << 20, &v))
+            goto fail;
+        world = *phantom_world = (int)v;
+        *print_program = 1;
+    } else if (cli.val[OPT_PHANTOM]) {
         long v;
         if (!cli.val[OPT_WORLD_SIZE]) {
             if (err)
@@ -410,7 +429,7 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         world = *phantom_world = (int)v;
     }
     zs_run_config_defaults(cfg);
-    if (*phantom_world) /* the second step is the steady state; more add nothing */
+    if (*phantom_world && !*print_program) /* the second step is the steady state */
         cfg->steps = 2;
     if (cli.val[OPT_CONFIG] && zs_config_load_file(cli.val[OPT_CONFIG], cfg))
         goto fail;
@@ -442,8 +461,8 @@ fail:
     return 1;
 }
 
-/* Whether the arguments ask for a phantom run (getopt's unambiguous
- * abbreviations included), which must not start MPI. */
+/* Whether the arguments ask for a phantom run or the step program (getopt's
+ * unambiguous abbreviations included), which must not start MPI. */
 static int zs_wants_phantom(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -452,8 +471,30 @@ static int zs_wants_phantom(int argc, char **argv)
             break;
         if (n >= 4 && !strncmp(argv[i], "--phantom", n))
             return 1;
+        if (n >= 4 && !strncmp(argv[i], "--print-program", n))
+            return 1;
     }
     return 0;
+}
+
+/* The step program of rank 0 of cfg on `world` ranks, one op a line. */
+static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
+{
+    zs_model *m;
+    ZS_TRY(zs_model_create(&cfg->model, &m));
+    zs_step_shape s;
+    zs_step_program p;
+    int rc = zs_step_shape_build(cfg, m, world, &s);
+    if (!rc) {
+        rc = zs_step_program_build(&s, m, 0, &p);
+        if (!rc) {
+            zs_step_program_print(&s, &p, f);
+            zs_step_program_free(&p);
+        }
+        zs_step_shape_free(&s);
+    }
+    zs_model_destroy(m);
+    return rc;
 }
 
 static int zs_cmd_train(int argc, char **argv)
@@ -479,8 +520,9 @@ static int zs_cmd_train(int argc, char **argv)
     zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
     zs_run_config cfg;
     const char *report = NULL, *csv = NULL;
-    int phantom_world = 0;
-    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv, &phantom_world);
+    int phantom_world = 0, print_program = 0;
+    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv, &phantom_world,
+                            &print_program);
     if (phantom_world)
         world = phantom_world;
     int setup_failed = 0; /* some checks run on rank 0 only: agree */
@@ -491,6 +533,13 @@ static int zs_cmd_train(int argc, char **argv)
     if (rc) {
         zs_comm_finalize(comm);
         return rc < 0 ? 0 : rc;
+    }
+    if (print_program) {
+        rc = zs_print_program(&cfg, world, stdout);
+        if (rc)
+            fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+        zs_comm_finalize(comm);
+        return rc ? 1 : 0;
     }
     o.hash_every_step = report != NULL;
     if (rank == 0 && o.log)

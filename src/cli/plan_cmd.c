@@ -9,6 +9,7 @@
  */
 #include "plan_cmd.h"
 #include "zerosim/compress.h"
+#include "zerosim/config.h"
 #include "zerosim/error.h"
 #include "zerosim/plan.h"
 
@@ -30,6 +31,9 @@ static const char *const zs_plan_usage =
     "KiB/MiB/GiB/TiB (2^10..). Lists (--dp, --stage) sweep and print one table.\n"
     "\n"
     "model:\n"
+    "  --config FILE            the JSON configuration of zerosim train (its model,\n"
+    "                           batch, stage, precision, bucket and live-parameter\n"
+    "                           sizes, checkpointing, compression); flags override it\n"
     "  --params COUNT           parameters, plain or e notation (7.5e9)\n"
     "  --arch gpt               a GPT of --layers, --hidden, --heads, --vocab, --seq\n"
     "  --largest-layer COUNT    parameters of the largest layer (stage 3's live gather;\n"
@@ -73,7 +77,7 @@ enum {
     P_DPN, P_NODES, P_DEVMEM, P_FLOPS, P_BW_INTRA, P_LAT_INTRA, P_BW_INTER, P_LAT_INTER,
     P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
-    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_LAST
+    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_CONFIG, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -117,6 +121,7 @@ static const struct option zs_plan_options[] = {
     {"offload-param", required_argument, NULL, P_OFF_PARAM},
     {"zero-init", required_argument, NULL, P_ZERO_INIT},
     {"help", no_argument, NULL, P_HELP},
+    {"config", required_argument, NULL, P_CONFIG},
     {NULL, 0, NULL, 0},
 };
 
@@ -213,6 +218,15 @@ static int zs_plan_apply(zs_plan_cli *cl)
     double x;
     if (v[P_PARAMS] && v[P_ARCH])
         ZS_FAIL("give --params or --arch, not both");
+    if (v[P_PARAMS] && v[P_CONFIG])
+        ZS_FAIL("give --params or --config, not both (the config describes a GPT)");
+    if (v[P_CONFIG]) { /* the run's configuration, as zerosim train reads it */
+        zs_run_config_defaults(c);
+        ZS_TRY(zs_config_load_file(v[P_CONFIG], c));
+        if (c->model.kind != ZS_MODEL_GPT)
+            ZS_FAIL("%s: the planner's architectures are: gpt", v[P_CONFIG]);
+        in->keep_batch = 1;
+    }
     if (v[P_PARAMS]) {
         ZS_TRY(zs_plan_count(P_PARAMS, v[P_PARAMS], 1, 4503599627370496.0, &x));
         in->num_params = (size_t)x;
@@ -223,8 +237,8 @@ static int zs_plan_apply(zs_plan_cli *cl)
                         zs_plan_opt_name(arch_only[i]));
         if (v[P_SEQ])
             ZS_TRY(zs_plan_int(P_SEQ, v[P_SEQ], 1, 1 << 24, &in->seq_len));
-    } else if (v[P_ARCH]) {
-        if (strcmp(v[P_ARCH], "gpt"))
+    } else if (v[P_ARCH] || v[P_CONFIG]) {
+        if (v[P_ARCH] && strcmp(v[P_ARCH], "gpt"))
             ZS_FAIL("--arch must be \"gpt\", got \"%s\"", v[P_ARCH]);
         in->has_arch = 1;
         c->model.kind = ZS_MODEL_GPT;
@@ -236,6 +250,8 @@ static int zs_plan_apply(zs_plan_cli *cl)
             {P_SEQ, 1, 1 << 20, offsetof(zs_model_config, seq_len)},
         };
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+            if (!v[dims[i].id] && v[P_CONFIG])
+                continue; /* the config's */
             if (!v[dims[i].id])
                 ZS_FAIL("--arch gpt needs --layers, --hidden, --heads, --vocab and --seq: "
                         "--%s is missing", zs_plan_opt_name(dims[i].id));
@@ -257,7 +273,7 @@ static int zs_plan_apply(zs_plan_cli *cl)
     if (v[P_STAGE])
         ZS_TRY(zs_plan_list(P_STAGE, v[P_STAGE], 0, 3, cl->stages, &cl->nstage));
     else
-        cl->stages[0] = 0, cl->nstage = 1;
+        cl->stages[0] = v[P_CONFIG] ? c->stage : 0, cl->nstage = 1;
     if (v[P_DPN])
         ZS_TRY(zs_plan_int(P_DPN, v[P_DPN], 1, 1 << 20, &in->devices_per_node));
     cl->nodes = 0;

@@ -138,7 +138,8 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (in->grad_precision != ZS_DTYPE_F32 && in->grad_precision != ZS_DTYPE_BF16 &&
         in->grad_precision != ZS_DTYPE_F16)
         ZS_FAIL("gradient precision must be fp32, bf16 or fp16");
-    c.train_batch_size = 0;
+    if (!in->keep_batch)
+        c.train_batch_size = 0;
     c.steps = c.steps > 0 ? c.steps : 1;
     ZS_TRY(zs_run_config_finalize(&c, in->dp));
     if (in->convention != ZS_PLAN_ZEROSIM &&

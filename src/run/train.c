@@ -1,6 +1,7 @@
 /* zerosim — a training run over the ranks of a communicator. */
 #include "zerosim/train.h"
 #include "zerosim/error.h"
+#include "zerosim/program.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -160,7 +161,7 @@ static int zs_train_comm_table(zs_comm_t comm, zs_train_result *r)
  * statistics in r->mem and, on rank 0, the comms table. Collective over
  * comm (a phantom comm makes it one simulated rank). */
 static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
-                         zs_backend_t be, zs_train_result *r)
+                         zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
 {
     int rank = zs_comm_rank(comm);
     zs_train_options lo = *o;
@@ -174,7 +175,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     if (!mem || !r->info || (o->hash_every_step && !r->hashes))
         rc = zs_error_set("out of host memory for %d steps of results", cfg->steps);
     if (!rc)
-        rc = zs_engine_create(cfg, be, mem, comm, &e);
+        rc = zs_engine_create_shared(cfg, be, mem, comm, shape, &e);
     if ((rc = zs_train_agree(comm, rc, r)))
         goto done;
     if (zs_predict(cfg, r->world_size, &r->pred)) {
@@ -256,7 +257,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         zs_backend_release(be);
         return -1;
     }
-    int rc = zs_train_rank(cfg, o, comm, be, r);
+    int rc = zs_train_rank(cfg, o, comm, be, NULL, r);
     if (!rc) {
         rc = zs_train_gather_stats(comm, r);
         rc = zs_train_agree(comm, rc, r);
@@ -264,6 +265,55 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_comm_set_backend(comm, NULL);
     zs_backend_release(be);
     return rc;
+}
+
+/* Phantom ranks that run identical programs: every rank runs the same ops
+ * on buffers of the same sizes (zerosim/program.h), and what its ledger
+ * and accounting record depends on its rank only through the compressed
+ * exchange, whose bytes depend on the part of each bucket the rank owns.
+ * class[q] = the lowest rank whose parts are all the same as q's. */
+static int zs_phantom_classes(const zs_step_shape *s, int world, int *cls)
+{
+    if (!s->comp) {
+        memset(cls, 0, (size_t)world * sizeof(int));
+        return 0;
+    }
+    int nb = s->nbuckets;
+    uint64_t *h = malloc((size_t)world * sizeof *h);
+    int *rep = malloc((size_t)world * sizeof *rep), nrep = 0;
+    if (!h || !rep) {
+        free(h);
+        free(rep);
+        ZS_FAIL("out of host memory grouping %d simulated ranks", world);
+    }
+    for (int q = 0; q < world; q++) {
+        uint64_t x = 1469598103934665603ull; /* FNV-1a over the parts */
+        for (int k = 0; k < nb; k++) {
+            size_t beg, n = zs_partition_overlap(&s->part, q, s->buckets[k].lo, s->buckets[k].hi, &beg);
+            x = (x ^ (uint64_t)n) * 1099511628211ull;
+        }
+        h[q] = x;
+        int c = -1;
+        for (int i = 0; i < nrep && c < 0; i++) {
+            int p = rep[i];
+            if (h[p] != x)
+                continue;
+            int same = 1;
+            for (int k = 0; k < nb && same; k++) {
+                size_t b1, b2;
+                same = zs_partition_overlap(&s->part, p, s->buckets[k].lo, s->buckets[k].hi, &b1) ==
+                       zs_partition_overlap(&s->part, q, s->buckets[k].lo, s->buckets[k].hi, &b2);
+            }
+            if (same)
+                c = p;
+        }
+        if (c < 0)
+            rep[nrep++] = c = q;
+        cls[q] = c;
+    }
+    free(h);
+    free(rep);
+    return 0;
 }
 
 int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int world,
@@ -277,8 +327,29 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     zs_train_options po = *o;
     po.log = NULL;            /* a phantom loss means nothing */
     po.hash_every_step = 0;   /* nor does a hash of no parameters */
-    int rc = 0;
+    /* one shape for every simulated rank, and one run per class of ranks
+     * (ZEROSIM_PHANTOM_EVERY_RANK=1 runs every rank, for checking) */
+    zs_model *m = NULL;
+    zs_step_shape shape;
+    int *cls = malloc((size_t)world * sizeof(int));
+    int rc = cls ? 0 : zs_error_set("out of host memory for %d simulated ranks", world);
+    if (!rc)
+        rc = zs_model_create(&cfg->model, &m);
+    if (!rc && (rc = zs_step_shape_build(cfg, m, world, &shape)) == 0) {
+        const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
+        if (every && strcmp(every, "1") == 0)
+            for (int q = 0; q < world; q++)
+                cls[q] = q;
+        else
+            rc = zs_phantom_classes(&shape, world, cls);
+        if (rc)
+            zs_step_shape_free(&shape);
+    }
+    int have_shape = !rc && m;
+    double row[ZS_NM + ZS_NC];
     for (int q = 0; q < world && !rc; q++) {
+        if (cls[q] != q) /* filled with its class's first rank */
+            continue;
         char err[256];
         zs_train_result one, *rq = q == 0 ? r : &one;
         if (q > 0)
@@ -290,11 +361,12 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         else if (!comm)
             rc = zs_error_set("out of host memory creating simulated rank %d", q);
         else
-            rc = zs_train_rank(cfg, &po, comm, be, rq);
+            rc = zs_train_rank(cfg, &po, comm, be, &shape, rq);
         if (!rc) {
-            double row[ZS_NM + ZS_NC];
             zs_train_pack_stats(rq, comm, row);
-            zs_train_unpack_stats(r, q, row);
+            for (int p = q; p < world; p++)
+                if (cls[p] == q)
+                    zs_train_unpack_stats(r, p, row);
         }
         if (q > 0) {
             r->error_rank = one.error_rank;
@@ -304,6 +376,10 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
             zs_comm_finalize(comm);
         zs_backend_release(be);
     }
+    if (have_shape)
+        zs_step_shape_free(&shape);
+    zs_model_destroy(m);
+    free(cls);
     for (int st = 0; st < r->steps; st++) /* computed from nothing: not numbers */
         r->info[st].loss = r->info[st].grad_norm = NAN;
     r->seconds = zs_now() - t0; /* all simulated ranks */

@@ -276,7 +276,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
             goto fail;
         e->sh = &e->own_shape;
     }
-    if (zs_step_shape_check_mpi(e->sh) ||
+    if (zs_step_shape_check_run(e->sh) ||
         zs_step_program_build(e->sh, e->model, e->part.rank, &e->prog))
         goto fail;
 

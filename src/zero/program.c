@@ -165,9 +165,7 @@ static int zs_shape_buckets(zs_step_shape *s)
 }
 
 /* Stage 3: the ranges each unit gathers: its own range, then the entries it
- * borrows from other units (the GPT head's tied token embedding). As in
- * DeepSpeed, stage3_max_live_parameters bounds what is prefetched: a unit
- * larger than the bound is still gathered when it runs, alone. */
+ * borrows from other units (the GPT head's tied token embedding). */
 static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
 {
     const zs_layout *lay = zs_model_layout(m);
@@ -289,8 +287,13 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     return 0;
 }
 
-int zs_step_shape_check_mpi(const zs_step_shape *s)
+int zs_step_shape_check_run(const zs_step_shape *s)
 {
+    for (int u = 0; s->stage == 3 && u < s->U; u++)
+        if (s->gelems[u] > s->cfg.stage3_max_live_parameters)
+            ZS_FAIL("stage3_max_live_parameters (%zu) is smaller than unit %d, which needs %zu "
+                    "gathered parameters at once: raise it to at least %zu",
+                    s->cfg.stage3_max_live_parameters, u, s->gelems[u], s->gelems[u]);
     for (int i = 0; i < s->nbuckets; i++)
         ZS_TRY(zs_check_int(s->buckets[i].hi - s->buckets[i].lo, "a gradient bucket"));
     for (int u = 0; s->stage == 3 && u < s->U; u++)

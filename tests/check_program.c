@@ -1,0 +1,292 @@
+/* Tests of the step program (zerosim/program.h), without MPI:
+ *  - what the program counts equals the closed forms of predict.h (model
+ *    states, activations, checkpoints, residual, reduce-scatter and
+ *    allgather bytes) over a matrix of stages, precisions, rank counts,
+ *    deterministic mode, checkpointing, accumulation and bucket sizes;
+ *  - hand counts: one reduce per bucket and micro-batch; stage 3 gathers
+ *    each unit once per pass (the head's tied embedding on its own), plus
+ *    the recomputed units; buckets cut from the last unit backwards;
+ *  - the ops are well formed: every forward and backward of stage 3 runs
+ *    on a waited-for gather, every gather is released, no bucket is reduced
+ *    twice in a micro-batch, the live parameters stay under the bound;
+ *  - the O(1) per-rank parts equal a rank-by-rank count. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zerosim/config.h"
+#include "zerosim/model.h"
+#include "zerosim/predict.h"
+#include "zerosim/program.h"
+
+static zs_run_config gpt(int L, int C, int NH, int T, int V)
+{
+    zs_run_config c;
+    zs_run_config_defaults(&c);
+    c.model.kind = ZS_MODEL_GPT;
+    c.model.n_layer = L;
+    c.model.n_embd = C;
+    c.model.n_head = NH;
+    c.model.seq_len = T;
+    c.model.vocab = V;
+    c.micro_batch = 2;
+    c.grad_accum = 1;
+    c.steps = 1;
+    c.warmup_steps = 0;
+    c.train_batch_size = 0;
+    return c;
+}
+
+typedef struct {
+    zs_model *m;
+    zs_step_shape s;
+    zs_step_program p;
+    zs_step_count c;
+} built;
+
+static void build(zs_run_config *c, int N, built *b)
+{
+    ck_assert_int_eq(zs_run_config_finalize(c, N), 0);
+    ck_assert_int_eq(zs_model_create(&c->model, &b->m), 0);
+    ck_assert_int_eq(zs_step_shape_build(c, b->m, N, &b->s), 0);
+    ck_assert_int_eq(zs_step_program_build(&b->s, b->m, 0, &b->p), 0);
+    zs_step_program_count(&b->s, &b->p, &b->c);
+}
+
+static void unbuild(built *b)
+{
+    zs_step_program_free(&b->p);
+    zs_step_shape_free(&b->s);
+    zs_model_destroy(b->m);
+}
+
+START_TEST(test_counts_equal_closed_forms)
+{
+    static const int Ns[] = {1, 2, 3, 5, 8};
+    static const zs_dtype prec[] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16};
+    int cases = 0;
+    for (int ni = 0; ni < 5; ni++)
+        for (int st = 0; st <= 3; st++)
+            for (int pi = 0; pi < 3; pi++)
+                for (int v = 0; v < 4; v++) {
+                    zs_run_config c = gpt(3, 24, 4, 12, 31);
+                    c.stage = st;
+                    c.precision = prec[pi];
+                    c.deterministic = v == 1 && pi < 2;
+                    c.grad_accum = v == 2 ? 3 : 1;
+                    if (v == 3) {
+                        c.checkpoint_mode = ZS_CKPT_EVERY;
+                        c.checkpoint_value = 1;
+                        c.reduce_bucket_size = 1000;
+                        c.allgather_bucket_size = 1500;
+                        c.stage3_max_live_parameters = 20000;
+                        c.stage3_prefetch_bucket_size = 8000;
+                    }
+                    int N = Ns[ni];
+                    built b;
+                    build(&c, N, &b);
+                    zs_prediction cf;
+                    ck_assert_int_eq(zs_predict_closed(&c, N, &cf), 0);
+                    static const zs_mem_category cats[] = {
+                        ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPT_MASTER, ZS_MEM_OPT_M,
+                        ZS_MEM_OPT_V, ZS_MEM_ACTIVATIONS, ZS_MEM_CHECKPOINTS, ZS_MEM_COMPRESSION};
+                    for (size_t k = 0; k < sizeof cats / sizeof cats[0]; k++)
+                        ck_assert_msg(b.c.peak[cats[k]] == cf.bytes[cats[k]],
+                                      "N=%d stage %d prec %d variant %d: %s program %zu closed %zu",
+                                      N, st, pi, v, zs_mem_category_name(cats[k]),
+                                      b.c.peak[cats[k]], cf.bytes[cats[k]]);
+                    ck_assert_msg((size_t)b.c.rs_bytes == cf.rs_bytes_per_step,
+                                  "N=%d stage %d: reduce-scatter %g vs %zu", N, st, b.c.rs_bytes,
+                                  cf.rs_bytes_per_step);
+                    size_t ag = st == 3 ? b.c.gathered_elems * b.s.ps : (size_t)b.c.ag_bytes;
+                    ck_assert_msg(ag == cf.ag_bytes_per_step, "N=%d stage %d: allgather %zu vs %zu",
+                                  N, st, ag, cf.ag_bytes_per_step);
+                    ck_assert_uint_eq(b.c.live_params, cf.live_params);
+                    unbuild(&b);
+                    cases++;
+                }
+    ck_assert_int_eq(cases, 5 * 4 * 3 * 4);
+}
+END_TEST
+
+/* A GPT of L blocks has U = L + 2 units; unit U-1 (final LayerNorm and the
+ * tied head) gathers its own range and the token embedding: U + 1 gather
+ * calls per pass. With checkpointing every block, blocks 1..L-1 are
+ * recomputed before their backward (the last segment's activations are
+ * still there). */
+START_TEST(test_hand_counts)
+{
+    int L = 4, U = L + 2;
+    for (int ck = 0; ck <= 1; ck++)
+        for (int GA = 1; GA <= 2; GA++) {
+            zs_run_config c = gpt(L, 16, 2, 8, 20);
+            c.stage = 3;
+            c.grad_accum = GA;
+            c.reduce_bucket_size = 700;
+            if (ck) {
+                c.checkpoint_mode = ZS_CKPT_EVERY;
+                c.checkpoint_value = 1;
+            }
+            built b;
+            build(&c, 4, &b);
+            int recompute = ck ? L - 1 : 0;
+            ck_assert_int_eq((int)b.c.recompute_units, GA * recompute);
+            ck_assert_int_eq((int)b.c.gather_calls, GA * (2 * (U + 1) + recompute));
+            ck_assert_int_eq((int)b.c.rs_calls, GA * b.s.nbuckets);
+            /* buckets: cut from the end, contiguous, covering [0, padded) */
+            size_t hi = b.s.part.padded;
+            for (int k = 0; k < b.s.nbuckets; k++) {
+                ck_assert_uint_eq(b.s.buckets[k].hi, hi);
+                ck_assert(b.s.buckets[k].hi - b.s.buckets[k].lo <= 700);
+                hi = b.s.buckets[k].lo;
+            }
+            ck_assert_uint_eq(hi, 0);
+            unbuild(&b);
+        }
+}
+END_TEST
+
+START_TEST(test_ops_well_formed)
+{
+    for (int st = 0; st <= 3; st++)
+        for (int ck = 0; ck <= 1; ck++) {
+            zs_run_config c = gpt(3, 24, 4, 12, 31);
+            c.stage = st;
+            c.grad_accum = 2;
+            c.reduce_bucket_size = 900;
+            c.stage3_max_live_parameters = 16000;
+            c.stage3_prefetch_bucket_size = 9000;
+            if (ck) {
+                c.checkpoint_mode = ZS_CKPT_EVERY;
+                c.checkpoint_value = 1;
+            }
+            built b;
+            build(&c, 3, &b);
+            int U = b.s.U;
+            char *live = calloc((size_t)U, 1), *waited = calloc((size_t)U, 1);
+            int *reduced = calloc((size_t)b.s.nbuckets, sizeof(int));
+            int *alloc = calloc((size_t)b.s.nbuckets, sizeof(int));
+            size_t nlive = 0;
+            int fwd = 0, bwd = 0, opt = 0, skipped_tail = 0;
+            for (size_t i = 0; i < b.p.n; i++) {
+                const zs_step_op *o = &b.p.ops[i];
+                switch (o->kind) {
+                case ZS_SOP_GATHER:
+                    ck_assert_int_eq(st, 3);
+                    ck_assert(!live[o->unit]);
+                    live[o->unit] = 1;
+                    nlive += b.s.gelems[o->unit];
+                    /* a prefetch stays under the bound; a unit alone may not */
+                    if (o->flags & ZS_SOPF_PREFETCH)
+                        ck_assert(nlive <= c.stage3_max_live_parameters);
+                    break;
+                case ZS_SOP_WAIT:
+                    ck_assert(live[o->unit]);
+                    waited[o->unit] = 1;
+                    break;
+                case ZS_SOP_FORWARD:
+                case ZS_SOP_BACKWARD:
+                    if (st == 3)
+                        ck_assert_msg(live[o->unit] && waited[o->unit], "op %zu: unit %d not gathered",
+                                      i, o->unit);
+                    if (o->kind == ZS_SOP_FORWARD && !(o->flags & ZS_SOPF_RECOMPUTE))
+                        fwd++;
+                    if (o->kind == ZS_SOP_BACKWARD)
+                        bwd++;
+                    break;
+                case ZS_SOP_RELEASE:
+                    ck_assert(live[o->unit]);
+                    live[o->unit] = waited[o->unit] = 0;
+                    nlive -= b.s.gelems[o->unit];
+                    break;
+                case ZS_SOP_BUCKET_ALLOC:
+                    ck_assert_int_ge(st, 2);
+                    ck_assert_int_eq(alloc[o->index], 0);
+                    alloc[o->index] = 1;
+                    break;
+                case ZS_SOP_REDUCE:
+                    ck_assert_int_eq(reduced[o->index], o->micro);
+                    reduced[o->index]++;
+                    if (st >= 2) {
+                        ck_assert_int_eq(alloc[o->index], 1);
+                        alloc[o->index] = 0;
+                    }
+                    break;
+                case ZS_SOP_OPTIMIZER: opt++; break;
+                default: break;
+                }
+                if (o->kind == ZS_SOP_NORM)
+                    skipped_tail = 1;
+                else if (skipped_tail)
+                    ck_assert(o->flags & ZS_SOPF_APPLIED);
+            }
+            for (int u = 0; u < U; u++)
+                ck_assert(!live[u]);
+            for (int k = 0; k < b.s.nbuckets; k++)
+                ck_assert_int_eq(reduced[k], 2);
+            ck_assert_int_eq(fwd, 2 * U);
+            ck_assert_int_eq(bwd, 2 * U);
+            ck_assert_int_eq(opt, 1);
+            free(live);
+            free(waited);
+            free(reduced);
+            free(alloc);
+            unbuild(&b);
+        }
+}
+END_TEST
+
+/* O(1) parts against a rank-by-rank count, for uneven ranges and N. */
+START_TEST(test_parts)
+{
+    zs_run_config c = gpt(2, 16, 2, 8, 20);
+    c.stage = 2;
+    c.reduce_bucket_size = 333;
+    c.compression.kind = ZS_COMP_TOPK;
+    c.compression.topk_fraction = 0.1;
+    static const int Ns[] = {1, 2, 3, 7, 16, 61};
+    for (int ni = 0; ni < 6; ni++) {
+        int N = Ns[ni];
+        zs_run_config cn = c; /* finalize resolves the batch for one N */
+        built b;
+        build(&cn, N, &b);
+        int *counts = calloc((size_t)N, sizeof(int));
+        for (int k = 0; k < b.s.nbuckets; k++) {
+            const zs_step_range *r = &b.s.buckets[k];
+            zs_step_counts(&b.s, r->lo, r->hi, counts, NULL);
+            size_t mx = 0, tot = 0;
+            double all = 0;
+            for (int q = 0; q < N; q++) {
+                tot += (size_t)counts[q];
+                if ((size_t)counts[q] > mx)
+                    mx = (size_t)counts[q];
+                all += zs_comp_part_bytes(&c.compression, (size_t)counts[q]);
+            }
+            ck_assert_uint_eq(tot, r->hi - r->lo);
+            ck_assert_uint_eq(zs_range_max_part(&b.s.part, r->lo, r->hi), mx);
+            for (int q = 0; q < N; q++)
+                ck_assert(zs_step_alltoall_bytes(&b.s, k, q) ==
+                          all - zs_comp_part_bytes(&c.compression, (size_t)counts[q]));
+        }
+        free(counts);
+        unbuild(&b);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("program");
+    TCase *tc = tcase_create("program");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_counts_equal_closed_forms);
+    tcase_add_test(tc, test_hand_counts);
+    tcase_add_test(tc, test_ops_well_formed);
+    tcase_add_test(tc, test_parts);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
