@@ -11,6 +11,7 @@
 
 #include "zerosim/backend.h"
 #include "zerosim/comm.h"
+#include "zerosim/mesh.h"
 
 static zs_comm_t comm;
 
@@ -175,6 +176,39 @@ START_TEST(test_split)
 }
 END_TEST
 
+/* A mesh of tp 2 (when the world is even): each group's communicator has
+ * its size and this rank's coordinate, and an allreduce over it sums
+ * exactly its members (Megatron's rank order). */
+START_TEST(test_mesh)
+{
+    int N = zs_comm_size(comm), me = zs_comm_rank(comm);
+    int tp = N % 2 == 0 ? 2 : 1;
+    zs_mesh *m;
+    ck_assert_int_eq(zs_mesh_create(comm, tp, 1, &m), 0);
+    zs_mesh_coord c = zs_mesh_self(m);
+    ck_assert_int_eq(c.tp, me % tp);
+    ck_assert_int_eq(c.dp, me / tp);
+    static const zs_comm_group axes[] = {ZS_GROUP_TP, ZS_GROUP_DP, ZS_GROUP_PP};
+    for (int i = 0; i < 3; i++) {
+        zs_comm_t g = zs_mesh_comm(m, axes[i]);
+        int size = zs_mesh_group_size(N, tp, 1, axes[i]);
+        ck_assert_int_eq(zs_comm_size(g), size);
+        int ranks[64], idx = zs_mesh_group_index(N, tp, 1, axes[i], me);
+        zs_mesh_group_ranks(N, tp, 1, axes[i], idx, ranks);
+        double v = (double)(me * me + 1), want = 0;
+        for (int k = 0; k < size; k++)
+            want += (double)(ranks[k] * ranks[k] + 1);
+        ck_assert_int_eq(zs_comm_allreduce_sum(g, &v, 1, ZS_CT_F64, -1), 0);
+        ck_assert(v == want);
+    }
+    zs_mesh_free(m);
+    zs_mesh *bad = NULL;
+    ck_assert_int_ne(zs_mesh_create(comm, N + 1, 1, &bad), 0);
+    ck_assert_ptr_null(bad);
+    zs_comm_clear_records(comm);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (zs_comm_init(&argc, &argv, &comm))
@@ -186,6 +220,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_allgatherv);
     tcase_add_test(tc, test_ledger);
     tcase_add_test(tc, test_split);
+    tcase_add_test(tc, test_mesh);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

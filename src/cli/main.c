@@ -18,6 +18,7 @@
 #include "zerosim/report.h"
 #include "zerosim/train.h"
 #include "plan_cmd.h"
+#include "mesh_cmd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -33,6 +34,7 @@ static const char *const zs_usage =
     "       zerosim plan [options]   memory, traffic and step time of a model and\n"
     "                                cluster, without MPI (see zerosim plan --help)\n"
     "       mpirun -np N zerosim bench [--out FILE]   (calibrate the planner)\n"
+    "       zerosim mesh --world N --tp T --pp P [--json]   the groups of a mesh\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -613,7 +615,9 @@ int main(int argc, char **argv)
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
         return zs_cmd_plan(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, plan, bench; see zerosim --help)\n",
+    if (!strcmp(argv[1], "mesh"))
+        return zs_cmd_mesh(argc - 1, argv + 1);
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, plan, mesh, bench; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

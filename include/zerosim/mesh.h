@@ -1,0 +1,57 @@
+/* zerosim — the process mesh: N ranks as tensor × data × pipeline groups.
+ *
+ * Rank order is Megatron-LM's default: tensor-parallel fastest, then data,
+ * then pipeline:
+ *
+ *   rank = tp_rank + T · (dp_rank + D · pp_rank),   D = N / (T · P)
+ *
+ * so that with 16 ranks, T = 2 and P = 4 the tensor groups are [0,1] …
+ * [14,15], the data groups [0,2], [1,3], [4,6], [5,7], …, and the pipeline
+ * groups [0,4,8,12], [1,5,9,13], [2,6,10,14], [3,7,11,15]. Groups are
+ * numbered in the order of their lowest rank's position in that list:
+ * tensor group i holds ranks i·T …; data group i has pp = i / T and
+ * tp = i mod T; pipeline group i has dp = i / T and tp = i mod T.
+ *
+ * The pure functions below need no MPI (for printing, planning and phantom
+ * runs); zs_mesh_create makes one MPI communicator per group this rank is
+ * in, each tagged with its axis in the comm ledger.
+ */
+#ifndef ZEROSIM_MESH_H
+#define ZEROSIM_MESH_H
+
+#include "zerosim/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int tp, dp, pp;
+} zs_mesh_coord;
+
+/* 0 when T × P divides N (all at least 1), else a one-line message. */
+int zs_mesh_check(int world, int tp, int pp);
+/* The size of each group along axis g (ZS_GROUP_DP, TP or PP), and how many
+ * such groups there are. */
+int zs_mesh_group_size(int world, int tp, int pp, zs_comm_group g);
+int zs_mesh_ngroups(int world, int tp, int pp, zs_comm_group g);
+int zs_mesh_rank_of(int world, int tp, int pp, zs_mesh_coord c);
+zs_mesh_coord zs_mesh_coord_of(int world, int tp, int pp, int rank);
+/* The members of group `index` along axis g, in rank order; returns their
+ * number (ranks must hold zs_mesh_group_size of them). */
+int zs_mesh_group_ranks(int world, int tp, int pp, zs_comm_group g, int index, int *ranks);
+/* The group along axis g that `rank` is in. */
+int zs_mesh_group_index(int world, int tp, int pp, zs_comm_group g, int rank);
+
+typedef struct zs_mesh zs_mesh;
+/* Collective over world (or a phantom world: phantom groups). With
+ * tp = pp = 1 the data-parallel communicator is the world itself. */
+int zs_mesh_create(zs_comm_t world, int tp, int pp, zs_mesh **out);
+zs_comm_t zs_mesh_comm(const zs_mesh *m, zs_comm_group g);
+zs_mesh_coord zs_mesh_self(const zs_mesh *m);
+void zs_mesh_free(zs_mesh *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,127 @@
+/* zerosim — the process mesh (see zerosim/mesh.h). */
+#include "zerosim/mesh.h"
+#include "zerosim/error.h"
+
+#include <stdlib.h>
+
+int zs_mesh_check(int world, int tp, int pp)
+{
+    if (world < 1 || tp < 1 || pp < 1)
+        ZS_FAIL("the mesh needs at least one rank, --tp and --pp of at least 1 (got N = %d, "
+                "tp %d, pp %d)", world, tp, pp);
+    if (world % (tp * pp))
+        ZS_FAIL("%d ranks do not divide into tensor-parallel groups of %d times pipeline stages "
+                "of %d (%d): use a number of ranks that tp x pp divides", world, tp, pp, tp * pp);
+    return 0;
+}
+
+int zs_mesh_group_size(int world, int tp, int pp, zs_comm_group g)
+{
+    switch (g) {
+    case ZS_GROUP_TP: return tp;
+    case ZS_GROUP_PP: return pp;
+    default: return world / (tp * pp);
+    }
+}
+
+int zs_mesh_ngroups(int world, int tp, int pp, zs_comm_group g)
+{
+    return world / zs_mesh_group_size(world, tp, pp, g);
+}
+
+int zs_mesh_rank_of(int world, int tp, int pp, zs_mesh_coord c)
+{
+    int D = world / (tp * pp);
+    return c.tp + tp * (c.dp + D * c.pp);
+}
+
+zs_mesh_coord zs_mesh_coord_of(int world, int tp, int pp, int rank)
+{
+    int D = world / (tp * pp);
+    return (zs_mesh_coord){.tp = rank % tp, .dp = rank / tp % D, .pp = rank / (tp * D)};
+}
+
+int zs_mesh_group_index(int world, int tp, int pp, zs_comm_group g, int rank)
+{
+    zs_mesh_coord c = zs_mesh_coord_of(world, tp, pp, rank);
+    int D = world / (tp * pp);
+    switch (g) {
+    case ZS_GROUP_TP: return c.dp + D * c.pp;
+    case ZS_GROUP_PP: return c.dp * tp + c.tp;
+    default: return c.pp * tp + c.tp;
+    }
+}
+
+int zs_mesh_group_ranks(int world, int tp, int pp, zs_comm_group g, int index, int *ranks)
+{
+    int D = world / (tp * pp), n = zs_mesh_group_size(world, tp, pp, g);
+    for (int k = 0; k < n; k++) {
+        zs_mesh_coord c;
+        switch (g) {
+        case ZS_GROUP_TP: c = (zs_mesh_coord){.tp = k, .dp = index % D, .pp = index / D}; break;
+        case ZS_GROUP_PP: c = (zs_mesh_coord){.tp = index % tp, .dp = index / tp, .pp = k}; break;
+        default: c = (zs_mesh_coord){.tp = index % tp, .dp = k, .pp = index / tp}; break;
+        }
+        ranks[k] = zs_mesh_rank_of(world, tp, pp, c);
+    }
+    return n;
+}
+
+struct zs_mesh {
+    zs_comm_t world;
+    int tp, pp;
+    zs_mesh_coord self;
+    zs_comm_t comm[ZS_GROUP_NGROUPS]; /* dp, tp, pp; NULL elsewhere */
+    int owns_dp;                      /* the dp comm is a split, not the world */
+};
+
+int zs_mesh_create(zs_comm_t world, int tp, int pp, zs_mesh **out)
+{
+    *out = NULL;
+    int N = zs_comm_size(world), rank = zs_comm_rank(world);
+    ZS_TRY(zs_mesh_check(N, tp, pp));
+    zs_mesh *m = calloc(1, sizeof *m);
+    if (!m)
+        ZS_FAIL("out of host memory creating the mesh");
+    m->world = world;
+    m->tp = tp;
+    m->pp = pp;
+    m->self = zs_mesh_coord_of(N, tp, pp, rank);
+    static const zs_comm_group axes[] = {ZS_GROUP_TP, ZS_GROUP_DP, ZS_GROUP_PP};
+    for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
+        zs_comm_group g = axes[i];
+        if (g == ZS_GROUP_DP && tp == 1 && pp == 1) {
+            m->comm[g] = world; /* the world is the data-parallel group */
+            continue;
+        }
+        int key = g == ZS_GROUP_TP ? m->self.tp : g == ZS_GROUP_PP ? m->self.pp : m->self.dp;
+        int rc = zs_comm_split(world, zs_mesh_group_index(N, tp, pp, g, rank), key,
+                               zs_mesh_group_size(N, tp, pp, g), key, g, &m->comm[g]);
+        if (rc) {
+            zs_mesh_free(m);
+            return rc;
+        }
+        if (g == ZS_GROUP_DP)
+            m->owns_dp = 1;
+    }
+    *out = m;
+    return 0;
+}
+
+zs_comm_t zs_mesh_comm(const zs_mesh *m, zs_comm_group g)
+{
+    return g < ZS_GROUP_NGROUPS ? m->comm[g] : NULL;
+}
+
+zs_mesh_coord zs_mesh_self(const zs_mesh *m) { return m->self; }
+
+void zs_mesh_free(zs_mesh *m)
+{
+    if (!m)
+        return;
+    zs_comm_free(m->comm[ZS_GROUP_TP]);
+    zs_comm_free(m->comm[ZS_GROUP_PP]);
+    if (m->owns_dp)
+        zs_comm_free(m->comm[ZS_GROUP_DP]);
+    free(m);
+}
