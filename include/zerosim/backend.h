@@ -149,6 +149,24 @@ void zs_backend_softmax_xent_forward(zs_backend_t be, float *losses, float *prob
 void zs_backend_softmax_xent_backward(zs_backend_t be, float *dlogits, const float *probs,
                                       const int32_t *targets, float dloss, int bt, int v);
 
+/* Tensor parallelism (the kernels of zerosim/backend_impl.h's tensor-
+ * parallel group; 1 when this backend has them). */
+int zs_backend_has_tp(zs_backend_t be);
+void zs_backend_vocab_embedding_forward(zs_backend_t be, float *out, const int32_t *tokens,
+                                        const float *wte, int v0, int vn, const float *wpe,
+                                        int b, int t, int c);
+void zs_backend_vocab_embedding_backward(zs_backend_t be, float *dwte, float *dwpe,
+                                         const float *dout, const int32_t *tokens, int v0,
+                                         int vn, int b, int t, int c);
+void zs_backend_xent_vocab_max(zs_backend_t be, float *rowmax, const float *logits, int bt, int v);
+void zs_backend_xent_vocab_sums(zs_backend_t be, float *sums, const float *logits,
+                                const float *rowmax, const int32_t *targets, int v0, int bt, int v);
+void zs_backend_xent_vocab_finish(zs_backend_t be, float *losses, float *probs,
+                                  const float *logits, const float *rowmax, const float *sums,
+                                  int bt, int v);
+void zs_backend_xent_vocab_backward(zs_backend_t be, float *dlogits, const float *probs,
+                                    const int32_t *targets, int v0, float dloss, int bt, int v);
+
 /* Sum of squares of a typed buffer, accumulated in double in index order. */
 double zs_backend_sumsq(zs_backend_t be, const void *x, zs_dtype t, size_t n);
 /* Number of non-finite (inf or NaN) elements of a typed buffer. */

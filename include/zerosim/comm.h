@@ -179,6 +179,9 @@ int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int 
 /* Scalars: gather count values per rank, in rank order, to all ranks
  * (recorded as the op "scalars", apart from model-state traffic). */
 int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count, zs_comm_type t);
+/* In-place elementwise maximum over ranks of n fp32 values (tensor
+ * parallelism's vocab-parallel softmax), recorded as an allreduce. */
+int zs_comm_allreduce_max_f32(zs_comm_t c, float *buf, size_t n, int layer);
 /* Integer maximum over ranks (used for error and overflow flags). */
 int zs_comm_allreduce_max_int(zs_comm_t c, int *v);
 /* Gather count elements from every rank, in rank order, to rank 0. */

@@ -87,6 +87,13 @@ typedef struct {
     zs_comp_spec compression;
     int error_feedback;        /* keep what was not sent (default on) */
     int compression_warmup;    /* dense steps before compression starts */
+
+    /* the process mesh (zerosim/mesh.h): N = tp x dp x pp ranks; --tp and
+     * "tensor_parallel.autotp_size", --pp (1 until the pipeline exists),
+     * --sequence-parallel and "zerosim.sequence_parallel". finalize copies
+     * tp and sequence_parallel into the model's configuration. */
+    int tp, pp;
+    int sequence_parallel;
 } zs_run_config;
 
 /* The defaults: a small GPT that trains in seconds on one core. */
@@ -101,7 +108,8 @@ int zs_config_load_string(const char *text, const char *name, zs_run_config *c);
 
 /* Resolve and check the batch arithmetic for world_size ranks (DeepSpeed's
  * rules: any two of train_batch_size, micro_batch, grad_accum determine the
- * third; all three must agree), then the other fields. Fills in missing
+ * third; all three must agree; the batch is split over the data-parallel
+ * size N / (tp x pp)), then the other fields. Fills in missing
  * batch fields. Returns 0 or non-zero with a message naming the key. */
 int zs_run_config_finalize(zs_run_config *c, int world_size);
 

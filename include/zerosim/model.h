@@ -39,6 +39,14 @@ typedef struct {
     int seq_len;      /* T, also the number of learned positions */
     int vocab;        /* V */
     int ckpt_blocks;  /* activation checkpointing: blocks per segment, 0 = off */
+    /* tensor parallelism (Megatron-LM, arXiv 1909.08053): with tp > 1 the
+     * model of rank tp_rank holds its shard only: attention QKV column-
+     * parallel by heads, its output projection row-parallel, the MLP's
+     * first linear column-parallel and second row-parallel, the token
+     * embedding (and the tied head) vocab-parallel; LayerNorms, position
+     * embedding and the row-parallel biases replicated. 0 or 1: none. */
+    int tp, tp_rank;
+    int sequence_parallel; /* Korthikanti et al.: not implemented yet */
     /* MLP */
     int input_dim;
     int n_classes;
@@ -72,8 +80,31 @@ int zs_model_create(const zs_model_config *c, zs_model **out);
 void zs_model_destroy(zs_model *m);
 const zs_layout *zs_model_layout(const zs_model *m);
 const zs_model_config *zs_model_get_config(const zs_model *m);
-/* Count parameters without building anything (for any size of model). */
+/* Count parameters without building anything (for any size of model): the
+ * whole model, whatever tp says. */
 size_t zs_model_count_params(const zs_model_config *c);
+
+/* Tensor parallelism. The communicator of the tensor-parallel group (its
+ * size cfg.tp, this rank cfg.tp_rank); the model's forward and backward
+ * all-reduce over it (two of BT x C floats forward and two backward per
+ * block, Megatron's f and g; the vocab-parallel embedding one forward; the
+ * vocab-parallel cross-entropy a max and a sum of BT and 2 BT floats). The
+ * caller sets its ledger context and backend. Returns 0, or non-zero when
+ * its size or rank differ from the configuration's. */
+struct zs_comm;
+int zs_model_set_tp_comm(zs_model *m, struct zs_comm *tp);
+/* Element `local` of this shard's flat layout as an element of the tp = 1
+ * layout of the same model (what zs_model_init_slice draws there, and
+ * where a gathered parameter vector puts it); *run gets how many elements
+ * from there are consecutive in both. SIZE_MAX beyond the shard. With
+ * tp <= 1 the identity. */
+size_t zs_model_tp_global_offset(const zs_model *m, size_t local, size_t *run);
+/* Non-zero once a tensor-parallel collective of a forward or backward
+ * failed (the message is in zs_error_msg); cleared by the call. */
+int zs_model_tp_failed(zs_model *m);
+/* 1 when the element belongs to a parameter every rank of the TP group
+ * holds a copy of (LayerNorm, position embedding, row-parallel biases). */
+int zs_model_tp_replicated(const zs_model *m, size_t local);
 
 /* Entries used by unit l (its own, plus e.g. the tied embedding in the GPT
  * head). Returns the count; ids receives up to max entry indices. */

@@ -593,6 +593,73 @@ void zs_backend_softmax_xent_backward(zs_backend_t be, float *dlogits, const flo
     be->iface->softmax_xent_backward(be->ctx, dlogits, probs, targets, dloss, bt, v);
 }
 
+int zs_backend_has_tp(zs_backend_t be)
+{
+    const struct zs_backend_i *i = be->iface;
+    return i->vocab_embedding_forward && i->vocab_embedding_backward && i->xent_vocab_max &&
+           i->xent_vocab_sums && i->xent_vocab_finish && i->xent_vocab_backward;
+}
+
+#define ZS_BE_TP(be, fn) ZS_BE_CHECK((be)->iface->fn != NULL)
+
+void zs_backend_vocab_embedding_forward(zs_backend_t be, float *out, const int32_t *tokens,
+                                        const float *wte, int v0, int vn, const float *wpe,
+                                        int b, int t, int c)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, vocab_embedding_forward);
+    if (b == 0 || t == 0 || c == 0)
+        return;
+    be->iface->vocab_embedding_forward(be->ctx, out, tokens, wte, v0, vn, wpe, b, t, c);
+}
+
+void zs_backend_vocab_embedding_backward(zs_backend_t be, float *dwte, float *dwpe,
+                                         const float *dout, const int32_t *tokens, int v0,
+                                         int vn, int b, int t, int c)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, vocab_embedding_backward);
+    if (b == 0 || t == 0 || c == 0)
+        return;
+    be->iface->vocab_embedding_backward(be->ctx, dwte, dwpe, dout, tokens, v0, vn, b, t, c);
+}
+
+void zs_backend_xent_vocab_max(zs_backend_t be, float *rowmax, const float *logits, int bt, int v)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, xent_vocab_max);
+    if (bt > 0)
+        be->iface->xent_vocab_max(be->ctx, rowmax, logits, bt, v);
+}
+
+void zs_backend_xent_vocab_sums(zs_backend_t be, float *sums, const float *logits,
+                                const float *rowmax, const int32_t *targets, int v0, int bt, int v)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, xent_vocab_sums);
+    if (bt > 0)
+        be->iface->xent_vocab_sums(be->ctx, sums, logits, rowmax, targets, v0, bt, v);
+}
+
+void zs_backend_xent_vocab_finish(zs_backend_t be, float *losses, float *probs,
+                                  const float *logits, const float *rowmax, const float *sums,
+                                  int bt, int v)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, xent_vocab_finish);
+    if (bt > 0)
+        be->iface->xent_vocab_finish(be->ctx, losses, probs, logits, rowmax, sums, bt, v);
+}
+
+void zs_backend_xent_vocab_backward(zs_backend_t be, float *dlogits, const float *probs,
+                                    const int32_t *targets, int v0, float dloss, int bt, int v)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, xent_vocab_backward);
+    if (bt > 0)
+        be->iface->xent_vocab_backward(be->ctx, dlogits, probs, targets, v0, dloss, bt, v);
+}
+
 /* ---------------------------------------------------------------------------
  * reductions
  * ------------------------------------------------------------------------- */

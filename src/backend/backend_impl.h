@@ -113,6 +113,30 @@ struct zs_backend_i {
     void (*softmax_xent_backward)(void *ctx, float *dlogits, const float *probs,
                                   const int32_t *targets, float dloss, int bt, int v);
 
+    /* ---- tensor parallelism (OPTIONAL as a group: a backend without them
+     * cannot run --tp above 1; see zs_backend_has_tp) -------------------- */
+    /* out(B,T,C) = wte[tokens - v0] where v0 <= token < v0 + vn, else 0;
+     * plus wpe[t] when wpe is not NULL. wte holds rows v0 .. v0+vn-1. */
+    void (*vocab_embedding_forward)(void *ctx, float *out, const int32_t *tokens,
+                                    const float *wte, int v0, int vn, const float *wpe,
+                                    int b, int t, int c);
+    /* dwte (rows v0..) and, when not NULL, dwpe accumulate. */
+    void (*vocab_embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                     const int32_t *tokens, int v0, int vn, int b, int t, int c);
+    /* rowmax(BT) = max over the V local logits of each row. */
+    void (*xent_vocab_max)(void *ctx, float *rowmax, const float *logits, int bt, int v);
+    /* sums[i] = sum_j exp(logits[i,j] - rowmax[i]); sums[BT + i] = the
+     * target's logit when this rank holds it (v0 <= target < v0 + V), else 0. */
+    void (*xent_vocab_sums)(void *ctx, float *sums, const float *logits, const float *rowmax,
+                            const int32_t *targets, int v0, int bt, int v);
+    /* With the group's max and sums: probs = exp(logits - rowmax) / sums[i],
+     * losses[i] = log(sums[i]) + rowmax[i] - sums[BT + i]. */
+    void (*xent_vocab_finish)(void *ctx, float *losses, float *probs, const float *logits,
+                              const float *rowmax, const float *sums, int bt, int v);
+    /* dlogits = dloss * (probs - onehot(target - v0)), overwrites. */
+    void (*xent_vocab_backward)(void *ctx, float *dlogits, const float *probs,
+                                const int32_t *targets, int v0, float dloss, int bt, int v);
+
     /* ---- reductions ------------------------------------------------------ */
 
     /* OPTIONAL. Sum of squares of a typed buffer in double, index order.

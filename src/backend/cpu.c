@@ -22,6 +22,108 @@ void openblas_set_num_threads(int);
 #define ZS_CPU_ALIGN 64
 #define ZS_LN_EPS 1e-5f
 
+/* ---- tensor parallelism ---------------------------------------------------- */
+
+static void cpu_vocab_embedding_forward(void *ctx, float *out, const int32_t *tokens,
+                                        const float *wte, int v0, int vn, const float *wpe,
+                                        int b, int t, int c)
+{
+    (void)ctx;
+    for (int bi = 0; bi < b; bi++)
+        for (int ti = 0; ti < t; ti++) {
+            size_t row = (size_t)bi * t + ti;
+            float *o = out + row * c;
+            int tok = tokens[row] - v0;
+            const float *pe = wpe ? wpe + (size_t)ti * c : NULL;
+            if (tok >= 0 && tok < vn) {
+                const float *te = wte + (size_t)tok * c;
+                for (int j = 0; j < c; j++)
+                    o[j] = pe ? te[j] + pe[j] : te[j];
+            } else {
+                for (int j = 0; j < c; j++)
+                    o[j] = pe ? pe[j] : 0.0f;
+            }
+        }
+}
+
+static void cpu_vocab_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                         const int32_t *tokens, int v0, int vn, int b, int t,
+                                         int c)
+{
+    (void)ctx;
+    for (int bi = 0; bi < b; bi++)
+        for (int ti = 0; ti < t; ti++) {
+            size_t row = (size_t)bi * t + ti;
+            const float *d = dout + row * c;
+            int tok = tokens[row] - v0;
+            if (tok >= 0 && tok < vn) {
+                float *dte = dwte + (size_t)tok * c;
+                for (int j = 0; j < c; j++)
+                    dte[j] += d[j];
+            }
+            if (dwpe) {
+                float *dpe = dwpe + (size_t)ti * c;
+                for (int j = 0; j < c; j++)
+                    dpe[j] += d[j];
+            }
+        }
+}
+
+static void cpu_xent_vocab_max(void *ctx, float *rowmax, const float *logits, int bt, int v)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *z = logits + (size_t)i * v;
+        float m = -INFINITY;
+        for (int j = 0; j < v; j++)
+            if (z[j] > m)
+                m = z[j];
+        rowmax[i] = m;
+    }
+}
+
+static void cpu_xent_vocab_sums(void *ctx, float *sums, const float *logits, const float *rowmax,
+                                const int32_t *targets, int v0, int bt, int v)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *z = logits + (size_t)i * v;
+        float s = 0.0f;
+        for (int j = 0; j < v; j++)
+            s += expf(z[j] - rowmax[i]);
+        sums[i] = s;
+        int tg = targets[i] - v0;
+        sums[bt + i] = tg >= 0 && tg < v ? z[tg] : 0.0f;
+    }
+}
+
+static void cpu_xent_vocab_finish(void *ctx, float *losses, float *probs, const float *logits,
+                                  const float *rowmax, const float *sums, int bt, int v)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *z = logits + (size_t)i * v;
+        float *p = probs + (size_t)i * v;
+        float inv = 1.0f / sums[i];
+        for (int j = 0; j < v; j++)
+            p[j] = expf(z[j] - rowmax[i]) * inv;
+        losses[i] = logf(sums[i]) + rowmax[i] - sums[bt + i];
+    }
+}
+
+static void cpu_xent_vocab_backward(void *ctx, float *dlogits, const float *probs,
+                                    const int32_t *targets, int v0, float dloss, int bt, int v)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *p = probs + (size_t)i * v;
+        float *d = dlogits + (size_t)i * v;
+        int tg = targets[i] - v0;
+        for (int j = 0; j < v; j++)
+            d[j] = dloss * (p[j] - (j == tg ? 1.0f : 0.0f));
+    }
+}
+
 /* ---------------------------------------------------------------------------
  * memory
  * ------------------------------------------------------------------------- */
@@ -646,6 +748,12 @@ static const struct zs_backend_i zs_cpu_iface = {
     .attention_backward = cpu_attention_backward,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
+    .vocab_embedding_forward = cpu_vocab_embedding_forward,
+    .vocab_embedding_backward = cpu_vocab_embedding_backward,
+    .xent_vocab_max = cpu_xent_vocab_max,
+    .xent_vocab_sums = cpu_xent_vocab_sums,
+    .xent_vocab_finish = cpu_xent_vocab_finish,
+    .xent_vocab_backward = cpu_xent_vocab_backward,
     .sumsq = cpu_sumsq,
     .count_nonfinite = cpu_count_nonfinite,
     .convert_to_f32 = cpu_convert_to_f32,

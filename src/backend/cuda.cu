@@ -1083,6 +1083,13 @@ static const struct zs_backend_i zs_cuda_iface = {
     .attention_backward = cuda_attention_backward,
     .softmax_xent_forward = cuda_softmax_xent_forward,
     .softmax_xent_backward = cuda_softmax_xent_backward,
+    /* tensor parallelism: no kernels yet (the engine refuses --tp above 1) */
+    .vocab_embedding_forward = NULL,
+    .vocab_embedding_backward = NULL,
+    .xent_vocab_max = NULL,
+    .xent_vocab_sums = NULL,
+    .xent_vocab_finish = NULL,
+    .xent_vocab_backward = NULL,
     .sumsq = cuda_sumsq,
     .count_nonfinite = cuda_count_nonfinite,
     .convert_to_f32 = cuda_convert_to_f32,

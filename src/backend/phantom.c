@@ -113,6 +113,36 @@ static void zs_phantom_att_bwd(void *ctx, float *dqkv, float *dpreatt, float *da
 {
     ZS_UNUSED4(ctx, dqkv, dpreatt, datt); ZS_UNUSED4(dout, qkv, att, b); ZS_UNUSED4(t, c, nh, 0);
 }
+static void zs_phantom_vemb_fwd(void *ctx, float *out, const int32_t *tok, const float *wte,
+                                int v0, int vn, const float *wpe, int b, int t, int c)
+{
+    ZS_UNUSED4(ctx, out, tok, wte); ZS_UNUSED4(v0, vn, wpe, b); ZS_UNUSED4(t, c, 0, 0);
+}
+static void zs_phantom_vemb_bwd(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                const int32_t *tok, int v0, int vn, int b, int t, int c)
+{
+    ZS_UNUSED4(ctx, dwte, dwpe, dout); ZS_UNUSED4(tok, v0, vn, b); ZS_UNUSED4(t, c, 0, 0);
+}
+static void zs_phantom_xv_max(void *ctx, float *rowmax, const float *logits, int bt, int v)
+{
+    ZS_UNUSED4(ctx, rowmax, logits, bt); (void)v;
+}
+static void zs_phantom_xv_sums(void *ctx, float *sums, const float *logits, const float *rowmax,
+                               const int32_t *targets, int v0, int bt, int v)
+{
+    ZS_UNUSED4(ctx, sums, logits, rowmax); ZS_UNUSED4(targets, v0, bt, v);
+}
+static void zs_phantom_xv_finish(void *ctx, float *losses, float *probs, const float *logits,
+                                 const float *rowmax, const float *sums, int bt, int v)
+{
+    ZS_UNUSED4(ctx, losses, probs, logits); ZS_UNUSED4(rowmax, sums, bt, v);
+}
+static void zs_phantom_xv_bwd(void *ctx, float *dlogits, const float *probs,
+                              const int32_t *targets, int v0, float dloss, int bt, int v)
+{
+    ZS_UNUSED4(ctx, dlogits, probs, targets); ZS_UNUSED4(v0, dloss, bt, v);
+}
+
 static void zs_phantom_xent_fwd(void *ctx, float *losses, float *probs, const float *logits,
                                 const int32_t *targets, int bt, int v)
 {
@@ -200,6 +230,12 @@ static const struct zs_backend_i zs_phantom_iface = {
     .attention_backward = zs_phantom_att_bwd,
     .softmax_xent_forward = zs_phantom_xent_fwd,
     .softmax_xent_backward = zs_phantom_xent_bwd,
+    .vocab_embedding_forward = zs_phantom_vemb_fwd,
+    .vocab_embedding_backward = zs_phantom_vemb_bwd,
+    .xent_vocab_max = zs_phantom_xv_max,
+    .xent_vocab_sums = zs_phantom_xv_sums,
+    .xent_vocab_finish = zs_phantom_xv_finish,
+    .xent_vocab_backward = zs_phantom_xv_bwd,
     .sumsq = zs_phantom_sumsq,
     .count_nonfinite = zs_phantom_nonfinite,
     .convert_to_f32 = zs_phantom_to_f32,

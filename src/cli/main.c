@@ -78,6 +78,11 @@ static const char *const zs_usage =
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
+    "mesh (ranks = tp x dp x pp, Megatron-LM's order; see zerosim mesh):\n"
+    "  --tp T                   tensor-parallel size (1; tensor_parallel.autotp_size)\n"
+    "  --pp P                   pipeline stages (1; only 1 so far)\n"
+    "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
+    "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
     "run:\n"
     "  --backend cpu|cuda       compute backend (cpu); cuda in builds configured with\n"
     "                           CUDA (see --version), each rank on GPU (local rank)\n"
@@ -101,7 +106,7 @@ enum {
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_LAST
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -145,6 +150,9 @@ static const struct option zs_long_options[] = {
     {"no-error-feedback", no_argument, NULL, OPT_NO_EF},
     {"compression-warmup", required_argument, NULL, OPT_COMP_WARMUP},
     {"print-program", no_argument, NULL, OPT_PRINT_PROGRAM},
+    {"tp", required_argument, NULL, OPT_TP},
+    {"pp", required_argument, NULL, OPT_PP},
+    {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -277,6 +285,16 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         return -1;
     if (cli->val[OPT_NO_EF])
         c->error_feedback = 0;
+    if ((s = cli->val[OPT_TP])) {
+        ZS_TRY(zs_parse_int(OPT_TP, s, 1, 1 << 16, &v));
+        c->tp = (int)v;
+    }
+    if ((s = cli->val[OPT_PP])) {
+        ZS_TRY(zs_parse_int(OPT_PP, s, 1, 1 << 16, &v));
+        c->pp = (int)v;
+    }
+    if (cli->val[OPT_SP])
+        c->sequence_parallel = 1;
     if ((s = cli->val[OPT_COMP_WARMUP])) {
         ZS_TRY(zs_parse_int(OPT_COMP_WARMUP, s, 0, 100000000, &v));
         c->compression_warmup = (int)v;

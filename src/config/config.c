@@ -72,6 +72,7 @@ void zs_run_config_defaults(zs_run_config *c)
     c->steps_per_print = 10;
 
     c->precision = ZS_DTYPE_F32;
+    c->tp = c->pp = 1;
 
     c->optimizer = ZS_OPT_ADAMW;
     c->lr = 3e-3f;
@@ -846,10 +847,22 @@ static const field comp_fields[] = {
 };
 static const field_table comp_table = TABLE(comp_fields);
 
+/* zerosim.sequence_parallel: Korthikanti et al.'s sequence parallelism. */
+static int zerosim_sequence_parallel(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.sequence_parallel);
+}
+
 static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
     F_FUNC("deterministic", zerosim_deterministic),
+    F_FUNC("sequence_parallel", zerosim_sequence_parallel),
 };
+/* DeepSpeed's tensor_parallel section: the tensor-parallel size. */
+static const field tp_fields[] = {
+    F_INT("autotp_size", tp, R_POS_INT),
+};
+static const field_table tp_table = TABLE(tp_fields);
 static const field_table fp16_table = TABLE(fp16_fields);
 static const field_table bf16_table = TABLE(bf16_fields);
 static const field_table zero_table = TABLE(zero_fields);
@@ -981,6 +994,7 @@ static const field top_fields[] = {
     F_SECTION("zerosim", zerosim_table),
     F_FUNC("activation_checkpointing", load_ckpt),
     F_SECTION("gradient_compression", comp_table),
+    F_SECTION("tensor_parallel", tp_table),
 };
 static const field_table top_table = TABLE(top_fields);
 
@@ -1055,6 +1069,7 @@ int zs_config_load_file(const char *path, zs_run_config *c)
  * rules: any two determine the third; all three must agree). */
 static int resolve_batch(zs_run_config *c, int world)
 {
+    const char *ws = c->tp * c->pp > 1 ? "data-parallel size" : "world size";
     long long tb = c->train_batch_size, mb = c->micro_batch, ga = c->grad_accum, w = world;
 
     if (tb < 0 || mb < 0 || ga < 0)
@@ -1064,28 +1079,28 @@ static int resolve_batch(zs_run_config *c, int world)
     if (tb && mb && ga) {
         if (tb != mb * ga * w)
             return fail("train_batch_size (%lld) must equal train_micro_batch_size_per_gpu (%lld) "
-                        "* gradient_accumulation_steps (%lld) * world size (%lld) = %lld: "
+                        "* gradient_accumulation_steps (%lld) * %s (%lld) = %lld: "
                         "fix one of them, or give only two",
-                        tb, mb, ga, w, mb * ga * w);
+                        tb, mb, ga, ws, w, mb * ga * w);
     } else if (tb && mb) {
         if (tb % (mb * w))
             return fail("train_batch_size (%lld) is not divisible by "
-                        "train_micro_batch_size_per_gpu (%lld) * world size (%lld) = %lld, so "
+                        "train_micro_batch_size_per_gpu (%lld) * %s (%lld) = %lld, so "
                         "gradient_accumulation_steps would not be a whole number",
-                        tb, mb, w, mb * w);
+                        tb, mb, ws, w, mb * w);
         ga = tb / (mb * w);
     } else if (tb && ga) {
         if (tb % (ga * w))
             return fail("train_batch_size (%lld) is not divisible by gradient_accumulation_steps "
-                        "(%lld) * world size (%lld) = %lld, so train_micro_batch_size_per_gpu "
+                        "(%lld) * %s (%lld) = %lld, so train_micro_batch_size_per_gpu "
                         "would not be a whole number",
-                        tb, ga, w, ga * w);
+                        tb, ga, ws, w, ga * w);
         mb = tb / (ga * w);
     } else if (tb) {
         if (tb % w)
-            return fail("train_batch_size (%lld) is not divisible by the world size (%lld): "
+            return fail("train_batch_size (%lld) is not divisible by the %s (%lld): "
                         "give a multiple of it, or set train_micro_batch_size_per_gpu",
-                        tb, w);
+                        tb, ws, w);
         ga = 1;
         mb = tb / w;
     } else {
@@ -1098,8 +1113,8 @@ static int resolve_batch(zs_run_config *c, int world)
     /* Each factor is below 2^31, so the product fits in 64 bits. */
     if (tb > INT_MAX)
         return fail("train_batch_size = train_micro_batch_size_per_gpu (%lld) * "
-                    "gradient_accumulation_steps (%lld) * world size (%lld) = %lld is too large",
-                    mb, ga, w, tb);
+                    "gradient_accumulation_steps (%lld) * %s (%lld) = %lld is too large",
+                    mb, ga, ws, w, tb);
     c->train_batch_size = (int)tb;
     c->micro_batch = (int)mb;
     c->grad_accum = (int)ga;
@@ -1119,7 +1134,24 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
 {
     if (world_size < 1)
         return fail("world size must be at least 1, got %d", world_size);
-    ZS_TRY(resolve_batch(c, world_size));
+    if (c->tp < 1 || c->pp < 1)
+        return fail("tensor_parallel.autotp_size (--tp) and --pp must be at least 1, got %d and %d",
+                    c->tp, c->pp);
+    if (c->pp > 1)
+        return fail("pipeline parallelism (--pp %d) is not supported yet: use --pp 1", c->pp);
+    if (world_size % (c->tp * c->pp))
+        return fail("%d ranks do not divide into tensor-parallel groups of %d (--tp) times %d "
+                    "pipeline stages (--pp): use a number of ranks that %d divides",
+                    world_size, c->tp, c->pp, c->tp * c->pp);
+    if (c->sequence_parallel && c->tp < 2)
+        return fail("sequence parallelism (--sequence-parallel) splits the sequence over the "
+                    "tensor-parallel group: it needs --tp 2 or more");
+    if (c->tp > 1 && c->model.kind != ZS_MODEL_GPT)
+        return fail("tensor parallelism (--tp %d) is implemented for the GPT: use --model gpt or "
+                    "--tp 1", c->tp);
+    c->model.tp = c->tp;
+    c->model.sequence_parallel = c->sequence_parallel;
+    ZS_TRY(resolve_batch(c, world_size / (c->tp * c->pp)));
 
     if (c->steps <= 0)
         return fail("steps (zerosim.steps) must be > 0, got %d: set a positive number of steps",

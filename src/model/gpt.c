@@ -25,6 +25,7 @@
  * checkpoint (category checkpoints, BT*C floats each). L becomes K above.
  */
 #include "model_impl.h"
+#include "zerosim/comm.h"
 #include "zerosim/error.h"
 #include "zerosim/layers.h"
 
@@ -37,18 +38,22 @@ enum { /* entries of one block, in layout order */
     B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPW, B_FCPB, B_NENT
 };
 
+/* The tensor-parallel size (1 without). */
+static int gpt_tp(const zs_model_config *c) { return c->tp > 1 ? c->tp : 1; }
+
 static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
 {
     size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, T = (size_t)c->seq_len;
+    size_t P = (size_t)gpt_tp(c); /* column-, row- and vocab-parallel entries hold 1/P */
     char name[48];
-    ZS_TRY(zs_layout_add(lay, "wte", V * C, 0));
+    ZS_TRY(zs_layout_add(lay, "wte", V / P * C, 0));
     ZS_TRY(zs_layout_add(lay, "wpe", T * C, 0));
     for (int l = 0; l < c->n_layer; l++) {
         static const char *const nm[B_NENT] = {
             "ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b",
             "ln2.w", "ln2.b", "mlp.fc.w", "mlp.fc.b", "mlp.proj.w", "mlp.proj.b"};
-        const size_t n[B_NENT] = {C, C, 3 * C * C, 3 * C, C * C, C,
-                                  C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+        const size_t n[B_NENT] = {C, C, 3 * C * C / P, 3 * C / P, C * C / P, C,
+                                  C, C, 4 * C * C / P, 4 * C / P, 4 * C * C / P, C};
         for (int k = 0; k < B_NENT; k++) {
             snprintf(name, sizeof name, "h%d.%s", l, nm[k]);
             ZS_TRY(zs_layout_add(lay, name, n[k], l + 1));
@@ -62,9 +67,52 @@ static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
 /* Entry index of entry k of block l (0-based block). */
 static int blk(int l, int k) { return 2 + l * B_NENT + k; }
 
+/* Tensor parallelism: element j of entry i of rank tp_rank's shard as an
+ * element of the same entry at tp = 1. Column-parallel weights (QKV by
+ * heads: q, k and v rows of this rank's heads; the MLP's first linear) hold
+ * whole rows, row-parallel weights (the projections) a range of columns of
+ * every row, the embedding a range of rows. */
+static size_t gpt_tp_global(const zs_model_config *c, int i, size_t j)
+{
+    size_t P = (size_t)gpt_tp(c), r = (size_t)(c->tp > 1 ? c->tp_rank : 0);
+    size_t C = (size_t)c->n_embd, Cl = C / P, Fl = 4 * C / P;
+    int L = c->n_layer;
+    if (P == 1)
+        return j;
+    if (i == 0) /* wte: rows r*V/P .. */
+        return r * ((size_t)c->vocab / P) * C + j;
+    if (i < 2 || i >= 2 + L * B_NENT)
+        return j;
+    switch ((i - 2) % B_NENT) {
+    case B_QKVW: { /* (3C, C): local row lr = part * Cl + within */
+        size_t lr = j / C, col = j % C;
+        return ((lr / Cl) * C + r * Cl + lr % Cl) * C + col;
+    }
+    case B_QKVB: return (j / Cl) * C + r * Cl + j % Cl;
+    case B_PROJW: return (j / Cl) * C + r * Cl + j % Cl;        /* (C, C): columns */
+    case B_FCW: return r * Fl * C + j;                           /* (4C, C): rows */
+    case B_FCB: return r * Fl + j;
+    case B_FCPW: return (j / Fl) * 4 * C + r * Fl + j % Fl;     /* (C, 4C): columns */
+    default: return j;                                           /* replicated */
+    }
+}
+
+static int gpt_tp_replicated(const zs_model_config *c, int i)
+{
+    int L = c->n_layer;
+    if (i == 0)
+        return 0;
+    if (i < 2 || i >= 2 + L * B_NENT)
+        return 1;
+    int k = (i - 2) % B_NENT;
+    return !(k == B_QKVW || k == B_QKVB || k == B_PROJW || k == B_FCW || k == B_FCB ||
+             k == B_FCPW);
+}
+
 /* Elements [first, first+n) of entry i, into out. Value j of an entry is
  * drawn from the (2j)-th and (2j+1)-th numbers of the entry's stream, so any
- * range can be generated on its own. */
+ * range can be generated on its own; a tensor-parallel shard draws each of
+ * its elements where the tp = 1 model draws it. */
 static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, float *out,
                            uint64_t seed)
 {
@@ -76,7 +124,15 @@ static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, flo
     int is_bias = (in_block && (k == B_LN1B || k == B_QKVB || k == B_PROJB || k == B_LN2B ||
                                 k == B_FCB || k == B_FCPB)) || i == lay->n_entries - 1;
     double std = in_block && (k == B_PROJW || k == B_FCPW) ? 0.02 / sqrt(2.0 * L) : 0.02;
-    uint64_t st = zs_rng_mix(seed, (uint64_t)i + 1) + 2 * first * 0x9e3779b97f4a7c15ULL;
+    uint64_t base = zs_rng_mix(seed, (uint64_t)i + 1);
+    if (gpt_tp(&m->cfg) > 1) {
+        for (size_t j = 0; j < n; j++) {
+            uint64_t st = base + 2 * gpt_tp_global(&m->cfg, i, first + j) * 0x9e3779b97f4a7c15ULL;
+            out[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
+        }
+        return;
+    }
+    uint64_t st = base + 2 * first * 0x9e3779b97f4a7c15ULL;
     for (size_t j = 0; j < n; j++)
         out[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
 }
@@ -93,12 +149,16 @@ static size_t gpt_checkpoint_bytes(const zs_model_config *c, int b)
     return 4 * (size_t)(nseg - 1) * (size_t)b * (size_t)c->seq_len * (size_t)c->n_embd;
 }
 
+/* With tensor parallelism (P ranks) the attention's and the MLP's inner
+ * activations (qkv, atty, fch, fch_gelu, att) and the logits hold 1/P:
+ * BT·C·(2 + L·(4 + 12/P)) + L·(4·BT + B·NH/P·T²) + BT·(V/P + 3). */
 static size_t gpt_activation_floats(const zs_model_config *c, int b)
 {
-    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
     size_t BT = B * T;
-    return BT * C * (2 + 16 * L) + L * (4 * BT + B * NH * T * T) + BT * (V + 3);
+    return BT * C * 2 + L * (4 * BT * C + 12 * BT * C / P) + L * (4 * BT + B * NH / P * T * T) +
+           BT * (V / P + 3);
 }
 
 static size_t gpt_activation_bytes(const zs_model_config *c, int b)
@@ -106,20 +166,23 @@ static size_t gpt_activation_bytes(const zs_model_config *c, int b)
     return 4 * gpt_activation_floats(c, b);
 }
 
-/* Scratch: tmp, dres, datty (BT*C each), dqkv (3BT*C), dfch, dfch_gelu
- * (4BT*C each), preatt and datt (B*NH*T*T each), logits/dlogits (BT*V). */
+/* Scratch: tmp, dres (BT*C each), datty (BT*C/P), dqkv (3BT*C/P), dfch,
+ * dfch_gelu (4BT*C/P each), preatt and datt (B*NH/P*T*T each),
+ * logits/dlogits (BT*V/P); with tensor parallelism also the loss's row
+ * maxima and sums (3BT). */
 static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
 {
-    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
-    return 4 * (BT * C * 14 + 2 * B * NH * T * T + BT * V);
+    return 4 * (BT * C * 2 + 12 * BT * C / P + 2 * B * NH / P * T * T + BT * V / P +
+                (P > 1 ? 3 * BT : 0));
 }
 
 static void gpt_bind_acts(zs_acts *a)
 {
     const zs_model_config *c = &a->m->cfg;
-    size_t B = (size_t)a->b, T = (size_t)c->seq_len, C = (size_t)c->n_embd;
-    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
+    size_t B = (size_t)a->b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t NH = (size_t)c->n_head / P, V = (size_t)c->vocab / P, BT = B * T, Cl = C / P;
     int L = c->n_layer;
     float **arr = calloc((size_t)L * 13, sizeof(float *));
     a->view_arrays = arr;
@@ -128,8 +191,8 @@ static void gpt_bind_acts(zs_acts *a)
     float ***views[13] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
                           &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
                           &a->fch_gelu, &a->res3};
-    const size_t sz[13] = {BT * C, BT, BT, 3 * BT * C, BT * C, B * NH * T * T,
-                           BT * C, BT * C, BT, BT, 4 * BT * C, 4 * BT * C, BT * C};
+    const size_t sz[13] = {BT * C, BT, BT, 3 * BT * Cl, BT * Cl, B * NH * T * T,
+                           BT * C, BT * C, BT, BT, 4 * BT * Cl, 4 * BT * Cl, BT * C};
     for (int k = 0; k < 13; k++)
         *views[k] = arr + (size_t)k * (size_t)L;
     float *p = a->saved;
@@ -157,23 +220,47 @@ static void gpt_bind_acts(zs_acts *a)
     float *s = a->scratch;
     a->s_tmp = s; s += BT * C;
     a->s_dres = s; s += BT * C;
-    a->s_datty = s; s += BT * C;
-    a->s_dqkv = s; s += 3 * BT * C;
-    a->s_dfch = s; s += 4 * BT * C;
-    a->s_dfch_gelu = s; s += 4 * BT * C;
+    a->s_datty = s; s += BT * Cl;
+    a->s_dqkv = s; s += 3 * BT * Cl;
+    a->s_dfch = s; s += 4 * BT * Cl;
+    a->s_dfch_gelu = s; s += 4 * BT * Cl;
     a->s_preatt = s; s += B * NH * T * T;
     a->s_datt = s; s += B * NH * T * T;
-    a->s_logits = s;
+    a->s_logits = s; s += BT * V;
+    if (P > 1) {
+        a->s_rowmax = s; s += BT;
+        a->s_sums = s;
+    }
+}
+
+/* Megatron's g (forward) and f (backward): the sum over the tensor-
+ * parallel group, in place, of n floats. */
+static void gpt_tp_sum(zs_model *m, float *x, size_t n, int unit)
+{
+    if (m->tp && gpt_tp(&m->cfg) > 1 && zs_comm_allreduce_sum(m->tp, x, n, ZS_CT_F32, unit))
+        m->tp_failed = 1;
 }
 
 static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
                              const zs_batch *batch)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, NH = c->n_head, V = c->vocab, L = c->n_layer;
+    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer;
+    int TP = gpt_tp(c), r = TP > 1 ? c->tp_rank : 0;
+    int NH = c->n_head / TP, V = c->vocab / TP, Cl = C / TP;
     int BT = B * T;
+    /* the row-parallel biases are added once: on TP rank 0, before the sum */
+    int bias_here = r == 0;
     if (u == 0) {
-        zs_backend_embedding_forward(be, a->encoded, batch->tokens, P[0], P[1], B, T, C);
+        if (TP == 1) {
+            zs_backend_embedding_forward(be, a->encoded, batch->tokens, P[0], P[1], B, T, C);
+            return;
+        }
+        /* vocab-parallel: each rank its rows (zeros elsewhere), positions on
+         * rank 0, then the sum over the group */
+        zs_backend_vocab_embedding_forward(be, a->encoded, batch->tokens, P[0], r * V, V,
+                                           bias_here ? P[1] : NULL, B, T, C);
+        gpt_tp_sum(m, a->encoded, (size_t)BT * C, u);
         return;
     }
     if (u <= L) {
@@ -181,15 +268,24 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
         zs_backend_layernorm_forward(be, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp,
                                      P[blk(l, B_LN1W)], P[blk(l, B_LN1B)], BT, C);
-        zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(l, B_QKVW)], P[blk(l, B_QKVB)], BT, C, 3 * C);
-        zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T, C, NH);
-        zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(l, B_PROJW)], P[blk(l, B_PROJB)], BT, C, C);
+        /* f: identity; QKV column-parallel (this rank's heads) */
+        zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(l, B_QKVW)], P[blk(l, B_QKVB)], BT, C,
+                          3 * Cl);
+        zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T, Cl,
+                                     NH);
+        /* row-parallel output projection, then g: the sum */
+        zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(l, B_PROJW)],
+                          bias_here ? P[blk(l, B_PROJB)] : NULL, BT, Cl, C);
+        gpt_tp_sum(m, a->s_tmp, (size_t)BT * C, u);
         zs_backend_residual_forward(be, a->res2[l], inp, a->s_tmp, (size_t)BT * C);
         zs_backend_layernorm_forward(be, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l],
                                      P[blk(l, B_LN2W)], P[blk(l, B_LN2B)], BT, C);
-        zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(l, B_FCW)], P[blk(l, B_FCB)], BT, C, 4 * C);
-        zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * C);
-        zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(l, B_FCPW)], P[blk(l, B_FCPB)], BT, 4 * C, C);
+        zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(l, B_FCW)], P[blk(l, B_FCB)], BT, C,
+                          4 * Cl);
+        zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * Cl);
+        zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(l, B_FCPW)],
+                          bias_here ? P[blk(l, B_FCPB)] : NULL, BT, 4 * Cl, C);
+        gpt_tp_sum(m, a->s_tmp, (size_t)BT * C, u);
         zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, (size_t)BT * C);
         return;
     }
@@ -197,23 +293,45 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     zs_backend_layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1],
                                  P[lnw], P[lnw + 1], BT, C);
     zs_linear_forward(be, a->s_logits, a->lnf, P[0], NULL, BT, C, V);
-    zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT, V);
+    if (TP == 1) {
+        zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT,
+                                        V);
+        return;
+    }
+    /* vocab-parallel cross-entropy: the logits never leave their rank; the
+     * group agrees on each row's maximum, then on the sum of exponentials
+     * and the target's logit */
+    zs_backend_xent_vocab_max(be, a->s_rowmax, a->s_logits, BT, V);
+    if (m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_rowmax, (size_t)BT, u))
+        m->tp_failed = 1;
+    zs_backend_xent_vocab_sums(be, a->s_sums, a->s_logits, a->s_rowmax, batch->targets, r * V,
+                               BT, V);
+    gpt_tp_sum(m, a->s_sums, 2 * (size_t)BT, u);
+    zs_backend_xent_vocab_finish(be, a->losses, a->probs, a->s_logits, a->s_rowmax, a->s_sums,
+                                 BT, V);
 }
 
 static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const *P,
                               float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, NH = c->n_head, V = c->vocab, L = c->n_layer;
+    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer;
+    int TP = gpt_tp(c), r = TP > 1 ? c->tp_rank : 0;
+    int NH = c->n_head / TP, V = c->vocab / TP, Cl = C / TP;
     int BT = B * T;
-    size_t btc = (size_t)BT * C;
+    size_t btc = (size_t)BT * C, btcl = (size_t)BT * Cl;
     if (u == L + 1) {
         int lnw = 2 + L * B_NENT;
         /* the objective is dloss * mean over BT positions of the loss */
-        zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,
-                                         dloss / (float)BT, BT, V);
+        if (TP == 1)
+            zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,
+                                             dloss / (float)BT, BT, V);
+        else
+            zs_backend_xent_vocab_backward(be, a->s_logits, a->probs, batch->targets, r * V,
+                                           dloss / (float)BT, BT, V);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
         zs_linear_backward(be, a->s_tmp, G[0], NULL, a->s_logits, a->lnf, P[0], BT, C, V);
+        gpt_tp_sum(m, a->s_tmp, btc, u); /* the head is column-parallel in the vocabulary */
         zs_backend_memset0(be, a->s_dres, btc * 4);
         zs_backend_layernorm_backward(be, a->s_dres, G[lnw], G[lnw + 1], a->s_tmp, a->res3[L - 1],
                                       P[lnw], a->lnf_mean, a->lnf_rstd, BT, C);
@@ -223,34 +341,41 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         int l = u - 1;
         const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
         float *dres = a->s_dres; /* d(res3) on entry, d(inp) on exit */
-        /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-        zs_backend_memset0(be, a->s_dfch_gelu, btc * 16);
+        /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))); g's backward
+         * is the identity, every rank holds all of dres */
+        zs_backend_memset0(be, a->s_dfch_gelu, btcl * 16);
         zs_linear_backward(be, a->s_dfch_gelu, G[blk(l, B_FCPW)], G[blk(l, B_FCPB)], dres,
-                           a->fch_gelu[l], P[blk(l, B_FCPW)], BT, 4 * C, C);
-        zs_backend_memset0(be, a->s_dfch, btc * 16);
-        zs_backend_gelu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, btc * 4);
+                           a->fch_gelu[l], P[blk(l, B_FCPW)], BT, 4 * Cl, C);
+        zs_backend_memset0(be, a->s_dfch, btcl * 16);
+        zs_backend_gelu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, btcl * 4);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
         zs_linear_backward(be, a->s_tmp, G[blk(l, B_FCW)], G[blk(l, B_FCB)], a->s_dfch,
-                           a->ln2[l], P[blk(l, B_FCW)], BT, C, 4 * C);
+                           a->ln2[l], P[blk(l, B_FCW)], BT, C, 4 * Cl);
+        gpt_tp_sum(m, a->s_tmp, btc, u); /* f's backward */
         zs_backend_layernorm_backward(be, dres, G[blk(l, B_LN2W)], G[blk(l, B_LN2B)], a->s_tmp,
                                       a->res2[l], P[blk(l, B_LN2W)], a->ln2_mean[l],
                                       a->ln2_rstd[l], BT, C);
         /* attention branch: res2 = inp + proj(attn(qkv(ln1(inp)))) */
-        zs_backend_memset0(be, a->s_datty, btc * 4);
+        zs_backend_memset0(be, a->s_datty, btcl * 4);
         zs_linear_backward(be, a->s_datty, G[blk(l, B_PROJW)], G[blk(l, B_PROJB)], dres,
-                           a->atty[l], P[blk(l, B_PROJW)], BT, C, C);
-        zs_backend_memset0(be, a->s_dqkv, btc * 12);
+                           a->atty[l], P[blk(l, B_PROJW)], BT, Cl, C);
+        zs_backend_memset0(be, a->s_dqkv, btcl * 12);
         zs_backend_attention_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
-                                      a->qkv[l], a->att[l], B, T, C, NH);
+                                      a->qkv[l], a->att[l], B, T, Cl, NH);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
         zs_linear_backward(be, a->s_tmp, G[blk(l, B_QKVW)], G[blk(l, B_QKVB)], a->s_dqkv,
-                           a->ln1[l], P[blk(l, B_QKVW)], BT, C, 3 * C);
+                           a->ln1[l], P[blk(l, B_QKVW)], BT, C, 3 * Cl);
+        gpt_tp_sum(m, a->s_tmp, btc, u);
         zs_backend_layernorm_backward(be, dres, G[blk(l, B_LN1W)], G[blk(l, B_LN1B)], a->s_tmp,
                                       inp, P[blk(l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l],
                                       BT, C);
         return;
     }
-    zs_backend_embedding_backward(be, G[0], G[1], a->s_dres, batch->tokens, B, T, C);
+    if (TP == 1)
+        zs_backend_embedding_backward(be, G[0], G[1], a->s_dres, batch->tokens, B, T, C);
+    else
+        zs_backend_vocab_embedding_backward(be, G[0], G[1], a->s_dres, batch->tokens, r * V, V,
+                                            B, T, C);
 }
 
 const zs_model_ops zs_gpt_ops = {
@@ -262,4 +387,6 @@ const zs_model_ops zs_gpt_ops = {
     .bind_acts = gpt_bind_acts,
     .forward_unit = gpt_forward_unit,
     .backward_unit = gpt_backward_unit,
+    .tp_global = gpt_tp_global,
+    .tp_replicated = gpt_tp_replicated,
 };

@@ -1,5 +1,6 @@
 /* zerosim — the model interface: layouts, validation, dispatch, RNG. */
 #include "model_impl.h"
+#include "zerosim/comm.h"
 #include "zerosim/error.h"
 
 #include <math.h>
@@ -60,7 +61,24 @@ int zs_model_config_validate(const zs_model_config *c)
         if (c->ckpt_blocks < 0)
             ZS_FAIL("activation checkpointing: blocks per segment must be positive, got %d",
                     c->ckpt_blocks);
+        int T = c->tp > 1 ? c->tp : 1;
+        if (T > 1 && (c->tp_rank < 0 || c->tp_rank >= T))
+            ZS_FAIL("tensor-parallel rank %d is not a rank of a group of %d", c->tp_rank, T);
+        if (c->n_head % T)
+            ZS_FAIL("model.heads (%d) must be divisible by the tensor-parallel size (--tp %d): "
+                    "attention is split by heads", c->n_head, T);
+        if (c->vocab % T)
+            ZS_FAIL("model.vocab (%d) must be divisible by the tensor-parallel size (--tp %d): "
+                    "the embedding is split by vocabulary rows", c->vocab, T);
+        if ((4 * c->n_embd) % T)
+            ZS_FAIL("4 x model.hidden (%d) must be divisible by the tensor-parallel size (--tp %d): "
+                    "the MLP is split along its 4C inner width", 4 * c->n_embd, T);
+        if (c->sequence_parallel)
+            ZS_FAIL("sequence parallelism (--sequence-parallel) is not implemented yet: drop it "
+                    "(tensor parallelism alone works)");
     } else if (c->kind == ZS_MODEL_MLP) {
+        if (c->tp > 1)
+            ZS_FAIL("tensor parallelism is implemented for the GPT: use --tp 1 with --model mlp");
         if (c->ckpt_blocks > 0)
             ZS_FAIL("activation checkpointing is implemented for the GPT only: use "
                     "--checkpoint-activations off with --model mlp");
@@ -161,6 +179,32 @@ int zs_model_create(const zs_model_config *c, zs_model **out)
         m->uses[e->layer][m->uses_count[e->layer]++] = i;
     }
     lay->num_params = off;
+    /* tensor parallelism: where each entry starts in the tp = 1 layout */
+    m->full_offset = calloc((size_t)lay->n_entries, sizeof(size_t));
+    if (!m->full_offset) {
+        zs_model_destroy(m);
+        ZS_FAIL("out of host memory creating the model");
+    }
+    if (c->tp > 1) {
+        zs_model_config one = *c;
+        one.tp = 1;
+        one.tp_rank = 0;
+        zs_layout full = {0};
+        if (m->ops->build_layout(&one, &full)) {
+            free(full.entries);
+            zs_model_destroy(m);
+            return -1;
+        }
+        size_t fo = 0;
+        for (int i = 0; i < full.n_entries && i < lay->n_entries; i++) {
+            m->full_offset[i] = fo;
+            fo += full.entries[i].numel;
+        }
+        free(full.entries);
+    } else {
+        for (int i = 0; i < lay->n_entries; i++)
+            m->full_offset[i] = lay->entries[i].offset;
+    }
     if (c->kind == ZS_MODEL_GPT) /* the head uses the tied token embedding (entry 0) */
         m->uses[lay->n_layers - 1][m->uses_count[lay->n_layers - 1]++] = 0;
     *out = m;
@@ -174,6 +218,7 @@ void zs_model_destroy(zs_model *m)
     zs_layout_free(&m->layout);
     free(m->uses);
     free(m->uses_count);
+    free(m->full_offset);
     free(m);
 }
 
@@ -319,4 +364,73 @@ float zs_model_loss(const zs_acts *a, zs_backend_t be)
         s += h[i];
     free(h);
     return (float)(s / (double)a->n_losses);
+}
+
+/* ---- tensor parallelism --------------------------------------------------- */
+
+int zs_model_set_tp_comm(zs_model *m, struct zs_comm *tp)
+{
+    int T = m->cfg.tp > 1 ? m->cfg.tp : 1;
+    if (tp && (zs_comm_size(tp) != T || (T > 1 && zs_comm_rank(tp) != m->cfg.tp_rank)))
+        ZS_FAIL("the tensor-parallel communicator has rank %d of %d where the model expects %d "
+                "of %d", zs_comm_rank(tp), zs_comm_size(tp), m->cfg.tp_rank, T);
+    m->tp = tp;
+    return 0;
+}
+
+/* The entry holding flat element `local`, or -1. */
+static int zs_model_entry_of(const zs_model *m, size_t local)
+{
+    const zs_layout *lay = &m->layout;
+    int lo = 0, hi = lay->n_entries - 1;
+    if (local >= lay->num_params)
+        return -1;
+    while (lo < hi) { /* the last entry whose offset <= local */
+        int mid = lo + (hi - lo + 1) / 2;
+        if (lay->entries[mid].offset <= local)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+size_t zs_model_tp_global_offset(const zs_model *m, size_t local, size_t *run)
+{
+    int i = zs_model_entry_of(m, local);
+    if (i < 0) {
+        if (run)
+            *run = 0;
+        return SIZE_MAX;
+    }
+    const zs_param_entry *e = &m->layout.entries[i];
+    size_t j = local - e->offset;
+    if (m->cfg.tp <= 1 || !m->ops->tp_global) {
+        if (run)
+            *run = e->numel - j;
+        return local;
+    }
+    size_t g = m->ops->tp_global(&m->cfg, i, j);
+    if (run) {
+        size_t n = 1;
+        while (j + n < e->numel && m->ops->tp_global(&m->cfg, i, j + n) == g + n)
+            n++;
+        *run = n;
+    }
+    return m->full_offset[i] + g;
+}
+
+int zs_model_tp_replicated(const zs_model *m, size_t local)
+{
+    int i = zs_model_entry_of(m, local);
+    if (i < 0 || m->cfg.tp <= 1 || !m->ops->tp_replicated)
+        return i >= 0;
+    return m->ops->tp_replicated(&m->cfg, i);
+}
+
+int zs_model_tp_failed(zs_model *m)
+{
+    int f = m->tp_failed;
+    m->tp_failed = 0;
+    return f;
 }

@@ -18,6 +18,10 @@ typedef struct {
                          zs_acts *a, const zs_batch *batch);
     void (*backward_unit)(zs_model *m, zs_backend_t be, int l, float *const *P,
                           float *const *G, zs_acts *a, const zs_batch *batch, float dloss);
+    /* tensor parallelism: element j of entry i as an element of that entry
+     * in the tp = 1 model, and whether entry i is replicated */
+    size_t (*tp_global)(const zs_model_config *c, int i, size_t j);
+    int (*tp_replicated)(const zs_model_config *c, int i);
 } zs_model_ops;
 
 extern const zs_model_ops zs_gpt_ops;
@@ -31,6 +35,9 @@ struct zs_model {
     const zs_model_ops *ops;
     int (*uses)[ZS_MAX_USES];  /* [n_layers][ZS_MAX_USES] entry ids */
     int *uses_count;           /* [n_layers] */
+    struct zs_comm *tp;        /* tensor-parallel group (cfg.tp > 1) */
+    size_t *full_offset;       /* [n_entries] each entry's offset at tp = 1 */
+    int tp_failed;             /* a tensor-parallel collective failed */
 };
 
 /* Activations: two blocks from the accounting allocator, carved into views. */
@@ -53,6 +60,7 @@ struct zs_acts {
     float *lnf, *lnf_mean, *lnf_rstd, *probs;
     /* GPT scratch */
     float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
+    float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
     /* MLP views: per hidden layer pre- and post-activation */
     float **h, **a;
     float *s_d0, *s_d1, *s_dh;
