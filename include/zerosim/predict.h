@@ -54,6 +54,12 @@ typedef struct {
     double rs_calls_per_step, ag_calls_per_step, ag_calls_per_skipped_step;
     double recompute_units;
     double a2a_bytes_rank0;
+    /* tensor parallelism: the model's all-reduces over the TP group per
+     * step, this rank's ring traffic 2(T-1)/T of each buffer: per micro-
+     * batch the embedding's BT·C and the head's BT·C, 2·BT·C forward and
+     * backward per block (each recomputed block 2·BT·C more), and the
+     * vocab-parallel loss's maxima and sums (3·BT), fp32 */
+    double tp_allreduce_bytes_per_step;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

@@ -65,6 +65,7 @@ typedef struct {
     size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
     double seconds;
     int world_size;
+    int dp_size, tp_size;     /* the mesh: data- and tensor-parallel sizes */
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */
     int phantom;              /* a phantom run (zs_train_phantom) */

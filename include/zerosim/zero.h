@@ -64,6 +64,9 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
                             struct zs_comm *comm, const struct zs_step_shape_s *shape,
                             zs_engine **out);
 const zs_partition *zs_engine_partition(const zs_engine *e);
+/* Tensor parallelism (cfg->model.tp > 1): the tensor-parallel group, whose
+ * ledger context and backend the caller sets; before the first step. */
+int zs_engine_set_tp(zs_engine *e, struct zs_comm *tp);
 /* The step's shape and the program the engine executes (zerosim/program.h). */
 const struct zs_step_shape_s *zs_engine_shape(const zs_engine *e);
 const struct zs_step_program_s *zs_engine_program(const zs_engine *e);
@@ -85,8 +88,14 @@ double zs_engine_loss_floor(const zs_engine *e);
  * precision), in layout order, unpadded, into host on rank 0 (num_params
  * floats; host may be NULL on other ranks). */
 int zs_engine_get_params(zs_engine *e, float *host);
+/* Collective over the data- and tensor-parallel groups. The same in the
+ * order of the tp = 1 model (zs_model_count_params floats, valid on the
+ * rank that is rank 0 of both groups); without tensor parallelism the same
+ * as zs_engine_get_params. */
+int zs_engine_get_full_params(zs_engine *e, float *host);
 /* Collective. Hex 64-bit XXH3 hash of those num_params * 4 bytes
- * (little-endian floats), valid on rank 0. */
+ * (little-endian floats), valid on rank 0; with tensor parallelism, of the
+ * full parameters in the tp = 1 order. */
 int zs_engine_param_hash(zs_engine *e, char hex[17]);
 /* The hash of any fp32 parameter vector, computed the same way. */
 void zs_param_hash(const float *params, size_t n, char hex[17]);

@@ -155,6 +155,13 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
         p->ag_bytes_per_step = (size_t)c.ag_bytes;
         p->ag_calls_per_step = c.ag_calls;
     }
+    int T = cfg->model.tp > 1 ? cfg->model.tp : 1;
+    if (T > 1 && cfg->model.kind == ZS_MODEL_GPT) {
+        double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;
+        double L = cfg->model.n_layer;
+        double floats = BT * C * (2.0 + 4.0 * L) + 3.0 * BT + 2.0 * BT * C * c.recompute_units / (double)cfg->grad_accum;
+        p->tp_allreduce_bytes_per_step = cfg->grad_accum * 4.0 * floats * 2.0 * (T - 1) / T;
+    }
     if (sh.comp)
         for (int k = 0; k < sh.nbuckets; k++)
             p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, k, 0) * cfg->grad_accum;

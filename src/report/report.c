@@ -96,10 +96,13 @@ static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls,
         *secs += r->comm[q][o][p].seconds;
     }
     /* sum the full buffers first and convert once, so the ring volume of
-     * many calls compares exactly with the prediction's */
-    if (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS)
-        b = zs_ring_bytes((size_t)*api, r->world_size);
-    else if (o == ZS_OP_ALLREDUCE)
+     * many calls compares exactly with the prediction's; with a mesh,
+     * reduce-scatter and allgather run over the data-parallel group, and
+     * the other ops over several groups keep their recorded bytes */
+    int dp = r->dp_size > 0 ? r->dp_size : r->world_size, mesh = dp != r->world_size;
+    if (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || (o == ZS_OP_SCALARS && !mesh))
+        b = zs_ring_bytes((size_t)*api, dp);
+    else if (o == ZS_OP_ALLREDUCE && !mesh)
         b = 2 * zs_ring_bytes((size_t)*api, r->world_size);
     return b;
 }
@@ -108,7 +111,9 @@ static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls,
  * -1 when there is no prediction. */
 static double zs_op_pred(const zs_train_result *r, int q, int o)
 {
-    int N = r->world_size, dense = r->steps - r->compressed_steps;
+    int N = r->dp_size > 0 ? r->dp_size : r->world_size, dense = r->steps - r->compressed_steps;
+    if (o == ZS_OP_ALLREDUCE && r->pred.tp_allreduce_bytes_per_step > 0)
+        return r->pred.tp_allreduce_bytes_per_step * r->steps;
     if (o == ZS_OP_REDUCE_SCATTER)
         return zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense;
     if (o == ZS_OP_ALLGATHER)
@@ -183,7 +188,8 @@ static json_t *zs_report_comm(const zs_train_result *r)
                           "by_phase", phases);
             if (o == ZS_OP_ALLTOALL && r->compressed_steps > 0)
                 json_object_set_new(op, "dense_equivalent_bytes",
-                                    json_real(zs_ring_bytes(r->pred.rs_bytes_per_step, N) *
+                                    json_real(zs_ring_bytes(r->pred.rs_bytes_per_step,
+                                                            r->dp_size > 0 ? r->dp_size : N) *
                                               r->compressed_steps));
             json_object_set_new(ops, zs_comm_op_name((zs_comm_op)o), op);
         }

@@ -2,6 +2,7 @@
 #include "zerosim/train.h"
 #include "zerosim/error.h"
 #include "zerosim/program.h"
+#include "zerosim/mesh.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -161,7 +162,8 @@ static int zs_train_comm_table(zs_comm_t comm, zs_train_result *r)
  * statistics in r->mem and, on rank 0, the comms table. Collective over
  * comm (a phantom comm makes it one simulated rank). */
 static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
-                         zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
+                         zs_comm_t dp, zs_comm_t tp, zs_backend_t be, const zs_step_shape *shape,
+                         zs_train_result *r)
 {
     int rank = zs_comm_rank(comm);
     zs_train_options lo = *o;
@@ -170,15 +172,19 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     zs_engine *e = NULL;
     int rc = 0;
     r->world_size = zs_comm_size(comm);
+    r->dp_size = zs_comm_size(dp);
+    r->tp_size = cfg->tp > 1 ? cfg->tp : 1;
     r->info = calloc((size_t)cfg->steps, sizeof *r->info);
     r->hashes = o->hash_every_step ? calloc((size_t)cfg->steps, sizeof *r->hashes) : NULL;
     if (!mem || !r->info || (o->hash_every_step && !r->hashes))
         rc = zs_error_set("out of host memory for %d steps of results", cfg->steps);
     if (!rc)
-        rc = zs_engine_create_shared(cfg, be, mem, comm, shape, &e);
+        rc = zs_engine_create_shared(cfg, be, mem, dp, shape, &e);
+    if (!rc)
+        rc = zs_engine_set_tp(e, tp);
     if ((rc = zs_train_agree(comm, rc, r)))
         goto done;
-    if (zs_predict(cfg, r->world_size, &r->pred)) {
+    if (zs_predict(cfg, r->dp_size, &r->pred)) {
         rc = zs_train_agree(comm, -1, r);
         goto done;
     }
@@ -188,9 +194,10 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         r->a2a_pred = calloc((size_t)r->world_size, sizeof(double));
         if (lo && hi && r->a2a_pred) {
             zs_engine_buckets(e, lo, hi, nb);
-            for (int q = 0; q < r->world_size; q++)
-                r->a2a_pred[q] = zs_predict_alltoall_bytes(cfg, zs_engine_num_params(e),
-                                                           r->world_size, q, lo, hi, nb);
+            for (int q = 0; q < r->world_size; q++) /* q's data-parallel rank */
+                r->a2a_pred[q] = zs_predict_alltoall_bytes(
+                    cfg, zs_engine_num_params(e), r->dp_size,
+                    zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp, lo, hi, nb);
         }
         free(lo);
         free(hi);
@@ -252,17 +259,45 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         zs_error_set("%s", err);
         return zs_train_agree(comm, -1, r);
     }
-    if (zs_train_agree(comm, zs_comm_set_backend(comm, be), r)) {
+    /* the mesh: the engine runs over the data-parallel group, the model's
+     * tensor-parallel collectives over the TP group */
+    zs_mesh *mesh = NULL;
+    zs_run_config local = *cfg;
+    int rc = 0;
+    if (cfg->tp * cfg->pp > 1) {
+        rc = zs_mesh_create(comm, cfg->tp, cfg->pp, &mesh);
+        if (!rc)
+            local.model.tp_rank = zs_mesh_self(mesh).tp;
+    }
+    zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
+    zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
+    if (!rc)
+        rc = zs_comm_set_backend(comm, be);
+    if (!rc && dp != comm)
+        rc = zs_comm_set_backend(dp, be);
+    if (!rc && tp)
+        rc = zs_comm_set_backend(tp, be);
+    if (zs_train_agree(comm, rc, r)) {
+        if (tp)
+            zs_comm_set_backend(tp, NULL);
+        if (dp != comm)
+            zs_comm_set_backend(dp, NULL);
         zs_comm_set_backend(comm, NULL);
+        zs_mesh_free(mesh);
         zs_backend_release(be);
         return -1;
     }
-    int rc = zs_train_rank(cfg, o, comm, be, NULL, r);
+    rc = zs_train_rank(&local, o, comm, dp, tp, be, NULL, r);
     if (!rc) {
         rc = zs_train_gather_stats(comm, r);
         rc = zs_train_agree(comm, rc, r);
     }
+    if (tp)
+        zs_comm_set_backend(tp, NULL);
+    if (dp != comm)
+        zs_comm_set_backend(dp, NULL);
     zs_comm_set_backend(comm, NULL);
+    zs_mesh_free(mesh);
     zs_backend_release(be);
     return rc;
 }
@@ -272,10 +307,34 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
  * and accounting record depends on its rank only through the compressed
  * exchange, whose bytes depend on the part of each bucket the rank owns.
  * class[q] = the lowest rank whose parts are all the same as q's. */
-static int zs_phantom_classes(const zs_step_shape *s, int world, int *cls)
+static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp, int *cls)
 {
     if (!s->comp) {
         memset(cls, 0, (size_t)world * sizeof(int));
+        return 0;
+    }
+    if (tp * pp > 1) { /* a rank is its data-parallel rank's class */
+        int D = world / (tp * pp);
+        ZS_TRY(zs_phantom_classes(s, D, 1, 1, cls));
+        int *first = malloc((size_t)D * sizeof(int));
+        if (!first)
+            ZS_FAIL("out of host memory grouping %d simulated ranks", world);
+        for (int d = 0; d < D; d++)
+            first[d] = -1;
+        int *dcls = malloc((size_t)D * sizeof(int));
+        if (!dcls) {
+            free(first);
+            ZS_FAIL("out of host memory grouping %d simulated ranks", world);
+        }
+        memcpy(dcls, cls, (size_t)D * sizeof(int));
+        for (int q = 0; q < world; q++) {
+            int c = dcls[zs_mesh_coord_of(world, tp, pp, q).dp];
+            if (first[c] < 0)
+                first[c] = q;
+            cls[q] = first[c];
+        }
+        free(first);
+        free(dcls);
         return 0;
     }
     int nb = s->nbuckets;
@@ -335,17 +394,19 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     int rc = cls ? 0 : zs_error_set("out of host memory for %d simulated ranks", world);
     if (!rc)
         rc = zs_model_create(&cfg->model, &m);
-    if (!rc && (rc = zs_step_shape_build(cfg, m, world, &shape)) == 0) {
+    if (!rc && (rc = zs_step_shape_build(cfg, m, world / ((cfg->tp > 1 ? cfg->tp : 1) * cfg->pp),
+                                         &shape)) == 0) {
         const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
         if (every && strcmp(every, "1") == 0)
             for (int q = 0; q < world; q++)
                 cls[q] = q;
         else
-            rc = zs_phantom_classes(&shape, world, cls);
+            rc = zs_phantom_classes(&shape, world, cfg->tp > 1 ? cfg->tp : 1, cfg->pp, cls);
         if (rc)
             zs_step_shape_free(&shape);
     }
     int have_shape = !rc && m;
+    int T = cfg->tp > 1 ? cfg->tp : 1;
     double row[ZS_NM + ZS_NC];
     for (int q = 0; q < world && !rc; q++) {
         if (cls[q] != q) /* filled with its class's first rank */
@@ -356,12 +417,18 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
             memset(&one, 0, sizeof one);
         zs_backend_t be = zs_backend_init_phantom(err, sizeof err);
         zs_comm_t comm = be ? zs_comm_phantom(world, q) : NULL;
+        zs_mesh *mesh = NULL;
+        zs_run_config local = *cfg;
         if (!be)
             rc = zs_error_set("%s", err);
         else if (!comm)
             rc = zs_error_set("out of host memory creating simulated rank %d", q);
-        else
-            rc = zs_train_rank(cfg, &po, comm, be, &shape, rq);
+        else if (T * cfg->pp > 1 && (rc = zs_mesh_create(comm, T, cfg->pp, &mesh)) == 0)
+            local.model.tp_rank = zs_mesh_self(mesh).tp;
+        if (!rc)
+            rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
+                               mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, be, &shape, rq);
+        zs_mesh_free(mesh);
         if (!rc) {
             zs_train_pack_stats(rq, comm, row);
             for (int p = q; p < world; p++)

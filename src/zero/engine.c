@@ -51,7 +51,9 @@ struct zs_engine {
     zs_backend_t be;
     int phantom;                /* a phantom backend: buffers hold nothing */
     zs_mem_t mem;
-    zs_comm_t comm;
+    zs_comm_t comm;             /* the data-parallel group */
+    zs_comm_t tp;               /* the tensor-parallel group, NULL without */
+    int tp_size, tp_rank;
     zs_partition part;          /* this rank's */
     zs_step_shape own_shape;    /* when not shared */
     const zs_step_shape *sh;    /* what a step allocates and does */
@@ -258,6 +260,13 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
         zs_error_set("--compression is not supported with --backend %s (its codecs run on "
                      "host memory): use --backend cpu, or --compression none",
                      zs_backend_name(be));
+        goto fail;
+    }
+    e->tp_size = cfg->model.tp > 1 ? cfg->model.tp : 1;
+    e->tp_rank = e->tp_size > 1 ? cfg->model.tp_rank : 0;
+    if (e->tp_size > 1 && !zs_backend_has_tp(be)) {
+        zs_error_set("tensor parallelism (--tp %d) has no kernels on the %s backend yet: use "
+                     "--backend cpu, or --tp 1", e->tp_size, zs_backend_name(be));
         goto fail;
     }
     /* a phantom run feeds no data (building the GPT's Markov chain would be
@@ -638,6 +647,8 @@ static int zs_engine_check(zs_engine *e)
     int flags = (e->fix_overflows > 0) | (zs_backend_count_nonfinite(e->be, e->gshard, e->pt,
                                                                       p->shard) > 0) << 1;
     ZS_TRY(zs_comm_allreduce_max_int(e->comm, &flags));
+    if (e->tp) /* the tensor-parallel shards differ: agree over the group too */
+        ZS_TRY(zs_comm_allreduce_max_int(e->tp, &flags));
     e->overflow = flags != 0;
     if (e->overflow && e->pt != ZS_DTYPE_F16) {
         if (flags & 1)
@@ -650,6 +661,26 @@ static int zs_engine_check(zs_engine *e)
     return 0;
 }
 
+/* Sum of squares of the gradients of replicated parameters in this rank's
+ * shard (tensor parallelism: they count once, on TP rank 0). */
+static double zs_engine_replicated_sumsq(zs_engine *e)
+{
+    const zs_partition *p = &e->part;
+    double s = 0.0;
+    for (int i = 0; i < e->lay->n_entries; i++) {
+        const zs_param_entry *pe = &e->lay->entries[i];
+        if (!zs_model_tp_replicated(e->model, pe->offset))
+            continue;
+        size_t a = pe->offset > p->shard_begin ? pe->offset : p->shard_begin;
+        size_t b = pe->offset + pe->numel < p->shard_begin + p->shard ? pe->offset + pe->numel
+                                                                      : p->shard_begin + p->shard;
+        if (a < b)
+            s += zs_backend_sumsq(e->be, (const char *)e->gshard + (a - p->shard_begin) * e->ps,
+                                  e->pt, b - a);
+    }
+    return s;
+}
+
 static int zs_engine_norm(zs_engine *e, int *skip)
 {
     const zs_partition *p = &e->part;
@@ -658,7 +689,25 @@ static int zs_engine_norm(zs_engine *e, int *skip)
     zs_step_info *info = e->info;
     /* global norm: block sums in double, summed in block order everywhere */
     double sumsq = 0.0;
-    if (!e->overflow) {
+    if (!e->overflow && e->tp) {
+        /* tensor parallelism: this rank's shard of its TP shard, without the
+         * replicated parameters except on TP rank 0; summed over the data-
+         * parallel ranks in rank order, then over the TP group */
+        double mine = zs_backend_sumsq(e->be, e->gshard, e->pt, p->shard);
+        if (e->tp_rank != 0)
+            mine -= zs_engine_replicated_sumsq(e);
+        ZS_TRY(zs_comm_allgather_small(e->comm, &mine, e->norm_all, 1, ZS_CT_F64));
+        for (int q = 0; q < N; q++)
+            sumsq += e->norm_all[q];
+        double part = sumsq, parts[64];
+        if (e->tp_size > 64)
+            ZS_FAIL("tensor-parallel groups of more than 64 ranks are not supported (--tp %d)",
+                    e->tp_size);
+        ZS_TRY(zs_comm_allgather_small(e->tp, &part, parts, 1, ZS_CT_F64));
+        sumsq = 0.0;
+        for (int q = 0; q < e->tp_size; q++)
+            sumsq += parts[q];
+    } else if (!e->overflow) {
         size_t nblk = p->shard / e->norm_block;
         for (size_t i = 0; i < nblk; i++)
             e->norm_local[i] = zs_backend_sumsq(
@@ -716,6 +765,8 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     case ZS_SOP_FORWARD:
         zs_engine_view_unit(e, u, 0);
         zs_model_forward_unit(e->model, e->be, u, e->P, e->acts, &e->batch);
+        if (zs_model_tp_failed(e->model))
+            return -1;
         break;
     case ZS_SOP_LOSS: e->loss_local[o->micro] = zs_model_loss(e->acts, e->be); break;
     case ZS_SOP_ZERO_GRADS: zs_backend_memset0(e->be, e->gfull, p->padded * e->ps); break;
@@ -729,6 +780,8 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     case ZS_SOP_BACKWARD:
         zs_engine_view_unit(e, u, 1);
         zs_model_backward_unit(e->model, e->be, u, e->P, e->G, e->acts, &e->batch, e->dloss);
+        if (zs_model_tp_failed(e->model))
+            return -1;
         ZS_TRY(zs_engine_commit_grads(e, u));
         break;
     case ZS_SOP_REDUCE: ZS_TRY(zs_engine_reduce_bucket(e, o->index)); break;
@@ -812,6 +865,15 @@ double zs_engine_loss_floor(const zs_engine *e)
 }
 const zs_partition *zs_engine_partition(const zs_engine *e) { return &e->part; }
 const zs_step_shape *zs_engine_shape(const zs_engine *e) { return e->sh; }
+
+int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
+{
+    if (e->tp_size > 1 && !tp)
+        ZS_FAIL("tensor parallelism (--tp %d) needs its communicator", e->tp_size);
+    ZS_TRY(zs_model_set_tp_comm(e->model, e->tp_size > 1 ? tp : NULL));
+    e->tp = e->tp_size > 1 ? tp : NULL;
+    return 0;
+}
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
 size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
 
@@ -860,8 +922,83 @@ void zs_param_hash(const float *params, size_t n, char hex[17])
  * shard after shard in rank order, so hashing never holds a second copy of
  * the model (which would show in the peak RSS and not in the accounting). */
 #define ZS_HASH_CHUNK ((size_t)1 << 18)
+
+/* Tensor parallelism: the parameters in the order of the tp = 1 model.
+ * Data-parallel rank 0 of each TP rank gathers its TP shard, TP rank 0 of
+ * those gathers them all and puts each element where the tp = 1 layout has
+ * it (replicated parameters from TP rank 0). */
+int zs_engine_get_full_params(zs_engine *e, float *full)
+{
+    if (!e->tp)
+        return zs_engine_get_params(e, full);
+    const zs_partition *p = &e->part;
+    size_t n = p->num_params;
+    int T = e->tp_size, lead = p->rank == 0;
+    float *mine = lead ? malloc(n * sizeof(float) + 1) : NULL;
+    float *all = lead && e->tp_rank == 0 ? malloc((size_t)T * n * sizeof(float) + 1) : NULL;
+    int rc = 0;
+    if ((lead && !mine) || (lead && e->tp_rank == 0 && !all))
+        rc = zs_error_set("out of host memory gathering the parameters");
+    if (!rc)
+        rc = zs_engine_get_params(e, mine);
+    if (!rc && lead) {
+        zs_comm_set_context(e->tp, ZS_PHASE_REPORT, -1);
+        if (n > (size_t)INT_MAX)
+            rc = zs_error_set("a tensor-parallel shard of %zu parameters is too large to gather", n);
+        else
+            rc = zs_comm_gather_root(e->tp, mine, (int)n, all, ZS_CT_F32);
+    }
+    if (!rc && all) {
+        size_t total = zs_model_count_params(&e->cfg.model);
+        zs_model_config mc = e->cfg.model;
+        for (int q = 0; q < T && !rc; q++) {
+            zs_model *mq;
+            mc.tp_rank = q;
+            if ((rc = zs_model_create(&mc, &mq)))
+                break;
+            for (size_t j = 0; j < n;) {
+                size_t run, g = zs_model_tp_global_offset(mq, j, &run);
+                if (run == 0 || g == SIZE_MAX || g + run > total) {
+                    rc = zs_error_set("internal: shard element %zu of TP rank %d maps outside "
+                                      "the model", j, q);
+                    break;
+                }
+                if (q == 0 || !zs_model_tp_replicated(mq, j))
+                    memcpy(full + g, all + (size_t)q * n + j, run * sizeof(float));
+                j += run;
+            }
+            zs_model_destroy(mq);
+        }
+    }
+    free(mine);
+    free(all);
+    return rc;
+}
+
+/* The hash of a tensor-parallel run, over the tp = 1 order, so that runs of
+ * any tensor-parallel size hash comparably; unlike the plain hash, world
+ * rank 0 holds the whole model once in host memory. */
+static int zs_engine_param_hash_tp(zs_engine *e, char hex[17])
+{
+    int root = e->part.rank == 0 && e->tp_rank == 0;
+    size_t total = zs_model_count_params(&e->cfg.model);
+    float *full = root ? malloc(total * sizeof(float) + 1) : NULL;
+    if (root && !full)
+        return zs_error_set("out of host memory hashing %zu parameters", total);
+    int rc = zs_engine_get_full_params(e, full);
+    if (!rc && root)
+        zs_param_hash(full, total, hex);
+    free(full);
+    return rc;
+}
+
 int zs_engine_param_hash(zs_engine *e, char hex[17])
 {
+    if (e->tp && !e->phantom) {
+        zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
+        hex[0] = '\0';
+        return zs_engine_param_hash_tp(e, hex);
+    }
     const zs_partition *p = &e->part;
     zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
     hex[0] = '\0';

@@ -1,0 +1,69 @@
+#!/bin/sh
+# Tensor parallelism: the Check suite tests/check_tp.c (finite differences
+# of every tensor-parallel layer across the group; TP = N against TP = 1 on
+# the same batches) at 2 and 4 ranks; then zerosim train with --tp: the
+# accounting equals the prediction on every rank (the TP shard's model
+# states divided over the data-parallel group, the buffers, the TP
+# all-reduce traffic), stages 0-3 agree to the byte for a fixed mesh, and
+# the errors of impossible meshes.
+. "$(dirname "$0")/testlib.sh"
+
+for n in 2 4; do
+    if sh "$HERE/mpirun.sh" "$n" ./tests/check_tp >"$T/tp$n" 2>&1; then ok
+    else bad "check_tp at $n ranks"; fi
+    grep -E "^(finite|TP)" "$T/tp$n"
+    grep -E "Failure|Error" "$T/tp$n" | head -5
+done
+
+M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --quiet"
+for mesh in "2 2" "4 2" "4 4"; do
+    set -- $mesh
+    n=$1 tp=$2
+    for stage in 0 1 2 3; do
+        d="$T/m$n-$tp-$stage"
+        if ! sh "$HERE/mpirun.sh" "$n" "$ZS" train $M --tp "$tp" --stage "$stage" --csv "$d" \
+             --report "$d/r.json" >"$T/log" 2>&1; then
+            bad "N=$n tp $tp stage $stage failed"; cat "$T/log"; continue
+        fi
+        awk -v L="N=$n tp $tp stage $stage" '$1 !~ /^#/ && $2 != "total" && $3 != $4 {
+                printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ }
+             $1 !~ /^#/ { n++ } END { exit bad > 0 || n == 0 }' "$d/memory.csv" && ok || bad "memory N=$n tp $tp stage $stage"
+        awk -v L="N=$n tp $tp stage $stage" '$1 !~ /^#/ && $3 == "all" &&
+                ($2 == "reduce_scatter" || $2 == "allgather" || $2 == "allreduce") {
+                if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
+                if ($2 == "allreduce" && $5 > 0) ar++ }
+             END { exit bad > 0 || ar == 0 }' "$d/comm.csv" && ok || bad "traffic N=$n tp $tp stage $stage"
+        key "$d/r.json" param_hash >"$d/hash"
+    done
+    # stages 0-3 give the same bytes for a fixed mesh
+    h0=$(cat "$T/m$n-$tp-0/hash")
+    for stage in 1 2 3; do
+        [ -n "$h0" ] && [ "$(cat "$T/m$n-$tp-$stage/hash")" = "$h0" ] && ok ||
+            bad "N=$n tp $tp: stage $stage hash $(cat "$T/m$n-$tp-$stage/hash") vs stage 0 $h0"
+    done
+done
+
+# a phantom run with --tp reports what the real run does
+sh "$HERE/mpirun.sh" 4 "$ZS" train $M --tp 2 --stage 3 --csv "$T/real" >/dev/null 2>&1 &&
+"$ZS" train --phantom --world-size 4 $M --tp 2 --stage 3 --csv "$T/ph" >/dev/null 2>&1 || bad "phantom --tp"
+cmp -s "$T/real/memory.csv" "$T/ph/memory.csv" && ok || { bad "phantom --tp memory differs"; diff "$T/real/memory.csv" "$T/ph/memory.csv" | head; }
+awk '$1 !~ /^#/ && $2 != "gather" && $3 != "report" { print $1, $2, $3, $4, $5, $6 }' "$T/real/comm.csv" >"$T/a"
+awk '$1 !~ /^#/ && $2 != "gather" && $3 != "report" { print $1, $2, $3, $4, $5, $6 }' "$T/ph/comm.csv" >"$T/b"
+cmp -s "$T/a" "$T/b" && ok || { bad "phantom --tp traffic differs"; diff "$T/a" "$T/b" | head; }
+
+# errors: one line, non-zero exit
+err() { # n pattern args
+    n=$1 pat=$2; shift 2
+    if sh "$HERE/mpirun.sh" "$n" "$ZS" train "$@" >/dev/null 2>"$T/err"; then bad "train $* succeeded"
+    elif grep -q -- "$pat" "$T/err"; then ok
+    else bad "train $*: $(cat "$T/err")"; fi
+}
+err 2 "do not divide" $M --tp 4 --heads 4
+err 3 "do not divide" $M --tp 2
+err 2 "heads" --layers 2 --hidden 30 --heads 3 --seq 8 --vocab 64 --tp 2
+err 2 "vocab" --layers 2 --hidden 32 --heads 4 --seq 8 --vocab 63 --tp 2
+err 2 "not supported yet" $M --pp 2
+err 2 "not implemented yet" $M --tp 2 --sequence-parallel
+err 2 "implemented for the GPT" --model mlp --tp 2
+
+finish
