@@ -321,6 +321,36 @@ if sh "$HERE/mpirun.sh" 4 "$ZS" train --config "$T/c12.json" --compression topk:
 else
     bad "plan --config case failed"; cat "$T/log"
 fi
+# ---- Korthikanti et al. (arXiv 2205.05198), activation bytes per layer with
+# their counting, on their shapes (Table 3: 175B, 530B, 1T; t = 8, b = 1,
+# s = 2048), times the layers; and the parameter count of a GPT equals
+# Megatron's 12lh^2 (1 + 13/(12h) + (V + s)/(12lh)) plus the final
+# LayerNorm's 2h. The formulas are evaluated here, in awk.
+for shape in "96 12288 96" "105 20480 128" "128 25600 160"; do
+    set -- $shape
+    L=$1 h=$2 a=$3
+    for mode in none tp sp; do
+        case $mode in none) extra="";; tp) extra="--tp 8";; sp) extra="--tp 8 --sequence-parallel";; esac
+        "$ZS" plan --arch gpt --layers "$L" --hidden "$h" --heads "$a" --vocab 51200 --seq 2048 \
+            --micro-batch 1 --precision bf16 --convention megatron --stage 1 --dp 8 $extra \
+            --json >"$T/k.json" || { bad "megatron plan $shape $mode"; continue; }
+        got=$(sed -n '/"bytes_per_category"/,/}/p' "$T/k.json" | sed -n 's/.*"activations": \([0-9.e+]*\).*/\1/p')
+        awk -v L="$L" -v h="$h" -v a="$a" -v m="$mode" -v got="$got" 'BEGIN {
+            s = 2048; b = 1; t = 8
+            if (m == "none") per = s*b*h*(34 + 5*a*s/h)
+            else if (m == "tp") per = s*b*h*(10 + 24/t + 5*a*s/(h*t))
+            else per = s*b*h/t*(34 + 5*a*s/h)
+            want = L * per; d = got - want; if (d < 0) d = -d
+            exit !(got != "" && d <= 1) }' && ok || bad "Korthikanti $shape $mode: plan $got"
+    done
+    p=$(json "$T/k.json" params)
+    awk -v L="$L" -v h="$h" -v p="$p" 'BEGIN { V = 51200; s = 2048
+        want = 12*L*h*h*(1 + 13/(12*h) + (V + s)/(12*L*h)) + 2*h
+        d = p - want; if (d < 0) d = -d; exit !(d < 0.5) }' && ok || bad "parameter count of $shape: $p"
+done
+err_case 1 "sequence parallelism\|--sequence-parallel" --arch gpt --layers 2 --hidden 32 --heads 4 \
+    --vocab 64 --seq 16 --tp 2 --sequence-parallel
+
 err_case 1 "planner.s architectures" --config "$HERE/../examples/configs/mlp_adamw.json"
 err_case 1 "cannot open" --config "$T/nonesuch.json"
 

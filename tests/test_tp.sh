@@ -34,6 +34,16 @@ for mesh in "2 2" "4 2" "4 4"; do
                 if ($2 == "allreduce" && $5 > 0) ar++ }
              END { exit bad > 0 || ar == 0 }' "$d/comm.csv" && ok || bad "traffic N=$n tp $tp stage $stage"
         key "$d/r.json" param_hash >"$d/hash"
+        # zerosim plan --tp says the same bytes for rank 0
+        "$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 \
+            --grad-accum 2 --dp $((n / tp)) --tp "$tp" --stage "$stage" --json >"$T/plan.json" ||
+            { bad "plan --tp $tp"; continue; }
+        sed -n '/"bytes_per_category"/,/}/p' "$T/plan.json" >"$T/plan.cat"
+        for cat in params grads optimizer_m optimizer_v activations comm_buffers workspace; do
+            m=$(awk -v c="$cat" '$1 == 0 && $2 == c { print $3 }' "$d/memory.csv")
+            p=$(sed -n "s/.*\"$cat\": \([0-9]*\).*/\1/p" "$T/plan.cat")
+            [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "N=$n tp $tp stage $stage $cat: run $m, plan $p"
+        done
     done
     # stages 0-3 give the same bytes for a fixed mesh
     h0=$(cat "$T/m$n-$tp-0/hash")

@@ -53,11 +53,13 @@ typedef struct {
     size_t largest_layer;     /* !has_arch: stage 3's live gathered parameters */
     int seq_len;              /* !has_arch: tokens per sample, for FLOPs (0 = unknown) */
     zs_dtype grad_precision;  /* gradients (the real runs keep cfg.precision) */
+    int sequence_parallel;    /* megatron convention: Korthikanti et al.'s SP */
     int keep_batch;           /* cfg's batch sizes as a run reads them (a config
                                  file): train_batch_size is resolved for each N;
                                  else micro_batch x grad_accum per device */
     zs_plan_convention convention;
-    int dp;                   /* N */
+    int dp;                   /* N: data-parallel devices (cfg.tp: tensor-parallel
+                                 ones per data-parallel rank; N x tp in all) */
     int devices_per_node;
     size_t device_memory;     /* bytes per device; 0 = not given */
     zs_steptime_calib cal;
@@ -116,6 +118,12 @@ int zs_plan_deepspeed_rows(int stage, double total_params, double largest_layer_
                            int gpus_per_node, int nodes, double buffer_factor,
                            zs_ds_estimate_row rows[6]);
 
+/* Korthikanti et al. (arXiv 2205.05198), activation bytes of the L layers
+ * of cfg's GPT (their counting: 2-byte activations, 1-byte dropout masks):
+ * per layer sbh(34 + 5as/h) without parallelism, sbh(10 + 24/t + 5as/(ht))
+ * with tensor parallelism t = cfg->tp, sbh/t (34 + 5as/h) with sequence
+ * parallelism too (s sequence, b micro-batch, h hidden, a heads). */
+double zs_plan_megatron_activations(const zs_run_config *cfg, int sequence_parallel);
 /* The largest single module of a GPT (what DeepSpeed's estimator calls the
  * largest layer): a weight with its bias, or an embedding. */
 size_t zs_plan_gpt_largest_layer(const zs_model_config *c);

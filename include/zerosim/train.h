@@ -52,6 +52,9 @@ typedef struct {
     size_t (*at_peak)[ZS_MEM_NCAT];      /* [world_size] mix at the total's peak */
     size_t (*phase_peaks)[ZS_MEM_NPHASES]; /* [world_size] peak total per phase */
     zs_comm_sum (*comm)[ZS_OP_NOPS][ZS_PHASE_NPHASES]; /* [world_size] (rank 0) */
+    /* [world_size] training calls per group (dp, tp, ...) and op: calls,
+     * bytes (full buffers) and wire (this rank's traffic); seconds 0 */
+    zs_comm_sum (*comm_group)[ZS_GROUP_NGROUPS][ZS_OP_NOPS];
     zs_comm_row *comm_rows;   /* rank 0's comms table */
     size_t n_comm_rows;
     zs_mem_event *timeline;   /* rank 0's memory during step timeline_step */

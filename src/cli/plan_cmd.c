@@ -41,6 +41,10 @@ static const char *const zs_plan_usage =
     "  --seq T                  with --params: tokens per sample, for the FLOPs\n"
     "cluster:\n"
     "  --dp N[,N...]            data-parallel devices (1)\n"
+    "  --tp T                   tensor-parallel devices per data-parallel rank (1;\n"
+    "                           --arch gpt); the cluster has dp x tp devices\n"
+    "  --sequence-parallel      with --tp and --convention megatron: Korthikanti et\n"
+    "                           al.'s activations sbh/t (34 + 5as/h)\n"
     "  --devices-per-node N     devices per node (8); alias --gpus-per-node\n"
     "  --nodes N                nodes (--dp defaults to nodes x devices per node)\n"
     "  --device-memory SIZE     memory per device, e.g. 32GB, 80GiB, 80e9\n"
@@ -77,7 +81,7 @@ enum {
     P_DPN, P_NODES, P_DEVMEM, P_FLOPS, P_BW_INTRA, P_LAT_INTRA, P_BW_INTER, P_LAT_INTER,
     P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
-    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_CONFIG, P_LAST
+    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_CONFIG, P_TP, P_SP, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -122,6 +126,8 @@ static const struct option zs_plan_options[] = {
     {"zero-init", required_argument, NULL, P_ZERO_INIT},
     {"help", no_argument, NULL, P_HELP},
     {"config", required_argument, NULL, P_CONFIG},
+    {"tp", required_argument, NULL, P_TP},
+    {"sequence-parallel", no_argument, NULL, P_SP},
     {NULL, 0, NULL, 0},
 };
 
@@ -329,6 +335,9 @@ static int zs_plan_apply(zs_plan_cli *cl)
             ZS_FAIL("--checkpoint-activations must be off, every:K or sqrt, got \"%s\"", s);
         }
     }
+    if (v[P_TP])
+        ZS_TRY(zs_plan_int(P_TP, v[P_TP], 1, 1 << 16, &c->tp));
+    in->sequence_parallel = v[P_SP] != NULL;
     if (v[P_COMP] && zs_comp_parse(v[P_COMP], &c->compression))
         return -1;
     if (v[P_NO_EF])
@@ -382,8 +391,12 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
             "grad-accum %d, convention %s\n", c->stage, zs_dtype_name(c->precision),
             zs_dtype_name(in->grad_precision), c->optimizer == ZS_OPT_ADAMW ? "AdamW" : "SGD",
             c->micro_batch, c->grad_accum, zs_plan_convention_name(in->convention));
-    fprintf(f, "cluster: %d device%s, %d per node", in->dp, in->dp == 1 ? "" : "s",
-            in->devices_per_node);
+    if (c->tp > 1)
+        fprintf(f, "cluster: %d data-parallel x %d tensor-parallel = %d devices, %d per node",
+                in->dp, c->tp, in->dp * c->tp, in->devices_per_node);
+    else
+        fprintf(f, "cluster: %d device%s, %d per node", in->dp, in->dp == 1 ? "" : "s",
+                in->devices_per_node);
     if (in->device_memory)
         fprintf(f, ", %.2f GB (%.2f GiB) each", gb((double)in->device_memory),
                 (double)in->device_memory / 1073741824.0);
@@ -477,6 +490,7 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(o, "params", json_integer((json_int_t)r->num_params));
     json_object_set_new(o, "padded_params", json_integer((json_int_t)r->padded));
     json_object_set_new(o, "dp", json_integer(in->dp));
+    json_object_set_new(o, "tp", json_integer(in->cfg.tp > 1 ? in->cfg.tp : 1));
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "convention", json_string(zs_plan_convention_name(in->convention)));
     json_object_set_new(o, "precision", json_string(zs_dtype_name(c->precision)));

@@ -34,11 +34,26 @@ void zs_plan_input_defaults(zs_plan_input *in)
 
 static size_t zs_ceil_div(size_t a, size_t b) { return b ? (a + b - 1) / b : 1; }
 
+double zs_plan_megatron_activations(const zs_run_config *c, int sequence_parallel)
+{
+    double s = c->model.seq_len, b = c->micro_batch, h = c->model.n_embd, a = c->model.n_head;
+    double t = c->tp > 1 ? c->tp : 1, L = c->model.n_layer;
+    double per;
+    if (t > 1 && sequence_parallel)
+        per = s * b * h / t * (34.0 + 5.0 * a * s / h);
+    else if (t > 1)
+        per = s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    else
+        per = s * b * h * (34.0 + 5.0 * a * s / h);
+    return L * per;
+}
+
 /* Model states of the paper's and Megatron's conventions. */
 static int zs_plan_states_closed(const zs_plan_input *in, const zs_run_config *c,
                                  zs_plan_result *r)
 {
-    double P = (double)r->num_params, N = in->dp;
+    /* a tensor-parallel device holds about 1/t of the parameters */
+    double P = (double)r->num_params / (c->tp > 1 ? c->tp : 1), N = in->dp;
     double p = (double)zs_dtype_size(c->precision), g = (double)zs_dtype_size(in->grad_precision);
     int mixed = c->precision != ZS_DTYPE_F32, st = c->stage;
     double master = mixed ? 4.0 : 0.0, m = 4.0, v = c->optimizer == ZS_OPT_ADAMW ? 4.0 : 0.0;
@@ -141,7 +156,12 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (!in->keep_batch)
         c.train_batch_size = 0;
     c.steps = c.steps > 0 ? c.steps : 1;
-    ZS_TRY(zs_run_config_finalize(&c, in->dp));
+    if (c.tp > 1 && !in->has_arch)
+        ZS_FAIL("tensor parallelism (--tp) needs the model's shape: use --arch gpt");
+    ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
+    if (in->sequence_parallel && in->convention != ZS_PLAN_MEGATRON)
+        ZS_FAIL("--sequence-parallel is not implemented in zerosim runs yet: plan it with "
+                "--convention megatron (Korthikanti et al.'s activation bytes)");
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
         ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");
@@ -161,6 +181,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         r->bytes[ZS_MEM_ACTIVATIONS] = (double)zs_model_activation_bytes(&c.model, c.micro_batch);
         r->bytes[ZS_MEM_CHECKPOINTS] = (double)zs_model_checkpoint_bytes(&c.model, c.micro_batch);
         r->has[ZS_MEM_ACTIVATIONS] = r->has[ZS_MEM_CHECKPOINTS] = 1;
+        if (in->convention == ZS_PLAN_MEGATRON)
+            r->bytes[ZS_MEM_ACTIVATIONS] = zs_plan_megatron_activations(&c, in->sequence_parallel);
+        if (in->convention == ZS_PLAN_MEGATRON)
+            r->bytes[ZS_MEM_CHECKPOINTS] = 0.0;
     }
     r->params = r->bytes[ZS_MEM_PARAMS];
     r->grads = r->bytes[ZS_MEM_GRADS];
@@ -193,6 +217,13 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
                          (double)pr.ag_bytes_per_step * (st == 0 ? g / p : 1.0),
                          pr.ag_calls_per_step, N);
+        if (pr.tp_allreduce_bytes_per_step > 0) { /* over the TP group of T ranks */
+            int T = c.tp;
+            double full = pr.tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));
+            r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLREDUCE, .bytes = full,
+                                                       .calls = GA * (4.0 * c.model.n_layer + 4)};
+            r->traffic_bytes += pr.tp_allreduce_bytes_per_step;
+        }
     } else if (in->convention == ZS_PLAN_ZEROSIM) {
         /* a bare parameter count: one layout of Ψ, buckets cut evenly */
         if (c.compression.kind != ZS_COMP_NONE) {

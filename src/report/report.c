@@ -193,7 +193,23 @@ static json_t *zs_report_comm(const zs_train_result *r)
                                               r->compressed_steps));
             json_object_set_new(ops, zs_comm_op_name((zs_comm_op)o), op);
         }
-        json_array_append_new(list, json_pack("{s:i, s:o}", "rank", q, "ops", ops));
+        json_t *groups = json_object();
+        for (int g = 0; g < ZS_GROUP_NGROUPS; g++) {
+            json_t *gops = json_object();
+            for (int o = 0; o < ZS_OP_NOPS; o++) {
+                const zs_comm_sum *cg = &r->comm_group[q][g][o];
+                if (cg->calls > 0)
+                    json_object_set_new(gops, zs_comm_op_name((zs_comm_op)o),
+                                        json_pack("{s:f, s:f, s:f}", "bytes", cg->wire,
+                                                  "api_bytes", cg->bytes, "calls", cg->calls));
+            }
+            if (json_object_size(gops))
+                json_object_set_new(groups, zs_comm_group_name((zs_comm_group)g), gops);
+            else
+                json_decref(gops);
+        }
+        json_array_append_new(list, json_pack("{s:i, s:o, s:o}", "rank", q, "ops", ops,
+                                              "by_group", groups));
     }
     return list;
 }
@@ -304,6 +320,18 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
     }
     zs_print_same(f, N - same, N - 1);
 
+    if (r->dp_size > 0 && r->dp_size != N) {
+        fprintf(f, "\ntraffic per step by group on rank 0 (dp %d, tp %d ranks)\n", r->dp_size,
+                r->tp_size);
+        fprintf(f, "%-6s %-15s %10s %15s\n", "group", "op", "calls", "bytes");
+        for (int g = 0; g < ZS_GROUP_NGROUPS; g++)
+            for (int o = 0; o < ZS_OP_NOPS; o++) {
+                const zs_comm_sum *cg = &r->comm_group[0][g][o];
+                if (cg->calls > 0)
+                    fprintf(f, "%-6s %-15s %10.1f %15.1f\n", zs_comm_group_name(g),
+                            zs_comm_op_name(o), cg->calls / r->steps, cg->wire / r->steps);
+            }
+    }
     fprintf(f, "\ncomms on rank 0 (training calls; algbw = bytes/time, busbw as nccl-tests)\n");
     fprintf(f, "%-15s %14s %8s %12s %12s %12s\n", "op", "message bytes", "count", "total ms",
             "algbw GB/s", "busbw GB/s");
@@ -450,6 +478,17 @@ int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_trai
                     c[ZS_MEM_COMM_BUFFERS], c[ZS_MEM_COMPRESSION], c[ZS_MEM_WORKSPACE], tot);
     }
     ZS_TRY(zs_text_flush(&t, dir, "timeline.csv"));
+
+    zs_text_add(&t, "# rank group op calls bytes api_bytes (training calls over the run)\n");
+    for (int q = 0; q < r->world_size; q++)
+        for (int g = 0; g < ZS_GROUP_NGROUPS; g++)
+            for (int o = 0; o < ZS_OP_NOPS; o++) {
+                const zs_comm_sum *cg = &r->comm_group[q][g][o];
+                if (cg->calls > 0)
+                    zs_text_add(&t, "%d %s %s %.0f %.3f %.0f\n", q, zs_comm_group_name(g),
+                                zs_comm_op_name(o), cg->calls, cg->wire, cg->bytes);
+            }
+    ZS_TRY(zs_text_flush(&t, dir, "comm_groups.csv"));
 
     zs_text_add(&t, "# step loss lr grad_norm loss_scale seconds\n");
     for (int s = 0; s < r->steps; s++)

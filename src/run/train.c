@@ -58,7 +58,10 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
 /* One rank's statistics as a row of doubles (exact: byte counts stay far
  * below 2^53): memory per category, phase peaks, the total's peak, then the
  * comm sums per op and phase. */
-enum { ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1, ZS_NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 };
+enum {
+    ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1,
+    ZS_NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 + ZS_GROUP_NGROUPS * ZS_OP_NOPS * 3
+};
 
 static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double *mine)
 {
@@ -73,6 +76,7 @@ static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double
     size_t n;
     const zs_comm_sum_row *sum = zs_comm_sums(comm, &n);
     double *cs = mine + NM;
+    double *gs = cs + ZS_OP_NOPS * ZS_PHASE_NPHASES * 4; /* training calls per group and op */
     memset(cs, 0, NC * sizeof(double));
     for (size_t i = 0; i < n; i++) {
         double *d = cs + ((size_t)sum[i].op * ZS_PHASE_NPHASES + (size_t)sum[i].phase) * 4;
@@ -80,6 +84,12 @@ static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double
         d[1] += sum[i].bytes;
         d[2] += sum[i].seconds;
         d[3] += sum[i].wire_bytes;
+        if (sum[i].phase == ZS_PHASE_REPORT)
+            continue;
+        double *g = gs + ((size_t)sum[i].group * ZS_OP_NOPS + (size_t)sum[i].op) * 3;
+        g[0] += sum[i].calls;
+        g[1] += sum[i].bytes;
+        g[2] += sum[i].wire_bytes;
     }
 }
 
@@ -99,6 +109,12 @@ static void zs_train_unpack_stats(zs_train_result *r, int q, const double *v)
             const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 4;
             r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2], d[3]};
         }
+    const double *gs = v + NM + ZS_OP_NOPS * ZS_PHASE_NPHASES * 4;
+    for (int g = 0; g < ZS_GROUP_NGROUPS; g++)
+        for (int o = 0; o < ZS_OP_NOPS; o++) {
+            const double *d = gs + ((size_t)g * ZS_OP_NOPS + (size_t)o) * 3;
+            r->comm_group[q][g][o] = (zs_comm_sum){d[0], d[1], 0.0, d[2]};
+        }
 }
 
 static int zs_train_alloc_stats(zs_train_result *r, int N)
@@ -108,7 +124,9 @@ static int zs_train_alloc_stats(zs_train_result *r, int N)
     r->at_peak = calloc((size_t)N, sizeof *r->at_peak);
     r->phase_peaks = calloc((size_t)N, sizeof *r->phase_peaks);
     r->comm = calloc((size_t)N, sizeof *r->comm);
-    if (!r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm)
+    r->comm_group = calloc((size_t)N, sizeof *r->comm_group);
+    if (!r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm ||
+        !r->comm_group)
         ZS_FAIL("out of host memory for the statistics of %d ranks", N);
     return 0;
 }
@@ -463,6 +481,8 @@ void zs_train_result_free(zs_train_result *r)
     free(r->at_peak);
     free(r->phase_peaks);
     free(r->comm);
+    free(r->comm_group);
+    r->comm_group = NULL;
     free(r->comm_rows);
     free(r->timeline);
     free(r->a2a_pred);
