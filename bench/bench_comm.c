@@ -50,6 +50,26 @@ int main(int argc, char **argv)
         return 1;
     }
     int N = zs_comm_size(c), me = zs_comm_rank(c);
+    if (argc == 3 && !strcmp(argv[1], "--allreduce-bytes")) {
+        /* MPI_Allreduce alone on one size: the reference for a run's
+         * tensor-parallel all-reduces (bench/bench_zero.sh) */
+        size_t n = (size_t)strtoull(argv[2], NULL, 10) / 4;
+        float *a = calloc(n + 1, sizeof(float));
+        double t[ITERS];
+        for (int it = 0; it < WARMUP + ITERS; it++) {
+            zs_comm_barrier(c);
+            zs_comm_allreduce_sum(c, a, n, ZS_CT_F32, 0);
+            if (it >= WARMUP)
+                t[it - WARMUP] = last_seconds(c);
+            zs_comm_clear_records(c);
+        }
+        double busbw = (double)n * 4 / median(t, ITERS) * 2 * (N - 1) / N;
+        if (me == 0)
+            printf("%.6e\n", busbw);
+        free(a);
+        zs_comm_finalize(c);
+        return 0;
+    }
     if (me == 0) {
         printf("# collective bandwidth, %d ranks, fp32, median of %d after %d warm-up\n", N, ITERS,
                WARMUP);

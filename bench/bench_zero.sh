@@ -53,3 +53,29 @@ echo
 printf "# %-22s %14s %10s\n" checkpointing step_seconds vs_off
 a=$(best "$T/ck-off"); b=$(best "$T/ck-sqrt")
 awk -v a="$a" -v b="$b" 'BEGIN {printf "  %-22s %14.6f %10.3f\n  %-22s %14.6f %10.3f\n", "off", a, 1, "sqrt (4 segments)", b, b/a}'
+
+# 4. tensor parallelism beside data parallelism on the same model and the
+#    same global batch at N ranks: TP = N (one data-parallel rank) against
+#    DP = N (stage 0), step time (best of 3 medians, interleaved); and the
+#    bus bandwidth of the TP all-reduces as the run measured them (the
+#    largest message, its calls over the run) against MPI_Allreduce alone on
+#    the same bytes.
+TPM="--layers 4 --hidden 128 --heads 4 --seq 64 --vocab 256 --grad-accum 1 --steps 13"
+: >"$T/tp"; : >"$T/dp"
+for rep in 1 2 3; do
+    $RUN "$N" "$ZS" train $TPM --micro-batch 4 --tp "$N" --report "$T/tp.json" >"$T/tp.out"
+    median_step "$T/tp.json" >>"$T/tp"
+    $RUN "$N" "$ZS" train $TPM --micro-batch $((4 / N > 0 ? 4 / N : 1)) --quiet --report "$T/dp.json"
+    median_step "$T/dp.json" >>"$T/dp"
+done
+echo
+echo "# tensor parallelism at N=$N: $TPM, global batch 4"
+printf "# %-14s %14s %10s\n" mesh step_seconds vs_dp
+a=$(best "$T/dp"); b=$(best "$T/tp")
+awk -v a="$a" -v b="$b" -v n="$N" 'BEGIN {printf "  %-14s %14.6f %10.3f\n  %-14s %14.6f %10.3f\n", "dp " n, a, 1, "tp " n, b, b/a}'
+row=$(sed -n '/^comms on rank 0/,$p' "$T/tp.out" | awk '$1 == "allreduce" && $2 > m { m = $2; r = $0 } END { print r }')
+bytes=$(echo "$row" | awk '{print $2}')
+busbw=$(echo "$row" | awk '{print $6 * 1e9}')
+ref=$($RUN "$N" "${BENCH_COMM:-./bench/bench_comm}" --allreduce-bytes "$bytes")
+printf "# %12s %14s %14s %8s %8s\n" bytes tp_busbw mpi_busbw ratio target
+awk -v s="$bytes" -v a="$busbw" -v b="$ref" 'BEGIN {printf "  %12d %14.3e %14.3e %8.2f %8s\n", s, a, b, a/b, ">=0.80"}'
