@@ -53,6 +53,19 @@ for mesh in "2 2" "4 2" "4 4"; do
     done
 done
 
+# deterministic mode: byte-identical across data-parallel sizes for a fixed
+# TP (the same global batch: micro-batches of 2, 8 per step)
+D="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --steps 4 --warmup 0 --quiet --deterministic --micro-batch 2"
+for n in 2 4 8; do
+    sh "$HERE/mpirun.sh" "$n" "$ZS" train $D --grad-accum $((8 / n)) --tp 2 --stage 2 \
+        --report "$T/det$n.json" >/dev/null 2>&1 || bad "deterministic N=$n tp 2"
+done
+h2=$(key "$T/det2.json" param_hash)
+for n in 4 8; do
+    [ -n "$h2" ] && [ "$(key "$T/det$n.json" param_hash)" = "$h2" ] && ok ||
+        bad "deterministic tp 2: N=$n hash $(key "$T/det$n.json" param_hash), N=2 $h2"
+done
+
 # a phantom run with --tp reports what the real run does
 sh "$HERE/mpirun.sh" 4 "$ZS" train $M --tp 2 --stage 3 --csv "$T/real" >/dev/null 2>&1 &&
 "$ZS" train --phantom --world-size 4 $M --tp 2 --stage 3 --csv "$T/ph" >/dev/null 2>&1 || bad "phantom --tp"

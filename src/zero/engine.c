@@ -661,24 +661,35 @@ static int zs_engine_check(zs_engine *e)
     return 0;
 }
 
-/* Sum of squares of the gradients of replicated parameters in this rank's
- * shard (tensor parallelism: they count once, on TP rank 0). */
-static double zs_engine_replicated_sumsq(zs_engine *e)
+/* Tensor parallelism: the sum of squares of this rank's gradient shard in
+ * [lo, lo + n) (shard offsets), without the replicated parameters except on
+ * TP rank 0, so that they count once over the group. */
+static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
 {
     const zs_partition *p = &e->part;
+    if (e->tp_rank == 0)
+        return zs_backend_sumsq(e->be, (const char *)e->gshard + lo * e->ps, e->pt, n);
+    size_t a = p->shard_begin + lo, b = a + n; /* flat range */
     double s = 0.0;
-    for (int i = 0; i < e->lay->n_entries; i++) {
-        const zs_param_entry *pe = &e->lay->entries[i];
-        if (!zs_model_tp_replicated(e->model, pe->offset))
-            continue;
-        size_t a = pe->offset > p->shard_begin ? pe->offset : p->shard_begin;
-        size_t b = pe->offset + pe->numel < p->shard_begin + p->shard ? pe->offset + pe->numel
-                                                                      : p->shard_begin + p->shard;
-        if (a < b)
-            s += zs_backend_sumsq(e->be, (const char *)e->gshard + (a - p->shard_begin) * e->ps,
-                                  e->pt, b - a);
+    int lo_i = 0, hi_i = e->lay->n_entries - 1;
+    while (lo_i < hi_i) { /* the last entry starting at or before a */
+        int mid = lo_i + (hi_i - lo_i + 1) / 2;
+        if (e->lay->entries[mid].offset <= a)
+            lo_i = mid;
+        else
+            hi_i = mid - 1;
     }
-    return s;
+    for (int i = lo_i; i < e->lay->n_entries && e->lay->entries[i].offset < b; i++) {
+        const zs_param_entry *pe = &e->lay->entries[i];
+        if (zs_model_tp_replicated(e->model, pe->offset))
+            continue;
+        size_t x = pe->offset > a ? pe->offset : a;
+        size_t y = pe->offset + pe->numel < b ? pe->offset + pe->numel : b;
+        if (x < y)
+            s += zs_backend_sumsq(e->be, (const char *)e->gshard + (x - p->shard_begin) * e->ps,
+                                  e->pt, y - x);
+    }
+    return s; /* the padding beyond the parameters is zero */
 }
 
 static int zs_engine_norm(zs_engine *e, int *skip)
@@ -690,15 +701,16 @@ static int zs_engine_norm(zs_engine *e, int *skip)
     /* global norm: block sums in double, summed in block order everywhere */
     double sumsq = 0.0;
     if (!e->overflow && e->tp) {
-        /* tensor parallelism: this rank's shard of its TP shard, without the
-         * replicated parameters except on TP rank 0; summed over the data-
-         * parallel ranks in rank order, then over the TP group */
-        double mine = zs_backend_sumsq(e->be, e->gshard, e->pt, p->shard);
-        if (e->tp_rank != 0)
-            mine -= zs_engine_replicated_sumsq(e);
-        ZS_TRY(zs_comm_allgather_small(e->comm, &mine, e->norm_all, 1, ZS_CT_F64));
-        for (int q = 0; q < N; q++)
-            sumsq += e->norm_all[q];
+        /* tensor parallelism: the norm blocks of this rank's shard of its TP
+         * shard (replicated parameters once, on TP rank 0), summed over the
+         * data-parallel ranks in block order as below, then over the TP
+         * group in its rank order */
+        size_t nblk = p->shard / e->norm_block;
+        for (size_t i = 0; i < nblk; i++)
+            e->norm_local[i] = zs_engine_tp_sumsq(e, i * e->norm_block, e->norm_block);
+        ZS_TRY(zs_comm_allgather_small(e->comm, e->norm_local, e->norm_all, (int)nblk, ZS_CT_F64));
+        for (size_t i = 0; i < nblk * (size_t)N; i++)
+            sumsq += e->norm_all[i];
         double part = sumsq, parts[64];
         if (e->tp_size > 64)
             ZS_FAIL("tensor-parallel groups of more than 64 ranks are not supported (--tp %d)",
