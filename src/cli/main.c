@@ -585,6 +585,10 @@ static int zs_cmd_train(int argc, char **argv)
             double last = 0.0;
             for (int i = r.steps - k; i < r.steps; i++)
                 last += r.info[i].loss / k;
+            if (cfg.tp > 1)
+                fprintf(o.log, "model %zu parameters, %zu on each of the %d tensor-parallel "
+                        "ranks (below)\n", zs_model_count_params(&cfg.model), r.num_params,
+                        cfg.tp);
             fprintf(o.log, "parameters %zu (padded %zu), mean loss of the last %d steps %.4f, "
                     "loss floor %.4f (%+.1f%%), %.2f s\n", r.num_params, r.padded_params, k, last,
                     r.loss_floor,

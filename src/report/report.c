@@ -257,8 +257,8 @@ static void zs_print_same(FILE *f, int first, int last)
 void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
 {
     int N = r->world_size, same = 0;
-    fprintf(f, "\nmemory per rank (peak bytes; predicted from the closed forms in "
-               "zerosim/predict.h)\n");
+    fprintf(f, "\nmemory per rank (peak bytes; predicted by counting the step program, "
+               "zerosim/program.h)\n");
     fprintf(f, "%5s  %-17s %15s %15s %9s\n", "rank", "category", "measured", "predicted", "ratio");
     for (int q = 0; q < N; q++) {
         if (q > 0 && zs_same_memory(r, q, q - 1)) {
