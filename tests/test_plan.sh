@@ -348,8 +348,8 @@ for shape in "96 12288 96" "105 20480 128" "128 25600 160"; do
         want = 12*L*h*h*(1 + 13/(12*h) + (V + s)/(12*L*h)) + 2*h
         d = p - want; if (d < 0) d = -d; exit !(d < 0.5) }' && ok || bad "parameter count of $shape: $p"
 done
-err_case 1 "sequence parallelism\|--sequence-parallel" --arch gpt --layers 2 --hidden 32 --heads 4 \
-    --vocab 64 --seq 16 --tp 2 --sequence-parallel
+err_case 1 "model.seq" --arch gpt --layers 2 --hidden 32 --heads 4 --vocab 64 --seq 15 --tp 2 \
+    --sequence-parallel
 
 err_case 1 "planner.s architectures" --config "$HERE/../examples/configs/mlp_adamw.json"
 err_case 1 "cannot open" --config "$T/nonesuch.json"

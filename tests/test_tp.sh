@@ -16,12 +16,14 @@ for n in 2 4; do
 done
 
 M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --quiet"
-for mesh in "2 2" "4 2" "4 4"; do
+for mesh in "2 2" "4 2" "4 4" "2 2 sp" "4 2 sp" "8 4 sp"; do
     set -- $mesh
-    n=$1 tp=$2
+    n=$1 tp=$2 sp=
+    [ $# -eq 3 ] && sp=--sequence-parallel
     for stage in 0 1 2 3; do
-        d="$T/m$n-$tp-$stage"
-        if ! sh "$HERE/mpirun.sh" "$n" "$ZS" train $M --tp "$tp" --stage "$stage" --csv "$d" \
+        [ "$n" -eq 8 ] && [ "$stage" -ne 3 ] && continue # 8 ranks oversubscribed: one stage
+        d="$T/m$n-$tp-$stage$sp"
+        if ! sh "$HERE/mpirun.sh" "$n" "$ZS" train $M --tp "$tp" $sp --stage "$stage" --csv "$d" \
              --report "$d/r.json" >"$T/log" 2>&1; then
             bad "N=$n tp $tp stage $stage failed"; cat "$T/log"; continue
         fi
@@ -36,7 +38,7 @@ for mesh in "2 2" "4 2" "4 4"; do
         key "$d/r.json" param_hash >"$d/hash"
         # zerosim plan --tp says the same bytes for rank 0
         "$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 \
-            --grad-accum 2 --dp $((n / tp)) --tp "$tp" --stage "$stage" --json >"$T/plan.json" ||
+            --grad-accum 2 --dp $((n / tp)) --tp "$tp" $sp --stage "$stage" --json >"$T/plan.json" ||
             { bad "plan --tp $tp"; continue; }
         sed -n '/"bytes_per_category"/,/}/p' "$T/plan.json" >"$T/plan.cat"
         for cat in params grads optimizer_m optimizer_v activations comm_buffers workspace; do
@@ -46,11 +48,28 @@ for mesh in "2 2" "4 2" "4 4"; do
         done
     done
     # stages 0-3 give the same bytes for a fixed mesh
-    h0=$(cat "$T/m$n-$tp-0/hash")
+    [ "$n" -eq 8 ] && continue
+    h0=$(cat "$T/m$n-$tp-0$sp/hash")
     for stage in 1 2 3; do
-        [ -n "$h0" ] && [ "$(cat "$T/m$n-$tp-$stage/hash")" = "$h0" ] && ok ||
-            bad "N=$n tp $tp: stage $stage hash $(cat "$T/m$n-$tp-$stage/hash") vs stage 0 $h0"
+        [ -n "$h0" ] && [ "$(cat "$T/m$n-$tp-$stage$sp/hash")" = "$h0" ] && ok ||
+            bad "N=$n tp $tp $sp: stage $stage hash $(cat "$T/m$n-$tp-$stage$sp/hash") vs stage 0 $h0"
     done
+done
+
+# sequence parallelism: the activations per rank fall as the closed form
+# says (B = 2, T = 16, C = 32, L = 2, NH = 4, V = 64; BTl = B·T/P)
+for tp in 2 4; do
+    n=$tp
+    [ "$tp" -eq 4 ] && n=8
+    [ "$tp" -eq 4 ] && continue
+    a=$(awk '$1 == 0 && $2 == "activations" { print $3 }' "$T/m$n-$tp-3/memory.csv")
+    b=$(awk '$1 == 0 && $2 == "activations" { print $3 }' "$T/m$n-$tp-3--sequence-parallel/memory.csv")
+    awk -v a="$a" -v b="$b" -v P="$tp" 'BEGIN { B = 2; T = 16; C = 32; L = 2; NH = 4; V = 64
+        BT = B*T; BTl = BT/P
+        tp = BT*C*2 + L*(4*BT*C + 12*BT*C/P) + L*(4*BT + B*NH/P*T*T) + BT*(V/P + 3)
+        sp = BTl*C + L*(2*BT*C + 2*BTl*C + 12*BT*C/P + 4*BTl + B*NH/P*T*T) + BT*C + 2*BTl + BT*(V/P + 1)
+        exit !(a == 4*tp && b == 4*sp && b < a) }' && ok ||
+        bad "activations at tp $tp: $a bytes without SP, $b with (closed forms differ)"
 done
 
 # deterministic mode: byte-identical across data-parallel sizes for a fixed
@@ -86,7 +105,8 @@ err 3 "do not divide" $M --tp 2
 err 2 "heads" --layers 2 --hidden 30 --heads 3 --seq 8 --vocab 64 --tp 2
 err 2 "vocab" --layers 2 --hidden 32 --heads 4 --seq 8 --vocab 63 --tp 2
 err 2 "not supported yet" $M --pp 2
-err 2 "not implemented yet" $M --tp 2 --sequence-parallel
+err 2 "model.seq" --layers 2 --hidden 32 --heads 4 --seq 15 --vocab 64 --tp 2 --sequence-parallel
+err 1 "needs --tp 2" $M --sequence-parallel
 err 2 "implemented for the GPT" --model mlp --tp 2
 
 finish

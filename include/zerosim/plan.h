@@ -82,7 +82,7 @@ typedef struct {
      * activations + checkpoints; total = every modelled category */
     double params, grads, optimizer, activations, total;
     int activations_modelled; /* 0 for a bare parameter count */
-    zs_steptime_coll colls[ZS_COLL_NKINDS];
+    zs_steptime_coll colls[2 * ZS_COLL_NKINDS]; /* data-parallel ones, then tensor-parallel */
     int ncolls;
     double traffic_bytes;     /* per device per step, ring volume */
     double flops_per_step;    /* per device; 0 = not modelled */

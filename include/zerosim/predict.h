@@ -60,6 +60,12 @@ typedef struct {
      * backward per block (each recomputed block 2·BT·C more), and the
      * vocab-parallel loss's maxima and sums (3·BT), fp32 */
     double tp_allreduce_bytes_per_step;
+    /* sequence parallelism: the all-gathers and reduce-scatters over the TP
+     * group that replace the all-reduces of B·T·C, (T-1)/T of each: per
+     * micro-batch B·T·C·(2 + 4L) of each (2·B·T·C more per recomputed
+     * block); the all-reduces are then the loss's 3·B·T and the LayerNorm
+     * gradients' C·(4L + 2) */
+    double tp_rs_bytes_per_step, tp_ag_bytes_per_step;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

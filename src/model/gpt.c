@@ -40,6 +40,13 @@ enum { /* entries of one block, in layout order */
 
 /* The tensor-parallel size (1 without). */
 static int gpt_tp(const zs_model_config *c) { return c->tp > 1 ? c->tp : 1; }
+/* Sequence parallelism: the sequence positions each rank keeps outside the
+ * tensor-parallel regions (T without). */
+static int gpt_sp(const zs_model_config *c) { return c->tp > 1 && c->sequence_parallel; }
+static size_t gpt_seq_local(const zs_model_config *c)
+{
+    return (size_t)c->seq_len / (size_t)(gpt_sp(c) ? c->tp : 1);
+}
 
 static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
 {
@@ -146,17 +153,25 @@ static int gpt_slots(const zs_model_config *c)
 static size_t gpt_checkpoint_bytes(const zs_model_config *c, int b)
 {
     int K = gpt_slots(c), nseg = (c->n_layer + K - 1) / K;
-    return 4 * (size_t)(nseg - 1) * (size_t)b * (size_t)c->seq_len * (size_t)c->n_embd;
+    return 4 * (size_t)(nseg - 1) * (size_t)b * gpt_seq_local(c) * (size_t)c->n_embd;
 }
 
 /* With tensor parallelism (P ranks) the attention's and the MLP's inner
  * activations (qkv, atty, fch, fch_gelu, att) and the logits hold 1/P:
  * BT·C·(2 + L·(4 + 12/P)) + L·(4·BT + B·NH/P·T²) + BT·(V/P + 3). */
+/* With sequence parallelism as well, the residual stream (encoded, res2,
+ * res3) and the LayerNorm statistics hold T/P positions, while the
+ * LayerNorm outputs are kept gathered (all T positions) for the linear
+ * layers' backward: BTl·C + L·(2·BT·C + 2·BTl·C + 12·BT·C/P + 4·BTl +
+ * B·NH/P·T²) + BT·C + 2·BTl + BT·(V/P + 1), BTl = B·T/P. */
 static size_t gpt_activation_floats(const zs_model_config *c, int b)
 {
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
-    size_t BT = B * T;
+    size_t BT = B * T, BTl = B * gpt_seq_local(c);
+    if (gpt_sp(c))
+        return BTl * C + L * (2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
+                              B * NH / P * T * T) + BT * C + 2 * BTl + BT * (V / P + 1);
     return BT * C * 2 + L * (4 * BT * C + 12 * BT * C / P) + L * (4 * BT + B * NH / P * T * T) +
            BT * (V / P + 3);
 }
@@ -174,8 +189,9 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
 {
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
+    size_t sp = gpt_sp(c) ? 2 * BT * C + B * gpt_seq_local(c) * C : 0; /* perm, dfull, loc */
     return 4 * (BT * C * 2 + 12 * BT * C / P + 2 * B * NH / P * T * T + BT * V / P +
-                (P > 1 ? 3 * BT : 0));
+                (P > 1 ? 3 * BT : 0) + sp);
 }
 
 static void gpt_bind_acts(zs_acts *a)
@@ -191,12 +207,13 @@ static void gpt_bind_acts(zs_acts *a)
     float ***views[13] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
                           &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
                           &a->fch_gelu, &a->res3};
-    const size_t sz[13] = {BT * C, BT, BT, 3 * BT * Cl, BT * Cl, B * NH * T * T,
-                           BT * C, BT * C, BT, BT, 4 * BT * Cl, 4 * BT * Cl, BT * C};
+    size_t BTl = B * gpt_seq_local(c); /* positions of the residual stream */
+    const size_t sz[13] = {BT * C, BTl, BTl, 3 * BT * Cl, BT * Cl, B * NH * T * T,
+                           BTl * C, BT * C, BTl, BTl, 4 * BT * Cl, 4 * BT * Cl, BTl * C};
     for (int k = 0; k < 13; k++)
         *views[k] = arr + (size_t)k * (size_t)L;
     float *p = a->saved;
-    a->encoded = p; p += BT * C;
+    a->encoded = p; p += BTl * C;
     int K = gpt_slots(c);
     for (int l = 0; l < K; l++)   /* slot l */
         for (int k = 0; k < 13; k++) {
@@ -209,10 +226,10 @@ static void gpt_bind_acts(zs_acts *a)
     /* the last block of each segment but the final one writes its output
      * into the next segment's checkpoint */
     for (int l = K - 1; l < L - 1; l += K)
-        a->res3[l] = a->ckpt + (size_t)(l / K) * BT * C;
+        a->res3[l] = a->ckpt + (size_t)(l / K) * BTl * C;
     a->lnf = p; p += BT * C;
-    a->lnf_mean = p; p += BT;
-    a->lnf_rstd = p; p += BT;
+    a->lnf_mean = p; p += BTl;
+    a->lnf_rstd = p; p += BTl;
     a->probs = p; p += BT * V;
     a->losses = p; p += BT;
     a->n_losses = BT;
@@ -229,8 +246,52 @@ static void gpt_bind_acts(zs_acts *a)
     a->s_logits = s; s += BT * V;
     if (P > 1) {
         a->s_rowmax = s; s += BT;
-        a->s_sums = s;
+        a->s_sums = s; s += 2 * BT;
     }
+    if (gpt_sp(c)) {
+        a->s_perm = s; s += BT * C;
+        a->s_dfull = s; s += BT * C;
+        a->s_loc = s;
+    }
+}
+
+/* Sequence parallelism: all-gather each rank's (B, T/P, C) positions into
+ * full (B, T, C), through perm (the ranks' chunks one after the other). */
+static void gpt_sp_gather(zs_model *m, zs_backend_t be, float *full, const float *local,
+                          float *perm, int B, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64], displs[64];
+    size_t chunk = (size_t)B * Ts * C;
+    for (int q = 0; q < P; q++) {
+        counts[q] = (int)chunk;
+        displs[q] = (int)(q * chunk);
+    }
+    zs_backend_copy_d2d(be, perm + (size_t)c->tp_rank * chunk, local, chunk * 4);
+    if (m->tp && zs_comm_allgatherv_inplace(m->tp, perm, counts, displs, ZS_CT_F32, unit))
+        m->tp_failed = 1;
+    for (int q = 0; q < P; q++)
+        for (int b = 0; b < B; b++)
+            zs_backend_copy_d2d(be, full + ((size_t)b * T + (size_t)q * Ts) * C,
+                                perm + q * chunk + (size_t)b * Ts * C, (size_t)Ts * C * 4);
+}
+
+/* Sequence parallelism: reduce-scatter full (B, T, C) partial sums so that
+ * each rank gets the sum of its (B, T/P, C) positions. */
+static void gpt_sp_scatter(zs_model *m, zs_backend_t be, float *local, const float *full,
+                           float *perm, int B, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64];
+    size_t chunk = (size_t)B * Ts * C;
+    for (int q = 0; q < P; q++) {
+        counts[q] = (int)chunk;
+        for (int b = 0; b < B; b++)
+            zs_backend_copy_d2d(be, perm + q * chunk + (size_t)b * Ts * C,
+                                full + ((size_t)b * T + (size_t)q * Ts) * C, (size_t)Ts * C * 4);
+    }
+    if (m->tp && zs_comm_reduce_scatter(m->tp, perm, local, counts, ZS_CT_F32, unit))
+        m->tp_failed = 1;
 }
 
 /* Megatron's g (forward) and f (backward): the sum over the tensor-
@@ -241,6 +302,39 @@ static void gpt_tp_sum(zs_model *m, float *x, size_t n, int unit)
         m->tp_failed = 1;
 }
 
+/* A LayerNorm whose output feeds a column-parallel linear: with sequence
+ * parallelism over this rank's positions, then all-gathered (Megatron's g
+ * of Korthikanti et al.); else over all of them. */
+static void gpt_ln_in(zs_model *m, zs_backend_t be, zs_acts *a, float *out, float *mean,
+                      float *rstd, const float *inp, const float *w, const float *bias, int B,
+                      int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd;
+    if (!gpt_sp(c)) {
+        zs_backend_layernorm_forward(be, out, mean, rstd, inp, w, bias, B * c->seq_len, C);
+        return;
+    }
+    zs_backend_layernorm_forward(be, a->s_loc, mean, rstd, inp, w, bias,
+                                 B * (int)gpt_seq_local(c), C);
+    gpt_sp_gather(m, be, out, a->s_loc, a->s_perm, B, unit);
+}
+
+/* The output of a row-parallel linear, summed over the group: in place
+ * (all-reduce), or with sequence parallelism reduce-scattered into this
+ * rank's positions, in a->s_loc. Returns where the sum is. */
+static const float *gpt_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float *x, int B,
+                                int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    if (!gpt_sp(c)) {
+        gpt_tp_sum(m, x, (size_t)B * c->seq_len * c->n_embd, unit);
+        return x;
+    }
+    gpt_sp_scatter(m, be, a->s_loc, x, a->s_perm, B, unit);
+    return a->s_loc;
+}
+
 static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
                              const zs_batch *batch)
 {
@@ -248,7 +342,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer;
     int TP = gpt_tp(c), r = TP > 1 ? c->tp_rank : 0;
     int NH = c->n_head / TP, V = c->vocab / TP, Cl = C / TP;
-    int BT = B * T;
+    int BT = B * T, BTl = B * (int)gpt_seq_local(c);
     /* the row-parallel biases are added once: on TP rank 0, before the sum */
     int bias_here = r == 0;
     if (u == 0) {
@@ -258,16 +352,19 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         }
         /* vocab-parallel: each rank its rows (zeros elsewhere), positions on
          * rank 0, then the sum over the group */
-        zs_backend_vocab_embedding_forward(be, a->encoded, batch->tokens, P[0], r * V, V,
+        float *e = gpt_sp(c) ? a->s_tmp : a->encoded;
+        zs_backend_vocab_embedding_forward(be, e, batch->tokens, P[0], r * V, V,
                                            bias_here ? P[1] : NULL, B, T, C);
-        gpt_tp_sum(m, a->encoded, (size_t)BT * C, u);
+        const float *sum = gpt_row_sum(m, be, a, e, B, u);
+        if (sum != a->encoded)
+            zs_backend_copy_d2d(be, a->encoded, sum, (size_t)BTl * C * 4);
         return;
     }
     if (u <= L) {
         int l = u - 1;
         const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
-        zs_backend_layernorm_forward(be, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp,
-                                     P[blk(l, B_LN1W)], P[blk(l, B_LN1B)], BT, C);
+        gpt_ln_in(m, be, a, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp, P[blk(l, B_LN1W)],
+                  P[blk(l, B_LN1B)], B, u);
         /* f: identity; QKV column-parallel (this rank's heads) */
         zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(l, B_QKVW)], P[blk(l, B_QKVB)], BT, C,
                           3 * Cl);
@@ -276,22 +373,22 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         /* row-parallel output projection, then g: the sum */
         zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(l, B_PROJW)],
                           bias_here ? P[blk(l, B_PROJB)] : NULL, BT, Cl, C);
-        gpt_tp_sum(m, a->s_tmp, (size_t)BT * C, u);
-        zs_backend_residual_forward(be, a->res2[l], inp, a->s_tmp, (size_t)BT * C);
-        zs_backend_layernorm_forward(be, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l],
-                                     P[blk(l, B_LN2W)], P[blk(l, B_LN2B)], BT, C);
+        const float *att_out = gpt_row_sum(m, be, a, a->s_tmp, B, u);
+        zs_backend_residual_forward(be, a->res2[l], inp, att_out, (size_t)BTl * C);
+        gpt_ln_in(m, be, a, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l],
+                  P[blk(l, B_LN2W)], P[blk(l, B_LN2B)], B, u);
         zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(l, B_FCW)], P[blk(l, B_FCB)], BT, C,
                           4 * Cl);
         zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * Cl);
         zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(l, B_FCPW)],
                           bias_here ? P[blk(l, B_FCPB)] : NULL, BT, 4 * Cl, C);
-        gpt_tp_sum(m, a->s_tmp, (size_t)BT * C, u);
-        zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, (size_t)BT * C);
+        const float *mlp_out = gpt_row_sum(m, be, a, a->s_tmp, B, u);
+        zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, (size_t)BTl * C);
         return;
     }
     int lnw = 2 + L * B_NENT;
-    zs_backend_layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1],
-                                 P[lnw], P[lnw + 1], BT, C);
+    gpt_ln_in(m, be, a, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1], P[lnw], P[lnw + 1], B,
+              u);
     zs_linear_forward(be, a->s_logits, a->lnf, P[0], NULL, BT, C, V);
     if (TP == 1) {
         zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT,
@@ -311,6 +408,40 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
                                  BT, V);
 }
 
+/* The backward of gpt_ln_in: dfull (B, T, C) is the gradient of the
+ * gathered output, partial over the group (a column-parallel linear's
+ * input gradient). It is summed (all-reduce), or with sequence parallelism
+ * reduce-scattered to this rank's positions; then the LayerNorm's backward
+ * adds into dres. With sequence parallelism the LayerNorm's parameter
+ * gradients cover this rank's positions only: summed over the group. */
+static void gpt_ln_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *dres,
+                               float *dw, float *db, float *dfull, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int B,
+                               int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd;
+    const float *d = gpt_row_sum(m, be, a, dfull, B, unit);
+    zs_backend_layernorm_backward(be, dres, dw, db, d, inp, w, mean, rstd,
+                                  B * (int)gpt_seq_local(c), C);
+    if (gpt_sp(c)) {
+        gpt_tp_sum(m, dw, (size_t)C, unit);
+        gpt_tp_sum(m, db, (size_t)C, unit);
+    }
+}
+
+/* The gradient of a row-parallel linear's output, whole on every rank:
+ * dres itself, or with sequence parallelism all-gathered from the ranks'
+ * positions (the conjugate of the forward's reduce-scatter). */
+static const float *gpt_dout_full(zs_model *m, zs_backend_t be, zs_acts *a, const float *dres,
+                                  int B, int unit)
+{
+    if (!gpt_sp(&m->cfg))
+        return dres;
+    gpt_sp_gather(m, be, a->s_dfull, dres, a->s_perm, B, unit);
+    return a->s_dfull;
+}
+
 static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const *P,
                               float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
 {
@@ -318,7 +449,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
     int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer;
     int TP = gpt_tp(c), r = TP > 1 ? c->tp_rank : 0;
     int NH = c->n_head / TP, V = c->vocab / TP, Cl = C / TP;
-    int BT = B * T;
+    int BT = B * T, BTl = B * (int)gpt_seq_local(c);
     size_t btc = (size_t)BT * C, btcl = (size_t)BT * Cl;
     if (u == L + 1) {
         int lnw = 2 + L * B_NENT;
@@ -331,10 +462,11 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
                                            dloss / (float)BT, BT, V);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
         zs_linear_backward(be, a->s_tmp, G[0], NULL, a->s_logits, a->lnf, P[0], BT, C, V);
-        gpt_tp_sum(m, a->s_tmp, btc, u); /* the head is column-parallel in the vocabulary */
-        zs_backend_memset0(be, a->s_dres, btc * 4);
-        zs_backend_layernorm_backward(be, a->s_dres, G[lnw], G[lnw + 1], a->s_tmp, a->res3[L - 1],
-                                      P[lnw], a->lnf_mean, a->lnf_rstd, BT, C);
+        /* the head is column-parallel in the vocabulary: its input gradient
+         * is summed over the group */
+        zs_backend_memset0(be, a->s_dres, (size_t)BTl * C * 4);
+        gpt_ln_in_backward(m, be, a, a->s_dres, G[lnw], G[lnw + 1], a->s_tmp, a->res3[L - 1],
+                           P[lnw], a->lnf_mean, a->lnf_rstd, B, u);
         return;
     }
     if (u >= 1) {
@@ -343,21 +475,21 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         float *dres = a->s_dres; /* d(res3) on entry, d(inp) on exit */
         /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))); g's backward
          * is the identity, every rank holds all of dres */
+        const float *dout = gpt_dout_full(m, be, a, dres, B, u);
         zs_backend_memset0(be, a->s_dfch_gelu, btcl * 16);
-        zs_linear_backward(be, a->s_dfch_gelu, G[blk(l, B_FCPW)], G[blk(l, B_FCPB)], dres,
+        zs_linear_backward(be, a->s_dfch_gelu, G[blk(l, B_FCPW)], G[blk(l, B_FCPB)], dout,
                            a->fch_gelu[l], P[blk(l, B_FCPW)], BT, 4 * Cl, C);
         zs_backend_memset0(be, a->s_dfch, btcl * 16);
         zs_backend_gelu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, btcl * 4);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
         zs_linear_backward(be, a->s_tmp, G[blk(l, B_FCW)], G[blk(l, B_FCB)], a->s_dfch,
                            a->ln2[l], P[blk(l, B_FCW)], BT, C, 4 * Cl);
-        gpt_tp_sum(m, a->s_tmp, btc, u); /* f's backward */
-        zs_backend_layernorm_backward(be, dres, G[blk(l, B_LN2W)], G[blk(l, B_LN2B)], a->s_tmp,
-                                      a->res2[l], P[blk(l, B_LN2W)], a->ln2_mean[l],
-                                      a->ln2_rstd[l], BT, C);
+        gpt_ln_in_backward(m, be, a, dres, G[blk(l, B_LN2W)], G[blk(l, B_LN2B)], a->s_tmp,
+                           a->res2[l], P[blk(l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
         /* attention branch: res2 = inp + proj(attn(qkv(ln1(inp)))) */
+        dout = gpt_dout_full(m, be, a, dres, B, u);
         zs_backend_memset0(be, a->s_datty, btcl * 4);
-        zs_linear_backward(be, a->s_datty, G[blk(l, B_PROJW)], G[blk(l, B_PROJB)], dres,
+        zs_linear_backward(be, a->s_datty, G[blk(l, B_PROJW)], G[blk(l, B_PROJB)], dout,
                            a->atty[l], P[blk(l, B_PROJW)], BT, Cl, C);
         zs_backend_memset0(be, a->s_dqkv, btcl * 12);
         zs_backend_attention_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
@@ -365,17 +497,16 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         zs_backend_memset0(be, a->s_tmp, btc * 4);
         zs_linear_backward(be, a->s_tmp, G[blk(l, B_QKVW)], G[blk(l, B_QKVB)], a->s_dqkv,
                            a->ln1[l], P[blk(l, B_QKVW)], BT, C, 3 * Cl);
-        gpt_tp_sum(m, a->s_tmp, btc, u);
-        zs_backend_layernorm_backward(be, dres, G[blk(l, B_LN1W)], G[blk(l, B_LN1B)], a->s_tmp,
-                                      inp, P[blk(l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l],
-                                      BT, C);
+        gpt_ln_in_backward(m, be, a, dres, G[blk(l, B_LN1W)], G[blk(l, B_LN1B)], a->s_tmp, inp,
+                           P[blk(l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l], B, u);
         return;
     }
+    const float *dout = gpt_dout_full(m, be, a, a->s_dres, B, u);
     if (TP == 1)
-        zs_backend_embedding_backward(be, G[0], G[1], a->s_dres, batch->tokens, B, T, C);
+        zs_backend_embedding_backward(be, G[0], G[1], dout, batch->tokens, B, T, C);
     else
-        zs_backend_vocab_embedding_backward(be, G[0], G[1], a->s_dres, batch->tokens, r * V, V,
-                                            B, T, C);
+        zs_backend_vocab_embedding_backward(be, G[0], G[1], dout, batch->tokens, r * V, V, B, T,
+                                            C);
 }
 
 const zs_model_ops zs_gpt_ops = {

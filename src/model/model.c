@@ -73,9 +73,14 @@ int zs_model_config_validate(const zs_model_config *c)
         if ((4 * c->n_embd) % T)
             ZS_FAIL("4 x model.hidden (%d) must be divisible by the tensor-parallel size (--tp %d): "
                     "the MLP is split along its 4C inner width", 4 * c->n_embd, T);
-        if (c->sequence_parallel)
-            ZS_FAIL("sequence parallelism (--sequence-parallel) is not implemented yet: drop it "
-                    "(tensor parallelism alone works)");
+        if (c->sequence_parallel && T < 2)
+            ZS_FAIL("sequence parallelism (--sequence-parallel) splits the sequence over the "
+                    "tensor-parallel group: it needs --tp 2 or more");
+        if (c->sequence_parallel && c->seq_len % T)
+            ZS_FAIL("model.seq (%d) must be divisible by the tensor-parallel size (--tp %d) with "
+                    "sequence parallelism", c->seq_len, T);
+        if (T > 64)
+            ZS_FAIL("tensor-parallel groups of more than 64 ranks are not supported (--tp %d)", T);
     } else if (c->kind == ZS_MODEL_MLP) {
         if (c->tp > 1)
             ZS_FAIL("tensor parallelism is implemented for the GPT: use --tp 1 with --model mlp");

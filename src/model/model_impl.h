@@ -61,6 +61,8 @@ struct zs_acts {
     /* GPT scratch */
     float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
     float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
+    float *s_perm, *s_dfull, *s_loc; /* sequence parallelism: chunks in rank order,
+                                        a gathered gradient, this rank's positions */
     /* MLP views: per hidden layer pre- and post-activation */
     float **h, **a;
     float *s_d0, *s_d1, *s_dh;

@@ -159,9 +159,8 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (c.tp > 1 && !in->has_arch)
         ZS_FAIL("tensor parallelism (--tp) needs the model's shape: use --arch gpt");
     ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
-    if (in->sequence_parallel && in->convention != ZS_PLAN_MEGATRON)
-        ZS_FAIL("--sequence-parallel is not implemented in zerosim runs yet: plan it with "
-                "--convention megatron (Korthikanti et al.'s activation bytes)");
+    if (in->sequence_parallel && in->convention == ZS_PLAN_ZEROSIM)
+        c.sequence_parallel = 1; /* the run's own sharding and collectives */
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
         ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");
@@ -223,6 +222,16 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLREDUCE, .bytes = full,
                                                        .calls = GA * (4.0 * c.model.n_layer + 4)};
             r->traffic_bytes += pr.tp_allreduce_bytes_per_step;
+        }
+        if (pr.tp_rs_bytes_per_step > 0) { /* sequence parallelism's pairs */
+            int T = c.tp;
+            double full = pr.tp_rs_bytes_per_step * T / (T - 1.0);
+            double calls = GA * (4.0 * c.model.n_layer + 2);
+            r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_REDUCE_SCATTER,
+                                                       .bytes = full, .calls = calls};
+            r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLGATHER,
+                                                       .bytes = full, .calls = calls};
+            r->traffic_bytes += pr.tp_rs_bytes_per_step + pr.tp_ag_bytes_per_step;
         }
     } else if (in->convention == ZS_PLAN_ZEROSIM) {
         /* a bare parameter count: one layout of Ψ, buckets cut evenly */

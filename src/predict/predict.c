@@ -159,8 +159,21 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     if (T > 1 && cfg->model.kind == ZS_MODEL_GPT) {
         double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;
         double L = cfg->model.n_layer;
-        double floats = BT * C * (2.0 + 4.0 * L) + 3.0 * BT + 2.0 * BT * C * c.recompute_units / (double)cfg->grad_accum;
-        p->tp_allreduce_bytes_per_step = cfg->grad_accum * 4.0 * floats * 2.0 * (T - 1) / T;
+        double rec = c.recompute_units / (double)cfg->grad_accum; /* blocks per micro-batch */
+        double GA = cfg->grad_accum, ring = (double)(T - 1) / T;
+        if (cfg->model.sequence_parallel) {
+            /* all-gather + reduce-scatter pairs in place of the all-reduces;
+             * the loss's maxima and sums and the LayerNorms' gradients
+             * (their positions are split) are all-reduced */
+            double pairs = BT * C * (2.0 + 4.0 * L + 2.0 * rec);
+            p->tp_rs_bytes_per_step = GA * 4.0 * pairs * ring;
+            p->tp_ag_bytes_per_step = GA * 4.0 * pairs * ring;
+            double ar = 3.0 * BT + C * (4.0 * L + 2.0);
+            p->tp_allreduce_bytes_per_step = GA * 4.0 * ar * 2.0 * ring;
+        } else {
+            double floats = BT * C * (2.0 + 4.0 * L + 2.0 * rec) + 3.0 * BT;
+            p->tp_allreduce_bytes_per_step = GA * 4.0 * floats * 2.0 * ring;
+        }
     }
     if (sh.comp)
         for (int k = 0; k < sh.nbuckets; k++)

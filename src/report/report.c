@@ -100,7 +100,7 @@ static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls,
      * reduce-scatter and allgather run over the data-parallel group, and
      * the other ops over several groups keep their recorded bytes */
     int dp = r->dp_size > 0 ? r->dp_size : r->world_size, mesh = dp != r->world_size;
-    if (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || (o == ZS_OP_SCALARS && !mesh))
+    if (!mesh && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
         b = zs_ring_bytes((size_t)*api, dp);
     else if (o == ZS_OP_ALLREDUCE && !mesh)
         b = 2 * zs_ring_bytes((size_t)*api, r->world_size);
@@ -115,10 +115,12 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_ALLREDUCE && r->pred.tp_allreduce_bytes_per_step > 0)
         return r->pred.tp_allreduce_bytes_per_step * r->steps;
     if (o == ZS_OP_REDUCE_SCATTER)
-        return zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense;
+        return zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense +
+               r->pred.tp_rs_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLGATHER)
         return zs_ring_bytes(r->pred.ag_bytes_per_step, N) * r->steps_applied +
-               zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps;
+               zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps +
+               r->pred.tp_ag_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
         return r->a2a_pred[q] * r->compressed_steps;
     return -1.0;
