@@ -158,9 +158,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     c.steps = c.steps > 0 ? c.steps : 1;
     if (c.tp > 1 && !in->has_arch)
         ZS_FAIL("tensor parallelism (--tp) needs the model's shape: use --arch gpt");
-    ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
     if (in->sequence_parallel && in->convention == ZS_PLAN_ZEROSIM)
         c.sequence_parallel = 1; /* the run's own sharding and collectives */
+    ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
         ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");
