@@ -433,16 +433,22 @@ static int zs_bench_collectives(zs_comm_t comm, zs_mem_t mem, int quick, zs_benc
     return 0;
 }
 
+/* A number, or null where a fit on a noisy machine gave none (jansson has
+ * no infinity or NaN: json_pack would fail and drop the whole fit). */
+static json_t *zs_bench_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
 static json_t *zs_bench_fit_json(const zs_bench_fit *f, int N)
 {
     json_t *samples = json_array();
     for (int i = 0; i < f->n; i++) {
         double model = (N - 1) * f->alpha + f->bytes[i] * (N - 1) / N / f->beta;
-        json_array_append_new(samples, json_pack("{s:f, s:f, s:f}", "bytes", f->bytes[i],
-                                                 "seconds", f->secs[i], "model_seconds", model));
+        json_array_append_new(samples, json_pack("{s:o, s:o, s:o}", "bytes",
+                                                 zs_bench_num(f->bytes[i]), "seconds",
+                                                 zs_bench_num(f->secs[i]), "model_seconds",
+                                                 zs_bench_num(model)));
     }
-    return json_pack("{s:f, s:f, s:o}", "latency_s", f->alpha, "bandwidth", f->beta, "samples",
-                     samples);
+    return json_pack("{s:o, s:o, s:o}", "latency_s", zs_bench_num(f->alpha), "bandwidth",
+                     zs_bench_num(f->beta), "samples", samples);
 }
 
 static void zs_bench_print_fit(const char *name, const zs_bench_fit *f, int N)
@@ -510,10 +516,10 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
         json_object_set_new(wj, zs_work_kind_name((zs_work_kind)k), json_real(work_s[k]));
     json_object_set_new(root, "work_s", wj);
     if (N > 1) {
-        json_object_set_new(root, "intra_latency_s", json_real(a));
-        json_object_set_new(root, "intra_bandwidth", json_real(b));
-        json_object_set_new(root, "inter_latency_s", json_real(a));
-        json_object_set_new(root, "inter_bandwidth", json_real(b));
+        json_object_set_new(root, "intra_latency_s", zs_bench_num(a));
+        json_object_set_new(root, "intra_bandwidth", zs_bench_num(b));
+        json_object_set_new(root, "inter_latency_s", zs_bench_num(a));
+        json_object_set_new(root, "inter_bandwidth", zs_bench_num(b));
         json_object_set_new(root, "note", json_string("measured on one machine: the inter-node "
                                                       "figures repeat the intra-node ones"));
         json_object_set_new(root, "reduce_scatter", zs_bench_fit_json(&rs, N));
