@@ -714,7 +714,10 @@ int zs_comm_wait(zs_comm_t c, void **request)
     return 0;
 }
 
-int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int layer)
+/* In-place MPI_Allreduce with op (staged through host memory for a device
+ * backend), recorded as an allreduce. */
+static int zs_comm_allreduce_op(zs_comm_t c, void *buf, size_t n, zs_comm_type t, MPI_Op op,
+                                int layer)
 {
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_ALLREDUCE, layer, n, t);
     if (n > (size_t)INT_MAX)
@@ -731,7 +734,7 @@ int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int 
         zs_backend_copy_d2h(c->be, c->h_send, buf, bytes);
         mbuf = c->h_send;
     }
-    int rc = MPI_Allreduce(MPI_IN_PLACE, mbuf, (int)n, zs_mpi_type(t), zs_sum_op(c, t), c->comm);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, mbuf, (int)n, zs_mpi_type(t), op, c->comm);
     if (rc == MPI_SUCCESS && c->staged)
         zs_backend_copy_h2d(c->be, buf, c->h_send, bytes);
     rec.seconds = MPI_Wtime() - t0;
@@ -741,31 +744,14 @@ int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int 
     return 0;
 }
 
+int zs_comm_allreduce_sum(zs_comm_t c, void *buf, size_t n, zs_comm_type t, int layer)
+{
+    return zs_comm_allreduce_op(c, buf, n, t, zs_sum_op(c, t), layer);
+}
+
 int zs_comm_allreduce_max_f32(zs_comm_t c, float *buf, size_t n, int layer)
 {
-    zs_comm_record rec = zs_comm_rec(c, ZS_OP_ALLREDUCE, layer, n, ZS_CT_F32);
-    if (n > (size_t)INT_MAX)
-        ZS_FAIL("allreduce of %zu elements is more than one MPI call can carry", n);
-    if (c->size == 1 || c->phantom) {
-        zs_comm_record_add(c, &rec);
-        return 0;
-    }
-    double t0 = MPI_Wtime();
-    size_t bytes = n * 4;
-    void *mbuf = buf;
-    if (c->staged) {
-        ZS_TRY(zs_comm_grow(&c->h_send, &c->h_send_cap, bytes + 1));
-        zs_backend_copy_d2h(c->be, c->h_send, buf, bytes);
-        mbuf = c->h_send;
-    }
-    int rc = MPI_Allreduce(MPI_IN_PLACE, mbuf, (int)n, MPI_FLOAT, MPI_MAX, c->comm);
-    if (rc == MPI_SUCCESS && c->staged)
-        zs_backend_copy_h2d(c->be, buf, c->h_send, bytes);
-    rec.seconds = MPI_Wtime() - t0;
-    if (rc != MPI_SUCCESS)
-        return zs_mpi_fail(rc, "MPI_Allreduce (max)");
-    zs_comm_record_add(c, &rec);
-    return 0;
+    return zs_comm_allreduce_op(c, buf, n, ZS_CT_F32, MPI_MAX, layer);
 }
 
 int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count, zs_comm_type t)

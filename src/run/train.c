@@ -295,20 +295,14 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(dp, be);
     if (!rc && tp)
         rc = zs_comm_set_backend(tp, be);
-    if (zs_train_agree(comm, rc, r)) {
-        if (tp)
-            zs_comm_set_backend(tp, NULL);
-        if (dp != comm)
-            zs_comm_set_backend(dp, NULL);
-        zs_comm_set_backend(comm, NULL);
-        zs_mesh_free(mesh);
-        zs_backend_release(be);
-        return -1;
-    }
-    rc = zs_train_rank(&local, o, comm, dp, tp, be, NULL, r);
-    if (!rc) {
-        rc = zs_train_gather_stats(comm, r);
-        rc = zs_train_agree(comm, rc, r);
+    if (!zs_train_agree(comm, rc, r)) {
+        rc = zs_train_rank(&local, o, comm, dp, tp, be, NULL, r);
+        if (!rc) {
+            rc = zs_train_gather_stats(comm, r);
+            rc = zs_train_agree(comm, rc, r);
+        }
+    } else {
+        rc = -1;
     }
     if (tp)
         zs_comm_set_backend(tp, NULL);
