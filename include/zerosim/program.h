@@ -64,6 +64,10 @@ typedef struct {
     size_t bytes;        /* 0: not allocated in this configuration */
 } zs_buf_spec;
 
+/* Initialisation writes the parameters through pieces of this many
+ * elements (ZS_BUF_INIT holds one in fp32 under mixed precision). */
+#define ZS_INIT_CHUNK ((size_t)1 << 18)
+
 typedef struct {
     size_t lo, hi;       /* flat range of the padded layout */
     int unit;            /* buckets: reduced after this unit's backward */

@@ -188,7 +188,7 @@ static int zs_engine_init_params(zs_engine *e)
 {
     const zs_partition *p = &e->part;
     const zs_buf_spec *ib = &e->sh->buf[ZS_BUF_INIT];
-    size_t chunk = (size_t)1 << 18;
+    size_t chunk = ZS_INIT_CHUNK;
     float *buf = malloc(chunk * sizeof(float));
     void *tmp = NULL;
     if (!buf)

@@ -195,8 +195,6 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
     return 0;
 }
 
-#define ZS_INIT_CHUNK ((size_t)1 << 18)
-
 static void zs_shape_buffers(zs_step_shape *s)
 {
     const zs_partition *p = &s->part;
