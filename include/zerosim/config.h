@@ -26,6 +26,11 @@ typedef enum {
     ZS_SCHED_WARMUP_COSINE = 3/* DeepSpeed WarmupCosineLR: warm up, then cosine decay */
 } zs_sched_kind;
 
+/* When stages 0 and 1 reduce gradients (zerosim.grad_reduce, --grad-reduce):
+ * after every micro-batch (zerosim's default, bit-identical across stages),
+ * or once per step after local accumulation (DeepSpeed's schedule). */
+typedef enum { ZS_GRAD_REDUCE_MICRO = 0, ZS_GRAD_REDUCE_STEP = 1 } zs_grad_reduce;
+
 typedef enum {
     ZS_CKPT_OFF = 0,
     ZS_CKPT_EVERY = 1,     /* segments of checkpoint_value blocks */
@@ -94,6 +99,13 @@ typedef struct {
      * tp and sequence_parallel into the model's configuration. */
     int tp, pp;
     int sequence_parallel;
+
+    /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
+    zs_grad_reduce grad_reduce;
+
+    /* zerosim.collective_timeout / --collective-timeout: seconds a rank
+     * waits in one collective before it gives up on a lost or stopped rank */
+    double collective_timeout;
 } zs_run_config;
 
 /* The defaults: a small GPT that trains in seconds on one core. */
@@ -112,6 +124,10 @@ int zs_config_load_string(const char *text, const char *name, zs_run_config *c);
  * size N / (tp x pp)), then the other fields. Fills in missing
  * batch fields. Returns 0 or non-zero with a message naming the key. */
 int zs_run_config_finalize(zs_run_config *c, int world_size);
+
+/* "micro-batch" or "step" into *out; non-zero for anything else. */
+int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);
+const char *zs_grad_reduce_name(zs_grad_reduce g);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,10 @@ static const char *const zs_usage =
     "                           (stages 1-3; error feedback on by default)\n"
     "  --no-error-feedback      drop what compression did not send\n"
     "  --compression-warmup N   dense steps before compression starts (0)\n"
+    "  --grad-reduce micro-batch|step\n"
+    "                           stages 0-1: reduce gradients after every micro-batch\n"
+    "                           (micro-batch, the default) or once per step (step,\n"
+    "                           DeepSpeed's schedule)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
@@ -91,6 +95,8 @@ static const char *const zs_usage =
     "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
     "  --print-every N          progress line every N steps (10)\n"
     "  --quiet                  no progress lines\n"
+    "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
+    "                           or stopped rank before the run stops (600)\n"
     "phantom runs (no mpirun):\n"
     "  --phantom                run the engine for simulated ranks without storage,\n"
     "                           arithmetic or traffic; memory and traffic are exact\n"
@@ -106,7 +112,8 @@ enum {
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_LAST
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
+    OPT_COLL_TIMEOUT, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -153,6 +160,8 @@ static const struct option zs_long_options[] = {
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
+    {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
+    {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -295,6 +304,12 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if (cli->val[OPT_SP])
         c->sequence_parallel = 1;
+    if ((s = cli->val[OPT_GRAD_REDUCE]) && zs_grad_reduce_parse(s, &c->grad_reduce))
+        ZS_FAIL("--grad-reduce must be \"micro-batch\" or \"step\", got \"%s\"", s);
+    if ((s = cli->val[OPT_COLL_TIMEOUT])) {
+        ZS_TRY(zs_parse_float(OPT_COLL_TIMEOUT, s, 1e-3, 1e9, &f));
+        c->collective_timeout = f;
+    }
     if ((s = cli->val[OPT_COMP_WARMUP])) {
         ZS_TRY(zs_parse_int(OPT_COMP_WARMUP, s, 0, 100000000, &v));
         c->compression_warmup = (int)v;

@@ -102,6 +102,8 @@ void zs_run_config_defaults(zs_run_config *c)
     c->allgather_bucket_size = 500000000;
     c->stage3_max_live_parameters = 1000000000;
     c->stage3_prefetch_bucket_size = 50000000;
+    c->grad_reduce = ZS_GRAD_REDUCE_MICRO;
+    c->collective_timeout = 600.0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -853,10 +855,29 @@ static int zerosim_sequence_parallel(loader *ld, const char *path, const json_t 
     return read_bool(ld, path, v, &ld->c.sequence_parallel);
 }
 
+/* zerosim.grad_reduce: "micro-batch" or "step". */
+static int zerosim_grad_reduce(loader *ld, const char *path, const json_t *v)
+{
+    const char *s = NULL;
+    ZS_TRY(read_string(ld, path, v, "\"micro-batch\" or \"step\"", &s));
+    if (zs_grad_reduce_parse(s, &ld->c.grad_reduce))
+        return bad_value(ld, path, v, "\"micro-batch\" or \"step\"");
+    return 0;
+}
+
+/* zerosim.collective_timeout: seconds, > 0. */
+static int zerosim_collective_timeout(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    return read_number(ld, path, v, &R_POS, &ld->c.collective_timeout, &ll);
+}
+
 static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
     F_FUNC("deterministic", zerosim_deterministic),
     F_FUNC("sequence_parallel", zerosim_sequence_parallel),
+    F_FUNC("grad_reduce", zerosim_grad_reduce),
+    F_FUNC("collective_timeout", zerosim_collective_timeout),
 };
 /* DeepSpeed's tensor_parallel section: the tensor-parallel size. */
 static const field tp_fields[] = {
@@ -1130,6 +1151,22 @@ typedef struct {
     const char *need;
 } float_check;
 
+int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out)
+{
+    if (!strcmp(s, "micro-batch"))
+        *out = ZS_GRAD_REDUCE_MICRO;
+    else if (!strcmp(s, "step"))
+        *out = ZS_GRAD_REDUCE_STEP;
+    else
+        return -1;
+    return 0;
+}
+
+const char *zs_grad_reduce_name(zs_grad_reduce g)
+{
+    return g == ZS_GRAD_REDUCE_STEP ? "step" : "micro-batch";
+}
+
 int zs_run_config_finalize(zs_run_config *c, int world_size)
 {
     if (world_size < 1)
@@ -1156,6 +1193,9 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->steps <= 0)
         return fail("steps (zerosim.steps) must be > 0, got %d: set a positive number of steps",
                     c->steps);
+    if (!(c->collective_timeout > 0) || !isfinite(c->collective_timeout))
+        return fail("zerosim.collective_timeout (--collective-timeout) must be a number of "
+                    "seconds > 0, got %g", c->collective_timeout);
     if (c->steps_per_print < 0)
         return fail("steps_per_print must be >= 0, got %d", c->steps_per_print);
     if (c->total_steps < 0)
