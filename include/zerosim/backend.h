@@ -202,11 +202,14 @@ typedef struct {
     float momentum;      /* SGD */
     float grad_mul;      /* every gradient is multiplied by this first
                             (1/loss_scale times the clipping coefficient) */
-    float bias_corr1;    /* 1 - beta1^t */
-    float bias_corr2;    /* 1 - beta2^t */
+    float bias_corr1;    /* 1 - beta1^t, or 1 without bias correction */
+    float bias_corr2;    /* 1 - beta2^t, or 1 without bias correction */
+    float l2;            /* Adam with L2 regularization (DeepSpeed's
+                            adam_w_mode false): l2 * master is added to the
+                            gradient before m and v; 0 otherwise */
 } zs_optim_hparams;
 
-/* AdamW over n elements: master, m, v fp32; grad typed (gt); the updated
+/* AdamW over n elements (Adam with L2 when h->l2 != 0): master, m, v fp32; grad typed (gt); the updated
  * master is written to param (typed, pt) as well. param may be NULL. */
 void zs_backend_adamw_step(zs_backend_t be, float *master, float *m, float *v,
                            const void *grad, zs_dtype gt, void *param, zs_dtype pt,

@@ -31,6 +31,41 @@ typedef enum {
  * or once per step after local accumulation (DeepSpeed's schedule). */
 typedef enum { ZS_GRAD_REDUCE_MICRO = 0, ZS_GRAD_REDUCE_STEP = 1 } zs_grad_reduce;
 
+/* How the gradient average over the data-parallel ranks is scaled:
+ * zerosim's own way folds 1/(grad_accum x N) into the loss gradient;
+ * DeepSpeed's prescale_gradients divides the gradients by N before the sum;
+ * its default (postscale) divides by gradient_predivide_factor f before the
+ * sum and by N/f after. A config that names either key gets DeepSpeed's
+ * arithmetic (the loss gradient is then divided by grad_accum only). */
+typedef enum {
+    ZS_GRAD_IN_LOSS = 0,
+    ZS_GRAD_PRESCALE = 1,
+    ZS_GRAD_POSTSCALE = 2
+} zs_grad_scaling;
+
+/* Keys given as "auto" (the Hugging Face Trainer's placeholder), one bit
+ * each in zs_run_config.auto_mask. */
+enum {
+    ZS_AUTO_TRAIN_BATCH = 1u << 0,
+    ZS_AUTO_MICRO_BATCH = 1u << 1,
+    ZS_AUTO_GRAD_ACCUM = 1u << 2,
+    ZS_AUTO_GRAD_CLIP = 1u << 3,
+    ZS_AUTO_LR = 1u << 4,
+    ZS_AUTO_BETAS = 1u << 5,
+    ZS_AUTO_EPS = 1u << 6,
+    ZS_AUTO_WEIGHT_DECAY = 1u << 7,
+    ZS_AUTO_WARMUP_MIN_LR = 1u << 8,
+    ZS_AUTO_WARMUP_MAX_LR = 1u << 9,
+    ZS_AUTO_WARMUP_STEPS = 1u << 10,
+    ZS_AUTO_TOTAL_STEPS = 1u << 11,
+    ZS_AUTO_FP16 = 1u << 12,
+    ZS_AUTO_BF16 = 1u << 13,
+    ZS_AUTO_REDUCE_BUCKET = 1u << 14,
+    ZS_AUTO_PREFETCH = 1u << 15,
+    ZS_AUTO_PERSISTENCE = 1u << 16,
+    ZS_AUTO_COUNT = 17
+};
+
 typedef enum {
     ZS_CKPT_OFF = 0,
     ZS_CKPT_EVERY = 1,     /* segments of checkpoint_value blocks */
@@ -52,6 +87,9 @@ typedef struct {
 
     zs_optim_kind optimizer;
     float lr, beta1, beta2, eps, weight_decay, momentum;
+    int adam_l2;                 /* Adam with L2 regularization instead of
+                                    decoupled decay (adam_w_mode false) */
+    int adam_no_bias_correction; /* optimizer.params.bias_correction false */
 
     zs_sched_kind scheduler;
     int warmup_steps;
@@ -61,6 +99,13 @@ typedef struct {
     int warmup_linear;       /* 1 linear warm-up, 0 DeepSpeed's "log" */
 
     float grad_clip;         /* gradient_clipping; 0 = off */
+
+    /* prescale_gradients / gradient_predivide_factor */
+    zs_grad_scaling grad_scaling;
+    double grad_predivide;   /* f of ZS_GRAD_POSTSCALE (1 = divide after) */
+    /* communication_data_type, data_types.grad_accum_dtype: a zs_dtype, or
+     * -1 when not given; finalize accepts only the working precision */
+    int comm_dtype, grad_accum_dtype;
 
     /* fp16 dynamic loss scaling (DeepSpeed's fp16 section) */
     float static_loss_scale; /* "loss_scale": 0 = dynamic */
@@ -86,6 +131,7 @@ typedef struct {
      * model.ckpt_blocks */
     zs_ckpt_mode checkpoint_mode;
     int checkpoint_value;
+    int partition_activations; /* activation_checkpointing.partition_activations */
 
     /* gradient compression (--compression, the "gradient_compression"
      * section): replaces the dense reduce-scatter after warm-up steps */
@@ -106,6 +152,12 @@ typedef struct {
     /* zerosim.collective_timeout / --collective-timeout: seconds a rank
      * waits in one collective before it gives up on a lost or stopped rank */
     double collective_timeout;
+
+    /* what the JSON file said that zerosim reports back: the keys given as
+     * "auto" (ZS_AUTO_* bits; zs_run_config_describe_auto says what each
+     * became) and the keys accepted with no effect (comma-separated) */
+    unsigned auto_mask;
+    char noeffect[1024];
 } zs_run_config;
 
 /* The defaults: a small GPT that trains in seconds on one core. */
@@ -124,6 +176,15 @@ int zs_config_load_string(const char *text, const char *name, zs_run_config *c);
  * size N / (tp x pp)), then the other fields. Fills in missing
  * batch fields. Returns 0 or non-zero with a message naming the key. */
 int zs_run_config_finalize(zs_run_config *c, int world_size);
+
+/* The resolved configuration as JSON text (DeepSpeed's key names where they
+ * exist, plus "auto": what each "auto" became, and "no_effect": the keys
+ * accepted with no effect); malloc'd, NULL when out of memory. */
+char *zs_run_config_json(const zs_run_config *c);
+
+/* "key=value, ..." for every key the file gave as "auto", with the value it
+ * became (after finalize); "" when none. Returns buf. */
+const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_t n);
 
 /* "micro-batch" or "step" into *out; non-zero for anything else. */
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);

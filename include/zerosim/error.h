@@ -13,6 +13,10 @@ extern "C" {
 #endif
 
 /* Record the message (printf-style, no trailing newline) and return -1. */
+/* The longest message kept (a configuration's problems, one per line, can be
+ * long; everything else is one line). */
+#define ZS_ERROR_MAX 12288
+
 int zs_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The last recorded message, or "" when none. */
 const char *zs_error_msg(void);

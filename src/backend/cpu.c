@@ -667,7 +667,7 @@ static void cpu_from_fixed(void *ctx, void *dst, zs_dtype t, const int64_t *src,
  * ------------------------------------------------------------------------- */
 
 /* master, m, v (N, fp32); grad (N, gt); param (N, pt) or NULL.
- *   g = grad * grad_mul
+ *   g = grad * grad_mul (+ l2*master for Adam with L2)
  *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
  *   master -= lr * (m/bias_corr1 / (sqrt(v/bias_corr2) + eps) + wd*master)
  * all in fp32, in this order; then param = round(master). */
@@ -679,6 +679,8 @@ static void cpu_adamw_step(void *ctx, float *master, float *m, float *v,
     float b1 = h->beta1, b2 = h->beta2;
     for (size_t i = 0; i < n; i++) {
         float g = cpu_load(grad, gt, i) * h->grad_mul;
+        if (h->l2 != 0.0f)
+            g += h->l2 * master[i];
         float mi = b1 * m[i] + (1.0f - b1) * g;
         float vi = b2 * v[i] + (1.0f - b2) * g * g;
         float mhat = mi / h->bias_corr1;

@@ -901,6 +901,8 @@ __global__ static void k_adamw(float *master, float *m, float *v, const void *gr
     ZS_GRID_STRIDE(i, n)
     {
         float g = d_load(grad, gt, i) * h.grad_mul;
+        if (h.l2 != 0.0f)
+            g += h.l2 * master[i];
         float mi = b1 * m[i] + (1.0f - b1) * g;
         float vi = b2 * v[i] + (1.0f - b2) * g * g;
         float mhat = mi / h.bias_corr1;

@@ -103,7 +103,10 @@ static const char *const zs_usage =
     "  --world-size N           number of simulated ranks (with --phantom or\n"
     "                           --print-program); a phantom run defaults to --steps 2\n"
     "  --print-program          print the step program of rank 0 on --world-size N\n"
-    "                           ranks (default 1), one op a line, and exit\n";
+    "                           ranks (default 1), one op a line, and exit\n"
+    "  --print-config           print the resolved configuration as JSON for\n"
+    "                           --world-size N ranks (default 1): what each \"auto\"\n"
+    "                           became, the keys with no effect; and exit\n";
 
 enum {
     OPT_MODEL = 256, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_SEQ, OPT_VOCAB, OPT_WIDTHS,
@@ -113,7 +116,7 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
-    OPT_COLL_TIMEOUT, OPT_LAST
+    OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -157,6 +160,7 @@ static const struct option zs_long_options[] = {
     {"no-error-feedback", no_argument, NULL, OPT_NO_EF},
     {"compression-warmup", required_argument, NULL, OPT_COMP_WARMUP},
     {"print-program", no_argument, NULL, OPT_PRINT_PROGRAM},
+    {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
@@ -420,6 +424,8 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
             fprintf(err, "zerosim: unexpected argument \"%s\" (see zerosim --help)\n", argv[optind]);
         return 2;
     }
+    if (cli.val[OPT_PRINT_CONFIG])
+        cli.val[OPT_PRINT_PROGRAM] = "config"; /* the same: no ranks, --world-size N */
     if (cli.val[OPT_WORLD_SIZE] && !cli.val[OPT_PHANTOM] && !cli.val[OPT_PRINT_PROGRAM]) {
         if (err)
             fprintf(err, "zerosim: --world-size is for phantom runs (add --phantom); a real run "
@@ -430,15 +436,16 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         long v = 1;
         if (world > 1) {
             if (err)
-                fprintf(err, "zerosim: --print-program runs no ranks: run it without mpirun, "
-                        "with --world-size N\n");
+                fprintf(err, "zerosim: --%s runs no ranks: run it without mpirun, "
+                        "with --world-size N\n",
+                        cli.val[OPT_PRINT_CONFIG] ? "print-config" : "print-program");
             return 2;
         }
         if (cli.val[OPT_WORLD_SIZE] &&
             zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, 1 << 20, &v))
             goto fail;
         world = *phantom_world = (int)v;
-        *print_program = 1;
+        *print_program = cli.val[OPT_PRINT_CONFIG] ? 2 : 1;
     } else if (cli.val[OPT_PHANTOM]) {
         long v;
         if (!cli.val[OPT_WORLD_SIZE]) {
@@ -484,6 +491,8 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         if (zs_parse_int(OPT_PRINT_EVERY, cli.val[OPT_PRINT_EVERY], 1, INT_MAX, &v))
             goto fail;
         o->print_every = (int)v;
+    } else if (cfg->steps_per_print > 0) { /* the config's steps_per_print */
+        o->print_every = cfg->steps_per_print;
     }
     *report = cli.val[OPT_REPORT];
     *csv = cli.val[OPT_CSV];
@@ -507,6 +516,8 @@ static int zs_wants_phantom(int argc, char **argv)
         if (n >= 4 && !strncmp(argv[i], "--phantom", n))
             return 1;
         if (n >= 4 && !strncmp(argv[i], "--print-program", n))
+            return 1;
+        if (n >= 9 && !strncmp(argv[i], "--print-config", n))
             return 1;
     }
     return 0;
@@ -569,6 +580,16 @@ static int zs_cmd_train(int argc, char **argv)
         zs_comm_finalize(comm);
         return rc < 0 ? 0 : rc;
     }
+    if (print_program == 2) {
+        char *text = zs_run_config_json(&cfg);
+        if (text)
+            printf("%s\n", text);
+        else
+            fprintf(stderr, "zerosim: out of host memory\n");
+        free(text);
+        zs_comm_finalize(comm);
+        return text ? 0 : 1;
+    }
     if (print_program) {
         rc = zs_print_program(&cfg, world, stdout);
         if (rc)
@@ -577,6 +598,13 @@ static int zs_cmd_train(int argc, char **argv)
         return rc ? 1 : 0;
     }
     o.hash_every_step = report != NULL;
+    if (rank == 0 && o.log && cfg.auto_mask) {
+        char buf[2048];
+        fprintf(o.log, "config: \"auto\" became %s\n",
+                zs_run_config_describe_auto(&cfg, buf, sizeof buf));
+    }
+    if (rank == 0 && o.log && cfg.noeffect[0])
+        fprintf(o.log, "config: accepted with no effect in zerosim: %s\n", cfg.noeffect);
     if (rank == 0 && o.log)
         fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
                 "grad-accum %d x %d, %d steps\n",

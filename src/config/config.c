@@ -18,6 +18,26 @@
  * "betas" gets (0.9, 0.999), a "WarmupLR" section without "warmup_type" warms
  * up logarithmically over 1000 steps.
  *
+ * zerosim knows DeepSpeed's whole key schema (deepspeed/runtime/config.py,
+ * zero/config.py, offload_config.py and the documented sections). Every key
+ * of a table is one of:
+ *   - used: it changes what zerosim does;
+ *   - no effect (FK_NOEFFECT): logging, profiling, tuning and the like, which
+ *     mean nothing in a simulator; accepted, and listed once at start-up and
+ *     in the report (zs_run_config.noeffect);
+ *   - unmodelled (FK_UNMODELLED): a real DeepSpeed feature zerosim does not
+ *     model yet. Its "off" value (false, "none", enabled: false, ...) is
+ *     accepted as no effect; any other value is a problem that names the
+ *     feature and what to use instead.
+ * Keys DeepSpeed does not know are problems, with a "did you mean" when a
+ * known key is close. "auto" (the Hugging Face Trainer's placeholder) is
+ * accepted where the Trainer fills it in, and resolved from zerosim's own
+ * options and the model (zs_run_config.auto_mask; zs_run_config_describe_auto).
+ *
+ * Every problem of a file is collected, not only the first: a field that
+ * fails is recorded and loading goes on with the next, and the error lists
+ * them all, one per line.
+ *
  * Loading works on a copy and commits it only on success, so a failed load
  * leaves the caller's configuration untouched.
  */
@@ -32,6 +52,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define XSTR_(x) #x
@@ -103,6 +124,9 @@ void zs_run_config_defaults(zs_run_config *c)
     c->stage3_max_live_parameters = 1000000000;
     c->stage3_prefetch_bucket_size = 50000000;
     c->grad_reduce = ZS_GRAD_REDUCE_MICRO;
+    c->grad_scaling = ZS_GRAD_IN_LOSS;
+    c->grad_predivide = 1.0;
+    c->comm_dtype = c->grad_accum_dtype = -1;
     c->collective_timeout = 600.0;
 }
 
@@ -191,6 +215,10 @@ static void describe(const json_t *v, char *buf, size_t n)
 /* ------------------------------------------------------------------------ */
 /* Tables                                                                    */
 
+/* At most this many problems are listed (the count says if there were more). */
+#define LOADER_MAX_PROBLEMS 24
+#define LOADER_PROBLEM_LEN 400
+
 /* The loader's state: the configuration being built and what sections said
  * that only makes sense once the whole file is read. */
 typedef struct {
@@ -200,6 +228,9 @@ typedef struct {
     int bf16_enabled;        /* bf16.enabled was true */
     int opt_is_adamw;        /* optimizer.type named AdamW (not Adam) */
     double warmup_min_lr;    /* WarmupLR / WarmupDecayLR's warmup_min_lr */
+    float lr_before_sched;   /* the optimizer's lr, for warmup_max_lr "auto" */
+    int nproblems;           /* problems found so far */
+    char problems[LOADER_MAX_PROBLEMS][LOADER_PROBLEM_LEN];
 } loader;
 
 /* Allowed values of a number. */
@@ -226,16 +257,37 @@ static const num_rule R_NONNEG = {0, FLT_MAX, 0, 0, 0, "a number >= 0"};
 static const num_rule R_FRACTION = {0, 1, 0, 0, 0, "a number from 0 to 1"};
 static const num_rule R_BETA = {0, 1, 0, 1, 0, "a number >= 0 and < 1"};
 static const num_rule R_NONNEG_INT = {0, INT_MAX, 0, 0, 1, "a non-negative integer"};
+/* A count that may be as large as DeepSpeed takes (a Python int); values
+ * above INT_MAX mean "never" in practice and are stored as INT_MAX. */
+static const num_rule R_COUNT = {1, INTEGRAL_MAX, 0, 0, 1, "a positive integer"};
 
 typedef enum {
     FK_INT,      /* int member */
     FK_SIZE,     /* size_t member */
     FK_U64,      /* uint64_t member */
     FK_FLOAT,    /* float member */
-    FK_BOOL,     /* true or false, accepted with no effect in zerosim */
+    FK_COUNT,    /* int member read with R_COUNT, clamped to INT_MAX */
+    FK_NOEFFECT, /* accepted with no effect in zerosim (of type `type`) */
+    FK_UNMODELLED, /* a DeepSpeed feature zerosim does not model: only its
+                      "off" value (`off`) is accepted */
     FK_SECTION,  /* an object described by another table */
     FK_FUNC      /* anything else: a handler */
 } field_kind;
+
+/* The JSON type a no-effect key must have. */
+typedef enum { JT_ANY, JT_BOOL, JT_NUMBER, JT_STRING, JT_OBJECT } json_kind;
+
+/* What counts as "off" for an unmodelled feature. */
+typedef enum {
+    OFF_FALSE,     /* false */
+    OFF_AT_MOST_1, /* a number <= 1 (a group size of 1, a factor of 1) */
+    OFF_TRUE,      /* true (the feature is the false value) */
+    OFF_NEG,       /* a number < 0 (DeepSpeed's "not set": mics_shard_size -1) */
+    OFF_DEVICE,    /* null, or an object whose "device" is "none" or absent */
+    OFF_DISABLED,  /* an object in which no "enabled" is true (at any depth) */
+    OFF_NULL,      /* null */
+    OFF_NEVER      /* any value is the feature */
+} off_kind;
 
 typedef int (*field_fn)(loader *ld, const char *path, const json_t *v);
 
@@ -244,10 +296,15 @@ typedef struct field_table field_table;
 typedef struct {
     const char *key;
     field_kind kind;
-    size_t off;              /* FK_INT..FK_FLOAT: offset in zs_run_config */
+    size_t off;              /* FK_INT..FK_FLOAT, FK_COUNT: offset in zs_run_config */
     const num_rule *rule;    /* FK_INT..FK_FLOAT: allowed values */
     const field_table *sub;  /* FK_SECTION */
     field_fn fn;             /* FK_FUNC */
+    json_kind type;          /* FK_NOEFFECT */
+    off_kind offv;           /* FK_UNMODELLED */
+    const char *what;        /* FK_UNMODELLED: the feature, in a few words */
+    const char *instead;     /* FK_UNMODELLED: what to do instead */
+    unsigned autobit;        /* "auto" allowed: the ZS_AUTO_* bit, else 0 */
 } field;
 
 struct field_table {
@@ -258,13 +315,22 @@ struct field_table {
 #define TABLE(a) { a, sizeof a / sizeof a[0] }
 /* Offset of member m, which must have type T (a compile error otherwise). */
 #define OFF(m, T) _Generic(((zs_run_config *)0)->m, T: offsetof(zs_run_config, m))
-#define F_INT(k, m, r) { k, FK_INT, OFF(m, int), &r, NULL, NULL }
-#define F_SIZE(k, m) { k, FK_SIZE, OFF(m, size_t), &R_BIG_INT, NULL, NULL }
-#define F_U64(k, m) { k, FK_U64, OFF(m, uint64_t), &R_BIG_INT, NULL, NULL }
-#define F_FLOAT(k, m, r) { k, FK_FLOAT, OFF(m, float), &r, NULL, NULL }
-#define F_BOOL(k) { k, FK_BOOL, 0, NULL, NULL, NULL }
-#define F_SECTION(k, t) { k, FK_SECTION, 0, NULL, &t, NULL }
-#define F_FUNC(k, fn) { k, FK_FUNC, 0, NULL, NULL, fn }
+#define F_INT(k, m, r) { .key = k, .kind = FK_INT, .off = OFF(m, int), .rule = &r }
+#define F_COUNT(k, m) { .key = k, .kind = FK_COUNT, .off = OFF(m, int), .rule = &R_COUNT }
+#define F_SIZE(k, m) { .key = k, .kind = FK_SIZE, .off = OFF(m, size_t), .rule = &R_BIG_INT }
+#define F_U64(k, m) { .key = k, .kind = FK_U64, .off = OFF(m, uint64_t), .rule = &R_BIG_INT }
+#define F_FLOAT(k, m, r) { .key = k, .kind = FK_FLOAT, .off = OFF(m, float), .rule = &r }
+#define F_SECTION(k, t) { .key = k, .kind = FK_SECTION, .sub = &t }
+#define F_FUNC(k, f) { .key = k, .kind = FK_FUNC, .fn = f }
+/* a key with no effect in zerosim, of JSON type t */
+#define F_NONE(k, t) { .key = k, .kind = FK_NOEFFECT, .type = t }
+/* a DeepSpeed feature zerosim does not model: o is its "off" value */
+#define F_UNMOD(k, o, w, i) { .key = k, .kind = FK_UNMODELLED, .offv = o, .what = w, .instead = i }
+/* the same fields with "auto" allowed (bit b of zs_run_config.auto_mask) */
+#define A_INT(k, m, r, b) { .key = k, .kind = FK_INT, .off = OFF(m, int), .rule = &r, .autobit = b }
+#define A_FLOAT(k, m, r, b) { .key = k, .kind = FK_FLOAT, .off = OFF(m, float), .rule = &r, .autobit = b }
+#define A_SIZE(k, m, b) { .key = k, .kind = FK_SIZE, .off = OFF(m, size_t), .rule = &R_BIG_INT, .autobit = b }
+#define A_FUNC(k, f, b) { .key = k, .kind = FK_FUNC, .fn = f, .autobit = b }
 
 /* ------------------------------------------------------------------------ */
 /* Reading values                                                            */
@@ -356,13 +422,134 @@ static int unknown_key(const loader *ld, const char *path, const char *key, cons
 static int apply_object(loader *ld, const char *path, const json_t *obj, const field_table *t,
                         const char *note);
 
+/* The failure of a function whose problems are already recorded: an empty
+ * message tells callers not to record it again. */
+static int recorded(void)
+{
+    zs_error_clear();
+    return -1;
+}
+
+/* Record the current error message as one of the file's problems. */
+static void note_problem(loader *ld)
+{
+    if (ld->nproblems < LOADER_MAX_PROBLEMS)
+        snprintf(ld->problems[ld->nproblems], LOADER_PROBLEM_LEN, "%s", zs_error_msg());
+    ld->nproblems++;
+}
+
+/* Add path to the keys accepted with no effect (comma-separated; a full list
+ * ends in ", ..."). */
+static void note_noeffect(loader *ld, const char *path)
+{
+    char *l = ld->c.noeffect;
+    size_t n = strlen(l), cap = sizeof ld->c.noeffect;
+    if (n >= 4 && strcmp(l + n - 3, "...") == 0)
+        return;
+    size_t need = strlen(path) + (n ? 2 : 0);
+    if (n + need + 6 >= cap) {
+        snprintf(l + n, cap - n, "%s...", n ? ", " : "");
+        return;
+    }
+    snprintf(l + n, cap - n, "%s%s", n ? ", " : "", path);
+}
+
+/* Whether v has the JSON type k. */
+static int check_type(const loader *ld, const char *path, const json_t *v, json_kind k)
+{
+    static const char *const names[] = {"any value", "true or false", "a number", "a string",
+                                        "an object"};
+    int ok = k == JT_ANY || (k == JT_BOOL && json_is_boolean(v)) ||
+             (k == JT_NUMBER && json_is_number(v)) || (k == JT_STRING && json_is_string(v)) ||
+             (k == JT_OBJECT && json_is_object(v));
+    /* DeepSpeed's optional sections and strings may be null */
+    if (json_is_null(v) && k != JT_BOOL && k != JT_NUMBER)
+        ok = 1;
+    return ok ? 0 : bad_value(ld, path, v, names[k]);
+}
+
+/* Whether an object (at any depth) has "enabled": true. */
+static int any_enabled(const json_t *v)
+{
+    const char *key;
+    json_t *x;
+    size_t i;
+    if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, key, x) {
+            if (strcmp(key, "enabled") == 0 && json_is_true(x))
+                return 1;
+            if (any_enabled(x))
+                return 1;
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, x)
+            if (any_enabled(x))
+                return 1;
+    }
+    return 0;
+}
+
+/* Whether v is the "off" value of an unmodelled feature. */
+static int is_off(const json_t *v, off_kind k)
+{
+    switch (k) {
+    case OFF_FALSE: return json_is_false(v);
+    case OFF_TRUE: return json_is_true(v);
+    case OFF_AT_MOST_1: return json_is_number(v) && json_number_value(v) <= 1;
+    case OFF_NEG: return json_is_number(v) && json_number_value(v) < 0;
+    case OFF_DEVICE: {
+        if (json_is_null(v))
+            return 1;
+        const json_t *d = json_is_object(v) ? json_object_get(v, "device") : NULL;
+        return json_is_object(v) && (!d || json_is_null(d) ||
+                                     (json_is_string(d) && !strcmp(json_string_value(d), "none")));
+    }
+    case OFF_DISABLED: return (json_is_object(v) && !any_enabled(v)) || json_is_null(v);
+    case OFF_NULL: return json_is_null(v);
+    case OFF_NEVER: return 0;
+    }
+    return 0;
+}
+
+/* "auto" for a field that allows it: keep zerosim's value (its default, or
+ * what the command line sets later; finalize resolves the rest) and record
+ * the bit. */
+static int apply_auto(loader *ld, const char *path, const field *f)
+{
+    static zs_run_config defaults;
+    static int have_defaults;
+    if (!have_defaults) {
+        zs_run_config_defaults(&defaults);
+        have_defaults = 1;
+    }
+    zs_run_config *c = &ld->c;
+    ld->c.auto_mask |= f->autobit;
+    switch (f->autobit) {
+    case ZS_AUTO_TRAIN_BATCH: c->train_batch_size = 0; break;
+    case ZS_AUTO_MICRO_BATCH: c->micro_batch = 0; break;
+    case ZS_AUTO_GRAD_ACCUM: c->grad_accum = 0; break;
+    case ZS_AUTO_GRAD_CLIP: c->grad_clip = defaults.grad_clip; break;
+    case ZS_AUTO_LR: c->lr = defaults.lr; break;
+    case ZS_AUTO_BETAS: c->beta1 = defaults.beta1; c->beta2 = defaults.beta2; break;
+    case ZS_AUTO_EPS: c->eps = defaults.eps; break;
+    case ZS_AUTO_WEIGHT_DECAY: c->weight_decay = defaults.weight_decay; break;
+    case ZS_AUTO_WARMUP_MIN_LR: ld->warmup_min_lr = 0.0; break;
+    case ZS_AUTO_WARMUP_MAX_LR: c->lr = ld->lr_before_sched; break;
+    case ZS_AUTO_WARMUP_STEPS: c->warmup_steps = defaults.warmup_steps; break;
+    case ZS_AUTO_TOTAL_STEPS: c->total_steps = 0; break;
+    case ZS_AUTO_FP16: case ZS_AUTO_BF16: break; /* --precision decides */
+    default: break; /* bucket sizes: finalize, from the hidden size */
+    }
+    (void)path;
+    return 0;
+}
+
 /* Apply one field's value. */
 static int apply_field(loader *ld, const char *path, const field *f, const json_t *v)
 {
     char *base = (char *)&ld->c;
     double d = 0;
     long long ll = 0;
-    int b;
 
     switch (f->kind) {
     case FK_INT:
@@ -381,8 +568,20 @@ static int apply_field(loader *ld, const char *path, const field *f, const json_
         ZS_TRY(read_number(ld, path, v, f->rule, &d, &ll));
         *(float *)(base + f->off) = (float)d;
         return 0;
-    case FK_BOOL:
-        return read_bool(ld, path, v, &b);
+    case FK_COUNT:
+        ZS_TRY(read_number(ld, path, v, f->rule, &d, &ll));
+        *(int *)(base + f->off) = ll > INT_MAX ? INT_MAX : (int)ll;
+        return 0;
+    case FK_NOEFFECT:
+        ZS_TRY(check_type(ld, path, v, f->type));
+        note_noeffect(ld, path);
+        return 0;
+    case FK_UNMODELLED:
+        if (!is_off(v, f->offv))
+            return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (%s): %s",
+                        ld->name, path, f->what, f->instead);
+        note_noeffect(ld, path);
+        return 0;
     case FK_SECTION:
         return apply_object(ld, path, v, f->sub, "");
     case FK_FUNC:
@@ -392,19 +591,29 @@ static int apply_field(loader *ld, const char *path, const field *f, const json_
 }
 
 /* Reject keys of obj that t does not list. */
-static int check_keys(const loader *ld, const char *path, const json_t *obj, const field_table *t,
+static int check_keys(loader *ld, const char *path, const json_t *obj, const field_table *t,
                       const char *note)
 {
     const char *key;
     json_t *v;
+    int rc = 0;
     json_object_foreach((json_t *)obj, key, v) {
         size_t i = 0;
         while (i < t->n && strcmp(t->f[i].key, key) != 0)
             i++;
-        if (i == t->n)
-            return unknown_key(ld, path, key, t, note);
+        if (i < t->n)
+            continue;
+        if (key[0] == '_' || strstr(key, "comment")) { /* "_comment", "comment": notes */
+            char sub[128];
+            join(sub, sizeof sub, path, key);
+            note_noeffect(ld, sub);
+            continue;
+        }
+        unknown_key(ld, path, key, t, note);
+        note_problem(ld);
+        rc = 1;
     }
-    return 0;
+    return rc ? recorded() : 0;
 }
 
 /* Apply the JSON object obj, found at path, as described by t: reject keys t
@@ -415,16 +624,29 @@ static int apply_object(loader *ld, const char *path, const json_t *obj, const f
 {
     if (!json_is_object(obj))
         return bad_value(ld, path, obj, "an object");
-    ZS_TRY(check_keys(ld, path, obj, t, note));
+    int rc = check_keys(ld, path, obj, t, note);
     for (size_t i = 0; i < t->n; i++) {
         const json_t *v = json_object_get(obj, t->f[i].key);
         if (!v)
             continue;
         char sub[128];
         join(sub, sizeof sub, path, t->f[i].key);
-        ZS_TRY(apply_field(ld, sub, &t->f[i], v));
+        int is_auto = json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
+        int frc;
+        if (is_auto && t->f[i].autobit)
+            frc = apply_auto(ld, sub, &t->f[i]);
+        else if (is_auto && t->f[i].kind == FK_NOEFFECT)
+            frc = (note_noeffect(ld, sub), 0);
+        else
+            frc = apply_field(ld, sub, &t->f[i], v);
+        if (frc) {
+            /* an empty message: the problems were recorded where found */
+            if (zs_error_msg()[0] != '\0')
+                note_problem(ld);
+            rc = 1;
+        }
     }
-    return 0;
+    return rc ? recorded() : 0;
 }
 
 /* A field handled elsewhere (a "type" read before its object is applied). */
@@ -461,7 +683,7 @@ static int opt_betas(loader *ld, const char *path, const json_t *v)
  * same, so only that default changes. */
 static int opt_torch_adam(loader *ld, const char *path, const json_t *v)
 {
-    int on;
+    int on = 1;
     ZS_TRY(read_bool(ld, path, v, &on));
     if (on)
         ld->c.weight_decay = 0.01f;
@@ -469,30 +691,49 @@ static int opt_torch_adam(loader *ld, const char *path, const json_t *v)
 }
 
 /* optimizer.params.adam_w_mode: DeepSpeed's "Adam" with adam_w_mode false is
- * Adam with L2 regularization; "AdamW" ignores the flag. */
+ * Adam with L2 regularization (weight_decay * w added to the gradient);
+ * "AdamW" is always decoupled (DeepSpeed forces adam_w_mode on for it). */
 static int opt_adam_w_mode(loader *ld, const char *path, const json_t *v)
 {
-    int on;
+    int on = 1;
     ZS_TRY(read_bool(ld, path, v, &on));
-    if (!on && !ld->opt_is_adamw)
-        return fail("%s: \"%s\": false selects Adam with L2 regularization, but zerosim implements "
-                    "only decoupled weight decay (AdamW): set it to true or remove it",
-                    ld->name, path);
+    ld->c.adam_l2 = !on && !ld->opt_is_adamw;
+    return 0;
+}
+
+/* optimizer.params.bias_correction: false leaves m and v uncorrected. */
+static int opt_bias_correction(loader *ld, const char *path, const json_t *v)
+{
+    int on = 1;
+    ZS_TRY(read_bool(ld, path, v, &on));
+    ld->c.adam_no_bias_correction = !on;
     return 0;
 }
 
 static const field adam_params[] = {
-    F_FLOAT("lr", lr, R_POS),
-    F_FUNC("betas", opt_betas),
-    F_FLOAT("eps", eps, R_POS),
+    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
+    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
+    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
     F_FUNC("torch_adam", opt_torch_adam),
-    F_FLOAT("weight_decay", weight_decay, R_NONNEG),
+    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
     F_FUNC("adam_w_mode", opt_adam_w_mode),
+    F_FUNC("bias_correction", opt_bias_correction),
+    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+    F_NONE("fused", JT_BOOL),
+    F_NONE("foreach", JT_BOOL),
+    F_NONE("capturable", JT_BOOL),
+    F_NONE("set_grad_none", JT_BOOL),
+    F_UNMOD("max_grad_norm", OFF_AT_MOST_1, "the optimizer's own clipping",
+            "use gradient_clipping"),
 };
 static const field sgd_params[] = {
-    F_FLOAT("lr", lr, R_POS),
+    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
     F_FLOAT("momentum", momentum, R_NONNEG),
-    F_FLOAT("weight_decay", weight_decay, R_NONNEG),
+    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    F_UNMOD("dampening", OFF_AT_MOST_1, "SGD's momentum dampening", "remove it (0)"),
+    F_UNMOD("nesterov", OFF_FALSE, "Nesterov momentum", "set it to false"),
+    F_NONE("foreach", JT_BOOL),
+    F_NONE("maximize", JT_BOOL),
 };
 static const field_table adam_table = TABLE(adam_params);
 static const field_table sgd_table = TABLE(sgd_params);
@@ -513,8 +754,32 @@ static int section_type(const loader *ld, const char *path, const json_t *obj, c
     return read_string(ld, sub, v, choices, type);
 }
 
+/* DeepSpeed's optimizers (deepspeed/runtime/config.py) that zerosim does not
+ * model, and why. */
+static const struct {
+    const char *name;
+    const char *why;
+} unmodelled_optimizers[] = {
+    {"OneBitAdam", "1-bit Adam compresses Adam's momentum after its freeze_step warm-up; zerosim's "
+                   "nearest is Adam with \"gradient_compression\": {\"method\": \"sign\"} and "
+                   "its warmup_steps, which compresses gradients"},
+    {"ZeroOneAdam", "0/1 Adam freezes the variance and compresses the momentum; use Adam, "
+                    "optionally with gradient_compression"},
+    {"OneBitLamb", "1-bit LAMB compresses LAMB's momentum; use Adam, optionally with "
+                   "gradient_compression"},
+    {"Lamb", "LAMB's layer-wise trust ratio is not modelled; use Adam or AdamW"},
+    {"Adagrad", "use Adam or AdamW"},
+    {"Lion", "use Adam or AdamW"},
+    {"MuAdam", "muP's width-scaled learning rates are not modelled; use Adam"},
+    {"MuAdamW", "muP's width-scaled learning rates are not modelled; use AdamW"},
+    {"MuSGD", "muP's width-scaled learning rates are not modelled; use SGD"},
+    {"Adam8bit", "8-bit optimizer states are not modelled; use Adam"},
+    {"AdamW8bit", "8-bit optimizer states are not modelled; use AdamW"},
+};
+
 /* optimizer: {type, params}. Adam and AdamW (DeepSpeed's Adam is AdamW by
- * default) start from FusedAdam's defaults, SGD from torch.optim.SGD's. */
+ * default) start from FusedAdam's defaults, SGD from torch.optim.SGD's.
+ * DeepSpeed matches the type case-insensitively. */
 static int load_optimizer(loader *ld, const char *path, const json_t *v)
 {
     static const char choices[] = "\"Adam\", \"AdamW\" or \"SGD\"";
@@ -526,6 +791,13 @@ static int load_optimizer(loader *ld, const char *path, const json_t *v)
 
     zs_run_config *c = &ld->c;
     const field_table *params;
+    for (size_t k = 0; k < sizeof unmodelled_optimizers / sizeof unmodelled_optimizers[0]; k++)
+        if (equal_nocase(type, unmodelled_optimizers[k].name))
+            return fail("%s: \"%s.type\": %s is a DeepSpeed optimizer zerosim does not model yet: "
+                        "%s",
+                        ld->name, path, unmodelled_optimizers[k].name, unmodelled_optimizers[k].why);
+    c->adam_l2 = 0;
+    c->adam_no_bias_correction = 0;
     if (equal_nocase(type, "adam") || equal_nocase(type, "adamw")) {
         ld->opt_is_adamw = equal_nocase(type, "adamw");
         c->optimizer = ZS_OPT_ADAMW;
@@ -601,25 +873,33 @@ static int sched_last_iter(loader *ld, const char *path, const json_t *v)
     return 0;
 }
 
+/* warmup_num_steps and total_num_steps: counts as large as DeepSpeed takes */
+#define F_WARMUP_STEPS \
+    { .key = "warmup_num_steps", .kind = FK_COUNT, .off = OFF(warmup_steps, int), \
+      .rule = &R_COUNT, .autobit = ZS_AUTO_WARMUP_STEPS }
+#define F_TOTAL_STEPS \
+    { .key = "total_num_steps", .kind = FK_COUNT, .off = OFF(total_steps, int), \
+      .rule = &R_COUNT, .autobit = ZS_AUTO_TOTAL_STEPS }
+
 static const field warmup_params[] = {
-    F_FUNC("warmup_min_lr", sched_min_lr),
-    F_FUNC("warmup_max_lr", sched_max_lr),
-    F_INT("warmup_num_steps", warmup_steps, R_POS_INT),
+    A_FUNC("warmup_min_lr", sched_min_lr, ZS_AUTO_WARMUP_MIN_LR),
+    A_FUNC("warmup_max_lr", sched_max_lr, ZS_AUTO_WARMUP_MAX_LR),
+    F_WARMUP_STEPS,
     F_FUNC("warmup_type", sched_warmup_type),
     F_FUNC("last_batch_iteration", sched_last_iter),
 };
 static const field warmup_decay_params[] = {
-    F_INT("total_num_steps", total_steps, R_POS_INT),
-    F_FUNC("warmup_min_lr", sched_min_lr),
-    F_FUNC("warmup_max_lr", sched_max_lr),
-    F_INT("warmup_num_steps", warmup_steps, R_POS_INT),
+    F_TOTAL_STEPS,
+    A_FUNC("warmup_min_lr", sched_min_lr, ZS_AUTO_WARMUP_MIN_LR),
+    A_FUNC("warmup_max_lr", sched_max_lr, ZS_AUTO_WARMUP_MAX_LR),
+    F_WARMUP_STEPS,
     F_FUNC("warmup_type", sched_warmup_type),
     F_FUNC("last_batch_iteration", sched_last_iter),
 };
 static const field warmup_cosine_params[] = {
-    F_INT("total_num_steps", total_steps, R_POS_INT),
+    F_TOTAL_STEPS,
     F_FLOAT("warmup_min_ratio", warmup_min_ratio, R_FRACTION),
-    F_INT("warmup_num_steps", warmup_steps, R_POS_INT),
+    F_WARMUP_STEPS,
     F_FLOAT("cos_min_ratio", cos_min_ratio, R_FRACTION),
     F_FUNC("warmup_type", sched_warmup_type),
     F_FUNC("last_batch_iteration", sched_last_iter),
@@ -655,11 +935,16 @@ static int load_scheduler(loader *ld, const char *path, const json_t *v)
     size_t k = 0, n = sizeof schedulers / sizeof schedulers[0];
     while (k < n && strcmp(schedulers[k].name, type) != 0)
         k++;
+    if (k == n && (!strcmp(type, "OneCycle") || !strcmp(type, "LRRangeTest")))
+        return fail("%s: \"%s.type\": %s is a DeepSpeed scheduler zerosim does not model yet: "
+                    "use WarmupLR, WarmupDecayLR or WarmupCosineLR",
+                    ld->name, path, type);
     if (k == n)
         return fail("%s: \"%s.type\" must be %s (the names are case-sensitive), got \"%.64s\"",
                     ld->name, path, choices, type);
 
     zs_run_config *c = &ld->c;
+    ld->lr_before_sched = c->lr;
     c->scheduler = schedulers[k].kind;
     c->warmup_steps = 1000;
     c->warmup_linear = 0;
@@ -705,11 +990,11 @@ static int bf16_enabled(loader *ld, const char *path, const json_t *v)
 /* fp16.auto_cast: zerosim does not cast model inputs, so only false. */
 static int fp16_auto_cast(loader *ld, const char *path, const json_t *v)
 {
-    int on;
+    int on = 1;
     ZS_TRY(read_bool(ld, path, v, &on));
     if (on)
-        return fail("%s: \"%s\": true is not supported (zerosim does not cast model inputs): "
-                    "set it to false or remove it",
+        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (casting the "
+                    "model's inputs to fp16): set it to false or remove it",
                     ld->name, path);
     return 0;
 }
@@ -729,28 +1014,107 @@ static int zero_stage(loader *ld, const char *path, const json_t *v)
 }
 
 static const field fp16_fields[] = {
-    F_FUNC("enabled", fp16_enabled),
+    A_FUNC("enabled", fp16_enabled, ZS_AUTO_FP16),
     F_FLOAT("loss_scale", static_loss_scale, R_NONNEG),
     F_INT("initial_scale_power", initial_scale_power, R_SCALE_POWER),
-    F_INT("loss_scale_window", loss_scale_window, R_POS_INT),
-    F_INT("hysteresis", hysteresis, R_POS_INT),
+    F_COUNT("loss_scale_window", loss_scale_window),
+    F_COUNT("hysteresis", hysteresis),
     F_FLOAT("min_loss_scale", min_loss_scale, R_POS),
-    F_BOOL("consecutive_hysteresis"),
+    F_UNMOD("consecutive_hysteresis", OFF_FALSE,
+            "hysteresis restored after every step without overflow", "set it to false"),
     F_FUNC("auto_cast", fp16_auto_cast),
+    F_UNMOD("fp16_master_weights_and_grads", OFF_FALSE, "fp16 master weights",
+            "set it to false (zerosim keeps fp32 master weights)"),
 };
 static const field bf16_fields[] = {
-    F_FUNC("enabled", bf16_enabled),
+    A_FUNC("enabled", bf16_enabled, ZS_AUTO_BF16),
+    F_NONE("immediate_grad_update", JT_BOOL),
+    F_NONE("check_grad_overflow", JT_BOOL),
+    /* fp16's loss-scaling keys, which DeepSpeed ignores under bf16 (its own
+     * tests write them) */
+    F_NONE("loss_scale", JT_NUMBER),
+    F_NONE("initial_scale_power", JT_NUMBER),
+    F_NONE("loss_scale_window", JT_NUMBER),
+    F_NONE("hysteresis", JT_NUMBER),
+    F_NONE("consecutive_hysteresis", JT_BOOL),
+    F_NONE("min_loss_scale", JT_NUMBER),
 };
+
+#define OFFLOAD_INSTEAD "remove it, or set \"device\": \"none\" (stage 3 alone partitions " \
+                        "parameters, gradients and optimizer states N ways)"
+#define ZEROPP "remove it, or turn it off (ZeRO++ is not modelled yet)"
+/* zero_optimization: DeepSpeed's DeepSpeedZeroConfig, with its aliases
+ * (stage3_prefetch_bucket_size = prefetch_bucket_size, ...). */
 static const field zero_fields[] = {
     F_FUNC("stage", zero_stage),
-    F_SIZE("reduce_bucket_size", reduce_bucket_size),
+    A_SIZE("reduce_bucket_size", reduce_bucket_size, ZS_AUTO_REDUCE_BUCKET),
     F_SIZE("allgather_bucket_size", allgather_bucket_size),
     F_SIZE("stage3_max_live_parameters", stage3_max_live_parameters),
-    F_SIZE("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size),
-    F_BOOL("overlap_comm"),
-    F_BOOL("contiguous_gradients"),
-    F_BOOL("reduce_scatter"),
-    F_BOOL("allgather_partitions"),
+    F_SIZE("max_live_parameters", stage3_max_live_parameters),
+    A_SIZE("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size, ZS_AUTO_PREFETCH),
+    A_SIZE("prefetch_bucket_size", stage3_prefetch_bucket_size, ZS_AUTO_PREFETCH),
+    /* timing, memory layout and saving: no effect on what zerosim computes,
+     * holds or sends */
+    F_NONE("overlap_comm", JT_BOOL),
+    F_NONE("contiguous_gradients", JT_BOOL),
+    F_NONE("load_from_fp32_weights", JT_BOOL),
+    F_NONE("elastic_checkpoint", JT_BOOL),
+    F_NONE("ignore_unused_parameters", JT_BOOL),
+    F_NONE("round_robin_gradients", JT_BOOL),
+    F_NONE("use_multi_rank_bucket_allreduce", JT_BOOL),
+    F_NONE("memory_efficient_linear", JT_BOOL),
+    F_NONE("override_module_apply", JT_BOOL),
+    F_NONE("pipeline_loading_checkpoint", JT_BOOL),
+    F_NONE("log_trace_cache_warnings", JT_BOOL),
+    F_NONE("grad_hooks", JT_BOOL),
+    F_NONE("cpu_offload_use_pin_memory", JT_BOOL),
+    F_NONE("stage3_gather_16bit_weights_on_model_save", JT_BOOL),
+    F_NONE("gather_16bit_weights_on_model_save", JT_BOOL),
+    F_NONE("stage3_gather_fp16_weights_on_model_save", JT_BOOL),
+    /* stage-3 tuning zerosim does not model: it partitions every parameter
+     * (persistence threshold 0), keeps no parameter for reuse (reuse
+     * distance 0), runs the optimizer over the whole shard (one sub-group)
+     * and makes one unit per block */
+    F_NONE("sub_group_size", JT_NUMBER),
+    {.key = "stage3_param_persistence_threshold", .kind = FK_NOEFFECT, .type = JT_NUMBER,
+     .autobit = ZS_AUTO_PERSISTENCE},
+    {.key = "param_persistence_threshold", .kind = FK_NOEFFECT, .type = JT_NUMBER,
+     .autobit = ZS_AUTO_PERSISTENCE},
+    F_NONE("stage3_model_persistence_threshold", JT_NUMBER),
+    F_NONE("model_persistence_threshold", JT_NUMBER),
+    F_NONE("stage3_max_reuse_distance", JT_NUMBER),
+    F_NONE("max_reuse_distance", JT_NUMBER),
+    F_NONE("stage3_module_granularity_threshold", JT_NUMBER),
+    F_NONE("module_granularity_threshold", JT_NUMBER),
+    /* real features zerosim does not model yet */
+    F_UNMOD("reduce_scatter", OFF_TRUE, "reducing gradients with all-reduce instead of "
+            "reduce-scatter", "set it to true or remove it"),
+    F_UNMOD("allgather_partitions", OFF_TRUE, "gathering parameters by broadcasts instead of "
+            "all-gather", "set it to true or remove it"),
+    F_UNMOD("stage3_use_all_reduce_for_fetch_params", OFF_FALSE,
+            "fetching stage-3 parameters with all-reduce", "set it to false"),
+    F_UNMOD("use_all_reduce_for_fetch_params", OFF_FALSE,
+            "fetching stage-3 parameters with all-reduce", "set it to false"),
+    F_UNMOD("offload_optimizer", OFF_DEVICE, "ZeRO-Offload of optimizer states to CPU or NVMe",
+            OFFLOAD_INSTEAD),
+    F_UNMOD("offload_param", OFF_DEVICE, "ZeRO-Infinity parameter offload to CPU or NVMe",
+            OFFLOAD_INSTEAD),
+    F_UNMOD("cpu_offload", OFF_FALSE, "ZeRO-Offload (the deprecated name of offload_optimizer)",
+            OFFLOAD_INSTEAD),
+    F_UNMOD("cpu_offload_param", OFF_FALSE, "parameter offload (deprecated name of offload_param)",
+            OFFLOAD_INSTEAD),
+    F_UNMOD("zero_hpz_partition_size", OFF_AT_MOST_1, "ZeRO++ hierarchical partitioning (hpZ)",
+            ZEROPP),
+    F_UNMOD("zero_quantized_weights", OFF_FALSE, "ZeRO++ quantized weights (qwZ)", ZEROPP),
+    F_UNMOD("zero_quantized_nontrainable_weights", OFF_FALSE, "ZeRO++ quantized weights", ZEROPP),
+    F_UNMOD("zero_quantized_gradients", OFF_FALSE, "ZeRO++ quantized gradients (qgZ)",
+            "remove it; zerosim's own int8 gradient compression is "
+            "\"gradient_compression\": {\"method\": \"int8\"}"),
+    F_UNMOD("zeropp_loco_param", OFF_NULL, "ZeRO++ LoCo error feedback", ZEROPP),
+    F_UNMOD("mics_shard_size", OFF_NEG, "MiCS sharding", "remove it"),
+    F_UNMOD("mics_hierarchical_params_gather", OFF_FALSE, "MiCS hierarchical gathers",
+            "set it to false"),
+    F_UNMOD("legacy_stage1", OFF_FALSE, "the legacy stage-1 implementation", "set it to false"),
 };
 /* zerosim.deterministic: order-independent (fixed-point) gradient reduction. */
 static int zerosim_deterministic(loader *ld, const char *path, const json_t *v)
@@ -770,33 +1134,24 @@ static int ckpt_number(loader *ld, const char *path, const json_t *v)
     return 0;
 }
 
-/* A boolean that zerosim supports only as false (a feature it lacks). */
-static int false_only(loader *ld, const char *path, const json_t *v, const char *why)
-{
-    int on;
-    ZS_TRY(read_bool(ld, path, v, &on));
-    if (on)
-        return fail("%s: \"%s\": true is not supported (%s): set it to false", ld->name, path, why);
-    return 0;
-}
-
+/* activation_checkpointing.partition_activations: shards the checkpoints
+ * over the tensor-parallel group; with --tp 1 there is nothing to shard and
+ * it has no effect (finalize refuses it with --tp > 1). */
 static int ckpt_partition(loader *ld, const char *path, const json_t *v)
 {
-    return false_only(ld, path, v, "zerosim has no model parallelism to partition across");
-}
-
-static int ckpt_cpu(loader *ld, const char *path, const json_t *v)
-{
-    return false_only(ld, path, v, "checkpoints stay in device memory in zerosim");
+    ZS_TRY(read_bool(ld, path, v, &ld->c.partition_activations));
+    note_noeffect(ld, path);
+    return 0;
 }
 
 static const field ckpt_fields[] = {
     F_FUNC("number_checkpoints", ckpt_number),
     F_FUNC("partition_activations", ckpt_partition),
-    F_FUNC("cpu_checkpointing", ckpt_cpu),
-    F_BOOL("contiguous_memory_optimization"),
-    F_BOOL("synchronize_checkpoint_boundary"),
-    F_BOOL("profile"),
+    F_UNMOD("cpu_checkpointing", OFF_FALSE, "keeping checkpointed activations in host memory",
+            "set it to false"),
+    F_NONE("contiguous_memory_optimization", JT_BOOL),
+    F_NONE("synchronize_checkpoint_boundary", JT_BOOL),
+    F_NONE("profile", JT_BOOL),
 };
 static const field_table ckpt_table = TABLE(ckpt_fields);
 
@@ -998,24 +1353,135 @@ static int load_model(loader *ld, const char *path, const json_t *v)
 /* ------------------------------------------------------------------------ */
 /* The file                                                                  */
 
+/* prescale_gradients: divide by the data-parallel size before the sum. */
+static int top_prescale(loader *ld, const char *path, const json_t *v)
+{
+    int on = 1;
+    ZS_TRY(read_bool(ld, path, v, &on));
+    ld->c.grad_scaling = on ? ZS_GRAD_PRESCALE : ZS_GRAD_POSTSCALE;
+    return 0;
+}
+
+/* gradient_predivide_factor: divide by f before the sum, by N/f after. */
+static int top_predivide(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    ZS_TRY(read_number(ld, path, v, &R_POS, &ld->c.grad_predivide, &ll));
+    if (ld->c.grad_scaling == ZS_GRAD_IN_LOSS)
+        ld->c.grad_scaling = ZS_GRAD_POSTSCALE;
+    return 0;
+}
+
+/* A data type name ("fp32", "fp16", "bf16" and DeepSpeed's spellings), or
+ * null; *out = -1 for null. */
+static int read_dtype(loader *ld, const char *path, const json_t *v, int *out)
+{
+    static const struct { const char *name; zs_dtype t; } names[] = {
+        {"fp32", ZS_DTYPE_F32}, {"float32", ZS_DTYPE_F32}, {"float", ZS_DTYPE_F32},
+        {"fp16", ZS_DTYPE_F16}, {"float16", ZS_DTYPE_F16}, {"half", ZS_DTYPE_F16},
+        {"bf16", ZS_DTYPE_BF16}, {"bfloat16", ZS_DTYPE_BF16},
+    };
+    static const char expect[] = "\"fp32\", \"fp16\", \"bf16\" or null";
+    const char *s = NULL;
+    if (json_is_null(v)) {
+        *out = -1;
+        return 0;
+    }
+    ZS_TRY(read_string(ld, path, v, expect, &s));
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (equal_nocase(s, names[i].name)) {
+            *out = (int)names[i].t;
+            return 0;
+        }
+    return bad_value(ld, path, v, expect);
+}
+
+/* communication_data_type: finalize checks it names the working precision. */
+static int top_comm_dtype(loader *ld, const char *path, const json_t *v)
+{
+    return read_dtype(ld, path, v, &ld->c.comm_dtype);
+}
+
+/* data_types.grad_accum_dtype: the same check. */
+static int grad_accum_dtype(loader *ld, const char *path, const json_t *v)
+{
+    return read_dtype(ld, path, v, &ld->c.grad_accum_dtype);
+}
+static const field data_types_fields[] = {
+    F_FUNC("grad_accum_dtype", grad_accum_dtype),
+};
+static const field_table data_types_table = TABLE(data_types_fields);
+
+#define OFF_SECTION "remove it, or set \"enabled\": false"
 static const field top_fields[] = {
-    F_INT("train_batch_size", train_batch_size, R_POS_INT),
-    F_INT("train_micro_batch_size_per_gpu", micro_batch, R_POS_INT),
-    F_INT("gradient_accumulation_steps", grad_accum, R_POS_INT),
-    F_INT("steps_per_print", steps_per_print, R_POS_INT),
-    F_FLOAT("gradient_clipping", grad_clip, R_NONNEG),
-    F_BOOL("wall_clock_breakdown"),
+    A_INT("train_batch_size", train_batch_size, R_POS_INT, ZS_AUTO_TRAIN_BATCH),
+    A_INT("train_micro_batch_size_per_gpu", micro_batch, R_POS_INT, ZS_AUTO_MICRO_BATCH),
+    A_INT("gradient_accumulation_steps", grad_accum, R_POS_INT, ZS_AUTO_GRAD_ACCUM),
+    F_COUNT("steps_per_print", steps_per_print),
+    A_FLOAT("gradient_clipping", grad_clip, R_NONNEG, ZS_AUTO_GRAD_CLIP),
+    F_FUNC("prescale_gradients", top_prescale),
+    F_FUNC("gradient_predivide_factor", top_predivide),
+    F_FUNC("communication_data_type", top_comm_dtype),
+    F_SECTION("data_types", data_types_table),
     F_U64("seed", seed),
     F_FUNC("optimizer", load_optimizer),
     F_FUNC("scheduler", load_scheduler),
     F_SECTION("fp16", fp16_table),
     F_SECTION("bf16", bf16_table),
+    F_SECTION("bfloat16", bf16_table), /* DeepSpeed's older name */
     F_SECTION("zero_optimization", zero_table),
     F_FUNC("model", load_model),
     F_SECTION("zerosim", zerosim_table),
     F_FUNC("activation_checkpointing", load_ckpt),
     F_SECTION("gradient_compression", comp_table),
     F_SECTION("tensor_parallel", tp_table),
+    /* logging, monitoring, profiling, tuning, compilation, I/O tuning and
+     * checkpoint-saving options: nothing a simulator computes depends on them */
+    F_NONE("wall_clock_breakdown", JT_BOOL),
+    F_NONE("memory_breakdown", JT_BOOL),
+    F_NONE("dump_state", JT_BOOL),
+    F_NONE("zero_allow_untested_optimizer", JT_BOOL),
+    F_NONE("zero_force_ds_cpu_optimizer", JT_BOOL),
+    F_NONE("disable_allgather", JT_BOOL),
+    F_NONE("dataloader_drop_last", JT_BOOL),
+    F_NONE("graph_harvesting", JT_BOOL),
+    F_NONE("use_data_before_expert_parallelism", JT_BOOL),
+    F_NONE("seq_parallel_communication_data_type", JT_STRING),
+    F_NONE("vocabulary_size", JT_NUMBER),
+    F_NONE("tensorboard", JT_OBJECT),
+    F_NONE("wandb", JT_OBJECT),
+    F_NONE("comet", JT_OBJECT),
+    F_NONE("csv_monitor", JT_OBJECT),
+    F_NONE("monitor_config", JT_OBJECT),
+    F_NONE("flops_profiler", JT_OBJECT),
+    F_NONE("autotuning", JT_OBJECT),
+    F_NONE("comms_logger", JT_OBJECT),
+    F_NONE("comms_config", JT_OBJECT),
+    F_NONE("compile", JT_OBJECT),
+    F_NONE("aio", JT_OBJECT),
+    F_NONE("checkpoint", JT_OBJECT),
+    F_NONE("nebula", JT_OBJECT),
+    F_NONE("timers", JT_OBJECT),
+    /* real features zerosim does not model yet */
+    F_UNMOD("sparse_gradients", OFF_FALSE, "sparse embedding gradients", "set it to false"),
+    F_UNMOD("amp", OFF_DISABLED, "NVIDIA Apex AMP", "use \"fp16\" or \"bf16\" instead"),
+    F_UNMOD("torch_autocast", OFF_DISABLED, "torch.autocast mixed precision",
+            "use \"fp16\" or \"bf16\" instead"),
+    F_UNMOD("sparse_attention", OFF_NULL, "block-sparse attention",
+            "remove it (zerosim's GPT uses dense causal attention)"),
+    F_UNMOD("elasticity", OFF_DISABLED, "elastic training", OFF_SECTION),
+    F_UNMOD("eigenvalue", OFF_DISABLED, "eigenvalue computation for quantization", OFF_SECTION),
+    F_UNMOD("progressive_layer_drop", OFF_DISABLED, "progressive layer dropping", OFF_SECTION),
+    F_UNMOD("curriculum_learning", OFF_DISABLED, "curriculum learning", OFF_SECTION),
+    F_UNMOD("data_efficiency", OFF_DISABLED, "data sampling and routing", OFF_SECTION),
+    F_UNMOD("compression_training", OFF_DISABLED,
+            "DeepSpeed Compression (quantization-aware training, pruning, layer reduction)",
+            "remove it, or set every \"enabled\" in it to false"),
+    F_UNMOD("quantize_training", OFF_DISABLED, "MoQ quantized training", OFF_SECTION),
+    F_UNMOD("weight_quantization", OFF_DISABLED, "weight quantization", OFF_SECTION),
+    F_UNMOD("hybrid_engine", OFF_DISABLED, "the RLHF hybrid engine", OFF_SECTION),
+    F_UNMOD("pipeline", OFF_NULL, "DeepSpeed's pipeline engine settings",
+            "remove it (zerosim's pipeline parallelism is --pp, not yet above 1)"),
 };
 static const field_table top_table = TABLE(top_fields);
 
@@ -1028,14 +1494,42 @@ static int load_document(const json_t *root, const char *name, zs_run_config *c)
         describe(root, got, sizeof got);
         return fail("%s: the top level must be a JSON object, got %s", name, got);
     }
-    ZS_TRY(apply_object(&ld, "", root, &top_table, ""));
-    if (ld.fp16_enabled && ld.bf16_enabled)
-        return fail("%s: \"fp16.enabled\" and \"bf16.enabled\" are both true: enable at most one",
-                    name);
+    ld.c.noeffect[0] = '\0';
+    if (apply_object(&ld, "", root, &top_table, "") && zs_error_msg()[0])
+        note_problem(&ld);
+    if (json_object_get(root, "bf16") && json_object_get(root, "bfloat16")) {
+        fail("%s: \"bf16\" and \"bfloat16\" are the same section (bfloat16 is its older name): "
+             "keep one", name);
+        note_problem(&ld);
+    }
+    if (ld.fp16_enabled && ld.bf16_enabled) {
+        fail("%s: \"fp16.enabled\" and \"bf16.enabled\" are both true: enable at most one", name);
+        note_problem(&ld);
+    }
+    if (ld.nproblems == 1)
+        return zs_error_set("%s", ld.problems[0]);
+    if (ld.nproblems > 1) {
+        /* every problem on its own line, so that one round fixes them all */
+        char msg[ZS_ERROR_MAX];
+        int n = snprintf(msg, sizeof msg, "%s: %d problems, one per line:", name, ld.nproblems);
+        for (int i = 0; i < ld.nproblems && i < LOADER_MAX_PROBLEMS && n > 0 &&
+                        (size_t)n < sizeof msg;
+             i++)
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "\n  %s", ld.problems[i]);
+        if (ld.nproblems > LOADER_MAX_PROBLEMS && n > 0 && (size_t)n < sizeof msg)
+            snprintf(msg + n, sizeof msg - (size_t)n, "\n  (and %d more)",
+                     ld.nproblems - LOADER_MAX_PROBLEMS);
+        return zs_error_set("%s", msg);
+    }
     if (ld.fp16_enabled)
         ld.c.precision = ZS_DTYPE_F16;
     else if (ld.bf16_enabled)
         ld.c.precision = ZS_DTYPE_BF16;
+    /* DeepSpeed runs an optimizer without a scheduler at a constant rate */
+    if (json_object_get(root, "optimizer") && !json_object_get(root, "scheduler")) {
+        ld.c.scheduler = ZS_SCHED_CONSTANT;
+        ld.c.warmup_steps = 0;
+    }
     *c = ld.c;
     return 0;
 }
@@ -1151,6 +1645,123 @@ typedef struct {
     const char *need;
 } float_check;
 
+/* The keys that may be "auto", in ZS_AUTO_* bit order. */
+static const char *const auto_keys[ZS_AUTO_COUNT] = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "gradient_clipping", "optimizer.params.lr", "optimizer.params.betas",
+    "optimizer.params.eps", "optimizer.params.weight_decay", "scheduler.params.warmup_min_lr",
+    "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
+    "scheduler.params.total_num_steps", "fp16.enabled", "bf16.enabled",
+    "zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+};
+
+/* What the "auto" of bit i became, as text. */
+static void auto_value(const zs_run_config *c, int i, char *v, size_t n)
+{
+    switch (i) {
+    case 0: snprintf(v, n, "%d", c->train_batch_size); break;
+    case 1: snprintf(v, n, "%d", c->micro_batch); break;
+    case 2: snprintf(v, n, "%d", c->grad_accum); break;
+    case 3: snprintf(v, n, "%g", (double)c->grad_clip); break;
+    case 4: snprintf(v, n, "%g", (double)c->lr); break;
+    case 5: snprintf(v, n, "[%g, %g]", (double)c->beta1, (double)c->beta2); break;
+    case 6: snprintf(v, n, "%g", (double)c->eps); break;
+    case 7: snprintf(v, n, "%g", (double)c->weight_decay); break;
+    case 8: snprintf(v, n, "%g", (double)(c->warmup_min_ratio * c->lr)); break;
+    case 9: snprintf(v, n, "%g", (double)c->lr); break;
+    case 10: snprintf(v, n, "%d", c->warmup_steps); break;
+    case 11: snprintf(v, n, "%d", c->total_steps); break;
+    case 12: snprintf(v, n, "%s", c->precision == ZS_DTYPE_F16 ? "true" : "false"); break;
+    case 13: snprintf(v, n, "%s", c->precision == ZS_DTYPE_BF16 ? "true" : "false"); break;
+    case 14: snprintf(v, n, "%zu", c->reduce_bucket_size); break;
+    case 15: snprintf(v, n, "%zu", c->stage3_prefetch_bucket_size); break;
+    default: snprintf(v, n, "%lld (not modelled)", 10LL * c->model.n_embd); break;
+    }
+}
+
+const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_t n)
+{
+    size_t len = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int i = 0; i < ZS_AUTO_COUNT && len < n; i++)
+        if (c->auto_mask & (1u << i)) {
+            char v[64];
+            auto_value(c, i, v, sizeof v);
+            len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", len ? ", " : "", auto_keys[i],
+                                    v);
+        }
+    return buf;
+}
+
+/* A float as the shortest decimal that reads back as it (7 digits), so that
+ * 0.001f prints as 0.001 and not 0.00100000005. */
+static double f7(float x)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)x);
+    return strtod(buf, NULL);
+}
+
+char *zs_run_config_json(const zs_run_config *c)
+{
+    static const char *const sched[] = {"constant", "WarmupLR", "WarmupDecayLR",
+                                        "WarmupCosineLR"};
+    static const char *const scaling[] = {"in_loss", "prescale", "postscale"};
+    json_t *betas = json_pack("[f, f]", f7(c->beta1), f7(c->beta2));
+    json_t *opt = json_pack("{s:s, s:f, s:o, s:f, s:f, s:f, s:b, s:b}", "type",
+                            c->optimizer == ZS_OPT_ADAMW ? "AdamW" : "SGD", "lr", f7(c->lr),
+                            "betas", betas, "eps", f7(c->eps), "weight_decay",
+                            f7(c->weight_decay), "momentum", f7(c->momentum),
+                            "adam_w_mode", !c->adam_l2, "bias_correction",
+                            !c->adam_no_bias_correction);
+    json_t *sch = json_pack("{s:s, s:i, s:i, s:f, s:f, s:s}", "type",
+                            sched[(int)c->scheduler & 3], "warmup_num_steps", c->warmup_steps,
+                            "total_num_steps", c->total_steps, "warmup_min_ratio",
+                            f7(c->warmup_min_ratio), "cos_min_ratio", f7(c->cos_min_ratio),
+                            "warmup_type", c->warmup_linear ? "linear" : "log");
+    json_t *fp16 = json_pack("{s:f, s:i, s:i, s:i, s:f}", "loss_scale",
+                             f7(c->static_loss_scale), "initial_scale_power",
+                             c->initial_scale_power, "loss_scale_window", c->loss_scale_window,
+                             "hysteresis", c->hysteresis, "min_loss_scale",
+                             f7(c->min_loss_scale));
+    json_t *zero = json_pack("{s:i, s:I, s:I, s:I, s:I, s:s}", "stage", c->stage,
+                             "reduce_bucket_size", (json_int_t)c->reduce_bucket_size,
+                             "allgather_bucket_size", (json_int_t)c->allgather_bucket_size,
+                             "stage3_max_live_parameters",
+                             (json_int_t)c->stage3_max_live_parameters,
+                             "stage3_prefetch_bucket_size",
+                             (json_int_t)c->stage3_prefetch_bucket_size, "grad_reduce",
+                             zs_grad_reduce_name(c->grad_reduce));
+    json_t *autos = json_object();
+    for (int i = 0; i < ZS_AUTO_COUNT; i++)
+        if (c->auto_mask & (1u << i)) {
+            char v[64];
+            auto_value(c, i, v, sizeof v);
+            json_object_set_new(autos, auto_keys[i], json_string(v));
+        }
+    json_t *none = json_array();
+    char list[sizeof c->noeffect];
+    snprintf(list, sizeof list, "%s", c->noeffect);
+    for (char *tok = strtok(list, ", "); tok; tok = strtok(NULL, ", "))
+        json_array_append_new(none, json_string(tok));
+    json_t *root = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:o, s:o, s:o, s:o, s:s, s:f, s:b, s:i, s:i, s:b, "
+        "s:o, s:o}",
+        "train_batch_size", c->train_batch_size, "train_micro_batch_size_per_gpu", c->micro_batch,
+        "gradient_accumulation_steps", c->grad_accum, "steps", c->steps, "steps_per_print",
+        c->steps_per_print, "gradient_clipping", f7(c->grad_clip), "precision",
+        zs_dtype_name(c->precision), "optimizer", opt, "scheduler", sch, "fp16", fp16,
+        "zero_optimization", zero, "gradient_scaling", scaling[(int)c->grad_scaling % 3],
+        "gradient_predivide_factor", c->grad_predivide, "deterministic", c->deterministic, "tp",
+        c->tp, "pp", c->pp, "sequence_parallel", c->sequence_parallel, "auto", autos,
+        "no_effect", none);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(root);
+    return text;
+}
+
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out)
 {
     if (!strcmp(s, "micro-batch"))
@@ -1249,6 +1860,32 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
         if (!checks[i].ok)
             return fail("%s must be %s, got %g", checks[i].key, checks[i].need, checks[i].value);
+
+    /* "auto" bucket sizes, as the Hugging Face Trainer sets them from the
+     * model's hidden size */
+    double h = c->model.n_embd;
+    if (c->auto_mask & ZS_AUTO_REDUCE_BUCKET)
+        c->reduce_bucket_size = (size_t)(h * h);
+    if (c->auto_mask & ZS_AUTO_PREFETCH)
+        c->stage3_prefetch_bucket_size = (size_t)(0.9 * h * h);
+    if (c->partition_activations && c->tp > 1)
+        return fail("activation_checkpointing.partition_activations with --tp %d is a DeepSpeed "
+                    "feature zerosim does not model yet (checkpoints sharded over the "
+                    "tensor-parallel group): set it to false",
+                    c->tp);
+    const struct { const char *key; int t; } dtypes[] = {
+        {"communication_data_type", c->comm_dtype},
+        {"data_types.grad_accum_dtype", c->grad_accum_dtype},
+    };
+    for (size_t i = 0; i < 2; i++)
+        if (dtypes[i].t >= 0 && dtypes[i].t != (int)c->precision)
+            return fail("%s \"%s\" with %s training is a DeepSpeed feature zerosim does not model "
+                        "yet (zerosim reduces and accumulates gradients in the working precision): "
+                        "remove it or set it to \"%s\"",
+                        dtypes[i].key, zs_dtype_name((zs_dtype)dtypes[i].t),
+                        zs_dtype_name(c->precision), zs_dtype_name(c->precision));
+    if (!(c->grad_predivide > 0) || !isfinite(c->grad_predivide))
+        return fail("gradient_predivide_factor must be > 0, got %g", c->grad_predivide);
 
     if (c->compression.kind != ZS_COMP_NONE && c->stage == 0)
         return fail("gradient compression works with ZeRO stages 1, 2 and 3: set "

@@ -43,11 +43,12 @@ void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, flo
         .beta1 = c->beta1,
         .beta2 = c->beta2,
         .eps = c->eps,
-        .weight_decay = c->weight_decay,
+        .weight_decay = c->adam_l2 && c->optimizer == ZS_OPT_ADAMW ? 0.0f : c->weight_decay,
         .momentum = c->momentum,
         .grad_mul = grad_mul,
-        .bias_corr1 = (float)(1.0 - pow(c->beta1, t)),
-        .bias_corr2 = (float)(1.0 - pow(c->beta2, t)),
+        .bias_corr1 = c->adam_no_bias_correction ? 1.0f : (float)(1.0 - pow(c->beta1, t)),
+        .bias_corr2 = c->adam_no_bias_correction ? 1.0f : (float)(1.0 - pow(c->beta2, t)),
+        .l2 = c->adam_l2 && c->optimizer == ZS_OPT_ADAMW ? c->weight_decay : 0.0f,
     };
     size_t gs = zs_dtype_size(gt), ps = zs_dtype_size(pt);
     const void *g = (const char *)grad + off * gs;

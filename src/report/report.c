@@ -562,6 +562,11 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
     if (cfg->stage == 3)
         json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));
+    char *ctext = zs_run_config_json(cfg);
+    json_t *cj = ctext ? json_loads(ctext, 0, NULL) : NULL;
+    free(ctext);
+    if (cj) /* the configuration as resolved: "auto" values, no-effect keys */
+        json_object_set_new(root, "config", cj);
     if (r->hashes) {
         json_t *h = json_array();
         for (int s = 0; s < r->steps; s++)

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static _Thread_local char zs_err_buf[1024];
+static _Thread_local char zs_err_buf[ZS_ERROR_MAX];
 
 int zs_error_set(const char *fmt, ...)
 {

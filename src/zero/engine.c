@@ -114,6 +114,9 @@ struct zs_engine {
     /* the step being executed */
     int step, overflow;
     float dloss;                /* d objective / d micro-batch loss */
+    double post;                /* the factor applied after the sum over ranks
+                                   (DeepSpeed's postscale: f/N), with the
+                                   unscaling; 1 otherwise */
     float mul;                  /* the optimizer's gradient multiplier */
     zs_step_info *info;
 };
@@ -728,7 +731,7 @@ static int zs_engine_norm(zs_engine *e, int *skip)
         for (size_t i = 0; i < nblk * (size_t)N; i++)
             sumsq += e->norm_all[i];
     }
-    double norm = e->overflow ? INFINITY : sqrt(sumsq) / scale;
+    double norm = e->overflow ? INFINITY : sqrt(sumsq) * e->post / scale;
     info->grad_norm = (float)norm;
     *skip = 0;
     if (zs_loss_scaler_update(&e->scaler, e->overflow)) {
@@ -747,7 +750,7 @@ static int zs_engine_norm(zs_engine *e, int *skip)
             coef = cc;
     }
     e->t++;
-    e->mul = (float)(coef / scale);
+    e->mul = (float)(coef * e->post / scale);
     return 0;
 }
 
@@ -841,7 +844,17 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
     e->step = step;
     e->info = info;
     e->overflow = 0;
-    e->dloss = scale / (float)(GA * N);
+    /* the average over ranks: divided before the sum (zerosim's way, and
+     * DeepSpeed's prescale_gradients: folded into the loss gradient), or by
+     * gradient_predivide_factor f before and N/f after (DeepSpeed's
+     * postscale, with the unscaling in zs_engine_norm) */
+    e->post = 1.0;
+    if (c->grad_scaling == ZS_GRAD_POSTSCALE) {
+        e->dloss = (float)(scale / ((double)GA * c->grad_predivide));
+        e->post = c->grad_predivide / N;
+    } else {
+        e->dloss = scale / (float)(GA * N);
+    }
     e->comp_now = e->comp_on && step >= c->compression_warmup;
     info->compressed = e->comp_now;
     info->loss_scale = scale;
