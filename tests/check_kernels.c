@@ -850,9 +850,13 @@ static void check_close(const float *got, const double *ref, size_t n, const cha
 
 /* Loop index: gt * 3 + pt, all nine combinations of gradient and parameter
  * storage types; odd steps pass param == NULL. */
+/* _i 0-8: AdamW over every (gradient, parameter) type pair; 9-17: the same
+ * pairs as Adam with L2 regularization and without bias correction
+ * (DeepSpeed's adam_w_mode false, bias_correction false). */
 START_TEST(test_adamw_reference)
 {
-    zs_dtype gt = (zs_dtype)(_i / 3), pt = (zs_dtype)(_i % 3);
+    int l2_mode = _i >= 9;
+    zs_dtype gt = (zs_dtype)(_i % 9 / 3), pt = (zs_dtype)(_i % 3);
     size_t n = 203;
     rng_state = 600u + (uint64_t)_i;
     float *master = hnew(sizeof(float) * n);
@@ -871,9 +875,13 @@ START_TEST(test_adamw_reference)
 
     zs_optim_hparams h = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                            .weight_decay = 0.1f, .momentum = 0.0f, .grad_mul = 0.5f };
+    if (l2_mode) {
+        h.l2 = h.weight_decay;
+        h.weight_decay = 0.0f;
+    }
     for (int step = 1; step <= OPT_STEPS; step++) {
-        h.bias_corr1 = 1.0f - powf(h.beta1, (float)step);
-        h.bias_corr2 = 1.0f - powf(h.beta2, (float)step);
+        h.bias_corr1 = l2_mode ? 1.0f : 1.0f - powf(h.beta1, (float)step);
+        h.bias_corr2 = l2_mode ? 1.0f : 1.0f - powf(h.beta2, (float)step);
         rng_fill(g32, n, 2.0f);
         g32[0] = 0.0f;
         host_store(gtyped, gt, g32, n);
@@ -881,7 +889,7 @@ START_TEST(test_adamw_reference)
         zs_backend_adamw_step(be, d_master, d_m, d_v, d_grad, gt, (step & 1) ? d_param : NULL,
                               pt, n, &h);
         for (size_t i = 0; i < n; i++) {
-            double g = (double)host_load(gtyped, gt, i) * h.grad_mul;
+            double g = (double)host_load(gtyped, gt, i) * h.grad_mul + h.l2 * rp[i];
             rm[i] = h.beta1 * rm[i] + (1.0 - h.beta1) * g;
             rv[i] = h.beta2 * rv[i] + (1.0 - h.beta2) * g * g;
             double mhat = rm[i] / h.bias_corr1, vhat = rv[i] / h.bias_corr2;
@@ -1010,7 +1018,7 @@ static Suite *kernels_suite(void)
 
     tc = tcase_create("optim");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_loop_test(tc, test_adamw_reference, 0, 9);
+    tcase_add_loop_test(tc, test_adamw_reference, 0, 18);
     tcase_add_loop_test(tc, test_sgd_reference, 0, 9);
     tcase_add_test(tc, test_adamw_deterministic);
     suite_add_tcase(s, tc);

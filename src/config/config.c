@@ -723,8 +723,6 @@ static const field adam_params[] = {
     F_NONE("foreach", JT_BOOL),
     F_NONE("capturable", JT_BOOL),
     F_NONE("set_grad_none", JT_BOOL),
-    F_UNMOD("max_grad_norm", OFF_AT_MOST_1, "the optimizer's own clipping",
-            "use gradient_clipping"),
 };
 static const field sgd_params[] = {
     A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
@@ -1042,6 +1040,8 @@ static const field bf16_fields[] = {
 
 #define OFFLOAD_INSTEAD "remove it, or set \"device\": \"none\" (stage 3 alone partitions " \
                         "parameters, gradients and optimizer states N ways)"
+#define OFFLOAD_FALSE "set it to false (stage 3 alone partitions parameters, gradients and " \
+                      "optimizer states N ways)"
 #define ZEROPP "remove it, or turn it off (ZeRO++ is not modelled yet)"
 /* zero_optimization: DeepSpeed's DeepSpeedZeroConfig, with its aliases
  * (stage3_prefetch_bucket_size = prefetch_bucket_size, ...). */
@@ -1100,9 +1100,9 @@ static const field zero_fields[] = {
     F_UNMOD("offload_param", OFF_DEVICE, "ZeRO-Infinity parameter offload to CPU or NVMe",
             OFFLOAD_INSTEAD),
     F_UNMOD("cpu_offload", OFF_FALSE, "ZeRO-Offload (the deprecated name of offload_optimizer)",
-            OFFLOAD_INSTEAD),
+            OFFLOAD_FALSE),
     F_UNMOD("cpu_offload_param", OFF_FALSE, "parameter offload (deprecated name of offload_param)",
-            OFFLOAD_INSTEAD),
+            OFFLOAD_FALSE),
     F_UNMOD("zero_hpz_partition_size", OFF_AT_MOST_1, "ZeRO++ hierarchical partitioning (hpZ)",
             ZEROPP),
     F_UNMOD("zero_quantized_weights", OFF_FALSE, "ZeRO++ quantized weights (qwZ)", ZEROPP),
