@@ -36,8 +36,23 @@ expect_error() {
 expect_error 2 "--stage must be an integer between 0 and 3" --stage 5
 printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 4}\n' >"$T/b.json"
 expect_error 2 "train_batch_size" --config "$T/b.json"
+# a bound smaller than a block: as in DeepSpeed, each block is gathered
+# alone (nothing prefetched beside it), so the most alive is one block, 7825;
+# the three blocks are reported; the parameters equal stage 0's to the byte
 printf '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 5000}}\n' >"$T/small.json"
-expect_error 2 "stage3_max_live_parameters (5000)" --config "$T/small.json" $MODEL
+if sh "$HERE/mpirun.sh" 2 "$ZS" train --config "$T/small.json" $MODEL --report "$T/small.out.json" \
+    >"$T/log" 2>&1 </dev/null &&
+    sh "$HERE/mpirun.sh" 2 "$ZS" train --stage 0 $MODEL --quiet --report "$T/s0.json" >/dev/null 2>&1 </dev/null; then
+    [ "$(key "$T/small.out.json" live_params_peak)" = 7825 ] && ok ||
+        bad "bound 5000: live_params_peak $(key "$T/small.out.json" live_params_peak), not 7825"
+    [ "$(key "$T/small.out.json" units_over_live_bound)" = 3 ] && ok || bad "units over the bound not 3"
+    grep -q "3 units hold more parameters than stage3_max_live_parameters" "$T/log" && ok ||
+        bad "no notice of the units over the bound"
+    [ "$(key "$T/small.out.json" param_hash)" = "$(key "$T/s0.json" param_hash)" ] && ok ||
+        bad "stage 3 with a small bound differs from stage 0"
+else
+    bad "stage 3 with a bound below one block failed"; cat "$T/log"
+fi
 expect_error 3 "out of memory on rank 0" --device-memory 200KiB $MODEL
 expect_error 2 "unknown backend" --backend nonesuch $MODEL
 

@@ -87,6 +87,20 @@ else
     bad "GPT-3 phantom run failed"; cat "$T/gpt3.log"
 fi
 
+# GPT-3 with DeepSpeed's default stage3_max_live_parameters (1e9), smaller
+# than one block (12 h^2 + 13 h = 1,812,099,072 parameters): DeepSpeed
+# gathers each block anyway, alone, and so does zerosim; all 96 blocks are
+# reported as larger than the bound
+if "$ZS" train --phantom --world-size 1024 --stage 3 --layers 96 --hidden 12288 --heads 96 \
+        --seq 2048 --vocab 50257 --micro-batch 1 --precision bf16 \
+        --report "$T/gpt3-default.json" > "$T/gpt3-default.log" 2>&1; then
+    [ "$(key "$T/gpt3-default.json" live_params_peak)" = 1812099072 ] &&
+        [ "$(key "$T/gpt3-default.json" units_over_live_bound)" = 96 ] && ok ||
+        bad "GPT-3 at the default bound: $(grep -E 'live_params_peak|units_over' "$T/gpt3-default.json")"
+else
+    bad "GPT-3 phantom at DeepSpeed's default stage3_max_live_parameters failed"; cat "$T/gpt3-default.log"
+fi
+
 # the same model at 16,384 ranks: ranks whose programs are the same run
 # once, so the time does not grow with N; every category is predicted
 start=$(date +%s)

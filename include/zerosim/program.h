@@ -105,6 +105,12 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
  * (counts are ints). 0, or non-zero with a message that says which setting
  * to change. */
 int zs_step_shape_check_run(const zs_step_shape *s);
+
+/* Stage 3: the number of units that hold more parameters than
+ * stage3_max_live_parameters. As in DeepSpeed, such a unit is gathered
+ * anyway, alone: the bound only limits what else stays gathered or is
+ * prefetched beside it. 0 for the other stages. */
+int zs_step_shape_units_over_live(const zs_step_shape *s);
 void zs_step_shape_free(zs_step_shape *s);
 
 /* The elements of [lo, hi) that each rank owns, and where each part starts

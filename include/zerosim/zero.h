@@ -75,6 +75,8 @@ const struct zs_step_program_s *zs_engine_program(const zs_engine *e);
 int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max);
 /* The most gathered parameters (elements) alive at once so far (stage 3). */
 size_t zs_engine_live_params_peak(const zs_engine *e);
+/* Stage 3: units larger than stage3_max_live_parameters (gathered alone). */
+int zs_engine_units_over_live(const zs_engine *e);
 void zs_engine_destroy(zs_engine *e);
 
 /* Run step `step` (0-based): grad_accum micro-batches, then the optimizer. */

@@ -254,6 +254,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     r->seconds = zs_now() - t0;
     rc = zs_engine_param_hash(e, r->param_hash);
     r->live_params_peak = zs_engine_live_params_peak(e);
+    r->units_over_live = zs_engine_units_over_live(e);
     zs_mem_get_stats(mem, &r->mem);
     if (!rc && rank == 0)
         rc = zs_train_comm_table(comm, r);

@@ -902,6 +902,8 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
 size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
 
+int zs_engine_units_over_live(const zs_engine *e) { return zs_step_shape_units_over_live(e->sh); }
+
 int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max)
 {
     for (int i = 0; i < e->sh->nbuckets && i < max; i++) {

@@ -285,13 +285,16 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     return 0;
 }
 
+int zs_step_shape_units_over_live(const zs_step_shape *s)
+{
+    int n = 0;
+    for (int u = 0; s->stage == 3 && u < s->U; u++)
+        n += s->gelems[u] > s->cfg.stage3_max_live_parameters;
+    return n;
+}
+
 int zs_step_shape_check_run(const zs_step_shape *s)
 {
-    for (int u = 0; s->stage == 3 && u < s->U; u++)
-        if (s->gelems[u] > s->cfg.stage3_max_live_parameters)
-            ZS_FAIL("stage3_max_live_parameters (%zu) is smaller than unit %d, which needs %zu "
-                    "gathered parameters at once: raise it to at least %zu",
-                    s->cfg.stage3_max_live_parameters, u, s->gelems[u], s->gelems[u]);
     for (int i = 0; i < s->nbuckets; i++)
         ZS_TRY(zs_check_int(s->buckets[i].hi - s->buckets[i].lo, "a gradient bucket"));
     for (int u = 0; s->stage == 3 && u < s->U; u++)
