@@ -10,6 +10,7 @@
 #include "backend/backend_impl.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,71 @@ void openblas_set_num_threads(int);
 
 #define ZS_CPU_ALIGN 64
 #define ZS_LN_EPS 1e-5f
+
+/* ---------------------------------------------------------------------------
+ * exp and tanh that the compiler vectorises
+ *
+ * libm's expf and tanhf are calls the compiler cannot vectorise; these are
+ * branch-free (selects, not jumps), so a loop over them becomes SIMD code
+ * with the baseline instruction set, and they give the same bytes on every
+ * x86-64 machine (no FMA: the build sets -ffp-contract=off).
+ *
+ * zs_cpu_expf: e^x = 2^n e^r with n = round(x / ln 2) (the 1.5 * 2^23 trick,
+ * which rounds to nearest without a call) and r = x - n ln 2 (ln 2 in two
+ * parts, Cody and Waite); e^r by a degree-7 polynomial on [-ln2/2, ln2/2];
+ * 2^n built in the exponent bits. Below -87.33 (where e^x leaves the normal
+ * floats) it returns 0, above 88.72 infinity. tests/check_kernels measures
+ * the largest error against double precision (README: "Kernels").
+ * ------------------------------------------------------------------------- */
+
+static inline float zs_cpu_expf(float x)
+{
+    const float hi = 88.7228317f, lo = -87.3365479f;
+    float xc = x > hi ? hi : (x < lo ? lo : x);
+    const float shifter = 12582912.0f; /* 1.5 * 2^23 */
+    float t = xc * 1.44269504f + shifter;
+    float n = t - shifter;
+    float r = xc - n * 0.693359375f; /* ln 2, high part: 355/512, n * it exact */
+    r = r - n * -2.12194440e-4f;     /* ln 2, low part */
+    /* e^r, Taylor coefficients 1/k! */
+    float p = 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    float y = p * two_n;
+    y = x < lo ? 0.0f : y;
+    y = x > hi ? INFINITY : y;
+    return y;
+}
+
+/* tanh(u): for |u| < 0.55 an odd polynomial (Taylor, to u^15), beyond it
+ * 1 - 2 / (e^(2|u|) + 1); the sign restored last. Branch-free. */
+static inline float zs_cpu_tanhf(float u)
+{
+    float a = u < 0.0f ? -u : u;
+    float a2 = a * a;
+    /* tanh a = a - a^3/3 + 2a^5/15 - 17a^7/315 + 62a^9/2835 - 1382a^11/155925
+     *          + 21844a^13/6081075 - 929569a^15/638512875 - ... */
+    float p = -1.45583438e-3f;
+    p = p * a2 + 3.59212803e-3f;
+    p = p * a2 + -8.86323552e-3f;
+    p = p * a2 + 2.18694885e-2f;
+    p = p * a2 + -5.39682540e-2f;
+    p = p * a2 + 1.33333333e-1f;
+    p = p * a2 + -3.33333333e-1f;
+    float small = a + a * a2 * p;
+    float e = zs_cpu_expf(2.0f * (a > 9.0f ? 9.0f : a));
+    float large = 1.0f - 2.0f / (e + 1.0f);
+    float y = a < 0.55f ? small : large;
+    return u < 0.0f ? -y : y;
+}
 
 /* ---- tensor parallelism ---------------------------------------------------- */
 
@@ -90,7 +156,7 @@ static void cpu_xent_vocab_sums(void *ctx, float *sums, const float *logits, con
         const float *z = logits + (size_t)i * v;
         float s = 0.0f;
         for (int j = 0; j < v; j++)
-            s += expf(z[j] - rowmax[i]);
+            s += zs_cpu_expf(z[j] - rowmax[i]);
         sums[i] = s;
         int tg = targets[i] - v0;
         sums[bt + i] = tg >= 0 && tg < v ? z[tg] : 0.0f;
@@ -106,7 +172,7 @@ static void cpu_xent_vocab_finish(void *ctx, float *losses, float *probs, const 
         float *p = probs + (size_t)i * v;
         float inv = 1.0f / sums[i];
         for (int j = 0; j < v; j++)
-            p[j] = expf(z[j] - rowmax[i]) * inv;
+            p[j] = zs_cpu_expf(z[j] - rowmax[i]) * inv;
         losses[i] = logf(sums[i]) + rowmax[i] - sums[bt + i];
     }
 }
@@ -193,15 +259,26 @@ static void cpu_add_bias(void *ctx, float *out, const float *bias, int bt, int o
     }
 }
 
-/* dbias is (OC), dout is (BT,OC); rows summed in order 0..BT-1 */
+/* dbias is (OC), dout is (BT,OC); rows summed in order 0..BT-1 from 0, then
+ * added to dbias. The loop runs over a row at a time (the sums of all
+ * columns advance together, so the compiler vectorises across columns);
+ * each column's order is still rows 0..BT-1. */
 static void cpu_bias_backward(void *ctx, float *dbias, const float *dout, int bt, int oc)
 {
     (void)ctx;
-    for (int o = 0; o < oc; o++) {
-        float sum = 0.0f;
-        for (int i = 0; i < bt; i++)
-            sum += dout[(size_t)i * oc + o];
-        dbias[o] += sum;
+    enum { CHUNK = 256 };
+    float sum[CHUNK];
+    for (int o0 = 0; o0 < oc; o0 += CHUNK) {
+        int n = oc - o0 < CHUNK ? oc - o0 : CHUNK;
+        for (int o = 0; o < n; o++)
+            sum[o] = 0.0f;
+        for (int i = 0; i < bt; i++) {
+            const float *d = dout + (size_t)i * oc + o0;
+            for (int o = 0; o < n; o++)
+                sum[o] += d[o];
+        }
+        for (int o = 0; o < n; o++)
+            dbias[o0 + o] += sum[o];
     }
 }
 
@@ -215,7 +292,7 @@ static void cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float cube = ZS_GELU_K * x * x * x;
-        out[i] = 0.5f * x * (1.0f + tanhf(ZS_SQRT_2_OVER_PI * (x + cube)));
+        out[i] = 0.5f * x * (1.0f + zs_cpu_tanhf(ZS_SQRT_2_OVER_PI * (x + cube)));
     }
 }
 
@@ -226,7 +303,7 @@ static void cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const fl
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = ZS_SQRT_2_OVER_PI * (x + ZS_GELU_K * x * x * x);
-        float th = tanhf(u);
+        float th = zs_cpu_tanhf(u);
         float sech2 = 1.0f - th * th; /* d tanh(u) / du */
         float du = ZS_SQRT_2_OVER_PI * (1.0f + 3.0f * ZS_GELU_K * x * x);
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
@@ -374,8 +451,18 @@ static void cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const fl
     }
 }
 
+/* Attention through BLAS. Each (sample, head) is a few GEMMs over row
+ * tiles of ZS_ATT_TILE query rows: a tile [r0, r1) needs keys 0..r1-1 only
+ * (the causal mask), so the GEMMs skip the blocks above the diagonal that
+ * the mask would discard, and what a tile computes above the diagonal is
+ * zeroed. Every element is one BLAS dot product over the head size (or a
+ * sum over tiles in tile order), so the result of a sample does not depend
+ * on how many samples share the call. */
+#define ZS_ATT_TILE 32
+
 /* out is (B,T,C); preatt, att are (B,NH,T,T); qkv is (B,T,3C) holding q, k, v.
- * Head h uses channels [h*hs, (h+1)*hs) of each of q, k, v (hs = C/NH). */
+ * Head h uses channels [h*hs, (h+1)*hs) of each of q, k, v (hs = C/NH).
+ * preatt = q.k / sqrt(hs), att = its causal softmax (0 above the diagonal). */
 static void cpu_attention_forward(void *ctx, float *out, float *preatt, float *att,
                                   const float *qkv, int b, int t, int c, int nh)
 {
@@ -384,58 +471,47 @@ static void cpu_attention_forward(void *ctx, float *out, float *preatt, float *a
     int c3 = 3 * c;
     float scale = 1.0f / sqrtf((float)hs);
     for (int bi = 0; bi < b; bi++) {
-        for (int ti = 0; ti < t; ti++) {
-            for (int h = 0; h < nh; h++) {
-                const float *q = qkv + ((size_t)bi * t + ti) * c3 + h * hs;
-                size_t arow = (((size_t)bi * nh + h) * t + ti) * t;
-                float *pre = preatt + arow;
-                float *a = att + arow;
-
-                /* scores q.k for keys 0..ti, and their maximum */
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= ti; t2++) {
-                    const float *k = qkv + ((size_t)bi * t + t2) * c3 + c + h * hs;
-                    float dot = 0.0f;
-                    for (int j = 0; j < hs; j++)
-                        dot += q[j] * k[j];
-                    dot *= scale;
-                    pre[t2] = dot;
-                    if (dot > maxval)
-                        maxval = dot;
-                }
-                /* softmax with the maximum subtracted; zero above the diagonal */
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= ti; t2++) {
-                    float e = expf(pre[t2] - maxval);
-                    a[t2] = e;
-                    sum += e;
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < t; t2++) {
-                    if (t2 <= ti) {
-                        a[t2] *= inv;
-                    } else {
-                        a[t2] = 0.0f;
-                        pre[t2] = 0.0f;
+        for (int h = 0; h < nh; h++) {
+            const float *q = qkv + (size_t)bi * t * c3 + h * hs;
+            const float *k = q + c, *v = q + 2 * c;
+            size_t hoff = ((size_t)bi * nh + h) * t * t;
+            float *pre = preatt + hoff, *a = att + hoff;
+            float *o = out + (size_t)bi * t * c + h * hs;
+            for (int r0 = 0; r0 < t; r0 += ZS_ATT_TILE) {
+                int r1 = r0 + ZS_ATT_TILE < t ? r0 + ZS_ATT_TILE : t;
+                /* pre[r0:r1, 0:r1] = scale * q[r0:r1] k[0:r1]^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
+                            q + (size_t)r0 * c3, c3, k, c3, 0.0f, pre + (size_t)r0 * t, t);
+                for (int i = r0; i < r1; i++) {
+                    float *pi = pre + (size_t)i * t, *ai = a + (size_t)i * t;
+                    float maxval = -INFINITY;
+                    for (int j = 0; j <= i; j++)
+                        maxval = pi[j] > maxval ? pi[j] : maxval;
+                    float sum = 0.0f;
+                    for (int j = 0; j <= i; j++) {
+                        ai[j] = zs_cpu_expf(pi[j] - maxval);
+                        sum += ai[j];
                     }
+                    float inv = 1.0f / sum;
+                    for (int j = 0; j <= i; j++)
+                        ai[j] *= inv;
+                    for (int j = i + 1; j < t; j++)
+                        pi[j] = ai[j] = 0.0f;
                 }
-                /* weighted sum of the values */
-                float *o = out + ((size_t)bi * t + ti) * c + h * hs;
-                for (int j = 0; j < hs; j++)
-                    o[j] = 0.0f;
-                for (int t2 = 0; t2 <= ti; t2++) {
-                    const float *v = qkv + ((size_t)bi * t + t2) * c3 + 2 * c + h * hs;
-                    float w = a[t2];
-                    for (int j = 0; j < hs; j++)
-                        o[j] += w * v[j];
-                }
+                /* out[r0:r1] = att[r0:r1, 0:r1] v[0:r1] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                            a + (size_t)r0 * t, t, v, c3, 0.0f, o + (size_t)r0 * c, c);
             }
         }
     }
 }
 
-/* dqkv (B,T,3C) accumulates; dpreatt, datt (B,NH,T,T) are scratch, overwritten;
- * dout (B,T,C); qkv (B,T,3C); att (B,NH,T,T) from the forward pass. */
+/* dqkv (B,T,3C) accumulates; dpreatt, datt (B,NH,T,T) are scratch, overwritten
+ * (0 above the diagonal); dout (B,T,C); qkv (B,T,3C); att (B,NH,T,T) from the
+ * forward pass. Per (sample, head) and row tile [r0, r1):
+ *   datt = dout v^T, dv += att^T dout,
+ *   dpre = att * (datt - rowsum(att * datt)),
+ *   dq += scale dpre k, dk += scale dpre^T q. */
 static void cpu_attention_backward(void *ctx, float *dqkv, float *dpreatt, float *datt,
                                    const float *dout, const float *qkv, const float *att,
                                    int b, int t, int c, int nh)
@@ -444,47 +520,39 @@ static void cpu_attention_backward(void *ctx, float *dqkv, float *dpreatt, float
     int hs = c / nh;
     int c3 = 3 * c;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t natt = (size_t)b * nh * t * t;
-    memset(dpreatt, 0, natt * sizeof(float));
-    memset(datt, 0, natt * sizeof(float));
     for (int bi = 0; bi < b; bi++) {
-        for (int ti = 0; ti < t; ti++) {
-            for (int h = 0; h < nh; h++) {
-                size_t arow = (((size_t)bi * nh + h) * t + ti) * t;
-                const float *a = att + arow;
-                float *da = datt + arow;
-                float *dpre = dpreatt + arow;
-                const float *q = qkv + ((size_t)bi * t + ti) * c3 + h * hs;
-                float *dq = dqkv + ((size_t)bi * t + ti) * c3 + h * hs;
-                const float *dy = dout + ((size_t)bi * t + ti) * c + h * hs;
-
-                /* through out = sum_t2 att[t2] * v[t2] */
-                for (int t2 = 0; t2 <= ti; t2++) {
-                    const float *v = qkv + ((size_t)bi * t + t2) * c3 + 2 * c + h * hs;
-                    float *dv = dqkv + ((size_t)bi * t + t2) * c3 + 2 * c + h * hs;
-                    float dot = 0.0f;
-                    for (int j = 0; j < hs; j++) {
-                        dot += v[j] * dy[j];
-                        dv[j] += a[t2] * dy[j];
-                    }
-                    da[t2] += dot;
+        for (int h = 0; h < nh; h++) {
+            const float *q = qkv + (size_t)bi * t * c3 + h * hs;
+            const float *k = q + c, *v = q + 2 * c;
+            float *dq = dqkv + (size_t)bi * t * c3 + h * hs;
+            float *dk = dq + c, *dv = dq + 2 * c;
+            const float *dy = dout + (size_t)bi * t * c + h * hs;
+            size_t hoff = ((size_t)bi * nh + h) * t * t;
+            const float *a = att + hoff;
+            float *da = datt + hoff, *dpre = dpreatt + hoff;
+            for (int r0 = 0; r0 < t; r0 += ZS_ATT_TILE) {
+                int r1 = r0 + ZS_ATT_TILE < t ? r0 + ZS_ATT_TILE : t, m = r1 - r0;
+                const float *at = a + (size_t)r0 * t;
+                float *dat = da + (size_t)r0 * t, *dpt = dpre + (size_t)r0 * t;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
+                            dy + (size_t)r0 * c, c, v, c3, 0.0f, dat, t);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, at, t,
+                            dy + (size_t)r0 * c, c, 1.0f, dv, c3);
+                for (int i = r0; i < r1; i++) {
+                    const float *ai = a + (size_t)i * t;
+                    float *dai = da + (size_t)i * t, *dpi = dpre + (size_t)i * t;
+                    float adot = 0.0f;
+                    for (int j = 0; j <= i; j++)
+                        adot += ai[j] * dai[j];
+                    for (int j = 0; j <= i; j++)
+                        dpi[j] = ai[j] * (dai[j] - adot);
+                    for (int j = i + 1; j < t; j++)
+                        dpi[j] = dai[j] = 0.0f;
                 }
-                /* through the softmax: dpre[t3] = att[t3] * (da[t3] - sum_t2 att[t2] da[t2]) */
-                float adot = 0.0f;
-                for (int t2 = 0; t2 <= ti; t2++)
-                    adot += a[t2] * da[t2];
-                for (int t3 = 0; t3 <= ti; t3++)
-                    dpre[t3] += a[t3] * (da[t3] - adot);
-                /* through pre[t2] = scale * q . k[t2] */
-                for (int t2 = 0; t2 <= ti; t2++) {
-                    const float *k = qkv + ((size_t)bi * t + t2) * c3 + c + h * hs;
-                    float *dk = dqkv + ((size_t)bi * t + t2) * c3 + c + h * hs;
-                    float g = dpre[t2] * scale;
-                    for (int j = 0; j < hs; j++) {
-                        dq[j] += k[j] * g;
-                        dk[j] += q[j] * g;
-                    }
-                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale, dpt, t,
+                            k, c3, 1.0f, dq + (size_t)r0 * c3, c3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, scale, dpt, t,
+                            q + (size_t)r0 * c3, c3, 1.0f, dk, c3);
             }
         }
     }
@@ -504,7 +572,7 @@ static void cpu_softmax_xent_forward(void *ctx, float *losses, float *probs,
                 maxval = z[j];
         float sum = 0.0f;
         for (int j = 0; j < v; j++) {
-            p[j] = expf(z[j] - maxval);
+            p[j] = zs_cpu_expf(z[j] - maxval);
             sum += p[j];
         }
         float inv = 1.0f / sum;
