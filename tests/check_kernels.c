@@ -21,6 +21,7 @@
 #include "zerosim/layers.h"
 
 #include "backend/backend_impl.h" /* white-box: the optional-member fallbacks */
+#include "backend/cpu_math.h"     /* white-box: the CPU's exp and tanh */
 
 /* ---------------------------------------------------------------------------
  * fixture: one backend per test, and every buffer freed in teardown
@@ -850,6 +851,54 @@ static void check_close(const float *got, const double *ref, size_t n, const cha
 
 /* Loop index: gt * 3 + pt, all nine combinations of gradient and parameter
  * storage types; odd steps pass param == NULL. */
+/* The CPU's own exp and tanh against double precision, in ulps of the
+ * correctly rounded result, over 2^22 evenly spaced points of each range
+ * (every 2^8-th float of exp's, a finer walk of tanh's core): exp on
+ * [-87.3, 88.7] within 1.5 ulp, tanh on [-10, 10] within 2 ulp (README:
+ * "Kernels" states the measured maxima). */
+static double ulps_off(float got, double want)
+{
+    if (want == 0.0)
+        return got == 0.0f ? 0.0 : 1e9;
+    int e;
+    frexp(want, &e);
+    double ulp = ldexp(1.0, e - 24);
+    if (fabs(want) < FLT_MIN)
+        ulp = ldexp(1.0, -149);
+    return fabs((double)got - want) / ulp;
+}
+
+START_TEST(test_cpu_exp_tanh_ulps)
+{
+    double worst_exp = 0.0, worst_tanh = 0.0;
+    float at_exp = 0.0f, at_tanh = 0.0f;
+    const int n = 1 << 22;
+    for (int i = 0; i <= n; i++) {
+        float x = -87.3f + (float)((88.7 + 87.3) * i / n);
+        double u = ulps_off(zs_cpu_expf(x), exp((double)x));
+        if (u > worst_exp) {
+            worst_exp = u;
+            at_exp = x;
+        }
+        float y = -10.0f + (float)(20.0 * i / n);
+        u = ulps_off(zs_cpu_tanhf(y), tanh((double)y));
+        if (u > worst_tanh) {
+            worst_tanh = u;
+            at_tanh = y;
+        }
+    }
+    printf("cpu exp: at most %.3f ulp (at %.9g); tanh: at most %.3f ulp (at %.9g)\n", worst_exp,
+           (double)at_exp, worst_tanh, (double)at_tanh);
+    ck_assert_msg(worst_exp <= 1.5, "exp is %.3f ulp off at %.9g", worst_exp, (double)at_exp);
+    ck_assert_msg(worst_tanh <= 2.0, "tanh is %.3f ulp off at %.9g", worst_tanh, (double)at_tanh);
+    /* the ends: 0 below the normal range, infinity above, exact at 0 */
+    ck_assert(zs_cpu_expf(-100.0f) == 0.0f && zs_cpu_expf(-INFINITY) == 0.0f);
+    ck_assert(isinf(zs_cpu_expf(100.0f)) && zs_cpu_expf(0.0f) == 1.0f);
+    ck_assert(zs_cpu_tanhf(0.0f) == 0.0f && zs_cpu_tanhf(20.0f) == 1.0f &&
+              zs_cpu_tanhf(-20.0f) == -1.0f);
+}
+END_TEST
+
 /* _i 0-8: AdamW over every (gradient, parameter) type pair; 9-17: the same
  * pairs as Adam with L2 regularization and without bias correction
  * (DeepSpeed's adam_w_mode false, bias_correction false). */
@@ -1019,6 +1068,7 @@ static Suite *kernels_suite(void)
     tc = tcase_create("optim");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_loop_test(tc, test_adamw_reference, 0, 18);
+    tcase_add_test(tc, test_cpu_exp_tanh_ulps);
     tcase_add_loop_test(tc, test_sgd_reference, 0, 9);
     tcase_add_test(tc, test_adamw_deterministic);
     suite_add_tcase(s, tc);

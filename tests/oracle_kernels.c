@@ -6,11 +6,12 @@
  * do), against a stated tolerance:
  *   0      kernels that the CUDA backend computes in the CPU's order with the
  *          CPU's roundings (elementwise, layernorm, embedding, bias gradient,
- *          attention backward, conversions, fixed point, optimizers): bytes
- *          must match
+ *          conversions, fixed point, optimizers): bytes must match
  *   1e-5   sgemm (cuBLAS sums in another order)
  *   1e-5   GELU, softmax, cross-entropy, attention forward (the device's
- *          tanhf / expf / logf differ from glibc's by a few ulp)
+ *          tanhf / expf / logf differ from the CPU's own by a few ulp)
+ *   1e-5   attention backward (the CPU computes it through OpenBLAS GEMMs,
+ *          whose summation order the device's loops do not follow)
  *   1e-12  sumsq (a fixed tree of double sums instead of index order),
  *          relative error
  * One line per kernel; exit 0 when all pass, 1 when any fails, 77 (skip)
@@ -258,9 +259,9 @@ static void test_embedding_attention_xent(void)
     pair dout = prand((size_t)B * T * C, 1);
     zs_backend_attention_backward(ref, dqkv.r, dpre.r, datt.r, dout.r, qkv.r, att.r, B, T, C, NH);
     zs_backend_attention_backward(dut, dqkv.d, dpre.d, datt.d, dout.d, qkv.d, att.d, B, T, C, NH);
-    check_f32("attention_backward dqkv", &dqkv, 0);
-    check_f32("attention_backward dpreatt", &dpre, 0);
-    check_f32("attention_backward datt", &datt, 0);
+    check_f32("attention_backward dqkv", &dqkv, 1e-5);
+    check_f32("attention_backward dpreatt", &dpre, 1e-5);
+    check_f32("attention_backward datt", &datt, 1e-5);
 
     const int bt = B * T;
     pair logits = prand((size_t)bt * V, 4), probs = prand((size_t)bt * V, 1);

@@ -6,12 +6,13 @@
  * in the same summation order, wherever that costs little: nvcc is run with
  * --fmad=false (as the CPU build uses -ffp-contract=off), and CUDA's fp32
  * division and square root are correctly rounded, so the elementwise
- * kernels, layernorm, the embedding, the attention backward, the bias
- * gradient, the conversions, fixed point and the optimizers give the CPU's
- * bytes for the CPU's inputs. They differ from the CPU only where the device
- * library differs: cuBLAS's sgemm (another summation order), tanhf in GELU,
- * expf/logf in the softmaxes, and sumsq (a fixed-shape tree in double
- * instead of index order). Every kernel is deterministic: no floating-point
+ * kernels, layernorm, the embedding, the bias gradient, the conversions,
+ * fixed point and the optimizers give the CPU's bytes for the CPU's inputs.
+ * They differ from the CPU where the libraries differ: cuBLAS's sgemm
+ * (another summation order), the attention (the CPU's runs through OpenBLAS
+ * GEMMs, whose order these loops do not follow), tanh in GELU and exp/log in
+ * the softmaxes (the CPU has its own vectorisable exp and tanh), and sumsq
+ * (a fixed-shape tree in double instead of index order). Every kernel is deterministic: no floating-point
  * atomics, and launch shapes that depend only on the sizes, so the same
  * calls give the same bytes on every run and in every ZeRO stage.
  *
