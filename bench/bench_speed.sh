@@ -24,11 +24,18 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 MPIEXEC=${MPIEXEC:-mpiexec}
 
-have_torch=1
-python3 -c "import torch" 2>/dev/null || {
-    have_torch=0
-    echo "note: python3 cannot import torch (Debian: apt-get install python3-torch): PyTorch column left out"
-}
+# PyTorch: $PYTHON, else the first of python3 and Debian's /usr/bin/python3
+# that imports torch
+have_torch=0
+for py in ${PYTHON:-} python3 /usr/bin/python3; do
+    if "$py" -c "import torch" 2>/dev/null; then
+        PY=$py
+        have_torch=1
+        break
+    fi
+done
+[ $have_torch = 1 ] ||
+    echo "note: no python3 here imports torch (Debian: apt-get install python3-torch): PyTorch column left out"
 
 # median of the numbers on stdin
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -51,16 +58,16 @@ torch_round() {
     n=$1 mode=$2
     shift 2
     if [ "$n" -eq 1 ]; then
-        python3 "$HERE/torch_gpt.py" "$@" "$STEPS" >"$T/pt.out" 2>"$T/pt.err" || { echo nan; return; }
+        "$PY" "$HERE/torch_gpt.py" "$@" "$STEPS" >"$T/pt.out" 2>"$T/pt.err" || { echo nan; return; }
     else
         port=$((29500 + $$ % 1000))
         for r in $(seq 1 $((n - 1))); do
             DDP=1 ZERO1=$([ "$mode" = zero1 ] && echo 1 || echo 0) RANK=$r WORLD_SIZE=$n \
-                MASTER_ADDR=127.0.0.1 MASTER_PORT=$port python3 "$HERE/torch_gpt.py" "$@" "$STEPS" \
+                MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$PY" "$HERE/torch_gpt.py" "$@" "$STEPS" \
                 >/dev/null 2>&1 &
         done
         DDP=1 ZERO1=$([ "$mode" = zero1 ] && echo 1 || echo 0) RANK=0 WORLD_SIZE=$n \
-            MASTER_ADDR=127.0.0.1 MASTER_PORT=$port python3 "$HERE/torch_gpt.py" "$@" "$STEPS" \
+            MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$PY" "$HERE/torch_gpt.py" "$@" "$STEPS" \
             >"$T/pt.out" 2>"$T/pt.err"
         wait
     fi

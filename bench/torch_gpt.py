@@ -32,7 +32,7 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(c)
         self.fc = nn.Linear(c, 4 * c)
         self.fcp = nn.Linear(4 * c, c)
-        self.register_buffer("mask", torch.tril(torch.ones(t, t, dtype=torch.bool)))
+        self.mask = torch.tril(torch.ones(t, t, dtype=torch.bool))  # not a buffer: gloo cannot broadcast bool
 
     def forward(self, x):
         b, t, c = x.shape
