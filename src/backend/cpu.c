@@ -682,6 +682,29 @@ static void cpu_adamw_step(void *ctx, float *master, float *m, float *v,
 {
     (void)ctx;
     float b1 = h->beta1, b2 = h->beta2;
+    if (gt == ZS_DTYPE_F32 && (param == NULL || pt == ZS_DTYPE_F32)) {
+        /* fp32: the same arithmetic on plain arrays, which the compiler
+         * vectorises */
+        const float *gf = grad;
+        float *pf = param;
+        for (size_t i = 0; i < n; i++) {
+            float g = gf[i] * h->grad_mul;
+            if (h->l2 != 0.0f)
+                g += h->l2 * master[i];
+            float mi = b1 * m[i] + (1.0f - b1) * g;
+            float vi = b2 * v[i] + (1.0f - b2) * g * g;
+            float mhat = mi / h->bias_corr1;
+            float vhat = vi / h->bias_corr2;
+            float p = master[i];
+            p -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + h->weight_decay * p);
+            m[i] = mi;
+            v[i] = vi;
+            master[i] = p;
+            if (pf != NULL)
+                pf[i] = p;
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         float g = cpu_load(grad, gt, i) * h->grad_mul;
         if (h->l2 != 0.0f)
