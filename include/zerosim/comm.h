@@ -50,6 +50,9 @@ typedef enum {
 } zs_comm_group;
 
 const char *zs_comm_op_name(zs_comm_op op);
+/* Seconds on a monotonic clock (CLOCK_MONOTONIC), the one the ledger's start
+ * times and the engine's trace use. */
+double zs_clock(void);
 const char *zs_comm_group_name(zs_comm_group g);
 const char *zs_comm_phase_name(zs_comm_phase p);
 size_t zs_comm_type_size(zs_comm_type t);
@@ -68,6 +71,7 @@ typedef struct {
                             twice that for allreduce, what it sends to others
                             for all-to-all */
     double seconds;
+    double start;        /* when it began, on zs_clock()'s clock */
 } zs_comm_record;
 
 /* Initialise MPI (once per process) and return the world communicator. */

@@ -13,6 +13,9 @@ extern "C" {
 /* Write the JSON report to path atomically (a temporary file renamed into
  * place, so a failed run leaves nothing half-written). */
 int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r);
+/* Write r->trace_json (Chrome's trace event format: chrome://tracing,
+ * Perfetto) to path, atomically (a temporary name, then rename). */
+int zs_report_write_trace(const char *path, const zs_train_result *r);
 
 /* The tables for people: memory per rank (measured, predicted, ratio),
  * traffic per rank per step, and rank 0's comms table. */

@@ -20,6 +20,7 @@ typedef struct {
     FILE *log;                /* progress lines (rank 0 only), NULL = silent */
     int print_every;          /* print every N steps (and the first and last) */
     int hash_every_step;      /* record param_hashes after every step */
+    int trace;                /* collect the Chrome trace (r->trace_json) */
 } zs_train_options;
 
 /* Collective calls of one rank, summed per op and phase. */
@@ -74,6 +75,9 @@ typedef struct {
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */
     int phantom;              /* a phantom run (zs_train_phantom) */
+    char *trace_json;         /* rank 0, with options.trace: the trace of
+                                 every rank, Chrome's trace event format */
+    int trace_truncated;      /* the ledger kept only its first records */
 } zs_train_result;
 
 /* Train cfg (already finalized) over comm (collective) and fill r. Returns 0

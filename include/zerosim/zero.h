@@ -75,6 +75,21 @@ const struct zs_step_program_s *zs_engine_program(const zs_engine *e);
 int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max);
 /* The most gathered parameters (elements) alive at once so far (stage 3). */
 size_t zs_engine_live_params_peak(const zs_engine *e);
+
+/* The trace (--trace): with it on, every step records the span of each op
+ * that computes or waits (not the collectives themselves, which the comm
+ * ledger records with their start times), on zs_clock()'s clock. */
+typedef struct {
+    int kind;          /* zs_step_op_kind */
+    int unit, index;   /* as in the op */
+    unsigned flags;    /* ZS_SOPF_* */
+    int step;
+    double start, seconds;
+} zs_trace_span;
+/* Start (on = 1) or stop recording; starting clears what was recorded.
+ * Returns non-zero when out of host memory. */
+int zs_engine_set_trace(zs_engine *e, int on);
+const zs_trace_span *zs_engine_trace(const zs_engine *e, size_t *n);
 /* Stage 3: units larger than stage3_max_live_parameters (gathered alone). */
 int zs_engine_units_over_live(const zs_engine *e);
 void zs_engine_destroy(zs_engine *e);

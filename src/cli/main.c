@@ -95,6 +95,8 @@ static const char *const zs_usage =
     "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
     "  --print-every N          progress line every N steps (10)\n"
     "  --quiet                  no progress lines\n"
+    "  --trace FILE             write a Chrome trace of every rank's steps (ops and\n"
+    "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
     "                           or stopped rank before the run stops (600)\n"
     "phantom runs (no mpirun):\n"
@@ -116,7 +118,7 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
-    OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_LAST
+    OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -161,6 +163,7 @@ static const struct option zs_long_options[] = {
     {"compression-warmup", required_argument, NULL, OPT_COMP_WARMUP},
     {"print-program", no_argument, NULL, OPT_PRINT_PROGRAM},
     {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
+    {"trace", required_argument, NULL, OPT_TRACE},
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
@@ -380,7 +383,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
  * size of a phantom run, else 0. */
 static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cfg,
                           zs_train_options *o, const char **report, const char **csv,
-                          int *phantom_world, int *print_program)
+                          const char **trace, int *phantom_world, int *print_program)
 {
     *phantom_world = 0;
     *print_program = 0;
@@ -460,6 +463,12 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
                         "mpirun\n");
             return 2;
         }
+        if (cli.val[OPT_TRACE]) {
+            if (err)
+                fprintf(err, "zerosim: --trace records real time, and a phantom run spends none "
+                        "computing or sending: drop --trace\n");
+            return 2;
+        }
         if (cli.val[OPT_BACKEND]) {
             if (err)
                 fprintf(err, "zerosim: --phantom computes nothing, on no backend: drop --backend "
@@ -495,6 +504,8 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         o->print_every = cfg->steps_per_print;
     }
     *report = cli.val[OPT_REPORT];
+    *trace = cli.val[OPT_TRACE];
+    o->trace = *trace != NULL;
     *csv = cli.val[OPT_CSV];
     if (*csv && rank == 0 && zs_report_prepare_dir(*csv)) /* now, not after training */
         goto fail;
@@ -565,10 +576,10 @@ static int zs_cmd_train(int argc, char **argv)
     }
     zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
     zs_run_config cfg;
-    const char *report = NULL, *csv = NULL;
+    const char *report = NULL, *csv = NULL, *trace = NULL;
     int phantom_world = 0, print_program = 0;
-    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv, &phantom_world,
-                            &print_program);
+    int rc = zs_train_setup(argc, argv, rank, world, &cfg, &o, &report, &csv, &trace,
+                            &phantom_world, &print_program);
     if (phantom_world)
         world = phantom_world;
     int setup_failed = 0; /* some checks run on rank 0 only: agree */
@@ -643,7 +654,8 @@ static int zs_cmd_train(int argc, char **argv)
         if (o.log)
             zs_report_print(o.log, &cfg, &r);
         /* the JSON last: a run whose outputs failed leaves no report */
-        if ((csv && zs_report_write_csv(csv, &cfg, &r)) ||
+        if ((trace && zs_report_write_trace(trace, &r)) ||
+            (csv && zs_report_write_csv(csv, &cfg, &r)) ||
             (report && zs_report_write_json(report, &cfg, &r))) {
             fprintf(stderr, "zerosim: %s\n", zs_error_msg());
             rc = 1;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct zs_comm {
     struct zs_comm *ledger;  /* where records, sums and the phase context
@@ -345,6 +346,14 @@ static void zs_comm_sum_add(zs_comm_t c, const zs_comm_record *r)
     c->sum[i].seconds += r->seconds;
 }
 
+double zs_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Called as the call completes: its start is now minus its duration. */
 static void zs_comm_record_add(zs_comm_t c, const zs_comm_record *r)
 {
     c = c->ledger;
@@ -359,7 +368,9 @@ static void zs_comm_record_add(zs_comm_t c, const zs_comm_record *r)
         c->rec = p;
         c->caprec = cap;
     }
-    c->rec[c->nrec++] = *r;
+    c->rec[c->nrec] = *r;
+    c->rec[c->nrec].start = zs_clock() - r->seconds;
+    c->nrec++;
 }
 
 static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t elems,

@@ -88,6 +88,9 @@ struct zs_engine {
     void **gbuf, **greq;
     int **gcounts, **gdispls;   /* kept while a non-blocking gather runs */
     size_t live, live_peak;
+    int tracing;                /* record op spans (zs_engine_set_trace) */
+    zs_trace_span *spans;
+    size_t nspans, capspans;
 
     float *stage_p, *stage_g;   /* fp32 staging for one unit */
     float **P, **G;
@@ -377,6 +380,7 @@ void zs_engine_destroy(zs_engine *e)
     for (int i = 0; e->sh && i < ZS_BUF_N; i++)
         if (e->buf[i])
             zs_mem_free(mem, e->sh->buf[i].cat, e->buf[i], e->sh->buf[i].bytes);
+    free(e->spans);
     free(e->bucket_buf);
     free(e->counts);
     free(e->displs);
@@ -873,7 +877,27 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
             zs_mem_set_phase(e->mem, mem_phase[cur]);
         }
         int stop = 0;
+        /* the collectives' own time is the ledger's; the trace keeps the
+         * ops that compute or wait */
+        int traced = e->tracing && o->kind != ZS_SOP_GATHER && o->kind != ZS_SOP_REDUCE &&
+                     o->kind != ZS_SOP_ALLGATHER && o->kind != ZS_SOP_LOSS_SUM &&
+                     o->kind != ZS_SOP_RELEASE && o->kind != ZS_SOP_BUCKET_ALLOC;
+        double t0 = traced ? zs_clock() : 0.0;
         ZS_TRY(zs_engine_exec(e, o, &stop));
+        if (traced) {
+            if (e->nspans == e->capspans) {
+                size_t cap = e->capspans ? 2 * e->capspans : 256;
+                zs_trace_span *p = realloc(e->spans, cap * sizeof *p);
+                if (!p)
+                    ZS_FAIL("out of host memory for the trace (%zu op spans)", e->nspans);
+                e->spans = p;
+                e->capspans = cap;
+            }
+            e->spans[e->nspans++] = (zs_trace_span){.kind = o->kind, .unit = o->unit,
+                                                    .index = o->index, .flags = o->flags,
+                                                    .step = step, .start = t0,
+                                                    .seconds = zs_clock() - t0};
+        }
         if (stop)
             break;
     }
@@ -903,6 +927,20 @@ const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; 
 size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
 
 int zs_engine_units_over_live(const zs_engine *e) { return zs_step_shape_units_over_live(e->sh); }
+
+int zs_engine_set_trace(zs_engine *e, int on)
+{
+    e->tracing = on;
+    if (on)
+        e->nspans = 0;
+    return 0;
+}
+
+const zs_trace_span *zs_engine_trace(const zs_engine *e, size_t *n)
+{
+    *n = e->nspans;
+    return e->spans;
+}
 
 int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max)
 {
