@@ -261,7 +261,9 @@ err_case 1 "--seq is missing" --arch gpt --layers 2 --hidden 64 --heads 4 --voca
 err_case 1 "--dp must be a comma-separated list" --params 1e9 --dp 0
 err_case 1 "--dp must be a comma-separated list" --params 1e9 --dp 1,4,x
 err_case 1 "--dp has an empty item" --params 1e9 --dp 1,4,
-err_case 1 "--stage must be a comma-separated list" --params 1e9 --stage 4
+err_case 1 "--stage must be a comma-separated list .* (e.g. 0,3), got \"4\"" --params 1e9 --stage 4
+# the option named once (the message was once formatted into itself)
+err_case 1 "^zerosim plan: --device-memory: bad size unit in \"12XB\"" --params 1e9 --device-memory 12XB
 err_case 1 "no model" --dp 4
 err_case 1 "use it with --arch gpt" --params 1e9 --hidden 64
 err_case 1 "--device-memory" --params 1e9 --device-memory 32XB

@@ -192,9 +192,15 @@ static int zs_plan_list(int id, const char *s, int lo, int hi, int *out, int *n)
         errno = 0;
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < lo || v > hi || (*end && *end != ',') ||
-            *n >= ZS_PLAN_MAX_LIST)
+            *n >= ZS_PLAN_MAX_LIST) {
+            char eg[32]; /* an example within the range */
+            if (hi - lo <= 16)
+                snprintf(eg, sizeof eg, "%d,%d", lo, hi);
+            else
+                snprintf(eg, sizeof eg, "%d,%d,%d", lo, lo * 4, lo * 16);
             ZS_FAIL("--%s must be a comma-separated list of up to %d integers from %d to %d "
-                    "(e.g. 1,4,16), got \"%s\"", zs_plan_opt_name(id), ZS_PLAN_MAX_LIST, lo, hi, s);
+                    "(e.g. %s), got \"%s\"", zs_plan_opt_name(id), ZS_PLAN_MAX_LIST, lo, hi, eg, s);
+        }
         out[(*n)++] = (int)v;
         p = *end ? end + 1 : end;
     } while (*p);
@@ -289,8 +295,13 @@ static int zs_plan_apply(zs_plan_cli *cl)
         ZS_TRY(zs_plan_list(P_DP, v[P_DP], 1, 1 << 24, cl->dps, &cl->ndp));
     else
         cl->dps[0] = cl->nodes ? cl->nodes * in->devices_per_node : 1, cl->ndp = 1;
-    if (v[P_DEVMEM] && zs_parse_size(v[P_DEVMEM], &in->device_memory))
-        ZS_FAIL("--device-memory: %s", zs_error_msg());
+    if (v[P_DEVMEM] && zs_parse_size(v[P_DEVMEM], &in->device_memory)) {
+        /* the message is formatted from a copy: formatting the error buffer
+         * into itself is undefined (it printed the option twice) */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zs_error_msg());
+        ZS_FAIL("--device-memory: %s", msg);
+    }
     if (v[P_CALIB])
         ZS_TRY(zs_steptime_load_calibration(v[P_CALIB], &in->cal));
     static const struct { int id; size_t off; int zero_ok; } reals[] = {
