@@ -271,6 +271,10 @@ err_case 1 "needs --device-memory" --params 1e9 --max-model
 err_case 1 "needs the model's shape" --params 1e9 --checkpoint-activations sqrt
 err_case 1 "--convention must be" --params 1e9 --convention deepspeed
 err_case 1 "calibration" --params 1e9 --calibration "$T/missing.json"
+# a calibration from a zerosim bench older than the kernel classes is refused,
+# not used with its step time quietly falling back to the GEMM rate
+printf '{"world_size": 2, "gemm_flops": 1e11, "optimizer_elems_per_s": 1e9}\n' >"$T/oldcal.json"
+err_case 1 "written by an older zerosim bench" --params 1e9 --calibration "$T/oldcal.json"
 err_case 2 "unknown option --bogus" --params 1e9 --bogus
 err_case 2 "needs a value" --params
 

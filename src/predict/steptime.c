@@ -145,6 +145,13 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
         tmp.coll_bandwidth[per_op[i]] = b;
     }
     json_t *w = json_object_get(root, "work_s");
+    if (!w && json_object_get(root, "world_size")) {
+        /* written by a zerosim bench from before the kernel classes: its
+         * step time would fall back to the GEMM rate without a word */
+        json_decref(root);
+        ZS_FAIL("calibration %s: written by an older zerosim bench (no \"work_s\", the time of "
+                "each kind of kernel): run zerosim bench again", path);
+    }
     for (int k = 0; w && k < ZS_WORK_NKINDS; k++) {
         json_t *v = json_is_object(w) ? json_object_get(w, zs_work_kind_name((zs_work_kind)k)) : NULL;
         if (json_is_object(w) && !v) { /* from an older zerosim bench */
