@@ -289,8 +289,9 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
     fprintf(f, "%s peak RSS %zu bytes\n", r->phantom ? "this process's (all simulated ranks)" : "rank 0",
             zs_report_peak_rss());
     if (cfg->stage == 3)
-        fprintf(f, "stage 3: at most %zu gathered parameters alive (predicted %zu, bound %zu)\n",
-                r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters);
+        fprintf(f, "stage 3: at most %zu gathered parameters alive (predicted %zu, bound %zu)%s\n",
+                r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters,
+                r->units_over_live_bound ? "; units larger than the bound are gathered alone" : "");
 
     fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
     fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
@@ -560,8 +561,11 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     if (r->phantom) /* nothing was computed: no hash, no losses (null above) */
         json_object_set_new(root, "param_hash", json_null());
     json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
-    if (cfg->stage == 3)
+    if (cfg->stage == 3) {
         json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));
+        json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live_bound));
+    }
+    json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
     if (r->hashes) {
         json_t *h = json_array();
         for (int s = 0; s < r->steps; s++)
