@@ -152,21 +152,28 @@ END_TEST
 
 START_TEST(test_ops_well_formed)
 {
+    /* a bound of 5000 is smaller than a block (7224): DeepSpeed gathers such
+     * a unit anyway, alone, and so does the program */
     for (int st = 0; st <= 3; st++)
-        for (int ck = 0; ck <= 1; ck++) {
+        for (int ck = 0; ck <= 3; ck++) {
             zs_run_config c = gpt(3, 24, 4, 12, 31);
             c.stage = st;
             c.grad_accum = 2;
             c.reduce_bucket_size = 900;
-            c.stage3_max_live_parameters = 16000;
+            c.stage3_max_live_parameters = ck >= 2 ? 5000 : 16000;
             c.stage3_prefetch_bucket_size = 9000;
-            if (ck) {
+            if (ck % 2) {
                 c.checkpoint_mode = ZS_CKPT_EVERY;
                 c.checkpoint_value = 1;
             }
             built b;
             build(&c, 3, &b);
             int U = b.s.U;
+            if (st == 3) {
+                int first, over = zs_step_shape_units_over_bound(&b.s, &first);
+                ck_assert_int_eq(over, ck >= 2 ? 3 : 0); /* the 3 blocks */
+                ck_assert_int_eq(first, ck >= 2 ? 1 : -1);
+            }
             char *live = calloc((size_t)U, 1), *waited = calloc((size_t)U, 1);
             int *reduced = calloc((size_t)b.s.nbuckets, sizeof(int));
             int *alloc = calloc((size_t)b.s.nbuckets, sizeof(int));
@@ -183,6 +190,10 @@ START_TEST(test_ops_well_formed)
                     /* a prefetch stays under the bound; a unit alone may not */
                     if (o->flags & ZS_SOPF_PREFETCH)
                         ck_assert(nlive <= c.stage3_max_live_parameters);
+                    /* a unit over the bound is the only one live */
+                    for (int w = 0; w < U; w++)
+                        if (live[w] && b.s.gelems[w] > c.stage3_max_live_parameters)
+                            ck_assert_uint_eq(nlive, b.s.gelems[w]);
                     break;
                 case ZS_SOP_WAIT:
                     ck_assert(live[o->unit]);

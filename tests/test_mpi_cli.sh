@@ -1,6 +1,7 @@
 #!/bin/sh
 # Under MPI: stage 3 never holds more gathered parameters than
-# stage3_max_live_parameters; bad configurations give one line from rank 0
+# stage3_max_live_parameters, except a unit larger than the bound, which is
+# gathered alone; bad configurations give one line from rank 0
 # and a non-zero exit of the whole job, with no hang.
 . "$(dirname "$0")/testlib.sh"
 
@@ -36,8 +37,16 @@ expect_error() {
 expect_error 2 "--stage must be an integer between 0 and 3" --stage 5
 printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 4}\n' >"$T/b.json"
 expect_error 2 "train_batch_size" --config "$T/b.json"
+# a bound smaller than a block: DeepSpeed gathers the block anyway, alone,
+# and so does zerosim, saying so once at the start
 printf '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 5000}}\n' >"$T/small.json"
-expect_error 2 "stage3_max_live_parameters (5000)" --config "$T/small.json" $MODEL
+if sh "$HERE/mpirun.sh" 2 "$ZS" train --config "$T/small.json" $MODEL --print-every 100 --report "$T/r.json" >"$T/log" 2>&1; then
+    [ "$(key "$T/r.json" live_params_peak)" = 7825 ] && [ "$(key "$T/r.json" units_over_live_bound)" = 3 ] &&
+        [ "$(grep -c "stage 3: unit 'block 0' holds 7825 parameters, more than stage3_max_live_parameters (5000): it is gathered alone" "$T/log")" = 1 ] &&
+        ok || { bad "bound 5000: $(grep -E 'live_params_peak|units_over' "$T/r.json")"; cat "$T/log"; }
+else
+    bad "stage 3 with a bound smaller than a block failed"; cat "$T/log"
+fi
 expect_error 3 "out of memory on rank 0" --device-memory 200KiB $MODEL
 expect_error 2 "unknown backend" --backend nonesuch $MODEL
 
