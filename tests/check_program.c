@@ -3,7 +3,8 @@
  *    states, activations, checkpoints, residual, reduce-scatter and
  *    allgather bytes) over a matrix of stages, precisions, rank counts,
  *    deterministic mode, checkpointing, accumulation and bucket sizes;
- *  - hand counts: one reduce per bucket and micro-batch; stage 3 gathers
+ *  - hand counts: one reduce per bucket and micro-batch (per step for
+ *    stages 0 and 1 with grad_reduce step); stage 3 gathers
  *    each unit once per pass (the head's tied embedding on its own), plus
  *    the recomputed units; buckets cut from the last unit backwards;
  *  - the ops are well formed: every forward and backward of stage 3 runs
@@ -68,12 +69,15 @@ START_TEST(test_counts_equal_closed_forms)
     for (int ni = 0; ni < 5; ni++)
         for (int st = 0; st <= 3; st++)
             for (int pi = 0; pi < 3; pi++)
-                for (int v = 0; v < 4; v++) {
+                for (int v = 0; v < 6; v++) {
                     zs_run_config c = gpt(3, 24, 4, 12, 31);
                     c.stage = st;
                     c.precision = prec[pi];
-                    c.deterministic = v == 1 && pi < 2;
-                    c.grad_accum = v == 2 ? 3 : 1;
+                    c.deterministic = (v == 1 || v == 5) && pi < 2;
+                    c.grad_accum = v == 2 || v == 4 ? 3 : v == 5 ? 2 : 1;
+                    /* DeepSpeed's schedule: stages 0, 1 reduce once per step */
+                    if (v >= 4)
+                        c.grad_reduce = ZS_GRAD_REDUCE_STEP;
                     if (v == 3) {
                         c.checkpoint_mode = ZS_CKPT_EVERY;
                         c.checkpoint_value = 1;
@@ -105,7 +109,7 @@ START_TEST(test_counts_equal_closed_forms)
                     unbuild(&b);
                     cases++;
                 }
-    ck_assert_int_eq(cases, 5 * 4 * 3 * 4);
+    ck_assert_int_eq(cases, 5 * 4 * 3 * 6);
 }
 END_TEST
 
@@ -148,21 +152,28 @@ END_TEST
 
 START_TEST(test_ops_well_formed)
 {
+    /* a bound of 5000 is smaller than a block (7224): DeepSpeed gathers such
+     * a unit anyway, alone, and so does the program */
     for (int st = 0; st <= 3; st++)
-        for (int ck = 0; ck <= 1; ck++) {
+        for (int ck = 0; ck <= 3; ck++) {
             zs_run_config c = gpt(3, 24, 4, 12, 31);
             c.stage = st;
             c.grad_accum = 2;
             c.reduce_bucket_size = 900;
-            c.stage3_max_live_parameters = 16000;
+            c.stage3_max_live_parameters = ck >= 2 ? 5000 : 16000;
             c.stage3_prefetch_bucket_size = 9000;
-            if (ck) {
+            if (ck % 2) {
                 c.checkpoint_mode = ZS_CKPT_EVERY;
                 c.checkpoint_value = 1;
             }
             built b;
             build(&c, 3, &b);
             int U = b.s.U;
+            if (st == 3) {
+                int first, over = zs_step_shape_units_over_bound(&b.s, &first);
+                ck_assert_int_eq(over, ck >= 2 ? 3 : 0); /* the 3 blocks */
+                ck_assert_int_eq(first, ck >= 2 ? 1 : -1);
+            }
             char *live = calloc((size_t)U, 1), *waited = calloc((size_t)U, 1);
             int *reduced = calloc((size_t)b.s.nbuckets, sizeof(int));
             int *alloc = calloc((size_t)b.s.nbuckets, sizeof(int));
@@ -179,6 +190,10 @@ START_TEST(test_ops_well_formed)
                     /* a prefetch stays under the bound; a unit alone may not */
                     if (o->flags & ZS_SOPF_PREFETCH)
                         ck_assert(nlive <= c.stage3_max_live_parameters);
+                    /* a unit over the bound is the only one live */
+                    for (int w = 0; w < U; w++)
+                        if (live[w] && b.s.gelems[w] > c.stage3_max_live_parameters)
+                            ck_assert_uint_eq(nlive, b.s.gelems[w]);
                     break;
                 case ZS_SOP_WAIT:
                     ck_assert(live[o->unit]);
@@ -236,6 +251,61 @@ START_TEST(test_ops_well_formed)
 }
 END_TEST
 
+/* The step schedule (grad_reduce step) of stages 0 and 1, by hand: the full
+ * gradient zeroed once (per micro-batch in fixed point, which converts each
+ * micro-batch's buckets and adds them locally), every bucket reduced once,
+ * after the last micro-batch's backward; no reduced shard (grads = Ψp·p,
+ * plus Ψp·8 of int64 in fixed point), one Ψp-sized reduce-scatter a step. */
+START_TEST(test_step_schedule)
+{
+    for (int st = 0; st <= 1; st++)
+        for (int det = 0; det <= 1; det++) {
+            zs_run_config c = gpt(4, 16, 2, 8, 20);
+            c.stage = st;
+            c.grad_accum = 3;
+            c.reduce_bucket_size = 700;
+            c.deterministic = det;
+            c.grad_reduce = ZS_GRAD_REDUCE_STEP;
+            built b;
+            build(&c, 4, &b);
+            int zero = 0, reduces = 0, accum = 0, put = 0, bwd = 0;
+            for (size_t i = 0; i < b.p.n; i++) {
+                const zs_step_op *o = &b.p.ops[i];
+                if (o->kind == ZS_SOP_ZERO_GRADS)
+                    zero++;
+                if (o->kind == ZS_SOP_ACCUM_FIXED)
+                    accum++;
+                if (o->kind == ZS_SOP_PUT_SHARD)
+                    put++;
+                if (o->kind == ZS_SOP_BACKWARD)
+                    bwd++;
+                if (o->kind == ZS_SOP_REDUCE) {
+                    reduces++;
+                    ck_assert_int_eq(o->micro, 2);
+                    ck_assert_int_eq(bwd, 3 * b.s.U); /* after every backward */
+                }
+            }
+            ck_assert_int_gt(b.s.nbuckets, 1);
+            ck_assert_int_eq(reduces, b.s.nbuckets);
+            ck_assert_int_eq(zero, det ? 3 : 1);
+            ck_assert_int_eq(accum, det ? 3 * b.s.nbuckets : 0);
+            ck_assert_int_eq(put, 0);
+            size_t P = b.s.part.padded;
+            ck_assert_uint_eq(b.c.peak[ZS_MEM_GRADS], 4 * P + (det ? 8 * P : 0));
+            ck_assert_uint_eq((size_t)b.c.rs_bytes, P * (det ? 8 : 4));
+            unbuild(&b);
+            /* stages 2 and 3 take the option and reduce every micro-batch */
+            c = gpt(4, 16, 2, 8, 20);
+            c.stage = st + 2;
+            c.grad_accum = 3;
+            c.grad_reduce = ZS_GRAD_REDUCE_STEP;
+            build(&c, 4, &b);
+            ck_assert_int_eq((int)b.c.rs_calls, 3 * b.s.nbuckets);
+            unbuild(&b);
+        }
+}
+END_TEST
+
 /* O(1) parts against a rank-by-rank count, for uneven ranges and N. */
 START_TEST(test_parts)
 {
@@ -282,6 +352,7 @@ int main(void)
     tcase_add_test(tc, test_counts_equal_closed_forms);
     tcase_add_test(tc, test_hand_counts);
     tcase_add_test(tc, test_ops_well_formed);
+    tcase_add_test(tc, test_step_schedule);
     tcase_add_test(tc, test_parts);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Deterministic mode: the same global batch (12 micro-batches of 2 per step)
 # gives byte-identical parameters after every step for N = 1, 2, 3, 4, 6
-# ranks and any stage, in fp32, bf16 and fp16; without it, N = 1 and N = 4
+# ranks and any stage, in fp32, bf16 and fp16, and so does DeepSpeed's
+# reduce schedule (--grad-reduce step: stages 0 and 1 accumulate locally, in
+# fixed point, and reduce once per step); without it, N = 1 and N = 4
 # differ (so the test can tell).
 . "$(dirname "$0")/testlib.sh"
 
@@ -24,6 +26,11 @@ for prec in fp32 bf16 fp16; do
         stage=$((n % 4))
         h=$(run "$n" "$stage" "$prec" --deterministic)
         [ "$h" = "$ref" ] && ok || bad "$prec N=$n stage $stage: $h vs N=1 $ref"
+    done
+    for n in 2 3; do
+        stage=$((n - 2))
+        h=$(run "$n" "$stage" "$prec" --deterministic --grad-reduce step)
+        [ "$h" = "$ref" ] && ok || bad "$prec N=$n stage $stage --grad-reduce step: $h vs N=1 $ref"
     done
 done
 a=$(run 1 0 fp32)

@@ -57,6 +57,8 @@ run_pair n3-stage2-topk 3 --stage 2 --compression topk:0.1
 run_pair n4-stage3-int8-sqrt 4 --stage 3 --compression int8 --checkpoint-activations sqrt
 run_pair n3-mlp-stage3 3 --stage 3 --model mlp --widths 17,9
 run_pair n2-stage3-sgd 2 --stage 3 --optimizer sgd --precision bf16
+run_pair n3-stage1-step 3 --stage 1 --precision bf16 --grad-reduce step
+run_pair n2-stage0-step-det 2 --stage 0 --deterministic --grad-reduce step
 
 # the phantom report says what it is
 p="$T/n2-stage3/phantom/report.json"

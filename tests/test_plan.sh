@@ -233,6 +233,38 @@ awk -v t="$(json "$T/st2.json" total_s)" 'BEGIN { exit !(t > 0.600119 && t < 0.6
 [ "$(json "$T/st3.json" total_s)" = "$(json "$T/st.json" total_s)" ] && ok || bad "--flops does not override the file"
 "$ZS" plan $ST --flops 1e12 | grep -q "at 1e+12 FLOP/s" && ok || bad "assumptions not printed"
 
+# ---- the reduce schedule (--grad-reduce), by hand: Ψ = 1e9 bf16 on N = 4,
+# stage 1, grad-accum 4, reduce_bucket_size 5e8 (2 buckets). micro-batch:
+# 4 x 2 = 8 reduce-scatter calls of 4 x 2e9 = 8e9 bytes, ring 0.75 x 8e9 =
+# 6e9, plus the allgather's 0.75 x 2e9 = 1.5e9: 7.5e9 bytes a step; grads
+# 2Ψ + 2Ψ/4 = 2.5e9. step (DeepSpeed's schedule): 2 calls of 2e9 bytes, 1.5e9
+# + 1.5e9 = 3e9 bytes; grads 2Ψ = 2e9. Stage 2 reduces every micro-batch
+# either way: 7.5e9, more than stage 1 with accumulation, as in DeepSpeed.
+# The paper's convention reduces once per step unless told otherwise: one
+# fp16 allreduce of 2e9 bytes (2 calls), 2 x 0.75 x 2e9 = 3e9; per
+# micro-batch 4 x that.
+RS="--params 1e9 --dp 4 --precision bf16 --grad-accum 4"
+plan_rs() { # args... -> "grads traffic rs_bytes rs_calls"
+    "$ZS" plan "$@" --json | tr -d ' \n' >"$T/gr.json"
+    g=$(sed -n 's/.*"bytes_per_device":{[^}]*"grads":\([0-9]*\).*/\1/p' "$T/gr.json")
+    t=$(sed -n 's/.*"traffic_bytes_per_step":\([0-9]*\).*/\1/p' "$T/gr.json")
+    c=$(sed -n 's/.*"op":"\(reduce_scatter\|allreduce\)","full_bytes":\([0-9]*\),"calls":\([0-9]*\).*/\2 \3/p' "$T/gr.json")
+    echo "$g $t $c"
+}
+for row in "micro-batch 1:2500000000 7500000000 8000000000 8" "step 1:2000000000 3000000000 2000000000 2" \
+           "step 2:500000000 7500000000 8000000000 8" "micro-batch 2:500000000 7500000000 8000000000 8"; do
+    gr=${row%% *}; rest=${row#* }; st=${rest%%:*}; want=${rest#*:}
+    got=$(plan_rs $RS --stage "$st" --grad-reduce "$gr")
+    [ "$got" = "$want" ] && ok || bad "plan stage $st --grad-reduce $gr: $got, by hand $want"
+done
+grep -q '"grad_reduce":"micro-batch"' "$T/gr.json" && ok || bad "plan JSON lacks grad_reduce"
+PP="--params 1e9 --dp 4 --precision fp16 --grad-accum 4 --stage 1 --convention paper"
+t1=$(plan_rs $PP | cut -d' ' -f2-); t2=$(plan_rs $PP --grad-reduce micro-batch | cut -d' ' -f2-)
+[ "$t1" = "3000000000 2000000000 2" ] && [ "$t2" = "12000000000 8000000000 8" ] && ok ||
+    bad "paper convention's reduce schedule: default $t1, micro-batch $t2"
+"$ZS" plan $RS --stage 1 --grad-reduce step | grep -q "grad-accum 4, gradients reduced once per step" &&
+    ok || bad "the plan does not name the step schedule"
+
 # ---- a 1T-parameter GPT plans in well under a second, in small memory:
 # the layout is a table of entries, never an array of Ψ
 start=$(date +%s)
@@ -275,6 +307,7 @@ err_case 1 "calibration" --params 1e9 --calibration "$T/missing.json"
 # not used with its step time quietly falling back to the GEMM rate
 printf '{"world_size": 2, "gemm_flops": 1e11, "optimizer_elems_per_s": 1e9}\n' >"$T/oldcal.json"
 err_case 1 "written by an older zerosim bench" --params 1e9 --calibration "$T/oldcal.json"
+err_case 1 "--grad-reduce must be micro-batch or step" --params 1e9 --grad-reduce sometimes
 err_case 2 "unknown option --bogus" --params 1e9 --bogus
 err_case 2 "needs a value" --params
 
@@ -301,6 +334,23 @@ for stage in 0 1 2 3; do
         p=$(json "$T/pl.json" traffic_bytes_per_step)
         [ "$m" = "$p" ] && ok || bad "stage $stage $prec traffic: run $m, plan $p"
     done
+done
+
+# the same with DeepSpeed's reduce schedule: stages 0 and 1 reduce once a step
+for stage in 0 1; do
+    d="$T/run-step-$stage"
+    if sh "$HERE/mpirun.sh" 2 "$ZS" train $G --stage "$stage" --grad-reduce step --steps 1 --warmup 0 \
+           --quiet --csv "$d" >"$T/log" 2>&1 &&
+       "$ZS" plan --arch gpt $G --stage "$stage" --grad-reduce step --dp 2 --json >"$T/pl.json"; then
+        m=$(awk '$1 == 0 && $2 == "grads" { print $3 }' "$d/memory.csv")
+        p=$(dev "$T/pl.json" grads)
+        [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "stage $stage --grad-reduce step grads: run $m, plan $p"
+        m=$(awk '$1 == 0 && $3 == "all" && ($2 == "reduce_scatter" || $2 == "allgather") { s += $5 } END { printf "%.0f", s }' "$d/comm.csv")
+        p=$(json "$T/pl.json" traffic_bytes_per_step)
+        [ "$m" = "$p" ] && ok || bad "stage $stage --grad-reduce step traffic: run $m, plan $p"
+    else
+        bad "stage $stage --grad-reduce step: run or plan failed"; cat "$T/log"
+    fi
 done
 
 # ---- plan --config reads the run's JSON: the all-to-all of a compressed

@@ -2,7 +2,8 @@
 # ZeRO stages 0-3 give byte-identical parameters after every step, for
 # N = 1..4 ranks, in fp32, bf16 and fp16, with clipping on, gradient
 # accumulation, several gradient buckets and a parameter count that no N
-# divides (so the last shard is padded).
+# divides (so the last shard is padded); with --grad-reduce step, stages 0
+# and 1 agree, and equal the other stages with one micro-batch a step.
 . "$(dirname "$0")/testlib.sh"
 
 # small buckets, so that each stage reduces several of them
@@ -40,6 +41,31 @@ for n in 1 2 3 4; do
         [ "$first" != "$last" ] && ok || bad "N=$n $prec: parameters did not change"
     done
 done
+# DeepSpeed's schedule (--grad-reduce step): stages 0 and 1 accumulate
+# locally and reduce once per step, so with accumulation they agree with each
+# other (not with stages 2 and 3, whose float sums are grouped per
+# micro-batch); with one micro-batch per step both schedules are the same sums
+step_run() { # n prec ga stage [extra...] -> hashes
+    n=$1; prec=$2; ga=$3; stage=$4; shift 4
+    if ! sh "$HERE/mpirun.sh" "$n" "$ZS" train --config "$T/zero.json" $MODEL --precision "$prec" \
+         --grad-accum "$ga" --stage "$stage" --quiet --report "$T/s.json" "$@" >"$T/log" 2>&1 </dev/null; then
+        cat "$T/log" >&2; echo "run-failed"; return
+    fi
+    hashes "$T/s.json"
+}
+for np in "2 fp32" "3 bf16"; do
+    set -- $np
+    a=$(step_run "$1" "$2" 2 0 --grad-reduce step)
+    b=$(step_run "$1" "$2" 2 1 --grad-reduce step)
+    case "$a" in *run-failed*|"") bad "N=$1 $2 step schedule failed";; *)
+        [ "$a" = "$b" ] && ok || bad "N=$1 $2 --grad-reduce step: stage 1 differs from stage 0";; esac
+    a=$(step_run "$1" "$2" 1 1 --grad-reduce step)
+    b=$(step_run "$1" "$2" 1 2)
+    case "$a" in *run-failed*|"") bad "N=$1 $2 step schedule (grad-accum 1) failed";; *)
+        [ "$a" = "$b" ] && ok || bad "N=$1 $2 grad-accum 1: --grad-reduce step stage 1 differs from stage 2";; esac
+done
+grep -q '"grad_reduce": "micro-batch"' "$T/s.json" && ok || bad "report lacks grad_reduce"
+
 # the padding was exercised: no N in 2..4 divides the parameter count
 np=$(sed -n 's/^  "num_params": \([0-9]*\),$/\1/p' "$T/r-1-fp32-0.json")
 for n in 2 3 4; do

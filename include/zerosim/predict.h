@@ -18,10 +18,16 @@
  * fits under stage3_max_live_parameters and stage3_prefetch_bucket_size),
  * and the extra p S of stages 0 and 1 is the reduced gradient shard every
  * stage accumulates into. Deterministic mode adds 8 S of int64 gradients.
+ * With grad_reduce step (DeepSpeed's schedule), stages 0 and 1 accumulate
+ * the full gradient locally and reduce it once per step into its own part:
+ * grads are p Ψp, plus 8 Ψp of int64 accumulator in deterministic mode
+ * with grad_accum > 1.
  *
  * Traffic per rank per step, in the ring-volume convention ((N-1)/N of the
  * bytes of the full buffer for reduce-scatter and allgather):
- *   reduce-scatter: grad_accum x Ψp x (p, or 8 in deterministic mode)
+ *   reduce-scatter: grad_accum x Ψp x (p, or 8 in deterministic mode);
+ *                   once per step (not grad_accum times) for stages 0 and
+ *                   1 with grad_reduce step
  *   allgather:      stages 0-2: p Ψp once per step that is not skipped
  *                   (stage 0 gathers gradients, 1 and 2 parameters);
  *                   stage 3: grad_accum x 2 x p x G, G = sum over units of
@@ -83,7 +89,8 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p);
  * per step (all-to-all), for gradient buckets [lo[i], hi[i]): for each
  * bucket and each other rank q, the compressed size of q's part of n
  * elements: top-k 8*ceil(f*n) (a 4-byte index and a 4-byte value each),
- * int8 n + 4*ceil(n/256), sign ceil(n/8) + 4*ceil(n/256); times grad_accum. */
+ * int8 n + 4*ceil(n/256), sign ceil(n/8) + 4*ceil(n/256); times grad_accum (once for
+ * stage 1 with grad_reduce step). */
 double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, int world,
                                  int rank, const size_t *lo, const size_t *hi, int nbuckets);
 

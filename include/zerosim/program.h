@@ -42,8 +42,12 @@ typedef enum {
     ZS_BUF_MASTER,       /* fp32 master weights (mixed precision) */
     ZS_BUF_M, ZS_BUF_V,  /* optimizer moments */
     ZS_BUF_GFULL,        /* stages 0, 1: the full gradient */
-    ZS_BUF_GSHARD,       /* the reduced gradient shard */
-    ZS_BUF_GACC,         /* deterministic: int64 shard accumulator */
+    ZS_BUF_GSHARD,       /* the reduced gradient shard (not with the step
+                            schedule: the shard is then its part of GFULL) */
+    ZS_BUF_GACC,         /* deterministic: int64 shard accumulator (not with
+                            the step schedule) */
+    ZS_BUF_GFIX,         /* deterministic, step schedule, grad_accum > 1: the
+                            full gradient accumulated in int64 fixed point */
     ZS_BUF_FIXBUF,       /* deterministic: one bucket in fixed point */
     ZS_BUF_RECV,         /* this rank's part of one bucket */
     ZS_BUF_RESIDUAL,     /* error feedback */
@@ -76,6 +80,9 @@ typedef struct {
 typedef struct zs_step_shape_s {
     zs_partition part;   /* of rank 0 */
     int stage, det, mixed, comp;
+    int reduce_step;     /* stages 0, 1 with grad_reduce step: the full
+                            gradient accumulates over the micro-batches and is
+                            reduced once, after the last one's backward */
     zs_dtype pt;
     size_t ps;           /* bytes of a stored parameter or gradient */
     int U;               /* units */
@@ -100,17 +107,17 @@ typedef struct zs_step_shape_s {
  * data-parallel ranks. Returns 0, or non-zero with a one-line message. */
 int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
                         zs_step_shape *s);
-/* What a run refuses and a plan still counts: a stage-3 unit larger than
- * stage3_max_live_parameters, and a collective larger than one MPI call
- * (counts are ints). 0, or non-zero with a message that says which setting
- * to change. */
+/* What a run refuses and a plan still counts: a collective larger than one
+ * MPI call (counts are ints). 0, or non-zero with a message that says which
+ * setting to change. */
 int zs_step_shape_check_run(const zs_step_shape *s);
-
-/* Stage 3: the number of units that hold more parameters than
- * stage3_max_live_parameters. As in DeepSpeed, such a unit is gathered
- * anyway, alone: the bound only limits what else stays gathered or is
- * prefetched beside it. 0 for the other stages. */
-int zs_step_shape_units_over_live(const zs_step_shape *s);
+/* Stage 3: the units that gather more than stage3_max_live_parameters
+ * (gathered alone, as DeepSpeed does), and the first of them in *first
+ * (-1 when none). 0 in other stages. */
+int zs_step_shape_units_over_bound(const zs_step_shape *s, int *first);
+/* 1 when cfg reduces gradients once per step (stages 0 and 1 with
+ * grad_reduce step), else 0: each micro-batch is reduced. */
+int zs_step_reduce_once(const zs_run_config *cfg);
 void zs_step_shape_free(zs_step_shape *s);
 
 /* The elements of [lo, hi) that each rank owns, and where each part starts
@@ -137,13 +144,17 @@ typedef enum {
     ZS_SOP_ZERO_GRADS,   /* stages 0, 1: zero the full gradient */
     ZS_SOP_BUCKET_ALLOC, /* stages 2, 3: bucket `index` gets its buffer */
     ZS_SOP_BACKWARD,     /* backward of unit, gradients added to storage */
+    ZS_SOP_ACCUM_FIXED,  /* deterministic, step schedule, grad_accum > 1:
+                            bucket `index` of the micro-batch's gradient in
+                            fixed point, added into the int64 accumulator */
     ZS_SOP_REDUCE,       /* bucket `index`: reduce-scatter (or compressed
                             all-to-all) and add this rank's part */
     ZS_SOP_LOSS_SUM,     /* the step's loss over the ranks */
     ZS_SOP_CHECK,        /* overflow flags over the ranks */
     ZS_SOP_NORM,         /* global norm, loss scaler; an overflow ends the
                             step here */
-    ZS_SOP_PUT_SHARD,    /* stage 0: the reduced shard into the full gradient */
+    ZS_SOP_PUT_SHARD,    /* stage 0: the reduced shard into the full gradient
+                            (not with the step schedule: it is there) */
     ZS_SOP_OPTIMIZER,    /* optimizer on the shard (stage 0: everything) */
     ZS_SOP_ALLGATHER,    /* piece `index` of the full array: stage 0 the
                             gradients, stages 1, 2 the parameters */

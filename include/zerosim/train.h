@@ -67,8 +67,8 @@ typedef struct {
     double *a2a_pred;         /* [world_size] predicted all-to-all bytes per
                                  compressed step of each rank, or NULL */
     size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
-    int units_over_live;      /* stage 3: units larger than stage3_max_live_parameters,
-                                 gathered alone as DeepSpeed does */
+    int units_over_live_bound;/* stage 3: units larger than stage3_max_live_parameters,
+                                 each gathered alone (as DeepSpeed does) */
     double seconds;
     int world_size;
     int dp_size, tp_size;     /* the mesh: data- and tensor-parallel sizes */

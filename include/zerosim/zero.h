@@ -90,8 +90,6 @@ typedef struct {
  * Returns non-zero when out of host memory. */
 int zs_engine_set_trace(zs_engine *e, int on);
 const zs_trace_span *zs_engine_trace(const zs_engine *e, size_t *n);
-/* Stage 3: units larger than stage3_max_live_parameters (gathered alone). */
-int zs_engine_units_over_live(const zs_engine *e);
 void zs_engine_destroy(zs_engine *e);
 
 /* Run step `step` (0-based): grad_accum micro-batches, then the optimizer. */

@@ -77,8 +77,10 @@ static const char *const zs_usage =
     "  --compression-warmup N   dense steps before compression starts (0)\n"
     "  --grad-reduce micro-batch|step\n"
     "                           stages 0-1: reduce gradients after every micro-batch\n"
-    "                           (micro-batch, the default) or once per step (step,\n"
-    "                           DeepSpeed's schedule)\n"
+    "                           (micro-batch, the default; stages stay bit-identical)\n"
+    "                           or accumulate them locally and reduce once per step\n"
+    "                           (step, DeepSpeed's schedule); stages 2-3 reduce every\n"
+    "                           micro-batch either way (accepted, no effect)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
@@ -556,6 +558,39 @@ static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
     return rc;
 }
 
+/* Rank 0's notices before training: stage-3 units larger than
+ * stage3_max_live_parameters, which are gathered alone. */
+static int zs_print_notices(const zs_run_config *cfg, int dp_world, FILE *f)
+{
+    if (cfg->stage != 3)
+        return 0;
+    zs_model *m;
+    ZS_TRY(zs_model_create(&cfg->model, &m));
+    zs_step_shape s;
+    int rc = zs_step_shape_build(cfg, m, dp_world, &s);
+    if (!rc) {
+        int first, n = zs_step_shape_units_over_bound(&s, &first);
+        if (n > 0) {
+            char name[64]; /* the GPT's units: embeddings, blocks, head */
+            if (cfg->model.kind != ZS_MODEL_GPT)
+                snprintf(name, sizeof name, "layer %d", first);
+            else if (first == 0 || first == s.U - 1)
+                snprintf(name, sizeof name, "%s", first == 0 ? "embeddings" : "head");
+            else
+                snprintf(name, sizeof name, "block %d", first - 1);
+            fprintf(f, "stage 3: unit '%s' holds %zu parameters, more than "
+                    "stage3_max_live_parameters (%zu): it is gathered alone, as DeepSpeed does",
+                    name, s.gelems[first], cfg->stage3_max_live_parameters);
+            if (n > 1)
+                fprintf(f, " (and so are %d more units of the %d)", n - 1, s.U);
+            fputc('\n', f);
+        }
+        zs_step_shape_free(&s);
+    }
+    zs_model_destroy(m);
+    return rc;
+}
+
 static int zs_cmd_train(int argc, char **argv)
 {
     zs_comm_t comm;
@@ -618,14 +653,22 @@ static int zs_cmd_train(int argc, char **argv)
     }
     if (rank == 0 && o.log && cfg.noeffect[0])
         fprintf(o.log, "config: accepted with no effect in zerosim: %s\n", cfg.noeffect);
-    if (rank == 0 && o.log)
+    if (rank == 0 && o.log) {
+        const char *reduce = "";
+        if (cfg.grad_reduce == ZS_GRAD_REDUCE_STEP)
+            reduce = cfg.stage <= 1 ? ", gradients reduced once per step (--grad-reduce step)"
+                                    : ", --grad-reduce step (no effect in stages 2-3: they "
+                                      "reduce every micro-batch)";
         fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
-                "grad-accum %d x %d, %d steps\n",
+                "grad-accum %d x %d%s, %d steps\n",
                 PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
                 zs_dtype_name(cfg.precision), cfg.stage, world, phantom ? "simulated " : "",
                 world == 1 ? "" : "s",
                 cfg.deterministic ? " (deterministic)" : "", cfg.micro_batch, cfg.grad_accum,
-                world, cfg.steps);
+                world, reduce, cfg.steps);
+        if (zs_print_notices(&cfg, world / (cfg.tp * cfg.pp), o.log))
+            fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
+    }
     zs_train_result r;
     rc = phantom ? zs_train_phantom(&cfg, &o, world, &r) : zs_train(&cfg, &o, comm, &r);
     if (!rc && rank == 0) {

@@ -63,6 +63,11 @@ static const char *const zs_plan_usage =
     "  --micro-batch N --grad-accum N   samples per micro-batch, micro-batches per step\n"
     "  --checkpoint-activations off|every:K|sqrt   (--arch gpt)\n"
     "  --compression none|topk:F|int8|sign   --no-error-feedback   --deterministic\n"
+    "  --grad-reduce micro-batch|step   stages 0-1: gradients reduced after every\n"
+    "                           micro-batch, or once per step after accumulating\n"
+    "                           them (DeepSpeed's schedule); no effect in stages 2-3.\n"
+    "                           Default: the config's, else micro-batch; step with\n"
+    "                           --convention paper or megatron\n"
     "  --convention zerosim|paper|megatron   whose bytes (zerosim: what a zerosim run\n"
     "                           measures; paper: ZeRO paper; megatron: Megatron-LM's\n"
     "                           distributed optimizer, stage 1 = distributed)\n"
@@ -81,7 +86,8 @@ enum {
     P_DPN, P_NODES, P_DEVMEM, P_FLOPS, P_BW_INTRA, P_LAT_INTRA, P_BW_INTER, P_LAT_INTER,
     P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
-    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_CONFIG, P_TP, P_SP, P_LAST
+    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_CONFIG, P_TP, P_SP,
+    P_GRAD_REDUCE, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -128,6 +134,7 @@ static const struct option zs_plan_options[] = {
     {"config", required_argument, NULL, P_CONFIG},
     {"tp", required_argument, NULL, P_TP},
     {"sequence-parallel", no_argument, NULL, P_SP},
+    {"grad-reduce", required_argument, NULL, P_GRAD_REDUCE},
     {NULL, 0, NULL, 0},
 };
 
@@ -365,7 +372,12 @@ static int zs_plan_apply(zs_plan_cli *cl)
             in->convention = ZS_PLAN_MEGATRON;
         else
             ZS_FAIL("--convention must be zerosim, paper or megatron, got \"%s\"", s);
+        /* the paper's and Megatron's stages 0 and 1 reduce once per step */
+        if (in->convention != ZS_PLAN_ZEROSIM)
+            c->grad_reduce = ZS_GRAD_REDUCE_STEP;
     }
+    if (v[P_GRAD_REDUCE] && zs_grad_reduce_parse(v[P_GRAD_REDUCE], &c->grad_reduce))
+        ZS_FAIL("--grad-reduce must be micro-batch or step, got \"%s\"", v[P_GRAD_REDUCE]);
     return 0;
 }
 
@@ -399,9 +411,11 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     if (in->convention == ZS_PLAN_ZEROSIM)
         fprintf(f, "; padded to %zu, shard %zu", r->padded, r->shard);
     fprintf(f, "\nsetup: ZeRO stage %d, %s parameters, %s gradients, %s, micro-batch %d x "
-            "grad-accum %d, convention %s\n", c->stage, zs_dtype_name(c->precision),
+            "grad-accum %d%s, convention %s\n", c->stage, zs_dtype_name(c->precision),
             zs_dtype_name(in->grad_precision), c->optimizer == ZS_OPT_ADAMW ? "AdamW" : "SGD",
-            c->micro_batch, c->grad_accum, zs_plan_convention_name(in->convention));
+            c->micro_batch, c->grad_accum,
+            c->stage <= 1 && c->grad_reduce == ZS_GRAD_REDUCE_STEP ? ", gradients reduced once per step" : "",
+            zs_plan_convention_name(in->convention));
     if (c->tp > 1)
         fprintf(f, "cluster: %d data-parallel x %d tensor-parallel = %d devices, %d per node",
                 in->dp, c->tp, in->dp * c->tp, in->devices_per_node);
@@ -504,6 +518,7 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(o, "tp", json_integer(in->cfg.tp > 1 ? in->cfg.tp : 1));
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "convention", json_string(zs_plan_convention_name(in->convention)));
+    json_object_set_new(o, "grad_reduce", json_string(zs_grad_reduce_name(c->grad_reduce)));
     json_object_set_new(o, "precision", json_string(zs_dtype_name(c->precision)));
     json_object_set_new(o, "grad_precision", json_string(zs_dtype_name(in->grad_precision)));
     json_t *b = json_object();

@@ -3,6 +3,7 @@
 #include "zerosim/error.h"
 #include "zerosim/model.h"
 #include "zerosim/predict.h"
+#include "zerosim/program.h"
 #include "zerosim/zero.h"
 
 #include <math.h>
@@ -33,6 +34,18 @@ void zs_plan_input_defaults(zs_plan_input *in)
 }
 
 static size_t zs_ceil_div(size_t a, size_t b) { return b ? (a + b - 1) / b : 1; }
+
+/* The gradient bytes of the zerosim convention with gradients of gs bytes
+ * (predict.h's formula): the full gradient and the reduced shard (stages 0,
+ * 1), or the shard (2, 3); the int64 shard of deterministic mode; with the
+ * step schedule the full gradient only, and in deterministic mode with
+ * accumulation its int64 accumulator. */
+static size_t zs_plan_grad_bytes(const zs_run_config *c, size_t gs, size_t P, size_t S)
+{
+    if (zs_step_reduce_once(c))
+        return gs * P + (c->deterministic && c->grad_accum > 1 ? 8 * P : 0);
+    return (c->stage <= 1 ? gs * P + gs * S : gs * S) + (c->deterministic ? 8 * S : 0);
+}
 
 double zs_plan_megatron_activations(const zs_run_config *c, int sequence_parallel)
 {
@@ -98,9 +111,7 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
         r->shard = pr->shard;
         r->live_params = pr->live_params;
         if (gs != ps) /* the same formula with the gradient's own size */
-            r->bytes[ZS_MEM_GRADS] = (double)((st <= 1 ? gs * pr->padded + gs * pr->shard
-                                                       : gs * pr->shard) +
-                                              (c->deterministic ? 8 * pr->shard : 0));
+            r->bytes[ZS_MEM_GRADS] = (double)zs_plan_grad_bytes(c, gs, pr->padded, pr->shard);
         return 0;
     }
     zs_partition part;
@@ -111,8 +122,7 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
     r->shard = S;
     r->live_params = st == 3 ? in->largest_layer : 0;
     r->bytes[ZS_MEM_PARAMS] = (double)(st == 3 ? ps * S + ps * r->live_params : ps * P);
-    r->bytes[ZS_MEM_GRADS] =
-        (double)((st <= 1 ? gs * P + gs * S : gs * S) + (c->deterministic ? 8 * S : 0));
+    r->bytes[ZS_MEM_GRADS] = (double)zs_plan_grad_bytes(c, gs, P, S);
     r->bytes[ZS_MEM_OPT_MASTER] = mixed ? 4.0 * (double)opt : 0.0;
     r->bytes[ZS_MEM_OPT_M] = 4.0 * (double)opt;
     r->bytes[ZS_MEM_OPT_V] = c->optimizer == ZS_OPT_ADAMW ? 4.0 * (double)opt : 0.0;
@@ -198,7 +208,11 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     int N = in->dp, st = c.stage;
     double GA = c.grad_accum, Psi = (double)r->num_params, Pp = (double)r->padded;
     double p = (double)zs_dtype_size(c.precision), g = (double)zs_dtype_size(in->grad_precision);
-    double rs_calls = GA * (double)zs_ceil_div(r->padded, c.reduce_bucket_size);
+    /* gradient reductions per step: one per micro-batch, or one (stages 0
+     * and 1 with the step schedule) */
+    int once = zs_step_reduce_once(&c);
+    double RA = once ? 1.0 : GA;
+    double rs_calls = RA * (double)zs_ceil_div(r->padded, c.reduce_bucket_size);
     double ag_calls = (double)zs_ceil_div(r->padded, c.allgather_bucket_size);
     /* stage 3 gathers per step (elements): the program's count, or two
      * passes over Ψ for a bare parameter count */
@@ -253,7 +267,7 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             free(hi);
             zs_plan_add_coll(r, ZS_COLL_ALLTOALL, N > 1 ? sent * N / (N - 1) : 0.0, rs_calls, N);
         } else {
-            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, GA * Pp * (c.deterministic ? 8.0 : g),
+            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, RA * Pp * (c.deterministic ? 8.0 : g),
                              rs_calls, N);
         }
         if (st == 3) /* one call per pass: the units are unknown */
@@ -262,20 +276,22 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (st == 0 ? g : p) * Pp, ag_calls, N);
     } else if (in->convention == ZS_PLAN_PAPER) {
         /* stages 0, 1: one gradient allreduce (= reduce-scatter + allgather)
-         * per step; 2: a reduce-scatter per micro-batch and a parameter
-         * allgather; 3: also a parameter allgather per pass (3Ψ in all) */
+         * per step (per micro-batch with --grad-reduce micro-batch); 2: a
+         * reduce-scatter per micro-batch and a parameter allgather; 3: also
+         * a parameter allgather per pass (3Ψ in all) */
         if (st <= 1) {
-            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, g * Psi, ag_calls, N);
+            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, RA * g * Psi, RA * ag_calls, N);
         } else {
             zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, GA * g * Psi, rs_calls, N);
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER, st == 3 ? GA * 2.0 * p * Psi : p * Psi,
                              st == 3 ? GA * 2.0 : ag_calls, N);
         }
-    } else { /* megatron: allreduce of gradients, or reduce-scatter + allgather */
+    } else { /* megatron: allreduce of gradients, or reduce-scatter + allgather,
+              * once per step (per micro-batch with --grad-reduce micro-batch) */
         if (st == 0) {
-            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, g * Psi, ag_calls, N);
+            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, RA * g * Psi, RA * ag_calls, N);
         } else {
-            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, g * Psi, ag_calls, N);
+            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, RA * g * Psi, RA * ag_calls, N);
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER, p * Psi, ag_calls, N);
         }
     }
@@ -310,18 +326,27 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
          * micro-batch (stages 0, 1), the reduced part added into the shard
          * per micro-batch, the shard zeroed, and copied back (stage 0); a
          * stage-3 gather copies this rank's piece in; mixed precision
-         * converts each unit's parameters to fp32 for every pass over it */
+         * converts each unit's parameters to fp32 for every pass over it.
+         * The step schedule (stages 0, 1): the full gradient zeroed once
+         * (per micro-batch in fixed point with accumulation, which converts
+         * and adds each micro-batch's gradient), its part zeroed and the
+         * reduced part added once */
         double S = Pp / N, passes = GA * S + S;
-        if (st <= 1)
+        int fixacc = once && c.deterministic && GA > 1;
+        if (once)
+            passes = 2.0 * S + (fixacc ? GA * Pp : Pp);
+        else if (st <= 1)
             passes += GA * Pp;
-        if (st == 0)
+        if (st == 0 && !once)
             passes += S;
         if (st == 3)
             passes += gathered / N;
         if (c.precision != ZS_DTYPE_F32)
             passes += GA * Pp * (r->recompute ? 3.0 : 2.0);
-        if (c.deterministic) /* to fixed point, added, back */
-            passes += GA * Pp + GA * S + S;
+        if (fixacc) /* to fixed point and added per micro-batch, reduced once, back */
+            passes += 2.0 * GA * Pp + Pp + S;
+        else if (c.deterministic) /* to fixed point, added, back */
+            passes += RA * Pp + RA * S + S;
         work[ZS_WORK_PASS] = passes;
     }
     zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,

@@ -65,7 +65,13 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
     free(g);
 
     p->bytes[ZS_MEM_PARAMS] = st == 3 ? ps * S + ps * p->live_params : ps * P;
-    p->bytes[ZS_MEM_GRADS] = (st <= 1 ? ps * P + ps * S : ps * S) + (cfg->deterministic ? 8 * S : 0);
+    size_t GA = (size_t)cfg->grad_accum;
+    if (zs_step_reduce_once(cfg)) /* the step schedule: no reduced shard; fixed
+                                     point accumulates the full gradient */
+        p->bytes[ZS_MEM_GRADS] = ps * P + (cfg->deterministic && GA > 1 ? 8 * P : 0);
+    else
+        p->bytes[ZS_MEM_GRADS] =
+            (st <= 1 ? ps * P + ps * S : ps * S) + (cfg->deterministic ? 8 * S : 0);
     p->bytes[ZS_MEM_OPT_MASTER] = mixed ? 4 * opt : 0;
     p->bytes[ZS_MEM_OPT_M] = 4 * opt;
     p->bytes[ZS_MEM_OPT_V] = cfg->optimizer == ZS_OPT_ADAMW ? 4 * opt : 0;
@@ -79,8 +85,7 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
         cfg->compression.kind != ZS_COMP_NONE && cfg->error_feedback ? 4 * P : 0;
     p->has[ZS_MEM_COMPRESSION] = 1;
 
-    size_t GA = (size_t)cfg->grad_accum;
-    p->rs_bytes_per_step = GA * P * (cfg->deterministic ? 8 : ps);
+    p->rs_bytes_per_step = (zs_step_reduce_once(cfg) ? 1 : GA) * P * (cfg->deterministic ? 8 : ps);
     if (st == 3) {
         /* each micro-batch: a forward and a backward pass of gathers, plus
          * the recomputed segments' units again (activation checkpointing) */
@@ -114,7 +119,7 @@ double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, in
             if (q != rank)
                 bytes += zs_comp_part_bytes(&cfg->compression, n);
         }
-    return bytes * cfg->grad_accum;
+    return bytes * (zs_step_reduce_once(cfg) ? 1 : cfg->grad_accum);
 }
 
 int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
@@ -175,9 +180,9 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
             p->tp_allreduce_bytes_per_step = GA * 4.0 * floats * 2.0 * ring;
         }
     }
-    if (sh.comp)
-        for (int k = 0; k < sh.nbuckets; k++)
-            p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, k, 0) * cfg->grad_accum;
+    for (size_t i = 0; sh.comp && i < prog.n; i++) /* one exchange per reduce op */
+        if (prog.ops[i].kind == ZS_SOP_REDUCE)
+            p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, prog.ops[i].index, 0);
     zs_step_program_free(&prog);
     zs_step_shape_free(&sh);
     zs_model_destroy(m);

@@ -291,12 +291,7 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
     if (cfg->stage == 3)
         fprintf(f, "stage 3: at most %zu gathered parameters alive (predicted %zu, bound %zu)%s\n",
                 r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters,
-                r->units_over_live ? "; units larger than the bound are gathered alone, as "
-                                     "DeepSpeed does" : "");
-    if (cfg->stage == 3 && r->units_over_live)
-        fprintf(f, "stage 3: %d unit%s hold%s more parameters than stage3_max_live_parameters\n",
-                r->units_over_live, r->units_over_live == 1 ? "" : "s",
-                r->units_over_live == 1 ? "s" : "");
+                r->units_over_live_bound ? "; units larger than the bound are gathered alone" : "");
 
     fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
     fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
@@ -568,8 +563,9 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
     if (cfg->stage == 3) {
         json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));
-        json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live));
+        json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live_bound));
     }
+    json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
     char *ctext = zs_run_config_json(cfg);
     json_t *cj = ctext ? json_loads(ctext, 0, NULL) : NULL;
     free(ctext);

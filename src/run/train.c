@@ -380,6 +380,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         free(hi);
     }
     r->num_params = zs_engine_num_params(e);
+    int first_over;
+    r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
     r->padded_params = zs_engine_partition(e)->padded;
     r->loss_floor = zs_engine_loss_floor(e);
     size_t rec0 = 0;
@@ -418,7 +420,6 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     r->seconds = zs_now() - t0;
     rc = zs_engine_param_hash(e, r->param_hash);
     r->live_params_peak = zs_engine_live_params_peak(e);
-    r->units_over_live = zs_engine_units_over_live(e);
     zs_mem_get_stats(mem, &r->mem);
     if (!rc && rank == 0)
         rc = zs_train_comm_table(comm, r);

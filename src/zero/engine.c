@@ -30,6 +30,16 @@
  * stages"). In deterministic mode each micro-batch's gradient is turned into
  * int64 fixed point before the reduction, so every sum is exact and the
  * result does not depend on N or on how MPI orders the sum.
+ *
+ * With grad_reduce step (DeepSpeed's schedule), stages 0 and 1 instead add
+ * every micro-batch's gradient into the full gradient buffer and reduce-
+ * scatter its buckets once, after the last micro-batch's backward, into the
+ * buffer's own part (the gradient shard is then a view of it: no shard
+ * accumulator). Float sums are then grouped differently from the micro-
+ * batch schedule (and from stages 2 and 3) when grad_accum > 1; in
+ * deterministic mode each micro-batch is converted to fixed point and added
+ * into an int64 copy of the full gradient, and integer sums do not depend on
+ * the grouping: the bytes equal the micro-batch schedule's.
  */
 #include "zerosim/zero.h"
 #include "zerosim/comm.h"
@@ -74,8 +84,12 @@ struct zs_engine {
     float *master, *m, *v;      /* stage 0 full, else shard; master aliases
                                    the params when !mixed */
     void *gfull;                /* stages 0, 1: full gradient buffer */
-    void *gshard;               /* reduced gradient shard (pt) */
+    void *gshard;               /* reduced gradient shard (pt); with the step
+                                   schedule, this rank's part of gfull */
     int64_t *gacc;              /* deterministic: fixed-point shard accumulator */
+    int64_t *gfix;              /* deterministic, step schedule, grad_accum > 1:
+                                   the full gradient accumulated in fixed point */
+    int once;                   /* the step schedule: one reduction per step */
     void *recv;                 /* this rank's part of one bucket (pt or int64) */
     int64_t *fixbuf;            /* deterministic: one bucket in fixed point */
     int frac_bits;
@@ -168,8 +182,12 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->m = e->buf[ZS_BUF_M];
     e->v = e->buf[ZS_BUF_V];
     e->gfull = e->buf[ZS_BUF_GFULL];
-    e->gshard = e->buf[ZS_BUF_GSHARD];
+    e->once = e->sh->reduce_step;
+    /* the step schedule reduces into gfull's own part, which the norm, the
+     * optimizer and stage 0's allgather then read in place */
+    e->gshard = e->once ? (char *)e->gfull + p->shard_begin * e->ps : e->buf[ZS_BUF_GSHARD];
     e->gacc = e->buf[ZS_BUF_GACC];
+    e->gfix = e->buf[ZS_BUF_GFIX];
     e->fixbuf = e->buf[ZS_BUF_FIXBUF];
     e->recv = e->buf[ZS_BUF_RECV];
     e->residual = e->buf[ZS_BUF_RESIDUAL];
@@ -586,12 +604,18 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src, s
     for (int q = 0; q < N && !e->phantom; q++)
         zs_comp_decompress_add(cs, e->crecv + (size_t)q * rb, rcount, e->cacc);
     size_t off = rbegin - e->part.shard_begin;
+    if (e->once) /* the shard is gfull's part: it held this rank's own gradient */
+        zs_backend_memset0(e->be, (char *)e->gshard + off * e->ps, rcount * e->ps);
     zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->ps, e->pt, e->cacc, rcount);
     return 0;
 }
 
 /* Reduce-scatter bucket k and add this rank's part into the shard
- * accumulator. */
+ * accumulator. With the step schedule the shard is gfull's own part, which
+ * held this rank's local gradient: it is zeroed and the reduced part added
+ * (zero plus the sum, as the micro-batch schedule's first addition, so that
+ * one micro-batch gives the same bytes under both schedules); in fixed
+ * point the reduced part is converted back straight into it. */
 static int zs_engine_reduce_bucket(zs_engine *e, int k)
 {
     const zs_step_range *b = &e->sh->buckets[k];
@@ -603,12 +627,20 @@ static int zs_engine_reduce_bucket(zs_engine *e, int k)
     if (e->comp_now) {
         ZS_TRY(zs_engine_exchange_compressed(e, k, src, rbegin, rcount));
     } else if (e->det) {
-        e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, src, e->pt, n, e->frac_bits,
-                                                e->fix_limit);
-        ZS_TRY(zs_comm_reduce_scatter(e->comm, e->fixbuf, e->recv, e->counts, ZS_CT_I64, k));
-        zs_backend_add_i64(e->be, e->gacc + off, e->recv, rcount);
+        const int64_t *fx = e->gfix ? e->gfix + b->lo : e->fixbuf;
+        if (!e->gfix)
+            e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, src, e->pt, n,
+                                                    e->frac_bits, e->fix_limit);
+        ZS_TRY(zs_comm_reduce_scatter(e->comm, fx, e->recv, e->counts, ZS_CT_I64, k));
+        if (e->once)
+            zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->ps, e->pt, e->recv,
+                                  rcount, e->frac_bits);
+        else
+            zs_backend_add_i64(e->be, e->gacc + off, e->recv, rcount);
     } else {
         ZS_TRY(zs_comm_reduce_scatter(e->comm, src, e->recv, e->counts, e->ct, k));
+        if (e->once)
+            zs_backend_memset0(e->be, (char *)e->gshard + off * e->ps, rcount * e->ps);
         zs_backend_add_typed(e->be, (char *)e->gshard + off * e->ps, e->recv, e->pt, rcount);
     }
     if (e->stage >= 2) {
@@ -648,7 +680,7 @@ static void zs_engine_load_batch(zs_engine *e, uint64_t first)
 static int zs_engine_check(zs_engine *e)
 {
     const zs_partition *p = &e->part;
-    if (e->det)
+    if (e->det && !e->once) /* the step schedule converted each part as it came */
         zs_backend_from_fixed(e->be, e->gshard, e->pt, e->gacc, p->shard, e->frac_bits);
     /* overflow: fixed-point range, or inf/NaN in the reduced gradients */
     int flags = (e->fix_overflows > 0) | (zs_backend_count_nonfinite(e->be, e->gshard, e->pt,
@@ -766,9 +798,12 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     int N = p->world, GA = c->grad_accum, u = o->unit;
     switch (o->kind) {
     case ZS_SOP_BEGIN:
-        if (e->det)
+        if (e->gacc)
             zs_backend_memset0(e->be, e->gacc, p->shard * 8);
-        zs_backend_memset0(e->be, e->gshard, p->shard * e->ps);
+        if (e->gfix)
+            zs_backend_memset0(e->be, e->gfix, p->padded * 8);
+        if (!e->once) /* the step schedule's shard is part of gfull */
+            zs_backend_memset0(e->be, e->gshard, p->shard * e->ps);
         e->fix_overflows = 0;
         break;
     case ZS_SOP_LOAD: {
@@ -803,6 +838,14 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
             return -1;
         ZS_TRY(zs_engine_commit_grads(e, u));
         break;
+    case ZS_SOP_ACCUM_FIXED: { /* this micro-batch's bucket, added in fixed point */
+        const zs_step_range *b = &e->sh->buckets[o->index];
+        size_t n = b->hi - b->lo;
+        e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, (char *)e->gfull + b->lo * e->ps,
+                                                e->pt, n, e->frac_bits, e->fix_limit);
+        zs_backend_add_i64(e->be, e->gfix + b->lo, e->fixbuf, n);
+        break;
+    }
     case ZS_SOP_REDUCE: ZS_TRY(zs_engine_reduce_bucket(e, o->index)); break;
     case ZS_SOP_LOSS_SUM: {
         /* the loss of the step: micro-batch losses summed in global order */
@@ -926,7 +969,6 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
 size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
 
-int zs_engine_units_over_live(const zs_engine *e) { return zs_step_shape_units_over_live(e->sh); }
 
 int zs_engine_set_trace(zs_engine *e, int on)
 {

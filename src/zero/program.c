@@ -208,8 +208,14 @@ static void zs_shape_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_M, ZS_MEM_OPT_M, opt * 4);
     ZS_SETBUF(ZS_BUF_V, ZS_MEM_OPT_V, s->cfg.optimizer == ZS_OPT_ADAMW ? opt * 4 : 0);
     ZS_SETBUF(ZS_BUF_GFULL, ZS_MEM_GRADS, st <= 1 ? P * ps : 0);
-    ZS_SETBUF(ZS_BUF_GSHARD, ZS_MEM_GRADS, S * ps);
-    ZS_SETBUF(ZS_BUF_GACC, ZS_MEM_GRADS, s->det ? S * 8 : 0);
+    /* the step schedule reduces once, into GFULL's own part: no shard
+     * accumulator, and in deterministic mode with accumulation the
+     * micro-batches add up in fixed point (integer sums do not depend on
+     * how they are grouped, so the bytes equal the micro-batch schedule's) */
+    ZS_SETBUF(ZS_BUF_GSHARD, ZS_MEM_GRADS, s->reduce_step ? 0 : S * ps);
+    ZS_SETBUF(ZS_BUF_GACC, ZS_MEM_GRADS, s->det && !s->reduce_step ? S * 8 : 0);
+    ZS_SETBUF(ZS_BUF_GFIX, ZS_MEM_GRADS,
+              s->det && s->reduce_step && s->cfg.grad_accum > 1 ? P * 8 : 0);
     ZS_SETBUF(ZS_BUF_FIXBUF, ZS_MEM_COMM_BUFFERS, s->det ? s->max_bucket * 8 : 0);
     ZS_SETBUF(ZS_BUF_RECV, ZS_MEM_COMM_BUFFERS, s->max_chunk * (s->det ? 8 : ps));
     ZS_SETBUF(ZS_BUF_RESIDUAL, ZS_MEM_COMPRESSION, s->comp && s->cfg.error_feedback ? P * 4 : 0);
@@ -246,6 +252,7 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     s->ps = zs_dtype_size(s->pt);
     s->mixed = cfg->precision != ZS_DTYPE_F32;
     s->comp = cfg->compression.kind != ZS_COMP_NONE;
+    s->reduce_step = zs_step_reduce_once(cfg);
     if (s->stage < 0 || s->stage > 3)
         ZS_FAIL("ZeRO stage must be 0, 1, 2 or 3, got %d", s->stage);
     const zs_layout *lay = zs_model_layout(m);
@@ -285,11 +292,20 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     return 0;
 }
 
-int zs_step_shape_units_over_live(const zs_step_shape *s)
+int zs_step_reduce_once(const zs_run_config *cfg)
+{
+    return cfg->stage <= 1 && cfg->grad_reduce == ZS_GRAD_REDUCE_STEP;
+}
+
+int zs_step_shape_units_over_bound(const zs_step_shape *s, int *first)
 {
     int n = 0;
+    *first = -1;
     for (int u = 0; s->stage == 3 && u < s->U; u++)
-        n += s->gelems[u] > s->cfg.stage3_max_live_parameters;
+        if (s->gelems[u] > s->cfg.stage3_max_live_parameters) {
+            if (n++ == 0)
+                *first = u;
+        }
     return n;
 }
 
@@ -332,6 +348,7 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_ZERO_GRADS] = "zero_grads",
     [ZS_SOP_BUCKET_ALLOC] = "bucket_alloc",
     [ZS_SOP_BACKWARD] = "backward",
+    [ZS_SOP_ACCUM_FIXED] = "accum_fixed",
     [ZS_SOP_REDUCE] = "reduce",
     [ZS_SOP_LOSS_SUM] = "loss_sum",
     [ZS_SOP_CHECK] = "check",
@@ -478,16 +495,21 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
     }
     const zs_model_config *mc = &s->cfg.model;
     int U = s->U, st = s->stage;
+    int GA = s->cfg.grad_accum, once = s->reduce_step;
+    /* the step schedule in fixed point: each micro-batch's gradient is
+     * converted and added into GFIX, so the full gradient holds one
+     * micro-batch at a time, as in the micro-batch schedule */
+    int fixacc = once && s->det && GA > 1;
     b.phase = ZS_PHASE_FORWARD;
-    zs_emit(&b, ZS_SOP_BEGIN, -1, -1, 0, s->part.shard);
-    for (int a = 0; a < s->cfg.grad_accum; a++) {
+    zs_emit(&b, ZS_SOP_BEGIN, -1, -1, 0, once ? (fixacc ? s->part.padded : 0) : s->part.shard);
+    for (int a = 0; a < GA; a++) {
         b.micro = a;
         b.phase = ZS_PHASE_FORWARD;
         zs_emit(&b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
         zs_b_forward_units(&b, 0, U - 1, 0);
         zs_emit(&b, ZS_SOP_LOSS, -1, -1, 0, 1);
         b.phase = ZS_PHASE_BACKWARD;
-        if (st <= 1)
+        if (st <= 1 && (!once || fixacc || a == 0))
             zs_emit(&b, ZS_SOP_ZERO_GRADS, -1, -1, 0, s->part.padded);
         for (int u = U - 1; u >= 0; u--) {
             int first = zs_recomputed_first(mc, u);
@@ -506,7 +528,10 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
                     if (s->buckets[k].unit == u)
                         zs_b_reduce(&b, k);
         }
-        if (st <= 1)
+        for (int k = 0; fixacc && k < s->nbuckets; k++)
+            zs_emit(&b, ZS_SOP_ACCUM_FIXED, s->buckets[k].unit, k, 0,
+                    s->buckets[k].hi - s->buckets[k].lo);
+        if (st <= 1 && (!once || a == GA - 1))
             for (int k = 0; k < s->nbuckets; k++)
                 zs_b_reduce(&b, k);
     }
@@ -516,7 +541,8 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
     zs_emit(&b, ZS_SOP_CHECK, -1, -1, 0, s->part.shard);
     zs_emit(&b, ZS_SOP_NORM, -1, -1, 0, s->part.shard);
     if (st == 0) {
-        zs_emit(&b, ZS_SOP_PUT_SHARD, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
+        if (!once)
+            zs_emit(&b, ZS_SOP_PUT_SHARD, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
         for (int i = 0; i < s->npieces; i++)
             zs_emit(&b, ZS_SOP_ALLGATHER, -1, i, ZS_SOPF_APPLIED,
                     i + 1 < s->npieces ? s->ag_piece
@@ -606,9 +632,9 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
 {
     const char *pt = zs_dtype_name(s->pt);
     fprintf(f, "# step program: stage %d, %d ranks, %zu parameters (%zu padded, shard %zu), "
-               "%d units, %d buckets, %zu ops\n",
+               "%d units, %d buckets, %zu ops%s\n",
             s->stage, s->part.world, s->part.num_params, s->part.padded, s->part.shard, s->U,
-            s->nbuckets, p->n);
+            s->nbuckets, p->n, s->reduce_step ? ", gradients reduced once per step" : "");
     for (size_t i = 0; i < p->n; i++) {
         const zs_step_op *o = &p->ops[i];
         fprintf(f, "%5zu %-8s", i, zs_comm_phase_name(o->phase));
@@ -636,6 +662,10 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
             break;
         case ZS_SOP_BUCKET_ALLOC:
             fprintf(f, " bucket %d: %zu %s elements (comm_buffers)", o->index, o->elems, pt);
+            break;
+        case ZS_SOP_ACCUM_FIXED:
+            fprintf(f, " bucket %d [%zu, %zu): %zu elements into int64, added locally",
+                    o->index, s->buckets[o->index].lo, s->buckets[o->index].hi, o->elems);
             break;
         case ZS_SOP_REDUCE:
             fprintf(f, " bucket %d [%zu, %zu): %s %zu %s elements (%s)", o->index,
