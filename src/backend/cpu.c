@@ -671,6 +671,27 @@ static void cpu_from_fixed(void *ctx, void *dst, zs_dtype t, const int64_t *src,
  * optimizer
  * ------------------------------------------------------------------------- */
 
+/* One element of AdamW (the formula below): updates *master, *m, *v from the
+ * gradient element grad; returns the new master value. */
+static inline float cpu_adamw_one(const zs_optim_hparams *h, float grad, float *master, float *m,
+                                  float *v)
+{
+    float b1 = h->beta1, b2 = h->beta2;
+    float g = grad * h->grad_mul;
+    if (h->l2 != 0.0f)
+        g += h->l2 * *master;
+    float mi = b1 * *m + (1.0f - b1) * g;
+    float vi = b2 * *v + (1.0f - b2) * g * g;
+    float mhat = mi / h->bias_corr1;
+    float vhat = vi / h->bias_corr2;
+    float p = *master;
+    p -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + h->weight_decay * p);
+    *m = mi;
+    *v = vi;
+    *master = p;
+    return p;
+}
+
 /* master, m, v (N, fp32); grad (N, gt); param (N, pt) or NULL.
  *   g = grad * grad_mul (+ l2*master for Adam with L2)
  *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
@@ -681,43 +702,19 @@ static void cpu_adamw_step(void *ctx, float *master, float *m, float *v,
                            size_t n, const zs_optim_hparams *h)
 {
     (void)ctx;
-    float b1 = h->beta1, b2 = h->beta2;
     if (gt == ZS_DTYPE_F32 && (param == NULL || pt == ZS_DTYPE_F32)) {
-        /* fp32: the same arithmetic on plain arrays, which the compiler
-         * vectorises */
+        /* fp32: plain arrays, which the compiler vectorises */
         const float *gf = grad;
         float *pf = param;
         for (size_t i = 0; i < n; i++) {
-            float g = gf[i] * h->grad_mul;
-            if (h->l2 != 0.0f)
-                g += h->l2 * master[i];
-            float mi = b1 * m[i] + (1.0f - b1) * g;
-            float vi = b2 * v[i] + (1.0f - b2) * g * g;
-            float mhat = mi / h->bias_corr1;
-            float vhat = vi / h->bias_corr2;
-            float p = master[i];
-            p -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + h->weight_decay * p);
-            m[i] = mi;
-            v[i] = vi;
-            master[i] = p;
+            float p = cpu_adamw_one(h, gf[i], &master[i], &m[i], &v[i]);
             if (pf != NULL)
                 pf[i] = p;
         }
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        float g = cpu_load(grad, gt, i) * h->grad_mul;
-        if (h->l2 != 0.0f)
-            g += h->l2 * master[i];
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        float mhat = mi / h->bias_corr1;
-        float vhat = vi / h->bias_corr2;
-        float p = master[i];
-        p -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + h->weight_decay * p);
-        m[i] = mi;
-        v[i] = vi;
-        master[i] = p;
+        float p = cpu_adamw_one(h, cpu_load(grad, gt, i), &master[i], &m[i], &v[i]);
         if (param != NULL)
             cpu_store(param, pt, i, p);
     }
