@@ -32,7 +32,7 @@ check_run() { # label dir
     return 0
 }
 
-for n in 1 2 3 4; do
+for n in ${ZS_TEST_RANKS:-1 2 3 4}; do
     for stage in 0 1 2 3; do
         for variant in fp32 bf16 fp16 det; do
             case $variant in
@@ -48,6 +48,9 @@ for n in 1 2 3 4; do
         done
     done
 done
+
+# ZS_TEST_QUICK (scripts/test-sanitizers.sh): the sweep above only
+[ -n "${ZS_TEST_QUICK:-}" ] && finish
 
 # a model that does not fit at stage 0 fits at stage 3 (4 ranks)
 BIG="--layers 4 --hidden 64 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --steps 2"

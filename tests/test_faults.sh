@@ -104,6 +104,10 @@ fault "kill while writing CSV" 2 report KILL other \
 fault "SIGSTOP, timeout 3 s" 2 1:step:2 STOP stalled \
     "^zerosim: rank 0: stopped at step 2 (.*): rank 1 (process stopped) did not arrive at the .* within the collective timeout of 3 s" 1 \
     --steps 4 --quiet --collective-timeout 3 --report "$T/out/r.json"
+# the same in a tensor-parallel allreduce (blocking, under the watchdog)
+fault "SIGSTOP in an allreduce" 2 1:step:2 STOP stalled \
+    "^zerosim: rank 0: stopped at step 2 (.*): rank 1 (process stopped) did not arrive at the allreduce within the collective timeout of 2 s" 1 \
+    --steps 3 --tp 2 --quiet --collective-timeout 2
 
 # a rank killed mid-computation, with no hook: at the third progress line
 rm -f "$T/log"
