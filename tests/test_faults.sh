@@ -24,7 +24,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
 # wait_gone SECONDS PID...: 0 when every PID is gone within SECONDS
 wait_gone() {
     w=$1; shift
-    end=$(awk -v t="$(now)" -v w="$w" 'BEGIN {print t + w}')
+    end=$(awk -v t="$(now)" -v w="$w" 'BEGIN {printf "%.3f", t + w}')
     while :; do
         alive=""
         for p in "$@"; do

@@ -334,7 +334,7 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
         return -1;
     }
     m->ops->bind_acts(a);
-    if (!a->view_arrays && m->cfg.kind == ZS_MODEL_GPT) {
+    if (!a->view_arrays) { /* both models bind their views through one array */
         zs_model_acts_destroy(a);
         ZS_FAIL("out of host memory creating activation views");
     }
