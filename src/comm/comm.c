@@ -315,7 +315,8 @@ static void zs_line_cause(zs_line *l)
     if (lost)
         zs_line_s(l, ": its process ended without a word (killed?), and mpirun stopped the job");
     else
-        zs_line_s(l, "mpirun stopped the job: a rank was lost or failed (mpirun names it above)");
+        zs_line_s(l, "mpirun stopped the job (interrupted, or a rank on another node was lost or "
+                     "failed: mpirun's message names it)");
 }
 
 /* SIGTERM, from mpirun when another rank was lost or aborted the job. */
