@@ -1,6 +1,10 @@
 #!/bin/sh
-# Set everything up, then run the whole test suite (make check) and print
-# one closing line "N passed, N failed".
+# Set everything up, run the whole test suite (make check), then a subset of
+# it under AddressSanitizer and UBSan (scripts/test-sanitizers.sh, its own
+# build in build-asan/), and print one closing line "N passed, N failed,
+# N skipped; sanitizers: N passed, N failed". The sanitizer subset runs
+# here rather than inside make check because it needs a second build of the
+# whole library with other compiler flags. ZS_SKIP_SANITIZERS=1 leaves it out.
 set -u
 cd "$(dirname "$0")/.."
 sh scripts/build.sh || exit 1
@@ -11,5 +15,13 @@ summary=$(sed -n 's/^# \(PASS\|FAIL\|ERROR\|SKIP\): *\([0-9]*\)/\1 \2/p' test-su
 p=$(echo "$summary" | awk '$1=="PASS"{print $2}')
 f=$(echo "$summary" | awk '$1=="FAIL"||$1=="ERROR"{s+=$2} END{print s+0}')
 s=$(echo "$summary" | awk '$1=="SKIP"{print $2}')
-echo "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+san="sanitizers: not run (ZS_SKIP_SANITIZERS)"
+if [ -z "${ZS_SKIP_SANITIZERS:-}" ]; then
+    sh scripts/test-sanitizers.sh | tee sanitizers.log
+    src=$?
+    san=$(sed -n 's/^\(sanitizers: [0-9]* passed, [0-9]* failed\).*/\1/p' sanitizers.log | tail -1)
+    [ -n "$san" ] || san="sanitizers: did not run to the end (sanitizers.log)"
+    [ "$src" -eq 0 ] || [ "$rc" -ne 0 ] || rc=1
+fi
+echo "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped; $san"
 exit $rc

@@ -32,7 +32,7 @@ check_run() { # label dir
     return 0
 }
 
-for n in 1 2 3 4; do
+for n in ${ZS_TEST_RANKS:-1 2 3 4}; do
     for stage in 0 1 2 3; do
         for variant in fp32 bf16 fp16 det; do
             case $variant in
@@ -48,6 +48,9 @@ for n in 1 2 3 4; do
         done
     done
 done
+
+# ZS_TEST_QUICK (scripts/test-sanitizers.sh): the sweep above only
+[ -n "${ZS_TEST_QUICK:-}" ] && finish
 
 # DeepSpeed's reduce schedule (--grad-reduce step): stages 0 and 1 reduce
 # once per step, not once per micro-batch, and keep no reduced shard; the

@@ -88,8 +88,20 @@ zs_comm_t zs_comm_phantom(int size, int rank);
 int zs_comm_is_phantom(zs_comm_t c);
 /* Finalise MPI (and free the communicator). */
 void zs_comm_finalize(zs_comm_t world);
-/* Terminate every rank of the job with this exit code. */
+/* Terminate every rank of the job with this exit code, after one line on
+ * stderr: "zerosim: rank R: stopped at step S (phase): " and the last error
+ * (zs_error_msg). */
 void zs_comm_abort(zs_comm_t c, int code);
+/* The same with `why` for the error: print the line, leave `why` where the
+ * other ranks of this node find it for their own line, abort the job. */
+void zs_comm_stop(zs_comm_t c, const char *why) __attribute__((noreturn));
+/* Faults. Every wait on other ranks gives up after `seconds` (default 600):
+ * the rank prints one line naming the step and the ranks that did not
+ * arrive, and aborts the job. A rank stopped by mpirun's SIGTERM (another
+ * rank was lost) prints one line naming the lost rank and the step. The set
+ * applies to c's whole tree (the world and its splits). */
+void zs_comm_set_timeout(zs_comm_t c, double seconds);
+double zs_comm_timeout(zs_comm_t c);
 
 /* A sub-communicator of c (MPI_Comm_split with color and key) spanning the
  * axis `group`, in which this rank is expected to be `rank` of `size`

@@ -717,6 +717,9 @@ static int zs_cmd_train(int argc, char **argv)
     return any ? 1 : 0;
 }
 
+/* fuzz/fuzz_train_args.c includes this file, without main, to reach the
+ * option parsing (zs_train_setup) without MPI. */
+#ifndef ZS_CLI_NO_MAIN
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -743,3 +746,4 @@ int main(int argc, char **argv)
             argv[1]);
     return 2;
 }
+#endif

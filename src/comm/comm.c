@@ -3,12 +3,24 @@
 #include "zerosim/backend.h"
 #include "zerosim/error.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+/* Counters of collectives entered, one per kind of communicator: the world,
+ * each group of the mesh, and the agreement (zs_comm_agree). */
+#define ZS_BOARD_WORLD 0
+#define ZS_BOARD_AGREE (ZS_GROUP_NGROUPS + 1)
+#define ZS_BOARD_COUNTERS (ZS_GROUP_NGROUPS + 2)
 
 struct zs_comm {
     struct zs_comm *ledger;  /* where records, sums and the phase context
@@ -36,6 +48,20 @@ struct zs_comm {
      * algorithm, and a copy back. Host staging buffers grow as needed and
      * are host memory, outside the accounting of device memory. */
     zs_backend_t be;
+    /* Faults (see "Faults" below): this communicator's counter on the
+     * board, the world rank of each of its ranks (NULL: it is the world),
+     * and the collectives entered on it. The world's own fields: the
+     * deadline of a collective, collectives entered on any communicator,
+     * the test hook's stall point, and the board's window. */
+    int counter;
+    int *world_of;
+    long long seq, agree_seq;
+    double timeout_s;
+    long long ncoll;
+    int stall_rank, stall_step;
+    long long stall_coll;
+    MPI_Comm node;
+    MPI_Win board_win;
     int staged;              /* be is set and not host-accessible */
     int use_coll;            /* staged, and the backend's collectives in use */
     void *h_send, *h_recv, *h_scratch;
@@ -45,6 +71,7 @@ struct zs_comm {
 typedef struct {   /* a pending non-blocking call */
     MPI_Request req;
     zs_comm_record r;
+    long long seq;           /* zs_comm_enter's count */
     double t0;
     void *dev;               /* staged: the device buffer to fill on wait */
     void *host;              /* its host copy, and its bytes */
@@ -140,6 +167,460 @@ static int zs_mpi_fail(int rc, const char *what)
     ZS_FAIL("MPI error in %s: %s", what, msg);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Faults: a rank that is lost (killed) or stops (hangs, SIGSTOP).
+ *
+ * Every wait on other ranks polls with a deadline (zs_comm_finish): past
+ * the collective timeout the rank prints one line naming the step and the
+ * ranks that did not arrive, and aborts the job. When a rank is killed,
+ * mpirun stops the others with SIGTERM; their handler prints one line
+ * naming the lost rank and the step. Both find the ranks on this node on a
+ * board in shared memory (an MPI shared window): one slot per rank with
+ * its pid, step, phase, a count of collectives entered per communicator,
+ * and its state. Ranks on other nodes are not on the board; the line then
+ * says so and mpirun's own message names them. */
+
+enum { ZS_RUNNING = 0, ZS_SIGNALLED, ZS_STOPPED_JOB, ZS_FINISHED };
+
+typedef struct {
+    int world_rank, pid;
+    volatile sig_atomic_t state;
+    volatile int step, phase;
+    volatile long long seq[ZS_BOARD_COUNTERS];
+    char why[256];               /* ZS_STOPPED_JOB: what stopped the job */
+    volatile int blamed;         /* and the first rank it names, or -1 */
+} zs_board_slot;
+
+static zs_board_slot *zs_board;  /* the slots of this node's ranks */
+static int zs_board_n;
+static zs_board_slot zs_board_solo; /* no shared window: this rank alone */
+static zs_board_slot *zs_me;     /* this rank's slot; NULL before zs_comm_init */
+static volatile sig_atomic_t zs_said; /* this rank has printed its line */
+static _Thread_local int zs_in_watchdog; /* this thread is the watchdog (no MPI) */
+
+/* A line built with nothing but stores, so that a signal handler can build
+ * it too (no stdio there). */
+typedef struct {
+    char *p;
+    size_t n, len;
+} zs_line;
+
+static void zs_line_s(zs_line *l, const char *s)
+{
+    while (*s && l->len + 1 < l->n)
+        l->p[l->len++] = *s++;
+    l->p[l->len] = '\0';
+}
+
+static void zs_line_i(zs_line *l, long long v)
+{
+    char t[24], *q = t + sizeof t;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    *--q = '\0';
+    do
+        *--q = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        *--q = '-';
+    zs_line_s(l, q);
+}
+
+/* "at step S (phase)", as the progress lines count steps (from 1). */
+static void zs_line_where(zs_line *l, int step, int phase)
+{
+    if (phase == ZS_PHASE_REPORT) {
+        zs_line_s(l, "after the last step (gathering results)");
+    } else if (step < 0 || phase == ZS_PHASE_SETUP) {
+        zs_line_s(l, "during setup");
+    } else {
+        zs_line_s(l, "at step ");
+        zs_line_i(l, step + 1);
+        zs_line_s(l, " (");
+        zs_line_s(l, phase > 0 && phase < ZS_PHASE_NPHASES ? zs_phase_names[phase] : "?");
+        zs_line_s(l, ")");
+    }
+}
+
+/* A process's state: 'D' gone (or a zombie), 'T' stopped, 'R' alive, '?'
+ * unknown. Async-signal-safe. */
+static char zs_proc_state(int pid)
+{
+    if (pid <= 0)
+        return '?';
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 'D';
+    char path[40], buf[512];
+    zs_line l = {path, sizeof path, 0};
+    zs_line_s(&l, "/proc/");
+    zs_line_i(&l, pid);
+    zs_line_s(&l, "/stat");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return '?';
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return '?';
+    buf[n] = '\0';
+    const char *p = NULL; /* the state follows the last ") " */
+    for (ssize_t i = 0; i + 2 < n; i++)
+        if (buf[i] == ')' && buf[i + 1] == ' ')
+            p = buf + i + 2;
+    if (!p)
+        return '?';
+    if (*p == 'Z' || *p == 'X')
+        return 'D';
+    if (*p == 'T' || *p == 't')
+        return 'T';
+    return 'R';
+}
+
+static zs_board_slot *zs_board_find(int world_rank)
+{
+    for (int i = 0; i < zs_board_n; i++)
+        if (zs_board[i].world_rank == world_rank)
+            return &zs_board[i];
+    return NULL;
+}
+
+/* Why the job stops, as this rank's signal handler sees it: a rank that
+ * stopped the job and said why, else the ranks whose process is gone
+ * without a word. Async-signal-safe. */
+static void zs_line_cause(zs_line *l)
+{
+    for (int i = 0; i < zs_board_n; i++)
+        if (&zs_board[i] != zs_me && zs_board[i].state == ZS_STOPPED_JOB) {
+            if (zs_me && zs_board[i].blamed == zs_me->world_rank) {
+                zs_line_s(l, "this rank did not arrive in time, and rank ");
+                zs_line_i(l, zs_board[i].world_rank);
+                zs_line_s(l, " stopped the job");
+                return;
+            }
+            zs_line_s(l, zs_board[i].why);
+            zs_line_s(l, " (rank ");
+            zs_line_i(l, zs_board[i].world_rank);
+            zs_line_s(l, " stopped the job)");
+            return;
+        }
+    int lost = 0;
+    for (int i = 0; i < zs_board_n; i++)
+        if (&zs_board[i] != zs_me && zs_board[i].state == ZS_RUNNING &&
+            zs_proc_state(zs_board[i].pid) == 'D') {
+            zs_line_s(l, lost++ ? ", " : "lost rank ");
+            zs_line_i(l, zs_board[i].world_rank);
+            zs_line_s(l, " (pid ");
+            zs_line_i(l, zs_board[i].pid);
+            zs_line_s(l, ")");
+        }
+    if (lost)
+        zs_line_s(l, ": its process ended without a word (killed?), and mpirun stopped the job");
+    else
+        zs_line_s(l, "mpirun stopped the job (interrupted, or a rank on another node was lost or "
+                     "failed: mpirun's message names it)");
+}
+
+/* SIGTERM, from mpirun when another rank was lost or aborted the job. */
+static void zs_comm_on_term(int sig)
+{
+    int saved = errno;
+    zs_board_slot *me = zs_me ? zs_me : &zs_board_solo;
+    if (!zs_said) {
+        zs_said = 1;
+        if (me->state == ZS_RUNNING)
+            me->state = ZS_SIGNALLED;
+        char buf[700];
+        zs_line l = {buf, sizeof buf, 0};
+        zs_line_s(&l, "zerosim: rank ");
+        zs_line_i(&l, me->world_rank);
+        zs_line_s(&l, ": stopped ");
+        zs_line_where(&l, me->step, me->phase);
+        zs_line_s(&l, ": ");
+        zs_line_cause(&l);
+        zs_line_s(&l, "\n");
+        ssize_t w = write(STDERR_FILENO, buf, l.len);
+        (void)w;
+    }
+    errno = saved;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Print this rank's one line (unless printed), leave `why` on the board for
+ * the others' lines, and abort the job. */
+static void zs_comm_stop_job(const char *why, int blamed) __attribute__((noreturn));
+static void zs_comm_stop_job(const char *why, int blamed)
+{
+    zs_board_slot *me = zs_me ? zs_me : &zs_board_solo;
+    snprintf(me->why, sizeof me->why, "%s", why);
+    me->blamed = blamed;
+    __sync_synchronize();
+    me->state = ZS_STOPPED_JOB;
+    if (!zs_said) {
+        zs_said = 1;
+        char where[96];
+        zs_line l = {where, sizeof where, 0};
+        zs_line_where(&l, me->step, me->phase);
+        fprintf(stderr, "zerosim: rank %d: stopped %s: %s\n", me->world_rank, where, why);
+        fflush(stderr);
+    }
+    if (zs_in_watchdog) /* no MPI from this thread: mpirun stops the job on the exit */
+        _exit(1);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
+void zs_comm_stop(zs_comm_t c, const char *why)
+{
+    (void)c;
+    zs_comm_stop_job(why, -1);
+}
+
+/* Past the deadline in a collective on c: name the ranks of c that did not
+ * enter it (from the board), and stop the job. */
+static void zs_comm_timed_out(zs_comm_t c, int counter, const char *what, long long my_seq)
+    __attribute__((noreturn));
+static void zs_comm_timed_out(zs_comm_t c, int counter, const char *what, long long my_seq)
+{
+    char why[256];
+    zs_line l = {why, sizeof why, 0};
+    int absent = 0, unknown = 0, blamed = -1;
+    for (int i = 0; i < c->size; i++) {
+        int w = c->world_of ? c->world_of[i] : c->ledger == c ? i : -1;
+        if (i == c->rank)
+            continue;
+        const zs_board_slot *q = zs_board_find(w);
+        if (!q) {
+            unknown++;
+            continue;
+        }
+        if (q->seq[counter] >= my_seq)
+            continue;
+        char st = zs_proc_state(q->pid);
+        if (blamed < 0)
+            blamed = w;
+        zs_line_s(&l, absent++ ? ", rank " : "rank ");
+        zs_line_i(&l, w);
+        zs_line_s(&l, st == 'T' ? " (process stopped)" : st == 'D' ? " (process gone)" : "");
+    }
+    if (absent)
+        zs_line_s(&l, absent > 1 ? " did not arrive" : " did not arrive");
+    else if (unknown)
+        zs_line_s(&l, "a rank on another node did not arrive");
+    else
+        zs_line_s(&l, "the other ranks did not finish");
+    zs_line_s(&l, " at the ");
+    zs_line_s(&l, what);
+    zs_line_s(&l, " within the collective timeout of ");
+    char t[32];
+    snprintf(t, sizeof t, "%g", c->ledger->timeout_s);
+    zs_line_s(&l, t);
+    zs_line_s(&l, " s (hung or stopped? --collective-timeout S waits longer)");
+    zs_comm_stop_job(why, blamed);
+}
+
+/* Test hook (tests/test_faults.sh): ZEROSIM_TEST_STALL_AT=R:step:S makes
+ * world rank R stall at its first collective of step S (counted from 1, as
+ * the progress lines count); R:coll:K at its K-th collective of the run.
+ * The stalled rank says so on stderr, with its pid, and sleeps until a
+ * signal ends it. */
+static void zs_comm_stall_parse(zs_comm_t w)
+{
+    const char *s = getenv("ZEROSIM_TEST_STALL_AT");
+    w->stall_rank = -1;
+    if (!s)
+        return;
+    int r = -1, n = 0, used = 0;
+    char kind[8] = "";
+    if (sscanf(s, "%d:%7[a-z]:%d%n", &r, kind, &n, &used) == 3 && s[used] == '\0' && n > 0) {
+        if (!strcmp(kind, "step"))
+            w->stall_step = n;
+        else if (!strcmp(kind, "coll"))
+            w->stall_coll = n;
+        else
+            return;
+        w->stall_rank = r;
+    }
+}
+
+static void zs_comm_stall(zs_comm_t w)
+{
+    fprintf(stderr, "zerosim: test hook: rank %d (pid %ld) stalls at step %d, collective %lld\n",
+            w->rank, (long)getpid(), w->step + 1, w->ncoll);
+    fflush(stderr);
+    for (;;)
+        pause();
+}
+
+/* Every exchange with other ranks starts here: count it (on the board, for
+ * the others' diagnosis), and the test hook. Returns c's count. */
+static long long zs_comm_enter(zs_comm_t c)
+{
+    zs_comm_t w = c->ledger;
+    w->ncoll++;
+    if (w->stall_rank == w->rank && w->stall_rank >= 0 &&
+        ((w->stall_step > 0 && w->step + 1 == w->stall_step && w->phase != ZS_PHASE_SETUP &&
+          w->phase != ZS_PHASE_REPORT) ||
+         (w->stall_coll > 0 && w->ncoll == w->stall_coll)))
+        zs_comm_stall(w); /* before it arrives */
+    long long seq = ++c->seq;
+    if (zs_me)
+        zs_me->seq[c->counter] = seq;
+    return seq;
+}
+
+/* Wait for n requests, polling, at most the collective timeout; past it,
+ * stop the job (zs_comm_timed_out). seq is zs_comm_enter's count. The clock
+ * is read every 64 polls: MPI_Testall drives progress as MPI_Waitall would. */
+static int zs_comm_finish(zs_comm_t c, int n, MPI_Request *req, long long seq, const char *what)
+{
+    int done = 0;
+    double t0 = 0.0, limit = c->ledger->timeout_s;
+    for (unsigned long i = 0;; i++) {
+        int rc = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return zs_mpi_fail(rc, what);
+        if (done)
+            return 0;
+        if ((i & 63) == 0) {
+            double t = MPI_Wtime();
+            if (i == 0)
+                t0 = t;
+            else if (t - t0 > limit)
+                zs_comm_timed_out(c, c->counter, what, seq);
+        }
+    }
+}
+
+/* The allreduce stays a blocking MPI_Allreduce: Open MPI's tuned blocking
+ * algorithms ran about twice as fast as MPI_Iallreduce at 256 KiB on two
+ * ranks here (bench_comm --allreduce-bytes). A watchdog thread, which never
+ * calls MPI, gives it the same deadline: the main thread arms it around the
+ * call, and past the timeout the watchdog prints the line and exits the
+ * process, and mpirun stops the others. */
+static _Atomic long long zs_wd_armed_ns; /* start of the guarded call; 0: none */
+static zs_comm_t zs_wd_comm;
+static long long zs_wd_seq;
+static const char *zs_wd_what;
+static int zs_wd_running;
+
+static long long zs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void *zs_watchdog(void *arg)
+{
+    (void)arg;
+    zs_in_watchdog = 1;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are the main thread's */
+    const struct timespec nap = {0, 50000000};
+    for (;;) {
+        nanosleep(&nap, NULL);
+        long long t = atomic_load(&zs_wd_armed_ns);
+        zs_comm_t c = zs_wd_comm;
+        if (t && c && (double)(zs_now_ns() - t) > 1e9 * c->ledger->timeout_s)
+            zs_comm_timed_out(c, c->counter, zs_wd_what, zs_wd_seq);
+    }
+    return NULL;
+}
+
+static void zs_watchdog_start(void)
+{
+    pthread_t th;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) != 0)
+        return;
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    zs_wd_running = pthread_create(&th, &a, zs_watchdog, NULL) == 0;
+    pthread_attr_destroy(&a);
+}
+
+/* Arm the watchdog around a blocking call of c (seq: zs_comm_enter's). */
+static void zs_guard_begin(zs_comm_t c, long long seq, const char *what)
+{
+    zs_wd_comm = c;
+    zs_wd_seq = seq;
+    zs_wd_what = what;
+    atomic_store(&zs_wd_armed_ns, zs_now_ns());
+}
+
+static void zs_guard_end(void) { atomic_store(&zs_wd_armed_ns, 0); }
+
+void zs_comm_set_timeout(zs_comm_t c, double seconds)
+{
+    if (seconds > 0)
+        c->ledger->timeout_s = seconds;
+}
+
+double zs_comm_timeout(zs_comm_t c) { return c->ledger->timeout_s; }
+
+/* The board: a shared window over this node's ranks, a slot each, and the
+ * SIGTERM handler. Without a shared window, this rank's own slot only. */
+static void zs_board_open(zs_comm_t w)
+{
+    zs_me = &zs_board_solo;
+    zs_board = &zs_board_solo;
+    zs_board_n = 1;
+    w->board_win = MPI_WIN_NULL;
+    int nl = 0, me = 0;
+    if (w->node != MPI_COMM_NULL) {
+        MPI_Comm_size(w->node, &nl);
+        MPI_Comm_rank(w->node, &me);
+        zs_board_slot *base = NULL;
+        if (MPI_Win_allocate_shared((MPI_Aint)sizeof(zs_board_slot), (int)sizeof(zs_board_slot),
+                                    MPI_INFO_NULL, w->node, &base, &w->board_win) ==
+            MPI_SUCCESS) {
+            MPI_Aint sz;
+            int du;
+            zs_board_slot *first = NULL;
+            MPI_Win_shared_query(w->board_win, 0, &sz, &du, &first);
+            if (first && base == first + me) {
+                zs_board = first;
+                zs_board_n = nl;
+                zs_me = base;
+            } else {
+                MPI_Win_free(&w->board_win);
+            }
+        }
+    }
+    memset(zs_me, 0, sizeof *zs_me);
+    zs_me->world_rank = w->rank;
+    zs_me->pid = (int)getpid();
+    zs_me->step = -1;
+    zs_me->blamed = -1;
+    if (w->board_win != MPI_WIN_NULL) {
+        MPI_Win_sync(w->board_win);
+        MPI_Barrier(w->node); /* every slot is filled in */
+        MPI_Win_sync(w->board_win);
+    }
+    if (!zs_wd_running)
+        zs_watchdog_start();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = zs_comm_on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void zs_board_close(zs_comm_t w)
+{
+    if (!zs_me)
+        return;
+    zs_me->state = ZS_FINISHED;
+    signal(SIGTERM, SIG_DFL);
+    zs_board_solo = *zs_me;
+    zs_me = &zs_board_solo;
+    zs_board = &zs_board_solo;
+    zs_board_n = 1;
+    if (w->board_win != MPI_WIN_NULL)
+        MPI_Win_free(&w->board_win);
+}
+
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 {
     *world = NULL;
@@ -156,12 +637,16 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
     MPI_Comm_dup(c->comm, &c->agree_comm);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
-    MPI_Comm node;
-    if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
-        MPI_Comm_rank(node, &c->local_rank);
-        MPI_Comm_free(&node);
-    }
+    c->node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->node) ==
+        MPI_SUCCESS)
+        MPI_Comm_rank(c->node, &c->local_rank);
+    else
+        c->node = MPI_COMM_NULL;
+    c->timeout_s = 600.0;
+    c->counter = ZS_BOARD_WORLD;
+    zs_comm_stall_parse(c);
+    zs_board_open(c);
     const char *rs = getenv("ZEROSIM_REDUCE_SCATTER");
     c->force_mpi_rs = rs && strcmp(rs, "mpi") == 0;
     MPI_Op_create(zs_sum_bf16, 1, &c->op_sum_bf16);
@@ -185,6 +670,9 @@ void zs_comm_finalize(zs_comm_t c)
         return;
     }
     if (c) {
+        zs_board_close(c);
+        if (c->node != MPI_COMM_NULL)
+            MPI_Comm_free(&c->node);
         MPI_Comm_free(&c->agree_comm);
         MPI_Op_free(&c->op_sum_bf16);
         MPI_Op_free(&c->op_sum_f16);
@@ -198,7 +686,13 @@ void zs_comm_finalize(zs_comm_t c)
         MPI_Finalize();
 }
 
-void zs_comm_abort(zs_comm_t c, int code) { MPI_Abort(c ? c->comm : MPI_COMM_WORLD, code); }
+void zs_comm_abort(zs_comm_t c, int code)
+{
+    if (zs_me) { /* a line, and the others learn why from the board */
+        zs_comm_stop_job(zs_error_msg()[0] ? zs_error_msg() : "a rank stopped the job", -1);
+    }
+    MPI_Abort(c ? c->comm : MPI_COMM_WORLD, code);
+}
 
 zs_comm_t zs_comm_self(void)
 {
@@ -246,6 +740,7 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
     s->group = group;
     s->force_mpi_rs = c->force_mpi_rs;
     s->phantom = c->phantom;
+    s->counter = 1 + (int)group;
     s->local_rank = c->local_rank;
     s->comm = MPI_COMM_NULL;
     s->agree_comm = MPI_COMM_NULL;
@@ -264,6 +759,21 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
         MPI_Comm_dup(s->comm, &s->agree_comm);
         MPI_Op_create(zs_sum_bf16, 1, &s->op_sum_bf16);
         MPI_Op_create(zs_sum_f16, 1, &s->op_sum_f16);
+        s->world_of = malloc((size_t)n * sizeof(int));
+        int *mine = malloc((size_t)n * sizeof(int));
+        MPI_Group g, wg;
+        if (s->world_of && mine && MPI_Comm_group(s->comm, &g) == MPI_SUCCESS) {
+            MPI_Comm_group(MPI_COMM_WORLD, &wg);
+            for (int i = 0; i < n; i++)
+                mine[i] = i;
+            MPI_Group_translate_ranks(g, n, mine, wg, s->world_of);
+            MPI_Group_free(&g);
+            MPI_Group_free(&wg);
+        } else {
+            free(s->world_of); /* the diagnosis of a timeout is then vaguer */
+            s->world_of = NULL;
+        }
+        free(mine);
         if (r != rank || n != size) {
             zs_comm_free(s);
             ZS_FAIL("the %s group has rank %d of %d where the mesh expects %d of %d",
@@ -291,6 +801,7 @@ void zs_comm_free(zs_comm_t s)
     free(s->h_send);
     free(s->h_recv);
     free(s->h_scratch);
+    free(s->world_of);
     free(s);
 }
 
@@ -301,6 +812,10 @@ void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step)
 {
     c->ledger->phase = phase;
     c->ledger->step = step;
+    if (zs_me && !c->phantom && c->ledger->comm != MPI_COMM_NULL) {
+        zs_me->step = step;
+        zs_me->phase = (int)phase;
+    }
 }
 
 const zs_comm_record *zs_comm_records(zs_comm_t c, size_t *n)
@@ -429,7 +944,12 @@ int zs_comm_set_backend(zs_comm_t c, zs_backend_t be)
     int rc = c->rank == 0 ? zs_backend_coll_get_id(be, id) : 0;
     /* set-up, not training traffic: not in the ledger, so that the ledger is
      * the same with and without NCCL */
-    int mrc = MPI_Bcast(id, (int)idb, MPI_BYTE, 0, c->comm);
+    MPI_Request breq;
+    long long seq = zs_comm_enter(c);
+    int mrc = MPI_Ibcast(id, (int)idb, MPI_BYTE, 0, c->comm, &breq);
+    if (mrc == MPI_SUCCESS)
+        mrc = zs_comm_finish(c, 1, &breq, seq, "broadcast of the NCCL id") ? MPI_ERR_OTHER
+                                                                           : MPI_SUCCESS;
     if (!rc && mrc != MPI_SUCCESS)
         rc = zs_mpi_fail(mrc, "MPI_Bcast of the NCCL id");
     if (!rc)
@@ -552,8 +1072,10 @@ static int zs_comm_ring_reduce_scatter(zs_comm_t c, const void *send, void *recv
                 size_t sn = ns - so < ZS_RING_SEGMENT ? ns - so : ZS_RING_SEGMENT;
                 rc = MPI_Isend(out + so * es, (int)sn, zs_mpi_type(t), next, 7001, c->comm, &req[1]);
             }
-            if (rc == MPI_SUCCESS)
-                rc = MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+            if (rc == MPI_SUCCESS && zs_comm_finish(c, 2, req, c->seq, "reduce-scatter")) {
+                free(displ);
+                return -1;
+            }
             if (rc != MPI_SUCCESS)
                 break;
             if (rn)
@@ -580,8 +1102,12 @@ static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv
         (c->size == 2 || (scratch && 2 * maxc * zs_comm_type_size(t) <= scratch_bytes))) {
         return zs_comm_ring_reduce_scatter(c, send, recv, counts, t, scratch);
     }
-    int rc = MPI_Reduce_scatter(send, recv, counts, zs_mpi_type(t), zs_sum_op(c, t), c->comm);
-    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Reduce_scatter");
+    MPI_Request req;
+    int rc = MPI_Ireduce_scatter(send, recv, counts, zs_mpi_type(t), zs_sum_op(c, t), c->comm,
+                                 &req);
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Ireduce_scatter");
+    return zs_comm_finish(c, 1, &req, c->seq, "reduce-scatter");
 }
 
 /* Staged (device buffers): the backend's collectives, or host copies of
@@ -626,6 +1152,7 @@ int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int 
         return 0;
     }
     double t0 = MPI_Wtime();
+    zs_comm_enter(c);
     if (c->staged)
         ZS_TRY(zs_comm_reduce_scatter_staged(c, send, recv, counts, t, total));
     else
@@ -661,6 +1188,7 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
         return 0;
     }
     p->t0 = MPI_Wtime();
+    p->seq = zs_comm_enter(c);
     void *mbuf = buf;
     if (c->staged) {
         if (c->use_coll && zs_comm_coll_type(t) >= 0) { /* complete on return */
@@ -708,21 +1236,19 @@ int zs_comm_wait(zs_comm_t c, void **request)
     zs_comm_pending *p = *request;
     if (!p)
         return 0;
-    int rc = MPI_SUCCESS;
+    *request = NULL;
+    int rc = 0;
     if (c->size > 1 && !c->phantom) {
-        rc = MPI_Wait(&p->req, MPI_STATUS_IGNORE);
-        if (rc == MPI_SUCCESS && p->host)
+        rc = zs_comm_finish(c, 1, &p->req, p->seq, "allgather");
+        if (!rc && p->host)
             zs_backend_copy_h2d(c->be, p->dev, p->host, p->host_bytes);
         p->r.seconds = MPI_Wtime() - p->t0;
     }
-    zs_comm_record r = p->r;
+    if (!rc)
+        zs_comm_record_add(c, &p->r);
     free(p->host);
     free(p);
-    *request = NULL;
-    if (rc != MPI_SUCCESS)
-        return zs_mpi_fail(rc, "MPI_Wait");
-    zs_comm_record_add(c, &r);
-    return 0;
+    return rc;
 }
 
 /* In-place MPI_Allreduce with op (staged through host memory for a device
@@ -745,7 +1271,18 @@ static int zs_comm_allreduce_op(zs_comm_t c, void *buf, size_t n, zs_comm_type t
         zs_backend_copy_d2h(c->be, c->h_send, buf, bytes);
         mbuf = c->h_send;
     }
-    int rc = MPI_Allreduce(MPI_IN_PLACE, mbuf, (int)n, zs_mpi_type(t), op, c->comm);
+    long long seq = zs_comm_enter(c);
+    int rc;
+    if (zs_wd_running) { /* blocking, with the watchdog's deadline */
+        zs_guard_begin(c, seq, "allreduce");
+        rc = MPI_Allreduce(MPI_IN_PLACE, mbuf, (int)n, zs_mpi_type(t), op, c->comm);
+        zs_guard_end();
+    } else {
+        MPI_Request req;
+        rc = MPI_Iallreduce(MPI_IN_PLACE, mbuf, (int)n, zs_mpi_type(t), op, c->comm, &req);
+        if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "allreduce"))
+            return -1;
+    }
     if (rc == MPI_SUCCESS && c->staged)
         zs_backend_copy_h2d(c->be, buf, c->h_send, bytes);
     rec.seconds = MPI_Wtime() - t0;
@@ -781,7 +1318,12 @@ int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count
         return 0;
     }
     double t0 = MPI_Wtime();
-    int rc = MPI_Allgather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), c->comm);
+    MPI_Request req;
+    long long seq = zs_comm_enter(c);
+    int rc = MPI_Iallgather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), c->comm,
+                            &req);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "allgather of scalars"))
+        return -1;
     rec.seconds = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Allgather");
@@ -797,7 +1339,18 @@ int zs_comm_allreduce_max_int(zs_comm_t c, int *v)
         return 0;
     }
     double t0 = MPI_Wtime();
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, c->comm);
+    long long seq = zs_comm_enter(c);
+    int rc;
+    if (zs_wd_running) {
+        zs_guard_begin(c, seq, "allreduce of a flag");
+        rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, c->comm);
+        zs_guard_end();
+    } else {
+        MPI_Request req;
+        rc = MPI_Iallreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, c->comm, &req);
+        if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "allreduce of a flag"))
+            return -1;
+    }
     rec.seconds = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Allreduce");
@@ -818,7 +1371,12 @@ int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs
         return 0;
     }
     double t0 = MPI_Wtime();
-    int rc = MPI_Gather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), 0, c->comm);
+    MPI_Request req;
+    long long seq = zs_comm_enter(c);
+    int rc = MPI_Igather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), 0, c->comm,
+                         &req);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "gather to rank 0"))
+        return -1;
     rec.seconds = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Gather");
@@ -868,8 +1426,12 @@ int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, co
         msend = c->h_send;
         mrecv = c->h_recv;
     }
-    int rc = MPI_Alltoallv(msend, scount, sdispl, MPI_BYTE, mrecv, rcount, rdispl, MPI_BYTE,
-                           c->comm);
+    MPI_Request req;
+    long long seq = zs_comm_enter(c);
+    int rc = MPI_Ialltoallv(msend, scount, sdispl, MPI_BYTE, mrecv, rcount, rdispl, MPI_BYTE,
+                            c->comm, &req);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "all-to-all"))
+        return -1;
     if (rc == MPI_SUCCESS && c->staged)
         zs_backend_copy_h2d(c->be, recv, c->h_recv, rspan);
     rec.seconds = MPI_Wtime() - t0;
@@ -889,9 +1451,13 @@ int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_ty
         return 0;
     }
     double t0 = MPI_Wtime();
+    MPI_Request req;
+    long long seq = zs_comm_enter(c);
     int rc = c->rank == from
-                 ? MPI_Send(buf, count, zs_mpi_type(t), 0, 7002, c->comm)
-                 : MPI_Recv(buf, count, zs_mpi_type(t), from, 7002, c->comm, MPI_STATUS_IGNORE);
+                 ? MPI_Isend(buf, count, zs_mpi_type(t), 0, 7002, c->comm, &req)
+                 : MPI_Irecv(buf, count, zs_mpi_type(t), from, 7002, c->comm, &req);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "send to rank 0"))
+        return -1;
     rec.seconds = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Send/MPI_Recv");
@@ -906,14 +1472,20 @@ int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
         return 0;
     MPI_Request req;
     int in = failed ? c->size - c->rank : 0, out = 0; /* the lowest failing rank wins */
+    long long seq = ++c->agree_seq;
+    if (zs_me)
+        zs_me->seq[ZS_BOARD_AGREE] = seq;
     if (MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX, c->agree_comm, &req) != MPI_SUCCESS)
         return -1;
     double t0 = MPI_Wtime();
     int done = 0;
     while (!done) {
         MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (!done && MPI_Wtime() - t0 > timeout_s)
-            return -1;
+        if (!done && MPI_Wtime() - t0 > timeout_s) {
+            if (failed) /* the caller says why this rank failed */
+                return -1;
+            zs_comm_timed_out(c, ZS_BOARD_AGREE, "agreement after a step", seq);
+        }
     }
     *any = out ? c->size - out + 1 : 0; /* 1 + lowest failing rank, 0 when none */
     return 0;
@@ -923,6 +1495,10 @@ int zs_comm_barrier(zs_comm_t c)
 {
     if (c->size == 1 || c->phantom)
         return 0;
-    int rc = MPI_Barrier(c->comm);
-    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Barrier");
+    MPI_Request req;
+    long long seq = zs_comm_enter(c);
+    int rc = MPI_Ibarrier(c->comm, &req);
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Ibarrier");
+    return zs_comm_finish(c, 1, &req, seq, "barrier");
 }

@@ -107,11 +107,18 @@ int zs_model_config_validate(const zs_model_config *c)
 
 int zs_layout_add(zs_layout *lay, const char *name, size_t numel, int layer)
 {
-    zs_param_entry *e = realloc(lay->entries, (size_t)(lay->n_entries + 1) * sizeof *e);
-    if (!e)
-        ZS_FAIL("out of host memory building the parameter layout");
-    lay->entries = e;
-    zs_param_entry *p = &e[lay->n_entries++];
+    /* capacity doubles, at powers of two from 16 (the layout has no field
+     * for it): one entry at a time made a 926-layer GPT's layout quadratic
+     * (found by fuzz/fuzz_plan_args.c, fuzz/regress/plan_args/) */
+    size_t n = (size_t)lay->n_entries;
+    if (n == 0 || (n >= 16 && (n & (n - 1)) == 0)) {
+        size_t cap = n < 16 ? 16 : 2 * n;
+        zs_param_entry *e = realloc(lay->entries, cap * sizeof *e);
+        if (!e)
+            ZS_FAIL("out of host memory building the parameter layout");
+        lay->entries = e;
+    }
+    zs_param_entry *p = &lay->entries[lay->n_entries++];
     memset(p, 0, sizeof *p);
     strncpy(p->name, name, sizeof p->name - 1);
     p->numel = numel;
@@ -327,7 +334,7 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
         return -1;
     }
     m->ops->bind_acts(a);
-    if (!a->view_arrays && m->cfg.kind == ZS_MODEL_GPT) {
+    if (!a->view_arrays) { /* both models bind their views through one array */
         zs_model_acts_destroy(a);
         ZS_FAIL("out of host memory creating activation views");
     }

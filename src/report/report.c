@@ -6,11 +6,13 @@
 #include "zerosim/predict.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -355,20 +357,101 @@ static int zs_write_file(const char *dir, const char *name, const char *text, si
     return zs_report_write_text(path, text, len);
 }
 
+/* Test hook (tests/test_faults.sh): ZEROSIM_TEST_STALL_AT=report makes the
+ * writer stall once a file's bytes are written and synced but before the
+ * file gets its name, so that a test can kill the run there. */
+static void zs_report_test_stall(const char *path)
+{
+    const char *s = getenv("ZEROSIM_TEST_STALL_AT");
+    if (!s || strcmp(s, "report") != 0)
+        return;
+    fprintf(stderr, "zerosim: test hook: writer (pid %ld) stalls writing %s\n", (long)getpid(), path);
+    fflush(stderr);
+    for (;;)
+        pause();
+}
+
+static int zs_write_all(int fd, const char *text, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, text, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        text += w;
+        len -= (size_t)w;
+    }
+    return fsync(fd);
+}
+
+static int zs_write_fail(const char *path, int err)
+{
+    if (err == ENOSPC || err == EDQUOT)
+        ZS_FAIL("cannot write %s: %s; free some space there or write elsewhere", path,
+                strerror(err));
+    ZS_FAIL("cannot write %s: %s; check that the directory exists and is writable", path,
+            strerror(err ? err : EIO));
+}
+
+/* Write path atomically: the bytes go to a file without a name in path's
+ * directory (O_TMPFILE), are synced, and the file gets a name only when
+ * whole (a temporary name, renamed over path). A run killed or out of
+ * space before that leaves nothing behind. File systems without O_TMPFILE
+ * get a named temporary file (path.tmp.PID) instead, removed on failure. */
 int zs_report_write_text(const char *path, const char *text, size_t len)
 {
-    char tmp[4200];
+    char tmp[4200], dir[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
         ZS_FAIL("path too long: %s", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        ZS_FAIL("cannot write %s: %s", path, strerror(errno));
-    size_t w = fwrite(text, 1, len, f);
-    int bad = w != len || fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        int err = errno;
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+        if (zs_write_all(fd, text, len) != 0) {
+            int err = errno;
+            close(fd);
+            return zs_write_fail(path, err);
+        }
+        zs_report_test_stall(path);
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
         unlink(tmp);
-        ZS_FAIL("cannot write %s: %s", path, strerror(err ? err : EIO));
+        int linked = linkat(AT_FDCWD, self, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0;
+        close(fd);
+        if (linked) {
+            if (rename(tmp, path) != 0) {
+                int err = errno;
+                unlink(tmp);
+                return zs_write_fail(path, err);
+            }
+            return 0;
+        }
+        /* no /proc: the named temporary file below */
+    } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+        return zs_write_fail(path, errno);
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return zs_write_fail(path, errno);
+    int bad = zs_write_all(fd, text, len) != 0;
+    int err = errno;
+    if (!bad)
+        zs_report_test_stall(path);
+    if (close(fd) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (bad || rename(tmp, path) != 0) {
+        if (!bad)
+            err = errno;
+        unlink(tmp);
+        return zs_write_fail(path, err);
     }
     return 0;
 }
@@ -427,7 +510,32 @@ int zs_report_prepare_dir(const char *dir)
     return 0;
 }
 
+/* The CSV files, in the order written: a failure removes those already
+ * written, so that the folder holds the whole set of a run or none of it. */
+static const char *const zs_csv_names[] = {"run.csv", "memory.csv", "comm.csv", "timeline.csv",
+                                           "comm_groups.csv", "steps.csv"};
+
+static int zs_csv_flush(zs_text *t, const char *dir, int k)
+{
+    if (!zs_text_flush(t, dir, zs_csv_names[k]))
+        return 0;
+    char path[4200];
+    for (int i = 0; i < k; i++)
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, zs_csv_names[i]) < sizeof path)
+            unlink(path);
+    return -1;
+}
+
+static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
+                                     const zs_train_result *r);
+
 int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_train_result *r)
+{
+    return zs_report_write_csv_files(dir, cfg, r);
+}
+
+static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
+                                     const zs_train_result *r)
 {
     ZS_TRY(zs_report_prepare_dir(dir));
     int N = r->world_size;
@@ -436,7 +544,7 @@ int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_trai
                     "micro_batch grad_accum\n%d %d %s %d %zu %zu %d %d %d\n", N, cfg->stage,
                 zs_dtype_name(cfg->precision), cfg->deterministic, r->num_params, r->padded_params,
                 r->steps, cfg->micro_batch, cfg->grad_accum);
-    ZS_TRY(zs_text_flush(&t, dir, "run.csv"));
+    ZS_TRY(zs_csv_flush(&t, dir, 0));
 
     zs_text_add(&t, "# rank category peak_bytes predicted_bytes ratio\n");
     for (int q = 0; q < N; q++) {
@@ -451,7 +559,7 @@ int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_trai
         }
         zs_text_add(&t, "%d total %zu -1 -1\n", q, r->total_peaks[q]);
     }
-    ZS_TRY(zs_text_flush(&t, dir, "memory.csv"));
+    ZS_TRY(zs_csv_flush(&t, dir, 1));
 
     zs_text_add(&t, "# rank op phase calls bytes predicted_bytes api_bytes seconds\n");
     for (int q = 0; q < N; q++)
@@ -467,7 +575,7 @@ int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_trai
             zs_text_add(&t, "%d %s all %.0f %.3f %.3f %.0f %.6f\n", q, zs_comm_op_name(o), calls, b,
                         pb >= 0 ? pb : -1.0, api, secs);
         }
-    ZS_TRY(zs_text_flush(&t, dir, "comm.csv"));
+    ZS_TRY(zs_csv_flush(&t, dir, 2));
 
     zs_text_add(&t, "# step %d\n# event params grads optimizer activations checkpoints "
                     "comm_buffers compression workspace total\n", r->timeline_step);
@@ -480,7 +588,7 @@ int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_trai
                     c[ZS_MEM_GRADS], opt, c[ZS_MEM_ACTIVATIONS], c[ZS_MEM_CHECKPOINTS],
                     c[ZS_MEM_COMM_BUFFERS], c[ZS_MEM_COMPRESSION], c[ZS_MEM_WORKSPACE], tot);
     }
-    ZS_TRY(zs_text_flush(&t, dir, "timeline.csv"));
+    ZS_TRY(zs_csv_flush(&t, dir, 3));
 
     zs_text_add(&t, "# rank group op calls bytes api_bytes (training calls over the run)\n");
     for (int q = 0; q < r->world_size; q++)
@@ -491,14 +599,14 @@ int zs_report_write_csv(const char *dir, const zs_run_config *cfg, const zs_trai
                     zs_text_add(&t, "%d %s %s %.0f %.3f %.0f\n", q, zs_comm_group_name(g),
                                 zs_comm_op_name(o), cg->calls, cg->wire, cg->bytes);
             }
-    ZS_TRY(zs_text_flush(&t, dir, "comm_groups.csv"));
+    ZS_TRY(zs_csv_flush(&t, dir, 4));
 
     zs_text_add(&t, "# step loss lr grad_norm loss_scale seconds\n");
     for (int s = 0; s < r->steps; s++)
         zs_text_add(&t, "%d %.9g %.9g %.9g %.9g %.9g\n", s, (double)r->info[s].loss,
                     (double)r->info[s].lr, (double)r->info[s].grad_norm,
                     (double)r->info[s].loss_scale, r->info[s].seconds);
-    return zs_text_flush(&t, dir, "steps.csv");
+    return zs_csv_flush(&t, dir, 5);
 }
 
 int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r)
@@ -578,24 +686,17 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
         json_object_set_new(root, "param_hashes", h);
     }
 
-    char tmp[4096];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof tmp) {
-        json_decref(root);
-        ZS_FAIL("report path too long: %s", path);
-    }
-    int rc = json_dump_file(root, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
-    if (rc != 0) {
-        int err = errno;
-        unlink(tmp);
-        ZS_FAIL("cannot write report %s: %s; check that the directory exists and is writable",
-                path, strerror(err ? err : EIO));
-    }
-    if (rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        ZS_FAIL("cannot write report %s: %s", path, strerror(err));
+    if (!text)
+        ZS_FAIL("out of host memory writing the report %s", path);
+    int rc = zs_report_write_text(path, text, strlen(text));
+    free(text);
+    if (rc) { /* "cannot write PATH: ..." as "cannot write report PATH: ..." */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zs_error_msg());
+        const char *rest = strncmp(msg, "cannot write ", 13) ? msg : msg + 13;
+        ZS_FAIL("cannot write report %s", rest);
     }
     return 0;
 }

@@ -28,11 +28,16 @@ static double zs_now(void)
 static int zs_train_agree(zs_comm_t comm, int rc, zs_train_result *r)
 {
     int any = 0;
-    if (zs_comm_agree(comm, rc != 0, ZS_AGREE_TIMEOUT_S, &any)) {
-        fprintf(stderr, "zerosim: rank %d: %s\n", zs_comm_rank(comm),
-                rc ? zs_error_msg() : "another rank stopped responding");
-        fflush(stderr);
-        zs_comm_abort(comm, 1);
+    /* a failed rank waits a little for the others, then stops the job
+     * with its own message; a healthy one waits the collective timeout and
+     * stops it naming the ranks that did not come (zs_comm_agree) */
+    double limit = zs_comm_timeout(comm);
+    if (rc && limit > ZS_AGREE_TIMEOUT_S)
+        limit = ZS_AGREE_TIMEOUT_S;
+    if (zs_comm_agree(comm, rc != 0, limit, &any)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", rc ? zs_error_msg() : "another rank stopped responding");
+        zs_comm_stop(comm, why);
     }
     if (!any)
         return 0;
@@ -445,6 +450,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
              zs_train_result *r)
 {
     memset(r, 0, sizeof *r);
+    zs_comm_set_timeout(comm, cfg->collective_timeout);
     char err[256];
     /* each rank takes the device of its local rank (the CUDA backend: modulo
      * the GPUs it sees); comm stages that device's buffers for MPI */
