@@ -17,8 +17,9 @@ f=$(echo "$summary" | awk '$1=="FAIL"||$1=="ERROR"{s+=$2} END{print s+0}')
 s=$(echo "$summary" | awk '$1=="SKIP"{print $2}')
 san="sanitizers: not run (ZS_SKIP_SANITIZERS)"
 if [ -z "${ZS_SKIP_SANITIZERS:-}" ]; then
-    sh scripts/test-sanitizers.sh | tee sanitizers.log
-    src=$?
+    sh scripts/test-sanitizers.sh >sanitizers.log 2>&1
+    src=$? # the script's own status (through a pipe it would be tee's)
+    cat sanitizers.log
     san=$(sed -n 's/^\(sanitizers: [0-9]* passed, [0-9]* failed\).*/\1/p' sanitizers.log | tail -1)
     [ -n "$san" ] || san="sanitizers: did not run to the end (sanitizers.log)"
     [ "$src" -eq 0 ] || [ "$rc" -ne 0 ] || rc=1
