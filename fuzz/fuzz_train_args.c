@@ -28,9 +28,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)getopt_long(1, none, "", zs_long_options, NULL);
         zs_train_options o = {.backend = "cpu", .log = NULL, .print_every = 10};
         zs_run_config cfg;
-        const char *report = NULL, *csv = NULL;
+        const char *report = NULL, *csv = NULL, *trace = NULL;
         int phantom_world = 0, print_program = 0;
-        (void)zs_train_setup(argc, argv, 1, 1, &cfg, &o, &report, &csv, &phantom_world,
+        (void)zs_train_setup(argc, argv, 1, 1, &cfg, &o, &report, &csv, &trace, &phantom_world,
                              &print_program);
     }
     free(argv);
