@@ -705,26 +705,5 @@ int zs_report_write_trace(const char *path, const zs_train_result *r)
 {
     if (!r->trace_json)
         ZS_FAIL("no trace was recorded for %s", path);
-    char tmp[4096];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        ZS_FAIL("trace path too long: %s", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        ZS_FAIL("cannot write trace %s: %s; check that the directory exists and is writable", path,
-                strerror(errno));
-    size_t len = strlen(r->trace_json);
-    int bad = fwrite(r->trace_json, 1, len, f) != len;
-    int err = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        err = errno;
-    }
-    if (bad || rename(tmp, path) != 0) {
-        if (!bad)
-            err = errno;
-        unlink(tmp);
-        ZS_FAIL("cannot write trace %s: %s", path, strerror(err ? err : EIO));
-    }
-    return 0;
+    return zs_report_write_text(path, r->trace_json, strlen(r->trace_json));
 }
