@@ -1,0 +1,118 @@
+/* zerosim — files other tools read: atomic writes and safetensors.
+ *
+ * Every writer here writes atomically: the bytes go to a temporary name in
+ * the target's directory, are synced, and the file takes its name only when
+ * whole (rename), so a run killed or out of space leaves the old file, or
+ * none, never half of one. Every reader checks what it reads and fails with
+ * one line that names the file and what is wrong.
+ *
+ * safetensors (Hugging Face's format): a little-endian u64 N, N bytes of a
+ * JSON header {"name": {"dtype": "F32", "shape": [..], "data_offsets":
+ * [begin, end]}, ..., "__metadata__": {"key": "value"}} (padded with spaces
+ * to a multiple of 8), then the tensors' bytes, offsets relative to the end
+ * of the header. zerosim writes the tensors in the order given, contiguous.
+ */
+#ifndef ZEROSIM_IO_H
+#define ZEROSIM_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- atomic files ---------------------------------------------------------- */
+
+typedef struct {
+    int fd;
+    char *path, *tmp;     /* the target and the temporary name */
+    void *hash;           /* XXH3 state of every byte written */
+    uint64_t bytes;
+    char *buf;            /* write buffer */
+    size_t nbuf;
+} zs_afile;
+
+/* Start writing path (its directory must exist). */
+int zs_afile_open(zs_afile *a, const char *path);
+int zs_afile_write(zs_afile *a, const void *p, size_t n);
+/* Flush, sync, rename into place and sync the directory; *hash (may be NULL)
+ * gets the XXH3-64 of the file's bytes. On failure the temporary file is
+ * removed. Either way a is closed. */
+int zs_afile_commit(zs_afile *a, uint64_t *hash);
+/* Give up: remove the temporary file. Safe on a closed or zeroed a. */
+void zs_afile_abort(zs_afile *a);
+
+/* Sync a directory (after renames in it). */
+int zs_io_sync_dir(const char *dir);
+/* XXH3-64 of a whole file and its size; one line naming the file on error. */
+int zs_io_hash_file(const char *path, uint64_t *hash, uint64_t *bytes);
+
+/* ---- safetensors ------------------------------------------------------------ */
+
+typedef enum {
+    ZS_ST_F32, ZS_ST_F16, ZS_ST_BF16, ZS_ST_F64, ZS_ST_I64, ZS_ST_I32, ZS_ST_I16,
+    ZS_ST_I8, ZS_ST_U8, ZS_ST_U16, ZS_ST_U32, ZS_ST_U64, ZS_ST_BOOL, ZS_ST_NDTYPES
+} zs_st_dtype;
+
+#define ZS_ST_MAX_DIMS 8
+typedef struct {
+    char name[128];
+    zs_st_dtype dtype;
+    int ndim;                       /* 0 = a scalar */
+    uint64_t shape[ZS_ST_MAX_DIMS];
+    uint64_t begin, end;            /* byte offsets in the data section */
+} zs_st_tensor;
+
+size_t zs_st_dtype_size(zs_st_dtype t);
+const char *zs_st_dtype_name(zs_st_dtype t); /* "F32", ... */
+uint64_t zs_st_numel(const zs_st_tensor *t);
+
+/* Writing: declare every tensor (name, dtype, shape; offsets are computed)
+ * and the metadata pairs, then give the tensors' bytes in that order, in as
+ * many pieces as convenient, then commit. */
+typedef struct {
+    zs_afile f;
+    zs_st_tensor *t;
+    int n, cap;
+    char **meta;                    /* key, value, key, value, ... */
+    int nmeta;
+    int started;
+    uint64_t total, written;
+} zs_st_writer;
+
+int zs_st_writer_open(zs_st_writer *w, const char *path);
+int zs_st_writer_add(zs_st_writer *w, const char *name, zs_st_dtype dtype, int ndim,
+                     const uint64_t *shape);
+int zs_st_writer_meta(zs_st_writer *w, const char *key, const char *value);
+/* The next bytes of the data section (the tensors in order). */
+int zs_st_writer_data(zs_st_writer *w, const void *p, size_t n);
+/* Checks that every declared byte came, then zs_afile_commit. */
+int zs_st_writer_commit(zs_st_writer *w, uint64_t *hash);
+void zs_st_writer_abort(zs_st_writer *w);
+
+/* Reading: the header is read and checked whole at open (offsets inside
+ * the file, sizes matching dtype and shape, no overlaps, known dtypes). */
+typedef struct {
+    int fd;
+    char *path;
+    zs_st_tensor *t;
+    int n;
+    char **meta;                    /* key, value, ... */
+    int nmeta;
+    uint64_t data_start, file_bytes;
+} zs_st_file;
+
+int zs_st_open(zs_st_file *f, const char *path);
+void zs_st_close(zs_st_file *f);
+/* The tensor named name, or NULL. */
+const zs_st_tensor *zs_st_find(const zs_st_file *f, const char *name);
+/* The metadata value of key, or NULL. */
+const char *zs_st_meta(const zs_st_file *f, const char *key);
+/* Read n bytes at byte offset off of tensor t into dst. */
+int zs_st_read(const zs_st_file *f, const zs_st_tensor *t, uint64_t off, void *dst, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
