@@ -1,0 +1,269 @@
+/* Tests of the atomic writer and the safetensors reader and writer. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "zerosim/error.h"
+#include "zerosim/io.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/zs_check_io.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void path_of(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", dir, name);
+}
+
+/* Files in dir other than "." and ".." */
+static int count_files(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls -A %s | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    ck_assert_int_eq(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    ck_assert_int_eq(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+static void spit(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+START_TEST(test_afile_commit_and_abort)
+{
+    char p[128];
+    path_of(p, sizeof p, "a.bin");
+    zs_afile a;
+    ck_assert_int_eq(zs_afile_open(&a, p), 0);
+    ck_assert_int_eq(zs_afile_write(&a, "hello ", 6), 0);
+    /* nothing under the name until the commit */
+    ck_assert_int_ne(access(p, F_OK), 0);
+    ck_assert_int_eq(zs_afile_write(&a, "world", 5), 0);
+    uint64_t h = 0, h2 = 0, n = 0;
+    ck_assert_int_eq(zs_afile_commit(&a, &h), 0);
+    ck_assert_uint_eq(h, XXH3_64bits("hello world", 11));
+    ck_assert_int_eq(zs_io_hash_file(p, &h2, &n), 0);
+    ck_assert_uint_eq(h2, h);
+    ck_assert_uint_eq(n, 11);
+    ck_assert_int_eq(count_files(), 1);
+    /* an aborted rewrite leaves the old file and no temporary */
+    ck_assert_int_eq(zs_afile_open(&a, p), 0);
+    ck_assert_int_eq(zs_afile_write(&a, "x", 1), 0);
+    zs_afile_abort(&a);
+    ck_assert_int_eq(zs_io_hash_file(p, &h2, &n), 0);
+    ck_assert_uint_eq(h2, h);
+    ck_assert_int_eq(count_files(), 1);
+    /* a directory that does not exist: one line naming the path */
+    char q[160];
+    snprintf(q, sizeof q, "%s/no/such/file", dir);
+    ck_assert_int_ne(zs_afile_open(&a, q), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), q));
+}
+END_TEST
+
+/* A file with a 2x3 F32 tensor, a 4-element I32 one and metadata. */
+static void write_sample(const char *p, uint64_t *hash)
+{
+    zs_st_writer w;
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[4] = {-1, 7, 65535, 3};
+    uint64_t sa[2] = {2, 3}, sb[1] = {4};
+    ck_assert_int_eq(zs_st_writer_open(&w, p), 0);
+    ck_assert_int_eq(zs_st_writer_add(&w, "a.weight", ZS_ST_F32, 2, sa), 0);
+    ck_assert_int_eq(zs_st_writer_add(&w, "b", ZS_ST_I32, 1, sb), 0);
+    ck_assert_int_eq(zs_st_writer_meta(&w, "format", "pt"), 0);
+    ck_assert_int_eq(zs_st_writer_data(&w, a, 8), 0); /* in pieces */
+    ck_assert_int_eq(zs_st_writer_data(&w, (char *)a + 8, sizeof a - 8), 0);
+    ck_assert_int_eq(zs_st_writer_data(&w, b, sizeof b), 0);
+    ck_assert_int_eq(zs_st_writer_commit(&w, hash), 0);
+}
+
+START_TEST(test_safetensors_round_trip)
+{
+    char p[128];
+    path_of(p, sizeof p, "s.safetensors");
+    uint64_t h;
+    write_sample(p, &h);
+    size_t n;
+    unsigned char *raw = slurp(p, &n);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)raw[i] << (8 * i);
+    ck_assert_uint_eq(hlen % 8, 0);                 /* padded to 8 */
+    ck_assert_uint_eq(n, 8 + hlen + 24 + 16);       /* header, then the bytes */
+    ck_assert_int_eq(raw[8], '{');
+    /* the data section is the tensors in order, little-endian */
+    float a0;
+    memcpy(&a0, raw + 8 + hlen, 4);
+    ck_assert_float_eq(a0, 1.0f);
+    free(raw);
+
+    zs_st_file f;
+    ck_assert_int_eq(zs_st_open(&f, p), 0);
+    ck_assert_int_eq(f.n, 2);
+    const zs_st_tensor *ta = zs_st_find(&f, "a.weight"), *tb = zs_st_find(&f, "b");
+    ck_assert_ptr_nonnull(ta);
+    ck_assert_ptr_nonnull(tb);
+    ck_assert_ptr_null(zs_st_find(&f, "c"));
+    ck_assert_int_eq(ta->dtype, ZS_ST_F32);
+    ck_assert_int_eq(ta->ndim, 2);
+    ck_assert_uint_eq(ta->shape[0], 2);
+    ck_assert_uint_eq(ta->shape[1], 3);
+    ck_assert_uint_eq(zs_st_numel(ta), 6);
+    ck_assert_int_eq(tb->dtype, ZS_ST_I32);
+    ck_assert_str_eq(zs_st_meta(&f, "format"), "pt");
+    ck_assert_ptr_null(zs_st_meta(&f, "other"));
+    float got[3];
+    ck_assert_int_eq(zs_st_read(&f, ta, 12, got, 12), 0);
+    ck_assert_float_eq(got[0], 4.0f);
+    ck_assert_float_eq(got[2], 6.0f);
+    int32_t gb[4];
+    ck_assert_int_eq(zs_st_read(&f, tb, 0, gb, 16), 0);
+    ck_assert_int_eq(gb[2], 65535);
+    /* reading past the tensor is refused */
+    ck_assert_int_ne(zs_st_read(&f, tb, 8, gb, 12), 0);
+    zs_st_close(&f);
+}
+END_TEST
+
+/* Each damaged variant is refused with a message naming the file and saying
+ * what is wrong. */
+static void expect_refused(const void *b, size_t n, const char *what)
+{
+    char p[128];
+    path_of(p, sizeof p, "bad.safetensors");
+    spit(p, b, n);
+    zs_st_file f;
+    ck_assert_int_ne(zs_st_open(&f, p), 0);
+    ck_assert_msg(strstr(zs_error_msg(), p) != NULL, "no path in: %s", zs_error_msg());
+    ck_assert_msg(strstr(zs_error_msg(), what) != NULL, "expected \"%s\" in: %s", what,
+                  zs_error_msg());
+    ck_assert_ptr_null(strchr(zs_error_msg(), '\n'));
+}
+
+/* A file built by hand from a header string and n data bytes. */
+static size_t handmade(unsigned char *out, const char *header, size_t data)
+{
+    size_t h = strlen(header);
+    for (int i = 0; i < 8; i++)
+        out[i] = (unsigned char)((uint64_t)h >> (8 * i));
+    memcpy(out + 8, header, h);
+    memset(out + 8 + h, 0, data);
+    return 8 + h + data;
+}
+
+START_TEST(test_safetensors_refused)
+{
+    char p[128];
+    path_of(p, sizeof p, "s.safetensors");
+    uint64_t h;
+    write_sample(p, &h);
+    size_t n;
+    unsigned char *raw = slurp(p, &n);
+    expect_refused(raw, n - 1, "truncated");           /* one byte short */
+    expect_refused(raw, 5, "too short");
+    unsigned char big[8] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
+    expect_refused(big, 8, "not safetensors");
+    free(raw);
+    unsigned char buf[512];
+    expect_refused(buf, handmade(buf, "[1,2]", 0), "not a JSON object");
+    expect_refused(buf, handmade(buf, "{\"x\":", 0), "not a JSON object");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8),
+                   "lacks");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"Q4\",\"shape\":[2],"
+                                      "\"data_offsets\":[0,8]}}", 8), "Q4");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[3],"
+                                      "\"data_offsets\":[0,8]}}", 8), "need 12");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],"
+                                      "\"data_offsets\":[0,8]}}", 8), "bad shape");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],"
+                                      "\"data_offsets\":[0,8]},\"y\":{\"dtype\":\"F32\","
+                                      "\"shape\":[1],\"data_offsets\":[4,8]}}", 8), "overlap");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],"
+                                      "\"data_offsets\":[0,8]},\"x\":{\"dtype\":\"F32\","
+                                      "\"shape\":[2],\"data_offsets\":[0,8]}}", 8), "JSON");
+    expect_refused(buf, handmade(buf, "{\"__metadata__\":{\"k\":1}}", 0), "not a string");
+    /* a hand-made file that is right opens */
+    char q[128];
+    path_of(q, sizeof q, "good.safetensors");
+    spit(q, buf, handmade(buf, "{\"x\":{\"dtype\":\"U16\",\"shape\":[4],"
+                               "\"data_offsets\":[0,8]}}", 8));
+    zs_st_file f;
+    ck_assert_int_eq(zs_st_open(&f, q), 0);
+    ck_assert_int_eq(zs_st_find(&f, "x")->dtype, ZS_ST_U16);
+    zs_st_close(&f);
+}
+END_TEST
+
+START_TEST(test_writer_checks_bytes)
+{
+    char p[128];
+    path_of(p, sizeof p, "w.safetensors");
+    zs_st_writer w;
+    uint64_t s[1] = {4};
+    float x[4] = {0};
+    /* fewer bytes than declared: nothing is written */
+    ck_assert_int_eq(zs_st_writer_open(&w, p), 0);
+    ck_assert_int_eq(zs_st_writer_add(&w, "x", ZS_ST_F32, 1, s), 0);
+    ck_assert_int_eq(zs_st_writer_data(&w, x, 8), 0);
+    ck_assert_int_ne(zs_st_writer_commit(&w, NULL), 0);
+    ck_assert_int_eq(count_files(), 0);
+    /* more bytes than declared are refused */
+    ck_assert_int_eq(zs_st_writer_open(&w, p), 0);
+    ck_assert_int_eq(zs_st_writer_add(&w, "x", ZS_ST_F32, 1, s), 0);
+    ck_assert_int_ne(zs_st_writer_data(&w, x, 20), 0);
+    zs_st_writer_abort(&w);
+    ck_assert_int_eq(count_files(), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("io");
+    TCase *tc = tcase_create("io");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_afile_commit_and_abort);
+    tcase_add_test(tc, test_safetensors_round_trip);
+    tcase_add_test(tc, test_safetensors_refused);
+    tcase_add_test(tc, test_writer_checks_bytes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
