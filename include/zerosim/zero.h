@@ -115,6 +115,53 @@ int zs_engine_param_hash(zs_engine *e, char hex[17]);
 /* The hash of any fp32 parameter vector, computed the same way. */
 void zs_param_hash(const float *params, size_t n, char hex[17]);
 
+/* ---- the state between steps (training checkpoints, weights in) ---------------
+ *
+ * What a run carries from one step to the next: the fp32 master weights
+ * (the parameters themselves in an fp32 run), the optimizer's moments, the
+ * error-feedback residual of gradient compression, and the counters below.
+ * The working copy of the parameters (bf16/fp16) is always the master
+ * rounded, so it is not state of its own. Flat indices are those of this
+ * engine's layout (with tensor parallelism, this TP rank's shard). */
+typedef enum {
+    ZS_STATE_MASTER,      /* fp32 master weights */
+    ZS_STATE_EXP_AVG,     /* AdamW's m, SGD's momentum buffer */
+    ZS_STATE_EXP_AVG_SQ,  /* AdamW's v */
+    ZS_STATE_RESIDUAL,    /* compression's error feedback: this rank's own, all Ψp */
+    ZS_STATE_N
+} zs_state_kind;
+
+/* 1 when this run keeps state k. */
+int zs_engine_has_state(const zs_engine *e, zs_state_kind k);
+/* The flat range this rank holds of state k: the partition's shard for the
+ * master and moments in stages 1-3, everything ([0, Ψp)) in stage 0 and for
+ * the residual. */
+void zs_engine_state_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n);
+/* The flat range of the master values this rank needs to load: its state
+ * range, widened to every parameter it holds a working copy of (stages 1-2
+ * hold all of them). */
+void zs_engine_load_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n);
+/* Copy elements [lo, lo + n) of state k (inside its state range) to host. */
+int zs_engine_read_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, float *host);
+/* Set elements [lo, lo + n) of state k from host, where this rank holds
+ * them (parts outside its ranges are skipped); for the master also the
+ * working copy, rounded. Padding (indices >= Ψ) must be given as 0. */
+int zs_engine_write_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, const float *host);
+
+typedef struct {
+    int t;                /* optimizer steps taken (skipped steps do not count) */
+    float loss_scale;     /* the fp16 loss scaler's state */
+    int cur_hysteresis, good_steps, overflows;
+} zs_engine_counters;
+void zs_engine_get_counters(const zs_engine *e, zs_engine_counters *c);
+void zs_engine_set_counters(zs_engine *e, const zs_engine_counters *c);
+
+/* Not collective: set the parameters (master and working copy) from the
+ * whole model's fp32 values in the tp = 1 layout order
+ * (zs_model_count_params floats), which every rank passes; the moments and
+ * the residual are left as they are (zero before the first step). */
+int zs_engine_set_full_params(zs_engine *e, const float *full);
+
 #ifdef __cplusplus
 }
 #endif

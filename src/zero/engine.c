@@ -1141,3 +1141,159 @@ int zs_engine_param_hash(zs_engine *e, char hex[17])
     free(buf);
     return rc;
 }
+
+/* ---- the state between steps ------------------------------------------------ */
+
+int zs_engine_has_state(const zs_engine *e, zs_state_kind k)
+{
+    switch (k) {
+    case ZS_STATE_MASTER: return 1;
+    case ZS_STATE_EXP_AVG: return e->m != NULL;
+    case ZS_STATE_EXP_AVG_SQ: return e->v != NULL;
+    case ZS_STATE_RESIDUAL: return e->residual != NULL;
+    default: return 0;
+    }
+}
+
+void zs_engine_state_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n)
+{
+    const zs_partition *p = &e->part;
+    if (k == ZS_STATE_RESIDUAL || e->stage == 0) {
+        *lo = 0;
+        *n = p->padded;
+    } else {
+        *lo = p->shard_begin;
+        *n = p->shard;
+    }
+}
+
+void zs_engine_load_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n)
+{
+    zs_engine_state_range(e, k, lo, n);
+    if (k == ZS_STATE_MASTER && (e->stage == 1 || e->stage == 2)) {
+        *lo = 0;
+        *n = e->part.padded;
+    }
+}
+
+/* Where state k's element lo lives (NULL when the run has none). */
+static float *zs_engine_state_ptr(zs_engine *e, zs_state_kind k, size_t lo)
+{
+    size_t base, n;
+    zs_engine_state_range(e, k, &base, &n);
+    float *a = k == ZS_STATE_MASTER ? e->master : k == ZS_STATE_EXP_AVG ? e->m
+             : k == ZS_STATE_EXP_AVG_SQ ? e->v : e->residual;
+    return a ? a + (lo - base) : NULL;
+}
+
+int zs_engine_read_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, float *host)
+{
+    size_t base, len;
+    zs_engine_state_range(e, k, &base, &len);
+    if (!zs_engine_has_state(e, k) || lo < base || n > len || lo - base > len - n)
+        ZS_FAIL("internal: state %d elements [%zu, %zu) are not this rank's", (int)k, lo, lo + n);
+    if (!e->phantom)
+        zs_backend_copy_d2h(e->be, host, zs_engine_state_ptr(e, k, lo), n * 4);
+    return 0;
+}
+
+/* The part of [lo, lo + n) inside [base, base + len): its start, or n when none. */
+static size_t zs_clip(size_t lo, size_t n, size_t base, size_t len, size_t *a, size_t *b)
+{
+    *a = lo > base ? lo : base;
+    *b = lo + n < base + len ? lo + n : base + len;
+    return *a < *b;
+}
+
+int zs_engine_write_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, const float *host)
+{
+    const zs_partition *p = &e->part;
+    if (!zs_engine_has_state(e, k) || lo > p->padded || n > p->padded - lo)
+        ZS_FAIL("internal: state %d elements [%zu, %zu) are outside the layout", (int)k, lo,
+                lo + n);
+    if (e->phantom)
+        return 0;
+    size_t base, len, a, b;
+    zs_engine_state_range(e, k, &base, &len);
+    if (k != ZS_STATE_MASTER || e->mixed) {
+        if (zs_clip(lo, n, base, len, &a, &b))
+            zs_backend_copy_h2d(e->be, zs_engine_state_ptr(e, k, a), host + (a - lo), (b - a) * 4);
+    }
+    if (k != ZS_STATE_MASTER)
+        return 0;
+    /* the working copy: everything in stages 0-2, the shard in stage 3 */
+    size_t plo = e->stage == 3 ? p->shard_begin : 0, plen = e->stage == 3 ? p->shard : p->padded;
+    if (!zs_clip(lo, n, plo, plen, &a, &b))
+        return 0;
+    char *dst = (char *)e->params + (a - plo) * e->ps;
+    if (!e->mixed) {
+        zs_backend_copy_h2d(e->be, dst, host + (a - lo), (b - a) * 4);
+        return 0;
+    }
+    /* rounded through the init staging buffer, a piece at a time */
+    const zs_buf_spec *ib = &e->sh->buf[ZS_BUF_INIT];
+    size_t chunk = ib->bytes / 4;
+    void *tmp = NULL;
+    if (chunk == 0 || zs_mem_alloc(e->mem, ib->cat, ib->bytes, &tmp))
+        ZS_FAIL("cannot stage the parameters being loaded: %s", zs_error_msg());
+    for (size_t i = a; i < b; i += chunk) {
+        size_t m = b - i < chunk ? b - i : chunk;
+        zs_backend_copy_h2d(e->be, tmp, host + (i - lo), m * 4);
+        zs_backend_convert_from_f32(e->be, dst + (i - a) * e->ps, e->pt, tmp, m);
+    }
+    zs_mem_free(e->mem, ib->cat, tmp, ib->bytes);
+    return 0;
+}
+
+void zs_engine_get_counters(const zs_engine *e, zs_engine_counters *c)
+{
+    c->t = e->t;
+    c->loss_scale = e->scaler.scale;
+    c->cur_hysteresis = e->scaler.cur_hysteresis;
+    c->good_steps = e->scaler.good_steps;
+    c->overflows = e->scaler.overflows;
+}
+
+void zs_engine_set_counters(zs_engine *e, const zs_engine_counters *c)
+{
+    e->t = c->t;
+    e->scaler.scale = c->loss_scale;
+    e->scaler.cur_hysteresis = c->cur_hysteresis;
+    e->scaler.good_steps = c->good_steps;
+    e->scaler.overflows = c->overflows;
+}
+
+int zs_engine_set_full_params(zs_engine *e, const float *full)
+{
+    const zs_partition *p = &e->part;
+    size_t lo, n;
+    zs_engine_load_range(e, ZS_STATE_MASTER, &lo, &n);
+    size_t total = zs_model_count_params(&e->cfg.model);
+    float *buf = malloc(ZS_INIT_CHUNK * sizeof(float));
+    if (!buf)
+        ZS_FAIL("out of host memory setting the parameters");
+    int rc = 0;
+    for (size_t off = lo; off < lo + n && !rc; off += ZS_INIT_CHUNK) {
+        size_t m = lo + n - off < ZS_INIT_CHUNK ? lo + n - off : ZS_INIT_CHUNK;
+        for (size_t j = 0; j < m;) {
+            size_t g = off + j;
+            if (g >= p->num_params) { /* the padding */
+                buf[j++] = 0.0f;
+                continue;
+            }
+            size_t run, at = zs_model_tp_global_offset(e->model, g, &run);
+            if (run > m - j)
+                run = m - j;
+            if (run == 0 || at == SIZE_MAX || at + run > total) {
+                rc = zs_error_set("internal: parameter %zu maps outside the model", g);
+                break;
+            }
+            memcpy(buf + j, full + at, run * sizeof(float));
+            j += run;
+        }
+        if (!rc)
+            rc = zs_engine_write_state(e, ZS_STATE_MASTER, off, m, buf);
+    }
+    free(buf);
+    return rc;
+}
