@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
@@ -103,6 +105,15 @@ static const char *const zs_usage =
     "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
     "                           or stopped rank before the run stops (600)\n"
+    "checkpoints (sharded: each rank writes its shard; see README):\n"
+    "  --save-dir DIR           save the training state into DIR/global_stepK after\n"
+    "                           the last step (and every --save-every steps);\n"
+    "                           DIR/latest names the newest\n"
+    "  --save-every K           also save after every K steps\n"
+    "  --resume DIR             start from a checkpoint (DIR/latest, or a\n"
+    "                           global_stepK folder): --steps counts from the start\n"
+    "                           of training; any ZeRO stage and any number of ranks\n"
+    "                           with the same global batch\n"
     "phantom runs (no mpirun):\n"
     "  --phantom                run the engine for simulated ranks without storage,\n"
     "                           arithmetic or traffic; memory and traffic are exact\n"
@@ -122,7 +133,8 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
-    OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_LAST
+    OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
+    OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -168,6 +180,9 @@ static const struct option zs_long_options[] = {
     {"print-program", no_argument, NULL, OPT_PRINT_PROGRAM},
     {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
     {"trace", required_argument, NULL, OPT_TRACE},
+    {"save-dir", required_argument, NULL, OPT_SAVE_DIR},
+    {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
+    {"resume", required_argument, NULL, OPT_RESUME},
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
@@ -381,6 +396,32 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     return 0;
 }
 
+/* --save-dir: a writable folder, or one that can be made in a writable
+ * folder. */
+static int zs_check_save_dir(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            ZS_FAIL("--save-dir %s is a file, not a folder: give a folder to save into", dir);
+        if (access(dir, W_OK | X_OK) != 0)
+            ZS_FAIL("--save-dir %s: cannot write into it: %s", dir, strerror(errno));
+        return 0;
+    }
+    char parent[4096];
+    const char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == dir)
+        snprintf(parent, sizeof parent, "/");
+    else
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - dir), dir);
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(parent, W_OK | X_OK) != 0)
+        ZS_FAIL("--save-dir %s: its parent folder %s does not exist or is not writable: create "
+                "it first", dir, parent);
+    return 0;
+}
+
 /* Parse, configure and validate; 0 to train, else an exit code (after
  * printing, on rank 0 only, one line). */
 /* Parse the train options. *phantom_world is set to the simulated world
@@ -473,6 +514,12 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
                         "computing or sending: drop --trace\n");
             return 2;
         }
+        if (cli.val[OPT_SAVE_DIR] || cli.val[OPT_RESUME]) {
+            if (err)
+                fprintf(err, "zerosim: --phantom holds no values to save or load: drop %s\n",
+                        cli.val[OPT_SAVE_DIR] ? "--save-dir" : "--resume");
+            return 2;
+        }
         if (cli.val[OPT_BACKEND]) {
             if (err)
                 fprintf(err, "zerosim: --phantom computes nothing, on no backend: drop --backend "
@@ -507,6 +554,21 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
     } else if (cfg->steps_per_print > 0) { /* the config's steps_per_print */
         o->print_every = cfg->steps_per_print;
     }
+    if (cli.val[OPT_SAVE_EVERY]) {
+        long v;
+        if (!cli.val[OPT_SAVE_DIR]) {
+            if (err)
+                fprintf(err, "zerosim: --save-every needs --save-dir DIR, where to save\n");
+            return 2;
+        }
+        if (zs_parse_int(OPT_SAVE_EVERY, cli.val[OPT_SAVE_EVERY], 1, INT_MAX, &v))
+            goto fail;
+        o->save_every = (int)v;
+    }
+    o->save_dir = cli.val[OPT_SAVE_DIR];
+    o->resume = cli.val[OPT_RESUME];
+    if (o->save_dir && rank == 0 && zs_check_save_dir(o->save_dir)) /* now, not after training */
+        goto fail;
     *report = cli.val[OPT_REPORT];
     *trace = cli.val[OPT_TRACE];
     o->trace = *trace != NULL;
