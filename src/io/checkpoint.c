@@ -5,6 +5,7 @@
 #include "zerosim/model.h"
 #include "zerosim/program.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
@@ -63,6 +64,28 @@ static int ck_rmtree(const char *path)
     if (nftw(path, ck_rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
         ZS_FAIL("cannot remove %s: %s", path, strerror(errno));
     return 0;
+}
+
+/* Remove what killed saves left in dir: .global_stepK.tmp and .old folders. */
+static int ck_clean_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        ZS_FAIL("cannot read the folder %s: %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (strncmp(de->d_name, ".global_step", 12) != 0 ||
+            !((n > 4 && !strcmp(de->d_name + n - 4, ".tmp")) ||
+              (n > 4 && !strcmp(de->d_name + n - 4, ".old"))))
+            continue;
+        char p[CK_PATH];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        rc = ck_rmtree(p);
+    }
+    closedir(d);
+    return rc;
 }
 
 /* Agree over the world after a local result: 0 when every rank succeeded,
@@ -278,8 +301,8 @@ int zs_ckpt_save(const char *dir, int steps, const zs_run_config *cfg, zs_engine
         if (mkdir(dir, 0777) != 0 && errno != EEXIST)
             rc = zs_error_set("--save-dir %s: cannot create it: %s; its parent folder must "
                               "exist and be writable", dir, strerror(errno));
-        if (!rc)
-            rc = ck_rmtree(tmp);
+        if (!rc) /* what killed saves left, this one's included */
+            rc = ck_clean_leftovers(dir);
         if (!rc && mkdir(tmp, 0777) != 0)
             rc = zs_error_set("--save-dir %s: cannot create %s: %s", dir, tmp, strerror(errno));
     }
