@@ -5,7 +5,8 @@
 #    with activation checkpointing and with compression (its residuals);
 #  - a checkpoint loads into another stage and, in deterministic mode, onto
 #    another number of ranks with the same global batch and micro-batch,
-#    byte-identical to an uninterrupted run there;
+#    byte-identical to an uninterrupted run there; onto another
+#    tensor-parallel size with the parameters hashing as saved;
 #  - the bytes each rank writes equal the prediction;
 #  - bad checkpoints (a missing, truncated or altered file, another model,
 #    a newer format, a folder that is no checkpoint) are one line naming the
@@ -89,6 +90,25 @@ for layout in "1 3 4" "4 1 1"; do
         bad "deterministic on $1 ranks: resumed $b, uninterrupted $a, saved run $c"
 done
 
+# tensor parallelism: saved with --tp 2 on 4 ranks; loaded with --tp 1 and
+# --tp 4, the parameters hash (in the tp = 1 order) as the saving run's did
+# after step 3, and resumed on the same mesh the run is exact
+rm -rf "$T/ck"
+run 4 --tp 2 --stage 1 --steps 6 --save-dir "$T/ck" --save-every 3 --report "$T/tp.json" ||
+    bad "tp 2 save failed"
+want=$(arr "$T/tp.json" param_hashes 2 | cut -d' ' -f1)
+for mesh in "4 --tp 2 --stage 3" "2 --tp 1 --stage 2" "4 --tp 4 --micro-batch 16 --stage 0"; do
+    set -- $mesh
+    n=$1; shift
+    run "$n" "$@" --steps 6 --resume "$T/ck/global_step3" --report "$T/tr.json" ||
+        { bad "tp: resume on $mesh failed"; continue; }
+    got=$(key "$T/tr.json" resumed_param_hash)
+    [ -n "$want" ] && [ "$got" = "$want" ] && ok ||
+        bad "tp: loaded on $mesh: param_hash $got, the saving run had $want after step 3"
+done
+[ "$(tail_hashes "$T/tp.json" 3)" = "$(run 4 --tp 2 --stage 3 --steps 6 --resume "$T/ck/global_step3" \
+    --report "$T/tr.json" && tail_hashes "$T/tr.json" 0)" ] && ok || bad "tp 2: resume not exact"
+
 # --- bad checkpoints: one line naming the file, nothing changed ------------------
 rm -rf "$T/ck"
 run 2 --stage 1 --steps 4 --save-dir "$T/ck" --save-every 2 || bad "save for the error cases failed"
@@ -142,7 +162,8 @@ run 2 --steps 2 --save-dir "$T/no/such/dir" 2>"$T/err" && bad "save into a missi
     { grep -q "parent folder $T/no/such does not exist" "$T/err" && ok || bad "save-dir: $(cat "$T/err")"; }
 
 # --- killed in the middle of a save ----------------------------------------------------
-rm -rf "$T/ck" "$T/log"
+rm -rf "$T/ck"
+: >"$T/log"
 run 2 --stage 3 --steps 6 --report "$T/full.json" || bad "uninterrupted run failed"
 ZEROSIM_TEST_STALL_AT=save:4 sh "$HERE/mpirun.sh" 2 "$ZS" train $MODEL --quiet --stage 3 \
     --steps 6 --save-dir "$T/ck" --save-every 2 </dev/null >"$T/log" 2>&1 &
