@@ -1042,6 +1042,11 @@ static int zero_offload(loader *ld, const char *path, const json_t *v)
     if (!json_is_object(v))
         return fail("%s: %s must be an object such as {\"device\": \"cpu\"}, or null",
                     ld->name, path);
+    const json_t *dev = json_object_get(v, "device");
+    if (param && json_is_string(dev) && strcmp(json_string_value(dev), "none") != 0)
+        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (ZeRO-Infinity "
+                    "parameter offload to CPU or NVMe): remove it, or set \"device\": \"none\" "
+                    "(offload_optimizer is modelled)", ld->name, path);
     const char *key;
     json_t *x;
     char sub[512];
@@ -1084,8 +1089,12 @@ static int zero_cpu_offload(loader *ld, const char *path, const json_t *v)
     if (!json_is_boolean(v))
         return fail("%s: %s must be true or false", ld->name, path);
     int param = strstr(path, "cpu_offload_param") != NULL;
+    if (json_is_true(v) && param)
+        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (parameter "
+                    "offload, the deprecated name of offload_param): set it to false", ld->name,
+                    path);
     if (json_is_true(v))
-        *(param ? &ld->c.offload_param : &ld->c.offload_optimizer) = ZS_OFFLOAD_CPU;
+        ld->c.offload_optimizer = ZS_OFFLOAD_CPU;
     return 0;
 }
 
