@@ -75,6 +75,14 @@ echo "fp16, M = $M parameters, $steps steps: $moved bytes moved between device a
 [ -n "$M" ] && [ "$moved" = "$((4 * M * steps))" ] && ok ||
     bad "moved $moved bytes, expected 4M x steps = $((4 * M * steps))"
 
+# a checkpoint saved from the nvme tier resumes exactly with the host tier
+run 2 $MODEL --stage 2 --precision bf16 --offload-optimizer nvme --nvme-path "$T/nvme" \
+    --save-dir "$T/ck" --save-every 2 --report "$T/a.json" || bad "save with nvme failed"
+run 2 $MODEL --stage 3 --precision bf16 --offload-optimizer cpu --resume "$T/ck/global_step2" \
+    --report "$T/b.json" || bad "resume with cpu failed"
+[ "$(key "$T/a.json" param_hash)" = "$(key "$T/b.json" param_hash)" ] && ok ||
+    bad "nvme checkpoint resumed on the host: $(key "$T/b.json" param_hash), uninterrupted $(key "$T/a.json" param_hash)"
+
 # the files go with the run, also when it fails after creating them
 [ -z "$(ls -A "$T/nvme")" ] && ok || bad "files left in nvme_path: $(ls -A "$T/nvme")"
 run 2 $MODEL --stage 2 --offload-optimizer nvme --nvme-path "$T/nvme" --device-memory 1MiB \
