@@ -364,7 +364,9 @@ static void zs_bench_fit_ab(zs_bench_fit *f, int N)
     }
     double det = s11 * s22 - s12 * s12;
     double a = (r1 * s22 - r2 * s12) / det, b = (s11 * r2 - s12 * r1) / det;
-    if (a < 0) { /* latency too small to see: fit the bandwidth alone */
+    if (a < 0 || !(b > 0)) {
+        /* latency too small to see, or times that fall with size (a loaded
+         * machine's noise): fit the bandwidth alone, through the origin */
         a = 0;
         b = r2 / s22;
     }
