@@ -657,7 +657,7 @@ static const bad_case unknown_keys[] = {
                                   "mean \"train_batch_size\"?"},
     {"{\"zero_optimization\": {\"stag\": 2}}",
      "test.json: unknown key \"zero_optimization.stag\"; check the spelling"},
-    {"{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\"}}}",
+    {"{\"zero_optimization\": {\"offload_param\": {\"device\": \"nvme\"}}}",
      "\"zero_optimization.offload_param\" is a DeepSpeed feature zerosim does not model yet"},
     {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}",
      "offload_optimizer.ratio below 1 (partial offload, ZeRO-Offload++'s Twin-Flow) is a "
@@ -1039,7 +1039,7 @@ START_TEST(test_every_problem)
 {
     zs_run_config before = cfg;
     int rc = load("{\"train_batch_sise\": 8, \"steps_per_print\": \"often\","
-                  " \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}");
+                  " \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}");
     ck_assert_error(rc, "test.json: 3 problems, one per line:");
     ck_assert_error(rc, "did you mean \"train_batch_size\"?");
     ck_assert_error(rc, "\"steps_per_print\" must be a positive integer, got string");
@@ -1126,8 +1126,8 @@ START_TEST(test_unmodelled_off)
                     "\"compression_training\" is a DeepSpeed feature zerosim does not model yet");
     ck_assert_error(load("{\"zero_optimization\": {\"zero_hpz_partition_size\": 8}}"),
                     "ZeRO++ hierarchical partitioning (hpZ)");
-    ck_assert_error(load("{\"zero_optimization\": {\"cpu_offload_param\": true}}"),
-                    "(parameter offload, the deprecated name of offload_param): set it to false");
+    ck_assert_error(load("{\"zero_optimization\": {\"offload_param\": {\"device\": \"nvme\"}}}"),
+                    "(ZeRO-Infinity parameter offload to NVMe): set \"device\": \"cpu\" or \"none\"");
     ck_assert_error(load("{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {}}}"),
                     "OneBitAdam is a DeepSpeed optimizer zerosim does not model yet");
 }
@@ -1145,6 +1145,17 @@ START_TEST(test_offload_optimizer)
     setup();
     ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 1, \"cpu_offload\": true}}"));
     ck_assert_int_eq(cfg.offload_optimizer, ZS_OFFLOAD_CPU);
+    setup();
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 3, \"cpu_offload_param\": true, "
+                      "\"offload_optimizer\": {\"device\": \"cpu\"}}}"));
+    ck_assert_int_eq(cfg.offload_param, ZS_OFFLOAD_CPU);
+    ck_assert_int_eq(zs_run_config_finalize(&cfg, 1), 0);
+    /* parameter offload: stage 3, with the optimizer offloaded too */
+    cfg.offload_optimizer = ZS_OFFLOAD_NONE;
+    ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "without offload_optimizer is not modelled"));
+    setup();
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 1, \"cpu_offload\": true}}"));
     /* stage 0 cannot offload; nvme needs its path */
     cfg.stage = 0;
     ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);

@@ -1043,10 +1043,10 @@ static int zero_offload(loader *ld, const char *path, const json_t *v)
         return fail("%s: %s must be an object such as {\"device\": \"cpu\"}, or null",
                     ld->name, path);
     const json_t *dev = json_object_get(v, "device");
-    if (param && json_is_string(dev) && strcmp(json_string_value(dev), "none") != 0)
+    if (param && json_is_string(dev) && !strcmp(json_string_value(dev), "nvme"))
         return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (ZeRO-Infinity "
-                    "parameter offload to CPU or NVMe): remove it, or set \"device\": \"none\" "
-                    "(offload_optimizer is modelled)", ld->name, path);
+                    "parameter offload to NVMe): set \"device\": \"cpu\" or \"none\"",
+                    ld->name, path);
     const char *key;
     json_t *x;
     char sub[512];
@@ -1089,12 +1089,8 @@ static int zero_cpu_offload(loader *ld, const char *path, const json_t *v)
     if (!json_is_boolean(v))
         return fail("%s: %s must be true or false", ld->name, path);
     int param = strstr(path, "cpu_offload_param") != NULL;
-    if (json_is_true(v) && param)
-        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (parameter "
-                    "offload, the deprecated name of offload_param): set it to false", ld->name,
-                    path);
     if (json_is_true(v))
-        ld->c.offload_optimizer = ZS_OFFLOAD_CPU;
+        *(param ? &ld->c.offload_param : &ld->c.offload_optimizer) = ZS_OFFLOAD_CPU;
     return 0;
 }
 
@@ -1876,10 +1872,16 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
         return fail("offload_optimizer (--offload-optimizer %s) needs ZeRO stage 1, 2 or 3, as "
                     "DeepSpeed's does: use --stage 1 or higher",
                     zs_offload_name(c->offload_optimizer));
-    if (c->offload_param != ZS_OFFLOAD_NONE)
-        return fail("offload_param (--offload-param %s, ZeRO-Infinity's parameter offload) is "
-                    "a DeepSpeed feature zerosim does not model yet: remove it, or set "
-                    "\"device\": \"none\" (offload_optimizer is modelled)",
+    if (c->offload_param == ZS_OFFLOAD_NVME)
+        return fail("offload_param to nvme (--offload-param nvme, ZeRO-Infinity's parameter "
+                    "offload to NVMe) is a DeepSpeed feature zerosim does not model yet: use "
+                    "--offload-param cpu or none");
+    if (c->offload_param != ZS_OFFLOAD_NONE && c->stage != 3)
+        return fail("offload_param (--offload-param %s) needs ZeRO stage 3, as DeepSpeed's does: "
+                    "use --stage 3", zs_offload_name(c->offload_param));
+    if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE)
+        return fail("offload_param (--offload-param %s) without offload_optimizer is not "
+                    "modelled yet: add --offload-optimizer cpu (or nvme)",
                     zs_offload_name(c->offload_param));
     if (c->offload_optimizer == ZS_OFFLOAD_NVME && !c->nvme_path[0])
         return fail("offload_optimizer \"device\": \"nvme\" needs nvme_path (--nvme-path DIR), "

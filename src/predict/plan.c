@@ -114,7 +114,7 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
             for (int k = 0; k < ZS_MEM_NCAT; k++)
                 r->tier_bytes[t][k] = (double)pr->tier_bytes[t][k];
         r->d2h_bytes = pr->d2h_bytes_per_step + pr->d2h_bytes_per_applied_step;
-        r->h2d_bytes = pr->h2d_bytes_per_step;
+        r->h2d_bytes = pr->h2d_bytes_per_step + pr->param_h2d_bytes_per_step;
         r->nvme_read_bytes = pr->nvme_read_bytes_per_step;
         r->nvme_write_bytes = pr->nvme_write_bytes_per_step;
         if (gs != ps) /* the same formula with the gradient's own size */
@@ -155,6 +155,13 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
             r->nvme_read_bytes = r->nvme_write_bytes = 4.0 * (double)S * states;
         }
         r->h2d_bytes = (double)(ps * S);
+        if (st == 3 && c->offload_param == ZS_OFFLOAD_CPU) {
+            /* the shard on the host; two passes of gathers per micro-batch
+             * send this rank's part of everything up */
+            r->tier_bytes[ZS_TIER_HOST][ZS_MEM_PARAMS] = (double)(ps * S);
+            r->bytes[ZS_MEM_PARAMS] -= (double)(ps * S);
+            r->h2d_bytes = 2.0 * (double)c->grad_accum * (double)(ps * S);
+        }
         double rounds = zs_step_reduce_once(c) || c->deterministic ? 1.0 : (double)c->grad_accum;
         r->d2h_bytes = rounds * (double)(gs * S);
     }

@@ -129,8 +129,9 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_D2H)
         return r->pred.d2h_bytes_per_step * r->steps +
                r->pred.d2h_bytes_per_applied_step * r->steps_applied;
-    if (o == ZS_OP_H2D)
-        return r->pred.h2d_bytes_per_step * r->steps_applied;
+    if (o == ZS_OP_H2D) /* the updated shard, and with offload_param every gather's part */
+        return r->pred.h2d_bytes_per_step * r->steps_applied +
+               (r->h2d_pred ? r->h2d_pred[q] * r->steps : 0.0);
     if (o == ZS_OP_NVME_READ)
         return r->pred.nvme_read_bytes_per_step * r->steps_applied;
     if (o == ZS_OP_NVME_WRITE)

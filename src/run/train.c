@@ -446,6 +446,15 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         free(lo);
         free(hi);
     }
+    if (cfg->offload_param != ZS_OFFLOAD_NONE && rank == 0) {
+        /* each rank sends its own parts of what it gathers up: the parts
+         * differ between ranks (the tied embedding is gathered twice) */
+        r->h2d_pred = calloc((size_t)r->world_size, sizeof(double));
+        for (int q = 0; r->h2d_pred && q < r->world_size; q++)
+            r->h2d_pred[q] = zs_step_gather_own_bytes(
+                zs_engine_shape(e), zs_engine_program(e),
+                zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
+    }
     r->num_params = zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
@@ -748,6 +757,8 @@ void zs_train_result_free(zs_train_result *r)
     free(r->timeline);
     free(r->a2a_pred);
     r->a2a_pred = NULL;
+    free(r->h2d_pred);
+    r->h2d_pred = NULL;
     r->at_peak = NULL;
     r->phase_peaks = NULL;
     r->comm = NULL;

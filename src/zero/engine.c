@@ -139,6 +139,7 @@ struct zs_engine {
     zs_offload off;
     int sep_master;             /* the master is not the parameters themselves */
     void *hgrad, *hparam;       /* host: gradient shard in, parameter shard out */
+    int param_host;             /* offload_param: the parameter shard on the host */
     int down;                   /* the reduced shard lives on the host: each
                                    reduced part is sent down as it comes */
     int swap_fd;
@@ -195,7 +196,10 @@ static int zs_engine_alloc_buffers(zs_engine *e)
      * are offloaded (then the host keeps an fp32 master, as DeepSpeed's) */
     e->master = e->sep_master ? e->buf[ZS_BUF_MASTER]
                               : (float *)e->params + (st == 1 || st == 2 ? p->shard_begin : 0);
-    e->hparam = e->buf[ZS_BUF_HPARAM];
+    e->param_host = e->sh->buf[ZS_BUF_PARAMS].tier == ZS_TIER_HOST;
+    /* the optimizer writes the updated shard into hparam: with
+     * offload_param, the host's shard itself (nothing goes up after it) */
+    e->hparam = e->param_host ? e->buf[ZS_BUF_PARAMS] : e->buf[ZS_BUF_HPARAM];
     e->m = e->buf[ZS_BUF_M];
     e->v = e->buf[ZS_BUF_V];
     e->gfull = e->buf[ZS_BUF_GFULL];
@@ -554,10 +558,17 @@ static int zs_gather_start(zs_engine *e, int u)
         zs_step_counts(s, r->lo, r->hi, e->gcounts[i], e->gdispls[i]);
         ZS_TRY(zs_mem_alloc(e->mem, ZS_MEM_PARAMS, n * e->ps, &e->gbuf[i]));
         int me = p->rank, cnt = e->gcounts[i][me], dsp = e->gdispls[i][me];
-        if (cnt) /* put this rank's part in place */
-            zs_backend_copy_d2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps,
-                                (char *)e->params + (r->lo + (size_t)dsp - p->shard_begin) * e->ps,
+        const char *mine = (char *)e->params + (r->lo + (size_t)dsp - p->shard_begin) * e->ps;
+        if (cnt && e->param_host) { /* offload_param: this rank's part goes up */
+            double t0 = zs_clock();
+            if (!e->phantom)
+                zs_backend_copy_h2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps, mine,
+                                    (size_t)cnt * e->ps);
+            zs_comm_record_transfer(e->comm, ZS_OP_H2D, (size_t)cnt * e->ps, zs_clock() - t0);
+        } else if (cnt) { /* put this rank's part in place */
+            zs_backend_copy_d2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps, mine,
                                 (size_t)cnt * e->ps);
+        }
         ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, e->gbuf[i], e->gcounts[i], e->gdispls[i],
                                            e->ct, u, &e->greq[i]));
     }
