@@ -79,7 +79,7 @@ static const char *const zs_plan_usage =
     "  --offload-optimizer none|cpu|nvme  master, m, v and the optimizer step on the\n"
     "                           host or in files: device, host and nvme bytes, the\n"
     "                           host's per node, the transfers, their time\n"
-    "  --offload-param none|cpu  stage 3: the parameter shard on the host too\n"
+    "  --offload-param none|cpu|nvme  stage 3: the parameter shard off the device\n"
     "  --host-memory SIZE       host memory per node, for the host tier's fit\n"
     "  --bw-host B --bw-nvme B  bytes/s device<->host (25e9) and to files (3e9)\n"
     "  --host-optimizer-rate R  host optimizer elements/s (not given: left out)\n"

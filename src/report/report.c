@@ -132,8 +132,10 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_H2D) /* the updated shard, and with offload_param every gather's part */
         return r->pred.h2d_bytes_per_step * r->steps_applied +
                (r->h2d_pred ? r->h2d_pred[q] * r->steps : 0.0);
-    if (o == ZS_OP_NVME_READ)
-        return r->pred.nvme_read_bytes_per_step * r->steps_applied;
+    if (o == ZS_OP_NVME_READ) /* the optimizer's states, and the gathers' parts from files */
+        return r->pred.nvme_read_bytes_per_step * r->steps_applied +
+               (r->h2d_pred && r->pred.tier_bytes[ZS_TIER_NVME][ZS_MEM_PARAMS]
+                    ? r->h2d_pred[q] * r->steps : 0.0);
     if (o == ZS_OP_NVME_WRITE)
         return r->pred.nvme_write_bytes_per_step * r->steps_applied;
     return -1.0;

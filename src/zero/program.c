@@ -258,7 +258,13 @@ static void zs_shape_buffers(zs_step_shape *s)
         } else {
             b[ZS_BUF_GSHARD].tier = ZS_TIER_HOST;
         }
-        if (st == 3 && s->cfg.offload_param == ZS_OFFLOAD_CPU) {
+        if (st == 3 && s->cfg.offload_param == ZS_OFFLOAD_NVME) {
+            /* the shard in the file; the updated shard is written there
+             * from the host, and each gather reads this rank's part */
+            b[ZS_BUF_PARAMS].tier = ZS_TIER_NVME;
+            ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, S * ps);
+            b[ZS_BUF_HPARAM].tier = ZS_TIER_HOST;
+        } else if (st == 3 && s->cfg.offload_param == ZS_OFFLOAD_CPU) {
             /* offload_param: the parameter shard itself lives on the host,
              * the optimizer updates it there, and each gather sends this
              * rank's part of the range up */
@@ -682,8 +688,11 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_OFFLOAD_GRADS:
             c->d2h_applied_bytes += (double)o->elems * ps;
             break;
-        case ZS_SOP_UPLOAD_PARAMS:
-            c->h2d_bytes += (double)o->elems * ps;
+        case ZS_SOP_UPLOAD_PARAMS: /* to the device, or into the file */
+            if (s->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME)
+                c->nvme_write_bytes += (double)o->elems * ps;
+            else
+                c->h2d_bytes += (double)o->elems * ps;
             break;
         case ZS_SOP_OPTIMIZER:
             if (s->buf[ZS_BUF_MASTER].tier == ZS_TIER_NVME) { /* every state read and written */
