@@ -48,8 +48,12 @@ check_table() { # NAME FILE: the memory rows of the tiers and the transfer rows
 }
 for off in cpu nvme; do
     sh "$HERE/mpirun.sh" 3 "$ZS" train $MODEL --stage 3 --precision fp16 --offload-optimizer "$off" \
-        --nvme-path "$T/nvme" </dev/null >"$T/real.txt" || bad "3 ranks $off failed"
+        --nvme-path "$T/nvme" --csv "$T/csv" </dev/null >"$T/real.txt" || bad "3 ranks $off failed"
     check_table "$off, 3 ranks" "$T/real.txt"
+    # the CSV has the same tier rows, measured = predicted
+    rows=$(awk '$2 ~ /^(host|nvme)_/ {n++; if ($3 != $4) bad = 1} END {print n + 0, bad + 0}' \
+        "$T/csv/memory.csv")
+    [ "$rows" != "0 0" ] && [ "${rows#* }" = 0 ] && ok || bad "$off: memory.csv tier rows: $rows"
     "$ZS" train --phantom --world-size 3 $MODEL --stage 3 --precision fp16 \
         --offload-optimizer "$off" --nvme-path "$T/nvme" >"$T/ph.txt" || bad "phantom $off failed"
     check_table "$off, phantom" "$T/ph.txt"

@@ -621,6 +621,14 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
                 zs_text_add(&t, "%d %s %zu -1 -1\n", q, zs_mem_rows[k].name, meas);
         }
         zs_text_add(&t, "%d total %zu -1 -1\n", q, r->total_peaks[q]);
+        for (int tr = ZS_TIER_HOST; zs_report_has_tiers(r) && tr < ZS_MEM_NTIERS; tr++)
+            for (int c = 0; c < ZS_MEM_NCAT; c++) { /* offload: host_params, nvme_optimizer_m, ... */
+                size_t meas = r->tier_peaks[q][tr][c], pred = r->pred.tier_bytes[tr][c];
+                if (meas || pred)
+                    zs_text_add(&t, "%d %s_%s %zu %zu %.6f\n", q, zs_mem_tier_name((zs_mem_tier)tr),
+                                zs_mem_category_name((zs_mem_category)c), meas, pred,
+                                zs_ratio((double)meas, (double)pred));
+            }
     }
     ZS_TRY(zs_csv_flush(&t, dir, 1));
 
