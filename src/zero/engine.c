@@ -490,8 +490,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->P = calloc((size_t)e->lay->n_entries, sizeof(float *));
     e->G = calloc((size_t)e->lay->n_entries, sizeof(float *));
     if (!e->gstart || !e->bucket_buf || !e->counts || !e->displs || !e->gbuf || !e->greq ||
-        !e->gcounts ||
-        !e->gdispls || !e->P || !e->G) {
+        !e->gcounts || !e->gdispls || !e->P || !e->G) {
         zs_error_set("out of host memory creating the engine");
         goto fail;
     }
