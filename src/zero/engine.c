@@ -610,11 +610,13 @@ static int zs_gather_start(zs_engine *e, int u)
         zs_step_counts(s, r->lo, r->hi, e->gcounts[i], e->gdispls[i]);
         ZS_TRY(zs_mem_alloc(e->mem, ZS_MEM_PARAMS, n * e->ps, &e->gbuf[i]));
         int me = p->rank, cnt = e->gcounts[i][me], dsp = e->gdispls[i][me];
-        const char *mine = (char *)e->params + (r->lo + (size_t)dsp - p->shard_begin) * e->ps;
+        /* this rank's part of the range, in its shard (only when it has one) */
+        size_t at = cnt ? r->lo + (size_t)dsp - p->shard_begin : 0;
+        const char *mine = cnt && e->params ? (char *)e->params + at * e->ps : NULL;
         if (cnt && e->param_nvme) { /* from the file to the host, then up */
             double t0 = zs_clock();
             if (!e->phantom)
-                ZS_TRY(zs_swap_params(e, 0, r->lo + (size_t)dsp - p->shard_begin, (size_t)cnt,
+                ZS_TRY(zs_swap_params(e, 0, at, (size_t)cnt,
                                       (char *)e->gbuf[i] + (size_t)dsp * e->ps));
             double t1 = zs_clock();
             zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ, (size_t)cnt * e->ps, t1 - t0);
