@@ -179,7 +179,7 @@ static json_t *zs_report_memory(const zs_train_result *r)
         for (int c = 0; c < ZS_MEM_NCAT; c++)
             json_object_set_new(mix, zs_mem_category_name((zs_mem_category)c),
                                 json_integer((json_int_t)r->at_peak[q][c]));
-        for (int p = 1; p < ZS_MEM_NPHASES; p++)
+        for (int p = 0; p < ZS_MEM_NPHASES; p++)
             json_object_set_new(phases, zs_mem_phase_name((zs_mem_phase)p),
                                 json_integer((json_int_t)r->phase_peaks[q][p]));
         json_t *rank = json_pack("{s:i, s:o, s:I, s:o, s:o}", "rank", q, "categories", cats,
@@ -374,9 +374,10 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
             else
                 fprintf(f, "%5d  %-17s %15zu %15s %9s\n", q, zs_mem_rows[k].name, meas, "-", "-");
         }
-        fprintf(f, "%5d  %-17s %15zu   (forward %zu, backward %zu, step %zu)\n", q, "total peak",
-                r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_FORWARD],
-                r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD], r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
+        fprintf(f, "%5d  %-17s %15zu   (setup %zu, forward %zu, backward %zu, step %zu)\n", q,
+                "total peak", r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_SETUP],
+                r->phase_peaks[q][ZS_MEM_PHASE_FORWARD], r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD],
+                r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
         for (int t = ZS_TIER_HOST; zs_report_has_tiers(r) && t < ZS_MEM_NTIERS; t++)
             for (int c = 0; c < ZS_MEM_NCAT; c++) {
                 size_t meas = r->tier_peaks[q][t][c], pred = r->pred.tier_bytes[t][c];
