@@ -162,6 +162,9 @@ lab_fmt() {
 
 # lab_num NAME VALUE: a number the page may quote as <!--NAME-->VALUE
 lab_num() {
+    if awk -v n="$1" -v v="$2" '$1 == n { w = $0; sub(/^[^ ]+ /, "", w); if (w != v) f = 1 } END { exit !f }' "$OUT/numbers.txt"; then
+        lab_die "the number $1 is set twice, to different values (a bug in $LAB/run.sh)"
+    fi
     printf '%s %s\n' "$1" "$2" >>"$OUT/numbers.txt"
 }
 

@@ -15,10 +15,10 @@ STEPS=2
 p=2   # bytes per bf16 parameter or gradient
 K=12  # AdamW under mixed precision: fp32 master, m and v
 
-# stages 0 and 3 always run for real; stage 3 on a simulated 24 MB device
-# (24e6 bytes, between stage 1's peak and stage 0's), which it fits. With
-# --quick, stages 1 and 2 are phantom runs (the same bytes, no MPI).
-lab_run $N stage0 $MODEL --stage 0 --steps $STEPS
+# stage 3 always runs for real, on a simulated 24 MB device (24e6 bytes,
+# between stage 1's peak and stage 0's), which it fits. With --quick, stages
+# 0-2 are phantom runs (the same bytes, no MPI).
+lab_bytes $N stage0 $MODEL --stage 0 --steps $STEPS
 lab_bytes $N stage1 $MODEL --stage 1 --steps $STEPS
 lab_bytes $N stage2 $MODEL --stage 2 --steps $STEPS
 lab_run $N stage3 $MODEL --stage 3 --steps $STEPS --device-memory 24MB

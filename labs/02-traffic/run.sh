@@ -3,9 +3,9 @@
 # 0-3 on N = 1, 2, 3 and 4 ranks; rank 0's bytes per step per collective
 # against the ring's (N-1)/N closed forms; an MLP, where stage 3 sends
 # exactly 1.5 times the bytes of stage 0. Writes traffic.dat, mlp.dat and
-# traffic.png into the output folder. With --quick the sweep is N = 2 and 4,
-# and every run but the GPT's stages 0 and 3 on 4 ranks is a phantom run (the
-# same bytes, no MPI).
+# traffic.png into the output folder. With --quick the sweep is N = 4 and,
+# for stages 0 and 3, N = 2, and every run but the GPT's stage 3 on 4 ranks
+# is a phantom run (the same bytes, no MPI).
 . "$(dirname "$0")/../lib.sh"
 lab_init "$0" "$@"
 
@@ -19,7 +19,9 @@ NS="1 2 3 4"; [ "$QUICK" -eq 1 ] && NS="2 4"
 echo "# stage N padded_params reduce_scatter allgather total closed_form" >"$OUT/traffic.dat"
 for s in 0 1 2 3; do
     for n in $NS; do
-        if [ "$n" -eq 4 ] && { [ "$s" -eq 0 ] || [ "$s" -eq 3 ]; }; then
+        # --quick: N = 2 for stages 0 and 3 only
+        [ "$QUICK" -eq 1 ] && [ "$n" -eq 2 ] && { [ "$s" -eq 1 ] || [ "$s" -eq 2 ]; } && continue
+        if [ "$n" -eq 4 ] && [ "$s" -eq 3 ]; then
             lab_run "$n" gpt_s${s}_n$n $GPT --stage $s --steps $STEPS
         else
             lab_bytes "$n" gpt_s${s}_n$n $GPT --stage $s --steps $STEPS

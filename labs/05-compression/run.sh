@@ -2,17 +2,16 @@
 # Lab 5, sending less: the default GPT (0.1 M parameters, fp32), ZeRO stage 2
 # on 4 ranks, 200 steps, with gradients sent dense, as top-k 1%, as int8 and
 # as signs, each with and without error feedback; the bytes each sends per
-# step against closed forms, and the loss curves side by side. Writes
-# losses.dat, bytes.dat and losses.png into the output folder; and top-k
-# after 30 dense steps. --quick: top-k
-# with and without error feedback for 200 steps, the rest as 2-step phantom
-# runs (bytes only).
+# step against closed forms, and the loss curves side by side; and top-k
+# after 30 dense steps. Writes losses.dat, bytes.dat and losses.png into the
+# output folder. --quick: top-k with and without error feedback for 100
+# steps, the rest as 2-step phantom runs (bytes only).
 . "$(dirname "$0")/../lib.sh"
 lab_init "$0" "$@"
 
 N=4
 A="--stage 2 --warmup 10"
-STEPS=200
+STEPS=200; [ "$QUICK" -eq 1 ] && STEPS=100
 
 lab_run $N topk $A --steps $STEPS --compression topk:0.01
 lab_run $N topk_noef $A --steps $STEPS --compression topk:0.01 --no-error-feedback

@@ -65,7 +65,7 @@ while read -r s m; do lab_num "xl_max_s$s" "$m"; done <"$OUT/xl_max.dat"
 plan gpt3 --arch gpt $GPT3 --stage 0,1,2,3 --dp 1024 --device-memory 32GB --checkpoint-activations sqrt
 awk '$2 == 1024 && $1 ~ /^[0-3]$/ { print $1, $3, $4, $5, $6, $7, $NF }' "$OUT/plan_gpt3.txt" >"$OUT/fit.dat"
 while read -r s pa gr op ac tot fit; do
-    lab_num "gpt3_s${s}_total" "$tot"; lab_num "gpt3_s${s}_fits" "$fit"
+    lab_num "gpt3_t${s}_total" "$tot"; lab_num "gpt3_t${s}_fits" "$fit"
 done <"$OUT/fit.dat"
 plan gpt3_s3 --arch gpt $GPT3 --stage 3 --dp 1024 --device-memory 80GB --checkpoint-activations sqrt
 for c in params grads optimizer_master activations checkpoints comm_buffers workspace total; do
