@@ -59,6 +59,38 @@ for off in cpu nvme; do
     [ "$a" = "$b" ] && ok || bad "phantom $off differs from the real run: $b vs $a"
 done
 
+# the plan of the same GPT equals the phantom run (and so the real one):
+# every host and nvme category and the transfers per step
+"$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --micro-batch 8 \
+    --stage 3 --precision fp16 --dp 3 --offload-optimizer nvme --json >"$T/plan.json" ||
+    bad "plan --offload-optimizer failed"
+# "tier category bytes" lines from the plan's JSON and from the phantom's table
+planned=$(awk '/"bytes_per_device": \{/ {on = 1; next} on && /"(host|nvme)": \{/ {t = $1; gsub(/[":{ ]/, "", t); next}
+    on && /^ *},?$/ {if (t == "") on = 0; t = ""; next}
+    on && t != "" {k = $1; v = $2; gsub(/[":,]/, "", k); gsub(/,/, "", v); print t, k, v}' "$T/plan.json")
+ran=$(awk '$2 == "host" || $2 == "nvme" {print $2, $3, $4}' "$T/ph.txt" | sed -n '1,20p')
+echo "planned:" $planned
+[ -n "$planned" ] && [ "$planned" = "$ran" ] && ok || bad "plan and phantom differ: plan [$planned], phantom [$ran]"
+for k in d2h h2d nvme_read nvme_write; do
+    p=$(sed -n "s/^ *\"${k}_bytes_per_step\": \([0-9]*\),*$/\1/p" "$T/plan.json")
+    r=$(awk -v k="$k" '$2 == k {printf "%.0f", $3; exit}' "$T/ph.txt")
+    [ -n "$p" ] && [ "$p" = "$r" ] && ok || bad "$k per step: plan $p, phantom $r"
+done
+
+# the other reduction paths: gradients accumulated over micro-batches on the
+# host, in fixed point, and DeepSpeed's step schedule (the shard copied down
+# once, before the optimizer)
+for extra in "--stage 2 --grad-accum 3" "--stage 3 --grad-accum 2 --deterministic" \
+    "--stage 1 --grad-reduce step --grad-accum 2" "--stage 2 --compression int8"; do
+    sh "$HERE/mpirun.sh" 2 "$ZS" train $MODEL $extra --offload-optimizer cpu </dev/null \
+        >"$T/real.txt" || bad "$extra failed"
+    check_table "$extra" "$T/real.txt"
+    run 2 $MODEL $extra --report "$T/a.json" && run 2 $MODEL $extra --offload-optimizer cpu \
+        --report "$T/b.json" || bad "$extra: a run failed"
+    [ "$(key "$T/a.json" param_hash)" = "$(key "$T/b.json" param_hash)" ] && ok ||
+        bad "$extra: offload changes the parameters"
+done
+
 # ZeRO-Offload's 4M bytes per step: fp16, M parameters, summed over 2 ranks
 run 2 $MODEL --stage 2 --precision fp16 --offload-optimizer cpu --report "$T/r.json" ||
     bad "4M run failed"
@@ -74,6 +106,14 @@ steps=$(key "$T/r.json" steps)
 echo "fp16, M = $M parameters, $steps steps: $moved bytes moved between device and host"
 [ -n "$M" ] && [ "$moved" = "$((4 * M * steps))" ] && ok ||
     bad "moved $moved bytes, expected 4M x steps = $((4 * M * steps))"
+
+# a checkpoint saved from the nvme tier resumes exactly with the host tier
+run 2 $MODEL --stage 2 --precision bf16 --offload-optimizer nvme --nvme-path "$T/nvme" \
+    --save-dir "$T/ck" --save-every 2 --report "$T/a.json" || bad "save with nvme failed"
+run 2 $MODEL --stage 3 --precision bf16 --offload-optimizer cpu --resume "$T/ck/global_step2" \
+    --report "$T/b.json" || bad "resume with cpu failed"
+[ "$(key "$T/a.json" param_hash)" = "$(key "$T/b.json" param_hash)" ] && ok ||
+    bad "nvme checkpoint resumed on the host: $(key "$T/b.json" param_hash), uninterrupted $(key "$T/a.json" param_hash)"
 
 # the files go with the run, also when it fails after creating them
 [ -z "$(ls -A "$T/nvme")" ] && ok || bad "files left in nvme_path: $(ls -A "$T/nvme")"

@@ -1,6 +1,7 @@
 /* zerosim — the JSON report. */
 #include "build-config.h"
 #include "zerosim/report.h"
+#include "zerosim/io.h"
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
 #include "zerosim/predict.h"
@@ -130,7 +131,8 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
         return r->a2a_pred[q] * r->compressed_steps;
     if (o == ZS_OP_D2H)
-        return r->pred.d2h_bytes_per_step * r->steps_applied;
+        return r->pred.d2h_bytes_per_step * r->steps +
+               r->pred.d2h_bytes_per_applied_step * r->steps_applied;
     if (o == ZS_OP_H2D)
         return r->pred.h2d_bytes_per_step * r->steps_applied;
     if (o == ZS_OP_NVME_READ)
@@ -456,29 +458,6 @@ static void zs_report_test_stall(const char *path)
         pause();
 }
 
-static int zs_write_all(int fd, const char *text, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, text, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        text += w;
-        len -= (size_t)w;
-    }
-    return fsync(fd);
-}
-
-static int zs_write_fail(const char *path, int err)
-{
-    if (err == ENOSPC || err == EDQUOT)
-        ZS_FAIL("cannot write %s: %s; free some space there or write elsewhere", path,
-                strerror(err));
-    ZS_FAIL("cannot write %s: %s; check that the directory exists and is writable", path,
-            strerror(err ? err : EIO));
-}
-
 /* Write path atomically: the bytes go to a file without a name in path's
  * directory (O_TMPFILE), are synced, and the file gets a name only when
  * whole (a temporary name, renamed over path). A run killed or out of
@@ -503,10 +482,10 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
     errno = EOPNOTSUPP;
 #endif
     if (fd >= 0) {
-        if (zs_write_all(fd, text, len) != 0) {
+        if (zs_io_write_fd(fd, text, len) != 0) {
             int err = errno;
             close(fd);
-            return zs_write_fail(path, err);
+            return zs_io_write_error(path, err);
         }
         zs_report_test_stall(path);
         char self[64];
@@ -518,18 +497,18 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
             if (rename(tmp, path) != 0) {
                 int err = errno;
                 unlink(tmp);
-                return zs_write_fail(path, err);
+                return zs_io_write_error(path, err);
             }
             return 0;
         }
         /* no /proc: the named temporary file below */
     } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
-        return zs_write_fail(path, errno);
+        return zs_io_write_error(path, errno);
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
-        return zs_write_fail(path, errno);
-    int bad = zs_write_all(fd, text, len) != 0;
+        return zs_io_write_error(path, errno);
+    int bad = zs_io_write_fd(fd, text, len) != 0;
     int err = errno;
     if (!bad)
         zs_report_test_stall(path);
@@ -541,7 +520,7 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
         if (!bad)
             err = errno;
         unlink(tmp);
-        return zs_write_fail(path, err);
+        return zs_io_write_error(path, err);
     }
     return 0;
 }
