@@ -23,7 +23,11 @@ size_t zs_report_peak_rss(void)
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return 0;
+#ifdef __APPLE__
+    return (size_t)ru.ru_maxrss; /* macOS reports bytes */
+#else
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+#endif
 }
 
 /* A float as a JSON number, or null when it is not finite. */
@@ -504,7 +508,12 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
         snprintf(dir, sizeof dir, "/");
     else
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+#ifdef O_TMPFILE
     int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+#else
+    int fd = -1; /* not Linux (macOS): the named temporary file below */
+    errno = EOPNOTSUPP;
+#endif
     if (fd >= 0) {
         if (zs_io_write_fd(fd, text, len) != 0) {
             int err = errno;
