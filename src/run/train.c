@@ -3,6 +3,7 @@
 #include "zerosim/error.h"
 #include "zerosim/program.h"
 #include "zerosim/mesh.h"
+#include "run/oracle.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -57,6 +58,10 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
     if (cfg->precision == ZS_DTYPE_F16)
         snprintf(extra, sizeof extra, "  loss_scale %g%s", (double)r->info[s].loss_scale,
                  r->info[s].skipped ? " (overflow: step skipped)" : "");
+    if (r->val_loss && !isnan(r->val_loss[s])) {
+        size_t k = strlen(extra);
+        snprintf(extra + k, sizeof extra - k, "  val_loss %.4f", r->val_loss[s]);
+    }
     fprintf(o->log, "step %5d/%d  loss %.4f  lr %.3e  grad_norm %.4f%s\n", s + 1, cfg->steps,
             (double)r->info[s].loss, (double)r->info[s].lr, (double)r->info[s].grad_norm, extra);
     fflush(o->log);
@@ -364,8 +369,28 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_engine_create_shared(cfg, be, mem, dp, shape, &e);
     if (!rc)
         rc = zs_engine_set_tp(e, tp);
+    if (!rc && o->init_from && !zs_backend_is_phantom(be))
+        rc = zs_oracle_init_from(e, cfg, o->init_from);
+    zs_oracle_val *val = NULL;
+    if (!rc && o->val_data && !zs_backend_is_phantom(be)) {
+        r->val_loss = rank == 0 ? malloc((size_t)(cfg->steps + 1) * sizeof(double)) : NULL;
+        if (rank == 0 && !r->val_loss)
+            rc = zs_error_set("out of host memory for the held-out losses");
+        for (int s = 0; rank == 0 && r->val_loss && s <= cfg->steps; s++)
+            r->val_loss[s] = NAN;
+        if (!rc)
+            rc = zs_oracle_val_create(cfg, o->val_data, be, cfg->train_batch_size, rank, &val);
+    }
     if ((rc = zs_train_agree(comm, rc, r)))
         goto done;
+    /* the state before step 1, when asked for */
+    int next_dump = 0;
+    if (o->n_dump_steps > 0 && o->dump_steps[0] == 0) {
+        rc = zs_oracle_dump(e, cfg, o->dump_dir, 0, NULL, rank);
+        next_dump = 1;
+        if ((rc = zs_train_agree(comm, rc, r)))
+            goto done;
+    }
     if (zs_predict(cfg, r->dp_size, &r->pred)) {
         rc = zs_train_agree(comm, -1, r);
         goto done;
@@ -396,7 +421,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     }
     double t0 = zs_now(), trace_t0 = zs_clock();
     r->timeline_step = cfg->steps > 1 ? 1 : 0;
-    for (int s = 0; s < cfg->steps; s++) {
+    for (int s = 0; s < cfg->steps && !o->no_steps; s++) {
         zs_mem_trace(mem, s == r->timeline_step);
         double ts = zs_now();
         rc = zs_engine_step(e, s, &r->info[s]);
@@ -416,6 +441,21 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                 r->n_timeline = nt;
             }
         }
+        if (next_dump < o->n_dump_steps && o->dump_steps[next_dump] == s + 1) {
+            rc = zs_oracle_dump(e, cfg, o->dump_dir, s + 1, &r->info[s], rank);
+            next_dump++;
+            if ((rc = zs_train_agree(comm, rc, r)))
+                goto done;
+        }
+        if (o->val_data && ((s + 1) % (o->val_every > 0 ? o->val_every : 10) == 0 ||
+                            s + 1 == cfg->steps)) {
+            double vl;
+            rc = zs_oracle_val_loss(val, e, cfg, rank, &vl);
+            if (r->val_loss)
+                r->val_loss[s] = vl;
+            if ((rc = zs_train_agree(comm, rc, r)))
+                goto done;
+        }
         r->steps = s + 1;
         r->skipped_steps += r->info[s].skipped;
         r->steps_applied += !r->info[s].skipped;
@@ -423,6 +463,11 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         zs_train_log_step(cfg, &lo, r, s);
     }
     r->seconds = zs_now() - t0;
+    if (o->export_path && !zs_backend_is_phantom(be)) {
+        rc = zs_oracle_export(e, cfg, o->export_path, o->export_format, rank);
+        if ((rc = zs_train_agree(comm, rc, r)))
+            goto done;
+    }
     rc = zs_engine_param_hash(e, r->param_hash);
     r->live_params_peak = zs_engine_live_params_peak(e);
     zs_mem_get_stats(mem, &r->mem);
@@ -440,6 +485,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_train_agree(comm, rc, r);
     }
 done:
+    zs_oracle_val_destroy(val);
     zs_engine_destroy(e);
     if (mem)
         zs_mem_destroy(mem);
@@ -651,6 +697,8 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
 
 void zs_train_result_free(zs_train_result *r)
 {
+    free(r->val_loss);
+    r->val_loss = NULL;
     free(r->trace_json);
     r->trace_json = NULL;
     free(r->info);
