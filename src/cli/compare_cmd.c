@@ -34,7 +34,9 @@ static const char *const zs_compare_usage =
     "a tensor is not within tolerance, is missing from one file or has another\n"
     "shape.\n"
     "  --rtol X                 relative tolerance (1e-5)\n"
-    "  --atol Y                 absolute tolerance (1e-8)\n";
+    "  --atol Y                 absolute tolerance (1e-8)\n"
+    "  --prefix P               only the tensors whose names start with P (in both\n"
+    "                           files; e.g. grad. or param. of a dump)\n";
 
 /* One file's tensors, read one at a time as doubles. */
 typedef struct {
@@ -198,6 +200,13 @@ static int zs_cmp_values(const double *a, const double *b, uint64_t n, double rt
     return ok;
 }
 
+static const char *zs_cmp_prefix = "";
+
+static int zs_cmp_wanted(const char *name)
+{
+    return !strncmp(name, zs_cmp_prefix, strlen(zs_cmp_prefix));
+}
+
 static int zs_compare_files(const char *pa, const char *pb, double rtol, double atol, int *bad)
 {
     zs_cmp_src a, b;
@@ -211,6 +220,8 @@ static int zs_compare_files(const char *pa, const char *pb, double rtol, double 
         zs_cmp_close(&b);
         return -1;
     }
+    if (zs_cmp_prefix[0])
+        printf("# the tensors named %s...\n", zs_cmp_prefix);
     printf("# A = %s\n# B = %s\n# rtol %g, atol %g: within when |A - B| <= atol + rtol * |B| "
            "for every element\n", pa, pb, rtol, atol);
     printf("# %-38s %-16s %12s %12s %s\n", "tensor", "shape", "max_abs_err", "max_rel_err",
@@ -218,6 +229,8 @@ static int zs_compare_files(const char *pa, const char *pb, double rtol, double 
     int rc = 0, n_ok = 0;
     for (int i = 0; i < zs_cmp_count(&a) && !rc; i++) {
         const char *name = zs_cmp_name(&a, i);
+        if (!zs_cmp_wanted(name))
+            continue;
         int j = zs_cmp_find(&b, name);
         char sa[96], sb[96];
         uint64_t na = zs_cmp_shape(&a, i, sa, sizeof sa);
@@ -246,12 +259,14 @@ static int zs_compare_files(const char *pa, const char *pb, double rtol, double 
         free(vb);
     }
     for (int j = 0; j < zs_cmp_count(&b) && !rc; j++)
-        if (zs_cmp_find(&a, zs_cmp_name(&b, j)) < 0) {
+        if (zs_cmp_wanted(zs_cmp_name(&b, j)) && zs_cmp_find(&a, zs_cmp_name(&b, j)) < 0) {
             char sb[96];
             zs_cmp_shape(&b, j, sb, sizeof sb);
             printf("%-40s %-16s %12s %12s MISSING in A\n", zs_cmp_name(&b, j), sb, "-", "-");
             (*bad)++;
         }
+    if (!rc && n_ok + *bad == 0)
+        rc = zs_error_set("no tensor of %s is named %s...", pa, zs_cmp_prefix);
     if (!rc)
         printf("# %d tensors within tolerance, %d not (or missing, or of another shape)\n",
                n_ok, *bad);
@@ -265,6 +280,7 @@ int zs_cmd_compare(int argc, char **argv)
     static const struct option opts[] = {
         {"rtol", required_argument, NULL, 'r'},
         {"atol", required_argument, NULL, 'a'},
+        {"prefix", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -276,6 +292,10 @@ int zs_cmd_compare(int argc, char **argv)
         if (ch == 'h') {
             fputs(zs_compare_usage, stdout);
             return 0;
+        }
+        if (ch == 'p') {
+            zs_cmp_prefix = optarg;
+            continue;
         }
         if (ch == 'r' || ch == 'a') {
             char *end;
