@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include "zerosim/checkpoint.h"
 #include "zerosim/comm.h"
 #include "zerosim/config.h"
 #include "zerosim/mem.h"
@@ -21,6 +22,9 @@ typedef struct {
     int print_every;          /* print every N steps (and the first and last) */
     int hash_every_step;      /* record param_hashes after every step */
     int trace;                /* collect the Chrome trace (r->trace_json) */
+    const char *save_dir;     /* --save-dir: sharded training checkpoints, NULL = none */
+    int save_every;           /* --save-every K: every K steps (and after the last); 0 = last only */
+    const char *resume;       /* --resume: a checkpoint folder to start from, NULL = none */
     /* weights and tensors for other tools (zerosim/weights.h, README) */
     const char *init_from;    /* start from this weights file (the GPT's shapes
                                  must be the file's), NULL = the seed's */
@@ -51,7 +55,9 @@ typedef struct {
 } zs_comm_row;
 
 typedef struct {
-    int steps;
+    int steps;                /* steps this run took */
+    int first_step;           /* steps done before it (a resumed run), else 0;
+                                 info[i] and hashes[i] are of step first_step + i */
     zs_step_info *info;       /* [steps] */
     char (*hashes)[17];       /* [steps] when hash_every_step (rank 0) */
     char param_hash[17];      /* after the last step (rank 0) */
@@ -91,6 +97,11 @@ typedef struct {
     char *trace_json;         /* rank 0, with options.trace: the trace of
                                  every rank, Chrome's trace event format */
     int trace_truncated;      /* the ledger kept only its first records */
+    /* training checkpoints (--save-dir, --resume): files, not device memory */
+    zs_ckpt_io ckpt;          /* this rank's */
+    zs_ckpt_io *ckpt_ranks;   /* [world_size] (rank 0), NULL without checkpoints */
+    uint64_t *ckpt_pred;      /* [world_size] predicted tensor bytes per save (rank 0) */
+    char resumed_from[4200];  /* the checkpoint it started from, "" when none */
 } zs_train_result;
 
 /* Train cfg (already finalized) over comm (collective) and fill r. Returns 0

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const zs_usage =
     "usage: zerosim train [options]\n"
@@ -106,6 +107,15 @@ static const char *const zs_usage =
     "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
     "                           or stopped rank before the run stops (600)\n"
+    "checkpoints (sharded: each rank writes its shard; see README):\n"
+    "  --save-dir DIR           save the training state into DIR/global_stepK after\n"
+    "                           the last step (and every --save-every steps);\n"
+    "                           DIR/latest names the newest\n"
+    "  --save-every K           also save after every K steps\n"
+    "  --resume DIR             start from a checkpoint (DIR/latest, or a\n"
+    "                           global_stepK folder): --steps counts from the start\n"
+    "                           of training; any ZeRO stage and any number of ranks\n"
+    "                           with the same global batch\n"
     "phantom runs (no mpirun):\n"
     "  --phantom                run the engine for simulated ranks without storage,\n"
     "                           arithmetic or traffic; memory and traffic are exact\n"
@@ -125,8 +135,9 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
-    OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT,
-    OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY, OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_LAST
+    OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
+    OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
+    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -172,6 +183,9 @@ static const struct option zs_long_options[] = {
     {"print-program", no_argument, NULL, OPT_PRINT_PROGRAM},
     {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
     {"trace", required_argument, NULL, OPT_TRACE},
+    {"save-dir", required_argument, NULL, OPT_SAVE_DIR},
+    {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
+    {"resume", required_argument, NULL, OPT_RESUME},
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
@@ -186,6 +200,7 @@ static const struct option zs_long_options[] = {
     {"val-every", required_argument, NULL, OPT_VAL_EVERY},
     {"dump-dir", required_argument, NULL, OPT_DUMP_DIR},
     {"dump-steps", required_argument, NULL, OPT_DUMP_STEPS},
+    {"from", required_argument, NULL, OPT_FROM},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -523,6 +538,15 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
         o->export_format = (int)f;
     }
     o->no_steps = export_cmd;
+    if (cli->val[OPT_FROM] && !export_cmd)
+        ZS_FAIL("--from is zerosim export's; zerosim train starts from a checkpoint with --resume");
+    if (cli->val[OPT_FROM] && cli->val[OPT_RESUME])
+        ZS_FAIL("--from and --resume name the same thing: give one");
+    if (cli->val[OPT_FROM])
+        o->resume = cli->val[OPT_FROM];
+    if (o->init_from && o->resume)
+        ZS_FAIL("--init-from %s and a checkpoint (%s) both give the parameters: give one",
+                o->init_from, o->resume);
     if (!cli->val[OPT_DUMP_DIR] != !cli->val[OPT_DUMP_STEPS])
         ZS_FAIL("--dump-dir DIR and --dump-steps LIST go together");
     if ((s = cli->val[OPT_DUMP_STEPS])) {
@@ -537,6 +561,32 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
         if (rank == 0 && (stat(o->dump_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
             ZS_FAIL("--dump-dir %s is not a directory", o->dump_dir);
     }
+    return 0;
+}
+
+/* --save-dir: a writable folder, or one that can be made in a writable
+ * folder. */
+static int zs_check_save_dir(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            ZS_FAIL("--save-dir %s is a file, not a folder: give a folder to save into", dir);
+        if (access(dir, W_OK | X_OK) != 0)
+            ZS_FAIL("--save-dir %s: cannot write into it: %s", dir, strerror(errno));
+        return 0;
+    }
+    char parent[4096];
+    const char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == dir)
+        snprintf(parent, sizeof parent, "/");
+    else
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - dir), dir);
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(parent, W_OK | X_OK) != 0)
+        ZS_FAIL("--save-dir %s: its parent folder %s does not exist or is not writable: create "
+                "it first", dir, parent);
     return 0;
 }
 
@@ -632,6 +682,12 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
                         "computing or sending: drop --trace\n");
             return 2;
         }
+        if (cli.val[OPT_SAVE_DIR] || cli.val[OPT_RESUME]) {
+            if (err)
+                fprintf(err, "zerosim: --phantom holds no values to save or load: drop %s\n",
+                        cli.val[OPT_SAVE_DIR] ? "--save-dir" : "--resume");
+            return 2;
+        }
         if (cli.val[OPT_BACKEND]) {
             if (err)
                 fprintf(err, "zerosim: --phantom computes nothing, on no backend: drop --backend "
@@ -669,6 +725,21 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
     } else if (cfg->steps_per_print > 0) { /* the config's steps_per_print */
         o->print_every = cfg->steps_per_print;
     }
+    if (cli.val[OPT_SAVE_EVERY]) {
+        long v;
+        if (!cli.val[OPT_SAVE_DIR]) {
+            if (err)
+                fprintf(err, "zerosim: --save-every needs --save-dir DIR, where to save\n");
+            return 2;
+        }
+        if (zs_parse_int(OPT_SAVE_EVERY, cli.val[OPT_SAVE_EVERY], 1, INT_MAX, &v))
+            goto fail;
+        o->save_every = (int)v;
+    }
+    o->save_dir = cli.val[OPT_SAVE_DIR];
+    o->resume = cli.val[OPT_RESUME];
+    if (o->save_dir && rank == 0 && zs_check_save_dir(o->save_dir)) /* now, not after training */
+        goto fail;
     if (zs_cli_outputs(&cli, cfg, o, rank, argv[0] && !strcmp(argv[0], "export")))
         goto fail;
     *report = cli.val[OPT_REPORT];

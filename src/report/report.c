@@ -258,6 +258,41 @@ static void zs_print_same(FILE *f, int first, int last)
         fprintf(f, "%5s  (ranks %d-%d: the same as rank %d)\n", "", first, last, first - 1);
 }
 
+/* Checkpoint files per rank: bytes written (tensor data against the
+ * prediction, saves x the shard's states) and read. */
+static json_t *zs_report_ckpt(const zs_train_result *r)
+{
+    json_t *a = json_array();
+    for (int q = 0; q < r->world_size; q++) {
+        const zs_ckpt_io *c = &r->ckpt_ranks[q];
+        json_array_append_new(a, json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:I}", "rank", q,
+                                           "saves", c->saves, "bytes_written",
+                                           (json_int_t)c->written, "tensor_bytes_written",
+                                           (json_int_t)c->tensor_written,
+                                           "tensor_bytes_written_predicted",
+                                           (json_int_t)(r->ckpt_pred[q] * (uint64_t)c->saves),
+                                           "bytes_read", (json_int_t)c->read,
+                                           "tensor_bytes_read", (json_int_t)c->tensor_read));
+    }
+    return a;
+}
+
+static void zs_report_print_ckpt(FILE *f, const zs_train_result *r)
+{
+    if (!r->ckpt_ranks)
+        return;
+    fprintf(f, "\ncheckpoint files per rank (bytes on disk, not device memory; tensor bytes "
+               "predicted = saves x shard x states)\n");
+    fprintf(f, "rank  saves        written   tensor bytes      predicted           read\n");
+    for (int q = 0; q < r->world_size; q++) {
+        const zs_ckpt_io *c = &r->ckpt_ranks[q];
+        fprintf(f, "%4d  %5d  %13llu  %13llu  %13llu  %13llu\n", q, c->saves,
+                (unsigned long long)c->written, (unsigned long long)c->tensor_written,
+                (unsigned long long)(r->ckpt_pred[q] * (uint64_t)c->saves),
+                (unsigned long long)c->read);
+    }
+}
+
 void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
 {
     int N = r->world_size, same = 0;
@@ -294,6 +329,7 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         fprintf(f, "stage 3: at most %zu gathered parameters alive (predicted %zu, bound %zu)%s\n",
                 r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters,
                 r->units_over_live_bound ? "; units larger than the bound are gathered alone" : "");
+    zs_report_print_ckpt(f, r);
 
     fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
     fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
@@ -674,6 +710,11 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
         json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live_bound));
     }
     json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
+    json_object_set_new(root, "first_step", json_integer(r->first_step));
+    if (r->resumed_from[0])
+        json_object_set_new(root, "resumed_from", json_string(r->resumed_from));
+    if (r->ckpt_ranks) /* files: beside the device memory, not in it */
+        json_object_set_new(root, "checkpoint_io", zs_report_ckpt(r));
     char *ctext = zs_run_config_json(cfg);
     json_t *cj = ctext ? json_loads(ctext, 0, NULL) : NULL;
     free(ctext);
@@ -693,7 +734,7 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
         json_t *v = json_array();
         for (int s = 0; s < r->steps; s++)
             if (!isnan(r->val_loss[s])) /* evaluated */
-                json_array_append_new(v, json_pack("{s:i, s:o}", "step", s + 1, "loss",
+                json_array_append_new(v, json_pack("{s:i, s:o}", "step", r->first_step + s + 1, "loss",
                                                    zs_json_real(r->val_loss[s])));
         json_object_set_new(root, "val_loss", v);
     }

@@ -48,22 +48,25 @@ static int zs_train_agree(zs_comm_t comm, int rc, zs_train_result *r)
     return -1;
 }
 
+/* The progress line of step s (0-based, counted from the start of
+ * training), whose results are r->info[i]. */
 static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *o,
-                              const zs_train_result *r, int s)
+                              const zs_train_result *r, int s, int i)
 {
     int every = o->print_every > 0 ? o->print_every : 10;
-    if (!o->log || !(s == 0 || (s + 1) % every == 0 || s + 1 == cfg->steps))
+    if (!o->log || !(i == 0 || (s + 1) % every == 0 || s + 1 == cfg->steps))
         return;
+    const zs_step_info *in = &r->info[i];
     char extra[64] = "";
     if (cfg->precision == ZS_DTYPE_F16)
-        snprintf(extra, sizeof extra, "  loss_scale %g%s", (double)r->info[s].loss_scale,
-                 r->info[s].skipped ? " (overflow: step skipped)" : "");
-    if (r->val_loss && !isnan(r->val_loss[s])) {
+        snprintf(extra, sizeof extra, "  loss_scale %g%s", (double)in->loss_scale,
+                 in->skipped ? " (overflow: step skipped)" : "");
+    if (r->val_loss && !isnan(r->val_loss[i])) {
         size_t k = strlen(extra);
-        snprintf(extra + k, sizeof extra - k, "  val_loss %.4f", r->val_loss[s]);
+        snprintf(extra + k, sizeof extra - k, "  val_loss %.4f", r->val_loss[i]);
     }
     fprintf(o->log, "step %5d/%d  loss %.4f  lr %.3e  grad_norm %.4f%s\n", s + 1, cfg->steps,
-            (double)r->info[s].loss, (double)r->info[s].lr, (double)r->info[s].grad_norm, extra);
+            (double)in->loss, (double)in->lr, (double)in->grad_norm, extra);
     fflush(o->log);
 }
 
@@ -345,6 +348,33 @@ static int zs_trace_gather(zs_comm_t comm, zs_text *mine, int truncated, zs_trai
     return rc;
 }
 
+/* Rank 0 collects every rank's checkpoint bytes and their prediction. */
+static int zs_train_gather_ckpt(zs_comm_t comm, const zs_engine *e, zs_train_result *r)
+{
+    int world = zs_comm_size(comm), root = zs_comm_rank(comm) == 0;
+    uint64_t mine[6] = {(uint64_t)r->ckpt.saves, r->ckpt.written, r->ckpt.tensor_written,
+                        r->ckpt.read, r->ckpt.tensor_read, zs_ckpt_tensor_bytes(e)};
+    uint64_t *all = root ? calloc((size_t)world * 6, sizeof *all) : NULL;
+    if (root) {
+        r->ckpt_ranks = calloc((size_t)world, sizeof *r->ckpt_ranks);
+        r->ckpt_pred = calloc((size_t)world, sizeof *r->ckpt_pred);
+    }
+    int bad = root && (!all || !r->ckpt_ranks || !r->ckpt_pred);
+    zs_comm_set_context(comm, ZS_PHASE_REPORT, -1);
+    int rc = zs_comm_gather_root(comm, mine, 6, bad ? NULL : all, ZS_CT_U64);
+    if (!rc && bad)
+        rc = zs_error_set("out of host memory gathering the checkpoint statistics");
+    for (int q = 0; q < world && !rc && root; q++) {
+        const uint64_t *a = all + (size_t)q * 6;
+        r->ckpt_ranks[q] = (zs_ckpt_io){.saves = (int)a[0], .written = a[1],
+                                        .tensor_written = a[2], .read = a[3],
+                                        .tensor_read = a[4]};
+        r->ckpt_pred[q] = a[5];
+    }
+    free(all);
+    return rc;
+}
+
 /* One rank's run on backend be: engine, steps, hash, this rank's memory
  * statistics in r->mem and, on rank 0, the comms table. Collective over
  * comm (a phantom comm makes it one simulated rank). */
@@ -361,10 +391,21 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     r->world_size = zs_comm_size(comm);
     r->dp_size = zs_comm_size(dp);
     r->tp_size = cfg->tp > 1 ? cfg->tp : 1;
-    r->info = calloc((size_t)cfg->steps, sizeof *r->info);
-    r->hashes = o->hash_every_step ? calloc((size_t)cfg->steps, sizeof *r->hashes) : NULL;
-    if (!mem || !r->info || (o->hash_every_step && !r->hashes))
-        rc = zs_error_set("out of host memory for %d steps of results", cfg->steps);
+    zs_ckpt_place place = {.world = comm, .tp_rank = cfg->tp > 1 ? cfg->model.tp_rank : 0,
+                           .tp_size = r->tp_size, .dp_rank = zs_comm_rank(dp),
+                           .dp_size = r->dp_size};
+    zs_ckpt *ck = NULL;
+    int first = 0; /* steps done before this run */
+    if (o->resume)
+        rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &ck, &first);
+    int n = cfg->steps - first;
+    r->first_step = first;
+    if (!rc) {
+        r->info = calloc((size_t)n, sizeof *r->info);
+        r->hashes = o->hash_every_step ? calloc((size_t)n, sizeof *r->hashes) : NULL;
+        if (!mem || !r->info || (o->hash_every_step && !r->hashes))
+            rc = zs_error_set("out of host memory for %d steps of results", n);
+    }
     if (!rc)
         rc = zs_engine_create_shared(cfg, be, mem, dp, shape, &e);
     if (!rc)
@@ -373,21 +414,31 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_oracle_init_from(e, cfg, o->init_from);
     zs_oracle_val *val = NULL;
     if (!rc && o->val_data && !zs_backend_is_phantom(be)) {
-        r->val_loss = rank == 0 ? malloc((size_t)(cfg->steps + 1) * sizeof(double)) : NULL;
+        r->val_loss = rank == 0 ? malloc((size_t)(n + 1) * sizeof(double)) : NULL;
         if (rank == 0 && !r->val_loss)
             rc = zs_error_set("out of host memory for the held-out losses");
-        for (int s = 0; rank == 0 && r->val_loss && s <= cfg->steps; s++)
-            r->val_loss[s] = NAN;
+        for (int i = 0; rank == 0 && r->val_loss && i <= n; i++)
+            r->val_loss[i] = NAN;
         if (!rc)
             rc = zs_oracle_val_create(cfg, o->val_data, be, cfg->train_batch_size, rank, &val);
     }
     if ((rc = zs_train_agree(comm, rc, r)))
         goto done;
-    /* the state before step 1, when asked for */
+    if (ck) {
+        snprintf(r->resumed_from, sizeof r->resumed_from, "%s", zs_ckpt_describe(ck));
+        if (lo.log)
+            fprintf(lo.log, "resuming from %s\n", r->resumed_from);
+        rc = zs_ckpt_load(ck, e, &place, &r->ckpt);
+        if ((rc = zs_train_agree(comm, rc == 1 ? 0 : rc, r)))
+            goto done;
+    }
+    /* dumps of steps this run takes; the state before step 1 now */
     int next_dump = 0;
-    if (o->n_dump_steps > 0 && o->dump_steps[0] == 0) {
+    while (next_dump < o->n_dump_steps && o->dump_steps[next_dump] < (first ? first + 1 : 0))
+        next_dump++;
+    if (next_dump < o->n_dump_steps && o->dump_steps[next_dump] == 0) {
         rc = zs_oracle_dump(e, cfg, o->dump_dir, 0, NULL, rank);
-        next_dump = 1;
+        next_dump++;
         if ((rc = zs_train_agree(comm, rc, r)))
             goto done;
     }
@@ -420,17 +471,26 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         zs_engine_set_trace(e, 1);
     }
     double t0 = zs_now(), trace_t0 = zs_clock();
-    r->timeline_step = cfg->steps > 1 ? 1 : 0;
-    for (int s = 0; s < cfg->steps && !o->no_steps; s++) {
-        zs_mem_trace(mem, s == r->timeline_step);
+    r->timeline_step = n > 1 ? 1 : 0; /* of this run's steps */
+    for (int i = 0; i < n && !o->no_steps; i++) {
+        int s = first + i;
+        zs_mem_trace(mem, i == r->timeline_step);
         double ts = zs_now();
-        rc = zs_engine_step(e, s, &r->info[s]);
-        r->info[s].seconds = zs_now() - ts;
+        rc = zs_engine_step(e, s, &r->info[i]);
+        r->info[i].seconds = zs_now() - ts;
         if (!rc && o->hash_every_step)
-            rc = zs_engine_param_hash(e, r->hashes[s]);
+            rc = zs_engine_param_hash(e, r->hashes[i]);
         if ((rc = zs_train_agree(comm, rc, r)))
             goto done;
-        if (s == r->timeline_step) {
+        if (o->save_dir &&
+            ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == cfg->steps)) {
+            rc = zs_ckpt_save(o->save_dir, s + 1, cfg, e, &place, &r->ckpt);
+            if ((rc = zs_train_agree(comm, rc == 1 ? 0 : rc, r)))
+                goto done;
+            if (lo.log)
+                fprintf(lo.log, "saved %s/global_step%d\n", o->save_dir, s + 1);
+        }
+        if (i == r->timeline_step) {
             zs_mem_trace(mem, 0);
             size_t nt;
             const zs_mem_event *ev = zs_mem_timeline(mem, &nt);
@@ -442,7 +502,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
             }
         }
         if (next_dump < o->n_dump_steps && o->dump_steps[next_dump] == s + 1) {
-            rc = zs_oracle_dump(e, cfg, o->dump_dir, s + 1, &r->info[s], rank);
+            rc = zs_oracle_dump(e, cfg, o->dump_dir, s + 1, &r->info[i], rank);
             next_dump++;
             if ((rc = zs_train_agree(comm, rc, r)))
                 goto done;
@@ -452,15 +512,15 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
             double vl;
             rc = zs_oracle_val_loss(val, e, cfg, rank, &vl);
             if (r->val_loss)
-                r->val_loss[s] = vl;
+                r->val_loss[i] = vl;
             if ((rc = zs_train_agree(comm, rc, r)))
                 goto done;
         }
-        r->steps = s + 1;
-        r->skipped_steps += r->info[s].skipped;
-        r->steps_applied += !r->info[s].skipped;
-        r->compressed_steps += r->info[s].compressed;
-        zs_train_log_step(cfg, &lo, r, s);
+        r->steps = i + 1;
+        r->skipped_steps += r->info[i].skipped;
+        r->steps_applied += !r->info[i].skipped;
+        r->compressed_steps += r->info[i].compressed;
+        zs_train_log_step(cfg, &lo, r, s, i);
     }
     r->seconds = zs_now() - t0;
     if (o->export_path && !zs_backend_is_phantom(be)) {
@@ -473,6 +533,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     zs_mem_get_stats(mem, &r->mem);
     if (!rc && rank == 0)
         rc = zs_train_comm_table(comm, r);
+    if (!rc && (o->save_dir || o->resume))
+        rc = zs_train_gather_ckpt(comm, e, r);
     if (o->trace) { /* every rank takes part, whatever rc is, then agrees */
         zs_text mine = {0};
         int truncated = 0;
@@ -486,6 +548,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     }
 done:
     zs_oracle_val_destroy(val);
+    zs_ckpt_close(ck);
     zs_engine_destroy(e);
     if (mem)
         zs_mem_destroy(mem);
@@ -703,6 +766,10 @@ void zs_train_result_free(zs_train_result *r)
     r->trace_json = NULL;
     free(r->info);
     free(r->hashes);
+    free(r->ckpt_ranks);
+    free(r->ckpt_pred);
+    r->ckpt_ranks = NULL;
+    r->ckpt_pred = NULL;
     free(r->peaks);
     free(r->total_peaks);
     free(r->at_peak);

@@ -1,0 +1,680 @@
+/* zerosim — sharded training checkpoints (see zerosim/checkpoint.h). */
+#include "zerosim/checkpoint.h"
+#include "zerosim/error.h"
+#include "zerosim/io.h"
+#include "zerosim/model.h"
+#include "zerosim/program.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CK_PATH 4096
+#define CK_MANIFEST "manifest.json"
+static const char *const ck_state_name[ZS_STATE_N] = {"master", "exp_avg", "exp_avg_sq",
+                                                      "residual"};
+
+/* One saved shard file. */
+typedef struct {
+    char name[64];
+    int tp, dp;
+    uint64_t begin, end;       /* the flat elements of master and moments it holds */
+    uint64_t bytes, xxh3;
+    int residual;              /* holds the rank's residual (padded elements) */
+    int checked;               /* its checksum was verified by this rank */
+    zs_st_file f;
+} ck_file;
+
+struct zs_ckpt {
+    char dir[CK_PATH];         /* the global_stepK folder */
+    char manifest[CK_PATH + 32];
+    char describe[CK_PATH + 128];
+    int steps, world, dp, tp, stage;
+    uint64_t num_params, padded;
+    char param_hash[17];
+    zs_engine_counters counters;
+    ck_file *files;
+    int nfiles;
+};
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static int ck_rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) != 0 && errno != ENOENT;
+}
+
+/* Remove a folder and what is in it (missing is fine). */
+static int ck_rmtree(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return 0;
+    if (nftw(path, ck_rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        ZS_FAIL("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Agree over the world after a local result: 0 when every rank succeeded,
+ * rc when this rank failed, 1 when only another rank did (its message is
+ * the one to print). */
+static int ck_agree(zs_comm_t w, int rc)
+{
+    int any = 0;
+    if (zs_comm_agree(w, rc != 0, zs_comm_timeout(w), &any)) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", rc ? zs_error_msg() : "a rank stopped responding "
+                 "while the checkpoint was written or read");
+        zs_comm_stop(w, why);
+    }
+    if (!any)
+        return 0;
+    return rc ? rc : 1;
+}
+
+
+/* The model's shape as JSON (what must match to load). */
+static json_t *ck_model_json(const zs_model_config *m)
+{
+    if (m->kind == ZS_MODEL_GPT)
+        return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind", "gpt", "n_layer", m->n_layer,
+                         "n_embd", m->n_embd, "n_head", m->n_head, "seq_len", m->seq_len,
+                         "vocab", m->vocab);
+    json_t *w = json_array();
+    for (int i = 0; i < m->n_hidden; i++)
+        json_array_append_new(w, json_integer(m->widths[i]));
+    return json_pack("{s:s, s:i, s:i, s:o, s:s}", "kind", "mlp", "input_dim", m->input_dim,
+                     "n_classes", m->n_classes, "widths", w, "activation",
+                     m->act == ZS_ACT_GELU ? "gelu" : "relu");
+}
+
+static const char *ck_optim_name(zs_optim_kind k) { return k == ZS_OPT_SGD ? "sgd" : "adamw"; }
+
+/* ---- saving ----------------------------------------------------------------------- */
+
+uint64_t zs_ckpt_tensor_bytes(const zs_engine *e)
+{
+    const zs_partition *p = zs_engine_partition(e);
+    uint64_t n = p->shard * (1 + (uint64_t)zs_engine_has_state(e, ZS_STATE_EXP_AVG) +
+                             (uint64_t)zs_engine_has_state(e, ZS_STATE_EXP_AVG_SQ));
+    if (zs_engine_has_state(e, ZS_STATE_RESIDUAL))
+        n += p->padded;
+    return 4 * n;
+}
+
+/* Test hook (tests/test_checkpoint.sh): ZEROSIM_TEST_STALL_AT=save:K makes
+ * the last rank stall once its shard of the save after K steps is written,
+ * before the save completes, so that a test can kill the run mid-save. */
+static void ck_test_stall(const zs_ckpt_place *pl, const char *path, int steps)
+{
+    const char *s = getenv("ZEROSIM_TEST_STALL_AT");
+    if (!s || strncmp(s, "save:", 5) != 0 || atoi(s + 5) != steps ||
+        zs_comm_rank(pl->world) != zs_comm_size(pl->world) - 1)
+        return;
+    fprintf(stderr, "zerosim: test hook: rank %d stalls after writing %s\n",
+            zs_comm_rank(pl->world), path);
+    fflush(stderr);
+    for (;;)
+        pause();
+}
+
+/* This rank's shard file: its partition's part of the master and moments,
+ * and its residual. */
+static int ck_write_shard(const char *path, zs_engine *e, const zs_ckpt_place *pl,
+                          uint64_t *hash, uint64_t *bytes, uint64_t *tensor_bytes)
+{
+    const zs_partition *p = zs_engine_partition(e);
+    zs_st_writer w;
+    ZS_TRY(zs_st_writer_open(&w, path));
+    float *buf = malloc(ZS_INIT_CHUNK * sizeof(float));
+    int rc = buf ? 0 : zs_error_set("out of host memory writing %s", path);
+    char v[64];
+    snprintf(v, sizeof v, "%zu", p->shard_begin);
+    if (!rc)
+        rc = zs_st_writer_meta(&w, "begin", v);
+    snprintf(v, sizeof v, "%d", pl->tp_rank);
+    if (!rc)
+        rc = zs_st_writer_meta(&w, "tp_rank", v);
+    snprintf(v, sizeof v, "%d", pl->dp_rank);
+    if (!rc)
+        rc = zs_st_writer_meta(&w, "dp_rank", v);
+    for (int k = 0; k < ZS_STATE_N && !rc; k++) {
+        if (!zs_engine_has_state(e, (zs_state_kind)k))
+            continue;
+        uint64_t n = k == ZS_STATE_RESIDUAL ? p->padded : p->shard;
+        rc = zs_st_writer_add(&w, ck_state_name[k], ZS_ST_F32, 1, &n);
+    }
+    for (int k = 0; k < ZS_STATE_N && !rc; k++) {
+        if (!zs_engine_has_state(e, (zs_state_kind)k))
+            continue;
+        size_t lo = k == ZS_STATE_RESIDUAL ? 0 : p->shard_begin;
+        size_t n = k == ZS_STATE_RESIDUAL ? p->padded : p->shard;
+        for (size_t off = 0; off < n && !rc; off += ZS_INIT_CHUNK) {
+            size_t m = n - off < ZS_INIT_CHUNK ? n - off : ZS_INIT_CHUNK;
+            rc = zs_engine_read_state(e, (zs_state_kind)k, lo + off, m, buf);
+            if (!rc)
+                rc = zs_st_writer_data(&w, buf, m * 4);
+        }
+    }
+    free(buf);
+    if (rc) {
+        zs_st_writer_abort(&w);
+        return rc;
+    }
+    *bytes = w.f.bytes;         /* the header and the tensors, as written */
+    *tensor_bytes = w.written;  /* the tensors' bytes given to the writer */
+    return zs_st_writer_commit(&w, hash);
+}
+
+/* Rank 0: the manifest of the folder, from every rank's file record. */
+enum { CK_REC = 8 }; /* tp, dp, begin, end, bytes, xxh3, residual, tensor bytes */
+static int ck_write_manifest(const char *path, int steps, const zs_run_config *cfg, zs_engine *e,
+                             const zs_ckpt_place *pl, const uint64_t *recs, int world,
+                             const char *param_hash)
+{
+    const zs_partition *p = zs_engine_partition(e);
+    zs_engine_counters c;
+    zs_engine_get_counters(e, &c);
+    json_t *files = json_array();
+    for (int q = 0; q < world; q++) {
+        const uint64_t *r = recs + (size_t)q * CK_REC;
+        char name[64], hx[17];
+        snprintf(name, sizeof name, "shard_tp%d_dp%05d.safetensors", (int)r[0], (int)r[1]);
+        snprintf(hx, sizeof hx, "%016" PRIx64, r[5]);
+        json_array_append_new(files, json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:s, s:b}",
+                                               "name", name, "tp_rank", (int)r[0], "dp_rank",
+                                               (int)r[1], "begin", (json_int_t)r[2], "end",
+                                               (json_int_t)r[3], "bytes", (json_int_t)r[4],
+                                               "xxh3", hx, "residual", (int)r[6]));
+    }
+    json_t *m = json_pack(
+        "{s:s, s:i, s:i, s:o, s:s, s:s, s:i, s:{s:i, s:i, s:i}, s:b, s:I, s:I, s:I, s:I,"
+        " s:s, s:b, s:{s:i, s:f, s:i, s:i, s:i}, s:{s:I, s:I}, s:{s:I, s:s}, s:s, s:o}",
+        "format", "zerosim-checkpoint", "version", ZS_CKPT_FORMAT_VERSION, "steps", steps,
+        "model", ck_model_json(&cfg->model), "precision", zs_dtype_name(cfg->precision), "optimizer", ck_optim_name(cfg->optimizer), "stage",
+        cfg->stage, "mesh", "world", world, "dp", pl->dp_size, "tp", pl->tp_size,
+        "deterministic", cfg->deterministic, "num_params", (json_int_t)p->num_params, "padded",
+        (json_int_t)p->padded, "shard", (json_int_t)p->shard, "train_batch_size",
+        (json_int_t)cfg->train_batch_size, "compression",
+        cfg->compression.kind == ZS_COMP_NONE ? "none" : "on", "residuals",
+        zs_engine_has_state(e, ZS_STATE_RESIDUAL),
+        "optimizer_state", "step", c.t, "loss_scale", (double)c.loss_scale, "cur_hysteresis",
+        c.cur_hysteresis, "good_steps", c.good_steps, "overflows", c.overflows,
+        /* the data: sample i of the run is drawn from (seed, i) alone, so the
+         * position is the next sample; zerosim keeps no other random state */
+        "data", "next_sample", (json_int_t)((uint64_t)steps * (uint64_t)cfg->train_batch_size),
+        "seed", (json_int_t)cfg->seed, "rng", "seed", (json_int_t)cfg->seed, "kind",
+        "counter-based: every random number is a function of (seed, index)", "param_hash",
+        param_hash, "files", files);
+    if (!m)
+        ZS_FAIL("out of host memory writing %s", path);
+    char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    if (!text)
+        ZS_FAIL("out of host memory writing %s", path);
+    zs_afile a;
+    int rc = zs_afile_open(&a, path);
+    if (!rc && !(rc = zs_afile_write(&a, text, strlen(text))) && !(rc = zs_afile_write(&a, "\n", 1)))
+        rc = zs_afile_commit(&a, NULL);
+    else if (!rc)
+        zs_afile_abort(&a);
+    free(text);
+    return rc;
+}
+
+/* Rank 0: the folder takes its name and latest moves to it. */
+static int ck_publish(const char *dir, const char *tmp, const char *name)
+{
+    char final[CK_PATH], old[CK_PATH], latest[CK_PATH];
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(old, sizeof old, "%s/.%s.old", dir, name);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    ZS_TRY(zs_io_sync_dir(tmp));
+    struct stat sb;
+    int had = stat(final, &sb) == 0; /* a save of the same step before */
+    if (had) {
+        ZS_TRY(ck_rmtree(old));
+        if (rename(final, old) != 0)
+            ZS_FAIL("cannot move %s aside: %s", final, strerror(errno));
+    }
+    if (rename(tmp, final) != 0)
+        ZS_FAIL("cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    ZS_TRY(zs_io_sync_dir(dir));
+    zs_afile a;
+    ZS_TRY(zs_afile_open(&a, latest));
+    int rc = zs_afile_write(&a, name, strlen(name));
+    if (!rc)
+        rc = zs_afile_write(&a, "\n", 1);
+    if (!rc)
+        rc = zs_afile_commit(&a, NULL);
+    else
+        zs_afile_abort(&a);
+    if (!rc && had)
+        rc = ck_rmtree(old);
+    return rc;
+}
+
+int zs_ckpt_save(const char *dir, int steps, const zs_run_config *cfg, zs_engine *e,
+                 const zs_ckpt_place *pl, zs_ckpt_io *io)
+{
+    zs_comm_t w = pl->world;
+    int rank = zs_comm_rank(w), world = zs_comm_size(w), rc = 0;
+    char name[32], tmp[CK_PATH], file[CK_PATH + 64];
+    snprintf(name, sizeof name, "global_step%d", steps);
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name) >= sizeof tmp)
+        rc = zs_error_set("--save-dir: the path is too long: %s", dir);
+    /* rank 0 makes a clean temporary folder */
+    if (!rc && rank == 0) {
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            rc = zs_error_set("--save-dir %s: cannot create it: %s; its parent folder must "
+                              "exist and be writable", dir, strerror(errno));
+        if (!rc)
+            rc = ck_rmtree(tmp);
+        if (!rc && mkdir(tmp, 0777) != 0)
+            rc = zs_error_set("--save-dir %s: cannot create %s: %s", dir, tmp, strerror(errno));
+    }
+    ZS_TRY(ck_agree(w, rc));
+    /* every rank its shard */
+    const zs_partition *p = zs_engine_partition(e);
+    snprintf(file, sizeof file, "%s/shard_tp%d_dp%05d.safetensors", tmp, pl->tp_rank,
+             pl->dp_rank);
+    uint64_t rec[CK_REC] = {(uint64_t)pl->tp_rank, (uint64_t)pl->dp_rank, p->shard_begin,
+                            p->shard_begin + p->shard, 0, 0,
+                            (uint64_t)zs_engine_has_state(e, ZS_STATE_RESIDUAL), 0};
+    rc = ck_write_shard(file, e, pl, &rec[5], &rec[4], &rec[7]);
+    if (!rc) {
+        io->written += rec[4];
+        io->tensor_written += rec[7];
+        ck_test_stall(pl, file, steps);
+    }
+    ZS_TRY(ck_agree(w, rc));
+    /* rank 0 collects the records and the parameters' hash */
+    uint64_t *recs = rank == 0 ? calloc((size_t)world * CK_REC, sizeof *recs) : NULL;
+    if (rank == 0 && !recs)
+        rc = zs_error_set("out of host memory saving the checkpoint");
+    rc = ck_agree(w, rc);
+    if (rc) {
+        free(recs);
+        return rc;
+    }
+    zs_comm_set_context(w, ZS_PHASE_REPORT, -1);
+    char hash[17] = "";
+    rc = zs_comm_gather_root(w, rec, CK_REC, recs, ZS_CT_U64);
+    if (!rc)
+        rc = zs_engine_param_hash(e, hash);
+    if (!rc && rank == 0) {
+        snprintf(file, sizeof file, "%s/%s", tmp, CK_MANIFEST);
+        rc = ck_write_manifest(file, steps, cfg, e, pl, recs, world, hash);
+        if (!rc)
+            rc = ck_publish(dir, tmp, name);
+        if (rc)
+            ck_rmtree(tmp); /* latest still names the previous save */
+    }
+    free(recs);
+    rc = ck_agree(w, rc);
+    if (!rc)
+        io->saves++;
+    return rc;
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+void zs_ckpt_close(zs_ckpt *ck)
+{
+    if (!ck)
+        return;
+    for (int i = 0; i < ck->nfiles; i++)
+        if (ck->files[i].f.path)
+            zs_st_close(&ck->files[i].f);
+    free(ck->files);
+    free(ck);
+}
+
+const char *zs_ckpt_describe(const zs_ckpt *ck) { return ck->describe; }
+
+/* Read a small text file (latest) whole; one line naming it on error. */
+static int ck_read_small(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        ZS_FAIL("cannot read %s: %s", path, strerror(errno));
+    size_t n = fread(out, 1, cap - 1, f);
+    fclose(f);
+    out[n] = '\0';
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ' || out[n - 1] == '\r'))
+        out[--n] = '\0';
+    return 0;
+}
+
+/* The manifest's integer field, or an error naming it. */
+static int ck_int(const zs_ckpt *ck, json_t *o, const char *key, json_int_t lo, json_int_t hi,
+                  json_int_t *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        ZS_FAIL("%s: \"%s\" is missing or out of range; the manifest is damaged", ck->manifest, key);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static const char *ck_str(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* Compare the saved model's shape with the run's: one line naming the first
+ * field that differs. */
+static int ck_check_model(const zs_ckpt *ck, json_t *saved, const zs_model_config *m)
+{
+    json_t *want = ck_model_json(m);
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    if (!json_is_object(saved))
+        rc = zs_error_set("%s: \"model\" is missing; the manifest is damaged", ck->manifest);
+    json_object_foreach(want, key, v) {
+        if (rc)
+            break;
+        json_t *s = json_object_get(saved, key);
+        if (!s || !json_equal(s, v)) {
+            char *a = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL, *b = json_dumps(v, JSON_ENCODE_ANY);
+            rc = zs_error_set("%s: the checkpoint's model has %s %s, this run's %s: resume with "
+                              "the model it was saved with", ck->manifest, key,
+                              a ? a : "nothing", b ? b : "?");
+            free(a);
+            free(b);
+        }
+    }
+    json_decref(want);
+    return rc;
+}
+
+static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_size)
+{
+    const char *fmt = ck_str(m, "format");
+    json_int_t v, ver;
+    if (!fmt || strcmp(fmt, "zerosim-checkpoint") != 0)
+        ZS_FAIL("%s is not a zerosim checkpoint manifest (no \"format\": "
+                "\"zerosim-checkpoint\")", ck->manifest);
+    ZS_TRY(ck_int(ck, m, "version", 1, INT_MAX, &ver));
+    if (ver > ZS_CKPT_FORMAT_VERSION)
+        ZS_FAIL("%s: checkpoint format version %lld is newer than this zerosim reads (%d): "
+                "resume with the zerosim that wrote it, or a newer one", ck->manifest,
+                (long long)ver, ZS_CKPT_FORMAT_VERSION);
+    ZS_TRY(ck_check_model(ck, json_object_get(m, "model"), &cfg->model));
+    const char *prec = ck_str(m, "precision"), *opt = ck_str(m, "optimizer");
+    if (!prec || strcmp(prec, zs_dtype_name(cfg->precision)) != 0)
+        ZS_FAIL("%s: the checkpoint was trained in %s, this run asks for %s: resume with "
+                "--precision %s", ck->manifest, prec ? prec : "?", zs_dtype_name(cfg->precision),
+                prec ? prec : "?");
+    if (!opt || strcmp(opt, ck_optim_name(cfg->optimizer)) != 0)
+        ZS_FAIL("%s: the checkpoint's optimizer is %s, this run's %s: resume with the same "
+                "optimizer", ck->manifest, opt ? opt : "?", ck_optim_name(cfg->optimizer));
+    ZS_TRY(ck_int(ck, m, "steps", 0, INT_MAX, &v));
+    ck->steps = (int)v;
+    ZS_TRY(ck_int(ck, m, "stage", 0, 3, &v));
+    ck->stage = (int)v;
+    json_t *mesh = json_object_get(m, "mesh");
+    ZS_TRY(ck_int(ck, mesh, "world", 1, INT_MAX, &v));
+    ck->world = (int)v;
+    ZS_TRY(ck_int(ck, mesh, "dp", 1, INT_MAX, &v));
+    ck->dp = (int)v;
+    ZS_TRY(ck_int(ck, mesh, "tp", 1, INT_MAX, &v));
+    ck->tp = (int)v;
+    if (ck->tp != tp_size)
+        ZS_FAIL("%s: the checkpoint was saved with --tp %d, this run has --tp %d: resharding "
+                "across tensor-parallel sizes is not supported yet; resume with --tp %d",
+                ck->manifest, ck->tp, tp_size, ck->tp);
+    ZS_TRY(ck_int(ck, m, "num_params", 1, INT64_MAX, &v));
+    ck->num_params = (uint64_t)v;
+    ZS_TRY(ck_int(ck, m, "padded", 1, INT64_MAX, &v));
+    ck->padded = (uint64_t)v;
+    ZS_TRY(ck_int(ck, m, "train_batch_size", 1, INT_MAX, &v));
+    if (v != cfg->train_batch_size)
+        ZS_FAIL("%s: the checkpoint was trained with a global batch of %lld samples, this run's "
+                "is %d: resume with micro-batch x grad-accum x data-parallel ranks = %lld, so "
+                "that every step sees the samples it would have", ck->manifest, (long long)v,
+                cfg->train_batch_size, (long long)v);
+    json_t *data = json_object_get(m, "data");
+    ZS_TRY(ck_int(ck, data, "seed", 0, INT64_MAX, &v));
+    if ((uint64_t)v != cfg->seed)
+        ZS_FAIL("%s: the checkpoint's data were drawn with --seed %lld, this run's seed is "
+                "%llu: resume with --seed %lld", ck->manifest, (long long)v,
+                (unsigned long long)cfg->seed, (long long)v);
+    json_t *os = json_object_get(m, "optimizer_state");
+    ZS_TRY(ck_int(ck, os, "step", 0, INT_MAX, &v));
+    ck->counters.t = (int)v;
+    ZS_TRY(ck_int(ck, os, "cur_hysteresis", INT_MIN, INT_MAX, &v));
+    ck->counters.cur_hysteresis = (int)v;
+    ZS_TRY(ck_int(ck, os, "good_steps", 0, INT_MAX, &v));
+    ck->counters.good_steps = (int)v;
+    ZS_TRY(ck_int(ck, os, "overflows", 0, INT_MAX, &v));
+    ck->counters.overflows = (int)v;
+    json_t *ls = json_object_get(os, "loss_scale");
+    if (!json_is_number(ls) || !(json_number_value(ls) > 0))
+        ZS_FAIL("%s: \"loss_scale\" is missing or not positive; the manifest is damaged",
+                ck->manifest);
+    ck->counters.loss_scale = (float)json_number_value(ls);
+    const char *ph = ck_str(m, "param_hash");
+    if (!ph || strlen(ph) != 16)
+        ZS_FAIL("%s: \"param_hash\" is missing; the manifest is damaged", ck->manifest);
+    snprintf(ck->param_hash, sizeof ck->param_hash, "%s", ph);
+    json_t *files = json_object_get(m, "files");
+    if (!json_is_array(files) || json_array_size(files) != (size_t)ck->world)
+        ZS_FAIL("%s: \"files\" should list %d files; the manifest is damaged", ck->manifest,
+                ck->world);
+    ck->files = calloc((size_t)ck->world, sizeof *ck->files);
+    if (!ck->files)
+        ZS_FAIL("out of host memory reading %s", ck->manifest);
+    for (size_t i = 0; i < json_array_size(files); i++) {
+        json_t *f = json_array_get(files, i);
+        ck_file *cf = &ck->files[ck->nfiles++];
+        cf->f.fd = -1;
+        const char *nm = ck_str(f, "name"), *hx = ck_str(f, "xxh3");
+        json_t *res = json_object_get(f, "residual");
+        if (!nm || strlen(nm) >= sizeof cf->name || strchr(nm, '/') || !hx || !json_is_boolean(res))
+            ZS_FAIL("%s: file entry %zu lacks a name, a checksum or \"residual\"; the manifest "
+                    "is damaged", ck->manifest, i);
+        snprintf(cf->name, sizeof cf->name, "%s", nm);
+        char *end;
+        cf->xxh3 = strtoull(hx, &end, 16);
+        if (*end)
+            ZS_FAIL("%s: the checksum of %s is not hexadecimal", ck->manifest, nm);
+        cf->residual = json_is_true(res);
+        ZS_TRY(ck_int(ck, f, "tp_rank", 0, ck->tp - 1, &v));
+        cf->tp = (int)v;
+        ZS_TRY(ck_int(ck, f, "dp_rank", 0, ck->dp - 1, &v));
+        cf->dp = (int)v;
+        ZS_TRY(ck_int(ck, f, "begin", 0, (json_int_t)ck->padded, &v));
+        cf->begin = (uint64_t)v;
+        ZS_TRY(ck_int(ck, f, "end", (json_int_t)cf->begin, (json_int_t)ck->padded, &v));
+        cf->end = (uint64_t)v;
+        ZS_TRY(ck_int(ck, f, "bytes", 0, INT64_MAX, &v));
+        cf->bytes = (uint64_t)v;
+    }
+    return 0;
+}
+
+int zs_ckpt_open(const char *path, const zs_run_config *cfg, int tp_size, zs_ckpt **out,
+                 int *steps)
+{
+    *out = NULL;
+    zs_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        ZS_FAIL("out of host memory opening the checkpoint %s", path);
+    struct stat sb;
+    char latest[CK_PATH + 16], name[256];
+    int rc = 0;
+    snprintf(latest, sizeof latest, "%s/latest", path);
+    snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", path, CK_MANIFEST);
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        rc = zs_error_set("--resume %s: %s", path,
+                          stat(path, &sb) != 0 ? strerror(errno) : "not a folder");
+    } else if (stat(ck->manifest, &sb) == 0) { /* one save's folder */
+        snprintf(ck->dir, sizeof ck->dir, "%s", path);
+    } else if (stat(latest, &sb) == 0) {
+        rc = ck_read_small(latest, name, sizeof name);
+        if (!rc && (!name[0] || strchr(name, '/') || !strncmp(name, "..", 2)))
+            rc = zs_error_set("%s does not name a checkpoint folder (\"%s\"); the file is "
+                              "damaged", latest, name);
+        if (!rc) {
+            snprintf(ck->dir, sizeof ck->dir, "%s/%s", path, name);
+            snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", ck->dir, CK_MANIFEST);
+        }
+    } else {
+        rc = zs_error_set("--resume %s is not a zerosim checkpoint (it has neither latest nor "
+                          "manifest.json): give the --save-dir of a run, or one of its "
+                          "global_step folders", path);
+    }
+    json_t *m = NULL;
+    if (!rc) {
+        json_error_t jerr;
+        m = json_load_file(ck->manifest, JSON_REJECT_DUPLICATES, &jerr);
+        if (!m)
+            rc = stat(ck->manifest, &sb) != 0
+                     ? zs_error_set("cannot read %s: %s", ck->manifest, strerror(errno))
+                     : zs_error_set("%s: not valid JSON (line %d: %s); the manifest is damaged",
+                                    ck->manifest, jerr.line, jerr.text);
+    }
+    if (!rc)
+        rc = ck_parse(ck, m, cfg, tp_size);
+    json_decref(m);
+    if (!rc && ck->steps >= cfg->steps)
+        rc = zs_error_set("--resume: the checkpoint was saved after %d steps and --steps is %d "
+                          "(--steps counts from the start of training): ask for more than %d",
+                          ck->steps, cfg->steps, ck->steps);
+    if (rc) {
+        zs_ckpt_close(ck);
+        return rc;
+    }
+    snprintf(ck->describe, sizeof ck->describe, "%s (%d steps on %d rank%s, stage %d)", ck->dir,
+             ck->steps, ck->world, ck->world == 1 ? "" : "s", ck->stage);
+    *steps = ck->steps;
+    *out = ck;
+    return 0;
+}
+
+/* Open a saved file the first time this rank needs it, checking its size
+ * and checksum against the manifest. */
+static int ck_file_ready(zs_ckpt *ck, ck_file *cf, zs_ckpt_io *io)
+{
+    if (cf->checked)
+        return 0;
+    char path[CK_PATH + 80];
+    snprintf(path, sizeof path, "%s/%s", ck->dir, cf->name);
+    uint64_t h, n;
+    ZS_TRY(zs_io_hash_file(path, &h, &n));
+    io->read += n;
+    if (n != cf->bytes)
+        ZS_FAIL("%s: %" PRIu64 " bytes, the manifest says %" PRIu64 ": the file is truncated "
+                "or was replaced", path, n, cf->bytes);
+    if (h != cf->xxh3)
+        ZS_FAIL("%s: checksum mismatch (xxh3 %016" PRIx64 ", the manifest says %016" PRIx64
+                "): the file is damaged", path, h, cf->xxh3);
+    ZS_TRY(zs_st_open(&cf->f, path));
+    cf->checked = 1;
+    return 0;
+}
+
+/* Fill buf with elements [lo, lo + n) of state k of TP rank tp, from every
+ * saved file that holds a part of them; the padding is zero. */
+static int ck_fill(zs_ckpt *ck, int k, int tp, uint64_t lo, size_t n, float *buf, zs_ckpt_io *io)
+{
+    memset(buf, 0, n * sizeof(float));
+    for (int i = 0; i < ck->nfiles; i++) {
+        ck_file *cf = &ck->files[i];
+        uint64_t a = lo > cf->begin ? lo : cf->begin;
+        uint64_t b = lo + n < cf->end ? lo + n : cf->end;
+        if (b > ck->num_params)
+            b = ck->num_params;
+        if (cf->tp != tp || a >= b)
+            continue;
+        ZS_TRY(ck_file_ready(ck, cf, io));
+        const zs_st_tensor *t = zs_st_find(&cf->f, ck_state_name[k]);
+        if (!t || t->dtype != ZS_ST_F32 || zs_st_numel(t) != cf->end - cf->begin)
+            ZS_FAIL("%s/%s: tensor \"%s\" is missing or has another size than the manifest "
+                    "says", ck->dir, cf->name, ck_state_name[k]);
+        ZS_TRY(zs_st_read(&cf->f, t, (a - cf->begin) * 4, buf + (a - lo), (size_t)(b - a) * 4));
+        io->tensor_read += (b - a) * 4;
+        io->read += (b - a) * 4;
+    }
+    return 0;
+}
+
+static int ck_load_local(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_ckpt_io *io)
+{
+    const zs_partition *p = zs_engine_partition(e);
+    if (p->num_params != ck->num_params)
+        ZS_FAIL("%s: %" PRIu64 " parameters per tensor-parallel rank, this run has %zu; the "
+                "manifest is damaged", ck->manifest, ck->num_params, p->num_params);
+    float *buf = malloc(ZS_INIT_CHUNK * sizeof(float));
+    if (!buf)
+        ZS_FAIL("out of host memory loading the checkpoint");
+    int rc = 0;
+    for (int k = 0; k < ZS_STATE_RESIDUAL && !rc; k++) {
+        if (!zs_engine_has_state(e, (zs_state_kind)k))
+            continue;
+        size_t lo, n;
+        zs_engine_load_range(e, (zs_state_kind)k, &lo, &n);
+        for (size_t off = 0; off < n && !rc; off += ZS_INIT_CHUNK) {
+            size_t m = n - off < ZS_INIT_CHUNK ? n - off : ZS_INIT_CHUNK;
+            rc = ck_fill(ck, k, pl->tp_rank, lo + off, m, buf, io);
+            if (!rc)
+                rc = zs_engine_write_state(e, (zs_state_kind)k, lo + off, m, buf);
+        }
+    }
+    /* the residual is this rank's own: only on the same ranks */
+    ck_file *mine = NULL;
+    for (int i = 0; i < ck->nfiles; i++)
+        if (ck->files[i].tp == pl->tp_rank && ck->files[i].dp == pl->dp_rank)
+            mine = &ck->files[i];
+    if (!rc && zs_engine_has_state(e, ZS_STATE_RESIDUAL) && mine && mine->residual) {
+        if (ck->dp != pl->dp_size || ck->padded != p->padded) {
+            rc = zs_error_set("%s: the error-feedback residuals of gradient compression belong "
+                              "to %d data-parallel ranks and cannot be dealt to %d: resume on "
+                              "%d, or with --compression none", ck->manifest, ck->dp,
+                              pl->dp_size, ck->dp);
+        } else {
+            rc = ck_file_ready(ck, mine, io);
+            const zs_st_tensor *t = rc ? NULL : zs_st_find(&mine->f, "residual");
+            if (!rc && (!t || zs_st_numel(t) != p->padded))
+                rc = zs_error_set("%s/%s: tensor \"residual\" is missing or has another size",
+                                  ck->dir, mine->name);
+            for (size_t off = 0; off < p->padded && !rc; off += ZS_INIT_CHUNK) {
+                size_t m = p->padded - off < ZS_INIT_CHUNK ? p->padded - off : ZS_INIT_CHUNK;
+                rc = zs_st_read(&mine->f, t, off * 4, buf, m * 4);
+                io->tensor_read += m * 4;
+                io->read += m * 4;
+                if (!rc)
+                    rc = zs_engine_write_state(e, ZS_STATE_RESIDUAL, off, m, buf);
+            }
+        }
+    }
+    free(buf);
+    if (!rc)
+        zs_engine_set_counters(e, &ck->counters);
+    return rc;
+}
+
+int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_ckpt_io *io)
+{
+    ZS_TRY(ck_agree(pl->world, ck_load_local(ck, e, pl, io)));
+    /* the parameters as loaded must hash as they did when saved */
+    char hash[17] = "";
+    int rc = zs_engine_param_hash(e, hash);
+    if (!rc && zs_comm_rank(pl->world) == 0 && strcmp(hash, ck->param_hash) != 0)
+        rc = zs_error_set("%s: the parameters loaded hash to %s, the manifest says %s: the "
+                          "checkpoint is damaged", ck->manifest, hash, ck->param_hash);
+    return ck_agree(pl->world, rc);
+}
