@@ -10,7 +10,8 @@
  *                                        its own error-feedback residual
  * Every stage writes the same shards (stage 0 too: each rank its partition's
  * part), so a checkpoint loads into any stage and, by reading the ranges it
- * needs from every file, onto any number of data-parallel ranks.
+ * needs from every file, onto any number of data-parallel ranks and any
+ * tensor-parallel size (through the tp = 1 order of the parameters).
  *
  * A save is atomic: the files go into DIR/.global_stepK.tmp, the manifest
  * last, then the folder takes its name and `latest` moves, each step synced;
@@ -66,8 +67,11 @@ int zs_ckpt_open(const char *path, const zs_run_config *cfg, int tp_size, zs_ckp
 const char *zs_ckpt_describe(const zs_ckpt *ck);
 /* Collective over place->world. Load the state into e (checking every file
  * it reads against the manifest's checksum) and then the parameters'
- * hash against the saved one. Adds what this rank read to *io. */
-int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *place, zs_ckpt_io *io);
+ * hash (into hash, on rank 0) against the saved one. Any tensor-parallel
+ * size: the layouts are mapped through the tp = 1 order. Adds what this
+ * rank read to *io. */
+int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *place, zs_ckpt_io *io,
+                 char hash[17]);
 void zs_ckpt_close(zs_ckpt *ck);
 
 #ifdef __cplusplus

@@ -102,6 +102,7 @@ typedef struct {
     zs_ckpt_io *ckpt_ranks;   /* [world_size] (rank 0), NULL without checkpoints */
     uint64_t *ckpt_pred;      /* [world_size] predicted tensor bytes per save (rank 0) */
     char resumed_from[4200];  /* the checkpoint it started from, "" when none */
+    char resumed_hash[17];    /* the parameters' hash as loaded (rank 0) */
 } zs_train_result;
 
 /* Train cfg (already finalized) over comm (collective) and fill r. Returns 0

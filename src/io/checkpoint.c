@@ -5,6 +5,7 @@
 #include "zerosim/model.h"
 #include "zerosim/program.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
@@ -63,6 +64,28 @@ static int ck_rmtree(const char *path)
     if (nftw(path, ck_rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
         ZS_FAIL("cannot remove %s: %s", path, strerror(errno));
     return 0;
+}
+
+/* Remove what killed saves left in dir: .global_stepK.tmp and .old folders. */
+static int ck_clean_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        ZS_FAIL("cannot read the folder %s: %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (strncmp(de->d_name, ".global_step", 12) != 0 ||
+            !((n > 4 && !strcmp(de->d_name + n - 4, ".tmp")) ||
+              (n > 4 && !strcmp(de->d_name + n - 4, ".old"))))
+            continue;
+        char p[CK_PATH];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        rc = ck_rmtree(p);
+    }
+    closedir(d);
+    return rc;
 }
 
 /* Agree over the world after a local result: 0 when every rank succeeded,
@@ -278,8 +301,8 @@ int zs_ckpt_save(const char *dir, int steps, const zs_run_config *cfg, zs_engine
         if (mkdir(dir, 0777) != 0 && errno != EEXIST)
             rc = zs_error_set("--save-dir %s: cannot create it: %s; its parent folder must "
                               "exist and be writable", dir, strerror(errno));
-        if (!rc)
-            rc = ck_rmtree(tmp);
+        if (!rc) /* what killed saves left, this one's included */
+            rc = ck_clean_leftovers(dir);
         if (!rc && mkdir(tmp, 0777) != 0)
             rc = zs_error_set("--save-dir %s: cannot create %s: %s", dir, tmp, strerror(errno));
     }
@@ -432,10 +455,7 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
     ck->dp = (int)v;
     ZS_TRY(ck_int(ck, mesh, "tp", 1, INT_MAX, &v));
     ck->tp = (int)v;
-    if (ck->tp != tp_size)
-        ZS_FAIL("%s: the checkpoint was saved with --tp %d, this run has --tp %d: resharding "
-                "across tensor-parallel sizes is not supported yet; resume with --tp %d",
-                ck->manifest, ck->tp, tp_size, ck->tp);
+    (void)tp_size; /* any: zs_ckpt_load maps the layouts */
     ZS_TRY(ck_int(ck, m, "num_params", 1, INT64_MAX, &v));
     ck->num_params = (uint64_t)v;
     ZS_TRY(ck_int(ck, m, "padded", 1, INT64_MAX, &v));
@@ -612,15 +632,89 @@ static int ck_fill(zs_ckpt *ck, int k, int tp, uint64_t lo, size_t n, float *buf
     return 0;
 }
 
+/* Resharding across tensor-parallel sizes: where each element of the
+ * tp = 1 model lives in the saved layouts, (saved TP rank << 48) | element,
+ * replicated elements from saved TP rank 0. */
+#define CK_INV_SHIFT 48
+static int ck_build_inverse(const zs_ckpt *ck, const zs_model_config *now, uint64_t **out)
+{
+    size_t total = zs_model_count_params(now);
+    uint64_t *inv = malloc(total * sizeof *inv + 1);
+    if (!inv)
+        ZS_FAIL("out of host memory mapping %zu parameters between tensor-parallel layouts",
+                total);
+    memset(inv, 0xff, total * sizeof *inv);
+    zs_model_config mc = *now;
+    mc.tp = ck->tp;
+    mc.sequence_parallel = 0; /* the layout does not depend on it */
+    for (int q = 0; q < ck->tp; q++) {
+        zs_model *m;
+        mc.tp_rank = q;
+        if (zs_model_create(&mc, &m)) {
+            free(inv);
+            return -1;
+        }
+        size_t n = zs_model_layout(m)->num_params;
+        for (size_t j = 0; j < n;) {
+            size_t run, g = zs_model_tp_global_offset(m, j, &run);
+            if (run == 0 || g == SIZE_MAX || g + run > total) {
+                zs_model_destroy(m);
+                free(inv);
+                ZS_FAIL("internal: element %zu of saved TP rank %d maps outside the model", j, q);
+            }
+            for (size_t i = 0; i < run; i++)
+                if (inv[g + i] == UINT64_MAX)
+                    inv[g + i] = ((uint64_t)q << CK_INV_SHIFT) | (j + i);
+            j += run;
+        }
+        zs_model_destroy(m);
+    }
+    *out = inv;
+    return 0;
+}
+
+/* Elements [lo, lo + n) of state k of this rank's layout, from a checkpoint
+ * of another tensor-parallel size, read in runs that are consecutive in
+ * both layouts. */
+static int ck_fill_mapped(zs_ckpt *ck, int k, const zs_model *m, const uint64_t *inv,
+                          size_t lo, size_t n, float *buf, zs_ckpt_io *io)
+{
+    size_t np = zs_model_layout(m)->num_params;
+    memset(buf, 0, n * sizeof(float));
+    for (size_t j = lo; j < lo + n && j < np;) {
+        size_t run, g = zs_model_tp_global_offset(m, j, &run);
+        if (run > lo + n - j)
+            run = lo + n - j;
+        for (size_t i = 0; i < run;) {
+            uint64_t a = inv[g + i];
+            size_t len = 1;
+            while (i + len < run && inv[g + i + len] == a + len)
+                len++;
+            ZS_TRY(ck_fill(ck, k, (int)(a >> CK_INV_SHIFT),
+                           a & (((uint64_t)1 << CK_INV_SHIFT) - 1), len, buf + (j - lo) + i, io));
+            i += len;
+        }
+        j += run;
+    }
+    return 0;
+}
+
 static int ck_load_local(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_ckpt_io *io)
 {
     const zs_partition *p = zs_engine_partition(e);
-    if (p->num_params != ck->num_params)
+    const zs_model *model = zs_engine_model(e);
+    int same_tp = ck->tp == pl->tp_size;
+    if (same_tp && p->num_params != ck->num_params)
         ZS_FAIL("%s: %" PRIu64 " parameters per tensor-parallel rank, this run has %zu; the "
                 "manifest is damaged", ck->manifest, ck->num_params, p->num_params);
+    uint64_t *inv = NULL;
+    if (!same_tp)
+        ZS_TRY(ck_build_inverse(ck, zs_model_get_config(model), &inv));
     float *buf = malloc(ZS_INIT_CHUNK * sizeof(float));
-    if (!buf)
+    if (!buf) {
+        free(inv);
         ZS_FAIL("out of host memory loading the checkpoint");
+    }
     int rc = 0;
     for (int k = 0; k < ZS_STATE_RESIDUAL && !rc; k++) {
         if (!zs_engine_has_state(e, (zs_state_kind)k))
@@ -629,22 +723,24 @@ static int ck_load_local(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_
         zs_engine_load_range(e, (zs_state_kind)k, &lo, &n);
         for (size_t off = 0; off < n && !rc; off += ZS_INIT_CHUNK) {
             size_t m = n - off < ZS_INIT_CHUNK ? n - off : ZS_INIT_CHUNK;
-            rc = ck_fill(ck, k, pl->tp_rank, lo + off, m, buf, io);
+            rc = same_tp ? ck_fill(ck, k, pl->tp_rank, lo + off, m, buf, io)
+                         : ck_fill_mapped(ck, k, model, inv, lo + off, m, buf, io);
             if (!rc)
                 rc = zs_engine_write_state(e, (zs_state_kind)k, lo + off, m, buf);
         }
     }
+    free(inv);
     /* the residual is this rank's own: only on the same ranks */
     ck_file *mine = NULL;
     for (int i = 0; i < ck->nfiles; i++)
         if (ck->files[i].tp == pl->tp_rank && ck->files[i].dp == pl->dp_rank)
             mine = &ck->files[i];
     if (!rc && zs_engine_has_state(e, ZS_STATE_RESIDUAL) && mine && mine->residual) {
-        if (ck->dp != pl->dp_size || ck->padded != p->padded) {
+        if (ck->dp != pl->dp_size || ck->padded != p->padded || !same_tp) {
             rc = zs_error_set("%s: the error-feedback residuals of gradient compression belong "
-                              "to %d data-parallel ranks and cannot be dealt to %d: resume on "
-                              "%d, or with --compression none", ck->manifest, ck->dp,
-                              pl->dp_size, ck->dp);
+                              "to %d data-parallel x %d tensor-parallel ranks and cannot be "
+                              "dealt to %d x %d: resume on that mesh, or with --compression "
+                              "none", ck->manifest, ck->dp, ck->tp, pl->dp_size, pl->tp_size);
         } else {
             rc = ck_file_ready(ck, mine, io);
             const zs_st_tensor *t = rc ? NULL : zs_st_find(&mine->f, "residual");
@@ -667,11 +763,12 @@ static int ck_load_local(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_
     return rc;
 }
 
-int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_ckpt_io *io)
+int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_ckpt_io *io,
+                 char hash[17])
 {
+    hash[0] = '\0';
     ZS_TRY(ck_agree(pl->world, ck_load_local(ck, e, pl, io)));
     /* the parameters as loaded must hash as they did when saved */
-    char hash[17] = "";
     int rc = zs_engine_param_hash(e, hash);
     if (!rc && zs_comm_rank(pl->world) == 0 && strcmp(hash, ck->param_hash) != 0)
         rc = zs_error_set("%s: the parameters loaded hash to %s, the manifest says %s: the "

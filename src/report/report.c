@@ -711,8 +711,10 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     }
     json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
     json_object_set_new(root, "first_step", json_integer(r->first_step));
-    if (r->resumed_from[0])
+    if (r->resumed_from[0]) {
         json_object_set_new(root, "resumed_from", json_string(r->resumed_from));
+        json_object_set_new(root, "resumed_param_hash", json_string(r->resumed_hash));
+    }
     if (r->ckpt_ranks) /* files: beside the device memory, not in it */
         json_object_set_new(root, "checkpoint_io", zs_report_ckpt(r));
     char *ctext = zs_run_config_json(cfg);

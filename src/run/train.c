@@ -428,9 +428,11 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         snprintf(r->resumed_from, sizeof r->resumed_from, "%s", zs_ckpt_describe(ck));
         if (lo.log)
             fprintf(lo.log, "resuming from %s\n", r->resumed_from);
-        rc = zs_ckpt_load(ck, e, &place, &r->ckpt);
+        rc = zs_ckpt_load(ck, e, &place, &r->ckpt, r->resumed_hash);
         if ((rc = zs_train_agree(comm, rc == 1 ? 0 : rc, r)))
             goto done;
+        if (lo.log)
+            fprintf(lo.log, "loaded: param_hash %s, as saved\n", r->resumed_hash);
     }
     /* dumps of steps this run takes; the state before step 1 now */
     int next_dump = 0;
