@@ -32,10 +32,9 @@ for want in '"wte.weight":{"dtype":"F32","shape":[30,24]' '"h.1.attn.c_attn.weig
     echo "$hjson" | tr -d ' ' | grep -qF "$want" && ok || bad "safetensors header lacks $want"
 done
 
-# the round trip through every stage and every precision, on 1 and 3 ranks,
-# and the mesh
-for nsp in "1 0 fp32" "1 1 bf16" "1 2 fp16" "1 3 fp32" "3 0 fp16" "3 1 bf16" "3 2 fp32" \
-           "3 3 bf16" "3 3 fp16"; do
+# the round trip through every stage and every precision (each stage and
+# each precision at least once), on 1 and 3 ranks, and the mesh
+for nsp in "1 0 fp32" "1 2 bf16" "3 1 fp16" "3 3 bf16" "3 2 fp32"; do
     set -- $nsp; n=$1; st=$2; p=$3
     run "$n" "$ZS" export --init-from "$T/a.bin" --stage "$st" --precision "$p" \
         --out "$T/r.safetensors" >"$T/log" 2>&1 || { bad "N=$n stage $st $p failed"; cat "$T/log"; continue; }
