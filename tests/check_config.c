@@ -657,8 +657,15 @@ static const bad_case unknown_keys[] = {
                                   "mean \"train_batch_size\"?"},
     {"{\"zero_optimization\": {\"stag\": 2}}",
      "test.json: unknown key \"zero_optimization.stag\"; check the spelling"},
-    {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}",
-     "\"zero_optimization.offload_optimizer\" is a DeepSpeed feature zerosim does not model yet"},
+    {"{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\"}}}",
+     "\"zero_optimization.offload_param\" is a DeepSpeed feature zerosim does not model yet"},
+    {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}",
+     "offload_optimizer.ratio below 1 (partial offload, ZeRO-Offload++'s Twin-Flow) is a "
+     "DeepSpeed feature zerosim does not model yet"},
+    {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"gpu\"}}}",
+     "offload_optimizer.device must be \"none\", \"cpu\" or \"nvme\""},
+    {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"pin\": true}}}",
+     "unknown key zero_optimization.offload_optimizer.pin"},
     {"{\"flops_profiler\": {\"enabled\": true}, \"flop_profiler\": {}}",
      "unknown key \"flop_profiler\"; check the spelling: did you mean \"flops_profiler\"?"},
     {"{\"optimizer\": {\"type\": \"AdamW\", \"parms\": {}}}", "unknown key \"optimizer.parms\""},
@@ -1119,10 +1126,34 @@ START_TEST(test_unmodelled_off)
                     "\"compression_training\" is a DeepSpeed feature zerosim does not model yet");
     ck_assert_error(load("{\"zero_optimization\": {\"zero_hpz_partition_size\": 8}}"),
                     "ZeRO++ hierarchical partitioning (hpZ)");
-    ck_assert_error(load("{\"zero_optimization\": {\"cpu_offload\": true}}"),
-                    "ZeRO-Offload (the deprecated name of offload_optimizer)): set it to false");
+    ck_assert_error(load("{\"zero_optimization\": {\"cpu_offload_param\": true}}"),
+                    "(parameter offload, the deprecated name of offload_param): set it to false");
     ck_assert_error(load("{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {}}}"),
                     "OneBitAdam is a DeepSpeed optimizer zerosim does not model yet");
+}
+END_TEST
+
+/* offload_optimizer: DeepSpeed's section and its deprecated boolean. */
+START_TEST(test_offload_optimizer)
+{
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                      "{\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", "
+                      "\"pin_memory\": true, \"buffer_count\": 4, \"ratio\": 1}}}"));
+    ck_assert_int_eq(cfg.offload_optimizer, ZS_OFFLOAD_NVME);
+    ck_assert_str_eq(cfg.nvme_path, "/local_nvme");
+    ck_assert_ptr_nonnull(strstr(cfg.noeffect, "zero_optimization.offload_optimizer.pin_memory"));
+    setup();
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 1, \"cpu_offload\": true}}"));
+    ck_assert_int_eq(cfg.offload_optimizer, ZS_OFFLOAD_CPU);
+    /* stage 0 cannot offload; nvme needs its path */
+    cfg.stage = 0;
+    ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "needs ZeRO stage 1, 2 or 3"));
+    setup();
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                      "{\"device\": \"nvme\"}}}"));
+    ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "needs nvme_path"));
 }
 END_TEST
 
@@ -1224,6 +1255,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_no_effect_listed);
     tcase_add_test(tc, test_unmodelled_off);
     tcase_add_test(tc, test_optimizer_without_scheduler);
+    tcase_add_test(tc, test_offload_optimizer);
     tcase_add_test(tc, test_large_counts);
     tcase_add_test(tc, test_gradient_scaling_keys);
     suite_add_tcase(s, tc);

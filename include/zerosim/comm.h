@@ -38,6 +38,10 @@ typedef enum {
     ZS_OP_SCALARS,             /* per-rank scalars: norm partials, losses, flags */
     ZS_OP_GATHER,              /* to rank 0, for the report */
     ZS_OP_ALLTOALL,            /* compressed gradients */
+    ZS_OP_D2H,                 /* offload: device to host copies */
+    ZS_OP_H2D,                 /* offload: host to device copies */
+    ZS_OP_NVME_READ,           /* offload to nvme: file reads */
+    ZS_OP_NVME_WRITE,          /* offload to nvme: file writes */
     ZS_OP_NOPS
 } zs_comm_op;
 
@@ -202,6 +206,10 @@ int zs_comm_allreduce_max_f32(zs_comm_t c, float *buf, size_t n, int layer);
 int zs_comm_allreduce_max_int(zs_comm_t c, int *v);
 /* Gather count elements from every rank, in rank order, to rank 0. */
 int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs_comm_type t);
+/* Record a transfer that is not a collective (offload: ZS_OP_D2H, H2D,
+ * NVME_READ, NVME_WRITE) of `bytes` that just ended after `seconds`, in
+ * the ledger's current phase and step; its wire bytes are its bytes. */
+void zs_comm_record_transfer(zs_comm_t c, zs_comm_op op, size_t bytes, double seconds);
 /* Point to point, for the report: rank `from` sends count elements to rank
  * 0 (recorded as op "gather", one record on each of the two ranks). Every
  * other rank does nothing. */

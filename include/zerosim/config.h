@@ -66,6 +66,11 @@ enum {
     ZS_AUTO_COUNT = 17
 };
 
+/* ZeRO-Offload / ZeRO-Infinity: where a state lives off the device. */
+typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU = 1, ZS_OFFLOAD_NVME = 2 } zs_offload;
+const char *zs_offload_name(zs_offload o);  /* "none", "cpu", "nvme" */
+int zs_offload_parse(const char *s, zs_offload *out);
+
 typedef enum {
     ZS_CKPT_OFF = 0,
     ZS_CKPT_EVERY = 1,     /* segments of checkpoint_value blocks */
@@ -120,6 +125,11 @@ typedef struct {
     size_t allgather_bucket_size;
     size_t stage3_max_live_parameters;
     size_t stage3_prefetch_bucket_size;
+
+    /* offload_optimizer / offload_param ("device": "cpu" or "nvme") and
+     * their nvme_path; --offload-optimizer, --offload-param, --nvme-path */
+    zs_offload offload_optimizer, offload_param;
+    char nvme_path[1024];
 
     /* zerosim.deterministic: gradients are summed across ranks and
      * micro-batches as fixed-point integers, so the result does not depend

@@ -80,6 +80,19 @@ void zs_mem_trace(zs_mem_t m, int on);
 const zs_mem_event *zs_mem_timeline(zs_mem_t m, size_t *n);
 size_t zs_mem_capacity(zs_mem_t m);
 
+/* Tiers (ZeRO-Offload, ZeRO-Infinity). Everything above is the device tier;
+ * a run that offloads also holds bytes in host memory and in files ("nvme").
+ * Each tier keeps its own statistics and capacity. The host tier's buffers
+ * are host memory, allocated through the backend when it is host-
+ * accessible (the CPU backend; the phantom backend stores nothing); the
+ * nvme tier is accounting only (*out = NULL): its bytes live in files. */
+typedef enum { ZS_TIER_DEVICE = 0, ZS_TIER_HOST, ZS_TIER_NVME, ZS_MEM_NTIERS } zs_mem_tier;
+const char *zs_mem_tier_name(zs_mem_tier t);   /* "device", "host", "nvme" */
+void zs_mem_set_capacity(zs_mem_t m, zs_mem_tier t, size_t capacity);
+int zs_mem_alloc_tier(zs_mem_t m, zs_mem_tier t, zs_mem_category c, size_t bytes, void **out);
+void zs_mem_free_tier(zs_mem_t m, zs_mem_tier t, zs_mem_category c, void *ptr, size_t bytes);
+void zs_mem_get_tier_stats(zs_mem_t m, zs_mem_tier t, zs_mem_stats *s);
+
 /* Parse "123", "4KiB", "1.5GiB", "2GB" (KB/MB/GB = 1e3.., KiB/MiB/GiB = 2^10..).
  * Returns 0 and sets *bytes, or non-zero with a message. */
 int zs_parse_size(const char *s, size_t *bytes);

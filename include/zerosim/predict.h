@@ -72,6 +72,13 @@ typedef struct {
      * block); the all-reduces are then the loss's 3·B·T and the LayerNorm
      * gradients' C·(4L + 2) */
     double tp_rs_bytes_per_step, tp_ag_bytes_per_step;
+    /* offload (zs_predict only): the host and nvme tiers per category, and
+     * the bytes moved per applied step: device to host (the gradient
+     * shard), host to device (the parameter shard), read from and written
+     * to the nvme files (every optimizer state, once each way) */
+    size_t tier_bytes[ZS_MEM_NTIERS][ZS_MEM_NCAT];
+    double d2h_bytes_per_step, h2d_bytes_per_step;
+    double nvme_read_bytes_per_step, nvme_write_bytes_per_step;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

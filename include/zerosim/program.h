@@ -60,13 +60,22 @@ typedef enum {
     ZS_BUF_CKPT,         /* activation checkpoints */
     ZS_BUF_SCRATCH,      /* the model's backward scratch */
     ZS_BUF_INIT,         /* transient: initialisation staging (freed) */
+    ZS_BUF_HGRAD,        /* offload: the reduced gradient shard on the host */
+    ZS_BUF_HPARAM,       /* offload: the updated parameter shard on the host */
+    ZS_BUF_SWAP,         /* offload to nvme: the optimizer's double buffers */
     ZS_BUF_N
 } zs_buf_id;
 
 typedef struct {
     zs_mem_category cat;
     size_t bytes;        /* 0: not allocated in this configuration */
+    zs_mem_tier tier;    /* device, or host and nvme with offload */
 } zs_buf_spec;
+
+/* offload_optimizer nvme: the optimizer streams its states through the
+ * swap buffers in pieces of this many elements (two pieces of each state:
+ * one is read while the other is updated). */
+#define ZS_SWAP_CHUNK ((size_t)1 << 18)
 
 /* Initialisation writes the parameters through pieces of this many
  * elements (ZS_BUF_INIT holds one in fp32 under mixed precision). */
@@ -158,6 +167,8 @@ typedef enum {
     ZS_SOP_OPTIMIZER,    /* optimizer on the shard (stage 0: everything) */
     ZS_SOP_ALLGATHER,    /* piece `index` of the full array: stage 0 the
                             gradients, stages 1, 2 the parameters */
+    ZS_SOP_OFFLOAD_GRADS,/* offload: the reduced gradient shard to the host */
+    ZS_SOP_UPLOAD_PARAMS,/* offload: the updated parameter shard to the device */
     ZS_SOP_NKINDS
 } zs_step_op_kind;
 
@@ -201,6 +212,10 @@ typedef struct {
     double rs_calls, rs_bytes;   /* per dense step (full-buffer bytes) */
     double ag_calls, ag_bytes;   /* stages 0-2 per applied step, full bytes */
     double recompute_units;      /* forward passes recomputed per step */
+    /* offload: the host and nvme tiers per category, and the bytes moved
+     * per applied step between device and host and to and from files */
+    size_t tier_peak[ZS_MEM_NTIERS][ZS_MEM_NCAT];
+    double d2h_bytes, h2d_bytes, nvme_read_bytes, nvme_write_bytes;
 } zs_step_count;
 
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c);

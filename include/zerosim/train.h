@@ -18,6 +18,7 @@ extern "C" {
 typedef struct {
     const char *backend;      /* "cpu" */
     size_t device_memory;     /* simulated capacity per rank in bytes, 0 = none */
+    size_t host_memory;       /* the same for the host tier (offload) */
     FILE *log;                /* progress lines (rank 0 only), NULL = silent */
     int print_every;          /* print every N steps (and the first and last) */
     int hash_every_step;      /* record param_hashes after every step */
@@ -65,6 +66,9 @@ typedef struct {
     size_t padded_params;
     double loss_floor;
     zs_mem_stats mem;         /* this rank */
+    zs_mem_stats tier_mem[ZS_MEM_NTIERS]; /* this rank, per tier ([0] = mem) */
+    size_t (*tier_peaks)[ZS_MEM_NTIERS][ZS_MEM_NCAT]; /* [world_size] (rank 0):
+                                 peak bytes per tier and category (host, nvme) */
     size_t (*peaks)[ZS_MEM_NCAT]; /* [world_size] peak bytes per category (rank 0) */
     size_t *total_peaks;      /* [world_size] peak of the total (rank 0) */
     size_t (*at_peak)[ZS_MEM_NCAT];      /* [world_size] mix at the total's peak */

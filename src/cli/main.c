@@ -91,6 +91,11 @@ static const char *const zs_usage =
     "                           or accumulate them locally and reduce once per step\n"
     "                           (step, DeepSpeed's schedule); stages 2-3 reduce every\n"
     "                           micro-batch either way (accepted, no effect)\n"
+    "  --offload-optimizer none|cpu|nvme\n"
+    "                           ZeRO-Offload (stages 1-3): fp32 master, m and v and\n"
+    "                           the optimizer step on the host, or in files under\n"
+    "                           --nvme-path DIR (offload_optimizer; none)\n"
+    "  --offload-param none|cpu|nvme  offload_param: not modelled yet (refused)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
@@ -103,6 +108,7 @@ static const char *const zs_usage =
     "  --backend cpu|cuda       compute backend (cpu); cuda in builds configured with\n"
     "                           CUDA (see --version), each rank on GPU (local rank)\n"
     "  --device-memory SIZE     simulated device memory per rank, e.g. 512MiB, 2GB\n"
+    "  --host-memory SIZE       simulated host memory per rank (the offload tier)\n"
     "  --report FILE            write a JSON report\n"
     "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
     "  --print-every N          progress line every N steps (the config's\n"
@@ -166,6 +172,7 @@ enum {
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
+    OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_LAST
 };
@@ -216,6 +223,10 @@ static const struct option zs_long_options[] = {
     {"save-dir", required_argument, NULL, OPT_SAVE_DIR},
     {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
     {"resume", required_argument, NULL, OPT_RESUME},
+    {"offload-optimizer", required_argument, NULL, OPT_OFFLOAD_OPT},
+    {"offload-param", required_argument, NULL, OPT_OFFLOAD_PARAM},
+    {"nvme-path", required_argument, NULL, OPT_NVME_PATH},
+    {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
@@ -373,6 +384,15 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if (cli->val[OPT_SP])
         c->sequence_parallel = 1;
+    if ((s = cli->val[OPT_OFFLOAD_OPT]) && zs_offload_parse(s, &c->offload_optimizer))
+        ZS_FAIL("--offload-optimizer must be none, cpu or nvme, got \"%s\"", s);
+    if ((s = cli->val[OPT_OFFLOAD_PARAM]) && zs_offload_parse(s, &c->offload_param))
+        ZS_FAIL("--offload-param must be none, cpu or nvme, got \"%s\"", s);
+    if ((s = cli->val[OPT_NVME_PATH])) {
+        if (!*s || strlen(s) >= sizeof c->nvme_path)
+            ZS_FAIL("--nvme-path needs a folder (at most %zu characters)", sizeof c->nvme_path - 1);
+        snprintf(c->nvme_path, sizeof c->nvme_path, "%s", s);
+    }
     if ((s = cli->val[OPT_GRAD_REDUCE]) && zs_grad_reduce_parse(s, &c->grad_reduce))
         ZS_FAIL("--grad-reduce must be \"micro-batch\" or \"step\", got \"%s\"", s);
     if ((s = cli->val[OPT_COLL_TIMEOUT])) {
@@ -594,6 +614,17 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
     return 0;
 }
 
+/* nvme_path: an existing folder this process can write into. */
+static int zs_check_nvme_path(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        ZS_FAIL("nvme_path %s is not a folder: create it, or give another with --nvme-path", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        ZS_FAIL("nvme_path %s: cannot write into it: %s", dir, strerror(errno));
+    return 0;
+}
+
 /* --save-dir: a writable folder, or one that can be made in a writable
  * folder. */
 static int zs_check_save_dir(const char *dir)
@@ -739,6 +770,14 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
     if (cli.val[OPT_INIT_FROM] && zs_cli_init_from(&cli, &from_config, cfg))
         goto fail;
     if (zs_run_config_finalize(cfg, world))
+        goto fail;
+    if (cli.val[OPT_HOST_MEMORY] && zs_parse_size(cli.val[OPT_HOST_MEMORY], &o->host_memory)) {
+        if (err)
+            fprintf(err, "zerosim: --host-memory: %s\n", zs_error_msg());
+        return 1;
+    }
+    if (cfg->offload_optimizer == ZS_OFFLOAD_NVME && rank == 0 &&
+        zs_check_nvme_path(cfg->nvme_path)) /* now, not after the engine is built */
         goto fail;
     if (cli.val[OPT_DEVICE_MEMORY] && zs_parse_size(cli.val[OPT_DEVICE_MEMORY], &o->device_memory)) {
         if (err)
@@ -924,13 +963,18 @@ static int zs_cmd_train(int argc, char **argv)
             reduce = cfg.stage <= 1 ? ", gradients reduced once per step (--grad-reduce step)"
                                     : ", --grad-reduce step (no effect in stages 2-3: they "
                                       "reduce every micro-batch)";
+        char offl[160] = "";
+        if (cfg.offload_optimizer == ZS_OFFLOAD_CPU)
+            snprintf(offl, sizeof offl, ", optimizer offloaded to the host");
+        else if (cfg.offload_optimizer == ZS_OFFLOAD_NVME)
+            snprintf(offl, sizeof offl, ", optimizer offloaded to files in %.100s", cfg.nvme_path);
         fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
-                "grad-accum %d x %d%s, %d steps\n",
+                "grad-accum %d x %d%s%s, %d steps\n",
                 PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
                 zs_dtype_name(cfg.precision), cfg.stage, world, phantom ? "simulated " : "",
                 world == 1 ? "" : "s",
                 cfg.deterministic ? " (deterministic)" : "", cfg.micro_batch, cfg.grad_accum,
-                world, reduce, cfg.steps);
+                world, reduce, offl, cfg.steps);
         if (zs_print_notices(&cfg, world / (cfg.tp * cfg.pp), o.log))
             fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
     }

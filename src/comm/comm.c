@@ -85,6 +85,10 @@ static const char *const zs_op_names[ZS_OP_NOPS] = {
     [ZS_OP_SCALARS] = "scalars",
     [ZS_OP_GATHER] = "gather",
     [ZS_OP_ALLTOALL] = "alltoall",
+    [ZS_OP_D2H] = "d2h",
+    [ZS_OP_H2D] = "h2d",
+    [ZS_OP_NVME_READ] = "nvme_read",
+    [ZS_OP_NVME_WRITE] = "nvme_write",
 };
 static const char *const zs_phase_names[ZS_PHASE_NPHASES] = {
     [ZS_PHASE_SETUP] = "setup",
@@ -899,6 +903,14 @@ static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t 
     if (op == ZS_OP_ALLREDUCE)
         r.wire_bytes *= 2;
     return r;
+}
+
+void zs_comm_record_transfer(zs_comm_t c, zs_comm_op op, size_t bytes, double seconds)
+{
+    zs_comm_record r = {.op = op, .phase = c->ledger->phase, .group = c->group, .layer = -1,
+                        .step = c->ledger->step, .elems = bytes, .elem_size = 1,
+                        .wire_bytes = (double)bytes, .seconds = seconds};
+    zs_comm_record_add(c, &r);
 }
 
 void zs_comm_set_scratch(zs_comm_t c, void *buf, size_t bytes)

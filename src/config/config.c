@@ -1011,6 +1011,93 @@ static int zero_stage(loader *ld, const char *path, const json_t *v)
     return 0;
 }
 
+const char *zs_offload_name(zs_offload o)
+{
+    return o == ZS_OFFLOAD_CPU ? "cpu" : o == ZS_OFFLOAD_NVME ? "nvme" : "none";
+}
+
+int zs_offload_parse(const char *s, zs_offload *out)
+{
+    if (!strcmp(s, "none"))
+        *out = ZS_OFFLOAD_NONE;
+    else if (!strcmp(s, "cpu"))
+        *out = ZS_OFFLOAD_CPU;
+    else if (!strcmp(s, "nvme"))
+        *out = ZS_OFFLOAD_NVME;
+    else
+        return -1;
+    return 0;
+}
+
+/* zero_optimization.offload_optimizer / offload_param: null, or an object
+ * (DeepSpeed's DeepSpeedZeroOffloadOptimizerConfig and ..ParamConfig). */
+static int zero_offload(loader *ld, const char *path, const json_t *v)
+{
+    int param = strstr(path, "offload_param") != NULL;
+    zs_offload *dst = param ? &ld->c.offload_param : &ld->c.offload_optimizer;
+    if (json_is_null(v)) {
+        *dst = ZS_OFFLOAD_NONE;
+        return 0;
+    }
+    if (!json_is_object(v))
+        return fail("%s: %s must be an object such as {\"device\": \"cpu\"}, or null",
+                    ld->name, path);
+    const json_t *dev = json_object_get(v, "device");
+    if (param && json_is_string(dev) && strcmp(json_string_value(dev), "none") != 0)
+        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (ZeRO-Infinity "
+                    "parameter offload to CPU or NVMe): remove it, or set \"device\": \"none\" "
+                    "(offload_optimizer is modelled)", ld->name, path);
+    const char *key;
+    json_t *x;
+    char sub[512];
+    json_object_foreach((json_t *)v, key, x) {
+        snprintf(sub, sizeof sub, "%s.%s", path, key);
+        if (!strcmp(key, "device")) {
+            if (json_is_null(x)) {
+                *dst = ZS_OFFLOAD_NONE;
+            } else if (!json_is_string(x) || zs_offload_parse(json_string_value(x), dst)) {
+                return fail("%s: %s must be \"none\", \"cpu\" or \"nvme\"", ld->name, sub);
+            }
+        } else if (!strcmp(key, "nvme_path")) {
+            if (json_is_null(x))
+                continue;
+            if (!json_is_string(x) || strlen(json_string_value(x)) >= sizeof ld->c.nvme_path)
+                return fail("%s: %s must be a path (a string)", ld->name, sub);
+            snprintf(ld->c.nvme_path, sizeof ld->c.nvme_path, "%s", json_string_value(x));
+        } else if (!strcmp(key, "ratio")) {
+            if (!json_is_number(x) || json_number_value(x) != 1.0)
+                return fail("%s: %s below 1 (partial offload, ZeRO-Offload++'s Twin-Flow) is a "
+                            "DeepSpeed feature zerosim does not model yet: remove it or set it "
+                            "to 1", ld->name, sub);
+        } else if (!strcmp(key, "pin_memory") || !strcmp(key, "buffer_count") ||
+                   !strcmp(key, "buffer_size") || !strcmp(key, "max_in_cpu") ||
+                   !strcmp(key, "fast_init") || !strcmp(key, "pipeline_read") ||
+                   !strcmp(key, "pipeline_write") || !strcmp(key, "pipeline")) {
+            note_noeffect(ld, sub); /* tuning of the transfers, not what moves */
+        } else {
+            return fail("%s: unknown key %s (offload sections take device, nvme_path, "
+                        "pin_memory, buffer_count, buffer_size, max_in_cpu, fast_init, ratio, "
+                        "pipeline_read, pipeline_write)", ld->name, sub);
+        }
+    }
+    return 0;
+}
+
+/* cpu_offload / cpu_offload_param: the deprecated booleans for device cpu. */
+static int zero_cpu_offload(loader *ld, const char *path, const json_t *v)
+{
+    if (!json_is_boolean(v))
+        return fail("%s: %s must be true or false", ld->name, path);
+    int param = strstr(path, "cpu_offload_param") != NULL;
+    if (json_is_true(v) && param)
+        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (parameter "
+                    "offload, the deprecated name of offload_param): set it to false", ld->name,
+                    path);
+    if (json_is_true(v))
+        ld->c.offload_optimizer = ZS_OFFLOAD_CPU;
+    return 0;
+}
+
 static const field fp16_fields[] = {
     A_FUNC("enabled", fp16_enabled, ZS_AUTO_FP16),
     F_FLOAT("loss_scale", static_loss_scale, R_NONNEG),
@@ -1038,10 +1125,6 @@ static const field bf16_fields[] = {
     F_NONE("min_loss_scale", JT_NUMBER),
 };
 
-#define OFFLOAD_INSTEAD "remove it, or set \"device\": \"none\" (stage 3 alone partitions " \
-                        "parameters, gradients and optimizer states N ways)"
-#define OFFLOAD_FALSE "set it to false (stage 3 alone partitions parameters, gradients and " \
-                      "optimizer states N ways)"
 #define ZEROPP "remove it, or turn it off (ZeRO++ is not modelled yet)"
 /* zero_optimization: DeepSpeed's DeepSpeedZeroConfig, with its aliases
  * (stage3_prefetch_bucket_size = prefetch_bucket_size, ...). */
@@ -1095,14 +1178,10 @@ static const field zero_fields[] = {
             "fetching stage-3 parameters with all-reduce", "set it to false"),
     F_UNMOD("use_all_reduce_for_fetch_params", OFF_FALSE,
             "fetching stage-3 parameters with all-reduce", "set it to false"),
-    F_UNMOD("offload_optimizer", OFF_DEVICE, "ZeRO-Offload of optimizer states to CPU or NVMe",
-            OFFLOAD_INSTEAD),
-    F_UNMOD("offload_param", OFF_DEVICE, "ZeRO-Infinity parameter offload to CPU or NVMe",
-            OFFLOAD_INSTEAD),
-    F_UNMOD("cpu_offload", OFF_FALSE, "ZeRO-Offload (the deprecated name of offload_optimizer)",
-            OFFLOAD_FALSE),
-    F_UNMOD("cpu_offload_param", OFF_FALSE, "parameter offload (deprecated name of offload_param)",
-            OFFLOAD_FALSE),
+    F_FUNC("offload_optimizer", zero_offload),
+    F_FUNC("offload_param", zero_offload),
+    F_FUNC("cpu_offload", zero_cpu_offload),
+    F_FUNC("cpu_offload_param", zero_cpu_offload),
     F_UNMOD("zero_hpz_partition_size", OFF_AT_MOST_1, "ZeRO++ hierarchical partitioning (hpZ)",
             ZEROPP),
     F_UNMOD("zero_quantized_weights", OFF_FALSE, "ZeRO++ quantized weights (qwZ)", ZEROPP),
@@ -1734,6 +1813,12 @@ char *zs_run_config_json(const zs_run_config *c)
                              "stage3_prefetch_bucket_size",
                              (json_int_t)c->stage3_prefetch_bucket_size, "grad_reduce",
                              zs_grad_reduce_name(c->grad_reduce));
+    if (zero && c->offload_optimizer != ZS_OFFLOAD_NONE)
+        json_object_set_new(zero, "offload_optimizer",
+                            c->offload_optimizer == ZS_OFFLOAD_NVME
+                                ? json_pack("{s:s, s:s}", "device", "nvme", "nvme_path",
+                                            c->nvme_path)
+                                : json_pack("{s:s}", "device", "cpu"));
     json_t *autos = json_object();
     for (int i = 0; i < ZS_AUTO_COUNT; i++)
         if (c->auto_mask & (1u << i)) {
@@ -1787,6 +1872,18 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
                     c->tp, c->pp);
     if (c->pp > 1)
         return fail("pipeline parallelism (--pp %d) is not supported yet: use --pp 1", c->pp);
+    if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)
+        return fail("offload_optimizer (--offload-optimizer %s) needs ZeRO stage 1, 2 or 3, as "
+                    "DeepSpeed's does: use --stage 1 or higher",
+                    zs_offload_name(c->offload_optimizer));
+    if (c->offload_param != ZS_OFFLOAD_NONE)
+        return fail("offload_param (--offload-param %s, ZeRO-Infinity's parameter offload) is "
+                    "a DeepSpeed feature zerosim does not model yet: remove it, or set "
+                    "\"device\": \"none\" (offload_optimizer is modelled)",
+                    zs_offload_name(c->offload_param));
+    if (c->offload_optimizer == ZS_OFFLOAD_NVME && !c->nvme_path[0])
+        return fail("offload_optimizer \"device\": \"nvme\" needs nvme_path (--nvme-path DIR), "
+                    "the folder for the optimizer's files");
     if (world_size % (c->tp * c->pp))
         return fail("%d ranks do not divide into tensor-parallel groups of %d (--tp) times %d "
                     "pipeline stages (--pp): use a number of ranks that %d divides",

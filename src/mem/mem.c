@@ -18,6 +18,8 @@ struct zs_mem {
     int tracing;
     zs_mem_event *ev;
     size_t nev, capev;
+    zs_mem_stats tier[ZS_MEM_NTIERS];  /* host and nvme (the device's is s) */
+    size_t tier_cap[ZS_MEM_NTIERS];
 };
 
 const char *zs_mem_phase_name(zs_mem_phase p)
@@ -171,6 +173,85 @@ void zs_mem_free(zs_mem_t m, zs_mem_category c, void *ptr, size_t bytes)
         m->s.total_current -= bytes;
     }
     zs_mem_record(m);
+}
+
+const char *zs_mem_tier_name(zs_mem_tier t)
+{
+    static const char *const n[ZS_MEM_NTIERS] = {"device", "host", "nvme"};
+    return (unsigned)t < ZS_MEM_NTIERS ? n[t] : "?";
+}
+
+void zs_mem_set_capacity(zs_mem_t m, zs_mem_tier t, size_t capacity)
+{
+    if (t == ZS_TIER_DEVICE)
+        m->capacity = capacity;
+    else if ((unsigned)t < ZS_MEM_NTIERS)
+        m->tier_cap[t] = capacity;
+}
+
+int zs_mem_alloc_tier(zs_mem_t m, zs_mem_tier t, zs_mem_category c, size_t bytes, void **out)
+{
+    if (t == ZS_TIER_DEVICE)
+        return zs_mem_alloc(m, c, bytes, out);
+    *out = NULL;
+    if ((unsigned)t >= ZS_MEM_NTIERS || c < 0 || c >= ZS_MEM_NCAT)
+        ZS_FAIL("internal error: allocation in tier %d, category %d", (int)t, (int)c);
+    if (bytes == 0)
+        return 0;
+    zs_mem_stats *s = &m->tier[t];
+    size_t cap = m->tier_cap[t];
+    if (cap && (bytes > cap || s->total_current > cap - bytes))
+        ZS_FAIL("out of memory in the simulated %s tier on rank %d: %s asked for %zu bytes "
+                "with %zu of %zu bytes in use; raise --%s-memory%s",
+                t == ZS_TIER_HOST ? "host" : "nvme", m->rank,
+                zs_mem_names[c], bytes, s->total_current, cap, t == ZS_TIER_HOST ? "host" : "nvme",
+                t == ZS_TIER_HOST ? ", or offload to nvme" : "");
+    if (t == ZS_TIER_HOST) {
+        if (!zs_backend_host_accessible(m->be) && !zs_backend_is_phantom(m->be))
+            ZS_FAIL("internal error: a host-tier buffer on the %s backend", zs_backend_name(m->be));
+        void *p = zs_backend_alloc(m->be, bytes);
+        if (!p)
+            ZS_FAIL("out of host memory on rank %d: %s asked for %zu bytes (the machine itself "
+                    "could not provide them)", m->rank, zs_mem_names[c], bytes);
+        *out = p;
+    }
+    s->current[c] += bytes;
+    if (s->current[c] > s->peak[c])
+        s->peak[c] = s->current[c];
+    s->total_current += bytes;
+    if (s->total_current > s->total_peak) {
+        s->total_peak = s->total_current;
+        memcpy(s->at_total_peak, s->current, sizeof s->current);
+    }
+    s->allocs++;
+    return 0;
+}
+
+void zs_mem_free_tier(zs_mem_t m, zs_mem_tier t, zs_mem_category c, void *ptr, size_t bytes)
+{
+    if (t == ZS_TIER_DEVICE) {
+        zs_mem_free(m, c, ptr, bytes);
+        return;
+    }
+    if ((unsigned)t >= ZS_MEM_NTIERS || c < 0 || c >= ZS_MEM_NCAT || bytes == 0)
+        return;
+    if (t == ZS_TIER_HOST) {
+        if (!ptr)
+            return;
+        zs_backend_free(m->be, ptr);
+    }
+    m->tier[t].current[c] -= bytes;
+    m->tier[t].total_current -= bytes;
+}
+
+void zs_mem_get_tier_stats(zs_mem_t m, zs_mem_tier t, zs_mem_stats *s)
+{
+    if (t == ZS_TIER_DEVICE)
+        *s = m->s;
+    else if ((unsigned)t < ZS_MEM_NTIERS)
+        *s = m->tier[t];
+    else
+        memset(s, 0, sizeof *s);
 }
 
 int zs_parse_size(const char *s, size_t *bytes)

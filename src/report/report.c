@@ -125,7 +125,26 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
                r->pred.tp_ag_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
         return r->a2a_pred[q] * r->compressed_steps;
+    if (o == ZS_OP_D2H)
+        return r->pred.d2h_bytes_per_step * r->steps_applied;
+    if (o == ZS_OP_H2D)
+        return r->pred.h2d_bytes_per_step * r->steps_applied;
+    if (o == ZS_OP_NVME_READ)
+        return r->pred.nvme_read_bytes_per_step * r->steps_applied;
+    if (o == ZS_OP_NVME_WRITE)
+        return r->pred.nvme_write_bytes_per_step * r->steps_applied;
     return -1.0;
+}
+
+/* Whether any rank holds bytes off the device (offload). */
+static int zs_report_has_tiers(const zs_train_result *r)
+{
+    for (int q = 0; r->tier_peaks && q < r->world_size; q++)
+        for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++)
+            for (int c = 0; c < ZS_MEM_NCAT; c++)
+                if (r->tier_peaks[q][t][c] || r->pred.tier_bytes[t][c])
+                    return 1;
+    return 0;
 }
 
 static json_t *zs_report_memory(const zs_train_result *r)
@@ -163,6 +182,21 @@ static json_t *zs_report_memory(const zs_train_result *r)
                                  "at_total_peak", mix, "peak_by_phase", phases);
         if (q == 0)
             json_object_set_new(rank, "peak_rss_bytes", json_integer((json_int_t)zs_report_peak_rss()));
+        if (zs_report_has_tiers(r)) { /* offload: the host and nvme tiers */
+            json_t *tiers = json_object();
+            for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++) {
+                json_t *tc = json_object();
+                for (int c = 0; c < ZS_MEM_NCAT; c++)
+                    if (r->tier_peaks[q][t][c] || r->pred.tier_bytes[t][c])
+                        json_object_set_new(tc, zs_mem_category_name((zs_mem_category)c),
+                                            json_pack("{s:I, s:I}", "peak_bytes",
+                                                      (json_int_t)r->tier_peaks[q][t][c],
+                                                      "predicted_bytes",
+                                                      (json_int_t)r->pred.tier_bytes[t][c]));
+                json_object_set_new(tiers, zs_mem_tier_name((zs_mem_tier)t), tc);
+            }
+            json_object_set_new(rank, "tiers", tiers);
+        }
         json_array_append_new(list, rank);
     }
     return list;
@@ -320,6 +354,17 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         fprintf(f, "%5d  %-17s %15zu   (forward %zu, backward %zu, step %zu)\n", q, "total peak",
                 r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_FORWARD],
                 r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD], r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
+        for (int t = ZS_TIER_HOST; zs_report_has_tiers(r) && t < ZS_MEM_NTIERS; t++)
+            for (int c = 0; c < ZS_MEM_NCAT; c++) {
+                size_t meas = r->tier_peaks[q][t][c], pred = r->pred.tier_bytes[t][c];
+                if (!meas && !pred)
+                    continue;
+                char name[40];
+                snprintf(name, sizeof name, "%s %s", zs_mem_tier_name((zs_mem_tier)t),
+                         zs_mem_category_name((zs_mem_category)c));
+                fprintf(f, "%5d  %-17s %15zu %15zu %9.3f\n", q, name, meas, pred,
+                        zs_ratio((double)meas, (double)pred));
+            }
     }
     zs_print_same(f, N - same, N - 1);
     same = 0;

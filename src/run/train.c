@@ -74,7 +74,7 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
  * below 2^53): memory per category, phase peaks, the total's peak, then the
  * comm sums per op and phase. */
 enum {
-    ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1,
+    ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + 2 * ZS_MEM_NCAT, /* + host, nvme peaks */
     ZS_NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 + ZS_GROUP_NGROUPS * ZS_OP_NOPS * 3
 };
 
@@ -87,7 +87,11 @@ static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double
     }
     for (int p = 0; p < ZS_MEM_NPHASES; p++)
         mine[2 * ZS_MEM_NCAT + p] = (double)r->mem.phase_peak[p];
-    mine[NM - 1] = (double)r->mem.total_peak;
+    mine[2 * ZS_MEM_NCAT + ZS_MEM_NPHASES] = (double)r->mem.total_peak;
+    for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++)
+        for (int c = 0; c < ZS_MEM_NCAT; c++)
+            mine[2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + (t - 1) * ZS_MEM_NCAT + c] =
+                (double)r->tier_mem[t].peak[c];
     size_t n;
     const zs_comm_sum_row *sum = zs_comm_sums(comm, &n);
     double *cs = mine + NM;
@@ -118,7 +122,11 @@ static void zs_train_unpack_stats(zs_train_result *r, int q, const double *v)
     }
     for (int p = 0; p < ZS_MEM_NPHASES; p++)
         r->phase_peaks[q][p] = (size_t)v[2 * ZS_MEM_NCAT + p];
-    r->total_peaks[q] = (size_t)v[NM - 1];
+    r->total_peaks[q] = (size_t)v[2 * ZS_MEM_NCAT + ZS_MEM_NPHASES];
+    for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++)
+        for (int c = 0; c < ZS_MEM_NCAT; c++)
+            r->tier_peaks[q][t][c] =
+                (size_t)v[2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + (t - 1) * ZS_MEM_NCAT + c];
     for (int o = 0; o < ZS_OP_NOPS; o++)
         for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
             const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 4;
@@ -140,7 +148,8 @@ static int zs_train_alloc_stats(zs_train_result *r, int N)
     r->phase_peaks = calloc((size_t)N, sizeof *r->phase_peaks);
     r->comm = calloc((size_t)N, sizeof *r->comm);
     r->comm_group = calloc((size_t)N, sizeof *r->comm_group);
-    if (!r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm ||
+    r->tier_peaks = calloc((size_t)N, sizeof *r->tier_peaks);
+    if (!r->tier_peaks || !r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm ||
         !r->comm_group)
         ZS_FAIL("out of host memory for the statistics of %d ranks", N);
     return 0;
@@ -386,6 +395,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     zs_train_options lo = *o;
     lo.log = rank == 0 ? o->log : NULL;
     zs_mem_t mem = zs_mem_create(be, o->device_memory, rank);
+    if (mem)
+        zs_mem_set_capacity(mem, ZS_TIER_HOST, o->host_memory);
     zs_engine *e = NULL;
     int rc = 0;
     r->world_size = zs_comm_size(comm);
@@ -533,6 +544,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     rc = zs_engine_param_hash(e, r->param_hash);
     r->live_params_peak = zs_engine_live_params_peak(e);
     zs_mem_get_stats(mem, &r->mem);
+    for (int t = 0; t < ZS_MEM_NTIERS; t++)
+        zs_mem_get_tier_stats(mem, (zs_mem_tier)t, &r->tier_mem[t]);
     if (!rc && rank == 0)
         rc = zs_train_comm_table(comm, r);
     if (!rc && (o->save_dir || o->resume))
@@ -770,6 +783,8 @@ void zs_train_result_free(zs_train_result *r)
     free(r->hashes);
     free(r->ckpt_ranks);
     free(r->ckpt_pred);
+    free(r->tier_peaks);
+    r->tier_peaks = NULL;
     r->ckpt_ranks = NULL;
     r->ckpt_pred = NULL;
     free(r->peaks);

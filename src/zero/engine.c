@@ -55,6 +55,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
 
 struct zs_engine {
     zs_run_config cfg;
@@ -128,6 +132,15 @@ struct zs_engine {
 
     zs_loss_scaler scaler;
     int t;
+
+    /* offload_optimizer: master, m and v on the host tier (cpu) or in a
+     * file per rank (nvme: master, m, v one after the other, shard floats
+     * each), read and written through the swap buffers */
+    zs_offload off;
+    int sep_master;             /* the master is not the parameters themselves */
+    void *hgrad, *hparam;       /* host: gradient shard in, parameter shard out */
+    int swap_fd;
+    char swap_path[1200];
     /* the step being executed */
     int step, overflow;
     float dloss;                /* d objective / d micro-batch loss */
@@ -171,14 +184,17 @@ static int zs_engine_alloc_buffers(zs_engine *e)
         if (i == ZS_BUF_INIT || i == ZS_BUF_ACTS || i == ZS_BUF_CKPT || i == ZS_BUF_SCRATCH ||
             b->bytes == 0)
             continue; /* transient, or the model's own (zs_model_acts_create) */
-        ZS_TRY(zs_mem_alloc(e->mem, b->cat, b->bytes, &e->buf[i]));
+        ZS_TRY(zs_mem_alloc_tier(e->mem, b->tier, b->cat, b->bytes, &e->buf[i]));
     }
     const zs_partition *p = &e->part;
     int st = e->stage;
     e->params = e->buf[ZS_BUF_PARAMS];
-    /* fp32: the optimizer updates the parameters themselves */
-    e->master = e->mixed ? e->buf[ZS_BUF_MASTER]
-                         : (float *)e->params + (st == 1 || st == 2 ? p->shard_begin : 0);
+    /* fp32: the optimizer updates the parameters themselves, unless they
+     * are offloaded (then the host keeps an fp32 master, as DeepSpeed's) */
+    e->master = e->sep_master ? e->buf[ZS_BUF_MASTER]
+                              : (float *)e->params + (st == 1 || st == 2 ? p->shard_begin : 0);
+    e->hgrad = e->buf[ZS_BUF_HGRAD];
+    e->hparam = e->buf[ZS_BUF_HPARAM];
     e->m = e->buf[ZS_BUF_M];
     e->v = e->buf[ZS_BUF_V];
     e->gfull = e->buf[ZS_BUF_GFULL];
@@ -203,6 +219,74 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->batch.x = e->buf[ZS_BUF_X];
     if (e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, e->buf[ZS_BUF_RING], e->sh->buf[ZS_BUF_RING].bytes);
+    return 0;
+}
+
+/* ---- offload to nvme: the swap file ------------------------------------------- */
+
+/* Byte offset of element i of state k (0 master, 1 m, 2 v) in the file. */
+static off_t zs_swap_at(const zs_engine *e, int k, size_t i)
+{
+    return (off_t)(((size_t)k * e->part.shard + i) * 4);
+}
+
+static int zs_swap_io(zs_engine *e, int write, int k, size_t i, size_t n, float *buf)
+{
+    char *p = (char *)buf;
+    size_t left = n * 4;
+    off_t at = zs_swap_at(e, k, i);
+    while (left > 0) {
+        ssize_t r = write ? pwrite(e->swap_fd, p, left, at) : pread(e->swap_fd, p, left, at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            ZS_FAIL("cannot %s %s: %s", write ? "write" : "read", e->swap_path,
+                    r < 0 ? strerror(errno) : "the file is shorter than the optimizer's states");
+        p += r;
+        left -= (size_t)r;
+        at += r;
+    }
+    return 0;
+}
+
+/* offload_optimizer nvme: this rank's file of master, m and v, zero-filled,
+ * under nvme_path; removed when the engine goes, also after an error. */
+static int zs_engine_swap_open(zs_engine *e)
+{
+    if (e->off != ZS_OFFLOAD_NVME || e->phantom)
+        return 0;
+    snprintf(e->swap_path, sizeof e->swap_path, "%s/zerosim-%ld-rank%d.swap", e->cfg.nvme_path,
+             (long)getpid(), e->part.rank);
+    e->swap_fd = open(e->swap_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (e->swap_fd < 0)
+        ZS_FAIL("nvme_path %s: cannot create %s: %s; give a writable folder (--nvme-path)",
+                e->cfg.nvme_path, e->swap_path, strerror(errno));
+    int states = 2 + (e->cfg.optimizer == ZS_OPT_ADAMW);
+    if (ftruncate(e->swap_fd, zs_swap_at(e, states, 0)) != 0)
+        ZS_FAIL("nvme_path %s: cannot size %s to %zu bytes: %s", e->cfg.nvme_path, e->swap_path,
+                (size_t)zs_swap_at(e, states, 0), strerror(errno));
+    return 0;
+}
+
+/* The master's elements [i, i + n) of this rank's range (not the
+ * parameters: sep_master), in memory or in the swap file. */
+static int zs_engine_master_write(zs_engine *e, size_t i, size_t n, const float *host)
+{
+    if (e->phantom)
+        return 0;
+    if (e->off == ZS_OFFLOAD_NVME)
+        return zs_swap_io(e, 1, 0, i, n, (float *)host);
+    zs_backend_copy_h2d(e->be, e->master + i, host, n * 4);
+    return 0;
+}
+
+static int zs_engine_master_read(zs_engine *e, size_t i, size_t n, float *host)
+{
+    if (e->phantom)
+        return 0;
+    if (e->off == ZS_OFFLOAD_NVME)
+        return zs_swap_io(e, 0, 0, i, n, host);
+    zs_backend_copy_d2h(e->be, host, e->master + i, n * 4);
     return 0;
 }
 
@@ -233,14 +317,20 @@ static int zs_engine_init_params(zs_engine *e)
         zs_model_init_slice(e->model, g, g + n, buf, e->cfg.seed);
         if (!e->mixed) {
             zs_backend_copy_h2d(e->be, (float *)e->params + off, buf, n * 4);
-            continue;
+        } else {
+            zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
+            zs_backend_convert_from_f32(e->be, (char *)e->params + off * e->ps, e->pt, tmp, n);
         }
-        zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
-        zs_backend_convert_from_f32(e->be, (char *)e->params + off * e->ps, e->pt, tmp, n);
+        if (!e->sep_master)
+            continue;
         /* the part of this piece that the master holds */
         size_t a = g > mlo ? g : mlo, b = g + n < mlo + opt_elems ? g + n : mlo + opt_elems;
-        if (a < b)
-            zs_backend_copy_h2d(e->be, e->master + (a - mlo), buf + (a - g), (b - a) * 4);
+        if (a < b && zs_engine_master_write(e, a - mlo, b - a, buf + (a - g))) {
+            free(buf);
+            if (tmp)
+                zs_mem_free(e->mem, ib->cat, tmp, ib->bytes);
+            return -1;
+        }
     }
     if (tmp)
         zs_mem_free(e->mem, ib->cat, tmp, ib->bytes);
@@ -272,6 +362,15 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->ps = zs_dtype_size(e->pt);
     e->mixed = cfg->precision != ZS_DTYPE_F32;
     e->comp_on = cfg->compression.kind != ZS_COMP_NONE;
+    e->off = cfg->stage >= 1 ? cfg->offload_optimizer : ZS_OFFLOAD_NONE;
+    e->sep_master = e->mixed || e->off != ZS_OFFLOAD_NONE;
+    e->swap_fd = -1;
+    if (e->off != ZS_OFFLOAD_NONE && !zs_backend_host_accessible(be) && !e->phantom) {
+        zs_error_set("offload_optimizer is not supported with --backend %s yet (the host "
+                     "optimizer runs on host memory): use --backend cpu",
+                     zs_backend_name(be));
+        goto fail;
+    }
     e->ct = e->pt == ZS_DTYPE_F32 ? ZS_CT_F32 : e->pt == ZS_DTYPE_BF16 ? ZS_CT_BF16 : ZS_CT_F16;
     if (e->stage < 0 || e->stage > 3) {
         zs_error_set("ZeRO stage must be 0, 1, 2 or 3, got %d", e->stage);
@@ -321,7 +420,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->frac_bits = e->pt == ZS_DTYPE_F16 ? 24 : 40;
     e->fix_limit = (int64_t)((((uint64_t)1) << 62) / ((uint64_t)cfg->grad_accum * (uint64_t)N));
 
-    if (zs_engine_alloc_buffers(e))
+    if (zs_engine_alloc_buffers(e) || zs_engine_swap_open(e))
         goto fail;
     int nb = e->sh->nbuckets, ng = e->stage == 3 ? e->sh->gfirst[e->U - 1] + e->sh->gn[e->U - 1] : 0;
     e->bucket_buf = calloc((size_t)nb + 1, sizeof(void *));
@@ -399,7 +498,12 @@ void zs_engine_destroy(zs_engine *e)
         zs_comm_set_scratch(e->comm, NULL, 0);
     for (int i = 0; e->sh && i < ZS_BUF_N; i++)
         if (e->buf[i])
-            zs_mem_free(mem, e->sh->buf[i].cat, e->buf[i], e->sh->buf[i].bytes);
+            zs_mem_free_tier(mem, e->sh->buf[i].tier, e->sh->buf[i].cat, e->buf[i],
+                             e->sh->buf[i].bytes);
+    if (e->swap_fd >= 0) { /* the nvme tier's file goes with the run */
+        close(e->swap_fd);
+        unlink(e->swap_path);
+    }
     free(e->spans);
     free(e->bucket_buf);
     free(e->counts);
@@ -792,6 +896,108 @@ static int zs_engine_norm(zs_engine *e, int *skip)
     return 0;
 }
 
+/* offload_optimizer nvme: the optimizer over the shard in pieces of
+ * ZS_SWAP_CHUNK, each piece's master, m and v read from the swap file into
+ * one half of the swap buffer while the other half is updated; a helper
+ * thread writes the previous piece back and reads the next. */
+typedef struct {
+    zs_engine *e;
+    int write_slot, read_slot;    /* -1: none */
+    size_t write_at, write_n, read_at, read_n;
+    int rc;
+    char msg[512];
+    double write_s, read_s;
+} zs_swap_job;
+
+static float *zs_swap_slot(zs_engine *e, int slot, int k)
+{
+    int states = 2 + (e->cfg.optimizer == ZS_OPT_ADAMW);
+    size_t chunk = e->part.shard < ZS_SWAP_CHUNK ? e->part.shard : ZS_SWAP_CHUNK;
+    return (float *)e->buf[ZS_BUF_SWAP] + ((size_t)slot * (size_t)states + (size_t)k) * chunk;
+}
+
+static int zs_swap_move(zs_engine *e, int write, int slot, size_t at, size_t n)
+{
+    int states = 2 + (e->cfg.optimizer == ZS_OPT_ADAMW);
+    for (int k = 0; k < states; k++)
+        ZS_TRY(zs_swap_io(e, write, k, at, n, zs_swap_slot(e, slot, k)));
+    return 0;
+}
+
+static void *zs_swap_run(void *arg)
+{
+    zs_swap_job *j = arg;
+    double t0 = zs_clock();
+    if (j->write_slot >= 0)
+        j->rc = zs_swap_move(j->e, 1, j->write_slot, j->write_at, j->write_n);
+    double t1 = zs_clock();
+    if (!j->rc && j->read_slot >= 0)
+        j->rc = zs_swap_move(j->e, 0, j->read_slot, j->read_at, j->read_n);
+    j->write_s = t1 - t0;
+    j->read_s = zs_clock() - t1;
+    if (j->rc) /* the error buffer is per thread: hand the message over */
+        snprintf(j->msg, sizeof j->msg, "%s", zs_error_msg());
+    return NULL;
+}
+
+static int zs_engine_optimizer_swapped(zs_engine *e)
+{
+    const zs_run_config *c = &e->cfg;
+    size_t S = e->part.shard, chunk = S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK;
+    size_t nchunks = (S + chunk - 1) / chunk;
+    int states = 2 + (c->optimizer == ZS_OPT_ADAMW);
+    if (e->phantom) { /* the bytes, without the files */
+        zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ, S * 4 * (size_t)states, 0.0);
+        zs_comm_record_transfer(e->comm, ZS_OP_NVME_WRITE, S * 4 * (size_t)states, 0.0);
+        return 0;
+    }
+    double t0 = zs_clock();
+    ZS_TRY(zs_swap_move(e, 0, 0, 0, chunk));
+    zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ, chunk * 4 * (size_t)states,
+                            zs_clock() - t0);
+    for (size_t i = 0; i < nchunks; i++) {
+        size_t at = i * chunk, n = S - at < chunk ? S - at : chunk;
+        int slot = (int)(i % 2);
+        zs_swap_job job = {.e = e, .write_slot = -1, .read_slot = -1};
+        if (i > 0) { /* the previous piece goes back */
+            job.write_slot = 1 - slot;
+            job.write_at = at - chunk;
+            job.write_n = chunk;
+        }
+        if (i + 1 < nchunks) { /* into the same half, after its write */
+            job.read_slot = 1 - slot;
+            job.read_at = at + chunk;
+            job.read_n = S - job.read_at < chunk ? S - job.read_at : chunk;
+        }
+        pthread_t th;
+        int threaded = (job.write_slot >= 0 || job.read_slot >= 0) &&
+                       pthread_create(&th, NULL, zs_swap_run, &job) == 0;
+        if (!threaded && (job.write_slot >= 0 || job.read_slot >= 0))
+            zs_swap_run(&job); /* no thread: in turn */
+        zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, zs_swap_slot(e, slot, 0),
+                      zs_swap_slot(e, slot, 1),
+                      states > 2 ? zs_swap_slot(e, slot, 2) : NULL,
+                      (const char *)e->hgrad + at * e->ps, e->pt,
+                      (char *)e->hparam + at * e->ps, e->pt, 0, n);
+        if (threaded)
+            pthread_join(th, NULL);
+        if (job.rc)
+            ZS_FAIL("%s", job.msg);
+        if (job.write_slot >= 0)
+            zs_comm_record_transfer(e->comm, ZS_OP_NVME_WRITE,
+                                    job.write_n * 4 * (size_t)states, job.write_s);
+        if (job.read_slot >= 0)
+            zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ,
+                                    job.read_n * 4 * (size_t)states, job.read_s);
+    }
+    size_t last = (nchunks - 1) * chunk;
+    t0 = zs_clock();
+    ZS_TRY(zs_swap_move(e, 1, (int)((nchunks - 1) % 2), last, S - last));
+    zs_comm_record_transfer(e->comm, ZS_OP_NVME_WRITE, (S - last) * 4 * (size_t)states,
+                            zs_clock() - t0);
+    return 0;
+}
+
 /* Execute one op of the step program. *stop = 1 ends the step (skipped). */
 static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
 {
@@ -868,8 +1074,28 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     case ZS_SOP_ALLGATHER:
         ZS_TRY(zs_engine_allgather_piece(e, e->stage == 0 ? e->gfull : e->params, o->index));
         break;
+    case ZS_SOP_OFFLOAD_GRADS: { /* the reduced shard, as it is, to the host */
+        double t0 = zs_clock();
+        if (!e->phantom)
+            zs_backend_copy_d2h(e->be, e->hgrad, e->gshard, p->shard * e->ps);
+        zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->ps, zs_clock() - t0);
+        break;
+    }
+    case ZS_SOP_UPLOAD_PARAMS: { /* the updated shard, in working precision */
+        double t0 = zs_clock();
+        void *pshard = (char *)e->params + (e->stage == 3 ? 0 : p->shard_begin * e->ps);
+        if (!e->phantom)
+            zs_backend_copy_h2d(e->be, pshard, e->hparam, p->shard * e->ps);
+        zs_comm_record_transfer(e->comm, ZS_OP_H2D, p->shard * e->ps, zs_clock() - t0);
+        break;
+    }
     case ZS_SOP_OPTIMIZER:
-        if (e->stage == 0) {
+        if (e->off == ZS_OFFLOAD_CPU) { /* on the host: ZeRO-Offload's CPU step */
+            zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->master, e->m, e->v, e->hgrad,
+                          e->pt, e->hparam, e->pt, 0, p->shard);
+        } else if (e->off == ZS_OFFLOAD_NVME) {
+            ZS_TRY(zs_engine_optimizer_swapped(e));
+        } else if (e->stage == 0) {
             zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->master, e->m, e->v,
                           e->gfull, e->pt, e->mixed ? e->params : NULL, e->pt, 0, p->padded);
         } else {
@@ -1005,14 +1231,14 @@ int zs_engine_get_params(zs_engine *e, float *host)
             zs_backend_copy_d2h(e->be, host, e->master, p->num_params * 4);
         return 0;
     }
-    const float *mine = e->master; /* the shard (aliases the params when fp32) */
     float *shard = malloc(p->shard * sizeof(float));
     float *all = p->rank == 0 ? malloc(p->padded * sizeof(float)) : NULL;
     if (!shard || (p->rank == 0 && !all)) {
         rc = zs_error_set("out of host memory gathering %zu parameters", p->padded);
     } else {
-        zs_backend_copy_d2h(e->be, shard, mine, p->shard * 4);
-        rc = zs_comm_gather_root(e->comm, shard, (int)p->shard, all, ZS_CT_F32);
+        rc = zs_engine_master_read(e, 0, p->shard, shard);
+        if (!rc)
+            rc = zs_comm_gather_root(e->comm, shard, (int)p->shard, all, ZS_CT_F32);
         if (!rc && p->rank == 0)
             memcpy(host, all, p->num_params * sizeof(float));
     }
@@ -1130,8 +1356,9 @@ int zs_engine_param_hash(zs_engine *e, char hex[17])
             if (base + off + n > p->num_params) /* leave the padding out */
                 n = p->num_params - base - off;
             if (p->rank == q)
-                zs_backend_copy_d2h(e->be, buf, e->master + off, n * 4);
-            rc = zs_comm_send_to_root(e->comm, q, buf, (int)n, ZS_CT_F32);
+                rc = zs_engine_master_read(e, off, n, buf);
+            if (!rc)
+                rc = zs_comm_send_to_root(e->comm, q, buf, (int)n, ZS_CT_F32);
             if (!rc && st)
                 XXH3_64bits_update(st, buf, n * sizeof(float));
         }
@@ -1150,9 +1377,9 @@ int zs_engine_has_state(const zs_engine *e, zs_state_kind k)
 {
     switch (k) {
     case ZS_STATE_MASTER: return 1;
-    case ZS_STATE_EXP_AVG: return e->m != NULL;
-    case ZS_STATE_EXP_AVG_SQ: return e->v != NULL;
-    case ZS_STATE_RESIDUAL: return e->residual != NULL;
+    case ZS_STATE_EXP_AVG: return e->sh->buf[ZS_BUF_M].bytes > 0;
+    case ZS_STATE_EXP_AVG_SQ: return e->sh->buf[ZS_BUF_V].bytes > 0;
+    case ZS_STATE_RESIDUAL: return e->sh->buf[ZS_BUF_RESIDUAL].bytes > 0;
     default: return 0;
     }
 }
@@ -1194,8 +1421,11 @@ int zs_engine_read_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, flo
     zs_engine_state_range(e, k, &base, &len);
     if (!zs_engine_has_state(e, k) || lo < base || n > len || lo - base > len - n)
         ZS_FAIL("internal: state %d elements [%zu, %zu) are not this rank's", (int)k, lo, lo + n);
-    if (!e->phantom)
-        zs_backend_copy_d2h(e->be, host, zs_engine_state_ptr(e, k, lo), n * 4);
+    if (e->phantom)
+        return 0;
+    if (e->off == ZS_OFFLOAD_NVME && k != ZS_STATE_RESIDUAL) /* in the swap file */
+        return zs_swap_io(e, 0, (int)k, lo - base, n, host);
+    zs_backend_copy_d2h(e->be, host, zs_engine_state_ptr(e, k, lo), n * 4);
     return 0;
 }
 
@@ -1217,9 +1447,14 @@ int zs_engine_write_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, co
         return 0;
     size_t base, len, a, b;
     zs_engine_state_range(e, k, &base, &len);
-    if (k != ZS_STATE_MASTER || e->mixed) {
-        if (zs_clip(lo, n, base, len, &a, &b))
-            zs_backend_copy_h2d(e->be, zs_engine_state_ptr(e, k, a), host + (a - lo), (b - a) * 4);
+    if (k != ZS_STATE_MASTER || e->sep_master) {
+        if (zs_clip(lo, n, base, len, &a, &b)) {
+            if (e->off == ZS_OFFLOAD_NVME && k != ZS_STATE_RESIDUAL)
+                ZS_TRY(zs_swap_io(e, 1, (int)k, a - base, b - a, (float *)host + (a - lo)));
+            else
+                zs_backend_copy_h2d(e->be, zs_engine_state_ptr(e, k, a), host + (a - lo),
+                                    (b - a) * 4);
+        }
     }
     if (k != ZS_STATE_MASTER)
         return 0;

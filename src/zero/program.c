@@ -238,6 +238,26 @@ static void zs_shape_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS, zs_model_checkpoint_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_SCRATCH, ZS_MEM_WORKSPACE, zs_model_scratch_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_INIT, ZS_MEM_WORKSPACE, s->mixed ? ZS_INIT_CHUNK * 4 : 0);
+    /* offload_optimizer (ZeRO-Offload): the fp32 master (in fp32 runs too:
+     * the device keeps the working copy), m and v live on the host, or in
+     * files with the nvme tier; the host receives the reduced gradient
+     * shard and sends back the updated parameter shard, each in working
+     * precision */
+    zs_offload off = st >= 1 ? s->cfg.offload_optimizer : ZS_OFFLOAD_NONE;
+    if (off != ZS_OFFLOAD_NONE) {
+        zs_mem_tier t = off == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
+        ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, S * 4);
+        b[ZS_BUF_MASTER].tier = b[ZS_BUF_M].tier = b[ZS_BUF_V].tier = t;
+        ZS_SETBUF(ZS_BUF_HGRAD, ZS_MEM_GRADS, S * ps);
+        ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, S * ps);
+        b[ZS_BUF_HGRAD].tier = b[ZS_BUF_HPARAM].tier = ZS_TIER_HOST;
+        if (off == ZS_OFFLOAD_NVME) {
+            size_t chunk = S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK;
+            int states = 2 + (s->cfg.optimizer == ZS_OPT_ADAMW);
+            ZS_SETBUF(ZS_BUF_SWAP, ZS_MEM_WORKSPACE, 2 * chunk * (size_t)states * 4);
+            b[ZS_BUF_SWAP].tier = ZS_TIER_HOST;
+        }
+    }
 #undef ZS_SETBUF
 }
 
@@ -355,6 +375,8 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_NORM] = "norm",
     [ZS_SOP_PUT_SHARD] = "put_shard",
     [ZS_SOP_OPTIMIZER] = "optimizer",
+    [ZS_SOP_OFFLOAD_GRADS] = "offload_grads",
+    [ZS_SOP_UPLOAD_PARAMS] = "upload_params",
     [ZS_SOP_ALLGATHER] = "allgather",
 };
 
@@ -548,7 +570,12 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
                     i + 1 < s->npieces ? s->ag_piece
                                        : s->part.padded - (size_t)i * s->ag_piece);
     }
+    int offload = s->buf[ZS_BUF_HGRAD].bytes > 0;
+    if (offload)
+        zs_emit(&b, ZS_SOP_OFFLOAD_GRADS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
     zs_emit(&b, ZS_SOP_OPTIMIZER, -1, -1, ZS_SOPF_APPLIED, st == 0 ? s->part.padded : s->part.shard);
+    if (offload)
+        zs_emit(&b, ZS_SOP_UPLOAD_PARAMS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
     if (st == 1 || st == 2)
         for (int i = 0; i < s->npieces; i++)
             zs_emit(&b, ZS_SOP_ALLGATHER, -1, i, ZS_SOPF_APPLIED,
@@ -575,9 +602,14 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
 {
     memset(c, 0, sizeof *c);
     size_t stat[ZS_MEM_NCAT] = {0};
-    for (int i = 0; i < ZS_BUF_N; i++)
-        if (i != ZS_BUF_INIT)
+    for (int i = 0; i < ZS_BUF_N; i++) {
+        if (i == ZS_BUF_INIT)
+            continue;
+        if (s->buf[i].tier == ZS_TIER_DEVICE)
             stat[s->buf[i].cat] += s->buf[i].bytes;
+        else /* allocated once, before the first step */
+            c->tier_peak[s->buf[i].tier][s->buf[i].cat] += s->buf[i].bytes;
+    }
     memcpy(c->peak, stat, sizeof stat);
     /* initialisation: its staging buffer comes after every other one */
     c->peak[s->buf[ZS_BUF_INIT].cat] += s->buf[ZS_BUF_INIT].bytes;
@@ -615,6 +647,20 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_ALLGATHER:
             c->ag_calls += 1;
             c->ag_bytes += (double)o->elems * ps;
+            break;
+        case ZS_SOP_OFFLOAD_GRADS:
+            c->d2h_bytes += (double)o->elems * ps;
+            break;
+        case ZS_SOP_UPLOAD_PARAMS:
+            c->h2d_bytes += (double)o->elems * ps;
+            break;
+        case ZS_SOP_OPTIMIZER:
+            if (s->buf[ZS_BUF_MASTER].tier == ZS_TIER_NVME) { /* every state read and written */
+                double b = (double)(s->buf[ZS_BUF_MASTER].bytes + s->buf[ZS_BUF_M].bytes +
+                                    s->buf[ZS_BUF_V].bytes);
+                c->nvme_read_bytes += b;
+                c->nvme_write_bytes += b;
+            }
             break;
         default:
             break;

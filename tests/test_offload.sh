@@ -1,0 +1,110 @@
+#!/bin/sh
+# offload_optimizer (ZeRO-Offload) to the host and to files ("nvme"):
+#  - the parameters are byte-identical to the same run without offload, in
+#    stages 1-3 and fp32, bf16 and fp16, with more than one swap piece;
+#  - every host and nvme byte and every transfer equals its prediction, and
+#    a phantom run reports the same;
+#  - ZeRO-Offload's 4M bytes per step for an fp16 model of M parameters
+#    (2M down, 2M up, summed over the ranks);
+#  - the swap files are gone after the run, also after a failed one; bad
+#    settings get one line before training.
+. "$(dirname "$0")/testlib.sh"
+
+MODEL="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --steps 4"
+run() { n=$1; shift; sh "$HERE/mpirun.sh" "$n" "$ZS" train --quiet "$@" </dev/null; }
+mkdir -p "$T/nvme"
+
+# byte-identical: none, cpu, nvme
+for case in "1 fp32" "2 bf16" "3 fp16" "2 fp32 --deterministic" "3 bf16 --grad-accum 2"; do
+    set -- $case
+    st=$1 p=$2; shift 2
+    ref="" line=""
+    for off in none cpu nvme; do
+        run 2 $MODEL --stage "$st" --precision "$p" "$@" --offload-optimizer "$off" \
+            --nvme-path "$T/nvme" --report "$T/r.json" || { bad "stage $st $p $off failed"; continue; }
+        h=$(key "$T/r.json" param_hash)
+        line="$line $off=$h"
+        [ -z "$ref" ] && ref=$h
+        [ -n "$h" ] && [ "$h" = "$ref" ] && ok || bad "stage $st $p $*: offload $off gives $h, none $ref"
+    done
+    echo "stage $st $p $*:$line"
+done
+# a larger model: the shard (about 420,000 elements per rank) streams
+# through the swap buffers in two pieces of 262,144
+BIG="--layers 4 --hidden 128 --heads 4 --seq 16 --vocab 64 --steps 2 --micro-batch 2"
+run 2 $BIG --stage 2 --precision bf16 --report "$T/a.json" || bad "large model failed"
+run 2 $BIG --stage 2 --precision bf16 --offload-optimizer nvme --nvme-path "$T/nvme" \
+    --report "$T/b.json" || bad "large model with nvme failed"
+[ "$(key "$T/a.json" param_hash)" = "$(key "$T/b.json" param_hash)" ] && ok ||
+    bad "two swap pieces: $(key "$T/b.json" param_hash), without offload $(key "$T/a.json" param_hash)"
+grep -q '"nvme_read"' "$T/b.json" && ok || bad "no nvme_read in the report"
+
+# every tier row and every transfer: measured = predicted (ratio 1.000)
+check_table() { # NAME FILE: the memory rows of the tiers and the transfer rows
+    rows=$(grep -E '^ *[0-9]+  (host|nvme) [a-z_]+ |^ *[0-9]+  (d2h|h2d|nvme_read|nvme_write) ' "$2")
+    [ -n "$rows" ] && ok || { bad "$1: no tier or transfer rows"; return; }
+    echo "$rows" | awk '$NF != "1.000" {bad = 1; print "  off: " $0} END {exit bad}' && ok ||
+        bad "$1: a tier or transfer differs from its prediction"
+}
+for off in cpu nvme; do
+    sh "$HERE/mpirun.sh" 3 "$ZS" train $MODEL --stage 3 --precision fp16 --offload-optimizer "$off" \
+        --nvme-path "$T/nvme" </dev/null >"$T/real.txt" || bad "3 ranks $off failed"
+    check_table "$off, 3 ranks" "$T/real.txt"
+    "$ZS" train --phantom --world-size 3 $MODEL --stage 3 --precision fp16 \
+        --offload-optimizer "$off" --nvme-path "$T/nvme" >"$T/ph.txt" || bad "phantom $off failed"
+    check_table "$off, phantom" "$T/ph.txt"
+    # the phantom run's tier and transfer rows are the real run's
+    a=$(grep -E '^ *[0-9]+  (host |nvme |d2h|h2d)' "$T/real.txt" | awk '{print $2, $3, $4}')
+    b=$(grep -E '^ *[0-9]+  (host |nvme |d2h|h2d)' "$T/ph.txt" | awk '{print $2, $3, $4}')
+    [ "$a" = "$b" ] && ok || bad "phantom $off differs from the real run: $b vs $a"
+done
+
+# ZeRO-Offload's 4M bytes per step: fp16, M parameters, summed over 2 ranks
+run 2 $MODEL --stage 2 --precision fp16 --offload-optimizer cpu --report "$T/r.json" ||
+    bad "4M run failed"
+M=$(key "$T/r.json" num_params)
+# each rank's "d2h" and "h2d" in "comm" (the objects with a prediction):
+# their measured "bytes"
+moved=$(awk '/"(d2h|h2d)": \{/ {inop = 1; next}
+    inop == 1 && /^ *"bytes": / {gsub(/[",]/, "", $2); b = $2; inop = 2; next}
+    inop == 2 && /"predicted_bytes"/ {s += b}
+    {inop = 0}
+    END {printf "%.0f", s}' "$T/r.json")
+steps=$(key "$T/r.json" steps)
+echo "fp16, M = $M parameters, $steps steps: $moved bytes moved between device and host"
+[ -n "$M" ] && [ "$moved" = "$((4 * M * steps))" ] && ok ||
+    bad "moved $moved bytes, expected 4M x steps = $((4 * M * steps))"
+
+# a checkpoint saved from the nvme tier resumes exactly with the host tier
+run 2 $MODEL --stage 2 --precision bf16 --offload-optimizer nvme --nvme-path "$T/nvme" \
+    --save-dir "$T/ck" --save-every 2 --report "$T/a.json" || bad "save with nvme failed"
+run 2 $MODEL --stage 3 --precision bf16 --offload-optimizer cpu --resume "$T/ck/global_step2" \
+    --report "$T/b.json" || bad "resume with cpu failed"
+[ "$(key "$T/a.json" param_hash)" = "$(key "$T/b.json" param_hash)" ] && ok ||
+    bad "nvme checkpoint resumed on the host: $(key "$T/b.json" param_hash), uninterrupted $(key "$T/a.json" param_hash)"
+
+# the files go with the run, also when it fails after creating them
+[ -z "$(ls -A "$T/nvme")" ] && ok || bad "files left in nvme_path: $(ls -A "$T/nvme")"
+run 2 $MODEL --stage 2 --offload-optimizer nvme --nvme-path "$T/nvme" --device-memory 1MiB \
+    2>"$T/err" && bad "a run out of device memory succeeded"
+grep -q "out of memory on rank" "$T/err" && ok || bad "no out-of-memory line: $(cat "$T/err")"
+[ -z "$(ls -A "$T/nvme")" ] && ok || bad "files left after a failed run: $(ls -A "$T/nvme")"
+
+# bad settings: one line, before training
+refused() { # PATTERN ARGS...
+    pat=$1; shift
+    run 1 $MODEL "$@" 2>"$T/err" >"$T/out" && { bad "accepted: $*"; return; }
+    grep -q -- "$pat" "$T/err" && [ "$(wc -l <"$T/err")" -eq 1 ] && ok ||
+        bad "$*: expected one line with \"$pat\", got: $(cat "$T/err")"
+    grep -q '^step' "$T/out" && bad "$*: trained before failing" || ok
+}
+refused "needs ZeRO stage 1, 2 or 3" --stage 0 --offload-optimizer cpu
+refused "needs nvme_path" --stage 1 --offload-optimizer nvme
+refused "nvme_path $T/none is not a folder" --stage 1 --offload-optimizer nvme --nvme-path "$T/none"
+refused "offload_param (--offload-param cpu, ZeRO-Infinity's parameter offload) is a DeepSpeed feature" \
+    --stage 3 --offload-param cpu
+refused "out of memory in the simulated host tier on rank 0: optimizer_master asked for" \
+    --stage 1 --offload-optimizer cpu --host-memory 64KiB
+refused "--offload-optimizer must be none, cpu or nvme" --stage 1 --offload-optimizer disk
+
+finish
