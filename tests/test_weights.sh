@@ -33,10 +33,11 @@ for want in '"wte.weight":{"dtype":"F32","shape":[30,24]' '"h.1.attn.c_attn.weig
 done
 
 # the round trip through every stage and every precision (each stage and
-# each precision at least once), on 1 and 3 ranks, and the mesh
-for nsp in "1 0 fp32" "1 2 bf16" "3 1 fp16" "3 3 bf16" "3 2 fp32"; do
-    set -- $nsp; n=$1; st=$2; p=$3
-    run "$n" "$ZS" export --init-from "$T/a.bin" --stage "$st" --precision "$p" \
+# each precision at least once; one with ZeRO-Offload), on 1 and 3 ranks, and
+# the mesh
+for nsp in "1 0 fp32" "1 2 bf16" "3 1 fp16 --offload-optimizer cpu" "3 3 bf16" "3 2 fp32"; do
+    set -- $nsp; n=$1; st=$2; p=$3; shift 3
+    run "$n" "$ZS" export --init-from "$T/a.bin" --stage "$st" --precision "$p" "$@" \
         --out "$T/r.safetensors" >"$T/log" 2>&1 || { bad "N=$n stage $st $p failed"; cat "$T/log"; continue; }
     cmp -s "$T/a.safetensors" "$T/r.safetensors" && ok || bad "N=$n stage $st $p: the round trip differs"
 done
