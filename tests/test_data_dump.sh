@@ -100,6 +100,17 @@ grep -q 'loss floor unknown (real data)' "$T/log" && ok || bad "the summary give
 steps=$(sed -n '/"val_loss"/,/\]/p' "$T/v.json" | sed -n 's/.*"step": \([0-9]*\).*/\1/p' | tr '\n' ' ')
 [ "$steps" = "2 4 5 " ] && ok || bad "val_loss steps in the report: $steps"
 
+# the held-out loss is the training loss of the same samples under the same
+# parameters: with the training file as held-out data (samples 0 .. G-1 are
+# step 1's batch) and a learning rate of 1e-12, step 1's loss
+run 2 "$ZS" train --layers 2 --hidden 16 --heads 2 --seq 12 --vocab 40 --steps 1 --micro-batch 2 \
+    --grad-accum 2 --stage 3 --lr 1e-12 --warmup 0 --min-lr-ratio 1 --data "$T/train.bin" \
+    --val-data "$T/train.bin" --report "$T/same.json" --quiet >"$T/log" 2>&1 || bad "val = train failed"
+tl=$(sed -n '/"losses"/,/\]/p' "$T/same.json" | sed -n '2p' | tr -d ' ,')
+vl=$(sed -n '/"val_loss"/,/\]/p' "$T/same.json" | sed -n 's/.*"loss": \([0-9.e+-]*\).*/\1/p')
+awk -v a="$tl" -v b="$vl" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }' \
+    && ok || bad "held-out loss $vl of step 1's samples is not step 1's loss $tl"
+
 # malformed token files: one line naming the file and the offset
 refuse() { # what args...
     want=$1; shift
