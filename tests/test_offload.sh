@@ -59,6 +59,20 @@ for off in cpu nvme; do
     [ "$a" = "$b" ] && ok || bad "phantom $off differs from the real run: $b vs $a"
 done
 
+# the other reduction paths: gradients accumulated over micro-batches on the
+# host, in fixed point, and DeepSpeed's step schedule (the shard copied down
+# once, before the optimizer)
+for extra in "--stage 2 --grad-accum 3" "--stage 3 --grad-accum 2 --deterministic" \
+    "--stage 1 --grad-reduce step --grad-accum 2" "--stage 2 --compression int8"; do
+    sh "$HERE/mpirun.sh" 2 "$ZS" train $MODEL $extra --offload-optimizer cpu </dev/null \
+        >"$T/real.txt" || bad "$extra failed"
+    check_table "$extra" "$T/real.txt"
+    run 2 $MODEL $extra --report "$T/a.json" && run 2 $MODEL $extra --offload-optimizer cpu \
+        --report "$T/b.json" || bad "$extra: a run failed"
+    [ "$(key "$T/a.json" param_hash)" = "$(key "$T/b.json" param_hash)" ] && ok ||
+        bad "$extra: offload changes the parameters"
+done
+
 # ZeRO-Offload's 4M bytes per step: fp16, M parameters, summed over 2 ranks
 run 2 $MODEL --stage 2 --precision fp16 --offload-optimizer cpu --report "$T/r.json" ||
     bad "4M run failed"

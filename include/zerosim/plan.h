@@ -62,6 +62,7 @@ typedef struct {
                                  ones per data-parallel rank; N x tp in all) */
     int devices_per_node;
     size_t device_memory;     /* bytes per device; 0 = not given */
+    size_t host_memory;       /* offload: host bytes per node; 0 = not given */
     zs_steptime_calib cal;
     int overlap;              /* step time: communication overlaps compute */
 } zs_plan_input;
@@ -90,6 +91,14 @@ typedef struct {
     int recompute;            /* 1: checkpointing adds a forward to the FLOPs */
     zs_steptime_result time;
     int fits;                 /* 1 fits, 0 does not, -1 no device memory given */
+    /* offload (cfg.offload_optimizer): bytes per device in the host and
+     * nvme tiers by category, their totals, the host's per node, whether
+     * that fits host_memory (-1 not given), and the bytes moved per device
+     * per step: device to host and back, read from and written to files */
+    double tier_bytes[ZS_MEM_NTIERS][ZS_MEM_NCAT];
+    double host_total, nvme_total, host_per_node;
+    int host_fits;
+    double d2h_bytes, h2d_bytes, nvme_read_bytes, nvme_write_bytes;
 } zs_plan_result;
 
 /* Plan one (model, stage, N). Returns 0, or non-zero with a one-line message

@@ -77,7 +77,8 @@ typedef struct {
      * shard), host to device (the parameter shard), read from and written
      * to the nvme files (every optimizer state, once each way) */
     size_t tier_bytes[ZS_MEM_NTIERS][ZS_MEM_NCAT];
-    double d2h_bytes_per_step, h2d_bytes_per_step;
+    double d2h_bytes_per_step;          /* every step (gradients as reduced) */
+    double d2h_bytes_per_applied_step, h2d_bytes_per_step; /* applied steps */
     double nvme_read_bytes_per_step, nvme_write_bytes_per_step;
 } zs_prediction;
 

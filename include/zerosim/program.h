@@ -213,9 +213,11 @@ typedef struct {
     double ag_calls, ag_bytes;   /* stages 0-2 per applied step, full bytes */
     double recompute_units;      /* forward passes recomputed per step */
     /* offload: the host and nvme tiers per category, and the bytes moved
-     * per applied step between device and host and to and from files */
+     * between device and host and to and from files, per step or per
+     * applied step */
     size_t tier_peak[ZS_MEM_NTIERS][ZS_MEM_NCAT];
-    double d2h_bytes, h2d_bytes, nvme_read_bytes, nvme_write_bytes;
+    double d2h_bytes;            /* every step: reduced gradients sent down */
+    double d2h_applied_bytes, h2d_bytes, nvme_read_bytes, nvme_write_bytes; /* applied steps */
 } zs_step_count;
 
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c);

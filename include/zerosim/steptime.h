@@ -87,6 +87,10 @@ typedef struct {
      * every one is given and the input counts the work, compute is
      * gemm_flops_per_step at the GEMM rate plus the work at these rates. */
     double work_s[ZS_WORK_NKINDS];
+    /* Offload (0 = not given): bytes/s of device-host copies (a PCIe-like
+     * link) and of the nvme files (read and write), and the host
+     * optimizer's elements per second. */
+    double host_bandwidth, nvme_bandwidth, host_optimizer_elems_per_s;
 } zs_steptime_calib;
 
 typedef struct {
@@ -101,6 +105,10 @@ typedef struct {
     double work[ZS_WORK_NKINDS];
     double optimizer_elems;         /* optimizer elements per device per step */
     int overlap;                    /* 1: communication hides behind compute */
+    /* offload: bytes per device per step between device and host, and to
+     * and from files; the host optimizer's elements (the device's
+     * optimizer_elems are then 0). Serial with the rest of the step. */
+    double host_bytes, nvme_bytes, host_optimizer_elems;
     zs_steptime_calib cal;
 } zs_steptime_input;
 
@@ -110,6 +118,9 @@ typedef struct {
     double work_s[ZS_WORK_NKINDS];  /* of which the non-GEMM work */
     int kernels_modelled;           /* 1: the finer compute model was used */
     double optimizer_s;             /* 0 unless optimizer_elems_per_s is given */
+    double offload_s;               /* the transfers at host_bandwidth and
+                                       nvme_bandwidth and the host optimizer
+                                       (each 0 unless its rate is given) */
     double comm_s;                  /* sum over the collectives */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */
     double total_s;
@@ -118,7 +129,9 @@ typedef struct {
 } zs_steptime_result;
 
 /* A stated default machine: 312e12 FLOP/s (A100 dense bf16), 8 devices per
- * node, 5 us and 150e9 B/s inside a node, 10 us and 25e9 B/s between nodes. */
+ * node, 5 us and 150e9 B/s inside a node, 10 us and 25e9 B/s between nodes,
+ * 25e9 B/s between device and host (PCIe 4.0 x16), 3e9 B/s to and from an
+ * NVMe drive; no host optimizer rate (its time is left out unless given). */
 void zs_steptime_defaults(zs_steptime_calib *c);
 
 /* Estimate one step. Returns 0, or non-zero with a message (N < 1, a rate
@@ -127,7 +140,8 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out);
 
 /* Read a calibration JSON object with any of the keys "gemm_flops",
  * "intra_latency_s", "intra_bandwidth", "inter_latency_s",
- * "inter_bandwidth", "optimizer_elems_per_s" (numbers) and
+ * "inter_bandwidth", "optimizer_elems_per_s", "host_bandwidth",
+ * "nvme_bandwidth", "host_optimizer_elems_per_s" (numbers) and
  * "reduce_scatter", "allgather" (objects with "latency_s" and "bandwidth"),
  * "work_s" (an object with "attention", "gelu", "block_elementwise", "head",
  * "grads", "memory_pass": all of them when it is there);

@@ -37,6 +37,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
+#include <fcntl.h>
 #include <time.h>
 
 #define ZS_BENCH_REPS 5
@@ -361,7 +364,9 @@ static void zs_bench_fit_ab(zs_bench_fit *f, int N)
     }
     double det = s11 * s22 - s12 * s12;
     double a = (r1 * s22 - r2 * s12) / det, b = (s11 * r2 - s12 * r1) / det;
-    if (a < 0) { /* latency too small to see: fit the bandwidth alone */
+    if (a < 0 || !(b > 0)) {
+        /* latency too small to see, or times that fall with size (a loaded
+         * machine's noise): fit the bandwidth alone, through the origin */
         a = 0;
         b = r2 / s22;
     }
@@ -462,6 +467,71 @@ static void zs_bench_print_fit(const char *name, const zs_bench_fit *f, int N)
     }
 }
 
+/* Offload's links on this machine: a streaming host copy (what the CPU
+ * backend's device-host copies are) and file I/O (the nvme tier), each
+ * rank at once; and the AdamW rate set against the copy's bytes. Files are
+ * written and synced, then read after asking the kernel to drop them from
+ * its cache (posix_fadvise DONTNEED), in $TMPDIR or /tmp. */
+typedef struct {
+    double copy_bw;               /* bytes read + written per second */
+    double write_bw, read_bw;     /* file bytes per second */
+} zs_bench_offload_r;
+
+static int zs_bench_offload(zs_comm_t comm, int quick, zs_bench_offload_r *o)
+{
+    size_t n = quick ? (size_t)16 << 20 : (size_t)64 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        ZS_FAIL("out of host memory measuring copies");
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double t[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = zs_now();
+        memcpy(r % 2 ? a : b, r % 2 ? b : a, n);
+        t[r] = zs_now() - t0;
+    }
+    double med;
+    int rc = zs_bench_median_max(comm, t, 5, &med);
+    o->copy_bw = rc ? 0 : 2.0 * (double)n / med;
+    const char *dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char path[4200];
+    snprintf(path, sizeof path, "%s/zerosim-bench-%ld.swap", dir, (long)getpid());
+    int fd = rc ? -1 : open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (!rc && fd < 0)
+        rc = zs_error_set("cannot create %s to measure file I/O: %s (set TMPDIR)", path,
+                          strerror(errno));
+    double tw[3] = {0}, tr[3] = {0};
+    for (int r = 0; r < 3 && !rc; r++) {
+        double t0 = zs_now();
+        if (pwrite(fd, a, n, 0) != (ssize_t)n || fsync(fd) != 0)
+            rc = zs_error_set("cannot write %s: %s", path, strerror(errno));
+        tw[r] = zs_now() - t0;
+        posix_fadvise(fd, 0, (off_t)n, POSIX_FADV_DONTNEED);
+        t0 = zs_now();
+        if (!rc && pread(fd, b, n, 0) != (ssize_t)n)
+            rc = zs_error_set("cannot read %s: %s", path, strerror(errno));
+        tr[r] = zs_now() - t0;
+    }
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+    }
+    double mw = 0, mr = 0;
+    if (!rc)
+        rc = zs_bench_median_max(comm, tw, 3, &mw);
+    if (!rc)
+        rc = zs_bench_median_max(comm, tr, 3, &mr);
+    o->write_bw = rc ? 0 : (double)n / mw;
+    o->read_bw = rc ? 0 : (double)n / mr;
+    free(a);
+    free(b);
+    return rc;
+}
+
 static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
 {
     int N = zs_comm_size(comm), rank = zs_comm_rank(comm);
@@ -482,6 +552,9 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     int rc = zs_bench_compute(comm, be, mem, quick, &gemm, &gemm_spread, &adamw, work_s);
     if (!rc)
         rc = zs_bench_collectives(comm, mem, quick, &rs, &ag);
+    zs_bench_offload_r off = {0};
+    if (!rc)
+        rc = zs_bench_offload(comm, quick, &off);
     zs_mem_destroy(mem);
     zs_backend_release(be);
     if (rc || rank != 0)
@@ -491,6 +564,12 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
            "GFLOP/s per rank; its slowest repetition took %.2fx the fastest's time\n", gemm / 1e9,
            gemm_spread);
     printf("AdamW: %.1f M elements/s per rank\n", adamw / 1e6);
+    /* AdamW on fp32 reads p, m, v, g and writes p, m, v: 28 bytes */
+    printf("offload: host copies %.2f GB/s per rank (bytes read + written); AdamW moves 28 "
+           "bytes per element, %.2f GB/s, %.0f%% of the copy's rate; files: write %.2f GB/s "
+           "(synced), read %.2f GB/s (after dropping them from the page cache)\n",
+           off.copy_bw / 1e9, adamw * 28.0 / 1e9, 100.0 * adamw * 28.0 / off.copy_bw,
+           off.write_bw / 1e9, off.read_bw / 1e9);
     printf("other GPT kernels (B %d, T 32, C 512, V 1024), ns per unit: attention %.4g (per "
            "B T^2 C), GELU %.4g (per element), rest of a block %.4g (per B T C), head %.4g "
            "(per B T V), gradients %.4g (per parameter), other passes %.4g (per element)\n",
@@ -509,6 +588,13 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     double b = N > 1 ? 2.0 / (1.0 / rs.beta + 1.0 / ag.beta) : 0;
     json_t *root = json_pack("{s:s, s:i, s:f, s:f}", "zerosim_calibration", PACKAGE_VERSION,
                              "world_size", N, "gemm_flops", gemm, "optimizer_elems_per_s", adamw);
+    /* offload: a copy moves each byte once each way (a device-host copy of
+     * S bytes takes S / host_bandwidth); the files are read and written
+     * equally each step: the harmonic mean of the two rates */
+    json_object_set_new(root, "host_bandwidth", zs_bench_num(off.copy_bw / 2.0));
+    json_object_set_new(root, "nvme_bandwidth",
+                        zs_bench_num(2.0 / (1.0 / off.write_bw + 1.0 / off.read_bw)));
+    json_object_set_new(root, "host_optimizer_elems_per_s", zs_bench_num(adamw));
     /* how much this machine's speed moved while it was measured */
     json_object_set_new(root, "gemm_spread", json_real(gemm_spread));
     json_t *wj = json_object();

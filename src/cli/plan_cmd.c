@@ -75,6 +75,13 @@ static const char *const zs_plan_usage =
     "  --max-model              also the largest model that fits --device-memory\n"
     "  --json                   one JSON object (a sweep: {\"plans\": [...]})\n"
     "  --csv FILE               #-headed columns, one row per (stage, N); - = stdout\n"
+    "offload (ZeRO-Offload; the zerosim convention):\n"
+    "  --offload-optimizer none|cpu|nvme  master, m, v and the optimizer step on the\n"
+    "                           host or in files: device, host and nvme bytes, the\n"
+    "                           host's per node, the transfers, their time\n"
+    "  --host-memory SIZE       host memory per node, for the host tier's fit\n"
+    "  --bw-host B --bw-nvme B  bytes/s device<->host (25e9) and to files (3e9)\n"
+    "  --host-optimizer-rate R  host optimizer elements/s (not given: left out)\n"
     "  --deepspeed-estimate     DeepSpeed's estimate_zero{2,3}_model_states_mem_needs\n"
     "                           table for --stage 2 or 3, --params, --largest-layer,\n"
     "                           --nodes, --gpus-per-node, --buffer-factor X (1.5);\n"
@@ -86,7 +93,8 @@ enum {
     P_DPN, P_NODES, P_DEVMEM, P_FLOPS, P_BW_INTRA, P_LAT_INTRA, P_BW_INTER, P_LAT_INTER,
     P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
-    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HELP, P_CONFIG, P_TP, P_SP,
+    P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
+    P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
     P_GRAD_REDUCE, P_LAST
 };
 
@@ -128,6 +136,10 @@ static const struct option zs_plan_options[] = {
     {"deepspeed-estimate", no_argument, NULL, P_DS},
     {"buffer-factor", required_argument, NULL, P_BUFFER},
     {"offload-optimizer", required_argument, NULL, P_OFF_OPT},
+    {"host-memory", required_argument, NULL, P_HOSTMEM},
+    {"bw-host", required_argument, NULL, P_BW_HOST},
+    {"bw-nvme", required_argument, NULL, P_BW_NVME},
+    {"host-optimizer-rate", required_argument, NULL, P_HOST_OPT},
     {"offload-param", required_argument, NULL, P_OFF_PARAM},
     {"zero-init", required_argument, NULL, P_ZERO_INIT},
     {"help", no_argument, NULL, P_HELP},
@@ -309,6 +321,21 @@ static int zs_plan_apply(zs_plan_cli *cl)
         snprintf(msg, sizeof msg, "%s", zs_error_msg());
         ZS_FAIL("--device-memory: %s", msg);
     }
+    if (v[P_HOSTMEM] && zs_parse_size(v[P_HOSTMEM], &in->host_memory)) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zs_error_msg());
+        ZS_FAIL("--host-memory: %s", msg);
+    }
+    /* offload: --deepspeed-estimate reads the same options as row filters */
+    if (v[P_OFF_OPT] && !v[P_DS]) {
+        if (zs_offload_parse(v[P_OFF_OPT], &c->offload_optimizer))
+            ZS_FAIL("--offload-optimizer must be none, cpu or nvme, got \"%s\"", v[P_OFF_OPT]);
+        if (c->offload_optimizer == ZS_OFFLOAD_NVME && !c->nvme_path[0])
+            snprintf(c->nvme_path, sizeof c->nvme_path, "(planned)"); /* no files are made */
+    }
+    if (v[P_OFF_PARAM] && !v[P_DS] && strcmp(v[P_OFF_PARAM], "none") != 0)
+        ZS_FAIL("--offload-param (ZeRO-Infinity's parameter offload) is not modelled yet: "
+                "give --offload-optimizer, or --deepspeed-estimate for DeepSpeed's own table");
     if (v[P_CALIB])
         ZS_TRY(zs_steptime_load_calibration(v[P_CALIB], &in->cal));
     static const struct { int id; size_t off; int zero_ok; } reals[] = {
@@ -317,6 +344,9 @@ static int zs_plan_apply(zs_plan_cli *cl)
         {P_LAT_INTRA, offsetof(zs_steptime_calib, intra_latency_s), 1},
         {P_BW_INTER, offsetof(zs_steptime_calib, inter_bandwidth), 0},
         {P_LAT_INTER, offsetof(zs_steptime_calib, inter_latency_s), 1},
+        {P_BW_HOST, offsetof(zs_steptime_calib, host_bandwidth), 0},
+        {P_BW_NVME, offsetof(zs_steptime_calib, nvme_bandwidth), 0},
+        {P_HOST_OPT, offsetof(zs_steptime_calib, host_optimizer_elems_per_s), 0},
     };
     for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
         if (v[reals[i].id])
@@ -457,6 +487,35 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
         else
             fprintf(f, "largest model that fits: %zu parameters (%s)\n", max_params, h);
     }
+    if (r->host_total > 0 || r->nvme_total > 0) {
+        for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++) {
+            double tot = t == ZS_TIER_HOST ? r->host_total : r->nvme_total;
+            if (tot <= 0)
+                continue;
+            fprintf(f, "\n%s memory per device (offload) %9s %12s\n",
+                    t == ZS_TIER_HOST ? "host" : "nvme", "bytes", "GB");
+            for (int k = 0; k < ZS_MEM_NCAT; k++)
+                if (r->tier_bytes[t][k] > 0)
+                    fprintf(f, "  %-19s %20.0f %12.3f\n", zs_mem_category_name((zs_mem_category)k),
+                            r->tier_bytes[t][k], gb(r->tier_bytes[t][k]));
+            fprintf(f, "  %-19s %20.0f %12.3f\n", "total", tot, gb(tot));
+        }
+        fprintf(f, "host memory per node: %.3f GB (%d devices)", gb(r->host_per_node),
+                in->dp < in->devices_per_node ? in->dp : in->devices_per_node);
+        if (r->host_fits == 1)
+            fprintf(f, "; fits the node's %.3f GB\n", gb((double)in->host_memory));
+        else if (r->host_fits == 0)
+            fprintf(f, "; does not fit the node's %.3f GB (short by %.3f GB)\n",
+                    gb((double)in->host_memory), gb(r->host_per_node - (double)in->host_memory));
+        else
+            fprintf(f, "; fits: unknown (give --host-memory SIZE per node)\n");
+        fprintf(f, "offload traffic per device per step: device to host %.0f bytes, host to "
+                "device %.0f bytes", r->d2h_bytes, r->h2d_bytes);
+        if (r->nvme_read_bytes > 0)
+            fprintf(f, ", nvme read %.0f bytes, written %.0f bytes", r->nvme_read_bytes,
+                    r->nvme_write_bytes);
+        fprintf(f, "\n");
+    }
     fprintf(f, "\ntraffic per device per step (ring volume):");
     for (int i = 0; i < r->ncolls; i++)
         fprintf(f, " %s %.3f GB (%.0f call%s)%s", zs_coll_kind_name(r->colls[i].kind),
@@ -474,6 +533,13 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     else
         fprintf(f, "step time: compute %.4g s + communication %.4g s = %.4g s%s\n", t->compute_s,
                 t->comm_s, t->total_s, in->overlap ? " (overlapped: the larger of the two)" : "");
+    if (r->d2h_bytes > 0)
+        fprintf(f, "  offload: %.4g s in the step (copies at %.4g B/s%s%s), not overlapped\n",
+                t->offload_s, in->cal.host_bandwidth,
+                r->nvme_read_bytes > 0 ? ", files at the nvme rate" : "",
+                in->cal.host_optimizer_elems_per_s > 0
+                    ? ", the host optimizer at --host-optimizer-rate"
+                    : "; the host optimizer's time is left out: give --host-optimizer-rate");
     if (t->kernels_modelled) {
         static const char *const what[ZS_WORK_NKINDS] = {
             "attention", "GELU", "rest of the blocks", "head", "gradients", "other passes"};
@@ -550,6 +616,28 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
                                                 ? json_integer((json_int_t)in->device_memory)
                                                 : json_null());
     json_object_set_new(o, "fits", r->fits < 0 ? json_null() : json_boolean(r->fits));
+    if (r->host_total > 0 || r->nvme_total > 0) {
+        json_t *off = json_object(), *tiers = json_object();
+        for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++) {
+            json_t *tc = json_object();
+            for (int k = 0; k < ZS_MEM_NCAT; k++)
+                if (r->tier_bytes[t][k] > 0)
+                    json_object_set_new(tc, zs_mem_category_name((zs_mem_category)k),
+                                        zs_json_bytes(r->tier_bytes[t][k]));
+            json_object_set_new(tiers, zs_mem_tier_name((zs_mem_tier)t), tc);
+        }
+        json_object_set_new(off, "device", json_string(zs_offload_name(c->offload_optimizer)));
+        json_object_set_new(off, "bytes_per_device", tiers);
+        json_object_set_new(off, "host_bytes_per_node", zs_json_bytes(r->host_per_node));
+        json_object_set_new(off, "host_fits",
+                            r->host_fits < 0 ? json_null() : json_boolean(r->host_fits));
+        json_object_set_new(off, "d2h_bytes_per_step", zs_json_bytes(r->d2h_bytes));
+        json_object_set_new(off, "h2d_bytes_per_step", zs_json_bytes(r->h2d_bytes));
+        json_object_set_new(off, "nvme_read_bytes_per_step", zs_json_bytes(r->nvme_read_bytes));
+        json_object_set_new(off, "nvme_write_bytes_per_step", zs_json_bytes(r->nvme_write_bytes));
+        json_object_set_new(off, "offload_s", json_real(r->time.offload_s));
+        json_object_set_new(o, "offload_optimizer", off);
+    }
     if (want_max) {
         json_object_set_new(o, "max_params", json_integer((json_int_t)max_params));
         if (in->has_arch)

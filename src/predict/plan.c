@@ -110,6 +110,13 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
         r->padded = pr->padded;
         r->shard = pr->shard;
         r->live_params = pr->live_params;
+        for (int t = 0; t < ZS_MEM_NTIERS; t++)
+            for (int k = 0; k < ZS_MEM_NCAT; k++)
+                r->tier_bytes[t][k] = (double)pr->tier_bytes[t][k];
+        r->d2h_bytes = pr->d2h_bytes_per_step + pr->d2h_bytes_per_applied_step;
+        r->h2d_bytes = pr->h2d_bytes_per_step;
+        r->nvme_read_bytes = pr->nvme_read_bytes_per_step;
+        r->nvme_write_bytes = pr->nvme_write_bytes_per_step;
         if (gs != ps) /* the same formula with the gradient's own size */
             r->bytes[ZS_MEM_GRADS] = (double)zs_plan_grad_bytes(c, gs, pr->padded, pr->shard);
         return 0;
@@ -128,6 +135,29 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
     r->bytes[ZS_MEM_OPT_V] = c->optimizer == ZS_OPT_ADAMW ? 4.0 * (double)opt : 0.0;
     r->bytes[ZS_MEM_COMPRESSION] =
         c->compression.kind != ZS_COMP_NONE && c->error_feedback ? 4.0 * (double)P : 0.0;
+    zs_offload off = st >= 1 ? c->offload_optimizer : ZS_OFFLOAD_NONE;
+    if (off != ZS_OFFLOAD_NONE) { /* as zs_step_shape_build places them */
+        int t = off == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
+        double states = 2.0 + (c->optimizer == ZS_OPT_ADAMW);
+        r->tier_bytes[t][ZS_MEM_OPT_MASTER] = 4.0 * (double)S;
+        r->tier_bytes[t][ZS_MEM_OPT_M] = r->bytes[ZS_MEM_OPT_M];
+        r->tier_bytes[t][ZS_MEM_OPT_V] = r->bytes[ZS_MEM_OPT_V];
+        r->bytes[ZS_MEM_OPT_MASTER] = r->bytes[ZS_MEM_OPT_M] = r->bytes[ZS_MEM_OPT_V] = 0.0;
+        /* the reduced gradient shard lives on the host (the step schedule
+         * keeps the full gradient on the device and copies the shard) */
+        r->tier_bytes[ZS_TIER_HOST][ZS_MEM_GRADS] = (double)(gs * S);
+        if (!zs_step_reduce_once(c))
+            r->bytes[ZS_MEM_GRADS] -= (double)(gs * S);
+        r->tier_bytes[ZS_TIER_HOST][ZS_MEM_PARAMS] = (double)(ps * S);
+        double chunk = (double)(S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK);
+        if (off == ZS_OFFLOAD_NVME) {
+            r->tier_bytes[ZS_TIER_HOST][ZS_MEM_WORKSPACE] = 2.0 * chunk * states * 4.0;
+            r->nvme_read_bytes = r->nvme_write_bytes = 4.0 * (double)S * states;
+        }
+        r->h2d_bytes = (double)(ps * S);
+        double rounds = zs_step_reduce_once(c) || c->deterministic ? 1.0 : (double)c->grad_accum;
+        r->d2h_bytes = rounds * (double)(gs * S);
+    }
     return 0;
 }
 
@@ -174,6 +204,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
         ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");
+    if (in->convention != ZS_PLAN_ZEROSIM && c.offload_optimizer != ZS_OFFLOAD_NONE)
+        ZS_FAIL("--offload-optimizer is modelled in the zerosim convention only (for "
+                "DeepSpeed's own figures see --deepspeed-estimate)");
     r->num_params = in->has_arch ? zs_model_count_params(&c.model) : in->num_params;
 
     zs_prediction pr;
@@ -203,6 +236,12 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         if (r->has[k])
             r->total += r->bytes[k];
     r->fits = in->device_memory ? r->total <= (double)in->device_memory : -1;
+    for (int k = 0; k < ZS_MEM_NCAT; k++) {
+        r->host_total += r->tier_bytes[ZS_TIER_HOST][k];
+        r->nvme_total += r->tier_bytes[ZS_TIER_NVME][k];
+    }
+    r->host_per_node = r->host_total * (in->dp < in->devices_per_node ? in->dp : in->devices_per_node);
+    r->host_fits = in->host_memory ? r->host_per_node <= (double)in->host_memory : -1;
 
     /* traffic: the collectives of one step */
     int N = in->dp, st = c.stage;
@@ -354,7 +393,13 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                             .flops_per_step = r->flops_per_step, .overlap = in->overlap,
                             .optimizer_elems = st == 0 ? Pp : Pp / N,
                             .gemm_flops_per_step = gemm,
+                            .host_bytes = r->d2h_bytes + r->h2d_bytes,
+                            .nvme_bytes = r->nvme_read_bytes + r->nvme_write_bytes,
                             .cal = in->cal};
+    if (r->d2h_bytes > 0) { /* the optimizer runs on the host */
+        si.host_optimizer_elems = si.optimizer_elems;
+        si.optimizer_elems = 0;
+    }
     memcpy(si.work, work, sizeof work);
     ZS_TRY(zs_steptime_estimate(&si, &r->time));
     return 0;

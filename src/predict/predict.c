@@ -167,6 +167,7 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     p->live_params = c.live_params;
     memcpy(p->tier_bytes, c.tier_peak, sizeof p->tier_bytes);
     p->d2h_bytes_per_step = c.d2h_bytes;
+    p->d2h_bytes_per_applied_step = c.d2h_applied_bytes;
     p->h2d_bytes_per_step = c.h2d_bytes;
     p->nvme_read_bytes_per_step = c.nvme_read_bytes;
     p->nvme_write_bytes_per_step = c.nvme_write_bytes;

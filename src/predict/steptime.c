@@ -25,7 +25,9 @@ void zs_steptime_defaults(zs_steptime_calib *c)
                              .intra_latency_s = 5e-6,
                              .intra_bandwidth = 150e9,
                              .inter_latency_s = 10e-6,
-                             .inter_bandwidth = 25e9};
+                             .inter_bandwidth = 25e9,
+                             .host_bandwidth = 25e9,
+                             .nvme_bandwidth = 3e9};
 }
 
 static int zs_steptime_check(const char *what, double v, int zero_ok)
@@ -91,8 +93,14 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
     }
     if (c->optimizer_elems_per_s > 0)
         out->optimizer_s = in->optimizer_elems / c->optimizer_elems_per_s;
+    if (c->host_bandwidth > 0)
+        out->offload_s += in->host_bytes / c->host_bandwidth;
+    if (c->nvme_bandwidth > 0)
+        out->offload_s += in->nvme_bytes / c->nvme_bandwidth;
+    if (c->host_optimizer_elems_per_s > 0)
+        out->offload_s += in->host_optimizer_elems / c->host_optimizer_elems_per_s;
     out->total_s = (in->overlap ? fmax(out->compute_s, out->comm_s) : out->compute_s + out->comm_s) +
-                   out->optimizer_s;
+                   out->optimizer_s + out->offload_s;
     return 0;
 }
 
@@ -114,6 +122,9 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
         {"inter_latency_s", offsetof(zs_steptime_calib, inter_latency_s), 1},
         {"inter_bandwidth", offsetof(zs_steptime_calib, inter_bandwidth), 0},
         {"optimizer_elems_per_s", offsetof(zs_steptime_calib, optimizer_elems_per_s), 0},
+        {"host_bandwidth", offsetof(zs_steptime_calib, host_bandwidth), 0},
+        {"nvme_bandwidth", offsetof(zs_steptime_calib, nvme_bandwidth), 0},
+        {"host_optimizer_elems_per_s", offsetof(zs_steptime_calib, host_optimizer_elems_per_s), 0},
     };
     zs_steptime_calib tmp = *c;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {

@@ -126,7 +126,8 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
         return r->a2a_pred[q] * r->compressed_steps;
     if (o == ZS_OP_D2H)
-        return r->pred.d2h_bytes_per_step * r->steps_applied;
+        return r->pred.d2h_bytes_per_step * r->steps +
+               r->pred.d2h_bytes_per_applied_step * r->steps_applied;
     if (o == ZS_OP_H2D)
         return r->pred.h2d_bytes_per_step * r->steps_applied;
     if (o == ZS_OP_NVME_READ)

@@ -139,6 +139,8 @@ struct zs_engine {
     zs_offload off;
     int sep_master;             /* the master is not the parameters themselves */
     void *hgrad, *hparam;       /* host: gradient shard in, parameter shard out */
+    int down;                   /* the reduced shard lives on the host: each
+                                   reduced part is sent down as it comes */
     int swap_fd;
     char swap_path[1200];
     /* the step being executed */
@@ -193,7 +195,6 @@ static int zs_engine_alloc_buffers(zs_engine *e)
      * are offloaded (then the host keeps an fp32 master, as DeepSpeed's) */
     e->master = e->sep_master ? e->buf[ZS_BUF_MASTER]
                               : (float *)e->params + (st == 1 || st == 2 ? p->shard_begin : 0);
-    e->hgrad = e->buf[ZS_BUF_HGRAD];
     e->hparam = e->buf[ZS_BUF_HPARAM];
     e->m = e->buf[ZS_BUF_M];
     e->v = e->buf[ZS_BUF_V];
@@ -219,6 +220,10 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->batch.x = e->buf[ZS_BUF_X];
     if (e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, e->buf[ZS_BUF_RING], e->sh->buf[ZS_BUF_RING].bytes);
+    /* offload: the host's gradient shard is the reduced shard itself, or
+     * (the step schedule) a copy of gfull's part */
+    e->down = e->off != ZS_OFFLOAD_NONE && e->sh->buf[ZS_BUF_GSHARD].tier == ZS_TIER_HOST;
+    e->hgrad = e->down ? e->gshard : e->buf[ZS_BUF_HGRAD];
     return 0;
 }
 
@@ -713,6 +718,8 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src, s
     if (e->once) /* the shard is gfull's part: it held this rank's own gradient */
         zs_backend_memset0(e->be, (char *)e->gshard + off * e->ps, rcount * e->ps);
     zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->ps, e->pt, e->cacc, rcount);
+    if (e->down) /* this part went down to the host's shard */
+        zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->ps, 0.0);
     return 0;
 }
 
@@ -747,7 +754,10 @@ static int zs_engine_reduce_bucket(zs_engine *e, int k)
         ZS_TRY(zs_comm_reduce_scatter(e->comm, src, e->recv, e->counts, e->ct, k));
         if (e->once)
             zs_backend_memset0(e->be, (char *)e->gshard + off * e->ps, rcount * e->ps);
+        double t0 = zs_clock();
         zs_backend_add_typed(e->be, (char *)e->gshard + off * e->ps, e->recv, e->pt, rcount);
+        if (e->down) /* the reduced part, added into the host's shard */
+            zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->ps, zs_clock() - t0);
     }
     if (e->stage >= 2) {
         zs_mem_free(e->mem, ZS_MEM_COMM_BUFFERS, e->bucket_buf[k], n * e->ps);
@@ -786,8 +796,12 @@ static void zs_engine_load_batch(zs_engine *e, uint64_t first)
 static int zs_engine_check(zs_engine *e)
 {
     const zs_partition *p = &e->part;
-    if (e->det && !e->once) /* the step schedule converted each part as it came */
+    if (e->det && !e->once) { /* the step schedule converted each part as it came */
+        double t0 = zs_clock();
         zs_backend_from_fixed(e->be, e->gshard, e->pt, e->gacc, p->shard, e->frac_bits);
+        if (e->down) /* converted into the host's shard */
+            zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->ps, zs_clock() - t0);
+    }
     /* overflow: fixed-point range, or inf/NaN in the reduced gradients */
     int flags = (e->fix_overflows > 0) | (zs_backend_count_nonfinite(e->be, e->gshard, e->pt,
                                                                       p->shard) > 0) << 1;

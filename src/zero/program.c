@@ -248,9 +248,18 @@ static void zs_shape_buffers(zs_step_shape *s)
         zs_mem_tier t = off == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
         ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, S * 4);
         b[ZS_BUF_MASTER].tier = b[ZS_BUF_M].tier = b[ZS_BUF_V].tier = t;
-        ZS_SETBUF(ZS_BUF_HGRAD, ZS_MEM_GRADS, S * ps);
+        /* the reduced gradient shard accumulates on the host, each
+         * bucket's part sent down as it is reduced (as DeepSpeed streams
+         * them); with the step schedule the shard is gfull's part on the
+         * device, copied down before the optimizer */
+        if (s->reduce_step) {
+            ZS_SETBUF(ZS_BUF_HGRAD, ZS_MEM_GRADS, S * ps);
+            b[ZS_BUF_HGRAD].tier = ZS_TIER_HOST;
+        } else {
+            b[ZS_BUF_GSHARD].tier = ZS_TIER_HOST;
+        }
         ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, S * ps);
-        b[ZS_BUF_HGRAD].tier = b[ZS_BUF_HPARAM].tier = ZS_TIER_HOST;
+        b[ZS_BUF_HPARAM].tier = ZS_TIER_HOST;
         if (off == ZS_OFFLOAD_NVME) {
             size_t chunk = S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK;
             int states = 2 + (s->cfg.optimizer == ZS_OPT_ADAMW);
@@ -570,11 +579,10 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
                     i + 1 < s->npieces ? s->ag_piece
                                        : s->part.padded - (size_t)i * s->ag_piece);
     }
-    int offload = s->buf[ZS_BUF_HGRAD].bytes > 0;
-    if (offload)
+    if (s->buf[ZS_BUF_HGRAD].bytes > 0)
         zs_emit(&b, ZS_SOP_OFFLOAD_GRADS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
     zs_emit(&b, ZS_SOP_OPTIMIZER, -1, -1, ZS_SOPF_APPLIED, st == 0 ? s->part.padded : s->part.shard);
-    if (offload)
+    if (s->buf[ZS_BUF_HPARAM].bytes > 0)
         zs_emit(&b, ZS_SOP_UPLOAD_PARAMS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
     if (st == 1 || st == 2)
         for (int i = 0; i < s->npieces; i++)
@@ -649,7 +657,7 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
             c->ag_bytes += (double)o->elems * ps;
             break;
         case ZS_SOP_OFFLOAD_GRADS:
-            c->d2h_bytes += (double)o->elems * ps;
+            c->d2h_applied_bytes += (double)o->elems * ps;
             break;
         case ZS_SOP_UPLOAD_PARAMS:
             c->h2d_bytes += (double)o->elems * ps;
@@ -670,6 +678,14 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
     }
     c->peak[ZS_MEM_PARAMS] += gp;
     c->peak[ZS_MEM_COMM_BUFFERS] += gb;
+    /* offload, the shard on the host: every reduction round (all buckets of
+     * a micro-batch, or of the step) sends this rank's part of each bucket
+     * down, S elements in all; in fixed point the shard goes down once per
+     * step, converted */
+    if (s->buf[ZS_BUF_GSHARD].tier == ZS_TIER_HOST && s->buf[ZS_BUF_GSHARD].bytes > 0)
+        c->d2h_bytes = s->det ? (double)s->buf[ZS_BUF_GSHARD].bytes
+                              : c->rs_calls / (s->nbuckets ? s->nbuckets : 1) *
+                                    (double)s->buf[ZS_BUF_GSHARD].bytes;
 }
 
 /* ---- printing ------------------------------------------------------------ */
