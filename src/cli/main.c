@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +43,8 @@ static const char *const zs_usage =
     "       [mpirun -np N] zerosim export --out FILE [train's options]\n"
     "                                the parameters before step 1 (the seed's, or\n"
     "                                --init-from FILE's, or --from CKPT's) as GPT-2\n"
-    "                                weights; with --from give the run's model and batch\n"
+    "                                weights (--from takes the model, batch and seed\n"
+    "                                from the checkpoint)\n"
     "       zerosim compare A B [--rtol X --atol Y --prefix P]   two dumps or weight\n"
     "                                files, tensor by tensor (zerosim compare --help)\n"
     "       zerosim --help | --version\n"
@@ -503,6 +505,65 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
     return 0;
 }
 
+/* zerosim export --from DIR: what the checkpoint's manifest says of the run
+ * (the model's shapes, precision, optimizer, global batch and seed) for the
+ * options the command line does not give, so that --resume's loader, which
+ * checks them, accepts it; the steps one past the save (none are taken).
+ * What is missing or malformed is left to that loader to name. */
+static int zs_cli_from_checkpoint(const zs_cli *cli, zs_run_config *c)
+{
+    const char *dir = cli->val[OPT_FROM];
+    char path[4200], name[256] = "";
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(name, sizeof name, f))
+            name[0] = '\0';
+        fclose(f);
+        name[strcspn(name, "\r\n")] = '\0';
+    }
+    if (name[0] && !strchr(name, '/'))
+        snprintf(path, sizeof path, "%s/%s/manifest.json", dir, name);
+    else
+        snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    if (!m)
+        return 0;
+    static const struct { int id; const char *key; size_t off; } ints[] = {
+        {OPT_LAYERS, "n_layer", offsetof(zs_model_config, n_layer)},
+        {OPT_HIDDEN, "n_embd", offsetof(zs_model_config, n_embd)},
+        {OPT_HEADS, "n_head", offsetof(zs_model_config, n_head)},
+        {OPT_SEQ, "seq_len", offsetof(zs_model_config, seq_len)},
+        {OPT_VOCAB, "vocab", offsetof(zs_model_config, vocab)},
+    };
+    json_t *model = json_object_get(m, "model"), *v;
+    const char *kind = json_string_value(json_object_get(model, "kind"));
+    if (kind && !cli->val[OPT_MODEL])
+        c->model.kind = !strcmp(kind, "mlp") ? ZS_MODEL_MLP : ZS_MODEL_GPT;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!cli->val[ints[i].id] && json_is_integer(v = json_object_get(model, ints[i].key)))
+            *(int *)((char *)&c->model + ints[i].off) = (int)json_integer_value(v);
+    const char *prec = json_string_value(json_object_get(m, "precision"));
+    if (prec && !cli->val[OPT_PRECISION])
+        c->precision = !strcmp(prec, "bf16") ? ZS_DTYPE_BF16
+                     : !strcmp(prec, "fp16") ? ZS_DTYPE_F16 : ZS_DTYPE_F32;
+    const char *opt = json_string_value(json_object_get(m, "optimizer"));
+    if (opt && !cli->val[OPT_OPTIMIZER])
+        c->optimizer = !strcmp(opt, "sgd") ? ZS_OPT_SGD : ZS_OPT_ADAMW;
+    if (json_is_integer(v = json_object_get(m, "train_batch_size")) && !cli->val[OPT_TRAIN_BATCH] &&
+        !cli->val[OPT_MICRO_BATCH] && !cli->val[OPT_GRAD_ACCUM]) {
+        c->train_batch_size = (int)json_integer_value(v);
+        c->micro_batch = c->grad_accum = 0;
+    }
+    if (json_is_integer(v = json_object_get(json_object_get(m, "data"), "seed")) &&
+        !cli->val[OPT_SEED])
+        c->seed = (uint64_t)json_integer_value(v);
+    if (json_is_integer(v = json_object_get(m, "steps")) && json_integer_value(v) < INT_MAX)
+        c->steps = (int)json_integer_value(v) + 1;
+    json_decref(m);
+    return 0;
+}
+
 /* "0,1,5-7": ascending 1-based steps (0 = before step 1) into out. */
 #define ZS_MAX_DUMP_STEPS 4096
 static int zs_dump_steps_buf[ZS_MAX_DUMP_STEPS];
@@ -769,6 +830,8 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         goto fail;
     if (cli.val[OPT_INIT_FROM] && zs_cli_init_from(&cli, &from_config, cfg))
         goto fail;
+    if (cli.val[OPT_FROM] && argv[0] && !strcmp(argv[0], "export"))
+        zs_cli_from_checkpoint(&cli, cfg);
     if (zs_run_config_finalize(cfg, world))
         goto fail;
     if (cli.val[OPT_HOST_MEMORY] && zs_parse_size(cli.val[OPT_HOST_MEMORY], &o->host_memory)) {
