@@ -832,6 +832,11 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         goto fail;
     if (cli.val[OPT_FROM] && argv[0] && !strcmp(argv[0], "export"))
         zs_cli_from_checkpoint(&cli, cfg);
+    /* export takes no step: without batch options its engine holds the
+     * activations of one sample, not the default micro-batch's */
+    if (argv[0] && !strcmp(argv[0], "export") && !cli.val[OPT_FROM] && !cli.val[OPT_CONFIG] &&
+        !cli.val[OPT_MICRO_BATCH] && !cli.val[OPT_GRAD_ACCUM] && !cli.val[OPT_TRAIN_BATCH])
+        cfg->micro_batch = 1;
     if (zs_run_config_finalize(cfg, world))
         goto fail;
     if (cli.val[OPT_HOST_MEMORY] && zs_parse_size(cli.val[OPT_HOST_MEMORY], &o->host_memory)) {
