@@ -59,6 +59,24 @@ for off in cpu nvme; do
     [ "$a" = "$b" ] && ok || bad "phantom $off differs from the real run: $b vs $a"
 done
 
+# the plan of the same GPT equals the phantom run (and so the real one):
+# every host and nvme category and the transfers per step
+"$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --micro-batch 8 \
+    --stage 3 --precision fp16 --dp 3 --offload-optimizer nvme --json >"$T/plan.json" ||
+    bad "plan --offload-optimizer failed"
+# "tier category bytes" lines from the plan's JSON and from the phantom's table
+planned=$(awk '/"bytes_per_device": \{/ {on = 1; next} on && /"(host|nvme)": \{/ {t = $1; gsub(/[":{ ]/, "", t); next}
+    on && /^ *},?$/ {if (t == "") on = 0; t = ""; next}
+    on && t != "" {k = $1; v = $2; gsub(/[":,]/, "", k); gsub(/,/, "", v); print t, k, v}' "$T/plan.json")
+ran=$(awk '$2 == "host" || $2 == "nvme" {print $2, $3, $4}' "$T/ph.txt" | sed -n '1,20p')
+echo "planned:" $planned
+[ -n "$planned" ] && [ "$planned" = "$ran" ] && ok || bad "plan and phantom differ: plan [$planned], phantom [$ran]"
+for k in d2h h2d nvme_read nvme_write; do
+    p=$(sed -n "s/^ *\"${k}_bytes_per_step\": \([0-9]*\),*$/\1/p" "$T/plan.json")
+    r=$(awk -v k="$k" '$2 == k {printf "%.0f", $3; exit}' "$T/ph.txt")
+    [ -n "$p" ] && [ "$p" = "$r" ] && ok || bad "$k per step: plan $p, phantom $r"
+done
+
 # the other reduction paths: gradients accumulated over micro-batches on the
 # host, in fixed point, and DeepSpeed's step schedule (the shard copied down
 # once, before the optimizer)

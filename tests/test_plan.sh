@@ -107,8 +107,11 @@ done
 # 1. The example of DeepSpeed's docs (docs/code-docs/source/memory.rst):
 #    total_params=2851e6, largest_layer_params=32e6, 8 GPUs on 1 node.
 #    By the formulas (GiB = 2^30, printed "GB"): zero2 offload: GPU 2Ψ =
-#    5.31, CPU Ψ·max(4·8,16)·1.5 = 127.45; no offload: GPU 4Ψ+int(16Ψ/8) =
-#    15.93, CPU Ψ·4·8·1.5 = 127.45. zero3 (largest layer memory 4·32e6):
+#    5.31, CPU Ψ·max(4·8,16)·1.5 = 127.45; no offload: GPU 2Ψ+int(18Ψ/8) =
+#    11.28 (DeepSpeed's code since it counts 16-bit parameters and fp32
+#    gradients; its docs page still shows 4Ψ+int(16Ψ/8) = 15.93 and the
+#    label cpu_offload=0), CPU Ψ·4·8·1.5 = 127.45. zero3 (largest layer
+#    memory 4·32e6):
 #    both offloaded: GPU 0.12, CPU Ψ·18·1.5 = 71.69 (zero_init) or
 #    Ψ·max(32,18)·1.5 = 127.45; optimizer offloaded: GPU 128e6+int(2Ψ/8) =
 #    0.78, CPU Ψ·16·1.5 = 63.72 or 127.45; none: GPU 128e6+int(18Ψ/8) = 6.09,
@@ -118,8 +121,8 @@ Estimated memory needed for params, optim states and gradients for a:
 HW: Setup with 1 node, 8 GPUs per node.
 SW: Model with 2851M total params.
   per CPU  |  per GPU |   Options
-  127.45GB |   5.31GB | cpu_offload=1
-  127.45GB |  15.93GB | cpu_offload=0
+  127.45GB |   5.31GB | offload_optimizer=cpu 
+  127.45GB |  11.28GB | offload_optimizer=none
 TXT
 cat >"$T/ds3.want" <<'TXT'
 Estimated memory needed for params, optim states and gradients for a:
@@ -135,7 +138,7 @@ SW: Model with 2851M total params, 32M largest layer params.
 TXT
 # 2. By hand: Ψ = 1e9, largest layer 1e8, 2 nodes of 4 GPUs (8 in all,
 #    gpus_factor 1/2). zero2 offload: GPU 2e9 B = 1.86 GiB, CPU
-#    1e9·max(32,16)·1.5 = 48e9 = 44.70; none: GPU 4e9+2e9 = 5.59, CPU
+#    1e9·max(32,16)·1.5 = 48e9 = 44.70; none: GPU 2e9+2.25e9 = 3.96, CPU
 #    1e9·4·4·1.5 = 24e9 = 22.35. zero3 (largest layer memory 4e8 = 0.37):
 #    both offloaded: CPU 1e9·18·0.5·1.5 = 13.5e9 = 12.57, or
 #    1e9·max(16, 9)·1.5 = 22.35; optimizer offloaded: GPU 4e8+2.5e8 = 0.61,
@@ -146,8 +149,8 @@ Estimated memory needed for params, optim states and gradients for a:
 HW: Setup with 2 nodes, 4 GPUs per node.
 SW: Model with 1000M total params.
   per CPU  |  per GPU |   Options
-   44.70GB |   1.86GB | cpu_offload=1
-   22.35GB |   5.59GB | cpu_offload=0
+   44.70GB |   1.86GB | offload_optimizer=cpu 
+   22.35GB |   3.96GB | offload_optimizer=none
 TXT
 cat >"$T/ds3b.want" <<'TXT'
 Estimated memory needed for params, optim states and gradients for a:

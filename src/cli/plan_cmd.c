@@ -713,10 +713,11 @@ static int zs_plan_deepspeed(FILE *f, const zs_plan_cli *cl)
             (want_op >= 0 && w->offload_param != want_op) ||
             (want_zi >= 0 && w->zero_init != want_zi))
             continue;
-        fprintf(f, " %7.2fGB | %6.2fGB | ", w->cpu_bytes / 1073741824.0,
-                w->gpu_bytes / 1073741824.0);
+        /* DeepSpeed returns int(cpu_mem), int(gpu_mem) and prints them / 2^30 */
+        fprintf(f, " %7.2fGB | %6.2fGB | ", trunc(w->cpu_bytes) / 1073741824.0,
+                trunc(w->gpu_bytes) / 1073741824.0);
         if (st == 2)
-            fprintf(f, "cpu_offload=%d\n", w->offload_optimizer);
+            fprintf(f, "offload_optimizer=%s\n", w->offload_optimizer ? "cpu " : "none");
         else
             fprintf(f, "offload_param=%s, offload_optimizer=%s, zero_init=%d\n",
                     w->offload_param ? "cpu " : "none", w->offload_optimizer ? "cpu " : "none",

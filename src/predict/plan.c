@@ -458,8 +458,12 @@ int zs_plan_deepspeed_rows(int stage, double total, double largest, int gpn, int
     double G = (double)nodes * gpn;
     int n = 0;
     if (stage == 2) {
-        /* offload: GPU 2Ψ (fp16 params), CPU Ψ·max(4·gpus, 16)·factor;
-         * none:    GPU 4Ψ + int(16Ψ/gpus), CPU Ψ·4·gpus_per_node·factor */
+        /* DeepSpeed's current stage_1_and_2.py (read at v0.19.6):
+         * offload: GPU 2Ψ (16-bit params), CPU Ψ·max(4·gpus, 16)·factor;
+         * none:    GPU 2Ψ + int(18Ψ/gpus) (16-bit grads 2, fp32 grads 4,
+         *          fp32 params 4, moments 8 per parameter, partitioned),
+         *          CPU Ψ·4·gpus_per_node·factor. (Before, 4Ψ + int(16Ψ/gpus):
+         *          the figure its documentation page still shows.) */
         for (int off = 1; off >= 0; off--) {
             zs_ds_estimate_row *w = &rows[n++];
             *w = (zs_ds_estimate_row){.offload_optimizer = off};
@@ -467,7 +471,7 @@ int zs_plan_deepspeed_rows(int stage, double total, double largest, int gpn, int
                 w->gpu_bytes = 2 * total;
                 w->cpu_bytes = total * fmax(4 * G, 16) * bf;
             } else {
-                w->gpu_bytes = 4 * total + trunc(16 * total / G);
+                w->gpu_bytes = 2 * total + trunc(18 * total / G);
                 w->cpu_bytes = total * 4 * gpn * bf;
             }
             w->cpu_bytes = trunc(w->cpu_bytes);
