@@ -1,7 +1,8 @@
 #!/bin/sh
 # Render the three plots (memory_vs_n.png, traffic.png, timeline.png) from
 # the .dat files that examples/sweep.sh writes, and plan_memory.png when
-# DATADIR has plan_memory.dat (zerosim plan --csv).
+# DATADIR has plan_memory.dat (zerosim plan --csv), and gantt.png when it has
+# gantt.dat (plots/gantt_data of a --trace file).
 # Usage: plots/render.sh [DATADIR [OUTDIR]] (defaults: plots/data, plots).
 # Exits 77 (skipped) when gnuplot is missing; $GNUPLOT names another one.
 set -eu
@@ -22,6 +23,10 @@ for p in memory_vs_n traffic timeline; do
     "$GP" -e "datadir='$DATA'; outdir='$OUT'" "$HERE/$p.gp"
     echo "render.sh: wrote $OUT/$p.png"
 done
+if [ -s "$DATA/gantt.dat" ]; then
+    "$GP" -e "datadir='$DATA'; outdir='$OUT'" "$HERE/gantt.gp"
+    echo "render.sh: wrote $OUT/gantt.png"
+fi
 if [ -s "$DATA/plan_memory.dat" ]; then
     "$GP" -e "datadir='$DATA'; outdir='$OUT'" "$HERE/plan_memory.gp"
     echo "render.sh: wrote $OUT/plan_memory.png"

@@ -657,8 +657,6 @@ static const bad_case unknown_keys[] = {
                                   "mean \"train_batch_size\"?"},
     {"{\"zero_optimization\": {\"stag\": 2}}",
      "test.json: unknown key \"zero_optimization.stag\"; check the spelling"},
-    {"{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\"}}}",
-     "\"zero_optimization.offload_param\" is a DeepSpeed feature zerosim does not model yet"},
     {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}",
      "offload_optimizer.ratio below 1 (partial offload, ZeRO-Offload++'s Twin-Flow) is a "
      "DeepSpeed feature zerosim does not model yet"},
@@ -1039,12 +1037,13 @@ START_TEST(test_every_problem)
 {
     zs_run_config before = cfg;
     int rc = load("{\"train_batch_sise\": 8, \"steps_per_print\": \"often\","
-                  " \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}");
+                  " \"zero_optimization\": {\"stage\": 3,"
+                  "   \"offload_param\": {\"device\": \"cpu\", \"ratio\": 0.5}}}");
     ck_assert_error(rc, "test.json: 3 problems, one per line:");
     ck_assert_error(rc, "did you mean \"train_batch_size\"?");
     ck_assert_error(rc, "\"steps_per_print\" must be a positive integer, got string");
-    ck_assert_error(rc, "\"zero_optimization.offload_param\" is a DeepSpeed feature zerosim does "
-                        "not model yet");
+    ck_assert_error(rc, "zero_optimization.offload_param.ratio below 1 (partial offload, "
+                        "ZeRO-Offload++'s Twin-Flow) is a DeepSpeed feature zerosim does not model");
     assert_config_eq(&cfg, &before);
 }
 END_TEST
@@ -1126,8 +1125,9 @@ START_TEST(test_unmodelled_off)
                     "\"compression_training\" is a DeepSpeed feature zerosim does not model yet");
     ck_assert_error(load("{\"zero_optimization\": {\"zero_hpz_partition_size\": 8}}"),
                     "ZeRO++ hierarchical partitioning (hpZ)");
-    ck_assert_error(load("{\"zero_optimization\": {\"cpu_offload_param\": true}}"),
-                    "(parameter offload, the deprecated name of offload_param): set it to false");
+    ck_assert_error(load("{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\", "
+                         "\"ratio\": 0.5}}}"), "Twin-Flow) is a DeepSpeed feature zerosim does not "
+                    "model yet: remove it or set it to 1");
     ck_assert_error(load("{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {}}}"),
                     "OneBitAdam is a DeepSpeed optimizer zerosim does not model yet");
 }
@@ -1145,6 +1145,25 @@ START_TEST(test_offload_optimizer)
     setup();
     ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 1, \"cpu_offload\": true}}"));
     ck_assert_int_eq(cfg.offload_optimizer, ZS_OFFLOAD_CPU);
+    setup();
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 3, \"cpu_offload_param\": true, "
+                      "\"offload_optimizer\": {\"device\": \"cpu\"}}}"));
+    ck_assert_int_eq(cfg.offload_param, ZS_OFFLOAD_CPU);
+    ck_assert_int_eq(zs_run_config_finalize(&cfg, 1), 0);
+    /* parameter offload: stage 3, with the optimizer offloaded too */
+    cfg.offload_optimizer = ZS_OFFLOAD_NONE;
+    ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "offload_param without offload_optimizer "
+                                                 "(parameters off the device, the optimizer on it) "
+                                                 "is a DeepSpeed feature zerosim does not model"));
+    /* below stage 3, DeepSpeed does not read offload_param: no effect */
+    cfg.offload_optimizer = ZS_OFFLOAD_CPU;
+    cfg.stage = 2;
+    ck_assert_int_eq(zs_run_config_finalize(&cfg, 1), 0);
+    ck_assert_int_eq(cfg.offload_param, ZS_OFFLOAD_NONE);
+    ck_assert_ptr_nonnull(strstr(cfg.noeffect, "zero_optimization.offload_param (stage 2)"));
+    setup();
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 1, \"cpu_offload\": true}}"));
     /* stage 0 cannot offload; nvme needs its path */
     cfg.stage = 0;
     ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);

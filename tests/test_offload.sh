@@ -48,8 +48,12 @@ check_table() { # NAME FILE: the memory rows of the tiers and the transfer rows
 }
 for off in cpu nvme; do
     sh "$HERE/mpirun.sh" 3 "$ZS" train $MODEL --stage 3 --precision fp16 --offload-optimizer "$off" \
-        --nvme-path "$T/nvme" </dev/null >"$T/real.txt" || bad "3 ranks $off failed"
+        --nvme-path "$T/nvme" --csv "$T/csv" </dev/null >"$T/real.txt" || bad "3 ranks $off failed"
     check_table "$off, 3 ranks" "$T/real.txt"
+    # the CSV has the same tier rows, measured = predicted
+    rows=$(awk '$2 ~ /^(host|nvme)_/ {n++; if ($3 != $4) bad = 1} END {print n + 0, bad + 0}' \
+        "$T/csv/memory.csv")
+    [ "$rows" != "0 0" ] && [ "${rows#* }" = 0 ] && ok || bad "$off: memory.csv tier rows: $rows"
     "$ZS" train --phantom --world-size 3 $MODEL --stage 3 --precision fp16 \
         --offload-optimizer "$off" --nvme-path "$T/nvme" >"$T/ph.txt" || bad "phantom $off failed"
     check_table "$off, phantom" "$T/ph.txt"
@@ -75,6 +79,38 @@ for k in d2h h2d nvme_read nvme_write; do
     p=$(sed -n "s/^ *\"${k}_bytes_per_step\": \([0-9]*\),*$/\1/p" "$T/plan.json")
     r=$(awk -v k="$k" '$2 == k {printf "%.0f", $3; exit}' "$T/ph.txt")
     [ -n "$p" ] && [ "$p" = "$r" ] && ok || bad "$k per step: plan $p, phantom $r"
+done
+
+# offload_param (stage 3): the parameter shard on the host, each gather's
+# own part sent up; the parts differ per rank (the tied embedding is gathered
+# twice), and each rank's measured bytes equal its own prediction
+for off in "cpu cpu" "nvme cpu" "cpu nvme" "nvme nvme"; do
+    set -- $off
+    sh "$HERE/mpirun.sh" 3 "$ZS" train $MODEL --stage 3 --precision bf16 --offload-optimizer "$1" \
+        --nvme-path "$T/nvme" --offload-param "$2" --checkpoint-activations every:1 </dev/null \
+        >"$T/real.txt" || bad "offload_param $2 with optimizer $1 failed"
+    check_table "offload_param, optimizer $off" "$T/real.txt"
+    grep -q '^ *0  host params' "$T/real.txt" && ok || bad "offload_param: no host params row"
+    n=$(awk '$2 == "h2d" {print $3}' "$T/real.txt" | sort -u | wc -l)
+    [ "$n" -ge 2 ] && ok || bad "offload_param: the ranks' h2d bytes should differ, got $n distinct"
+done
+run 3 $MODEL --stage 3 --precision bf16 --checkpoint-activations every:1 --report "$T/a.json" ||
+    bad "stage 3 without offload failed"
+for pdev in cpu nvme; do
+    run 3 $MODEL --stage 3 --precision bf16 --checkpoint-activations every:1 --offload-optimizer cpu \
+        --offload-param "$pdev" --nvme-path "$T/nvme" --report "$T/b.json" ||
+        bad "offload_param $pdev failed"
+    [ "$(key "$T/a.json" param_hash)" = "$(key "$T/b.json" param_hash)" ] && ok ||
+        bad "offload_param $pdev changes the parameters"
+done
+# the plan of the last table's run (both in files) equals its rank 0
+"$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --micro-batch 8 \
+    --stage 3 --precision bf16 --dp 3 --offload-optimizer nvme --offload-param nvme \
+    --checkpoint-activations every:1 --json >"$T/plan.json" || bad "plan --offload-param failed"
+for k in h2d nvme_read nvme_write; do
+    p=$(sed -n "s/^ *\"${k}_bytes_per_step\": \([0-9]*\),*$/\1/p" "$T/plan.json")
+    r=$(awk -v k="$k" '$1 == 0 && $2 == k {printf "%.0f", $3; exit}' "$T/real.txt")
+    [ -n "$p" ] && [ "$p" = "$r" ] && ok || bad "offload_param $k: plan $p, rank 0 ran $r"
 done
 
 # the other reduction paths: gradients accumulated over micro-batches on the
@@ -133,8 +169,10 @@ refused() { # PATTERN ARGS...
 refused "needs ZeRO stage 1, 2 or 3" --stage 0 --offload-optimizer cpu
 refused "needs nvme_path" --stage 1 --offload-optimizer nvme
 refused "nvme_path $T/none is not a folder" --stage 1 --offload-optimizer nvme --nvme-path "$T/none"
-refused "offload_param (--offload-param cpu, ZeRO-Infinity's parameter offload) is a DeepSpeed feature" \
+refused "offload_param without offload_optimizer (parameters off the device, the optimizer on it) is a DeepSpeed feature" \
     --stage 3 --offload-param cpu
+refused "offload_param \"device\": \"nvme\" needs nvme_path" --stage 3 --offload-optimizer cpu \
+    --offload-param nvme
 refused "out of memory in the simulated host tier on rank 0: optimizer_master asked for" \
     --stage 1 --offload-optimizer cpu --host-memory 64KiB
 refused "--offload-optimizer must be none, cpu or nvme" --stage 1 --offload-optimizer disk

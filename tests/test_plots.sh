@@ -1,7 +1,8 @@
 #!/bin/sh
 # A tiny sweep (ZeRO stages 0-3 on N = 1 and 2 ranks) through
 # examples/sweep.sh and plots/render.sh gives three PNG files, and in every
-# run rank 0's measured model-state memory equals its prediction exactly.
+# run rank 0's measured model-state memory equals its prediction exactly; a
+# traced stage-3 run gives the Gantt chart (plots/gantt_data, gantt.gp).
 # Skipped (77) without gnuplot.
 set -u
 srcdir=${srcdir:-$(dirname "$0")/..}
@@ -16,9 +17,23 @@ bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 SWEEP_NS="1 2" SWEEP_MODEL="--layers 1 --hidden 32 --heads 2 --seq 16 --vocab 32 --micro-batch 2 --steps 2 --warmup 0 --quiet" \
     sh "$srcdir/examples/sweep.sh" "$T/data" || { echo "FAIL: examples/sweep.sh"; exit 1; }
+# the Gantt chart of a traced stage-3 step on 2 ranks: one compute and one
+# communication lane per rank, the spans of step 1 only
+sh "$srcdir/tests/mpirun.sh" 2 "${ZEROSIM:-./zerosim}" train --layers 2 --hidden 32 --heads 2 \
+    --seq 16 --vocab 32 --micro-batch 2 --steps 2 --stage 3 --quiet --trace "$T/trace.json" \
+    </dev/null || bad "the traced run failed"
+GANTT=${GANTT_DATA:-./plots/gantt_data}
+"$GANTT" "$T/trace.json" 1 >"$T/data/gantt.dat" || bad "gantt_data failed"
+lanes=$(awk '!/^#/ {print $1 ":" $2}' "$T/data/gantt.dat" | sort -u | tr '\n' ' ')
+[ "$lanes" = "0:0 0:1 1:0 1:1 " ] || bad "gantt.dat lanes are $lanes, not a compute and a comm lane per rank"
+kinds=$(awk '!/^#/ {print $5}' "$T/data/gantt.dat" | sort -u | tr '\n' ' ')
+case "$kinds" in *"0 1 "*5*6*) ;; *) bad "gantt.dat lacks forward, backward, allgather or reduce-scatter: kinds $kinds";; esac
+"$GANTT" "$T/trace.json" 7 >/dev/null 2>"$T/err" && bad "gantt_data accepted a step the trace lacks"
+grep -q "has no spans of step 7" "$T/err" || bad "gantt_data, missing step: $(cat "$T/err")"
+
 sh "$srcdir/plots/render.sh" "$T/data" "$T/png" || { echo "FAIL: plots/render.sh"; exit 1; }
 
-for p in memory_vs_n traffic timeline; do
+for p in memory_vs_n traffic timeline gantt; do
     f="$T/png/$p.png"
     if [ ! -s "$f" ]; then bad "$p.png missing or empty"; continue; fi
     sig=$(od -An -tx1 -N8 "$f" | tr -d ' \n')
@@ -37,5 +52,5 @@ if [ -n "$off" ]; then
     grep '^#' "$T/data/memory_vs_n.dat"
     echo "$off"
 fi
-[ "$fails" -eq 0 ] && echo "plots: 3 PNGs, 8 runs, model states as predicted"
+[ "$fails" -eq 0 ] && echo "plots: 4 PNGs, 8 runs, model states as predicted, a Gantt chart"
 [ "$fails" -eq 0 ]

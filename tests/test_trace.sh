@@ -25,6 +25,24 @@ grep -q '"name": "recompute u' "$T/s3.trace.json" && ok || bad "stage 3: no reco
 grep -q '"group": "dp"' "$T/s3.trace.json" && ok || bad "stage 3: no collective with its group"
 run_case s1 3 --stage 1 --grad-accum 2
 
+# the report's communication time per step: hidden + exposed = total on
+# every rank; stage 3's prefetched gathers hide some, stage 1 hides none
+comm_time() { # FILE: "total hidden exposed" per rank, one line each
+    awk '/"comm_time": \[/ {on = 1; next} on && /^  \]/ {on = 0}
+        on && /"total_s_per_step"/ {gsub(/[",]/, "", $2); t = $2}
+        on && /"hidden_s_per_step"/ {gsub(/[",]/, "", $2); h = $2}
+        on && /"exposed_s_per_step"/ {gsub(/[",]/, "", $2); print t, h, $2}' "$1"
+}
+for c in s3 s1; do
+    rows=$(comm_time "$T/$c.json")
+    [ -n "$rows" ] && ok || bad "$c: no comm_time in the report"
+    echo "$rows" | awk -v c="$c" '{d = $1 - $2 - $3; if (d < 0) d = -d
+        if (d > 1e-6 * ($1 + 1e-9) + 1e-9 || $2 < 0 || $2 > $1) {print "off: " c " " $0; bad = 1}
+        if (c == "s1" && $2 != 0) {print "stage 1 hides " $2; bad = 1}
+        if (c == "s3" && $2 > 0) hid = 1}
+        END {exit bad || (c == "s3" && !hid)}' && ok || bad "$c: comm_time rows: $rows"
+done
+
 # refusals: one line, a non-zero exit, no file
 "$ZS" train --phantom --world-size 4 --trace "$T/p.json" >/dev/null 2>"$T/err" && bad "phantom --trace ran" ||
     { grep -q "drop --trace" "$T/err" && [ ! -e "$T/p.json" ] && ok || bad "phantom --trace: $(cat "$T/err")"; }

@@ -43,6 +43,11 @@ int zs_afile_commit(zs_afile *a, uint64_t *hash);
 /* Give up: remove the temporary file. Safe on a closed or zeroed a. */
 void zs_afile_abort(zs_afile *a);
 
+/* Write all n bytes to fd and fsync it; -1 with errno on failure. */
+int zs_io_write_fd(int fd, const void *buf, size_t n);
+/* "cannot write PATH: reason; what to do" (disk full, or otherwise) as the
+ * error; returns -1. */
+int zs_io_write_error(const char *path, int err);
 /* Sync a directory (after renames in it). */
 int zs_io_sync_dir(const char *dir);
 /* XXH3-64 of a whole file and its size; one line naming the file on error. */

@@ -80,6 +80,7 @@ typedef struct {
     double d2h_bytes_per_step;          /* every step (gradients as reduced) */
     double d2h_bytes_per_applied_step, h2d_bytes_per_step; /* applied steps */
     double nvme_read_bytes_per_step, nvme_write_bytes_per_step;
+    double param_h2d_bytes_per_step;    /* offload_param: rank 0's gathers' own parts */
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

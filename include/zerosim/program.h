@@ -221,6 +221,9 @@ typedef struct {
 } zs_step_count;
 
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c);
+/* Stage 3: the bytes of rank q's own parts of every range the program
+ * gathers in a step (what offload_param sends from host to device). */
+double zs_step_gather_own_bytes(const zs_step_shape *s, const zs_step_program *p, int q);
 
 #ifdef __cplusplus
 }

@@ -85,9 +85,14 @@ typedef struct {
     zs_prediction pred;       /* for rank 0's shard size (every shard is the same) */
     int steps_applied;        /* steps not skipped */
     int compressed_steps;     /* steps whose gradients went compressed */
+    double *h2d_pred;         /* [world_size] offload_param: bytes each rank's
+                                 gathers send up per step, or NULL */
     double *a2a_pred;         /* [world_size] predicted all-to-all bytes per
                                  compressed step of each rank, or NULL */
     size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
+    double nb_span_s, nb_wait_s; /* this rank: stage 3's non-blocking gathers,
+                                 start to done, and the part spent waiting */
+    double (*nb)[2];          /* [world_size] the same per rank (rank 0) */
     int units_over_live_bound;/* stage 3: units larger than stage3_max_live_parameters,
                                  each gathered alone (as DeepSpeed does) */
     double seconds;

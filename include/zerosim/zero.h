@@ -75,6 +75,10 @@ const struct zs_step_program_s *zs_engine_program(const zs_engine *e);
 int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max);
 /* The most gathered parameters (elements) alive at once so far (stage 3). */
 size_t zs_engine_live_params_peak(const zs_engine *e);
+/* Stage 3's non-blocking gathers so far: seconds from each start to its
+ * completion (*span_s), and of those the seconds spent waiting for them
+ * (*wait_s): the rest ran behind compute. */
+void zs_engine_overlap(const zs_engine *e, double *span_s, double *wait_s);
 
 /* The trace (--trace): with it on, every step records the span of each op
  * that computes or waits (not the collectives themselves, which the comm

@@ -692,6 +692,35 @@ static inline float cpu_adamw_one(const zs_optim_hparams *h, float grad, float *
     return p;
 }
 
+/* cpu_adamw_one over fp32 arrays that do not overlap, with the L2 term and
+ * the parameter store decided by constants (each call site inlines its own
+ * loop without branches): the same operations in the same order. */
+static inline __attribute__((always_inline)) void
+cpu_adamw_f32(const zs_optim_hparams *h, const float *restrict gf, float *restrict ma,
+              float *restrict ms, float *restrict vs, float *restrict pf, size_t n, int use_l2,
+              int store)
+{
+    const float b1 = h->beta1, b2 = h->beta2, gm = h->grad_mul, l2 = h->l2;
+    const float c1 = h->bias_corr1, c2 = h->bias_corr2, lr = h->lr, eps = h->eps;
+    const float wd = h->weight_decay;
+    for (size_t i = 0; i < n; i++) {
+        float g = gf[i] * gm;
+        if (use_l2)
+            g += l2 * ma[i];
+        float mi = b1 * ms[i] + (1.0f - b1) * g;
+        float vi = b2 * vs[i] + (1.0f - b2) * g * g;
+        float mhat = mi / c1;
+        float vhat = vi / c2;
+        float p = ma[i];
+        p -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+        ms[i] = mi;
+        vs[i] = vi;
+        ma[i] = p;
+        if (store)
+            pf[i] = p;
+    }
+}
+
 /* master, m, v (N, fp32); grad (N, gt); param (N, pt) or NULL.
  *   g = grad * grad_mul (+ l2*master for Adam with L2)
  *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
@@ -703,14 +732,14 @@ static void cpu_adamw_step(void *ctx, float *master, float *m, float *v,
 {
     (void)ctx;
     if (gt == ZS_DTYPE_F32 && (param == NULL || pt == ZS_DTYPE_F32)) {
-        /* fp32: plain arrays, which the compiler vectorises */
-        const float *gf = grad;
-        float *pf = param;
-        for (size_t i = 0; i < n; i++) {
-            float p = cpu_adamw_one(h, gf[i], &master[i], &m[i], &v[i]);
-            if (pf != NULL)
-                pf[i] = p;
-        }
+        /* fp32: plain arrays, the constants in locals and the two choices
+         * taken outside the loop, so that the compiler vectorises it */
+        if (h->l2 != 0.0f)
+            param ? cpu_adamw_f32(h, grad, master, m, v, param, n, 1, 1)
+                  : cpu_adamw_f32(h, grad, master, m, v, NULL, n, 1, 0);
+        else
+            param ? cpu_adamw_f32(h, grad, master, m, v, param, n, 0, 1)
+                  : cpu_adamw_f32(h, grad, master, m, v, NULL, n, 0, 0);
         return;
     }
     for (size_t i = 0; i < n; i++) {

@@ -97,7 +97,9 @@ static const char *const zs_usage =
     "                           ZeRO-Offload (stages 1-3): fp32 master, m and v and\n"
     "                           the optimizer step on the host, or in files under\n"
     "                           --nvme-path DIR (offload_optimizer; none)\n"
-    "  --offload-param none|cpu|nvme  offload_param: not modelled yet (refused)\n"
+    "  --offload-param none|cpu|nvme  stage 3 with --offload-optimizer: the\n"
+    "                           parameter shard on the host or in a file too\n"
+    "                           (ZeRO-Infinity)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
@@ -844,7 +846,8 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
             fprintf(err, "zerosim: --host-memory: %s\n", zs_error_msg());
         return 1;
     }
-    if (cfg->offload_optimizer == ZS_OFFLOAD_NVME && rank == 0 &&
+    if ((cfg->offload_optimizer == ZS_OFFLOAD_NVME || cfg->offload_param == ZS_OFFLOAD_NVME) &&
+        rank == 0 &&
         zs_check_nvme_path(cfg->nvme_path)) /* now, not after the engine is built */
         goto fail;
     if (cli.val[OPT_DEVICE_MEMORY] && zs_parse_size(cli.val[OPT_DEVICE_MEMORY], &o->device_memory)) {

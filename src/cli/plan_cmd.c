@@ -79,6 +79,7 @@ static const char *const zs_plan_usage =
     "  --offload-optimizer none|cpu|nvme  master, m, v and the optimizer step on the\n"
     "                           host or in files: device, host and nvme bytes, the\n"
     "                           host's per node, the transfers, their time\n"
+    "  --offload-param none|cpu|nvme  stage 3: the parameter shard off the device\n"
     "  --host-memory SIZE       host memory per node, for the host tier's fit\n"
     "  --bw-host B --bw-nvme B  bytes/s device<->host (25e9) and to files (3e9)\n"
     "  --host-optimizer-rate R  host optimizer elements/s (not given: left out)\n"
@@ -333,9 +334,8 @@ static int zs_plan_apply(zs_plan_cli *cl)
         if (c->offload_optimizer == ZS_OFFLOAD_NVME && !c->nvme_path[0])
             snprintf(c->nvme_path, sizeof c->nvme_path, "(planned)"); /* no files are made */
     }
-    if (v[P_OFF_PARAM] && !v[P_DS] && strcmp(v[P_OFF_PARAM], "none") != 0)
-        ZS_FAIL("--offload-param (ZeRO-Infinity's parameter offload) is not modelled yet: "
-                "give --offload-optimizer, or --deepspeed-estimate for DeepSpeed's own table");
+    if (v[P_OFF_PARAM] && !v[P_DS] && zs_offload_parse(v[P_OFF_PARAM], &c->offload_param))
+        ZS_FAIL("--offload-param must be none, cpu or nvme, got \"%s\"", v[P_OFF_PARAM]);
     if (v[P_CALIB])
         ZS_TRY(zs_steptime_load_calibration(v[P_CALIB], &in->cal));
     static const struct { int id; size_t off; int zero_ok; } reals[] = {

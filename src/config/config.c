@@ -1042,11 +1042,7 @@ static int zero_offload(loader *ld, const char *path, const json_t *v)
     if (!json_is_object(v))
         return fail("%s: %s must be an object such as {\"device\": \"cpu\"}, or null",
                     ld->name, path);
-    const json_t *dev = json_object_get(v, "device");
-    if (param && json_is_string(dev) && strcmp(json_string_value(dev), "none") != 0)
-        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (ZeRO-Infinity "
-                    "parameter offload to CPU or NVMe): remove it, or set \"device\": \"none\" "
-                    "(offload_optimizer is modelled)", ld->name, path);
+
     const char *key;
     json_t *x;
     char sub[512];
@@ -1089,12 +1085,8 @@ static int zero_cpu_offload(loader *ld, const char *path, const json_t *v)
     if (!json_is_boolean(v))
         return fail("%s: %s must be true or false", ld->name, path);
     int param = strstr(path, "cpu_offload_param") != NULL;
-    if (json_is_true(v) && param)
-        return fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet (parameter "
-                    "offload, the deprecated name of offload_param): set it to false", ld->name,
-                    path);
     if (json_is_true(v))
-        ld->c.offload_optimizer = ZS_OFFLOAD_CPU;
+        *(param ? &ld->c.offload_param : &ld->c.offload_optimizer) = ZS_OFFLOAD_CPU;
     return 0;
 }
 
@@ -1876,11 +1868,21 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
         return fail("offload_optimizer (--offload-optimizer %s) needs ZeRO stage 1, 2 or 3, as "
                     "DeepSpeed's does: use --stage 1 or higher",
                     zs_offload_name(c->offload_optimizer));
-    if (c->offload_param != ZS_OFFLOAD_NONE)
-        return fail("offload_param (--offload-param %s, ZeRO-Infinity's parameter offload) is "
-                    "a DeepSpeed feature zerosim does not model yet: remove it, or set "
-                    "\"device\": \"none\" (offload_optimizer is modelled)",
-                    zs_offload_name(c->offload_param));
+    if (c->offload_param != ZS_OFFLOAD_NONE && c->stage != 3) {
+        /* DeepSpeed reads offload_param in stage 3 only */
+        size_t n = strlen(c->noeffect);
+        if (n + 64 < sizeof c->noeffect)
+            snprintf(c->noeffect + n, sizeof c->noeffect - n, "%szero_optimization.offload_param "
+                     "(stage %d)", n ? ", " : "", c->stage);
+        c->offload_param = ZS_OFFLOAD_NONE;
+    }
+    if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE)
+        return fail("offload_param without offload_optimizer (parameters off the device, the "
+                    "optimizer on it) is a DeepSpeed feature zerosim does not model yet: add "
+                    "--offload-optimizer cpu (or nvme), or drop --offload-param");
+    if (c->offload_param == ZS_OFFLOAD_NVME && !c->nvme_path[0])
+        return fail("offload_param \"device\": \"nvme\" needs nvme_path (--nvme-path DIR), the "
+                    "folder for the parameters' files");
     if (c->offload_optimizer == ZS_OFFLOAD_NVME && !c->nvme_path[0])
         return fail("offload_optimizer \"device\": \"nvme\" needs nvme_path (--nvme-path DIR), "
                     "the folder for the optimizer's files");

@@ -17,7 +17,7 @@
 
 /* ---- atomic files ------------------------------------------------------------ */
 
-static int zs_io_fail(const char *path, int err)
+int zs_io_write_error(const char *path, int err)
 {
     if (err == ENOSPC || err == EDQUOT)
         ZS_FAIL("cannot write %s: %s; free some space there or write elsewhere", path,
@@ -26,8 +26,9 @@ static int zs_io_fail(const char *path, int err)
             strerror(err ? err : EIO));
 }
 
-static int zs_io_write_fd(int fd, const char *p, size_t n)
+static int zs_io_write_nosync(int fd, const void *buf, size_t n)
 {
+    const char *p = buf;
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR)
@@ -38,6 +39,11 @@ static int zs_io_write_fd(int fd, const char *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+int zs_io_write_fd(int fd, const void *buf, size_t n)
+{
+    return zs_io_write_nosync(fd, buf, n) ? -1 : fsync(fd);
 }
 
 int zs_afile_open(zs_afile *a, const char *path)
@@ -60,15 +66,15 @@ int zs_afile_open(zs_afile *a, const char *path)
     if (a->fd < 0) {
         int err = errno;
         zs_afile_abort(a);
-        return zs_io_fail(path, err);
+        return zs_io_write_error(path, err);
     }
     return 0;
 }
 
 static int zs_afile_flush(zs_afile *a)
 {
-    if (a->nbuf && zs_io_write_fd(a->fd, a->buf, a->nbuf))
-        return zs_io_fail(a->path, errno);
+    if (a->nbuf && zs_io_write_nosync(a->fd, a->buf, a->nbuf))
+        return zs_io_write_error(a->path, errno);
     a->nbuf = 0;
     return 0;
 }
@@ -118,15 +124,15 @@ int zs_afile_commit(zs_afile *a, uint64_t *hash)
 {
     int rc = zs_afile_flush(a);
     if (!rc && fsync(a->fd) != 0)
-        rc = zs_io_fail(a->path, errno);
+        rc = zs_io_write_error(a->path, errno);
     if (!rc) {
         int c = close(a->fd);
         a->fd = -1;
         if (c != 0)
-            rc = zs_io_fail(a->path, errno);
+            rc = zs_io_write_error(a->path, errno);
     }
     if (!rc && rename(a->tmp, a->path) != 0)
-        rc = zs_io_fail(a->path, errno);
+        rc = zs_io_write_error(a->path, errno);
     if (!rc) {
         char dir[4096];
         zs_io_dirname(a->path, dir, sizeof dir);

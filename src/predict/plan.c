@@ -114,9 +114,11 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
             for (int k = 0; k < ZS_MEM_NCAT; k++)
                 r->tier_bytes[t][k] = (double)pr->tier_bytes[t][k];
         r->d2h_bytes = pr->d2h_bytes_per_step + pr->d2h_bytes_per_applied_step;
-        r->h2d_bytes = pr->h2d_bytes_per_step;
+        r->h2d_bytes = pr->h2d_bytes_per_step + pr->param_h2d_bytes_per_step;
         r->nvme_read_bytes = pr->nvme_read_bytes_per_step;
         r->nvme_write_bytes = pr->nvme_write_bytes_per_step;
+        if (pr->tier_bytes[ZS_TIER_NVME][ZS_MEM_PARAMS]) /* the gathers read the file */
+            r->nvme_read_bytes += pr->param_h2d_bytes_per_step;
         if (gs != ps) /* the same formula with the gradient's own size */
             r->bytes[ZS_MEM_GRADS] = (double)zs_plan_grad_bytes(c, gs, pr->padded, pr->shard);
         return 0;
@@ -155,6 +157,23 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
             r->nvme_read_bytes = r->nvme_write_bytes = 4.0 * (double)S * states;
         }
         r->h2d_bytes = (double)(ps * S);
+        if (st == 3 && c->offload_param != ZS_OFFLOAD_NONE) {
+            /* the shard on the host or in a file; two passes of gathers
+             * per micro-batch send this rank's part of everything up (from
+             * the file: read first; the updated shard is written there
+             * from the host copy) */
+            int pt = c->offload_param == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
+            r->tier_bytes[pt][ZS_MEM_PARAMS] = (double)(ps * S);
+            if (pt == ZS_TIER_HOST)
+                r->tier_bytes[ZS_TIER_HOST][ZS_MEM_PARAMS] = (double)(ps * S);
+            r->bytes[ZS_MEM_PARAMS] -= (double)(ps * S);
+            double gathered = 2.0 * (double)c->grad_accum * (double)(ps * S);
+            r->h2d_bytes = gathered;
+            if (pt == ZS_TIER_NVME) {
+                r->nvme_read_bytes += gathered;
+                r->nvme_write_bytes += (double)(ps * S);
+            }
+        }
         double rounds = zs_step_reduce_once(c) || c->deterministic ? 1.0 : (double)c->grad_accum;
         r->d2h_bytes = rounds * (double)(gs * S);
     }

@@ -171,6 +171,8 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     p->h2d_bytes_per_step = c.h2d_bytes;
     p->nvme_read_bytes_per_step = c.nvme_read_bytes;
     p->nvme_write_bytes_per_step = c.nvme_write_bytes;
+    if (sh.buf[ZS_BUF_PARAMS].tier != ZS_TIER_DEVICE) /* offload_param: rank 0's gathers */
+        p->param_h2d_bytes_per_step = zs_step_gather_own_bytes(&sh, &prog, 0);
     for (int u = 0; u < sh.U; u++)
         p->gathered_per_pass += zs_model_unit_elems(m, u);
     p->rs_bytes_per_step = (size_t)c.rs_bytes;

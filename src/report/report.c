@@ -1,6 +1,7 @@
 /* zerosim — the JSON report. */
 #include "build-config.h"
 #include "zerosim/report.h"
+#include "zerosim/io.h"
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
 #include "zerosim/predict.h"
@@ -128,10 +129,13 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_D2H)
         return r->pred.d2h_bytes_per_step * r->steps +
                r->pred.d2h_bytes_per_applied_step * r->steps_applied;
-    if (o == ZS_OP_H2D)
-        return r->pred.h2d_bytes_per_step * r->steps_applied;
-    if (o == ZS_OP_NVME_READ)
-        return r->pred.nvme_read_bytes_per_step * r->steps_applied;
+    if (o == ZS_OP_H2D) /* the updated shard, and with offload_param every gather's part */
+        return r->pred.h2d_bytes_per_step * r->steps_applied +
+               (r->h2d_pred ? r->h2d_pred[q] * r->steps : 0.0);
+    if (o == ZS_OP_NVME_READ) /* the optimizer's states, and the gathers' parts from files */
+        return r->pred.nvme_read_bytes_per_step * r->steps_applied +
+               (r->h2d_pred && r->pred.tier_bytes[ZS_TIER_NVME][ZS_MEM_PARAMS]
+                    ? r->h2d_pred[q] * r->steps : 0.0);
     if (o == ZS_OP_NVME_WRITE)
         return r->pred.nvme_write_bytes_per_step * r->steps_applied;
     return -1.0;
@@ -293,6 +297,24 @@ static void zs_print_same(FILE *f, int first, int last)
         fprintf(f, "%5s  (ranks %d-%d: the same as rank %d)\n", "", first, last, first - 1);
 }
 
+/* Rank q's collective seconds in training (not the report's gathers, not
+ * offload's copies), and of them the part that ran behind compute: stage
+ * 3's non-blocking gathers, from start to done, less the waits for them. */
+static void zs_comm_time(const zs_train_result *r, int q, double *total, double *hidden)
+{
+    *total = 0;
+    for (int o = 0; o < ZS_OP_NOPS; o++) {
+        if (o == ZS_OP_GATHER || o == ZS_OP_D2H || o == ZS_OP_H2D || o == ZS_OP_NVME_READ ||
+            o == ZS_OP_NVME_WRITE)
+            continue;
+        for (int p = 0; p < ZS_PHASE_NPHASES; p++)
+            if (p != ZS_PHASE_REPORT)
+                *total += r->comm[q][o][p].seconds;
+    }
+    double h = r->nb ? r->nb[q][0] - r->nb[q][1] : 0.0;
+    *hidden = h > 0 ? (h < *total ? h : *total) : 0.0;
+}
+
 /* Checkpoint files per rank: bytes written (tensor data against the
  * prediction, saves x the shard's states) and read. */
 static json_t *zs_report_ckpt(const zs_train_result *r)
@@ -376,6 +398,17 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters,
                 r->units_over_live_bound ? "; units larger than the bound are gathered alone" : "");
     zs_report_print_ckpt(f, r);
+    if (!r->phantom && r->steps > 0) {
+        fprintf(f, "\ncommunication time per step (collectives; hidden: stage 3's prefetched "
+                   "gathers while compute ran)\n");
+        fprintf(f, "%5s  %12s %12s %12s\n", "rank", "total_s", "hidden_s", "exposed_s");
+        for (int q = 0; q < N; q++) {
+            double tot, hid;
+            zs_comm_time(r, q, &tot, &hid);
+            fprintf(f, "%5d  %12.6f %12.6f %12.6f\n", q, tot / r->steps, hid / r->steps,
+                    (tot - hid) / r->steps);
+        }
+    }
 
     fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
     fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
@@ -453,29 +486,6 @@ static void zs_report_test_stall(const char *path)
         pause();
 }
 
-static int zs_write_all(int fd, const char *text, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, text, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        text += w;
-        len -= (size_t)w;
-    }
-    return fsync(fd);
-}
-
-static int zs_write_fail(const char *path, int err)
-{
-    if (err == ENOSPC || err == EDQUOT)
-        ZS_FAIL("cannot write %s: %s; free some space there or write elsewhere", path,
-                strerror(err));
-    ZS_FAIL("cannot write %s: %s; check that the directory exists and is writable", path,
-            strerror(err ? err : EIO));
-}
-
 /* Write path atomically: the bytes go to a file without a name in path's
  * directory (O_TMPFILE), are synced, and the file gets a name only when
  * whole (a temporary name, renamed over path). A run killed or out of
@@ -495,10 +505,10 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
     if (fd >= 0) {
-        if (zs_write_all(fd, text, len) != 0) {
+        if (zs_io_write_fd(fd, text, len) != 0) {
             int err = errno;
             close(fd);
-            return zs_write_fail(path, err);
+            return zs_io_write_error(path, err);
         }
         zs_report_test_stall(path);
         char self[64];
@@ -510,18 +520,18 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
             if (rename(tmp, path) != 0) {
                 int err = errno;
                 unlink(tmp);
-                return zs_write_fail(path, err);
+                return zs_io_write_error(path, err);
             }
             return 0;
         }
         /* no /proc: the named temporary file below */
     } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
-        return zs_write_fail(path, errno);
+        return zs_io_write_error(path, errno);
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
-        return zs_write_fail(path, errno);
-    int bad = zs_write_all(fd, text, len) != 0;
+        return zs_io_write_error(path, errno);
+    int bad = zs_io_write_fd(fd, text, len) != 0;
     int err = errno;
     if (!bad)
         zs_report_test_stall(path);
@@ -533,7 +543,7 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
         if (!bad)
             err = errno;
         unlink(tmp);
-        return zs_write_fail(path, err);
+        return zs_io_write_error(path, err);
     }
     return 0;
 }
@@ -640,6 +650,14 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
                 zs_text_add(&t, "%d %s %zu -1 -1\n", q, zs_mem_rows[k].name, meas);
         }
         zs_text_add(&t, "%d total %zu -1 -1\n", q, r->total_peaks[q]);
+        for (int tr = ZS_TIER_HOST; zs_report_has_tiers(r) && tr < ZS_MEM_NTIERS; tr++)
+            for (int c = 0; c < ZS_MEM_NCAT; c++) { /* offload: host_params, nvme_optimizer_m, ... */
+                size_t meas = r->tier_peaks[q][tr][c], pred = r->pred.tier_bytes[tr][c];
+                if (meas || pred)
+                    zs_text_add(&t, "%d %s_%s %zu %zu %.6f\n", q, zs_mem_tier_name((zs_mem_tier)tr),
+                                zs_mem_category_name((zs_mem_category)c), meas, pred,
+                                zs_ratio((double)meas, (double)pred));
+            }
     }
     ZS_TRY(zs_csv_flush(&t, dir, 1));
 
@@ -757,6 +775,19 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     }
     json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
     json_object_set_new(root, "first_step", json_integer(r->first_step));
+    if (!r->phantom && r->steps > 0) {
+        json_t *ct = json_array();
+        for (int q = 0; q < r->world_size; q++) {
+            double tot, hid;
+            zs_comm_time(r, q, &tot, &hid);
+            json_array_append_new(ct, json_pack("{s:i, s:o, s:o, s:o}", "rank", q,
+                                                "total_s_per_step", zs_json_real(tot / r->steps),
+                                                "hidden_s_per_step", zs_json_real(hid / r->steps),
+                                                "exposed_s_per_step",
+                                                zs_json_real((tot - hid) / r->steps)));
+        }
+        json_object_set_new(root, "comm_time", ct);
+    }
     if (r->resumed_from[0]) {
         json_object_set_new(root, "resumed_from", json_string(r->resumed_from));
         json_object_set_new(root, "resumed_param_hash", json_string(r->resumed_hash));

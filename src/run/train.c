@@ -74,7 +74,8 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
  * below 2^53): memory per category, phase peaks, the total's peak, then the
  * comm sums per op and phase. */
 enum {
-    ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + 2 * ZS_MEM_NCAT, /* + host, nvme peaks */
+    /* + host, nvme peaks, then the non-blocking gathers' span and wait */
+    ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + 2 * ZS_MEM_NCAT + 2,
     ZS_NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 + ZS_GROUP_NGROUPS * ZS_OP_NOPS * 3
 };
 
@@ -92,6 +93,8 @@ static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double
         for (int c = 0; c < ZS_MEM_NCAT; c++)
             mine[2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + (t - 1) * ZS_MEM_NCAT + c] =
                 (double)r->tier_mem[t].peak[c];
+    mine[NM - 2] = r->nb_span_s;
+    mine[NM - 1] = r->nb_wait_s;
     size_t n;
     const zs_comm_sum_row *sum = zs_comm_sums(comm, &n);
     double *cs = mine + NM;
@@ -127,6 +130,8 @@ static void zs_train_unpack_stats(zs_train_result *r, int q, const double *v)
         for (int c = 0; c < ZS_MEM_NCAT; c++)
             r->tier_peaks[q][t][c] =
                 (size_t)v[2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + (t - 1) * ZS_MEM_NCAT + c];
+    r->nb[q][0] = v[NM - 2];
+    r->nb[q][1] = v[NM - 1];
     for (int o = 0; o < ZS_OP_NOPS; o++)
         for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
             const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 4;
@@ -149,7 +154,8 @@ static int zs_train_alloc_stats(zs_train_result *r, int N)
     r->comm = calloc((size_t)N, sizeof *r->comm);
     r->comm_group = calloc((size_t)N, sizeof *r->comm_group);
     r->tier_peaks = calloc((size_t)N, sizeof *r->tier_peaks);
-    if (!r->tier_peaks || !r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm ||
+    r->nb = calloc((size_t)N, sizeof *r->nb);
+    if (!r->nb || !r->tier_peaks || !r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm ||
         !r->comm_group)
         ZS_FAIL("out of host memory for the statistics of %d ranks", N);
     return 0;
@@ -473,6 +479,15 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         free(lo);
         free(hi);
     }
+    if (cfg->offload_param != ZS_OFFLOAD_NONE && rank == 0) {
+        /* each rank sends its own parts of what it gathers up: the parts
+         * differ between ranks (the tied embedding is gathered twice) */
+        r->h2d_pred = calloc((size_t)r->world_size, sizeof(double));
+        for (int q = 0; r->h2d_pred && q < r->world_size; q++)
+            r->h2d_pred[q] = zs_step_gather_own_bytes(
+                zs_engine_shape(e), zs_engine_program(e),
+                zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
+    }
     r->num_params = zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
@@ -543,6 +558,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     }
     rc = zs_engine_param_hash(e, r->param_hash);
     r->live_params_peak = zs_engine_live_params_peak(e);
+    zs_engine_overlap(e, &r->nb_span_s, &r->nb_wait_s);
     zs_mem_get_stats(mem, &r->mem);
     for (int t = 0; t < ZS_MEM_NTIERS; t++)
         zs_mem_get_tier_stats(mem, (zs_mem_tier)t, &r->tier_mem[t]);
@@ -785,6 +801,8 @@ void zs_train_result_free(zs_train_result *r)
     free(r->ckpt_pred);
     free(r->tier_peaks);
     r->tier_peaks = NULL;
+    free(r->nb);
+    r->nb = NULL;
     r->ckpt_ranks = NULL;
     r->ckpt_pred = NULL;
     free(r->peaks);
@@ -798,6 +816,8 @@ void zs_train_result_free(zs_train_result *r)
     free(r->timeline);
     free(r->a2a_pred);
     r->a2a_pred = NULL;
+    free(r->h2d_pred);
+    r->h2d_pred = NULL;
     r->at_peak = NULL;
     r->phase_peaks = NULL;
     r->comm = NULL;

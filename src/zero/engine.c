@@ -106,6 +106,9 @@ struct zs_engine {
     void **gbuf, **greq;
     int **gcounts, **gdispls;   /* kept while a non-blocking gather runs */
     size_t live, live_peak;
+    double *gstart;             /* [U] when each unit's gather started */
+    double nb_span_s, nb_wait_s;/* the non-blocking gathers: start to done, and
+                                   the part spent waiting for them */
     int tracing;                /* record op spans (zs_engine_set_trace) */
     zs_trace_span *spans;
     size_t nspans, capspans;
@@ -139,6 +142,9 @@ struct zs_engine {
     zs_offload off;
     int sep_master;             /* the master is not the parameters themselves */
     void *hgrad, *hparam;       /* host: gradient shard in, parameter shard out */
+    int param_host;             /* offload_param: the parameter shard on the host */
+    int param_nvme;             /* offload_param nvme: the shard in the swap file,
+                                   after the optimizer's states */
     int down;                   /* the reduced shard lives on the host: each
                                    reduced part is sent down as it comes */
     int swap_fd;
@@ -195,7 +201,11 @@ static int zs_engine_alloc_buffers(zs_engine *e)
      * are offloaded (then the host keeps an fp32 master, as DeepSpeed's) */
     e->master = e->sep_master ? e->buf[ZS_BUF_MASTER]
                               : (float *)e->params + (st == 1 || st == 2 ? p->shard_begin : 0);
-    e->hparam = e->buf[ZS_BUF_HPARAM];
+    e->param_host = e->sh->buf[ZS_BUF_PARAMS].tier == ZS_TIER_HOST;
+    e->param_nvme = e->sh->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME;
+    /* the optimizer writes the updated shard into hparam: with
+     * offload_param, the host's shard itself (nothing goes up after it) */
+    e->hparam = e->param_host ? e->buf[ZS_BUF_PARAMS] : e->buf[ZS_BUF_HPARAM];
     e->m = e->buf[ZS_BUF_M];
     e->v = e->buf[ZS_BUF_V];
     e->gfull = e->buf[ZS_BUF_GFULL];
@@ -256,9 +266,39 @@ static int zs_swap_io(zs_engine *e, int write, int k, size_t i, size_t n, float 
 
 /* offload_optimizer nvme: this rank's file of master, m and v, zero-filled,
  * under nvme_path; removed when the engine goes, also after an error. */
+/* Byte offset of the parameter shard's element i in the file (offload_param
+ * nvme): after the optimizer's states when they are there too. */
+static off_t zs_swap_param_at(const zs_engine *e, size_t i)
+{
+    int states = e->off == ZS_OFFLOAD_NVME ? 2 + (e->cfg.optimizer == ZS_OPT_ADAMW) : 0;
+    return zs_swap_at(e, states, 0) + (off_t)(i * e->ps);
+}
+
+/* Move n working-precision parameters of the shard to (write) or from the
+ * file, at element i. */
+static int zs_swap_params(zs_engine *e, int write, size_t i, size_t n, void *buf)
+{
+    char *p = buf;
+    size_t left = n * e->ps;
+    off_t at = zs_swap_param_at(e, i);
+    while (left > 0) {
+        ssize_t r = write ? pwrite(e->swap_fd, p, left, at) : pread(e->swap_fd, p, left, at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            ZS_FAIL("cannot %s %s: %s", write ? "write" : "read", e->swap_path,
+                    r < 0 ? strerror(errno) : "the file is shorter than the parameter shard");
+        p += r;
+        left -= (size_t)r;
+        at += r;
+    }
+    return 0;
+}
+
 static int zs_engine_swap_open(zs_engine *e)
 {
-    if (e->off != ZS_OFFLOAD_NVME || e->phantom)
+    int pn = e->sh->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME;
+    if ((e->off != ZS_OFFLOAD_NVME && !pn) || e->phantom)
         return 0;
     snprintf(e->swap_path, sizeof e->swap_path, "%s/zerosim-%ld-rank%d.swap", e->cfg.nvme_path,
              (long)getpid(), e->part.rank);
@@ -266,10 +306,10 @@ static int zs_engine_swap_open(zs_engine *e)
     if (e->swap_fd < 0)
         ZS_FAIL("nvme_path %s: cannot create %s: %s; give a writable folder (--nvme-path)",
                 e->cfg.nvme_path, e->swap_path, strerror(errno));
-    int states = 2 + (e->cfg.optimizer == ZS_OPT_ADAMW);
-    if (ftruncate(e->swap_fd, zs_swap_at(e, states, 0)) != 0)
+    off_t end = zs_swap_param_at(e, pn ? e->part.shard : 0);
+    if (ftruncate(e->swap_fd, end) != 0)
         ZS_FAIL("nvme_path %s: cannot size %s to %zu bytes: %s", e->cfg.nvme_path, e->swap_path,
-                (size_t)zs_swap_at(e, states, 0), strerror(errno));
+                (size_t)end, strerror(errno));
     return 0;
 }
 
@@ -320,11 +360,24 @@ static int zs_engine_init_params(zs_engine *e)
         size_t n = params_elems - off < chunk ? params_elems - off : chunk;
         size_t g = plo + off; /* global index of this piece */
         zs_model_init_slice(e->model, g, g + n, buf, e->cfg.seed);
-        if (!e->mixed) {
+        int rc0 = 0;
+        if (e->param_nvme && !e->mixed) {
+            rc0 = zs_swap_params(e, 1, off, n, buf);
+        } else if (e->param_nvme) { /* rounded on the host, then written */
+            zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
+            zs_backend_convert_from_f32(e->be, e->hparam, e->pt, tmp, n);
+            rc0 = zs_swap_params(e, 1, off, n, e->hparam);
+        } else if (!e->mixed) {
             zs_backend_copy_h2d(e->be, (float *)e->params + off, buf, n * 4);
         } else {
             zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
             zs_backend_convert_from_f32(e->be, (char *)e->params + off * e->ps, e->pt, tmp, n);
+        }
+        if (rc0) {
+            free(buf);
+            if (tmp)
+                zs_mem_free(e->mem, ib->cat, tmp, ib->bytes);
+            return -1;
         }
         if (!e->sep_master)
             continue;
@@ -431,14 +484,15 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->bucket_buf = calloc((size_t)nb + 1, sizeof(void *));
     e->counts = calloc((size_t)N, sizeof(int));
     e->displs = calloc((size_t)N, sizeof(int));
+    e->gstart = calloc((size_t)e->U + 1, sizeof(double));
     e->gbuf = calloc((size_t)ng + 1, sizeof(void *));
     e->greq = calloc((size_t)ng + 1, sizeof(void *));
     e->gcounts = calloc((size_t)ng + 1, sizeof(int *));
     e->gdispls = calloc((size_t)ng + 1, sizeof(int *));
     e->P = calloc((size_t)e->lay->n_entries, sizeof(float *));
     e->G = calloc((size_t)e->lay->n_entries, sizeof(float *));
-    if (!e->bucket_buf || !e->counts || !e->displs || !e->gbuf || !e->greq || !e->gcounts ||
-        !e->gdispls || !e->P || !e->G) {
+    if (!e->gstart || !e->bucket_buf || !e->counts || !e->displs || !e->gbuf || !e->greq ||
+        !e->gcounts || !e->gdispls || !e->P || !e->G) {
         zs_error_set("out of host memory creating the engine");
         goto fail;
     }
@@ -513,6 +567,7 @@ void zs_engine_destroy(zs_engine *e)
     free(e->bucket_buf);
     free(e->counts);
     free(e->displs);
+    free(e->gstart);
     free(e->gbuf);
     free(e->greq);
     free(e->gcounts);
@@ -546,6 +601,7 @@ static int zs_gather_start(zs_engine *e, int u)
     const zs_step_shape *s = e->sh;
     const zs_partition *p = &e->part;
     int N = p->world;
+    e->gstart[u] = zs_clock();
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
         const zs_step_range *r = &s->granges[i];
         size_t n = r->hi - r->lo;
@@ -556,10 +612,27 @@ static int zs_gather_start(zs_engine *e, int u)
         zs_step_counts(s, r->lo, r->hi, e->gcounts[i], e->gdispls[i]);
         ZS_TRY(zs_mem_alloc(e->mem, ZS_MEM_PARAMS, n * e->ps, &e->gbuf[i]));
         int me = p->rank, cnt = e->gcounts[i][me], dsp = e->gdispls[i][me];
-        if (cnt) /* put this rank's part in place */
-            zs_backend_copy_d2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps,
-                                (char *)e->params + (r->lo + (size_t)dsp - p->shard_begin) * e->ps,
+        /* this rank's part of the range, in its shard (only when it has one) */
+        size_t at = cnt ? r->lo + (size_t)dsp - p->shard_begin : 0;
+        const char *mine = cnt && e->params ? (char *)e->params + at * e->ps : NULL;
+        if (cnt && e->param_nvme) { /* from the file to the host, then up */
+            double t0 = zs_clock();
+            if (!e->phantom)
+                ZS_TRY(zs_swap_params(e, 0, at, (size_t)cnt,
+                                      (char *)e->gbuf[i] + (size_t)dsp * e->ps));
+            double t1 = zs_clock();
+            zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ, (size_t)cnt * e->ps, t1 - t0);
+            zs_comm_record_transfer(e->comm, ZS_OP_H2D, (size_t)cnt * e->ps, 0.0);
+        } else if (cnt && e->param_host) { /* offload_param: this rank's part goes up */
+            double t0 = zs_clock();
+            if (!e->phantom)
+                zs_backend_copy_h2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps, mine,
+                                    (size_t)cnt * e->ps);
+            zs_comm_record_transfer(e->comm, ZS_OP_H2D, (size_t)cnt * e->ps, zs_clock() - t0);
+        } else if (cnt) { /* put this rank's part in place */
+            zs_backend_copy_d2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps, mine,
                                 (size_t)cnt * e->ps);
+        }
         ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, e->gbuf[i], e->gcounts[i], e->gdispls[i],
                                            e->ct, u, &e->greq[i]));
     }
@@ -572,13 +645,24 @@ static int zs_gather_start(zs_engine *e, int u)
 static int zs_gather_wait(zs_engine *e, int u)
 {
     const zs_step_shape *s = e->sh;
+    double t0 = zs_clock();
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
         ZS_TRY(zs_comm_wait(e->comm, &e->greq[i]));
         free(e->gcounts[i]);
         free(e->gdispls[i]);
         e->gcounts[i] = e->gdispls[i] = NULL;
     }
+    /* the gather ran from its start to now; only the wait was exposed */
+    double t1 = zs_clock();
+    e->nb_span_s += t1 - e->gstart[u];
+    e->nb_wait_s += t1 - t0;
     return 0;
+}
+
+void zs_engine_overlap(const zs_engine *e, double *span_s, double *wait_s)
+{
+    *span_s = e->nb_span_s;
+    *wait_s = e->nb_wait_s;
 }
 
 static void zs_gather_release(zs_engine *e, int u)
@@ -1097,6 +1181,13 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     }
     case ZS_SOP_UPLOAD_PARAMS: { /* the updated shard, in working precision */
         double t0 = zs_clock();
+        if (e->param_nvme) { /* into the file: the gathers read it from there */
+            if (!e->phantom)
+                ZS_TRY(zs_swap_params(e, 1, 0, p->shard, e->hparam));
+            zs_comm_record_transfer(e->comm, ZS_OP_NVME_WRITE, p->shard * e->ps,
+                                    zs_clock() - t0);
+            break;
+        }
         void *pshard = (char *)e->params + (e->stage == 3 ? 0 : p->shard_begin * e->ps);
         if (!e->phantom)
             zs_backend_copy_h2d(e->be, pshard, e->hparam, p->shard * e->ps);
@@ -1476,6 +1567,10 @@ int zs_engine_write_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, co
     size_t plo = e->stage == 3 ? p->shard_begin : 0, plen = e->stage == 3 ? p->shard : p->padded;
     if (!zs_clip(lo, n, plo, plen, &a, &b))
         return 0;
+    if (e->param_nvme) { /* rounded on the host, then into the file */
+        zs_backend_convert_from_f32(e->be, e->hparam, e->pt, host + (a - lo), b - a);
+        return zs_swap_params(e, 1, a - plo, b - a, e->hparam);
+    }
     char *dst = (char *)e->params + (a - plo) * e->ps;
     if (!e->mixed) {
         zs_backend_copy_h2d(e->be, dst, host + (a - lo), (b - a) * 4);

@@ -258,8 +258,21 @@ static void zs_shape_buffers(zs_step_shape *s)
         } else {
             b[ZS_BUF_GSHARD].tier = ZS_TIER_HOST;
         }
-        ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, S * ps);
-        b[ZS_BUF_HPARAM].tier = ZS_TIER_HOST;
+        if (st == 3 && s->cfg.offload_param == ZS_OFFLOAD_NVME) {
+            /* the shard in the file; the updated shard is written there
+             * from the host, and each gather reads this rank's part */
+            b[ZS_BUF_PARAMS].tier = ZS_TIER_NVME;
+            ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, S * ps);
+            b[ZS_BUF_HPARAM].tier = ZS_TIER_HOST;
+        } else if (st == 3 && s->cfg.offload_param == ZS_OFFLOAD_CPU) {
+            /* offload_param: the parameter shard itself lives on the host,
+             * the optimizer updates it there, and each gather sends this
+             * rank's part of the range up */
+            b[ZS_BUF_PARAMS].tier = ZS_TIER_HOST;
+        } else {
+            ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, S * ps);
+            b[ZS_BUF_HPARAM].tier = ZS_TIER_HOST;
+        }
         if (off == ZS_OFFLOAD_NVME) {
             size_t chunk = S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK;
             int states = 2 + (s->cfg.optimizer == ZS_OPT_ADAMW);
@@ -606,6 +619,22 @@ void zs_step_program_free(zs_step_program *p)
 
 /* ---- counting ------------------------------------------------------------ */
 
+double zs_step_gather_own_bytes(const zs_step_shape *s, const zs_step_program *p, int q)
+{
+    double b = 0;
+    for (size_t i = 0; s->stage == 3 && i < p->n; i++) {
+        const zs_step_op *o = &p->ops[i];
+        if (o->kind != ZS_SOP_GATHER)
+            continue;
+        for (int k = s->gfirst[o->unit]; k < s->gfirst[o->unit] + s->gn[o->unit]; k++) {
+            size_t beg;
+            b += (double)zs_partition_overlap(&s->part, q, s->granges[k].lo, s->granges[k].hi,
+                                              &beg) * (double)s->ps;
+        }
+    }
+    return b;
+}
+
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c)
 {
     memset(c, 0, sizeof *c);
@@ -659,8 +688,11 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_OFFLOAD_GRADS:
             c->d2h_applied_bytes += (double)o->elems * ps;
             break;
-        case ZS_SOP_UPLOAD_PARAMS:
-            c->h2d_bytes += (double)o->elems * ps;
+        case ZS_SOP_UPLOAD_PARAMS: /* to the device, or into the file */
+            if (s->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME)
+                c->nvme_write_bytes += (double)o->elems * ps;
+            else
+                c->h2d_bytes += (double)o->elems * ps;
             break;
         case ZS_SOP_OPTIMIZER:
             if (s->buf[ZS_BUF_MASTER].tier == ZS_TIER_NVME) { /* every state read and written */
