@@ -163,6 +163,11 @@ typedef struct {
      * waits in one collective before it gives up on a lost or stopped rank */
     double collective_timeout;
 
+    /* --data: a token file in llm.c's format the GPT trains on (zerosim/
+     * data.h), NULL for the synthetic data; not part of the JSON schema,
+     * the string must outlive the run */
+    const char *data_file;
+
     /* what the JSON file said that zerosim reports back: the keys given as
      * "auto" (ZS_AUTO_* bits; zs_run_config_describe_auto says what each
      * became) and the keys accepted with no effect (comma-separated) */

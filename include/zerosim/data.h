@@ -26,6 +26,14 @@ extern "C" {
 typedef struct zs_data zs_data;
 
 int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out);
+/* GPT samples from a file of tokens in llm.c's format (a header of 256
+ * int32: magic 20240520, version 1, the token count; then uint16 tokens),
+ * mapped read-only and checked whole (every token below mc->vocab). Sample
+ * i is the window of seq_len + 1 tokens from a start drawn from (seed, i)
+ * alone, uniform over the ntokens - seq_len starts. One line naming the file
+ * and the offset when it is malformed. The loss floor is unknown (NaN). */
+int zs_data_create_tokens(const zs_model_config *mc, uint64_t seed, const char *path,
+                          zs_data **out);
 void zs_data_destroy(zs_data *d);
 
 /* Fill host arrays for samples first..first+b-1.
@@ -33,7 +41,8 @@ void zs_data_destroy(zs_data *d);
 void zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens,
                   int32_t *targets, float *x);
 
-/* The loss floor in nats (the Markov chain's entropy rate; 0 for the MLP). */
+/* The loss floor in nats (the Markov chain's entropy rate; 0 for the MLP;
+ * NaN for a token file: unknown). */
 double zs_data_loss_floor(const zs_data *d);
 
 #ifdef __cplusplus

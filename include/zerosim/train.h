@@ -26,6 +26,17 @@ typedef struct {
     const char *save_dir;     /* --save-dir: sharded training checkpoints, NULL = none */
     int save_every;           /* --save-every K: every K steps (and after the last); 0 = last only */
     const char *resume;       /* --resume: a checkpoint folder to start from, NULL = none */
+    /* weights and tensors for other tools (zerosim/weights.h, README) */
+    const char *init_from;    /* start from this weights file (the GPT's shapes
+                                 must be the file's), NULL = the seed's */
+    const char *export_path;  /* write the parameters after the last step */
+    int export_format;        /* zs_weights_format */
+    int no_steps;             /* build and load, export, take no step */
+    const char *val_data;     /* held-out token file, NULL = none */
+    int val_every;            /* held-out loss every K steps and after the last */
+    const char *dump_dir;     /* per-step dumps (rank 0 writes) */
+    const int *dump_steps;    /* [n_dump_steps] ascending, 1-based; 0 = before step 1 */
+    int n_dump_steps;
 } zs_train_options;
 
 /* Collective calls of one rank, summed per op and phase. */
@@ -90,6 +101,8 @@ typedef struct {
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */
     int phantom;              /* a phantom run (zs_train_phantom) */
+    double *val_loss;         /* [steps] held-out loss after each step, NaN when
+                                 not evaluated (rank 0, with options.val_data) */
     char *trace_json;         /* rank 0, with options.trace: the trace of
                                  every rank, Chrome's trace event format */
     int trace_truncated;      /* the ledger kept only its first records */

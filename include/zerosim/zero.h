@@ -166,6 +166,16 @@ void zs_engine_set_counters(zs_engine *e, const zs_engine_counters *c);
  * the residual are left as they are (zero before the first step). */
 int zs_engine_set_full_params(zs_engine *e, const float *full);
 
+/* The data the engine feeds (NULL in a phantom run). */
+struct zs_data;
+const struct zs_data *zs_engine_data(const zs_engine *e);
+/* Collective over the data- and tensor-parallel groups. After a step: the
+ * gradient the optimizer got, before clipping, averaged over the global
+ * batch and unscaled (loss_scale: the step's zs_step_info.loss_scale), in
+ * fp32 in the tp = 1 layout order, unpadded, valid on the rank that is rank
+ * 0 of both groups (zs_model_count_params floats). */
+int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full);
+
 #ifdef __cplusplus
 }
 #endif

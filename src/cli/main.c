@@ -17,11 +17,14 @@
 #include "zerosim/program.h"
 #include "zerosim/report.h"
 #include "zerosim/train.h"
+#include "zerosim/weights.h"
+#include "compare_cmd.h"
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +40,13 @@ static const char *const zs_usage =
     "                                cluster, without MPI (see zerosim plan --help)\n"
     "       mpirun -np N zerosim bench [--out FILE]   (calibrate the planner)\n"
     "       zerosim mesh --world N --tp T --pp P [--json]   the groups of a mesh\n"
+    "       [mpirun -np N] zerosim export --out FILE [train's options]\n"
+    "                                the parameters before step 1 (the seed's, or\n"
+    "                                --init-from FILE's, or --from CKPT's) as GPT-2\n"
+    "                                weights (--from takes the model, batch and seed\n"
+    "                                from the checkpoint)\n"
+    "       zerosim compare A B [--rtol X --atol Y --prefix P]   two dumps or weight\n"
+    "                                files, tensor by tensor (zerosim compare --help)\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -122,6 +132,30 @@ static const char *const zs_usage =
     "                           global_stepK folder): --steps counts from the start\n"
     "                           of training; any ZeRO stage and any number of ranks\n"
     "                           with the same global batch\n"
+    "weights, data and dumps (the GPT; formats in README):\n"
+    "  --init-from FILE         start from GPT-2 weights: Hugging Face's safetensors\n"
+    "                           names (.safetensors) or llm.c's gpt2 .bin; the shapes\n"
+    "                           are the file's (--heads only when a safetensors file\n"
+    "                           has no n_head metadata)\n"
+    "  --export FILE            write the fp32 parameters after the last step, as\n"
+    "                           .safetensors or .bin (llm.c)\n"
+    "  --format safetensors|bin the format of --export / export's --out when its name\n"
+    "                           does not say it\n"
+    "  --data FILE              train on tokens in llm.c's format (uint16 after a\n"
+    "                           256-int header): sample i is the window of seq + 1\n"
+    "                           tokens at a start drawn from (seed, i); default the\n"
+    "                           synthetic Markov chain\n"
+    "  --val-data FILE          held-out tokens: the loss of samples 0 .. global\n"
+    "                           batch - 1 under the fp32 parameters, every\n"
+    "                           --val-every steps and after the last, in the log\n"
+    "                           lines and the report's val_loss\n"
+    "  --val-every K            steps between held-out losses (--print-every)\n"
+    "  --dump-dir DIR           with --dump-steps LIST (e.g. 0,1,5-7; 0 = before\n"
+    "  --dump-steps LIST        step 1): DIR/step_NNNNNN.safetensors per listed step:\n"
+    "                           the global batch's tokens and targets, lr, loss,\n"
+    "                           grad_norm, the gradient before clipping (grad.*) and\n"
+    "                           the parameters after the step (param.*), fp32, full,\n"
+    "                           in Hugging Face's GPT-2 names\n"
     "phantom runs (no mpirun):\n"
     "  --phantom                run the engine for simulated ranks without storage,\n"
     "                           arithmetic or traffic; memory and traffic are exact\n"
@@ -142,7 +176,9 @@ enum {
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
-    OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY, OPT_LAST
+    OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
+    OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
+    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -200,6 +236,16 @@ static const struct option zs_long_options[] = {
     {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
+    {"init-from", required_argument, NULL, OPT_INIT_FROM},
+    {"export", required_argument, NULL, OPT_EXPORT},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"val-data", required_argument, NULL, OPT_VAL_DATA},
+    {"val-every", required_argument, NULL, OPT_VAL_EVERY},
+    {"dump-dir", required_argument, NULL, OPT_DUMP_DIR},
+    {"dump-steps", required_argument, NULL, OPT_DUMP_STEPS},
+    {"from", required_argument, NULL, OPT_FROM},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -417,6 +463,220 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     return 0;
 }
 
+/* --init-from: the GPT's shapes are the file's. A shape the command line
+ * or the --config file (what it set differs from the defaults) gave must
+ * agree with the file. */
+static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
+                            zs_run_config *c)
+{
+    const char *path = cli->val[OPT_INIT_FROM];
+    if (c->model.kind != ZS_MODEL_GPT)
+        ZS_FAIL("--init-from %s: weight files hold GPTs; drop --model mlp", path);
+    zs_model_config f;
+    ZS_TRY(zs_weights_probe(path, &f));
+    zs_run_config def;
+    zs_run_config_defaults(&def);
+    static const struct { int id; const char *what; size_t off; } sh[] = {
+        {OPT_LAYERS, "layers", offsetof(zs_model_config, n_layer)},
+        {OPT_HIDDEN, "hidden", offsetof(zs_model_config, n_embd)},
+        {OPT_HEADS, "heads", offsetof(zs_model_config, n_head)},
+        {OPT_SEQ, "seq", offsetof(zs_model_config, seq_len)},
+        {OPT_VOCAB, "vocab", offsetof(zs_model_config, vocab)},
+    };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+#define ZS_FIELD(cfgp) (*(int *)((char *)&(cfgp)->model + sh[i].off))
+        int file = *(int *)((char *)&f + sh[i].off), have = ZS_FIELD(c);
+        int by_cli = cli->val[sh[i].id] != NULL;
+        int by_config = ZS_FIELD(from_config) != ZS_FIELD(&def);
+#undef ZS_FIELD
+        if (file == 0) { /* the number of heads, when the file does not say it */
+            if (!by_cli && !by_config)
+                ZS_FAIL("--init-from %s: the file does not say the number of heads (no n_head "
+                        "in its metadata): give --heads", path);
+            continue;
+        }
+        if ((by_cli || by_config) && have != file)
+            ZS_FAIL("--init-from %s holds a GPT with %s %d, but %s gives %d: drop the %s",
+                    path, sh[i].what, file, by_cli ? "the command line" : "the --config file",
+                    have, by_cli ? "option" : "key");
+        *(int *)((char *)&c->model + sh[i].off) = file;
+    }
+    if (c->model.n_embd % c->model.n_head)
+        ZS_FAIL("--init-from %s: --heads %d does not divide the file's hidden size %d", path,
+                c->model.n_head, c->model.n_embd);
+    return 0;
+}
+
+/* zerosim export --from DIR: what the checkpoint's manifest says of the run
+ * (the model's shapes, precision, optimizer, global batch and seed) for the
+ * options the command line does not give, so that --resume's loader, which
+ * checks them, accepts it; the steps one past the save (none are taken).
+ * What is missing or malformed is left to that loader to name. */
+static int zs_cli_from_checkpoint(const zs_cli *cli, zs_run_config *c)
+{
+    const char *dir = cli->val[OPT_FROM];
+    char path[4200], name[256] = "";
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(name, sizeof name, f))
+            name[0] = '\0';
+        fclose(f);
+        name[strcspn(name, "\r\n")] = '\0';
+    }
+    if (name[0] && !strchr(name, '/'))
+        snprintf(path, sizeof path, "%s/%s/manifest.json", dir, name);
+    else
+        snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    if (!m)
+        return 0;
+    static const struct { int id; const char *key; size_t off; } ints[] = {
+        {OPT_LAYERS, "n_layer", offsetof(zs_model_config, n_layer)},
+        {OPT_HIDDEN, "n_embd", offsetof(zs_model_config, n_embd)},
+        {OPT_HEADS, "n_head", offsetof(zs_model_config, n_head)},
+        {OPT_SEQ, "seq_len", offsetof(zs_model_config, seq_len)},
+        {OPT_VOCAB, "vocab", offsetof(zs_model_config, vocab)},
+    };
+    json_t *model = json_object_get(m, "model"), *v;
+    const char *kind = json_string_value(json_object_get(model, "kind"));
+    if (kind && !cli->val[OPT_MODEL])
+        c->model.kind = !strcmp(kind, "mlp") ? ZS_MODEL_MLP : ZS_MODEL_GPT;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!cli->val[ints[i].id] && json_is_integer(v = json_object_get(model, ints[i].key)))
+            *(int *)((char *)&c->model + ints[i].off) = (int)json_integer_value(v);
+    const char *prec = json_string_value(json_object_get(m, "precision"));
+    if (prec && !cli->val[OPT_PRECISION])
+        c->precision = !strcmp(prec, "bf16") ? ZS_DTYPE_BF16
+                     : !strcmp(prec, "fp16") ? ZS_DTYPE_F16 : ZS_DTYPE_F32;
+    const char *opt = json_string_value(json_object_get(m, "optimizer"));
+    if (opt && !cli->val[OPT_OPTIMIZER])
+        c->optimizer = !strcmp(opt, "sgd") ? ZS_OPT_SGD : ZS_OPT_ADAMW;
+    if (json_is_integer(v = json_object_get(m, "train_batch_size")) && !cli->val[OPT_TRAIN_BATCH] &&
+        !cli->val[OPT_MICRO_BATCH] && !cli->val[OPT_GRAD_ACCUM]) {
+        c->train_batch_size = (int)json_integer_value(v);
+        c->micro_batch = c->grad_accum = 0;
+    }
+    if (json_is_integer(v = json_object_get(json_object_get(m, "data"), "seed")) &&
+        !cli->val[OPT_SEED])
+        c->seed = (uint64_t)json_integer_value(v);
+    if (json_is_integer(v = json_object_get(m, "steps")) && json_integer_value(v) < INT_MAX)
+        c->steps = (int)json_integer_value(v) + 1;
+    json_decref(m);
+    return 0;
+}
+
+/* "0,1,5-7": ascending 1-based steps (0 = before step 1) into out. */
+#define ZS_MAX_DUMP_STEPS 4096
+static int zs_dump_steps_buf[ZS_MAX_DUMP_STEPS];
+
+static int zs_parse_steps(const char *s, int steps, int *out, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long a = strtol(p, &end, 10), b = a;
+        if (end != p && *end == '-') {
+            const char *q = end + 1;
+            b = strtol(q, &end, 10);
+            if (end == q)
+                b = -1;
+        }
+        if (end == p || errno || a < 0 || b < a || (*end && *end != ','))
+            ZS_FAIL("--dump-steps must be steps or ranges like 0,1,5-7 in increasing order, "
+                    "got \"%s\"", s);
+        if (b > steps)
+            ZS_FAIL("--dump-steps: step %ld is after the last step (--steps %d)", b, steps);
+        for (long k = a; k <= b; k++) {
+            if (*n >= ZS_MAX_DUMP_STEPS || (*n > 0 && out[*n - 1] >= k))
+                ZS_FAIL("--dump-steps must list at most %d steps in increasing order, got "
+                        "\"%s\"", ZS_MAX_DUMP_STEPS, s);
+            out[(*n)++] = (int)k;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* The options of weights, data and dumps, after finalize; export_cmd: the
+ * export command (build, load, write; no step). */
+static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options *o, int rank,
+                          int export_cmd)
+{
+    const char *s;
+    int gpt = c->model.kind == ZS_MODEL_GPT;
+    static const int gpt_only[] = {OPT_INIT_FROM, OPT_EXPORT, OPT_OUT, OPT_DATA, OPT_VAL_DATA,
+                                   OPT_DUMP_DIR};
+    const char *name = "?";
+    for (size_t i = 0; i < sizeof gpt_only / sizeof gpt_only[0]; i++)
+        if (cli->val[gpt_only[i]] && (!gpt || cli->val[OPT_PHANTOM])) {
+            zs_opt_name_is(gpt_only[i], &name);
+            if (!gpt)
+                ZS_FAIL("--%s is for the GPT (GPT-2's tensor names, token files): the MLP has "
+                        "none", name);
+            ZS_FAIL("--%s needs a real run: a phantom run computes no values", name);
+        }
+    o->init_from = cli->val[OPT_INIT_FROM];
+    c->data_file = cli->val[OPT_DATA];
+    o->val_data = cli->val[OPT_VAL_DATA];
+    if (cli->val[OPT_VAL_EVERY] && !o->val_data)
+        ZS_FAIL("--val-every needs --val-data FILE, the held-out tokens");
+    o->val_every = o->print_every;
+    long v;
+    if ((s = cli->val[OPT_VAL_EVERY])) {
+        ZS_TRY(zs_parse_int(OPT_VAL_EVERY, s, 1, INT_MAX, &v));
+        o->val_every = (int)v;
+    }
+    const char *out = export_cmd ? cli->val[OPT_OUT] : cli->val[OPT_EXPORT];
+    if (export_cmd && cli->val[OPT_EXPORT])
+        ZS_FAIL("zerosim export writes --out FILE (--export is train's)");
+    if (!export_cmd && cli->val[OPT_OUT])
+        ZS_FAIL("--out is zerosim export's; zerosim train writes its weights with --export FILE");
+    if (export_cmd && !out)
+        ZS_FAIL("zerosim export needs --out FILE (.safetensors or .bin)");
+    if (export_cmd && (cli->val[OPT_STEPS] || cli->val[OPT_VAL_DATA]))
+        ZS_FAIL("zerosim export takes no step: drop --%s",
+                cli->val[OPT_STEPS] ? "steps" : "val-data");
+    if (cli->val[OPT_FORMAT] && !out)
+        ZS_FAIL("--format is the format of --export FILE (or export's --out FILE)");
+    if (out) {
+        zs_weights_format f;
+        if (cli->val[OPT_FORMAT])
+            ZS_TRY(zs_weights_format_parse(cli->val[OPT_FORMAT], &f));
+        else
+            ZS_TRY(zs_weights_format_of(out, &f));
+        o->export_path = out;
+        o->export_format = (int)f;
+    }
+    o->no_steps = export_cmd;
+    if (cli->val[OPT_FROM] && !export_cmd)
+        ZS_FAIL("--from is zerosim export's; zerosim train starts from a checkpoint with --resume");
+    if (cli->val[OPT_FROM] && cli->val[OPT_RESUME])
+        ZS_FAIL("--from and --resume name the same thing: give one");
+    if (cli->val[OPT_FROM])
+        o->resume = cli->val[OPT_FROM];
+    if (o->init_from && o->resume)
+        ZS_FAIL("--init-from %s and a checkpoint (%s) both give the parameters: give one",
+                o->init_from, o->resume);
+    if (!cli->val[OPT_DUMP_DIR] != !cli->val[OPT_DUMP_STEPS])
+        ZS_FAIL("--dump-dir DIR and --dump-steps LIST go together");
+    if ((s = cli->val[OPT_DUMP_STEPS])) {
+        int n;
+        ZS_TRY(zs_parse_steps(s, export_cmd ? 0 : c->steps, zs_dump_steps_buf, &n));
+        o->dump_steps = zs_dump_steps_buf;
+        o->n_dump_steps = n;
+        o->dump_dir = cli->val[OPT_DUMP_DIR];
+        struct stat st;
+        if (rank == 0 && stat(o->dump_dir, &st) != 0 && mkdir(o->dump_dir, 0777) != 0)
+            ZS_FAIL("cannot create the --dump-dir %s: %s", o->dump_dir, strerror(errno));
+        if (rank == 0 && (stat(o->dump_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+            ZS_FAIL("--dump-dir %s is not a directory", o->dump_dir);
+    }
+    return 0;
+}
+
 /* nvme_path: an existing folder this process can write into. */
 static int zs_check_nvme_path(const char *dir)
 {
@@ -567,8 +827,18 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         cfg->steps = 2;
     if (cli.val[OPT_CONFIG] && zs_config_load_file(cli.val[OPT_CONFIG], cfg))
         goto fail;
+    zs_run_config from_config = *cfg;
     if (zs_cli_apply(&cli, cfg, cli.val[OPT_CONFIG] != NULL))
         goto fail;
+    if (cli.val[OPT_INIT_FROM] && zs_cli_init_from(&cli, &from_config, cfg))
+        goto fail;
+    if (cli.val[OPT_FROM] && argv[0] && !strcmp(argv[0], "export"))
+        zs_cli_from_checkpoint(&cli, cfg);
+    /* export takes no step: without batch options its engine holds the
+     * activations of one sample, not the default micro-batch's */
+    if (argv[0] && !strcmp(argv[0], "export") && !cli.val[OPT_FROM] && !cli.val[OPT_CONFIG] &&
+        !cli.val[OPT_MICRO_BATCH] && !cli.val[OPT_GRAD_ACCUM] && !cli.val[OPT_TRAIN_BATCH])
+        cfg->micro_batch = 1;
     if (zs_run_config_finalize(cfg, world))
         goto fail;
     if (cli.val[OPT_HOST_MEMORY] && zs_parse_size(cli.val[OPT_HOST_MEMORY], &o->host_memory)) {
@@ -609,6 +879,8 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
     o->save_dir = cli.val[OPT_SAVE_DIR];
     o->resume = cli.val[OPT_RESUME];
     if (o->save_dir && rank == 0 && zs_check_save_dir(o->save_dir)) /* now, not after training */
+        goto fail;
+    if (zs_cli_outputs(&cli, cfg, o, rank, argv[0] && !strcmp(argv[0], "export")))
         goto fail;
     *report = cli.val[OPT_REPORT];
     *trace = cli.val[OPT_TRACE];
@@ -756,7 +1028,7 @@ static int zs_cmd_train(int argc, char **argv)
     }
     if (rank == 0 && o.log && cfg.noeffect[0])
         fprintf(o.log, "config: accepted with no effect in zerosim: %s\n", cfg.noeffect);
-    if (rank == 0 && o.log) {
+    if (rank == 0 && o.log && !o.no_steps) {
         const char *reduce = "";
         if (cfg.grad_reduce == ZS_GRAD_REDUCE_STEP)
             reduce = cfg.stage <= 1 ? ", gradients reduced once per step (--grad-reduce step)"
@@ -779,7 +1051,14 @@ static int zs_cmd_train(int argc, char **argv)
     }
     zs_train_result r;
     rc = phantom ? zs_train_phantom(&cfg, &o, world, &r) : zs_train(&cfg, &o, comm, &r);
-    if (!rc && rank == 0) {
+    if (!rc && rank == 0 && o.no_steps) { /* zerosim export */
+        if (o.log)
+            fprintf(o.log, "wrote %s (%s): a GPT of %d blocks, hidden %d, %d heads, seq %d, "
+                    "vocab %d; %zu parameters, param_hash %s\n", o.export_path,
+                    zs_weights_format_name((zs_weights_format)o.export_format), cfg.model.n_layer,
+                    cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab,
+                    zs_model_count_params(&cfg.model), r.param_hash);
+    } else if (!rc && rank == 0) {
         if (o.log && phantom) {
             fprintf(o.log, "phantom run: %zu parameters (padded %zu) on %d simulated ranks, "
                     "%.2f s; nothing was stored, computed or sent, so there are no losses "
@@ -796,11 +1075,23 @@ static int zs_cmd_train(int argc, char **argv)
                 fprintf(o.log, "model %zu parameters, %zu on each of the %d tensor-parallel "
                         "ranks (below)\n", zs_model_count_params(&cfg.model), r.num_params,
                         cfg.tp);
-            fprintf(o.log, "parameters %zu (padded %zu), mean loss of the last %d steps %.4f, "
-                    "loss floor %.4f (%+.1f%%), %.2f s\n", r.num_params, r.padded_params, k, last,
-                    r.loss_floor,
-                    r.loss_floor > 0 ? 100.0 * (last - r.loss_floor) / r.loss_floor : 0.0,
-                    r.seconds);
+            if (isnan(r.loss_floor)) /* real tokens: no known floor */
+                fprintf(o.log, "parameters %zu (padded %zu), mean loss of the last %d steps "
+                        "%.4f, loss floor unknown (real data), %.2f s\n", r.num_params,
+                        r.padded_params, k, last, r.seconds);
+            else
+                fprintf(o.log, "parameters %zu (padded %zu), mean loss of the last %d steps "
+                        "%.4f, loss floor %.4f (%+.1f%%), %.2f s\n", r.num_params,
+                        r.padded_params, k, last, r.loss_floor,
+                        r.loss_floor > 0 ? 100.0 * (last - r.loss_floor) / r.loss_floor : 0.0,
+                        r.seconds);
+            if (r.val_loss && r.steps > 0 && !isnan(r.val_loss[r.steps - 1]))
+                fprintf(o.log, "held-out loss %.4f after step %d (%s, samples 0..%d, the fp32 "
+                        "parameters)\n", r.val_loss[r.steps - 1], r.steps, o.val_data,
+                        cfg.train_batch_size - 1);
+            if (o.export_path)
+                fprintf(o.log, "wrote %s (%s)\n", o.export_path,
+                        zs_weights_format_name((zs_weights_format)o.export_format));
             fprintf(o.log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
                     r.param_hash, r.mem.total_peak);
         }
@@ -842,15 +1133,17 @@ int main(int argc, char **argv)
         printf("zerosim %s (backends: %s)\n", PACKAGE_VERSION, zs_backend_list());
         return 0;
     }
-    if (!strcmp(argv[1], "train"))
+    if (!strcmp(argv[1], "train") || !strcmp(argv[1], "export"))
         return zs_cmd_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "compare"))
+        return zs_cmd_compare(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
         return zs_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "mesh"))
         return zs_cmd_mesh(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, plan, mesh, bench; see zerosim --help)\n",
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, plan, mesh, bench; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

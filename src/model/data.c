@@ -3,9 +3,14 @@
 #include "model_impl.h"
 #include "zerosim/error.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define ZS_MARKOV_SUCCESSORS 4     /* successors per state before teleport */
 #define ZS_MARKOV_TELEPORT 0.02    /* probability mass spread uniformly */
@@ -26,6 +31,11 @@ struct zs_data {
     double floor;
     /* MLP: the teacher, input -> tanh hidden -> classes */
     double *w1, *w2;
+    /* a token file (zs_data_create_tokens): its mapping and its tokens */
+    void *map;
+    size_t map_bytes;
+    const uint16_t *tok;
+    uint64_t ntok;
 };
 
 /* Build the chain, its stationary distribution (power iteration on the
@@ -167,10 +177,91 @@ int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out)
     return 0;
 }
 
+#define ZS_TOKENS_MAGIC 20240520
+#define ZS_TOKENS_HEADER 1024 /* 256 int32 */
+
+/* Map the file and check it whole: header, size, every token < vocab. */
+static int zs_data_map_tokens(zs_data *d, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        ZS_FAIL("%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) {
+        close(fd);
+        ZS_FAIL("%s: %s", path, strerror(errno));
+    }
+    size_t bytes = (size_t)st.st_size;
+    if (bytes < ZS_TOKENS_HEADER) {
+        close(fd);
+        ZS_FAIL("%s: truncated at offset %zu: llm.c's token files start with a header of %d "
+                "bytes", path, bytes, ZS_TOKENS_HEADER);
+    }
+    void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        ZS_FAIL("%s: cannot map %zu bytes: %s", path, bytes, strerror(errno));
+    d->map = map;
+    d->map_bytes = bytes;
+    int32_t hdr[3];
+    memcpy(hdr, map, sizeof hdr);
+    if (hdr[0] != ZS_TOKENS_MAGIC)
+        ZS_FAIL("%s: bad magic %d at offset 0: not a token file in llm.c's format (magic %d)",
+                path, (int)hdr[0], ZS_TOKENS_MAGIC);
+    if (hdr[1] != 1)
+        ZS_FAIL("%s: version %d at offset 4; zerosim reads version 1 (uint16 tokens)", path,
+                (int)hdr[1]);
+    if (hdr[2] < 0)
+        ZS_FAIL("%s: negative token count %d at offset 8", path, (int)hdr[2]);
+    uint64_t n = (uint64_t)(uint32_t)hdr[2], want = ZS_TOKENS_HEADER + 2 * n;
+    if (bytes < want)
+        ZS_FAIL("%s: truncated at offset %zu: the header (offset 8) says %llu tokens, which "
+                "end at offset %llu", path, bytes, (unsigned long long)n,
+                (unsigned long long)want);
+    if (bytes > want)
+        ZS_FAIL("%s: %zu bytes after the %llu tokens the header (offset 8) counts, from "
+                "offset %llu", path, bytes - (size_t)want, (unsigned long long)n,
+                (unsigned long long)want);
+    if (n < (uint64_t)d->mc.seq_len + 1)
+        ZS_FAIL("%s: %llu tokens, fewer than one sample of --seq %d + 1", path,
+                (unsigned long long)n, d->mc.seq_len);
+    d->tok = (const uint16_t *)((const char *)map + ZS_TOKENS_HEADER);
+    d->ntok = n;
+    for (uint64_t i = 0; i < n; i++)
+        if (d->tok[i] >= d->mc.vocab)
+            ZS_FAIL("%s: token %u at offset %llu is outside the vocabulary of %d", path,
+                    (unsigned)d->tok[i], (unsigned long long)(ZS_TOKENS_HEADER + 2 * i),
+                    d->mc.vocab);
+    return 0;
+}
+
+int zs_data_create_tokens(const zs_model_config *mc, uint64_t seed, const char *path,
+                          zs_data **out)
+{
+    *out = NULL;
+    if (mc->kind != ZS_MODEL_GPT)
+        ZS_FAIL("%s: token files feed the GPT; the MLP trains on its synthetic data", path);
+    zs_data *d = calloc(1, sizeof *d);
+    if (!d)
+        ZS_FAIL("out of host memory creating the data reader");
+    d->mc = *mc;
+    d->seed = seed;
+    d->v = mc->vocab;
+    d->floor = NAN;
+    if (zs_data_map_tokens(d, path)) {
+        zs_data_destroy(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
 void zs_data_destroy(zs_data *d)
 {
     if (!d)
         return;
+    if (d->map)
+        munmap(d->map, d->map_bytes);
     free(d->succ);
     free(d->wcdf);
     free(d->pi_cdf);
@@ -187,7 +278,14 @@ void zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens, int3
     const zs_model_config *mc = &d->mc;
     for (int s = 0; s < b; s++) {
         uint64_t st = zs_rng_mix(d->seed ^ 0x5eedda7aULL, first + (uint64_t)s);
-        if (mc->kind == ZS_MODEL_GPT) {
+        if (d->tok) { /* a window of T + 1 tokens at a start drawn from (seed, i) */
+            int T = mc->seq_len;
+            uint64_t start = zs_rng_next(&st) % (d->ntok - (uint64_t)T);
+            for (int t = 0; t < T; t++) {
+                tokens[(size_t)s * T + t] = d->tok[start + (uint64_t)t];
+                targets[(size_t)s * T + t] = d->tok[start + (uint64_t)t + 1];
+            }
+        } else if (mc->kind == ZS_MODEL_GPT) {
             int T = mc->seq_len, V = d->v;
             int cur = zs_sample_cdf(d->pi_cdf, V, zs_rng_uniform(&st));
             for (int t = 0; t < T; t++) {

@@ -816,6 +816,18 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
         json_object_set_new(root, "param_hashes", h);
     }
 
+    /* the data: its file (the loss floor is then unknown: null), and the
+     * held-out losses at the steps they were evaluated */
+    json_object_set_new(root, "data", json_string(cfg->data_file ? cfg->data_file : "synthetic"));
+    if (r->val_loss) {
+        json_t *v = json_array();
+        for (int s = 0; s < r->steps; s++)
+            if (!isnan(r->val_loss[s])) /* evaluated */
+                json_array_append_new(v, json_pack("{s:i, s:o}", "step", r->first_step + s + 1, "loss",
+                                                   zs_json_real(r->val_loss[s])));
+        json_object_set_new(root, "val_loss", v);
+    }
+
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (!text)

@@ -3,6 +3,7 @@
 #include "zerosim/error.h"
 #include "zerosim/program.h"
 #include "zerosim/mesh.h"
+#include "run/oracle.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +61,10 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
     if (cfg->precision == ZS_DTYPE_F16)
         snprintf(extra, sizeof extra, "  loss_scale %g%s", (double)in->loss_scale,
                  in->skipped ? " (overflow: step skipped)" : "");
+    if (r->val_loss && !isnan(r->val_loss[i])) {
+        size_t k = strlen(extra);
+        snprintf(extra + k, sizeof extra - k, "  val_loss %.4f", r->val_loss[i]);
+    }
     fprintf(o->log, "step %5d/%d  loss %.4f  lr %.3e  grad_norm %.4f%s\n", s + 1, cfg->steps,
             (double)in->loss, (double)in->lr, (double)in->grad_norm, extra);
     fflush(o->log);
@@ -422,6 +427,18 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_engine_create_shared(cfg, be, mem, dp, shape, &e);
     if (!rc)
         rc = zs_engine_set_tp(e, tp);
+    if (!rc && o->init_from && !zs_backend_is_phantom(be))
+        rc = zs_oracle_init_from(e, cfg, o->init_from);
+    zs_oracle_val *val = NULL;
+    if (!rc && o->val_data && !zs_backend_is_phantom(be)) {
+        r->val_loss = rank == 0 ? malloc((size_t)(n + 1) * sizeof(double)) : NULL;
+        if (rank == 0 && !r->val_loss)
+            rc = zs_error_set("out of host memory for the held-out losses");
+        for (int i = 0; rank == 0 && r->val_loss && i <= n; i++)
+            r->val_loss[i] = NAN;
+        if (!rc)
+            rc = zs_oracle_val_create(cfg, o->val_data, be, cfg->train_batch_size, rank, &val);
+    }
     if ((rc = zs_train_agree(comm, rc, r)))
         goto done;
     if (ck) {
@@ -433,6 +450,16 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
             goto done;
         if (lo.log)
             fprintf(lo.log, "loaded: param_hash %s, as saved\n", r->resumed_hash);
+    }
+    /* dumps of steps this run takes; the state before step 1 now */
+    int next_dump = 0;
+    while (next_dump < o->n_dump_steps && o->dump_steps[next_dump] < (first ? first + 1 : 0))
+        next_dump++;
+    if (next_dump < o->n_dump_steps && o->dump_steps[next_dump] == 0) {
+        rc = zs_oracle_dump(e, cfg, o->dump_dir, 0, NULL, rank);
+        next_dump++;
+        if ((rc = zs_train_agree(comm, rc, r)))
+            goto done;
     }
     if (zs_predict(cfg, r->dp_size, &r->pred)) {
         rc = zs_train_agree(comm, -1, r);
@@ -473,7 +500,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     }
     double t0 = zs_now(), trace_t0 = zs_clock();
     r->timeline_step = n > 1 ? 1 : 0; /* of this run's steps */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !o->no_steps; i++) {
         int s = first + i;
         zs_mem_trace(mem, i == r->timeline_step);
         double ts = zs_now();
@@ -502,6 +529,21 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                 r->n_timeline = nt;
             }
         }
+        if (next_dump < o->n_dump_steps && o->dump_steps[next_dump] == s + 1) {
+            rc = zs_oracle_dump(e, cfg, o->dump_dir, s + 1, &r->info[i], rank);
+            next_dump++;
+            if ((rc = zs_train_agree(comm, rc, r)))
+                goto done;
+        }
+        if (o->val_data && ((s + 1) % (o->val_every > 0 ? o->val_every : 10) == 0 ||
+                            s + 1 == cfg->steps)) {
+            double vl;
+            rc = zs_oracle_val_loss(val, e, cfg, rank, &vl);
+            if (r->val_loss)
+                r->val_loss[i] = vl;
+            if ((rc = zs_train_agree(comm, rc, r)))
+                goto done;
+        }
         r->steps = i + 1;
         r->skipped_steps += r->info[i].skipped;
         r->steps_applied += !r->info[i].skipped;
@@ -509,6 +551,11 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         zs_train_log_step(cfg, &lo, r, s, i);
     }
     r->seconds = zs_now() - t0;
+    if (o->export_path && !zs_backend_is_phantom(be)) {
+        rc = zs_oracle_export(e, cfg, o->export_path, o->export_format, rank);
+        if ((rc = zs_train_agree(comm, rc, r)))
+            goto done;
+    }
     rc = zs_engine_param_hash(e, r->param_hash);
     r->live_params_peak = zs_engine_live_params_peak(e);
     zs_engine_overlap(e, &r->nb_span_s, &r->nb_wait_s);
@@ -531,6 +578,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_train_agree(comm, rc, r);
     }
 done:
+    zs_oracle_val_destroy(val);
     zs_ckpt_close(ck);
     zs_engine_destroy(e);
     if (mem)
@@ -743,6 +791,8 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
 
 void zs_train_result_free(zs_train_result *r)
 {
+    free(r->val_loss);
+    r->val_loss = NULL;
     free(r->trace_json);
     r->trace_json = NULL;
     free(r->info);

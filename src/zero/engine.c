@@ -453,7 +453,9 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     /* a phantom run feeds no data (building the GPT's Markov chain would be
      * most of its time) */
     if (zs_model_create(&cfg->model, &e->model) ||
-        (!e->phantom && zs_data_create(&cfg->model, cfg->seed, &e->data)))
+        (!e->phantom && (cfg->data_file
+                             ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
+                             : zs_data_create(&cfg->model, cfg->seed, &e->data))))
         goto fail;
     e->lay = zs_model_layout(e->model);
     e->U = e->lay->n_layers;
@@ -1639,5 +1641,83 @@ int zs_engine_set_full_params(zs_engine *e, const float *full)
             rc = zs_engine_write_state(e, ZS_STATE_MASTER, off, m, buf);
     }
     free(buf);
+    return rc;
+}
+
+/* ---- dumps: the step's gradient ------------------------------------------------ */
+
+const zs_data *zs_engine_data(const zs_engine *e) { return e->data; }
+
+/* One bf16 or fp16 value (host bits) as a float. */
+static float zs_half_to_f32(uint16_t h, zs_dtype t)
+{
+    if (t == ZS_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    int ex = (h >> 10) & 0x1f, man = h & 0x3ff;
+    float v = ex == 0 ? ldexpf((float)man, -24)
+            : ex == 31 ? (man ? NAN : INFINITY)
+                       : ldexpf((float)(man | 0x400), ex - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
+{
+    const zs_partition *p = &e->part;
+    const zs_run_config *c = &e->cfg;
+    /* the reduced shard holds grad x loss scale / post (zs_engine_norm) */
+    double post = c->grad_scaling == ZS_GRAD_POSTSCALE ? c->grad_predivide / p->world : 1.0;
+    double mul = post / (double)loss_scale;
+    int lead = p->rank == 0, root = lead && e->tp_rank == 0;
+    size_t n = p->num_params, total = zs_model_count_params(&c->model);
+    float *shard = malloc(p->shard * sizeof(float) + 1);
+    void *raw = malloc(p->shard * e->ps + 1);
+    float *mine = lead ? malloc(p->padded * sizeof(float)) : NULL;
+    float *all = root && e->tp ? malloc((size_t)e->tp_size * n * sizeof(float) + 1) : NULL;
+    int rc = 0;
+    if (!shard || !raw || (lead && !mine) || (root && e->tp && !all))
+        rc = zs_error_set("out of host memory gathering %zu gradients", p->padded);
+    if (!rc) {
+        zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
+        zs_backend_copy_d2h(e->be, raw, e->gshard, p->shard * e->ps);
+        for (size_t i = 0; i < p->shard; i++) {
+            float g = e->pt == ZS_DTYPE_F32 ? ((const float *)raw)[i]
+                                            : zs_half_to_f32(((const uint16_t *)raw)[i], e->pt);
+            shard[i] = (float)((double)g * mul);
+        }
+        rc = zs_comm_gather_root(e->comm, shard, (int)p->shard, mine, ZS_CT_F32);
+    }
+    if (!rc && lead && !e->tp)
+        memcpy(full, mine, n * sizeof(float));
+    if (!rc && lead && e->tp) { /* as zs_engine_get_full_params: into the tp = 1 order */
+        zs_comm_set_context(e->tp, ZS_PHASE_REPORT, -1);
+        rc = zs_comm_gather_root(e->tp, mine, (int)n, all, ZS_CT_F32);
+        zs_model_config mc = c->model;
+        for (int q = 0; q < e->tp_size && root && !rc; q++) {
+            zs_model *mq;
+            mc.tp_rank = q;
+            if ((rc = zs_model_create(&mc, &mq)))
+                break;
+            for (size_t j = 0; j < n;) {
+                size_t run, g = zs_model_tp_global_offset(mq, j, &run);
+                if (run == 0 || g == SIZE_MAX || g + run > total) {
+                    rc = zs_error_set("internal: gradient %zu of TP rank %d maps outside the "
+                                      "model", j, q);
+                    break;
+                }
+                if (q == 0 || !zs_model_tp_replicated(mq, j))
+                    memcpy(full + g, all + (size_t)q * n + j, run * sizeof(float));
+                j += run;
+            }
+            zs_model_destroy(mq);
+        }
+    }
+    free(shard);
+    free(raw);
+    free(mine);
+    free(all);
     return rc;
 }
