@@ -16,15 +16,17 @@ esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config autoconf-archive
 libopenmpi-dev openmpi-bin libopenblas-dev check gnuplot-nox
-libjansson-dev libxxhash-dev procps"
-# procps: pgrep, for tests/test_faults.sh. gcc's ASan and UBSan runtimes
+libjansson-dev libxxhash-dev procps python3"
+# procps: pgrep, for tests/test_faults.sh; python3: the token files of
+# tests/test_data_dump.sh (PyTorch, python3-torch, stays optional: the
+# tests that need it skip without it). gcc's ASan and UBSan runtimes
 # (scripts/test-sanitizers.sh) come with build-essential.
 
 # Fedora's names for the same (Open MPI's mpicc is in /usr/lib64/openmpi/bin:
 # `module load mpi/openmpi-x86_64` puts it on the PATH)
 DNF_PACKAGES="gcc make autoconf automake libtool pkgconf-pkg-config autoconf-archive
 openmpi-devel openblas-devel check-devel gnuplot jansson-devel xxhash-devel
-procps-ng"
+procps-ng python3"
 
 # Homebrew's (macOS: clang is the compiler, from the Xcode command line tools)
 BREW_PACKAGES="open-mpi openblas check gnuplot autoconf automake libtool

@@ -145,6 +145,11 @@ cp "$T/keep" "$S2/shard_tp0_dp00001.safetensors"
 refused "another model" "the checkpoint's model has n_layer 2, this run's 3" --resume "$T/ck" --layers 3
 refused "another precision" "trained in fp32, this run asks for bf16" --resume "$T/ck" --precision bf16
 refused "another global batch" "global batch of 16 samples, this run's is 32" --resume "$T/ck" --micro-batch 16
+# a token file where the checkpoint had synthetic data (any file: refused
+# before it is read)
+printf 'x' >"$T/tokens.bin"
+refused "other data" "trained on synthetic data, this run on the tokens of $T/tokens.bin" \
+    --resume "$T/ck" --data "$T/tokens.bin"
 sed 's/"version": 1,/"version": 7,/' "$S2/manifest.json" >"$T/m" && cp "$S2/manifest.json" "$T/mkeep" &&
     cp "$T/m" "$S2/manifest.json"
 refused "newer format" "format version 7 is newer than this zerosim reads (1)" --resume "$S2"

@@ -241,6 +241,9 @@ static int ck_write_manifest(const char *path, int steps, const zs_run_config *c
         param_hash, "files", files);
     if (!m)
         ZS_FAIL("out of host memory writing %s", path);
+    /* the token file (--data), or synthetic data: a resumed run must read the same */
+    json_object_set_new(json_object_get(m, "data"), "file",
+                        cfg->data_file ? json_string(cfg->data_file) : json_null());
     char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(m);
     if (!text)
@@ -472,6 +475,14 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
         ZS_FAIL("%s: the checkpoint's data were drawn with --seed %lld, this run's seed is "
                 "%llu: resume with --seed %lld", ck->manifest, (long long)v,
                 (unsigned long long)cfg->seed, (long long)v);
+    json_t *df = json_object_get(data, "file");
+    const char *saved = json_is_string(df) ? json_string_value(df) : NULL;
+    if ((saved == NULL) != (cfg->data_file == NULL) ||
+        (saved && strcmp(saved, cfg->data_file) != 0))
+        ZS_FAIL("%s: the checkpoint was trained on %s%s, this run on %s%s: resume with the "
+                "same --data", ck->manifest, saved ? "the tokens of " : "synthetic data",
+                saved ? saved : "", cfg->data_file ? "the tokens of " : "synthetic data",
+                cfg->data_file ? cfg->data_file : "");
     json_t *os = json_object_get(m, "optimizer_state");
     ZS_TRY(ck_int(ck, os, "step", 0, INT_MAX, &v));
     ck->counters.t = (int)v;
