@@ -1363,6 +1363,35 @@ void zs_param_hash(const float *params, size_t n, char hex[17])
  * the model (which would show in the peak RSS and not in the accounting). */
 #define ZS_HASH_CHUNK ((size_t)1 << 18)
 
+/* Tensor parallelism: T shards of n elements each, one after the other in
+ * all (TP rank order), into full in the tp = 1 layout order; replicated
+ * elements from TP rank 0. */
+static int zs_engine_tp_unshard(const zs_engine *e, const float *all, size_t n, float *full)
+{
+    size_t total = zs_model_count_params(&e->cfg.model);
+    zs_model_config mc = e->cfg.model;
+    int rc = 0;
+    for (int q = 0; q < e->tp_size && !rc; q++) {
+        zs_model *mq;
+        mc.tp_rank = q;
+        if ((rc = zs_model_create(&mc, &mq)))
+            break;
+        for (size_t j = 0; j < n;) {
+            size_t run, g = zs_model_tp_global_offset(mq, j, &run);
+            if (run == 0 || g == SIZE_MAX || g + run > total) {
+                rc = zs_error_set("internal: shard element %zu of TP rank %d maps outside the "
+                                  "model", j, q);
+                break;
+            }
+            if (q == 0 || !zs_model_tp_replicated(mq, j))
+                memcpy(full + g, all + (size_t)q * n + j, run * sizeof(float));
+            j += run;
+        }
+        zs_model_destroy(mq);
+    }
+    return rc;
+}
+
 /* Tensor parallelism: the parameters in the order of the tp = 1 model.
  * Data-parallel rank 0 of each TP rank gathers its TP shard, TP rank 0 of
  * those gathers them all and puts each element where the tp = 1 layout has
@@ -1388,28 +1417,8 @@ int zs_engine_get_full_params(zs_engine *e, float *full)
         else
             rc = zs_comm_gather_root(e->tp, mine, (int)n, all, ZS_CT_F32);
     }
-    if (!rc && all) {
-        size_t total = zs_model_count_params(&e->cfg.model);
-        zs_model_config mc = e->cfg.model;
-        for (int q = 0; q < T && !rc; q++) {
-            zs_model *mq;
-            mc.tp_rank = q;
-            if ((rc = zs_model_create(&mc, &mq)))
-                break;
-            for (size_t j = 0; j < n;) {
-                size_t run, g = zs_model_tp_global_offset(mq, j, &run);
-                if (run == 0 || g == SIZE_MAX || g + run > total) {
-                    rc = zs_error_set("internal: shard element %zu of TP rank %d maps outside "
-                                      "the model", j, q);
-                    break;
-                }
-                if (q == 0 || !zs_model_tp_replicated(mq, j))
-                    memcpy(full + g, all + (size_t)q * n + j, run * sizeof(float));
-                j += run;
-            }
-            zs_model_destroy(mq);
-        }
-    }
+    if (!rc && all)
+        rc = zs_engine_tp_unshard(e, all, n, full);
     free(mine);
     free(all);
     return rc;
@@ -1672,7 +1681,7 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
     double post = c->grad_scaling == ZS_GRAD_POSTSCALE ? c->grad_predivide / p->world : 1.0;
     double mul = post / (double)loss_scale;
     int lead = p->rank == 0, root = lead && e->tp_rank == 0;
-    size_t n = p->num_params, total = zs_model_count_params(&c->model);
+    size_t n = p->num_params;
     float *shard = malloc(p->shard * sizeof(float) + 1);
     void *raw = malloc(p->shard * e->ps + 1);
     float *mine = lead ? malloc(p->padded * sizeof(float)) : NULL;
@@ -1695,25 +1704,8 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
     if (!rc && lead && e->tp) { /* as zs_engine_get_full_params: into the tp = 1 order */
         zs_comm_set_context(e->tp, ZS_PHASE_REPORT, -1);
         rc = zs_comm_gather_root(e->tp, mine, (int)n, all, ZS_CT_F32);
-        zs_model_config mc = c->model;
-        for (int q = 0; q < e->tp_size && root && !rc; q++) {
-            zs_model *mq;
-            mc.tp_rank = q;
-            if ((rc = zs_model_create(&mc, &mq)))
-                break;
-            for (size_t j = 0; j < n;) {
-                size_t run, g = zs_model_tp_global_offset(mq, j, &run);
-                if (run == 0 || g == SIZE_MAX || g + run > total) {
-                    rc = zs_error_set("internal: gradient %zu of TP rank %d maps outside the "
-                                      "model", j, q);
-                    break;
-                }
-                if (q == 0 || !zs_model_tp_replicated(mq, j))
-                    memcpy(full + g, all + (size_t)q * n + j, run * sizeof(float));
-                j += run;
-            }
-            zs_model_destroy(mq);
-        }
+        if (!rc && root)
+            rc = zs_engine_tp_unshard(e, all, n, full);
     }
     free(shard);
     free(raw);
