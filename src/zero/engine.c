@@ -245,23 +245,27 @@ static off_t zs_swap_at(const zs_engine *e, int k, size_t i)
     return (off_t)(((size_t)k * e->part.shard + i) * 4);
 }
 
-static int zs_swap_io(zs_engine *e, int write, int k, size_t i, size_t n, float *buf)
+/* Write (or read) bytes at byte offset at of the swap file, whole. */
+static int zs_swap_rw(zs_engine *e, int write, off_t at, size_t bytes, void *buf)
 {
-    char *p = (char *)buf;
-    size_t left = n * 4;
-    off_t at = zs_swap_at(e, k, i);
-    while (left > 0) {
-        ssize_t r = write ? pwrite(e->swap_fd, p, left, at) : pread(e->swap_fd, p, left, at);
+    char *p = buf;
+    while (bytes > 0) {
+        ssize_t r = write ? pwrite(e->swap_fd, p, bytes, at) : pread(e->swap_fd, p, bytes, at);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
             ZS_FAIL("cannot %s %s: %s", write ? "write" : "read", e->swap_path,
-                    r < 0 ? strerror(errno) : "the file is shorter than the optimizer's states");
+                    r < 0 ? strerror(errno) : "the file is shorter than what it holds");
         p += r;
-        left -= (size_t)r;
+        bytes -= (size_t)r;
         at += r;
     }
     return 0;
+}
+
+static int zs_swap_io(zs_engine *e, int write, int k, size_t i, size_t n, float *buf)
+{
+    return zs_swap_rw(e, write, zs_swap_at(e, k, i), n * 4, buf);
 }
 
 /* offload_optimizer nvme: this rank's file of master, m and v, zero-filled,
@@ -278,21 +282,7 @@ static off_t zs_swap_param_at(const zs_engine *e, size_t i)
  * file, at element i. */
 static int zs_swap_params(zs_engine *e, int write, size_t i, size_t n, void *buf)
 {
-    char *p = buf;
-    size_t left = n * e->ps;
-    off_t at = zs_swap_param_at(e, i);
-    while (left > 0) {
-        ssize_t r = write ? pwrite(e->swap_fd, p, left, at) : pread(e->swap_fd, p, left, at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            ZS_FAIL("cannot %s %s: %s", write ? "write" : "read", e->swap_path,
-                    r < 0 ? strerror(errno) : "the file is shorter than the parameter shard");
-        p += r;
-        left -= (size_t)r;
-        at += r;
-    }
-    return 0;
+    return zs_swap_rw(e, write, zs_swap_param_at(e, i), n * e->ps, buf);
 }
 
 static int zs_engine_swap_open(zs_engine *e)
