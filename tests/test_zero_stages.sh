@@ -21,7 +21,7 @@ JSON
 
 MODEL="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 4 --warmup 0 --lr 1e-2"
 for n in ${ZS_TEST_RANKS:-1 2 3 4}; do
-    for prec in fp32 bf16 fp16; do
+    for prec in ${ZS_TEST_PRECISIONS:-fp32 bf16 fp16}; do
         ref=""
         for stage in 0 1 2 3; do
             out="$T/r-$n-$prec-$stage.json"
@@ -41,7 +41,7 @@ for n in ${ZS_TEST_RANKS:-1 2 3 4}; do
     done
 done
 # the padding was exercised: no N in 2..4 divides the parameter count
-np=$(sed -n 's/^  "num_params": \([0-9]*\),$/\1/p' "$T/r-1-fp32-0.json")
+np=$(sed -n 's/^  "num_params": \([0-9]*\),$/\1/p' "$(ls "$T"/r-*-fp32-0.json | head -1)")
 for n in 2 3 4; do
     [ $((np % n)) -ne 0 ] && ok || bad "num_params $np divisible by $n: padding untested"
 done
