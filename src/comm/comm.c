@@ -1474,7 +1474,7 @@ int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
         if (!done && MPI_Wtime() - t0 > timeout_s) {
             if (failed) /* the caller says why this rank failed */
                 return -1;
-            zs_comm_timed_out(c, ZS_BOARD_AGREE, "agreement after a step", seq);
+            zs_comm_timed_out(c, ZS_BOARD_AGREE, "agreement on whether a rank failed", seq);
         }
     }
     *any = out ? c->size - out + 1 : 0; /* 1 + lowest failing rank, 0 when none */
