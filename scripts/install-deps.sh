@@ -5,7 +5,9 @@ set -eu
 
 PACKAGES="build-essential autoconf automake libtool pkg-config autoconf-archive
 libopenmpi-dev openmpi-bin libopenblas-dev check gnuplot-nox
-libjansson-dev libxxhash-dev"
+libjansson-dev libxxhash-dev procps"
+# procps: pgrep, for tests/test_faults.sh. gcc's ASan and UBSan runtimes
+# (scripts/test-sanitizers.sh) come with build-essential.
 
 missing=""
 for p in $PACKAGES; do
