@@ -34,7 +34,7 @@ check_run() { # label dir
 
 for n in ${ZS_TEST_RANKS:-1 2 3 4}; do
     for stage in 0 1 2 3; do
-        for variant in fp32 bf16 fp16 det; do
+        for variant in ${ZS_TEST_VARIANTS:-fp32 bf16 fp16 det}; do
             case $variant in
                 det) args="--precision fp32 --deterministic";;
                 *) args="--precision $variant";;

@@ -22,7 +22,7 @@ JSON
 
 MODEL="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 4 --warmup 0 --lr 1e-2"
 for n in ${ZS_TEST_RANKS:-1 2 3 4}; do
-    for prec in fp32 bf16 fp16; do
+    for prec in ${ZS_TEST_PRECISIONS:-fp32 bf16 fp16}; do
         ref=""
         for stage in 0 1 2 3; do
             out="$T/r-$n-$prec-$stage.json"
