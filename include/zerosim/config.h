@@ -31,6 +31,10 @@ typedef enum {
  * or once per step after local accumulation (DeepSpeed's schedule). */
 typedef enum { ZS_GRAD_REDUCE_MICRO = 0, ZS_GRAD_REDUCE_STEP = 1 } zs_grad_reduce;
 
+/* Pipeline schedules (--pp-schedule): GPipe (all forwards, then all
+ * backwards), 1F1B (PipeDream-Flush, Megatron-LM's default). */
+typedef enum { ZS_PP_GPIPE = 0, ZS_PP_1F1B = 1 } zs_pp_schedule;
+
 /* How the gradient average over the data-parallel ranks is scaled:
  * zerosim's own way folds 1/(grad_accum x N) into the loss gradient;
  * DeepSpeed's prescale_gradients divides the gradients by N before the sum;
@@ -155,6 +159,7 @@ typedef struct {
      * tp and sequence_parallel into the model's configuration. */
     int tp, pp;
     int sequence_parallel;
+    zs_pp_schedule pp_schedule; /* --pp-schedule (1f1b) */
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;
@@ -203,6 +208,8 @@ const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_
 
 /* "micro-batch" or "step" into *out; non-zero for anything else. */
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);
+int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out);
+const char *zs_pp_schedule_name(zs_pp_schedule s);
 const char *zs_grad_reduce_name(zs_grad_reduce g);
 
 #ifdef __cplusplus

@@ -105,7 +105,10 @@ static const char *const zs_usage =
     "  --config FILE            DeepSpeed-style JSON configuration\n"
     "mesh (ranks = tp x dp x pp, Megatron-LM's order; see zerosim mesh):\n"
     "  --tp T                   tensor-parallel size (1; tensor_parallel.autotp_size)\n"
-    "  --pp P                   pipeline stages (1; only 1 so far)\n"
+    "  --pp P                   pipeline stages (1): the GPT's blocks cut into P\n"
+    "                           contiguous stages (see docs/pipeline.md)\n"
+    "  --pp-schedule gpipe|1f1b the pipeline's schedule (1f1b); micro-batches per\n"
+    "                           step = gradient_accumulation_steps\n"
     "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
     "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
     "run:\n"
@@ -178,7 +181,7 @@ enum {
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_LAST
+    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_PP_SCHEDULE, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -233,6 +236,7 @@ static const struct option zs_long_options[] = {
     {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
+    {"pp-schedule", required_argument, NULL, OPT_PP_SCHEDULE},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
@@ -388,6 +392,8 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if (cli->val[OPT_SP])
         c->sequence_parallel = 1;
+    if ((s = cli->val[OPT_PP_SCHEDULE]) && zs_pp_schedule_parse(s, &c->pp_schedule))
+        ZS_FAIL("--pp-schedule must be gpipe or 1f1b, got \"%s\"", s);
     if ((s = cli->val[OPT_OFFLOAD_OPT]) && zs_offload_parse(s, &c->offload_optimizer))
         ZS_FAIL("--offload-optimizer must be none, cpu or nvme, got \"%s\"", s);
     if ((s = cli->val[OPT_OFFLOAD_PARAM]) && zs_offload_parse(s, &c->offload_param))
@@ -914,7 +920,7 @@ static int zs_wants_phantom(int argc, char **argv)
 }
 
 /* The step program of rank 0 of cfg on `world` ranks, one op a line. */
-static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
+static int zs_print_program_one(const zs_run_config *cfg, int world, FILE *f)
 {
     zs_model *m;
     ZS_TRY(zs_model_create(&cfg->model, &m));
@@ -931,6 +937,21 @@ static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
     }
     zs_model_destroy(m);
     return rc;
+}
+
+static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
+{
+    if (cfg->pp > 1) { /* each pipeline stage runs its own program */
+        for (int st = 0; st < cfg->pp; st++) {
+            zs_run_config c = *cfg;
+            c.pp = 1; /* the stage's program over its data-parallel ranks */
+            ZS_TRY(zs_pp_stage_config(&c.model, cfg->pp, st));
+            c.pp = cfg->pp;
+            ZS_TRY(zs_print_program_one(&c, world / (cfg->pp * (cfg->tp > 1 ? cfg->tp : 1)), f));
+        }
+        return 0;
+    }
+    return zs_print_program_one(cfg, world, f);
 }
 
 /* Rank 0's notices before training: stage-3 units larger than
