@@ -47,6 +47,8 @@ static const char *const zs_usage =
     "                                from the checkpoint)\n"
     "       zerosim compare A B [--rtol X --atol Y --prefix P]   two dumps or weight\n"
     "                                files, tensor by tensor (zerosim compare --help)\n"
+    "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
+    "                                and whether it is used, has no effect or is refused\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -126,7 +128,7 @@ static const char *const zs_usage =
     "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
     "                           or stopped rank before the run stops (600)\n"
-    "checkpoints (sharded: each rank writes its shard; see README):\n"
+    "checkpoints (sharded: each rank writes its shard; see docs/checkpoints.md):\n"
     "  --save-dir DIR           save the training state into DIR/global_stepK after\n"
     "                           the last step (and every --save-every steps);\n"
     "                           DIR/latest names the newest\n"
@@ -135,7 +137,7 @@ static const char *const zs_usage =
     "                           global_stepK folder): --steps counts from the start\n"
     "                           of training; any ZeRO stage and any number of ranks\n"
     "                           with the same global batch\n"
-    "weights, data and dumps (the GPT; formats in README):\n"
+    "weights, data and dumps (the GPT; formats in docs/file-formats.md):\n"
     "  --init-from FILE         start from GPT-2 weights: Hugging Face's safetensors\n"
     "                           names (.safetensors) or llm.c's gpt2 .bin; the shapes\n"
     "                           are the file's (--heads only when a safetensors file\n"
@@ -1152,7 +1154,11 @@ int main(int argc, char **argv)
         return zs_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "mesh"))
         return zs_cmd_mesh(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, plan, mesh, bench; see zerosim --help)\n",
+    if (!strcmp(argv[1], "config-keys") && argc == 2) {
+        zs_config_print_keys(stdout);
+        return 0;
+    }
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }
