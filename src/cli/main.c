@@ -121,8 +121,11 @@ static const char *const zs_usage =
     "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
     "  --print-every N          progress line every N steps (the config's\n"
     "                           steps_per_print, 10)\n"
-    "  --quiet                  print nothing but errors: no progress lines, tables\n"
-    "                           or summary (--report and --csv still write)\n"
+    "  --quiet                  no progress lines (the step lines and the \"saved\"\n"
+    "                           lines); the start-up line, the summary and the tables\n"
+    "                           still print\n"
+    "  --silent                 print nothing but errors (--report, --csv and\n"
+    "                           --trace still write)\n"
     "  --trace FILE             write a Chrome trace of every rank's steps (ops and\n"
     "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
@@ -177,6 +180,7 @@ enum {
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
+    OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
@@ -217,6 +221,7 @@ static const struct option zs_long_options[] = {
     {"report", required_argument, NULL, OPT_REPORT},
     {"print-every", required_argument, NULL, OPT_PRINT_EVERY},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"silent", no_argument, NULL, OPT_SILENT},
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
     {"csv", required_argument, NULL, OPT_CSV},
     {"phantom", no_argument, NULL, OPT_PHANTOM},
@@ -758,6 +763,10 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
             return -1; /* done, exit 0 */
         }
         if (ch == OPT_QUIET) {
+            o->quiet = 1;
+            continue;
+        }
+        if (ch == OPT_SILENT) {
             o->log = NULL;
             continue;
         }
