@@ -19,6 +19,7 @@
 #include "zerosim/train.h"
 #include "zerosim/weights.h"
 #include "compare_cmd.h"
+#include "quant_cmd.h"
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
 
@@ -47,6 +48,9 @@ static const char *const zs_usage =
     "                                from the checkpoint)\n"
     "       zerosim compare A B [--rtol X --atol Y --prefix P]   two dumps or weight\n"
     "                                files, tensor by tensor (zerosim compare --help)\n"
+    "       zerosim quantize --from CKPT|FILE --format int8|int8-zp|nf4 --out FILE\n"
+    "                                post-training quantization (zerosim quantize --help)\n"
+    "       zerosim eval --from CKPT|FILE [--formats]   held-out loss and bytes\n"
     "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
     "                                and whether it is used, has no effect or is refused\n"
     "       zerosim --help | --version\n"
@@ -1148,6 +1152,10 @@ int main(int argc, char **argv)
         return zs_cmd_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "compare"))
         return zs_cmd_compare(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "quantize"))
+        return zs_cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "eval"))
+        return zs_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
@@ -1158,7 +1166,7 @@ int main(int argc, char **argv)
         zs_config_print_keys(stdout);
         return 0;
     }
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, plan, mesh, bench, config-keys; see zerosim --help)\n",
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }
