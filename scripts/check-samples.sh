@@ -145,4 +145,5 @@ for page in "$@"; do
 done
 [ "$show" -eq 1 ] && exit 0
 echo "check-samples: $blocks sample blocks, $bad not as the program prints them"
+[ "$bad" -eq 0 ] || echo "check-samples: to update a page, scripts/check-samples.sh --show PAGE prints what its commands print now"
 [ "$bad" -eq 0 ]

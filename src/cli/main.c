@@ -51,6 +51,8 @@ static const char *const zs_usage =
     "       zerosim quantize --from CKPT|FILE --format int8|int8-zp|nf4 --out FILE\n"
     "                                post-training quantization (zerosim quantize --help)\n"
     "       zerosim eval --from CKPT|FILE [--formats]   held-out loss and bytes\n"
+    "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
+    "                                and whether it is used, has no effect or is refused\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -130,7 +132,7 @@ static const char *const zs_usage =
     "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
     "                           or stopped rank before the run stops (600)\n"
-    "checkpoints (sharded: each rank writes its shard; see README):\n"
+    "checkpoints (sharded: each rank writes its shard; see docs/checkpoints.md):\n"
     "  --save-dir DIR           save the training state into DIR/global_stepK after\n"
     "                           the last step (and every --save-every steps);\n"
     "                           DIR/latest names the newest\n"
@@ -139,7 +141,7 @@ static const char *const zs_usage =
     "                           global_stepK folder): --steps counts from the start\n"
     "                           of training; any ZeRO stage and any number of ranks\n"
     "                           with the same global batch\n"
-    "weights, data and dumps (the GPT; formats in README):\n"
+    "weights, data and dumps (the GPT; formats in docs/file-formats.md):\n"
     "  --init-from FILE         start from GPT-2 weights: Hugging Face's safetensors\n"
     "                           names (.safetensors) or llm.c's gpt2 .bin; the shapes\n"
     "                           are the file's (--heads only when a safetensors file\n"
@@ -1160,7 +1162,11 @@ int main(int argc, char **argv)
         return zs_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "mesh"))
         return zs_cmd_mesh(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, plan, mesh, bench; see zerosim --help)\n",
+    if (!strcmp(argv[1], "config-keys") && argc == 2) {
+        zs_config_print_keys(stdout);
+        return 0;
+    }
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }
