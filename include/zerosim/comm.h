@@ -44,9 +44,8 @@ typedef enum {
     ZS_OP_NVME_WRITE,          /* offload to nvme: file writes */
     ZS_OP_SEND,                /* pipeline: point-to-point sends (activations,
                                   their gradients, the tied embedding's) */
-    ZS_OP_RECV,                /* pipeline: the matching receives (wire bytes
-                                  0: the sender counts them; seconds are the
-                                  time spent waiting) */
+    ZS_OP_RECV,                /* pipeline: the matching receives (their
+                                  seconds: the time spent waiting) */
     ZS_OP_NOPS
 } zs_comm_op;
 
@@ -227,7 +226,7 @@ int zs_comm_isend(zs_comm_t c, int peer, const void *buf, size_t count, zs_comm_
                   int layer, void **request);
 /* Receive count elements from rank `peer` of c with `tag` into buf,
  * waiting (polled, under the collective timeout); recorded as "recv" with
- * the bytes, wire bytes 0 and the seconds it waited. */
+ * the bytes and the seconds it waited. */
 int zs_comm_recv(zs_comm_t c, int peer, void *buf, size_t count, zs_comm_type t, int tag,
                  int layer);
 /* A few doubles to (or from) rank `peer` of c, blocking (a chain of

@@ -35,6 +35,9 @@ typedef enum { ZS_GRAD_REDUCE_MICRO = 0, ZS_GRAD_REDUCE_STEP = 1 } zs_grad_reduc
 /* Pipeline schedules (--pp-schedule): GPipe (all forwards, then all
  * backwards), 1F1B (PipeDream-Flush, Megatron-LM's default). */
 typedef enum { ZS_PP_GPIPE = 0, ZS_PP_1F1B = 1 } zs_pp_schedule;
+/* How the blocks are cut into stages (--pp-partition, DeepSpeed's
+ * PipelineModule partition_method names). */
+typedef enum { ZS_PP_UNIFORM = 0, ZS_PP_PARAMETERS = 1 } zs_pp_partition;
 
 /* How the gradient average over the data-parallel ranks is scaled:
  * zerosim's own way folds 1/(grad_accum x N) into the loss gradient;
@@ -161,6 +164,7 @@ typedef struct {
     int tp, pp;
     int sequence_parallel;
     zs_pp_schedule pp_schedule; /* --pp-schedule (1f1b) */
+    zs_pp_partition pp_partition; /* --pp-partition (uniform) */
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;
@@ -214,6 +218,8 @@ const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);
 int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out);
 const char *zs_pp_schedule_name(zs_pp_schedule s);
+int zs_pp_partition_parse(const char *s, zs_pp_partition *out);
+const char *zs_pp_partition_name(zs_pp_partition p);
 const char *zs_grad_reduce_name(zs_grad_reduce g);
 
 #ifdef __cplusplus

@@ -128,12 +128,15 @@ typedef struct zs_step_shape_s {
     int slots;           /* activations kept: micro-batches in flight */
 } zs_step_shape;
 
-/* Pipeline: set mc's stage fields (pp_on, pp_stage, pp_first, pp_last)
- * for stage `stage` of P, blocks split uniformly (DeepSpeed's
- * partition_method "uniform": the first L mod P stages one block more),
- * the embeddings on the first stage, the final LayerNorm and head on the
- * last. 0, or non-zero with a message (P more than the blocks). */
-int zs_pp_stage_config(zs_model_config *mc, int P, int stage);
+/* Pipeline: set cfg->model's stage fields (pp_on, pp_stage, pp_first,
+ * pp_last) for stage `stage` of cfg->pp, the embeddings on the first
+ * stage, the final LayerNorm and head on the last, the blocks split by
+ * cfg->pp_partition as DeepSpeed's partition_method: "uniform" by count
+ * (the first L mod P stages one block more), "parameters" balanced by the
+ * parameters each unit computes with (the least largest stage; the head
+ * counts the tied embedding it multiplies by). 0, or non-zero with a
+ * message (P more than the blocks). */
+int zs_pp_stage_config(zs_run_config *cfg, int stage);
 /* The non-interleaved schedules' warm-up forwards of stage `rank`
  * (Megatron-LM: min(P - rank - 1, m); GPipe: all m). */
 int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m);

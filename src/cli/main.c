@@ -115,6 +115,8 @@ static const char *const zs_usage =
     "                           contiguous stages (see docs/pipeline.md)\n"
     "  --pp-schedule gpipe|1f1b the pipeline's schedule (1f1b); micro-batches per\n"
     "                           step = gradient_accumulation_steps\n"
+    "  --pp-partition uniform|parameters  blocks per stage by count, or balanced\n"
+    "                           by parameters (DeepSpeed's partition_method; uniform)\n"
     "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
     "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
     "run:\n"
@@ -191,7 +193,7 @@ enum {
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_PP_SCHEDULE, OPT_LAST
+    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -248,6 +250,7 @@ static const struct option zs_long_options[] = {
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"pp-schedule", required_argument, NULL, OPT_PP_SCHEDULE},
+    {"pp-partition", required_argument, NULL, OPT_PP_PARTITION},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
@@ -405,6 +408,8 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         c->sequence_parallel = 1;
     if ((s = cli->val[OPT_PP_SCHEDULE]) && zs_pp_schedule_parse(s, &c->pp_schedule))
         ZS_FAIL("--pp-schedule must be gpipe or 1f1b, got \"%s\"", s);
+    if ((s = cli->val[OPT_PP_PARTITION]) && zs_pp_partition_parse(s, &c->pp_partition))
+        ZS_FAIL("--pp-partition must be uniform or parameters, got \"%s\"", s);
     if ((s = cli->val[OPT_OFFLOAD_OPT]) && zs_offload_parse(s, &c->offload_optimizer))
         ZS_FAIL("--offload-optimizer must be none, cpu or nvme, got \"%s\"", s);
     if ((s = cli->val[OPT_OFFLOAD_PARAM]) && zs_offload_parse(s, &c->offload_param))
@@ -958,10 +963,8 @@ static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
 {
     if (cfg->pp > 1) { /* each pipeline stage runs its own program */
         for (int st = 0; st < cfg->pp; st++) {
-            zs_run_config c = *cfg;
-            c.pp = 1; /* the stage's program over its data-parallel ranks */
-            ZS_TRY(zs_pp_stage_config(&c.model, cfg->pp, st));
-            c.pp = cfg->pp;
+            zs_run_config c = *cfg; /* over the stage's data-parallel ranks */
+            ZS_TRY(zs_pp_stage_config(&c, st));
             ZS_TRY(zs_print_program_one(&c, world / (cfg->pp * (cfg->tp > 1 ? cfg->tp : 1)), f));
         }
         return 0;
@@ -1076,12 +1079,13 @@ static int zs_cmd_train(int argc, char **argv)
         else if (cfg.offload_optimizer == ZS_OFFLOAD_NVME)
             snprintf(offl, sizeof offl, ", optimizer offloaded to files in %.100s", cfg.nvme_path);
         fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
-                "grad-accum %d x %d%s%s, %d steps\n",
+                "grad-accum %d x %d%s%s%s, %d steps\n",
                 PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
                 zs_dtype_name(cfg.precision), cfg.stage, world, phantom ? "simulated " : "",
                 world == 1 ? "" : "s",
                 cfg.deterministic ? " (deterministic)" : "", cfg.micro_batch, cfg.grad_accum,
-                world, reduce, offl, cfg.steps);
+                world / (cfg.tp * cfg.pp), cfg.tp * cfg.pp > 1 ? " data-parallel" : "", reduce,
+                offl, cfg.steps);
         if (zs_print_notices(&cfg, world / (cfg.tp * cfg.pp), o.log))
             fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
     }

@@ -903,8 +903,8 @@ static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t 
                         .step = c->ledger->step,
                         .elems = elems, .elem_size = zs_comm_type_size(t)};
     double full = (double)elems * (double)r.elem_size, N = c->size;
-    r.wire_bytes = op == ZS_OP_GATHER || op == ZS_OP_SEND ? full
-                   : op == ZS_OP_RECV ? 0.0 : full * (N - 1) / N;
+    r.wire_bytes = op == ZS_OP_GATHER || op == ZS_OP_SEND || op == ZS_OP_RECV
+                       ? full : full * (N - 1) / N;
     if (op == ZS_OP_ALLREDUCE)
         r.wire_bytes *= 2;
     return r;

@@ -1863,6 +1863,22 @@ int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out)
 
 const char *zs_pp_schedule_name(zs_pp_schedule s) { return s == ZS_PP_GPIPE ? "gpipe" : "1f1b"; }
 
+int zs_pp_partition_parse(const char *s, zs_pp_partition *out)
+{
+    if (!strcmp(s, "uniform"))
+        *out = ZS_PP_UNIFORM;
+    else if (!strcmp(s, "parameters"))
+        *out = ZS_PP_PARAMETERS;
+    else
+        return -1;
+    return 0;
+}
+
+const char *zs_pp_partition_name(zs_pp_partition p)
+{
+    return p == ZS_PP_PARAMETERS ? "parameters" : "uniform";
+}
+
 /* What the pipeline (--pp > 1) supports; one line saying why otherwise. */
 static int check_pipeline(const zs_run_config *c)
 {

@@ -472,6 +472,20 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_train_agree(comm, -1, r);
         goto done;
     }
+    if (cfg->pp > 1 && rank == 0) { /* every stage's, for the report */
+        r->pp_size = cfg->pp;
+        r->pp_pred = calloc((size_t)cfg->pp, sizeof *r->pp_pred);
+        for (int st = 0; r->pp_pred && st < cfg->pp && !rc; st++) {
+            zs_run_config sc = *cfg;
+            rc = zs_pp_stage_config(&sc, st);
+            if (!rc)
+                rc = zs_predict(&sc, r->dp_size, &r->pp_pred[st]);
+        }
+        if (!r->pp_pred)
+            rc = zs_error_set("out of host memory for the pipeline's predictions");
+    }
+    if ((rc = zs_train_agree(comm, rc, r)))
+        goto done;
     if (cfg->compression.kind != ZS_COMP_NONE && rank == 0) {
         int nb = zs_engine_buckets(e, NULL, NULL, 0);
         size_t *lo = calloc((size_t)nb + 1, sizeof(size_t)), *hi = calloc((size_t)nb + 1, sizeof(size_t));
@@ -495,7 +509,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                 zs_engine_shape(e), zs_engine_program(e),
                 zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
     }
-    r->num_params = zs_engine_num_params(e);
+    /* the whole model's (a pipeline stage holds its part) */
+    r->num_params = cfg->pp > 1 ? zs_model_count_params(&cfg->model) : zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
     r->padded_params = zs_engine_partition(e)->padded;
@@ -617,7 +632,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         if (!rc)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
         if (!rc && cfg->pp > 1) /* this rank's pipeline stage */
-            rc = zs_pp_stage_config(&local.model, cfg->pp, zs_mesh_self(mesh).pp);
+            rc = zs_pp_stage_config(&local, zs_mesh_self(mesh).pp);
     }
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
@@ -836,6 +851,8 @@ void zs_train_result_free(zs_train_result *r)
     r->a2a_pred = NULL;
     free(r->h2d_pred);
     r->h2d_pred = NULL;
+    free(r->pp_pred);
+    r->pp_pred = NULL;
     r->at_peak = NULL;
     r->phase_peaks = NULL;
     r->comm = NULL;

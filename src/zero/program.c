@@ -435,9 +435,38 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_TIED_SYNC] = "tied_sync",
 };
 
-int zs_pp_stage_config(zs_model_config *mc, int P, int stage)
+/* "parameters": the blocks of each stage, [*lo, *hi] (1-based units), as
+ * the greedy cut under the least bottleneck X for which it is feasible: a
+ * stage closes before block u when u would take it over X, or when the
+ * blocks left are as many as the stages left. w[u]: unit u's weight. */
+static int zs_pp_cut(const size_t *w, int L, int P, size_t X, int *first_block)
 {
-    int L = mc->n_layer;
+    int U = L + 2, parts = 0;
+    size_t cur = 0;
+    for (int u = 0; u < U; u++) {
+        int block = u >= 1 && u <= L, can_cut = u >= 2 && u <= L; /* never the head alone */
+        int left_blocks = L - u + 1, left_parts = P - parts - 1;
+        if (w[u] > X)
+            return -1;
+        if (can_cut && parts + 1 < P && (cur + w[u] > X || left_blocks == left_parts)) {
+            if (first_block)
+                first_block[++parts] = u;
+            else
+                parts++;
+            cur = 0;
+        } else if (cur + w[u] > X) {
+            return -1; /* a part over X that cannot be cut */
+        }
+        cur += w[u];
+        (void)block;
+    }
+    return parts + 1 == P ? 0 : -1;
+}
+
+int zs_pp_stage_config(zs_run_config *cfg, int stage)
+{
+    zs_model_config *mc = &cfg->model;
+    int L = mc->n_layer, P = cfg->pp;
     if (mc->kind != ZS_MODEL_GPT)
         ZS_FAIL("pipeline parallelism cuts the GPT's blocks into stages: use --model gpt");
     if (P < 1 || P > L)
@@ -445,8 +474,48 @@ int zs_pp_stage_config(zs_model_config *mc, int P, int stage)
                 "at least one block", P, L);
     if (stage < 0 || stage >= P)
         ZS_FAIL("internal: pipeline stage %d of %d", stage, P);
-    int q = L / P, r = L % P; /* the first r stages hold q + 1 blocks */
-    int b0 = stage * q + (stage < r ? stage : r), b1 = b0 + q + (stage < r) - 1;
+    int b0, b1; /* 0-based blocks of the stage */
+    if (cfg->pp_partition == ZS_PP_PARAMETERS && P > 1) {
+        zs_model_config whole = *mc;
+        whole.pp_on = 0;
+        zs_model *m;
+        ZS_TRY(zs_model_create(&whole, &m));
+        size_t *w = malloc((size_t)(L + 2) * sizeof *w), lo = 0, hi = 0;
+        int *first = malloc((size_t)(P + 1) * sizeof *first);
+        if (!w || !first) {
+            free(w);
+            free(first);
+            zs_model_destroy(m);
+            ZS_FAIL("out of host memory partitioning the pipeline");
+        }
+        for (int u = 0; u < L + 2; u++) {
+            w[u] = zs_model_unit_elems(m, u);
+            hi += w[u];
+            if (w[u] > lo)
+                lo = w[u];
+        }
+        zs_model_destroy(m);
+        while (lo < hi) { /* the least X the cut reaches P stages under */
+            size_t mid = lo + (hi - lo) / 2;
+            if (zs_pp_cut(w, L, P, mid, NULL) == 0)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        first[0] = 1;
+        int rc = zs_pp_cut(w, L, P, lo, first);
+        first[P] = L + 1;
+        b0 = first[stage] - 1;
+        b1 = first[stage + 1] - 2;
+        free(w);
+        free(first);
+        if (rc)
+            ZS_FAIL("internal: no balanced pipeline partition of %d blocks into %d stages", L, P);
+    } else {
+        int q = L / P, r = L % P; /* the first r stages hold q + 1 blocks */
+        b0 = stage * q + (stage < r ? stage : r);
+        b1 = b0 + q + (stage < r) - 1;
+    }
     mc->pp_on = P > 1;
     mc->pp_stage = stage;
     mc->pp_first = stage == 0 ? 0 : b0 + 1;
@@ -872,9 +941,10 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
             s->stage, s->part.world, s->part.num_params, s->part.padded, s->part.shard, s->U,
             s->nbuckets, p->n, s->reduce_step ? ", gradients reduced once per step" : "");
     if (s->pp > 1)
-        fprintf(f, "# pipeline stage %d of %d (%s): units %d..%d, warm-up %d, %d activation "
+        fprintf(f, "# pipeline stage %d of %d (%s, %s): units %d..%d, warm-up %d, %d activation "
                    "slot%s\n",
-                s->pp_rank, s->pp, zs_pp_schedule_name(s->cfg.pp_schedule), s->ufirst, s->ulast,
+                s->pp_rank, s->pp, zs_pp_schedule_name(s->cfg.pp_schedule),
+                zs_pp_partition_name(s->cfg.pp_partition), s->ufirst, s->ulast,
                 zs_pp_warmup(s->cfg.pp_schedule, s->pp, s->pp_rank, s->cfg.grad_accum), s->slots,
                 s->slots == 1 ? "" : "s");
     for (size_t i = 0; i < p->n; i++) {
