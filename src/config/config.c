@@ -1563,7 +1563,7 @@ static const field top_fields[] = {
     F_UNMOD("weight_quantization", OFF_DISABLED, "weight quantization", OFF_SECTION),
     F_UNMOD("hybrid_engine", OFF_DISABLED, "the RLHF hybrid engine", OFF_SECTION),
     F_UNMOD("pipeline", OFF_NULL, "DeepSpeed's pipeline engine settings",
-            "remove it (zerosim's pipeline parallelism is --pp, not yet above 1)"),
+            "remove it (zerosim's pipeline parallelism is --pp and --pp-schedule)"),
 };
 static const field_table top_table = TABLE(top_fields);
 
