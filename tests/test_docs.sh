@@ -71,6 +71,11 @@ grep -v '^tp groups' "$T/good.md" >"$T/dropped.md"
 sh "$CHECK" "$T/dropped.md" >"$T/out" 2>&1 && bad "a dropped row passed" || ok
 sed 's/^tp groups.*/.../' "$T/good.md" >"$T/ellipsis.md"
 sh "$CHECK" "$T/ellipsis.md" >"$T/out" 2>&1 && ok || { bad "a row left out with ... failed:"; cat "$T/out"; }
+# --update rewrites a block that quotes a whole output (the key list)
+sed 's/^seed: used$/seed: unknown/' "$srcdir/docs/configuration.md" >"$T/cfg.md"
+sh "$CHECK" "$T/cfg.md" >/dev/null 2>&1 && bad "a changed key list passed" || ok
+sh "$CHECK" --update "$T/cfg.md" >/dev/null 2>&1 && cmp -s "$T/cfg.md" "$srcdir/docs/configuration.md" && ok ||
+    bad "--update did not restore the key list"
 sed '$d' "$T/good.md" >"$T/open.md"
 sh "$CHECK" "$T/open.md" >"$T/out" 2>&1 && bad "an unclosed block passed" || ok
 finish
