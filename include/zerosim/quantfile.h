@@ -25,12 +25,6 @@
 extern "C" {
 #endif
 
-/* 1 when the entry is the weight of a linear layer (MLP fcK.w; GPT
- * attn.qkv.w, attn.proj.w, mlp.fc.w, mlp.proj.w), with its (out, in)
- * shape in *rows, *cols; 0 otherwise (kept in fp32). */
-int zs_quant_entry_matrix(const zs_model_config *mc, const zs_param_entry *e, size_t *rows,
-                          size_t *cols);
-
 /* What a write or read found: parameters and bytes by kind. */
 typedef struct {
     size_t quantized_params, other_params;

@@ -18,36 +18,6 @@
 #define QF_FORMAT "zerosim-quantized"
 #define QF_VERSION 1
 
-static int qf_ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
-int zs_quant_entry_matrix(const zs_model_config *mc, const zs_param_entry *e, size_t *rows,
-                          size_t *cols)
-{
-    size_t in;
-    if (mc->kind == ZS_MODEL_MLP) {
-        if (!qf_ends_with(e->name, ".w") || strncmp(e->name, "fc", 2))
-            return 0;
-        in = (size_t)(e->layer == 0 ? mc->input_dim : mc->widths[e->layer - 1]);
-    } else {
-        if (qf_ends_with(e->name, ".attn.qkv.w") || qf_ends_with(e->name, ".attn.proj.w") ||
-            qf_ends_with(e->name, ".mlp.fc.w"))
-            in = (size_t)mc->n_embd;
-        else if (qf_ends_with(e->name, ".mlp.proj.w"))
-            in = 4 * (size_t)mc->n_embd;
-        else
-            return 0;
-    }
-    if (!in || e->numel % in)
-        return 0;
-    *cols = in;
-    *rows = e->numel / in;
-    return 1;
-}
-
 /* ---- the model's shapes as JSON ------------------------------------------------- */
 
 char *zs_model_config_json(const zs_model_config *m)
