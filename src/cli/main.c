@@ -20,6 +20,7 @@
 #include "zerosim/weights.h"
 #include "compare_cmd.h"
 #include "quant_cmd.h"
+#include "deepcomp_cmd.h"
 #include "zerosim/quant.h"
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
@@ -52,6 +53,9 @@ static const char *const zs_usage =
     "       zerosim quantize --from CKPT|FILE --format int8|int8-zp|nf4 --out FILE\n"
     "                                post-training quantization (zerosim quantize --help)\n"
     "       zerosim eval --from CKPT|FILE [--formats]   held-out loss and bytes\n"
+    "       zerosim compress --from CKPT|FILE --out FILE   Deep Compression: prune,\n"
+    "                                share, Huffman-code (zerosim compress --help);\n"
+    "                                zerosim decompress --from FILE reads it back\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -1166,13 +1170,17 @@ int main(int argc, char **argv)
         return zs_cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval"))
         return zs_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "compress"))
+        return zs_cmd_compress(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "decompress"))
+        return zs_cmd_decompress(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
         return zs_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "mesh"))
         return zs_cmd_mesh(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, plan, mesh, bench; see zerosim --help)\n",
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, plan, mesh, bench; see zerosim --help)\n",
             argv[1]);
     return 2;
 }
