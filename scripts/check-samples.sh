@@ -11,7 +11,8 @@
 #                            that prints the same lines; the page says so)
 #   <!-- sample-of: CMD -->  the block is CMD's output (a block that shows
 #                            no command, or whose command is shown elsewhere)
-#   <!-- vary: ERE -->       (before the marker, any number) text that varies
+#   <!-- vary: ERE -->       (before the marker, any number; awk's ERE, without
+#                            {n} intervals) text that varies
 #                            from run to run or machine to machine (times, rates):
 #                            what matches ERE is masked on both sides
 #
@@ -99,7 +100,7 @@ normalize() {
 }
 
 for page in "$@"; do
-    rm -rf "$W"/b*
+    rm -rf "$W"/b[0-9]*
     split_page "$page" || { bad=$((bad + 1)); continue; }
     for b in "$W"/b*; do
         [ -d "$b" ] || continue
@@ -111,7 +112,17 @@ for page in "$@"; do
         while [ -f "$b/cmd$j" ]; do
             cmd=$(cat "$b/cmd$j")
             run=$(runnable "$cmd" "$extra")
-            (cd "$b/cwd" && timeout 120 sh -c "$run") >"$b/got$j"
+            # a command that writes no file and was run before (on this page
+            # or another) is not run again: its output is kept by its text
+            key=$(printf '%s' "$run" | cksum | tr ' ' _)
+            if [ -f "$W/cache/$key" ]; then
+                cp "$W/cache/$key" "$b/got$j"
+            else
+                (cd "$b/cwd" && timeout 120 sh -c "$run") >"$b/got$j"
+                if [ "$kind" = sample-of ] || [ "$j" -eq 1 ]; then
+                    [ -z "$(ls -A "$b/cwd")" ] && mkdir -p "$W/cache" && cp "$b/got$j" "$W/cache/$key"
+                fi
+            fi
             if [ "$show" -eq 1 ]; then
                 echo "== $page line $at: \$ $cmd"; cat "$b/got$j"
                 j=$((j + 1)); continue
@@ -145,4 +156,5 @@ for page in "$@"; do
 done
 [ "$show" -eq 1 ] && exit 0
 echo "check-samples: $blocks sample blocks, $bad not as the program prints them"
+[ "$bad" -eq 0 ] || echo "check-samples: to update a page, scripts/check-samples.sh --show PAGE prints what its commands print now"
 [ "$bad" -eq 0 ]

@@ -17,6 +17,26 @@ tail -1 "$T/samples.log"
 n=$(sed -n 's/^check-samples: \([0-9]*\) sample blocks.*/\1/p' "$T/samples.log")
 [ "${n:-0}" -ge 8 ] && ok || bad "only ${n:-0} sample blocks checked"
 
+# the numbers quoted in the pages' prose (tagged <!--name-->value) against
+# what docs/numbers.sh measures now, by the labs' page check
+if sh "$srcdir/docs/numbers.sh" "$T/numbers.txt" >"$T/numbers.log" 2>&1; then ok; else
+    bad "docs/numbers.sh failed:"; cat "$T/numbers.log"
+fi
+tagged=0
+for page in $pages; do
+    grep -q '<!--~\{0,1\}[a-z0-9_]*-->' "$page" || continue
+    tagged=$((tagged + 1))
+    if sh "$srcdir/labs/check-page.sh" "$page" "$T/numbers.txt" >"$T/page.log" 2>&1; then ok; else
+        bad "$page quotes numbers the program no longer gives:"; cat "$T/page.log"
+    fi
+    echo "$(basename "$page"): $(cat "$T/page.log")"
+done
+[ "$tagged" -ge 1 ] && ok || bad "no page has tagged numbers"
+# a changed number fails
+sed 's/<!--gpt3_default_peak_gb-->[0-9]*/<!--gpt3_default_peak_gb-->343/' "$srcdir/docs/phantom.md" >"$T/phantom.md"
+sh "$srcdir/labs/check-page.sh" "$T/phantom.md" "$T/numbers.txt" >"$T/out" 2>&1 && bad "a changed GPT-3 figure passed" ||
+    { grep -q 'gpt3_default_peak_gb reads 343' "$T/out" && ok || { bad "the changed figure was not named"; cat "$T/out"; }; }
+
 # the check can fail: a page whose sample has one byte count changed, one
 # whose sample leaves out a line without "...", one with an unclosed block
 cat >"$T/good.md" <<'P'

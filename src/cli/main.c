@@ -56,6 +56,8 @@ static const char *const zs_usage =
     "       zerosim compress --from CKPT|FILE --out FILE   Deep Compression: prune,\n"
     "                                share, Huffman-code (zerosim compress --help);\n"
     "                                zerosim decompress --from FILE reads it back\n"
+    "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
+    "                                and whether it is used, has no effect or is refused\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -139,7 +141,7 @@ static const char *const zs_usage =
     "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
     "                           or stopped rank before the run stops (600)\n"
-    "checkpoints (sharded: each rank writes its shard; see README):\n"
+    "checkpoints (sharded: each rank writes its shard; see docs/checkpoints.md):\n"
     "  --save-dir DIR           save the training state into DIR/global_stepK after\n"
     "                           the last step (and every --save-every steps);\n"
     "                           DIR/latest names the newest\n"
@@ -148,7 +150,7 @@ static const char *const zs_usage =
     "                           global_stepK folder): --steps counts from the start\n"
     "                           of training; any ZeRO stage and any number of ranks\n"
     "                           with the same global batch\n"
-    "weights, data and dumps (the GPT; formats in README):\n"
+    "weights, data and dumps (the GPT; formats in docs/file-formats.md):\n"
     "  --init-from FILE         start from GPT-2 weights: Hugging Face's safetensors\n"
     "                           names (.safetensors) or llm.c's gpt2 .bin; the shapes\n"
     "                           are the file's (--heads only when a safetensors file\n"
@@ -1180,7 +1182,11 @@ int main(int argc, char **argv)
         return zs_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "mesh"))
         return zs_cmd_mesh(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, plan, mesh, bench; see zerosim --help)\n",
+    if (!strcmp(argv[1], "config-keys") && argc == 2) {
+        zs_config_print_keys(stdout);
+        return 0;
+    }
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }
