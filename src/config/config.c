@@ -43,6 +43,7 @@
  */
 #include "zerosim/config.h"
 #include "zerosim/error.h"
+#include "zerosim/quant.h"
 
 #include <errno.h>
 #include <float.h>
@@ -1291,6 +1292,18 @@ static int zerosim_sequence_parallel(loader *ld, const char *path, const json_t 
     return read_bool(ld, path, v, &ld->c.sequence_parallel);
 }
 
+/* zerosim.qat: "none", "int8" or "nf4". */
+static int zerosim_qat(loader *ld, const char *path, const json_t *v)
+{
+    const char *s = NULL;
+    zs_quant_format f;
+    ZS_TRY(read_string(ld, path, v, "\"none\", \"int8\" or \"nf4\"", &s));
+    if (zs_quant_format_parse(s, &f) || f == ZS_QUANT_INT8_ZP)
+        return bad_value(ld, path, v, "\"none\", \"int8\" or \"nf4\"");
+    ld->c.qat = (int)f;
+    return 0;
+}
+
 /* zerosim.grad_reduce: "micro-batch" or "step". */
 static int zerosim_grad_reduce(loader *ld, const char *path, const json_t *v)
 {
@@ -1314,6 +1327,7 @@ static const field zerosim_fields[] = {
     F_FUNC("sequence_parallel", zerosim_sequence_parallel),
     F_FUNC("grad_reduce", zerosim_grad_reduce),
     F_FUNC("collective_timeout", zerosim_collective_timeout),
+    F_FUNC("qat", zerosim_qat),
 };
 /* DeepSpeed's tensor_parallel section: the tensor-parallel size. */
 static const field tp_fields[] = {
@@ -1844,6 +1858,8 @@ char *zs_run_config_json(const zs_run_config *c)
         "gradient_predivide_factor", c->grad_predivide, "deterministic", c->deterministic, "tp",
         c->tp, "pp", c->pp, "sequence_parallel", c->sequence_parallel, "auto", autos,
         "no_effect", none);
+    if (root && c->qat) /* only when on: the printed configurations stay as they were */
+        json_object_set_new(root, "qat", json_string(zs_quant_format_name((zs_quant_format)c->qat)));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;
@@ -1999,6 +2015,9 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->compression.kind != ZS_COMP_NONE && c->stage == 0)
         return fail("gradient compression works with ZeRO stages 1, 2 and 3: set "
                     "zero_optimization.stage (--stage) to 1, 2 or 3, or turn compression off");
+    if (c->qat && c->tp > 1)
+        return fail("quantization-aware training (--qat) works with --tp 1: its scales are "
+                    "per whole tensor or block of the tp = 1 layout");
     if (c->compression.kind != ZS_COMP_NONE && c->deterministic)
         return fail("gradient compression and deterministic mode cannot be combined: compressed "
                     "sums are deterministic only for a fixed number of ranks");
