@@ -113,6 +113,7 @@ struct zs_engine {
     void *rs_req;               /* overlap_comm: the reduce-scatter in flight */
     int rs_k;                   /* its bucket, or -1 */
     double rs_t0;               /* when it started */
+    int rs_async;               /* it goes on behind the next ops */
     int tracing;                /* record op spans (zs_engine_set_trace) */
     zs_trace_span *spans;
     size_t nspans, capspans;
@@ -812,13 +813,14 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src, s
  * plus the sum, as the micro-batch schedule's first addition, so that one
  * micro-batch gives the same bytes under both schedules); in fixed point
  * the reduced part is converted back straight into it. */
-static int zs_engine_reduce_start(zs_engine *e, int k)
+static int zs_engine_reduce_start(zs_engine *e, int k, int async)
 {
     const zs_step_range *b = &e->sh->buckets[k];
     size_t n = b->hi - b->lo;
     const void *src = e->stage <= 1 ? (const char *)e->gfull + b->lo * e->ps : e->bucket_buf[k];
     zs_step_counts(e->sh, b->lo, b->hi, e->counts, NULL);
     e->rs_k = k;
+    e->rs_async = async;
     if (e->comp_now) {
         size_t rbegin, rcount = zs_partition_overlap(&e->part, e->part.rank, b->lo, b->hi,
                                                      &rbegin);
@@ -835,7 +837,8 @@ static int zs_engine_reduce_start(zs_engine *e, int k)
     }
     e->rs_t0 = zs_clock();
     ZS_TRY(zs_comm_ireduce_scatter(e->comm, send, e->recv, e->counts, ct, k, &e->rs_req));
-    e->nb_wait_s += zs_clock() - e->rs_t0; /* starting it is not hidden */
+    if (async) /* starting it is not hidden */
+        e->nb_wait_s += zs_clock() - e->rs_t0;
     return 0;
 }
 
@@ -852,8 +855,10 @@ static int zs_engine_reduce_finish(zs_engine *e)
         double t0 = zs_clock();
         ZS_TRY(zs_comm_wait(e->comm, &e->rs_req));
         double t1 = zs_clock();
-        e->nb_wait_s += t1 - t0;
-        e->nb_span_s += t1 - e->rs_t0;
+        if (e->rs_async) { /* a blocking one hides nothing: not counted */
+            e->nb_wait_s += t1 - t0;
+            e->nb_span_s += t1 - e->rs_t0;
+        }
         if (e->det) {
             if (e->once)
                 zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->ps, e->pt, e->recv,
@@ -1191,7 +1196,7 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
         break;
     }
     case ZS_SOP_REDUCE:
-        ZS_TRY(zs_engine_reduce_start(e, o->index));
+        ZS_TRY(zs_engine_reduce_start(e, o->index, (o->flags & ZS_SOPF_ASYNC) != 0));
         if (!(o->flags & ZS_SOPF_ASYNC))
             ZS_TRY(zs_engine_reduce_finish(e));
         break;
