@@ -114,6 +114,7 @@ struct zs_engine {
     int rs_k;                   /* its bucket, or -1 */
     double rs_t0;               /* when it started */
     int rs_async;               /* it goes on behind the next ops */
+    int glast;                  /* stage 3: the latest gather range started */
     int tracing;                /* record op spans (zs_engine_set_trace) */
     zs_trace_span *spans;
     size_t nspans, capspans;
@@ -480,7 +481,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->counts = calloc((size_t)N, sizeof(int));
     e->displs = calloc((size_t)N, sizeof(int));
     e->gstart = calloc((size_t)e->U + 1, sizeof(double));
-    e->rs_k = -1;
+    e->rs_k = e->glast = -1;
     e->gbuf = calloc((size_t)ng + 1, sizeof(void *));
     e->greq = calloc((size_t)ng + 1, sizeof(void *));
     e->gcounts = calloc((size_t)ng + 1, sizeof(int *));
@@ -631,6 +632,7 @@ static int zs_gather_start(zs_engine *e, int u)
         }
         ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, e->gbuf[i], e->gcounts[i], e->gdispls[i],
                                            e->ct, u, &e->greq[i]));
+        e->glast = i;
     }
     e->live += s->gelems[u];
     if (e->live > e->live_peak)
@@ -881,14 +883,17 @@ static int zs_engine_reduce_finish(zs_engine *e)
     return 0;
 }
 
-/* overlap_comm: move the reduce-scatter in flight on, between ops; the
- * time it takes here is not hidden (this thread does the sums). */
-static int zs_engine_reduce_progress(zs_engine *e)
+/* Between ops: move the non-blocking collectives on. The reduce-scatter in
+ * flight (overlap_comm) is driven by this thread, which does its sums; a
+ * test of the latest prefetched gather lets MPI's progress engine move every
+ * pending gather (Open MPI progresses non-blocking collectives only inside
+ * MPI calls). The time it takes here is not hidden. */
+static int zs_engine_progress(zs_engine *e)
 {
-    if (!e->rs_req)
+    if (e->phantom || (!e->rs_req && (e->glast < 0 || !e->greq[e->glast])))
         return 0;
     double t0 = zs_clock();
-    int rc = zs_comm_test(e->comm, &e->rs_req);
+    int rc = zs_comm_test(e->comm, e->rs_req ? &e->rs_req : &e->greq[e->glast]);
     e->nb_wait_s += zs_clock() - t0;
     return rc;
 }
@@ -1308,7 +1313,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
                      o->kind != ZS_SOP_RELEASE && o->kind != ZS_SOP_BUCKET_ALLOC;
         double t0 = traced ? zs_clock() : 0.0;
         ZS_TRY(zs_engine_exec(e, o, &stop));
-        ZS_TRY(zs_engine_reduce_progress(e));
+        ZS_TRY(zs_engine_progress(e));
         if (traced) {
             if (e->nspans == e->capspans) {
                 size_t cap = e->capspans ? 2 * e->capspans : 256;
