@@ -137,6 +137,11 @@ typedef struct {
      * on the number of ranks or the MPI algorithm (see zerosim/zero.h). */
     int deterministic;
 
+    /* zerosim.qat / --qat: quantization-aware training; 0 = off, else the
+     * zs_quant_format (int8 or nf4, zerosim/quant.h) whose fake-quantized
+     * linear weights the forward and backward use (docs/quantization.md) */
+    int qat;
+
     /* activation checkpointing (--checkpoint-activations, the
      * "activation_checkpointing" section); finalize turns it into
      * model.ckpt_blocks */

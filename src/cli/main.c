@@ -20,6 +20,8 @@
 #include "zerosim/weights.h"
 #include "compare_cmd.h"
 #include "quant_cmd.h"
+#include "deepcomp_cmd.h"
+#include "zerosim/quant.h"
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
 
@@ -51,6 +53,9 @@ static const char *const zs_usage =
     "       zerosim quantize --from CKPT|FILE --format int8|int8-zp|nf4 --out FILE\n"
     "                                post-training quantization (zerosim quantize --help)\n"
     "       zerosim eval --from CKPT|FILE [--formats]   held-out loss and bytes\n"
+    "       zerosim compress --from CKPT|FILE --out FILE   Deep Compression: prune,\n"
+    "                                share, Huffman-code (zerosim compress --help);\n"
+    "                                zerosim decompress --from FILE reads it back\n"
     "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
     "                                and whether it is used, has no effect or is refused\n"
     "       zerosim --help | --version\n"
@@ -108,6 +113,10 @@ static const char *const zs_usage =
     "                           (ZeRO-Infinity)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
+    "  --qat int8|nf4           quantization-aware training: the linear weights enter\n"
+    "                           forward and backward fake-quantized (int8 absmax per\n"
+    "                           tensor, nf4 blocks of 64); fp32 master weights\n"
+    "                           (zerosim.qat; docs/quantization.md)\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
     "mesh (ranks = tp x dp x pp, Megatron-LM's order; see zerosim mesh):\n"
     "  --tp T                   tensor-parallel size (1; tensor_parallel.autotp_size)\n"
@@ -197,7 +206,7 @@ enum {
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM,
+    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT,
     OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
     OPT_AUX_LOSS_COEFF, OPT_EP,
     OPT_LAST
@@ -237,6 +246,7 @@ static const struct option zs_long_options[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"silent", no_argument, NULL, OPT_SILENT},
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
+    {"qat", required_argument, NULL, OPT_QAT},
     {"csv", required_argument, NULL, OPT_CSV},
     {"phantom", no_argument, NULL, OPT_PHANTOM},
     {"world-size", required_argument, NULL, OPT_WORLD_SIZE},
@@ -417,6 +427,12 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if (cli->val[OPT_DETERMINISTIC])
         c->deterministic = 1;
+    if ((s = cli->val[OPT_QAT])) {
+        zs_quant_format qf;
+        if (zs_quant_format_parse(s, &qf) || qf == ZS_QUANT_INT8_ZP)
+            ZS_FAIL("--qat takes none, int8 or nf4 (absmax formats), got \"%s\"", s);
+        c->qat = (int)qf;
+    }
     if ((s = cli->val[OPT_COMP]) && zs_comp_parse(s, &c->compression))
         return -1;
     if (cli->val[OPT_NO_EF])
@@ -1188,6 +1204,10 @@ int main(int argc, char **argv)
         return zs_cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval"))
         return zs_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "compress"))
+        return zs_cmd_compress(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "decompress"))
+        return zs_cmd_decompress(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
@@ -1198,7 +1218,7 @@ int main(int argc, char **argv)
         zs_config_print_keys(stdout);
         return 0;
     }
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, plan, mesh, bench, config-keys; see zerosim --help)\n",
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

@@ -43,6 +43,7 @@
  */
 #include "zerosim/config.h"
 #include "zerosim/error.h"
+#include "zerosim/quant.h"
 
 #include <errno.h>
 #include <float.h>
@@ -1300,6 +1301,18 @@ static int zerosim_sequence_parallel(loader *ld, const char *path, const json_t 
     return read_bool(ld, path, v, &ld->c.sequence_parallel);
 }
 
+/* zerosim.qat: "none", "int8" or "nf4". */
+static int zerosim_qat(loader *ld, const char *path, const json_t *v)
+{
+    const char *s = NULL;
+    zs_quant_format f;
+    ZS_TRY(read_string(ld, path, v, "\"none\", \"int8\" or \"nf4\"", &s));
+    if (zs_quant_format_parse(s, &f) || f == ZS_QUANT_INT8_ZP)
+        return bad_value(ld, path, v, "\"none\", \"int8\" or \"nf4\"");
+    ld->c.qat = (int)f;
+    return 0;
+}
+
 /* zerosim.grad_reduce: "micro-batch" or "step". */
 static int zerosim_grad_reduce(loader *ld, const char *path, const json_t *v)
 {
@@ -1323,6 +1336,7 @@ static const field zerosim_fields[] = {
     F_FUNC("sequence_parallel", zerosim_sequence_parallel),
     F_FUNC("grad_reduce", zerosim_grad_reduce),
     F_FUNC("collective_timeout", zerosim_collective_timeout),
+    F_FUNC("qat", zerosim_qat),
 };
 /* moe (a zerosim section, keys named after the arguments of DeepSpeed's
  * deepspeed.moe.layer.MoE and Megatron-DeepSpeed's options): num_experts,
@@ -1888,6 +1902,8 @@ char *zs_run_config_json(const zs_run_config *c)
                       c->model.moe_capacity_factor, "min_capacity", c->model.moe_min_capacity,
                       "expert_interval", c->model.moe_every, "loss_coeff",
                       c->model.moe_aux_coeff));
+    if (root && c->qat) /* only when on: the printed configurations stay as they were */
+        json_object_set_new(root, "qat", json_string(zs_quant_format_name((zs_quant_format)c->qat)));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;
@@ -2052,6 +2068,9 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->compression.kind != ZS_COMP_NONE && c->stage == 0)
         return fail("gradient compression works with ZeRO stages 1, 2 and 3: set "
                     "zero_optimization.stage (--stage) to 1, 2 or 3, or turn compression off");
+    if (c->qat && c->tp > 1)
+        return fail("quantization-aware training (--qat) works with --tp 1: its scales are "
+                    "per whole tensor or block of the tp = 1 layout");
     if (c->compression.kind != ZS_COMP_NONE && c->deterministic)
         return fail("gradient compression and deterministic mode cannot be combined: compressed "
                     "sums are deterministic only for a fixed number of ranks");

@@ -48,6 +48,7 @@
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
 #include "zerosim/program.h"
+#include "zerosim/quant.h"
 
 #include <limits.h>
 #include <math.h>
@@ -114,6 +115,8 @@ struct zs_engine {
     size_t nspans, capspans;
 
     float *stage_p, *stage_g;   /* fp32 staging for one unit */
+    zs_quant_spec qat;          /* --qat: the fake quantization of the linear
+                                   weights (format NONE: off) */
     float **P, **G;
 
     zs_acts *acts;
@@ -433,6 +436,16 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
                      zs_backend_name(be));
         goto fail;
     }
+    if (cfg->qat) { /* the fake quantization runs on host memory */
+        if (!zs_backend_host_accessible(be) && !e->phantom) {
+            zs_error_set("--qat is not supported with --backend %s yet (its fake quantization "
+                         "runs on host memory): use --backend cpu", zs_backend_name(be));
+            goto fail;
+        }
+        e->qat.format = (zs_quant_format)cfg->qat;
+        if (zs_quant_spec_finalize(&e->qat))
+            goto fail;
+    }
     e->tp_size = cfg->model.tp > 1 ? cfg->model.tp : 1;
     e->tp_rank = e->tp_size > 1 ? cfg->model.tp_rank : 0;
     if (e->tp_size > 1 && !zs_backend_has_tp(be)) {
@@ -697,9 +710,18 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &e->lay->entries[ids[i]];
         const void *src = zs_entry_params(e, u, ids[i]);
-        if (e->mixed) {
+        size_t rows, cols;
+        int fake = e->qat.format != ZS_QUANT_NONE &&
+                   zs_quant_entry_matrix(&e->cfg.model, pe, &rows, &cols);
+        if (e->mixed || fake) {
             zs_backend_convert_to_f32(e->be, e->stage_p + pos, src, e->pt, pe->numel);
             e->P[ids[i]] = e->stage_p + pos;
+            /* QAT: forward and backward see the weights quantized and
+             * dequantized; their gradient goes to the fp32 master weights
+             * unchanged (the straight-through estimator: absmax never
+             * clamps, so every element is inside the range) */
+            if (fake && !e->phantom)
+                zs_quant_fake(&e->qat, e->stage_p + pos, e->stage_p + pos, NULL, rows, cols);
         } else {
             e->P[ids[i]] = (float *)src;
         }

@@ -227,7 +227,9 @@ static void zs_shape_buffers(zs_step_shape *s)
     /* the ring's two receive buffers (2 ranks receive straight into recv) */
     ZS_SETBUF(ZS_BUF_RING, ZS_MEM_COMM_BUFFERS,
               p->world > 2 ? 2 * s->max_chunk * (s->det ? 8 : ps) : 0);
-    ZS_SETBUF(ZS_BUF_STAGE_P, ZS_MEM_WORKSPACE, s->mixed ? s->stage_elems * 4 : 0);
+    /* fp32 views of one unit: mixed precision converts, QAT fake-quantizes */
+    ZS_SETBUF(ZS_BUF_STAGE_P, ZS_MEM_WORKSPACE,
+              s->mixed || s->cfg.qat ? s->stage_elems * 4 : 0);
     ZS_SETBUF(ZS_BUF_STAGE_G, ZS_MEM_WORKSPACE, s->stage_elems * 4);
     ZS_SETBUF(ZS_BUF_TOKENS, ZS_MEM_WORKSPACE,
               s->cfg.model.kind == ZS_MODEL_GPT ? s->tok_bytes : 0);
