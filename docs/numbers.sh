@@ -10,8 +10,9 @@ set -eu
 OUTFILE=$1
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 ZS=${ZEROSIM:-./zerosim}
+case $ZS in /*) ;; *) ZS=$(pwd)/$ZS ;; esac
 T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+trap 'rc=$?; rm -rf "$T"; [ "$rc" -eq 0 ] || echo "docs/numbers.sh: a run failed (status $rc); nothing measured after it" >&2' EXIT
 : >"$OUTFILE"
 num() { printf '%s %s\n' "$1" "$2" >>"$OUTFILE"; }
 # cat NAME CATEGORY: rank 0's peak bytes of a category in T/NAME/memory.csv
@@ -44,3 +45,68 @@ for run in default raised boundonly; do
 done
 num gpt3_params "$(commas "$(sed -n 's/^  "num_params": \([0-9]*\),*$/\1/p' "$T/default.json")")"
 num gpt3_units_over_bound "$(sed -n 's/^  "units_over_live_bound": \([0-9]*\),*$/\1/p' "$T/default.json")"
+
+# phantom RUN N ARGS...: a phantom run of N simulated ranks into T/RUN (a
+# phantom run reports the bytes a real run does: tests/test_phantom.sh)
+phantom() {
+    run=$1 n=$2; shift 2
+    "$ZS" train --phantom --world-size "$n" "$@" --silent --csv "$T/$run" --report "$T/$run.json" </dev/null
+}
+# per_step RUN OP: rank 0's bytes of OP per step (comm.csv, phase all)
+per_step() {
+    steps=$(awk '!/^#/ { print $7; exit }' "$T/$1/run.csv")
+    awk -v op="$2" -v s="$steps" '!/^#/ && $1 == 0 && $2 == op && $3 == "all" { printf "%.0f\n", $5 / s; exit }' "$T/$1/comm.csv"
+}
+calls_per_step() {
+    steps=$(awk '!/^#/ { print $7; exit }' "$T/$1/run.csv")
+    awk -v op="$2" -v s="$steps" '!/^#/ && $1 == 0 && $2 == op && $3 == "all" { printf "%.0f\n", $4 / s; exit }' "$T/$1/comm.csv"
+}
+runcol() { awk -v c="$2" '/^#/ { for (i = 2; i <= NF; i++) if ($i == c) k = i - 1; next } { print $k; exit }' "$T/$1/run.csv"; }
+
+# docs/training.md, two reduce schedules: tests/test_accounting.sh's GPT
+# at N = 3 with grad-accum 4, fp32
+ACC="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 4 --steps 2 --warmup 0"
+phantom rs_s1 3 $ACC --stage 1
+phantom rs_s1step 3 $ACC --stage 1 --grad-reduce step
+phantom rs_s2 3 $ACC --stage 2
+num rs_padded "$(commas "$(runcol rs_s1 padded_params)")"
+for r in s1 s1step s2; do
+    num "rs_${r}_bytes" "$(commas "$(per_step "rs_$r" reduce_scatter)")"
+    num "rs_${r}_calls" "$(calls_per_step "rs_$r" reduce_scatter)"
+    num "rs_${r}_grads" "$(commas "$(cat_bytes "rs_$r" grads)")"
+done
+
+# docs/training.md, activation checkpointing: the default GPT with 16 layers
+phantom ck_off 1 --layers 16 --steps 1
+phantom ck_sqrt 1 --layers 16 --steps 1 --checkpoint-activations sqrt
+num ck_ratio "$(awk -v a="$(cat_bytes ck_off activations)" -v b="$(cat_bytes ck_sqrt activations)" \
+    -v c="$(cat_bytes ck_sqrt checkpoints)" 'BEGIN { printf "%.2f", (a + 0) / (b + c) }')"
+
+# docs/training.md, gradient compression: top-k 1% at N = 4, stage 2, 20
+# steps of which 5 dense
+phantom topk 4 --stage 2 --steps 20 --compression topk:0.01 --compression-warmup 5
+num topk_compressed_step "$(commas $(( $(per_step topk alltoall) * 20 / 15 )))"
+num topk_dense_step "$(commas $(( $(per_step topk reduce_scatter) * 20 / 5 )))"
+
+# docs/reading-the-tables.md: the accounting example, stage 3, bf16,
+# grad-accum 2, N = 3
+phantom acc 3 --stage 3 --precision bf16 --grad-accum 2 --steps 4
+num acc_params "$(commas "$(runcol acc num_params)")"
+num acc_padded "$(commas "$(runcol acc padded_params)")"
+num acc_shard "$(commas $(( $(runcol acc padded_params) / 3 )))"
+num acc_params_shard_bytes "$(commas $(( $(runcol acc padded_params) / 3 * 2 )))"
+num acc_total_peak "$(commas "$(cat_bytes acc total)")"
+num acc_live_params "$(commas "$(sed -n 's/^  "live_params_peak": \([0-9]*\),*$/\1/p' "$T/acc.json")")"
+
+# docs/checkpoints.md: the default GPT, stage 3 on 2 ranks, one save (a real
+# run: phantom runs do not save): rank 0's shard, the tensor bytes it wrote
+# (master, m and v in fp32) and the rest of its file (the header)
+mkdir "$T/save"
+(cd "$T/save" && sh "$TOP/tests/mpirun.sh" 2 "$ZS" train --stage 3 --steps 1 --save-dir ck \
+    --silent --csv csv --report r.json </dev/null)
+io() { sed -n '/"checkpoint_io"/,/}/p' "$T/save/r.json" | sed -n "s/^ *\"$1\": \([0-9]*\),*$/\1/p" | head -1; }
+num save_shard "$(commas $(( $(awk '!/^#/ { print $6; exit }' "$T/save/csv/run.csv") / 2 )))"
+num save_tensor_bytes "$(commas "$(io tensor_bytes_written)")"
+[ "$(io tensor_bytes_written)" = "$(io tensor_bytes_written_predicted)" ] ||
+    { echo "numbers.sh: the save's tensor bytes differ from the prediction" >&2; exit 1; }
+num save_header_bytes $(( $(io bytes_written) - $(io tensor_bytes_written) ))

@@ -11,7 +11,8 @@
 #                            that prints the same lines; the page says so)
 #   <!-- sample-of: CMD -->  the block is CMD's output (a block that shows
 #                            no command, or whose command is shown elsewhere)
-#   <!-- vary: ERE -->       (before the marker, any number) text that varies
+#   <!-- vary: ERE -->       (before the marker, any number; awk's ERE, without
+#                            {n} intervals) text that varies
 #                            from run to run or machine to machine (times, rates):
 #                            what matches ERE is masked on both sides
 #
@@ -22,14 +23,20 @@
 # "mpirun -np N" runs tests/mpirun.sh N. Output and errors are compared
 # together.
 #
-# Usage: scripts/check-samples.sh [--show] PAGE...
-#   --show  print what each block's commands print now (to update a page)
+# Usage: scripts/check-samples.sh [--show | --update] PAGE...
+#   --show    print what each block's commands print now (to update a page)
+#   --update  rewrite every <!-- sample-of --> block that leaves nothing out
+#             (no "..." and no vary) with what its command prints now, as
+#             docs/configuration.md's key list (after adding a key); other
+#             blocks are checked as usual
 # Exit status 0 when every block matches, 1 otherwise (each mismatch named
 # with its page and line), 2 for bad usage.
 set -u
 show=0
+update=0
 [ "${1:-}" = --show ] && { show=1; shift; }
-[ $# -ge 1 ] || { echo "usage: scripts/check-samples.sh [--show] PAGE..." >&2; exit 2; }
+[ "${1:-}" = --update ] && { update=1; shift; }
+[ $# -ge 1 ] || { echo "usage: scripts/check-samples.sh [--show | --update] PAGE..." >&2; exit 2; }
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 ZS=${ZEROSIM:-./zerosim}
 case $ZS in /*) ;; *) ZS=$(pwd)/$ZS ;; esac
@@ -58,8 +65,8 @@ split_page() {
             if (kind == "sample-of") { start_cmd(); print arg > cmdf }
             next
         }
-        want && /^```/ && !inblock { inblock = 1; next }
-        inblock && /^```/ { inblock = 0; want = 0; next }
+        want && /^```/ && !inblock { inblock = 1; print FNR + 1 > (bdir "/from"); next }
+        inblock && /^```/ { inblock = 0; want = 0; print FNR - 1 > (bdir "/to"); next }
         inblock {
             if (cont) { l = $0; sub(/^ +/, "", l); c = c " " l; cont = (c ~ /\\$/); if (cont) sub(/\\$/, "", c); if (!cont) print c > cmdf; next }
             if ($0 ~ /^\$ /) {
@@ -99,7 +106,7 @@ normalize() {
 }
 
 for page in "$@"; do
-    rm -rf "$W"/b*
+    rm -rf "$W"/b[0-9]*
     split_page "$page" || { bad=$((bad + 1)); continue; }
     for b in "$W"/b*; do
         [ -d "$b" ] || continue
@@ -111,9 +118,29 @@ for page in "$@"; do
         while [ -f "$b/cmd$j" ]; do
             cmd=$(cat "$b/cmd$j")
             run=$(runnable "$cmd" "$extra")
-            (cd "$b/cwd" && timeout 120 sh -c "$run") >"$b/got$j"
+            # a command that writes no file and was run before (on this page
+            # or another) is not run again: its output is kept by its text
+            key=$(printf '%s' "$run" | cksum | tr ' ' _)
+            if [ -f "$W/cache/$key" ]; then
+                cp "$W/cache/$key" "$b/got$j"
+            else
+                (cd "$b/cwd" && timeout 120 sh -c "$run") >"$b/got$j"
+                if [ "$kind" = sample-of ] || [ "$j" -eq 1 ]; then
+                    [ -z "$(ls -A "$b/cwd")" ] && mkdir -p "$W/cache" && cp "$b/got$j" "$W/cache/$key"
+                fi
+            fi
             if [ "$show" -eq 1 ]; then
                 echo "== $page line $at: \$ $cmd"; cat "$b/got$j"
+                j=$((j + 1)); continue
+            fi
+            if [ "$update" -eq 1 ] && [ "$kind" = sample-of ] && [ ! -s "$b/vary" ] &&
+                ! grep -qx ' *\.\.\. *' "$b/want$j"; then
+                # the block's lines from/to are replaced by the output
+                awk -v from="$(cat "$b/from")" -v to="$(cat "$b/to")" -v gf="$b/got$j" '
+                    FNR == from { while ((getline g < gf) > 0) print g }
+                    FNR >= from && FNR <= to { next }
+                    { print }' "$page" >"$W/page.new" && cat "$W/page.new" >"$page"
+                echo "check-samples: $page: the block at line $at rewritten with what \"$cmd\" prints now"
                 j=$((j + 1)); continue
             fi
             normalize "$b/vary" <"$b/got$j" >"$b/gotn$j"
@@ -145,5 +172,5 @@ for page in "$@"; do
 done
 [ "$show" -eq 1 ] && exit 0
 echo "check-samples: $blocks sample blocks, $bad not as the program prints them"
-[ "$bad" -eq 0 ] || echo "check-samples: to update a page, scripts/check-samples.sh --show PAGE prints what its commands print now"
+[ "$bad" -eq 0 ] || echo "check-samples: to update a page, scripts/check-samples.sh --show PAGE prints what its commands print now (--update rewrites the blocks that quote a whole output)"
 [ "$bad" -eq 0 ]

@@ -144,6 +144,11 @@ typedef struct {
      * on the number of ranks or the MPI algorithm (see zerosim/zero.h). */
     int deterministic;
 
+    /* zerosim.qat / --qat: quantization-aware training; 0 = off, else the
+     * zs_quant_format (int8 or nf4, zerosim/quant.h) whose fake-quantized
+     * linear weights the forward and backward use (docs/quantization.md) */
+    int qat;
+
     /* activation checkpointing (--checkpoint-activations, the
      * "activation_checkpointing" section); finalize turns it into
      * model.ckpt_blocks */
@@ -165,9 +170,19 @@ typedef struct {
     int sequence_parallel;
     zs_pp_schedule pp_schedule; /* --pp-schedule (1f1b) */
     zs_pp_partition pp_partition; /* --pp-partition (uniform) */
+    /* expert parallelism (--ep, "moe.ep_size"): experts dealt over groups of
+     * ep data-parallel ranks (docs/moe.md); finalize copies it into
+     * model.moe_ep. The MoE model's own fields are in model.moe_*. */
+    int ep;
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;
+
+    /* zero_optimization.overlap_comm / --overlap-comm: 1, a bucket's
+     * reduce-scatter runs behind the backward of the next units; 0, each is
+     * finished where it starts; -1 (the default), on in stage 3 and off
+     * below, as DeepSpeed's defaults. zs_step_overlap resolves it. */
+    int overlap_comm;
 
     /* zerosim.collective_timeout / --collective-timeout: seconds a rank
      * waits in one collective before it gives up on a lost or stopped rank */
@@ -220,6 +235,9 @@ int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out);
 const char *zs_pp_schedule_name(zs_pp_schedule s);
 int zs_pp_partition_parse(const char *s, zs_pp_partition *out);
 const char *zs_pp_partition_name(zs_pp_partition p);
+/* 1 when cfg's reduce-scatters overlap the backward (overlap_comm, its
+ * default resolved), else 0. */
+int zs_step_overlap(const zs_run_config *cfg);
 const char *zs_grad_reduce_name(zs_grad_reduce g);
 
 #ifdef __cplusplus
