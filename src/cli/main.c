@@ -104,6 +104,9 @@ static const char *const zs_usage =
     "                           or accumulate them locally and reduce once per step\n"
     "                           (step, DeepSpeed's schedule); stages 2-3 reduce every\n"
     "                           micro-batch either way (accepted, no effect)\n"
+    "  --overlap-comm on|off    a bucket's reduce-scatter runs behind the backward\n"
+    "                           of the next units (overlap_comm; on in stage 3,\n"
+    "                           off below)\n"
     "  --offload-optimizer none|cpu|nvme\n"
     "                           ZeRO-Offload (stages 1-3): fp32 master, m and v and\n"
     "                           the optimizer step on the host, or in files under\n"
@@ -203,6 +206,7 @@ enum {
     OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
+    OPT_OVERLAP_COMM,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
@@ -268,6 +272,7 @@ static const struct option zs_long_options[] = {
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
+    {"overlap-comm", required_argument, NULL, OPT_OVERLAP_COMM},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
     {"init-from", required_argument, NULL, OPT_INIT_FROM},
     {"export", required_argument, NULL, OPT_EXPORT},
@@ -458,6 +463,11 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if ((s = cli->val[OPT_GRAD_REDUCE]) && zs_grad_reduce_parse(s, &c->grad_reduce))
         ZS_FAIL("--grad-reduce must be \"micro-batch\" or \"step\", got \"%s\"", s);
+    if ((s = cli->val[OPT_OVERLAP_COMM])) {
+        if (strcmp(s, "on") && strcmp(s, "off"))
+            ZS_FAIL("--overlap-comm must be \"on\" or \"off\", got \"%s\"", s);
+        c->overlap_comm = strcmp(s, "on") == 0;
+    }
     if ((s = cli->val[OPT_COLL_TIMEOUT])) {
         ZS_TRY(zs_parse_float(OPT_COLL_TIMEOUT, s, 1e-3, 1e9, &f));
         c->collective_timeout = f;

@@ -134,6 +134,7 @@ void zs_run_config_defaults(zs_run_config *c)
     c->stage3_max_live_parameters = 1000000000;
     c->stage3_prefetch_bucket_size = 50000000;
     c->grad_reduce = ZS_GRAD_REDUCE_MICRO;
+    c->overlap_comm = -1;
     c->grad_scaling = ZS_GRAD_IN_LOSS;
     c->grad_predivide = 1.0;
     c->comm_dtype = c->grad_accum_dtype = -1;
@@ -1007,6 +1008,20 @@ static int fp16_auto_cast(loader *ld, const char *path, const json_t *v)
     return 0;
 }
 
+/* zero_optimization.overlap_comm: true or false. */
+static int zero_overlap_comm(loader *ld, const char *path, const json_t *v)
+{
+    int on = 0;
+    ZS_TRY(read_bool(ld, path, v, &on));
+    ld->c.overlap_comm = on != 0;
+    return 0;
+}
+
+int zs_step_overlap(const zs_run_config *cfg)
+{
+    return cfg->overlap_comm < 0 ? cfg->stage == 3 : cfg->overlap_comm != 0;
+}
+
 /* zero_optimization.stage, with the message users look for. */
 static int zero_stage(loader *ld, const char *path, const json_t *v)
 {
@@ -1150,7 +1165,7 @@ static const field zero_fields[] = {
     A_SIZE("prefetch_bucket_size", stage3_prefetch_bucket_size, ZS_AUTO_PREFETCH),
     /* timing, memory layout and saving: no effect on what zerosim computes,
      * holds or sends */
-    F_NONE("overlap_comm", JT_BOOL),
+    F_FUNC("overlap_comm", zero_overlap_comm),
     F_NONE("contiguous_gradients", JT_BOOL),
     F_NONE("load_from_fp32_weights", JT_BOOL),
     F_NONE("elastic_checkpoint", JT_BOOL),
