@@ -39,6 +39,20 @@ for n in 2 4; do
         { bad "check_ep at $n ranks"; cat "$T/ep$n"; }
 done
 
+# the routing statistics (summary line and report): the choices add up to
+# top-k x tokens, kept = min(routed, capacity) per expert, dropped = the rest
+for k in 1 2; do
+    "$ZS" train --steps 2 --layers 2 --moe-experts 4 --moe-every 2 --moe-top-k $k \
+        --report "$T/rs.json" >"$T/rs" 2>&1 </dev/null || { bad "routing run top-$k"; cat "$T/rs"; continue; }
+    grep "^moe block 1: " "$T/rs" | tr ',' ' ' | awk -v k=$k '{
+        tok = $4; cap = $7; d = 0; s = 0
+        for (i = 9; i <= 12; i++) { s += $i; if ($i > cap) d += $i - cap }
+        if (s == k * tok && $14 == d && d > 0 && $16 > 0.9) exit 0; exit 1 }' && ok ||
+        { bad "top-$k routing line: $(grep '^moe block' "$T/rs")"; }
+    grep -q '"moe_routing"' "$T/rs.json" && grep -q '"l_aux"' "$T/rs.json" && ok ||
+        bad "top-$k: no moe_routing in the report"
+done
+
 # the planner: DeepSpeed-MoE's 1.3B + MoE-128 (24 layers, hidden 2048, 16
 # heads, vocab 51200, seq 2048, 128 experts in every other block; "52B" in
 # Rajbhandari et al. 2022). By hand: dense GPT V C + T C + 24 (12 C^2 + 13 C)
