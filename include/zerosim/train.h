@@ -116,6 +116,10 @@ typedef struct {
     uint64_t *ckpt_pred;      /* [world_size] predicted tensor bytes per save (rank 0) */
     char resumed_from[4200];  /* the checkpoint it started from, "" when none */
     char resumed_hash[17];    /* the parameters' hash as loaded (rank 0) */
+    /* mixture of experts: each MoE block's routing in rank 0's last
+     * micro-batch ([moe_n], block index in moe_block), NULL without */
+    zs_moe_stats *moe;
+    int *moe_block, moe_n;
 } zs_train_result;
 
 /* Train cfg (already finalized) over comm (collective) and fill r. Returns 0

@@ -1167,6 +1167,14 @@ static int zs_cmd_train(int argc, char **argv)
                         zs_weights_format_name((zs_weights_format)o.export_format));
             fprintf(o.log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
                     r.param_hash, r.mem.total_peak);
+            for (int i = 0; i < r.moe_n; i++) { /* routing, rank 0's last micro-batch */
+                const zs_moe_stats *st = &r.moe[i];
+                fprintf(o.log, "moe block %d: %d tokens, capacity %d, routed", r.moe_block[i],
+                        st->tokens, st->capacity);
+                for (int j = 0; j < st->experts && j < 256; j++)
+                    fprintf(o.log, "%s%d", j ? "," : " ", st->routed[j]);
+                fprintf(o.log, ", dropped %d, l_aux %.4f\n", st->dropped, st->l_aux);
+            }
         }
         if (o.log)
             zs_report_print(o.log, &cfg, &r);

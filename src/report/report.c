@@ -775,6 +775,23 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "skipped_steps", skipped);
     json_object_set_new(root, "step_seconds", secs);
     json_object_set_new(root, "loss_floor", zs_json_real(r->loss_floor));
+    if (r->moe_n > 0) { /* routing of each MoE block, rank 0's last micro-batch */
+        json_t *mo = json_array();
+        for (int i = 0; i < r->moe_n; i++) {
+            const zs_moe_stats *st = &r->moe[i];
+            json_t *routed = json_array(), *kept = json_array();
+            for (int j = 0; j < st->experts && j < 256; j++) {
+                json_array_append_new(routed, json_integer(st->routed[j]));
+                json_array_append_new(kept, json_integer(st->kept[j]));
+            }
+            json_array_append_new(
+                mo, json_pack("{s:i, s:i, s:i, s:i, s:o, s:o, s:i, s:o}", "block", r->moe_block[i],
+                              "experts", st->experts, "tokens", st->tokens, "capacity",
+                              st->capacity, "routed", routed, "kept", kept, "dropped",
+                              st->dropped, "l_aux", zs_json_real(st->l_aux)));
+        }
+        json_object_set_new(root, "moe_routing", mo);
+    }
     json_object_set_new(root, "seconds", zs_json_real(r->seconds));
     json_object_set_new(root, "memory", zs_report_memory(r));
     json_object_set_new(root, "comm", zs_report_comm(r));

@@ -557,6 +557,14 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
             goto done;
     }
     rc = zs_engine_param_hash(e, r->param_hash);
+    if (cfg->model.moe_experts > 0 && zs_engine_acts(e) && !r->moe) { /* routing statistics */
+        int L = cfg->model.n_layer;
+        r->moe = calloc((size_t)L, sizeof *r->moe);
+        r->moe_block = calloc((size_t)L, sizeof(int));
+        for (int l = 0; r->moe && r->moe_block && l < L; l++)
+            if (zs_model_moe_stats(zs_engine_acts(e), l, &r->moe[r->moe_n]) == 0)
+                r->moe_block[r->moe_n++] = l;
+    }
     r->live_params_peak = zs_engine_live_params_peak(e);
     zs_engine_overlap(e, &r->nb_span_s, &r->nb_wait_s);
     zs_mem_get_stats(mem, &r->mem);
@@ -793,6 +801,11 @@ void zs_train_result_free(zs_train_result *r)
 {
     free(r->val_loss);
     r->val_loss = NULL;
+    free(r->moe);
+    free(r->moe_block);
+    r->moe = NULL;
+    r->moe_block = NULL;
+    r->moe_n = 0;
     free(r->trace_json);
     r->trace_json = NULL;
     free(r->info);
