@@ -155,6 +155,9 @@ typedef struct {
      * tp and sequence_parallel into the model's configuration. */
     int tp, pp;
     int sequence_parallel;
+    /* --ranks-per-node K: K consecutive ranks make a node (0: the nodes MPI
+     * reports; a phantom run is then one node); must divide the world */
+    int ranks_per_node;
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;

@@ -55,6 +55,11 @@ struct zs_comm {
      * the test hook's stall point, and the board's window. */
     int counter;
     int *world_of;
+    /* Nodes: the node of each of this communicator's ranks (NULL: all on
+     * one node), from the world's map (node_world, [world size]: MPI's
+     * shared-memory nodes, or --ranks-per-node) through world_of. */
+    int *node_of;
+    int *node_world;         /* the world's only */
     long long seq, agree_seq;
     double timeout_s;
     long long ncoll;
@@ -625,6 +630,36 @@ static void zs_board_close(zs_comm_t w)
         MPI_Win_free(&w->board_win);
 }
 
+/* The world's node map from MPI: the nodes MPI_Comm_split_type(SHARED)
+ * reports, numbered in the order of their lowest world rank. Set-up
+ * traffic (one int per rank), outside the ledger. */
+static int zs_comm_nodes_from_mpi(zs_comm_t c)
+{
+    int lead = c->rank; /* the lowest world rank on this node */
+    if (c->node != MPI_COMM_NULL)
+        MPI_Allreduce(&c->rank, &lead, 1, MPI_INT, MPI_MIN, c->node);
+    int *all = malloc((size_t)c->size * sizeof(int));
+    c->node_world = malloc((size_t)c->size * sizeof(int));
+    c->node_of = malloc((size_t)c->size * sizeof(int));
+    if (!all || !c->node_world || !c->node_of) {
+        free(all);
+        ZS_FAIL("out of host memory for the node map of %d ranks", c->size);
+    }
+    if (MPI_Allgather(&lead, 1, MPI_INT, all, 1, MPI_INT, c->comm) != MPI_SUCCESS) {
+        free(all);
+        ZS_FAIL("MPI_Allgather of the node map failed");
+    }
+    int nodes = 0;
+    for (int q = 0; q < c->size; q++) {
+        if (all[q] == q) /* a node's lowest rank numbers it */
+            all[q] = -1 - nodes++;
+        c->node_world[q] = -1 - all[all[q] >= 0 ? all[q] : q];
+    }
+    memcpy(c->node_of, c->node_world, (size_t)c->size * sizeof(int));
+    free(all);
+    return 0;
+}
+
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 {
     *world = NULL;
@@ -647,6 +682,7 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
         MPI_Comm_rank(c->node, &c->local_rank);
     else
         c->node = MPI_COMM_NULL;
+    ZS_TRY(zs_comm_nodes_from_mpi(c));
     c->timeout_s = 600.0;
     c->counter = ZS_BOARD_WORLD;
     zs_comm_stall_parse(c);
@@ -670,6 +706,9 @@ void zs_comm_finalize(zs_comm_t c)
     if (c && c->comm == MPI_COMM_NULL) { /* a self communicator: MPI was never used */
         free(c->rec);
         free(c->sum);
+        free(c->node_of);
+        free(c->node_world);
+        free(c->world_of);
         free(c);
         return;
     }
@@ -682,6 +721,8 @@ void zs_comm_finalize(zs_comm_t c)
         MPI_Op_free(&c->op_sum_f16);
         free(c->rec);
         free(c->sum);
+        free(c->node_of);
+        free(c->node_world);
         free(c);
     }
     int fin = 0;
@@ -731,6 +772,74 @@ int zs_comm_rank(zs_comm_t c) { return c->rank; }
 int zs_comm_size(zs_comm_t c) { return c->size; }
 int zs_comm_local_rank(zs_comm_t c) { return c->local_rank; }
 
+/* A split's nodes: the world's map through world_of (none known: NULL,
+ * one node). */
+static void zs_comm_nodes_derive(zs_comm_t s)
+{
+    const int *w = s->ledger->node_world;
+    free(s->node_of);
+    s->node_of = NULL;
+    if (!w || !s->world_of)
+        return;
+    s->node_of = malloc((size_t)s->size * sizeof(int));
+    for (int i = 0; s->node_of && i < s->size; i++)
+        s->node_of[i] = w[s->world_of[i]];
+}
+
+int zs_comm_set_world_ranks(zs_comm_t sub, const int *world_ranks)
+{
+    if (sub->ledger == sub)
+        return 0;
+    if (!sub->world_of) {
+        sub->world_of = malloc((size_t)sub->size * sizeof(int));
+        if (!sub->world_of)
+            ZS_FAIL("out of host memory for a %s group's ranks", zs_comm_group_name(sub->group));
+        memcpy(sub->world_of, world_ranks, (size_t)sub->size * sizeof(int));
+    }
+    zs_comm_nodes_derive(sub);
+    return 0;
+}
+
+int zs_comm_set_ranks_per_node(zs_comm_t world, int k)
+{
+    zs_comm_t c = world->ledger;
+    if (k < 0 || k > c->size || (k > 0 && c->size % k != 0))
+        ZS_FAIL("--ranks-per-node %d must divide the %d ranks (K consecutive ranks make a node)",
+                k, c->size);
+    if (k == 0) { /* back to MPI's nodes; a phantom or self world is one node */
+        if (c->comm != MPI_COMM_NULL)
+            return zs_comm_nodes_from_mpi(c);
+        free(c->node_world);
+        free(c->node_of);
+        c->node_world = c->node_of = NULL;
+        return 0;
+    }
+    int *nw = malloc((size_t)c->size * sizeof(int)), *no = malloc((size_t)c->size * sizeof(int));
+    if (!nw || !no) {
+        free(nw);
+        free(no);
+        ZS_FAIL("out of host memory for the node map of %d ranks", c->size);
+    }
+    for (int q = 0; q < c->size; q++)
+        nw[q] = no[q] = q / k;
+    free(c->node_world);
+    free(c->node_of);
+    c->node_world = nw;
+    c->node_of = no;
+    return 0;
+}
+
+int zs_comm_node_of(zs_comm_t c, int rank)
+{
+    return c->node_of && rank >= 0 && rank < c->size ? c->node_of[rank] : 0;
+}
+
+int zs_comm_ring_crosses(zs_comm_t c)
+{
+    return c->node_of && c->size > 1 &&
+           c->node_of[c->rank] != c->node_of[(c->rank + 1) % c->size];
+}
+
 int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_group group,
                   zs_comm_t *out)
 {
@@ -778,6 +887,7 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
             s->world_of = NULL;
         }
         free(mine);
+        zs_comm_nodes_derive(s);
         if (r != rank || n != size) {
             zs_comm_free(s);
             ZS_FAIL("the %s group has rank %d of %d where the mesh expects %d of %d",
@@ -806,6 +916,7 @@ void zs_comm_free(zs_comm_t s)
     free(s->h_recv);
     free(s->h_scratch);
     free(s->world_of);
+    free(s->node_of);
     free(s);
 }
 
@@ -862,6 +973,8 @@ static void zs_comm_sum_add(zs_comm_t c, const zs_comm_record *r)
     c->sum[i].calls += 1;
     c->sum[i].bytes += (double)bytes;
     c->sum[i].wire_bytes += r->wire_bytes;
+    c->sum[i].inter_bytes += r->inter_bytes;
+    c->sum[i].inter_api_bytes += r->inter_api_bytes;
     c->sum[i].seconds += r->seconds;
 }
 
@@ -902,6 +1015,10 @@ static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t 
     r.wire_bytes = op == ZS_OP_GATHER ? full : full * (N - 1) / N;
     if (op == ZS_OP_ALLREDUCE)
         r.wire_bytes *= 2;
+    if (zs_comm_ring_crosses(c)) { /* the ring model: this rank's sends cross */
+        r.inter_bytes = r.wire_bytes;
+        r.inter_api_bytes = full;
+    }
     return r;
 }
 
@@ -1408,6 +1525,11 @@ int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, co
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_ALLTOALL, layer, total, ZS_CT_NTYPES);
     rec.elem_size = 1;
     rec.wire_bytes = (double)others;
+    rec.inter_bytes = 0.0; /* what it sends to ranks on other nodes, exactly */
+    for (int q = 0; q < c->size; q++)
+        if (c->node_of && c->node_of[q] != c->node_of[c->rank])
+            rec.inter_bytes += (double)scount[q];
+    rec.inter_api_bytes = rec.inter_bytes;
     if (c->phantom) {
         zs_comm_record_add(c, &rec);
         return 0;

@@ -1862,6 +1862,10 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->tp < 1 || c->pp < 1)
         return fail("tensor_parallel.autotp_size (--tp) and --pp must be at least 1, got %d and %d",
                     c->tp, c->pp);
+    if (c->ranks_per_node < 0 || (c->ranks_per_node > 0 && world_size % c->ranks_per_node))
+        return fail("--ranks-per-node %d must divide the %d ranks (K consecutive ranks make a "
+                    "node): use a divisor of %d",
+                    c->ranks_per_node, world_size, world_size);
     if (c->pp > 1)
         return fail("pipeline parallelism (--pp %d) is not supported yet: use --pp 1", c->pp);
     if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)
