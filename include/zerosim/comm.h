@@ -152,6 +152,21 @@ int zs_comm_set_world_ranks(zs_comm_t sub, const int *world_ranks);
 int zs_comm_node_of(zs_comm_t c, int rank);
 /* 1 when this rank's ring neighbour (rank + 1 mod size) is on another node. */
 int zs_comm_ring_crosses(zs_comm_t c);
+/* Two-level reduce-scatter and allgather on c (--hierarchical): c's ranks
+ * must make M nodes of K consecutive ranks each. Reduce-scatter: inside the
+ * node (a ring per node block of K chunks, the node's sum of the chunks of
+ * its local index on every node), then across the M nodes (a ring among the
+ * ranks of one local index). Allgather: across, then inside. Per call and
+ * rank, of a full buffer of S bytes: (K-1)/K S inside the node and
+ * (M-1)/N S across (the flat ring's last rank of each node sends (N-1)/N S
+ * across); (N-1)/N S in all, as the flat ring. The allgather is the same
+ * bytes as the flat one; the reduce-scatter sums in another order (the same
+ * bytes where sums are exact: deterministic mode). The allgather completes
+ * on return (no prefetch overlap). Where K or M is 1 the flat algorithms
+ * run (one level is the whole). Collective over c (it splits c); on = 0
+ * goes back to flat. A phantom c only records. */
+int zs_comm_set_hierarchical(zs_comm_t c, int on);
+int zs_comm_hierarchical(zs_comm_t c);
 
 /* Ledger context for the following calls. */
 void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);

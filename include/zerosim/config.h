@@ -158,6 +158,10 @@ typedef struct {
     /* --ranks-per-node K: K consecutive ranks make a node (0: the nodes MPI
      * reports; a phantom run is then one node); must divide the world */
     int ranks_per_node;
+    /* --hierarchical, "zerosim.hierarchical_collectives": two-level
+     * reduce-scatter and allgather over the data-parallel group (inside the
+     * node, then across; zerosim/comm.h) */
+    int hierarchical;
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;

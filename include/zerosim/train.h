@@ -104,6 +104,7 @@ typedef struct {
     int *node_of;             /* [world_size] each rank's node, as its world
                                  communicator knows it (rank 0) */
     int nodes;                /* how many */
+    int hierarchical;         /* two-level reduce-scatter and allgather */
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */
     int phantom;              /* a phantom run (zs_train_phantom) */

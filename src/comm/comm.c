@@ -60,6 +60,16 @@ struct zs_comm {
      * shared-memory nodes, or --ranks-per-node) through world_of. */
     int *node_of;
     int *node_world;         /* the world's only */
+    /* Two-level collectives (zs_comm_set_hierarchical): M nodes of K
+     * consecutive ranks; the node's ranks (hier_node, K) and the ranks of
+     * this local index on every node (hier_cross, M); NULL for a phantom,
+     * or where one level is trivial (K or M is 1: the flat ring moves the
+     * same bytes). A host temporary and ring scratch, outside the
+     * accounting like the staging buffers. */
+    int hier, hier_k, hier_m;
+    struct zs_comm *hier_node, *hier_cross;
+    void *hier_tmp;
+    size_t hier_tmp_cap;
     long long seq, agree_seq;
     double timeout_s;
     long long ncoll;
@@ -660,6 +670,8 @@ static int zs_comm_nodes_from_mpi(zs_comm_t c)
     return 0;
 }
 
+static void zs_comm_hier_free(zs_comm_t c);
+
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 {
     *world = NULL;
@@ -699,6 +711,7 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 void zs_comm_finalize(zs_comm_t c)
 {
     if (c) {
+        zs_comm_hier_free(c);
         free(c->h_send);
         free(c->h_recv);
         free(c->h_scratch);
@@ -902,10 +915,22 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
     return 0;
 }
 
+static void zs_comm_hier_free(zs_comm_t c)
+{
+    zs_comm_free(c->hier_node);
+    zs_comm_free(c->hier_cross);
+    c->hier_node = c->hier_cross = NULL;
+    free(c->hier_tmp);
+    c->hier_tmp = NULL;
+    c->hier_tmp_cap = 0;
+    c->hier = 0;
+}
+
 void zs_comm_free(zs_comm_t s)
 {
     if (!s || s->ledger == s)
         return;
+    zs_comm_hier_free(s);
     if (s->comm != MPI_COMM_NULL) {
         MPI_Comm_free(&s->agree_comm);
         MPI_Comm_free(&s->comm);
@@ -919,6 +944,41 @@ void zs_comm_free(zs_comm_t s)
     free(s->node_of);
     free(s);
 }
+
+int zs_comm_set_hierarchical(zs_comm_t c, int on)
+{
+    zs_comm_hier_free(c);
+    if (!on)
+        return 0;
+    int N = c->size, K = 0;
+    for (int q = 0; q < N; q++)
+        K += zs_comm_node_of(c, q) == zs_comm_node_of(c, 0);
+    int regular = N % K == 0;
+    for (int q = 0; q < N && regular; q++) /* blocks of K, a node each */
+        regular = zs_comm_node_of(c, q) == zs_comm_node_of(c, q - q % K) &&
+                  (q < K || zs_comm_node_of(c, q) != zs_comm_node_of(c, q - K));
+    if (!regular)
+        ZS_FAIL("hierarchical collectives need the %s group's %d ranks in nodes of equal size, "
+                "each of consecutive ranks (--ranks-per-node K, K dividing the group)",
+                zs_comm_group_name(c->group), N);
+    c->hier = 1;
+    c->hier_k = K;
+    c->hier_m = N / K;
+    if (c->phantom || c->comm == MPI_COMM_NULL || K == 1 || K == N)
+        return 0; /* nothing moves, or one level is trivial: the flat ring */
+    int i = c->rank % K, j = c->rank / K;
+    int rc = zs_comm_split(c, j, i, K, i, c->group, &c->hier_node);
+    if (!rc)
+        rc = zs_comm_split(c, i, j, c->hier_m, j, c->group, &c->hier_cross);
+    if (rc) {
+        zs_comm_hier_free(c);
+        return rc;
+    }
+    c->hier = 1;
+    return 0;
+}
+
+int zs_comm_hierarchical(zs_comm_t c) { return c->hier; }
 
 zs_comm_group zs_comm_get_group(zs_comm_t c) { return c->group; }
 void zs_comm_set_group(zs_comm_t c, zs_comm_group g) { c->group = g; }
@@ -1015,7 +1075,13 @@ static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t 
     r.wire_bytes = op == ZS_OP_GATHER ? full : full * (N - 1) / N;
     if (op == ZS_OP_ALLREDUCE)
         r.wire_bytes *= 2;
-    if (zs_comm_ring_crosses(c)) { /* the ring model: this rank's sends cross */
+    if (c->hier && c->hier_m > 1 && c->hier_k > 1 &&
+        (op == ZS_OP_REDUCE_SCATTER || op == ZS_OP_ALLGATHER)) {
+        /* two levels: (K-1)/K of the buffer inside the node, then (M-1)/M
+         * of its K-th part across: (M-1)/N of it */
+        r.inter_bytes = full * (double)(c->hier_m - 1) / N;
+        r.inter_api_bytes = r.inter_bytes;
+    } else if (zs_comm_ring_crosses(c)) { /* the ring model: this rank's sends cross */
         r.inter_bytes = r.wire_bytes;
         r.inter_api_bytes = full;
     }
@@ -1216,6 +1282,94 @@ static int zs_comm_ring_reduce_scatter(zs_comm_t c, const void *send, void *recv
     return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "ring reduce-scatter");
 }
 
+static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv,
+                                       const int *counts, zs_comm_type t, void *scratch,
+                                       size_t scratch_bytes);
+
+/* Two-level reduce-scatter on host buffers (M nodes of K ranks, chunk q of
+ * the buffer for rank q): inside the node, one ring per node block m of
+ * chunks [mK, mK+K) leaves local rank i the node's sum of chunk mK+i, in
+ * a temporary; then a ring across the M ranks of local index i sums those
+ * into chunk jK+i for node j. Per element: the node's sum in ring order,
+ * then the nodes' in ring order (the flat ring's order differs: equal
+ * bytes where sums are exact, as in deterministic mode's integers). */
+static int zs_comm_hier_reduce_scatter(zs_comm_t c, const void *send, void *recv,
+                                       const int *counts, zs_comm_type t)
+{
+    int K = c->hier_k, M = c->hier_m, i = c->rank % K;
+    size_t es = zs_comm_type_size(t), mine = 0, maxc = 0, off = 0;
+    int *cnt = malloc((size_t)M * sizeof(int));
+    if (!cnt)
+        ZS_FAIL("out of host memory in a hierarchical reduce-scatter");
+    for (int m = 0; m < M; m++) {
+        cnt[m] = counts[m * K + i];
+        mine += (size_t)cnt[m];
+    }
+    for (int q = 0; q < c->size; q++)
+        if ((size_t)counts[q] > maxc)
+            maxc = (size_t)counts[q];
+    size_t need = (mine + 2 * maxc) * es + 1; /* the temporary, and the rings' scratch */
+    if (zs_comm_grow(&c->hier_tmp, &c->hier_tmp_cap, need)) {
+        free(cnt);
+        return -1;
+    }
+    char *tmp = c->hier_tmp, *scr = tmp + mine * es;
+    int rc = 0;
+    size_t pos = 0;
+    for (int m = 0; m < M && !rc; m++) { /* inside the node, block by block */
+        rc = zs_comm_reduce_scatter_host(c->hier_node, (const char *)send + off * es,
+                                         tmp + pos * es, counts + (size_t)m * K, t, scr,
+                                         2 * maxc * es);
+        for (int q = 0; q < K; q++)
+            off += (size_t)counts[m * K + q];
+        pos += (size_t)cnt[m];
+    }
+    if (!rc) /* across the nodes */
+        rc = zs_comm_reduce_scatter_host(c->hier_cross, tmp, recv, cnt, t, scr, 2 * maxc * es);
+    free(cnt);
+    return rc;
+}
+
+/* Two-level in-place allgather on a host buffer: across the nodes, the M
+ * ranks of local index i exchange their chunks (jK+i for node j); then
+ * inside the node, one allgather per node block m of chunks [mK, mK+K).
+ * Pure copies: the same bytes as the flat one. Blocking. */
+static int zs_comm_hier_allgather(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                                  zs_comm_type t)
+{
+    int K = c->hier_k, M = c->hier_m, i = c->rank % K;
+    int *cnt = malloc((size_t)M * 2 * sizeof(int));
+    MPI_Request *req = malloc((size_t)(M > 1 ? M : 1) * sizeof(MPI_Request));
+    if (!cnt || !req) {
+        free(cnt);
+        free(req);
+        ZS_FAIL("out of host memory in a hierarchical allgather");
+    }
+    for (int m = 0; m < M; m++) {
+        cnt[m] = counts[m * K + i];
+        cnt[M + m] = displs[m * K + i];
+    }
+    MPI_Datatype dt = zs_mpi_type(t);
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, cnt + M, dt,
+                             c->hier_cross->comm, &req[0]);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c->hier_cross, 1, req, c->seq, "allgather")) {
+        free(cnt);
+        free(req);
+        return -1;
+    }
+    for (int m = 0; m < M && rc == MPI_SUCCESS; m++)
+        rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts + (size_t)m * K,
+                             displs + (size_t)m * K, dt, c->hier_node->comm, &req[m]);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c->hier_node, M, req, c->seq, "allgather")) {
+        free(cnt);
+        free(req);
+        return -1;
+    }
+    free(cnt);
+    free(req);
+    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "hierarchical MPI_Iallgatherv");
+}
+
 /* The host algorithm of zs_comm_reduce_scatter on host buffers, with the
  * ring's scratch `scratch` (NULL: none registered). Not recorded. */
 static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv,
@@ -1226,6 +1380,8 @@ static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv
     for (int r = 0; r < c->size; r++)
         if ((size_t)counts[r] > maxc)
             maxc = (size_t)counts[r];
+    if (c->hier_node)
+        return zs_comm_hier_reduce_scatter(c, send, recv, counts, t);
     /* two ranks receive straight into recv; more need the scratch */
     if (!c->force_mpi_rs &&
         (c->size == 2 || (scratch && 2 * maxc * zs_comm_type_size(t) <= scratch_bytes))) {
@@ -1348,6 +1504,17 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
         zs_backend_copy_d2h(c->be, (char *)p->host + mine, (const char *)buf + mine,
                             (size_t)counts[c->rank] * es);
         mbuf = p->host;
+    }
+    if (c->hier_node) { /* two levels, complete on return (no overlap) */
+        int hrc = zs_comm_hier_allgather(c, mbuf, counts, displs, t);
+        if (hrc) {
+            free(p->host);
+            free(p);
+            return hrc;
+        }
+        p->req = MPI_REQUEST_NULL;
+        *request = p;
+        return 0;
     }
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mbuf, counts, displs,
                              zs_mpi_type(t), c->comm, &p->req);

@@ -1276,6 +1276,11 @@ static const field comp_fields[] = {
 static const field_table comp_table = TABLE(comp_fields);
 
 /* zerosim.sequence_parallel: Korthikanti et al.'s sequence parallelism. */
+static int zerosim_hierarchical(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.hierarchical);
+}
+
 static int zerosim_sequence_parallel(loader *ld, const char *path, const json_t *v)
 {
     return read_bool(ld, path, v, &ld->c.sequence_parallel);
@@ -1302,6 +1307,7 @@ static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
     F_FUNC("deterministic", zerosim_deterministic),
     F_FUNC("sequence_parallel", zerosim_sequence_parallel),
+    F_FUNC("hierarchical_collectives", zerosim_hierarchical),
     F_FUNC("grad_reduce", zerosim_grad_reduce),
     F_FUNC("collective_timeout", zerosim_collective_timeout),
 };

@@ -160,11 +160,33 @@ static double zs_op_inter(const zs_train_result *r, int q, int o)
         api += r->comm[q][o][p].inter_api;
     }
     int dp = r->dp_size > 0 ? r->dp_size : r->world_size, mesh = dp != r->world_size;
-    if (!mesh && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
+    int hier = r->hierarchical && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER);
+    if (!mesh && !hier &&
+        (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
         b = zs_ring_bytes((size_t)api, dp);
     else if (o == ZS_OP_ALLREDUCE && !mesh)
         b = 2 * zs_ring_bytes((size_t)api, r->world_size);
     return b;
+}
+
+/* The data-parallel group of rank q as M nodes of K ranks (the two-level
+ * collectives' shape); 0 when it is not made of such nodes. */
+static int zs_dp_nodes(const zs_train_result *r, int q, int *K, int *M)
+{
+    int W = r->world_size, T = r->tp_size > 0 ? r->tp_size : 1, P = r->pp_size > 0 ? r->pp_size : 1;
+    *K = *M = 1;
+    if (!r->node_of || zs_mesh_check(W, T, P))
+        return 0;
+    int n = zs_mesh_group_size(W, T, P, ZS_GROUP_DP), *m = malloc((size_t)n * sizeof(int)), k = 0;
+    if (!m)
+        return 0;
+    zs_mesh_group_ranks(W, T, P, ZS_GROUP_DP, zs_mesh_group_index(W, T, P, ZS_GROUP_DP, q), m);
+    for (int i = 0; i < n; i++)
+        k += r->node_of[m[i]] == r->node_of[m[0]];
+    free(m);
+    *K = k;
+    *M = n / k;
+    return 1;
 }
 
 /* 1 when rank q's ring neighbour in its group along g (the next member, in
@@ -193,6 +215,18 @@ static double zs_op_pred_inter(const zs_train_result *r, int q, int o)
 {
     int N = r->dp_size > 0 ? r->dp_size : r->world_size, dense = r->steps - r->compressed_steps;
     double dpx = zs_crosses(r, q, ZS_GROUP_DP), tpx = zs_crosses(r, q, ZS_GROUP_TP);
+    int K, M;
+    if (r->hierarchical && zs_dp_nodes(r, q, &K, &M) && K > 1 && M > 1 &&
+        (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER)) {
+        /* two levels: (M-1)/N of each buffer across nodes, every rank */
+        double B = o == ZS_OP_REDUCE_SCATTER
+                       ? (double)r->pred.rs_bytes_per_step * dense
+                       : (double)r->pred.ag_bytes_per_step * r->steps_applied +
+                             (double)r->pred.ag_bytes_per_skipped_step * r->skipped_steps;
+        return B * (M - 1) / N +
+               tpx * (o == ZS_OP_REDUCE_SCATTER ? r->pred.tp_rs_bytes_per_step
+                                                : r->pred.tp_ag_bytes_per_step) * r->steps;
+    }
     if (o == ZS_OP_ALLREDUCE && r->pred.tp_allreduce_bytes_per_step > 0)
         return tpx * r->pred.tp_allreduce_bytes_per_step * r->steps;
     if (o == ZS_OP_REDUCE_SCATTER)

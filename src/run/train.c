@@ -418,6 +418,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     r->dp_size = zs_comm_size(dp);
     r->tp_size = cfg->tp > 1 ? cfg->tp : 1;
     r->pp_size = cfg->pp > 1 ? cfg->pp : 1;
+    r->hierarchical = cfg->hierarchical;
     zs_ckpt_place place = {.world = comm, .tp_rank = cfg->tp > 1 ? cfg->model.tp_rank : 0,
                            .tp_size = r->tp_size, .dp_rank = zs_comm_rank(dp),
                            .dp_size = r->dp_size};
@@ -623,6 +624,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
     if (!rc)
+        rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
+    if (!rc)
         rc = zs_comm_set_backend(comm, be);
     if (!rc && dp != comm)
         rc = zs_comm_set_backend(dp, be);
@@ -642,6 +645,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     if (dp != comm)
         zs_comm_set_backend(dp, NULL);
     zs_comm_set_backend(comm, NULL);
+    zs_comm_set_hierarchical(dp, 0);
     zs_mesh_free(mesh);
     zs_backend_release(be);
     return rc;
@@ -812,6 +816,9 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
             ;
         else if (T * cfg->pp > 1 && (rc = zs_mesh_create(comm, T, cfg->pp, &mesh)) == 0)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
+        if (!rc)
+            rc = zs_comm_set_hierarchical(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
+                                          cfg->hierarchical);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, be, &shape, rq);
