@@ -13,8 +13,9 @@
 #   scripts/cluster.sh status
 #
 # up      K nodes (2), each link at RATE (tc's units: 400mbit, 1gbit; the
-#         default profile is ZS_CLUSTER_RATE or 400mbit, about 1/8 of what
-#         two ranks move through shared memory on the machine this was
+#         default profile is ZS_CLUSTER_RATE or 2gbit (250 MB/s), about 1/8 to
+#         1/12 of the 2-3.5 GB/s bus bandwidth the engine's ring reaches
+#         through shared memory between two ranks on the machine this was
 #         written on, see docs/cluster.md), and a one-way delay D (tc's
 #         units, 1ms) only where the kernel has the netem qdisc; without it
 #         --delay is refused with one line. Nothing changes outside the
@@ -72,7 +73,7 @@ cmd_down() {
 }
 
 cmd_up() {
-    K=2 RATE=${ZS_CLUSTER_RATE:-400mbit} DELAY=
+    K=2 RATE=${ZS_CLUSTER_RATE:-2gbit} DELAY=
     while [ $# -gt 0 ]; do
         case $1 in
             --nodes) K=$2; shift 2 ;;
