@@ -104,6 +104,11 @@ typedef struct {
     int *node_of;             /* [world_size] each rank's node, as its world
                                  communicator knows it (rank 0) */
     int nodes;                /* how many */
+    unsigned char *node_cross;/* [world_size] bit 1 << g: the rank's ring
+                                 neighbour in its group along g (dp, tp, pp)
+                                 is on another node (rank 0) */
+    int *dp_node_ranks;       /* [world_size] its data-parallel group's ranks
+                                 on its node (rank 0) */
     int hierarchical;         /* two-level reduce-scatter and allgather */
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */

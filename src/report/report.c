@@ -170,42 +170,25 @@ static double zs_op_inter(const zs_train_result *r, int q, int o)
 }
 
 /* The data-parallel group of rank q as M nodes of K ranks (the two-level
- * collectives' shape); 0 when it is not made of such nodes. */
+ * collectives' shape); 0 when unknown. */
 static int zs_dp_nodes(const zs_train_result *r, int q, int *K, int *M)
 {
-    int W = r->world_size, T = r->tp_size > 0 ? r->tp_size : 1, P = r->pp_size > 0 ? r->pp_size : 1;
+    int N = r->dp_size > 0 ? r->dp_size : r->world_size;
     *K = *M = 1;
-    if (!r->node_of || zs_mesh_check(W, T, P))
+    if (!r->dp_node_ranks || r->dp_node_ranks[q] < 1)
         return 0;
-    int n = zs_mesh_group_size(W, T, P, ZS_GROUP_DP), *m = malloc((size_t)n * sizeof(int)), k = 0;
-    if (!m)
-        return 0;
-    zs_mesh_group_ranks(W, T, P, ZS_GROUP_DP, zs_mesh_group_index(W, T, P, ZS_GROUP_DP, q), m);
-    for (int i = 0; i < n; i++)
-        k += r->node_of[m[i]] == r->node_of[m[0]];
-    free(m);
-    *K = k;
-    *M = n / k;
+    *K = r->dp_node_ranks[q];
+    *M = N / *K;
     return 1;
 }
 
 /* 1 when rank q's ring neighbour in its group along g (the next member, in
  * the mesh's order, that q sends to) is on another node; from the nodes of
- * the world ranks and the mesh's pure functions, not from the ledger. */
+ * the world ranks and the mesh's pure functions (zs_train_result's
+ * node_cross), not from the ledger. */
 static int zs_crosses(const zs_train_result *r, int q, zs_comm_group g)
 {
-    int W = r->world_size, T = r->tp_size > 0 ? r->tp_size : 1, P = r->pp_size > 0 ? r->pp_size : 1;
-    if (!r->node_of || zs_mesh_check(W, T, P))
-        return 0;
-    int n = zs_mesh_group_size(W, T, P, g), *m = malloc((size_t)n * sizeof(int)), x = 0;
-    if (!m)
-        return 0;
-    zs_mesh_group_ranks(W, T, P, g, zs_mesh_group_index(W, T, P, g, q), m);
-    for (int i = 0; i < n; i++)
-        if (m[i] == q)
-            x = r->node_of[m[(i + 1) % n]] != r->node_of[q];
-    free(m);
-    return x;
+    return r->node_cross && (r->node_cross[q] >> g & 1);
 }
 
 /* Predicted inter-node traffic of op o on rank q over the run: each part of

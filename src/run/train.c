@@ -153,6 +153,40 @@ static void zs_train_unpack_stats(zs_train_result *r, int q, const double *v)
         r->nodes = r->node_of[q] + 1;
 }
 
+/* From the nodes of the ranks: each rank's crossings per group and its
+ * data-parallel group's ranks on its node (for the predictions of the
+ * inter-node bytes; once per group, not per rank: phantom worlds are big). */
+static int zs_train_node_shape(zs_train_result *r, int tp, int pp)
+{
+    int W = r->world_size;
+    free(r->node_cross);
+    free(r->dp_node_ranks);
+    r->node_cross = calloc((size_t)W, 1);
+    r->dp_node_ranks = calloc((size_t)W, sizeof(int));
+    int *m = malloc((size_t)W * sizeof(int));
+    if (!r->node_cross || !r->dp_node_ranks || !m) {
+        free(m);
+        ZS_FAIL("out of host memory for the node map of %d ranks", W);
+    }
+    static const zs_comm_group axes[] = {ZS_GROUP_DP, ZS_GROUP_TP, ZS_GROUP_PP};
+    for (int a = 0; a < 3 && !zs_mesh_check(W, tp, pp); a++) {
+        zs_comm_group g = axes[a];
+        for (int k = 0; k < zs_mesh_ngroups(W, tp, pp, g); k++) {
+            int n = zs_mesh_group_ranks(W, tp, pp, g, k, m);
+            for (int i = 0; i < n; i++) {
+                if (r->node_of[m[(i + 1) % n]] != r->node_of[m[i]])
+                    r->node_cross[m[i]] |= (unsigned char)(1u << g);
+                if (g == ZS_GROUP_DP && r->node_of[m[i]] == r->node_of[m[0]])
+                    r->dp_node_ranks[m[0]]++;
+            }
+            for (int i = 1; g == ZS_GROUP_DP && i < n; i++) /* regular nodes: the first's count */
+                r->dp_node_ranks[m[i]] = r->dp_node_ranks[m[0]];
+        }
+    }
+    free(m);
+    return 0;
+}
+
 static int zs_train_alloc_stats(zs_train_result *r, int N)
 {
     r->peaks = calloc((size_t)N, sizeof *r->peaks);
@@ -186,6 +220,9 @@ static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
     for (int q = 0; q < N && !rc; q++)
         zs_train_unpack_stats(r, q, all + (size_t)q * (ZS_NM + ZS_NC));
     free(all);
+    if (!rc && zs_comm_rank(comm) == 0)
+        rc = zs_train_node_shape(r, r->tp_size > 0 ? r->tp_size : 1,
+                                 r->pp_size > 0 ? r->pp_size : 1);
     return rc;
 }
 
@@ -845,6 +882,8 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     for (int q = 0; q < world && r->node_of; q++)
         r->node_of[q] = cfg->ranks_per_node > 0 ? q / cfg->ranks_per_node : 0;
     r->nodes = cfg->ranks_per_node > 0 ? world / cfg->ranks_per_node : 1;
+    if (!rc)
+        rc = zs_train_node_shape(r, T, cfg->pp);
     for (int st = 0; st < r->steps; st++) /* computed from nothing: not numbers */
         r->info[st].loss = r->info[st].grad_norm = NAN;
     r->seconds = zs_now() - t0; /* all simulated ranks */
@@ -868,6 +907,10 @@ void zs_train_result_free(zs_train_result *r)
     r->nb = NULL;
     free(r->node_of);
     r->node_of = NULL;
+    free(r->node_cross);
+    r->node_cross = NULL;
+    free(r->dp_node_ranks);
+    r->dp_node_ranks = NULL;
     r->ckpt_ranks = NULL;
     r->ckpt_pred = NULL;
     free(r->peaks);
