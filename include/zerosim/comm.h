@@ -167,6 +167,14 @@ int zs_comm_ring_crosses(zs_comm_t c);
  * goes back to flat. A phantom c only records. */
 int zs_comm_set_hierarchical(zs_comm_t c, int on);
 int zs_comm_hierarchical(zs_comm_t c);
+/* ZeRO++ qwZ (zero_quantized_weights): allgathers of fp32/bf16/fp16 made
+ * in the forward phase send each rank's part in int8 blocks of 256 with an
+ * fp32 scale each (max |x| / 127), zs_comm_q8_bytes(n) bytes for n
+ * elements, and every rank decodes every part (its own too) into the
+ * buffer: lossy, the same parameters on every rank. Recorded as an
+ * allgather of the encoded bytes (elem_size 1). Host buffers only. */
+int zs_comm_set_quantized_weights(zs_comm_t c, int on);
+size_t zs_comm_q8_bytes(size_t n);
 
 /* Ledger context for the following calls. */
 void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);

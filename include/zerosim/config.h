@@ -162,6 +162,9 @@ typedef struct {
      * reduce-scatter and allgather over the data-parallel group (inside the
      * node, then across; zerosim/comm.h) */
     int hierarchical;
+    /* ZeRO++ (stage 3): zero_optimization.zero_quantized_weights /
+     * --quantized-weights (qwZ: the forward gathers in int8 blocks) */
+    int quantized_weights;
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;

@@ -113,6 +113,9 @@ static const char *const zs_usage =
     "                           splits traffic into intra- and inter-node bytes\n"
     "  --hierarchical           two-level reduce-scatter and allgather: inside each\n"
     "                           node, then across nodes (zerosim.hierarchical_collectives)\n"
+    "  --quantized-weights      ZeRO++ qwZ (stage 3): forward parameter gathers sent as\n"
+    "                           int8 blocks of 256 with a scale each, lossy\n"
+    "                           (zero_optimization.zero_quantized_weights)\n"
     "run:\n"
     "  --backend cpu|cuda       compute backend (cpu); cuda in builds configured with\n"
     "                           CUDA (see --version), each rank on GPU (local rank)\n"
@@ -179,7 +182,7 @@ enum {
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_GRAD_REDUCE,
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ, OPT_GRAD_REDUCE,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
@@ -241,6 +244,7 @@ static const struct option zs_long_options[] = {
     {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"ranks-per-node", required_argument, NULL, OPT_RPN},
     {"hierarchical", no_argument, NULL, OPT_HIER},
+    {"quantized-weights", no_argument, NULL, OPT_QWZ},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
     {"init-from", required_argument, NULL, OPT_INIT_FROM},
@@ -397,6 +401,8 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         c->sequence_parallel = 1;
     if (cli->val[OPT_HIER])
         c->hierarchical = 1;
+    if (cli->val[OPT_QWZ])
+        c->quantized_weights = 1;
     if ((s = cli->val[OPT_RPN])) {
         ZS_TRY(zs_parse_int(OPT_RPN, s, 1, 1 << 20, &v));
         c->ranks_per_node = (int)v;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
@@ -70,6 +71,7 @@ struct zs_comm {
     struct zs_comm *hier_node, *hier_cross;
     void *hier_tmp;
     size_t hier_tmp_cap;
+    int qwz;                 /* ZeRO++ qwZ: forward allgathers in int8 blocks */
     long long seq, agree_seq;
     double timeout_s;
     long long ncoll;
@@ -91,6 +93,11 @@ typedef struct {   /* a pending non-blocking call */
     void *dev;               /* staged: the device buffer to fill on wait */
     void *host;              /* its host copy, and its bytes */
     size_t host_bytes;
+    /* qwZ: the parts in int8 blocks (qbuf), to dequantize on wait into dst
+     * (n ranks' counts and displacements, elements of type qt) */
+    void *qbuf, *qdst;
+    int *qcounts, *qdispls, *ecounts, *edispls;
+    zs_comm_type qt;
 } zs_comm_pending;
 
 static const char *const zs_op_names[ZS_OP_NOPS] = {
@@ -1330,12 +1337,81 @@ static int zs_comm_hier_reduce_scatter(zs_comm_t c, const void *send, void *recv
     return rc;
 }
 
+/* ---- block quantization (ZeRO++ qwZ), kept here in comm ---------------
+ * A part of n elements becomes ceil(n/256) fp32 scales (max |x| / 127 of
+ * each block of 256) followed by n int8 values round(x / scale). */
+#define ZS_QBLOCK 256
+
+size_t zs_comm_q8_bytes(size_t n) { return n + 4 * ((n + ZS_QBLOCK - 1) / ZS_QBLOCK); }
+
+static float zs_q_load(const void *x, size_t i, zs_comm_type t)
+{
+    if (t == ZS_CT_BF16)
+        return zs_bf16_to_f32(((const uint16_t *)x)[i]);
+    if (t == ZS_CT_F16)
+        return zs_f16_to_f32(((const uint16_t *)x)[i]);
+    return ((const float *)x)[i];
+}
+
+static void zs_q_store(void *x, size_t i, zs_comm_type t, float v)
+{
+    if (t == ZS_CT_BF16)
+        ((uint16_t *)x)[i] = zs_f32_to_bf16(v);
+    else if (t == ZS_CT_F16)
+        ((uint16_t *)x)[i] = zs_f32_to_f16(v);
+    else
+        ((float *)x)[i] = v;
+}
+
+static void zs_q8_encode(const void *x, size_t n, zs_comm_type t, unsigned char *out)
+{
+    size_t nb = (n + ZS_QBLOCK - 1) / ZS_QBLOCK;
+    float *scale = (float *)(void *)out;
+    signed char *q = (signed char *)out + 4 * nb;
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
+        float m = 0.0f;
+        for (size_t i = lo; i < hi; i++) {
+            float a = fabsf(zs_q_load(x, i, t));
+            m = a > m ? a : m;
+        }
+        float sc = m / 127.0f;
+        memcpy(&scale[b], &sc, sizeof sc);
+        for (size_t i = lo; i < hi; i++) {
+            float v = sc > 0.0f ? zs_q_load(x, i, t) / sc : 0.0f;
+            long r = lrintf(v);
+            q[i] = (signed char)(r > 127 ? 127 : r < -127 ? -127 : r);
+        }
+    }
+}
+
+static void zs_q8_decode(const unsigned char *in, size_t n, zs_comm_type t, void *x)
+{
+    size_t nb = (n + ZS_QBLOCK - 1) / ZS_QBLOCK;
+    const signed char *q = (const signed char *)in + 4 * nb;
+    for (size_t b = 0; b < nb; b++) {
+        float sc;
+        memcpy(&sc, in + 4 * b, sizeof sc);
+        size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
+        for (size_t i = lo; i < hi; i++)
+            zs_q_store(x, i, t, (float)q[i] * sc);
+    }
+}
+
+int zs_comm_set_quantized_weights(zs_comm_t c, int on)
+{
+    if (on && c->staged)
+        ZS_FAIL("zero_quantized_weights (qwZ) runs on host buffers only: use --backend cpu");
+    c->qwz = on != 0;
+    return 0;
+}
+
 /* Two-level in-place allgather on a host buffer: across the nodes, the M
  * ranks of local index i exchange their chunks (jK+i for node j); then
  * inside the node, one allgather per node block m of chunks [mK, mK+K).
  * Pure copies: the same bytes as the flat one. Blocking. */
-static int zs_comm_hier_allgather(zs_comm_t c, void *buf, const int *counts, const int *displs,
-                                  zs_comm_type t)
+static int zs_comm_hier_allgather_dt(zs_comm_t c, void *buf, const int *counts,
+                                     const int *displs, MPI_Datatype dt)
 {
     int K = c->hier_k, M = c->hier_m, i = c->rank % K;
     int *cnt = malloc((size_t)M * 2 * sizeof(int));
@@ -1349,7 +1425,6 @@ static int zs_comm_hier_allgather(zs_comm_t c, void *buf, const int *counts, con
         cnt[m] = counts[m * K + i];
         cnt[M + m] = displs[m * K + i];
     }
-    MPI_Datatype dt = zs_mpi_type(t);
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, cnt + M, dt,
                              c->hier_cross->comm, &req[0]);
     if (rc == MPI_SUCCESS && zs_comm_finish(c->hier_cross, 1, req, c->seq, "allgather")) {
@@ -1368,6 +1443,12 @@ static int zs_comm_hier_allgather(zs_comm_t c, void *buf, const int *counts, con
     free(cnt);
     free(req);
     return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "hierarchical MPI_Iallgatherv");
+}
+
+static int zs_comm_hier_allgather(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                                  zs_comm_type t)
+{
+    return zs_comm_hier_allgather_dt(c, buf, counts, displs, zs_mpi_type(t));
 }
 
 /* The host algorithm of zs_comm_reduce_scatter on host buffers, with the
@@ -1456,6 +1537,80 @@ int zs_comm_allgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const 
     return zs_comm_wait(c, &req);
 }
 
+/* qwZ: each rank's part in int8 blocks (zs_comm_q8_bytes of its count),
+ * gathered as bytes; every part, this rank's too, is decoded into buf on
+ * wait, so that every rank computes with the same parameters. Recorded as
+ * an allgather of the encoded bytes. The encoded buffer is host memory
+ * outside the accounting, as the staging buffers are. */
+static int zs_comm_iallgather_q8(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                                 zs_comm_type t, int layer, zs_comm_pending *p, void **request)
+{
+    int N = c->size;
+    size_t qtotal = 0;
+    for (int r = 0; r < N; r++)
+        qtotal += zs_comm_q8_bytes((size_t)counts[r]);
+    p->r = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, qtotal, ZS_CT_NTYPES);
+    p->r.elem_size = 1;
+    { /* the record's bytes, as zs_comm_rec computes them, over bytes */
+        zs_comm_record q = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, qtotal, ZS_CT_F32);
+        p->r.wire_bytes = q.wire_bytes / 4;
+        p->r.inter_bytes = q.inter_bytes / 4;
+        p->r.inter_api_bytes = q.inter_api_bytes / 4;
+    }
+    if (N == 1 || c->phantom) {
+        p->req = MPI_REQUEST_NULL;
+        *request = p;
+        return 0;
+    }
+    if (qtotal > (size_t)INT_MAX) {
+        free(p);
+        ZS_FAIL("a quantized allgather of %zu bytes is more than one MPI call can carry", qtotal);
+    }
+    p->t0 = MPI_Wtime();
+    p->seq = zs_comm_enter(c);
+    p->qbuf = malloc(qtotal + 1);
+    p->qcounts = malloc((size_t)N * 4 * sizeof(int));
+    if (!p->qbuf || !p->qcounts) {
+        free(p->qbuf);
+        free(p->qcounts);
+        free(p);
+        ZS_FAIL("out of host memory for a quantized allgather of %zu bytes", qtotal);
+    }
+    p->qdispls = p->qcounts + N;
+    p->ecounts = p->qcounts + 2 * N;
+    p->edispls = p->qcounts + 3 * N;
+    size_t off = 0;
+    for (int r = 0; r < N; r++) {
+        p->qcounts[r] = (int)zs_comm_q8_bytes((size_t)counts[r]);
+        p->qdispls[r] = (int)off;
+        p->ecounts[r] = counts[r];
+        p->edispls[r] = displs[r];
+        off += (size_t)p->qcounts[r];
+    }
+    p->qdst = buf;
+    p->qt = t;
+    size_t es = zs_comm_type_size(t);
+    zs_q8_encode((const char *)buf + (size_t)displs[c->rank] * es, (size_t)counts[c->rank], t,
+                 (unsigned char *)p->qbuf + p->qdispls[c->rank]);
+    int rc;
+    if (c->hier_node) {
+        rc = zs_comm_hier_allgather_dt(c, p->qbuf, p->qcounts, p->qdispls, MPI_BYTE);
+        p->req = MPI_REQUEST_NULL;
+    } else {
+        rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p->qbuf, p->qcounts, p->qdispls,
+                             MPI_BYTE, c->comm, &p->req);
+        rc = rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Iallgatherv of quantized parameters");
+    }
+    if (rc) {
+        free(p->qbuf);
+        free(p->qcounts);
+        free(p);
+        return rc;
+    }
+    *request = p;
+    return 0;
+}
+
 int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
                                 zs_comm_type t, int layer, void **request)
 {
@@ -1466,6 +1621,9 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
     size_t total = 0;
     for (int r = 0; r < c->size; r++)
         total += (size_t)counts[r];
+    if (c->qwz && c->ledger->phase == ZS_PHASE_FORWARD &&
+        (t == ZS_CT_F32 || t == ZS_CT_BF16 || t == ZS_CT_F16))
+        return zs_comm_iallgather_q8(c, buf, counts, displs, t, layer, p, request);
     p->r = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, total, t);
     if (c->size == 1 || c->phantom) { /* nothing to exchange: completes at once */
         p->req = MPI_REQUEST_NULL;
@@ -1538,11 +1696,17 @@ int zs_comm_wait(zs_comm_t c, void **request)
         rc = zs_comm_finish(c, 1, &p->req, p->seq, "allgather");
         if (!rc && p->host)
             zs_backend_copy_h2d(c->be, p->dev, p->host, p->host_bytes);
+        size_t es = zs_comm_type_size(p->qt);
+        for (int r = 0; !rc && p->qbuf && r < c->size; r++) /* qwZ: every part, decoded */
+            zs_q8_decode((const unsigned char *)p->qbuf + p->qdispls[r], (size_t)p->ecounts[r],
+                         p->qt, (char *)p->qdst + (size_t)p->edispls[r] * es);
         p->r.seconds = MPI_Wtime() - p->t0;
     }
     if (!rc)
         zs_comm_record_add(c, &p->r);
     free(p->host);
+    free(p->qbuf);
+    free(p->qcounts);
     free(p);
     return rc;
 }

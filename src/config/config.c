@@ -1120,6 +1120,12 @@ static const field bf16_fields[] = {
 #define ZEROPP "remove it, or turn it off (ZeRO++ is not modelled yet)"
 /* zero_optimization: DeepSpeed's DeepSpeedZeroConfig, with its aliases
  * (stage3_prefetch_bucket_size = prefetch_bucket_size, ...). */
+/* ZeRO++ qwZ: zero_optimization.zero_quantized_weights. */
+static int zero_quantized_weights(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.quantized_weights);
+}
+
 static const field zero_fields[] = {
     F_FUNC("stage", zero_stage),
     A_SIZE("reduce_bucket_size", reduce_bucket_size, ZS_AUTO_REDUCE_BUCKET),
@@ -1176,7 +1182,7 @@ static const field zero_fields[] = {
     F_FUNC("cpu_offload_param", zero_cpu_offload),
     F_UNMOD("zero_hpz_partition_size", OFF_AT_MOST_1, "ZeRO++ hierarchical partitioning (hpZ)",
             ZEROPP),
-    F_UNMOD("zero_quantized_weights", OFF_FALSE, "ZeRO++ quantized weights (qwZ)", ZEROPP),
+    F_FUNC("zero_quantized_weights", zero_quantized_weights),
     F_UNMOD("zero_quantized_nontrainable_weights", OFF_FALSE, "ZeRO++ quantized weights", ZEROPP),
     F_UNMOD("zero_quantized_gradients", OFF_FALSE, "ZeRO++ quantized gradients (qgZ)",
             "remove it; zerosim's own int8 gradient compression is "
@@ -1872,6 +1878,12 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
         return fail("--ranks-per-node %d must divide the %d ranks (K consecutive ranks make a "
                     "node): use a divisor of %d",
                     c->ranks_per_node, world_size, world_size);
+    if (c->quantized_weights && c->stage != 3)
+        return fail("zero_optimization.zero_quantized_weights (--quantized-weights, ZeRO++ qwZ) "
+                    "quantizes stage 3's parameter gathers: use --stage 3");
+    if (c->quantized_weights && c->deterministic)
+        return fail("zero_optimization.zero_quantized_weights (--quantized-weights) is lossy "
+                    "and deterministic mode promises exact results: drop one of them");
     if (c->pp > 1)
         return fail("pipeline parallelism (--pp %d) is not supported yet: use --pp 1", c->pp);
     if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)

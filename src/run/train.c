@@ -668,6 +668,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(dp, be);
     if (!rc && tp)
         rc = zs_comm_set_backend(tp, be);
+    if (!rc) /* after the backend: qwZ needs host buffers */
+        rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
     if (!zs_train_agree(comm, rc, r)) {
         rc = zs_train_rank(&local, o, comm, dp, tp, be, NULL, r);
         if (!rc) {
@@ -856,6 +858,9 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         if (!rc)
             rc = zs_comm_set_hierarchical(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                           cfg->hierarchical);
+        if (!rc)
+            rc = zs_comm_set_quantized_weights(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
+                                               cfg->quantized_weights);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, be, &shape, rq);
