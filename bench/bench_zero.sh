@@ -23,7 +23,7 @@ median_step() {
 echo "# step time at N=$N ranks: $MODEL"
 for rep in 1 2 3; do
     for st in 0 1 2 3; do
-        $RUN "$N" "$ZS" train $MODEL --stage "$st" --quiet --report "$T/s$st-$rep.json"
+        $RUN "$N" "$ZS" train $MODEL --stage "$st" --silent --report "$T/s$st-$rep.json"
         median_step "$T/s$st-$rep.json" >>"$T/t$st"
     done
 done
@@ -45,7 +45,7 @@ CK="--layers 16 --hidden 64 --heads 4 --seq 32 --vocab 64 --micro-batch 8 --step
 : >"$T/ck-off"; : >"$T/ck-sqrt"
 for rep in 1 2 3; do
     for ck in off sqrt; do
-        OPENBLAS_NUM_THREADS=1 "$ZS" train $CK --checkpoint-activations "$ck" --quiet --report "$T/ck.json"
+        OPENBLAS_NUM_THREADS=1 "$ZS" train $CK --checkpoint-activations "$ck" --silent --report "$T/ck.json"
         median_step "$T/ck.json" >>"$T/ck-$ck"
     done
 done
@@ -65,7 +65,7 @@ TPM="--layers 4 --hidden 128 --heads 4 --seq 64 --vocab 256 --grad-accum 1 --ste
 for rep in 1 2 3; do
     $RUN "$N" "$ZS" train $TPM --micro-batch 4 --tp "$N" --report "$T/tp.json" >"$T/tp.out"
     median_step "$T/tp.json" >>"$T/tp"
-    $RUN "$N" "$ZS" train $TPM --micro-batch $((4 / N > 0 ? 4 / N : 1)) --quiet --report "$T/dp.json"
+    $RUN "$N" "$ZS" train $TPM --micro-batch $((4 / N > 0 ? 4 / N : 1)) --silent --report "$T/dp.json"
     median_step "$T/dp.json" >>"$T/dp"
 done
 echo

@@ -54,7 +54,8 @@ fi
 LIBSRC="util/error backend/backend backend/cpu backend/phantom mem/mem model/layers
 model/model model/gpt model/mlp model/data optim/optim zero/engine zero/program
 predict/predict predict/plan predict/steptime report/report comm/comm comm/mesh
-comm/compress config/config io/io io/checkpoint io/weights run/train run/oracle cli/plan_cmd"
+comm/compress config/config io/io io/checkpoint io/weights io/quantfile quant/quant run/train
+run/oracle run/eval cli/plan_cmd"
 OBJS=""
 for s in $LIBSRC; do
     o="$OUT/obj/$(echo "$s" | tr / _).o"

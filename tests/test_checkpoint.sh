@@ -16,7 +16,7 @@
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --warmup 2"
-run() { n=$1; shift; sh "$HERE/mpirun.sh" "$n" "$ZS" train $MODEL --quiet "$@" </dev/null; }
+run() { n=$1; shift; sh "$HERE/mpirun.sh" "$n" "$ZS" train $MODEL --silent "$@" </dev/null; }
 
 # arr FILE NAME FROM: the array NAME of a report from index FROM on, one line
 arr() {

@@ -74,6 +74,14 @@ int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *place, zs_ckpt_
                  char hash[17]);
 void zs_ckpt_close(zs_ckpt *ck);
 
+/* Without MPI or an engine: the fp32 master weights of a tp = 1 save (a
+ * --save-dir or a global_stepK folder) as one flat array in the layout's
+ * order (*n = the model's parameters, malloc'd in *params), the model's
+ * shapes from its manifest and its data seed. Every file is checked
+ * against the manifest's checksum; opt names the option in messages. */
+int zs_ckpt_read_params(const char *path, const char *opt, zs_model_config *mc, uint64_t *seed,
+                        float **params, size_t *n);
+
 #ifdef __cplusplus
 }
 #endif

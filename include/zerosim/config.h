@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "zerosim/backend.h"
 #include "zerosim/compress.h"
 #include "zerosim/model.h"
@@ -194,6 +195,9 @@ void zs_run_config_defaults(zs_run_config *c);
 int zs_config_load_file(const char *path, zs_run_config *c);
 /* Same for a JSON text (for tests); name is used in messages. */
 int zs_config_load_string(const char *text, const char *name, zs_run_config *c);
+/* Print every key the loader knows, one a line: "path: used", "path: no
+ * effect" or "path: not modelled (what; instead)" (zerosim config-keys). */
+void zs_config_print_keys(FILE *f);
 
 /* Resolve and check the batch arithmetic for world_size ranks (DeepSpeed's
  * rules: any two of train_batch_size, micro_batch, grad_accum determine the

@@ -20,6 +20,8 @@ typedef struct {
     size_t device_memory;     /* simulated capacity per rank in bytes, 0 = none */
     size_t host_memory;       /* the same for the host tier (offload) */
     FILE *log;                /* progress lines (rank 0 only), NULL = silent */
+    int quiet;                /* no progress lines (step lines, "saved"); the
+                                 start-up line, summary and tables still go to log */
     int print_every;          /* print every N steps (and the first and last) */
     int hash_every_step;      /* record param_hashes after every step */
     int trace;                /* collect the Chrome trace (r->trace_json) */

@@ -19,6 +19,7 @@
 #include "zerosim/train.h"
 #include "zerosim/weights.h"
 #include "compare_cmd.h"
+#include "quant_cmd.h"
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
 
@@ -47,6 +48,11 @@ static const char *const zs_usage =
     "                                from the checkpoint)\n"
     "       zerosim compare A B [--rtol X --atol Y --prefix P]   two dumps or weight\n"
     "                                files, tensor by tensor (zerosim compare --help)\n"
+    "       zerosim quantize --from CKPT|FILE --format int8|int8-zp|nf4 --out FILE\n"
+    "                                post-training quantization (zerosim quantize --help)\n"
+    "       zerosim eval --from CKPT|FILE [--formats]   held-out loss and bytes\n"
+    "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
+    "                                and whether it is used, has no effect or is refused\n"
     "       zerosim --help | --version\n"
     "\n"
     "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
@@ -125,13 +131,16 @@ static const char *const zs_usage =
     "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
     "  --print-every N          progress line every N steps (the config's\n"
     "                           steps_per_print, 10)\n"
-    "  --quiet                  print nothing but errors: no progress lines, tables\n"
-    "                           or summary (--report and --csv still write)\n"
+    "  --quiet                  no progress lines (the step lines and the \"saved\"\n"
+    "                           lines); the start-up line, the summary and the tables\n"
+    "                           still print\n"
+    "  --silent                 print nothing but errors (--report, --csv and\n"
+    "                           --trace still write)\n"
     "  --trace FILE             write a Chrome trace of every rank's steps (ops and\n"
     "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
     "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
     "                           or stopped rank before the run stops (600)\n"
-    "checkpoints (sharded: each rank writes its shard; see README):\n"
+    "checkpoints (sharded: each rank writes its shard; see docs/checkpoints.md):\n"
     "  --save-dir DIR           save the training state into DIR/global_stepK after\n"
     "                           the last step (and every --save-every steps);\n"
     "                           DIR/latest names the newest\n"
@@ -140,7 +149,7 @@ static const char *const zs_usage =
     "                           global_stepK folder): --steps counts from the start\n"
     "                           of training; any ZeRO stage and any number of ranks\n"
     "                           with the same global batch\n"
-    "weights, data and dumps (the GPT; formats in README):\n"
+    "weights, data and dumps (the GPT; formats in docs/file-formats.md):\n"
     "  --init-from FILE         start from GPT-2 weights: Hugging Face's safetensors\n"
     "                           names (.safetensors) or llm.c's gpt2 .bin; the shapes\n"
     "                           are the file's (--heads only when a safetensors file\n"
@@ -181,6 +190,7 @@ enum {
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
     OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
+    OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
     OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ, OPT_GRAD_REDUCE,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
@@ -221,6 +231,7 @@ static const struct option zs_long_options[] = {
     {"report", required_argument, NULL, OPT_REPORT},
     {"print-every", required_argument, NULL, OPT_PRINT_EVERY},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"silent", no_argument, NULL, OPT_SILENT},
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
     {"csv", required_argument, NULL, OPT_CSV},
     {"phantom", no_argument, NULL, OPT_PHANTOM},
@@ -773,6 +784,10 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
             return -1; /* done, exit 0 */
         }
         if (ch == OPT_QUIET) {
+            o->quiet = 1;
+            continue;
+        }
+        if (ch == OPT_SILENT) {
             o->log = NULL;
             continue;
         }
@@ -1156,13 +1171,21 @@ int main(int argc, char **argv)
         return zs_cmd_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "compare"))
         return zs_cmd_compare(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "quantize"))
+        return zs_cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "eval"))
+        return zs_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
         return zs_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "mesh"))
         return zs_cmd_mesh(argc - 1, argv + 1);
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, plan, mesh, bench; see zerosim --help)\n",
+    if (!strcmp(argv[1], "config-keys") && argc == 2) {
+        zs_config_print_keys(stdout);
+        return 0;
+    }
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

@@ -1031,6 +1031,19 @@ int zs_offload_parse(const char *s, zs_offload *out)
 
 /* zero_optimization.offload_optimizer / offload_param: null, or an object
  * (DeepSpeed's DeepSpeedZeroOffloadOptimizerConfig and ..ParamConfig). */
+/* The keys of an offload section that tune the transfers, not what moves. */
+static const char *const offload_noeffect_keys[] = {
+    "pin_memory", "buffer_count", "buffer_size", "max_in_cpu", "fast_init", "pipeline_read",
+    "pipeline_write", "pipeline",
+};
+static int offload_noeffect(const char *key)
+{
+    for (size_t i = 0; i < sizeof offload_noeffect_keys / sizeof offload_noeffect_keys[0]; i++)
+        if (!strcmp(key, offload_noeffect_keys[i]))
+            return 1;
+    return 0;
+}
+
 static int zero_offload(loader *ld, const char *path, const json_t *v)
 {
     int param = strstr(path, "offload_param") != NULL;
@@ -1065,10 +1078,7 @@ static int zero_offload(loader *ld, const char *path, const json_t *v)
                 return fail("%s: %s below 1 (partial offload, ZeRO-Offload++'s Twin-Flow) is a "
                             "DeepSpeed feature zerosim does not model yet: remove it or set it "
                             "to 1", ld->name, sub);
-        } else if (!strcmp(key, "pin_memory") || !strcmp(key, "buffer_count") ||
-                   !strcmp(key, "buffer_size") || !strcmp(key, "max_in_cpu") ||
-                   !strcmp(key, "fast_init") || !strcmp(key, "pipeline_read") ||
-                   !strcmp(key, "pipeline_write") || !strcmp(key, "pipeline")) {
+        } else if (offload_noeffect(key)) {
             note_noeffect(ld, sub); /* tuning of the transfers, not what moves */
         } else {
             return fail("%s: unknown key %s (offload sections take device, nvme_path, "
@@ -2029,4 +2039,57 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
         c->model.ckpt_blocks = k;
     }
     return zs_model_config_validate(&c->model);
+}
+
+/* One line per key the loader knows, for docs/configuration.md: its path, its
+ * kind, and for an unmodelled feature what it is and what to do instead. */
+static void print_table(FILE *f, const char *path, const field_table *t)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const field *x = &t->f[i];
+        char p[256];
+        join(p, sizeof p, path, x->key);
+        switch (x->kind) {
+        case FK_SECTION:
+            print_table(f, p, x->sub);
+            continue;
+        case FK_NOEFFECT:
+            fprintf(f, "%s: no effect%s\n", p, x->autobit ? " (\"auto\" accepted)" : "");
+            continue;
+        case FK_UNMODELLED:
+            fprintf(f, "%s: not modelled (%s; %s)\n", p, x->what, x->instead);
+            continue;
+        default:
+            fprintf(f, "%s: used%s\n", p, x->autobit ? " (\"auto\" accepted)" : "");
+        }
+    }
+}
+
+void zs_config_print_keys(FILE *f)
+{
+    /* the sections read by functions rather than by a table of their own */
+    static const struct { const char *path; const field_table *t; } more[] = {
+        {"optimizer", &typed_table},
+        {"optimizer.params (Adam, AdamW)", &adam_table},
+        {"optimizer.params (SGD)", &sgd_table},
+        {"scheduler", &typed_table},
+        {"scheduler.params (WarmupLR)", &schedulers[0].params},
+        {"scheduler.params (WarmupDecayLR)", &schedulers[1].params},
+        {"scheduler.params (WarmupCosineLR)", &schedulers[2].params},
+        {"activation_checkpointing", &ckpt_table},
+        {"model (gpt)", &gpt_table},
+        {"model (mlp)", &mlp_table},
+    };
+    print_table(f, "", &top_table);
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        print_table(f, more[i].path, more[i].t);
+    static const char *const offload[] = {"zero_optimization.offload_optimizer",
+                                          "zero_optimization.offload_param"};
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "%s.device: used\n%s.nvme_path: used\n", offload[k], offload[k]);
+        fprintf(f, "%s.ratio: not modelled below 1 (partial offload; remove it or set it to 1)\n",
+                offload[k]);
+        for (size_t i = 0; i < sizeof offload_noeffect_keys / sizeof offload_noeffect_keys[0]; i++)
+            fprintf(f, "%s.%s: no effect\n", offload[k], offload_noeffect_keys[i]);
+    }
 }

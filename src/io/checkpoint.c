@@ -426,6 +426,46 @@ static int ck_check_model(const zs_ckpt *ck, json_t *saved, const zs_model_confi
     return rc;
 }
 
+/* The manifest's "files": one entry per rank of the save. */
+static int ck_parse_files(zs_ckpt *ck, json_t *m)
+{
+    json_int_t v;
+    json_t *files = json_object_get(m, "files");
+    if (!json_is_array(files) || json_array_size(files) != (size_t)ck->world)
+        ZS_FAIL("%s: \"files\" should list %d files; the manifest is damaged", ck->manifest,
+                ck->world);
+    ck->files = calloc((size_t)ck->world, sizeof *ck->files);
+    if (!ck->files)
+        ZS_FAIL("out of host memory reading %s", ck->manifest);
+    for (size_t i = 0; i < json_array_size(files); i++) {
+        json_t *f = json_array_get(files, i);
+        ck_file *cf = &ck->files[ck->nfiles++];
+        cf->f.fd = -1;
+        const char *nm = ck_str(f, "name"), *hx = ck_str(f, "xxh3");
+        json_t *res = json_object_get(f, "residual");
+        if (!nm || strlen(nm) >= sizeof cf->name || strchr(nm, '/') || !hx || !json_is_boolean(res))
+            ZS_FAIL("%s: file entry %zu lacks a name, a checksum or \"residual\"; the manifest "
+                    "is damaged", ck->manifest, i);
+        snprintf(cf->name, sizeof cf->name, "%s", nm);
+        char *end;
+        cf->xxh3 = strtoull(hx, &end, 16);
+        if (*end)
+            ZS_FAIL("%s: the checksum of %s is not hexadecimal", ck->manifest, nm);
+        cf->residual = json_is_true(res);
+        ZS_TRY(ck_int(ck, f, "tp_rank", 0, ck->tp - 1, &v));
+        cf->tp = (int)v;
+        ZS_TRY(ck_int(ck, f, "dp_rank", 0, ck->dp - 1, &v));
+        cf->dp = (int)v;
+        ZS_TRY(ck_int(ck, f, "begin", 0, (json_int_t)ck->padded, &v));
+        cf->begin = (uint64_t)v;
+        ZS_TRY(ck_int(ck, f, "end", (json_int_t)cf->begin, (json_int_t)ck->padded, &v));
+        cf->end = (uint64_t)v;
+        ZS_TRY(ck_int(ck, f, "bytes", 0, INT64_MAX, &v));
+        cf->bytes = (uint64_t)v;
+    }
+    return 0;
+}
+
 static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_size)
 {
     const char *fmt = ck_str(m, "format");
@@ -501,56 +541,22 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
     if (!ph || strlen(ph) != 16)
         ZS_FAIL("%s: \"param_hash\" is missing; the manifest is damaged", ck->manifest);
     snprintf(ck->param_hash, sizeof ck->param_hash, "%s", ph);
-    json_t *files = json_object_get(m, "files");
-    if (!json_is_array(files) || json_array_size(files) != (size_t)ck->world)
-        ZS_FAIL("%s: \"files\" should list %d files; the manifest is damaged", ck->manifest,
-                ck->world);
-    ck->files = calloc((size_t)ck->world, sizeof *ck->files);
-    if (!ck->files)
-        ZS_FAIL("out of host memory reading %s", ck->manifest);
-    for (size_t i = 0; i < json_array_size(files); i++) {
-        json_t *f = json_array_get(files, i);
-        ck_file *cf = &ck->files[ck->nfiles++];
-        cf->f.fd = -1;
-        const char *nm = ck_str(f, "name"), *hx = ck_str(f, "xxh3");
-        json_t *res = json_object_get(f, "residual");
-        if (!nm || strlen(nm) >= sizeof cf->name || strchr(nm, '/') || !hx || !json_is_boolean(res))
-            ZS_FAIL("%s: file entry %zu lacks a name, a checksum or \"residual\"; the manifest "
-                    "is damaged", ck->manifest, i);
-        snprintf(cf->name, sizeof cf->name, "%s", nm);
-        char *end;
-        cf->xxh3 = strtoull(hx, &end, 16);
-        if (*end)
-            ZS_FAIL("%s: the checksum of %s is not hexadecimal", ck->manifest, nm);
-        cf->residual = json_is_true(res);
-        ZS_TRY(ck_int(ck, f, "tp_rank", 0, ck->tp - 1, &v));
-        cf->tp = (int)v;
-        ZS_TRY(ck_int(ck, f, "dp_rank", 0, ck->dp - 1, &v));
-        cf->dp = (int)v;
-        ZS_TRY(ck_int(ck, f, "begin", 0, (json_int_t)ck->padded, &v));
-        cf->begin = (uint64_t)v;
-        ZS_TRY(ck_int(ck, f, "end", (json_int_t)cf->begin, (json_int_t)ck->padded, &v));
-        cf->end = (uint64_t)v;
-        ZS_TRY(ck_int(ck, f, "bytes", 0, INT64_MAX, &v));
-        cf->bytes = (uint64_t)v;
-    }
-    return 0;
+    return ck_parse_files(ck, m);
 }
 
-int zs_ckpt_open(const char *path, const zs_run_config *cfg, int tp_size, zs_ckpt **out,
-                 int *steps)
+/* Find the save's folder (path is a --save-dir with latest, or one
+ * global_stepK folder) and load its manifest (*mp); opt names the option
+ * in messages. */
+static int ck_locate(zs_ckpt *ck, const char *path, const char *opt, json_t **mp)
 {
-    *out = NULL;
-    zs_ckpt *ck = calloc(1, sizeof *ck);
-    if (!ck)
-        ZS_FAIL("out of host memory opening the checkpoint %s", path);
     struct stat sb;
     char latest[CK_PATH + 16], name[256];
     int rc = 0;
+    *mp = NULL;
     snprintf(latest, sizeof latest, "%s/latest", path);
     snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", path, CK_MANIFEST);
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        rc = zs_error_set("--resume %s: %s", path,
+        rc = zs_error_set("%s %s: %s", opt, path,
                           stat(path, &sb) != 0 ? strerror(errno) : "not a folder");
     } else if (stat(ck->manifest, &sb) == 0) { /* one save's folder */
         snprintf(ck->dir, sizeof ck->dir, "%s", path);
@@ -564,20 +570,31 @@ int zs_ckpt_open(const char *path, const zs_run_config *cfg, int tp_size, zs_ckp
             snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", ck->dir, CK_MANIFEST);
         }
     } else {
-        rc = zs_error_set("--resume %s is not a zerosim checkpoint (it has neither latest nor "
+        rc = zs_error_set("%s %s is not a zerosim checkpoint (it has neither latest nor "
                           "manifest.json): give the --save-dir of a run, or one of its "
-                          "global_step folders", path);
+                          "global_step folders", opt, path);
     }
-    json_t *m = NULL;
     if (!rc) {
         json_error_t jerr;
-        m = json_load_file(ck->manifest, JSON_REJECT_DUPLICATES, &jerr);
-        if (!m)
+        *mp = json_load_file(ck->manifest, JSON_REJECT_DUPLICATES, &jerr);
+        if (!*mp)
             rc = stat(ck->manifest, &sb) != 0
                      ? zs_error_set("cannot read %s: %s", ck->manifest, strerror(errno))
                      : zs_error_set("%s: not valid JSON (line %d: %s); the manifest is damaged",
                                     ck->manifest, jerr.line, jerr.text);
     }
+    return rc;
+}
+
+int zs_ckpt_open(const char *path, const zs_run_config *cfg, int tp_size, zs_ckpt **out,
+                 int *steps)
+{
+    *out = NULL;
+    zs_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        ZS_FAIL("out of host memory opening the checkpoint %s", path);
+    json_t *m = NULL;
+    int rc = ck_locate(ck, path, "--resume", &m);
     if (!rc)
         rc = ck_parse(ck, m, cfg, tp_size);
     json_decref(m);
@@ -785,4 +802,111 @@ int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_ckpt_io 
         rc = zs_error_set("%s: the parameters loaded hash to %s, the manifest says %s: the "
                           "checkpoint is damaged", ck->manifest, hash, ck->param_hash);
     return ck_agree(pl->world, rc);
+}
+
+/* ---- the parameters alone (quantize, compress, eval) ------------------------------- */
+
+/* The manifest's "model" as a configuration; one line naming the manifest. */
+static int ck_model_from_json(const zs_ckpt *ck, json_t *j, zs_model_config *mc)
+{
+    memset(mc, 0, sizeof *mc);
+    const char *kind = ck_str(j, "kind");
+    json_int_t v;
+    if (!kind || (strcmp(kind, "gpt") && strcmp(kind, "mlp")))
+        ZS_FAIL("%s: \"model\" has no kind gpt or mlp; the manifest is damaged", ck->manifest);
+    if (!strcmp(kind, "gpt")) {
+        static const char *const k[5] = {"n_layer", "n_embd", "n_head", "seq_len", "vocab"};
+        int *dst[5] = {&mc->n_layer, &mc->n_embd, &mc->n_head, &mc->seq_len, &mc->vocab};
+        mc->kind = ZS_MODEL_GPT;
+        for (int i = 0; i < 5; i++) {
+            ZS_TRY(ck_int(ck, j, k[i], 1, INT_MAX, &v));
+            *dst[i] = (int)v;
+        }
+    } else {
+        mc->kind = ZS_MODEL_MLP;
+        ZS_TRY(ck_int(ck, j, "input_dim", 1, INT_MAX, &v));
+        mc->input_dim = (int)v;
+        ZS_TRY(ck_int(ck, j, "n_classes", 1, INT_MAX, &v));
+        mc->n_classes = (int)v;
+        json_t *w = json_object_get(j, "widths");
+        if (!json_is_array(w) || json_array_size(w) > ZS_MLP_MAX_HIDDEN)
+            ZS_FAIL("%s: \"widths\" is missing or too long; the manifest is damaged",
+                    ck->manifest);
+        mc->n_hidden = (int)json_array_size(w);
+        for (int i = 0; i < mc->n_hidden; i++) {
+            json_t *x = json_array_get(w, (size_t)i);
+            if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+                json_integer_value(x) > INT_MAX)
+                ZS_FAIL("%s: \"widths\" holds a value that is not a width", ck->manifest);
+            mc->widths[i] = (int)json_integer_value(x);
+        }
+        const char *act = ck_str(j, "activation");
+        mc->act = act && !strcmp(act, "gelu") ? ZS_ACT_GELU : ZS_ACT_RELU;
+    }
+    if (zs_model_config_validate(mc))
+        ZS_FAIL("%s: the model it describes is not valid (%s)", ck->manifest, zs_error_msg());
+    return 0;
+}
+
+int zs_ckpt_read_params(const char *path, const char *opt, zs_model_config *mc, uint64_t *seed,
+                        float **params, size_t *n)
+{
+    *params = NULL;
+    zs_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        ZS_FAIL("out of host memory opening the checkpoint %s", path);
+    json_t *m = NULL;
+    json_int_t v;
+    int rc = ck_locate(ck, path, opt, &m);
+    const char *fmt = rc ? NULL : ck_str(m, "format");
+    if (!rc && (!fmt || strcmp(fmt, "zerosim-checkpoint")))
+        rc = zs_error_set("%s is not a zerosim checkpoint manifest (no \"format\": "
+                          "\"zerosim-checkpoint\")", ck->manifest);
+    if (!rc)
+        rc = ck_model_from_json(ck, json_object_get(m, "model"), mc);
+    json_t *mesh = rc ? NULL : json_object_get(m, "mesh");
+    if (!rc && !(rc = ck_int(ck, mesh, "world", 1, INT_MAX, &v)))
+        ck->world = (int)v;
+    if (!rc && !(rc = ck_int(ck, mesh, "dp", 1, INT_MAX, &v)))
+        ck->dp = (int)v;
+    if (!rc && !(rc = ck_int(ck, mesh, "tp", 1, INT_MAX, &v)))
+        ck->tp = (int)v;
+    if (!rc && ck->tp != 1)
+        rc = zs_error_set("%s: saved with tensor parallelism (tp %d); %s reads tp = 1 saves: "
+                          "write the weights first (zerosim export --from %s --out FILE)",
+                          ck->manifest, ck->tp, opt, path);
+    if (!rc && !(rc = ck_int(ck, m, "num_params", 1, INT64_MAX, &v)))
+        ck->num_params = (uint64_t)v;
+    if (!rc && !(rc = ck_int(ck, m, "padded", 1, INT64_MAX, &v)))
+        ck->padded = (uint64_t)v;
+    if (!rc && ck->num_params != zs_model_count_params(mc))
+        rc = zs_error_set("%s: num_params %llu is not the model's %zu; the manifest is damaged",
+                          ck->manifest, (unsigned long long)ck->num_params,
+                          zs_model_count_params(mc));
+    if (!rc && !(rc = ck_int(ck, json_object_get(m, "data"), "seed", 0, INT64_MAX, &v)))
+        *seed = (uint64_t)v;
+    if (!rc)
+        rc = ck_parse_files(ck, m);
+    json_decref(m);
+    size_t total = rc ? 0 : (size_t)ck->num_params;
+    if (!rc && !(*params = malloc(total * sizeof(float) + 1)))
+        rc = zs_error_set("out of host memory reading %s", ck->manifest);
+    zs_ckpt_io io = {0};
+    if (!rc)
+        rc = ck_fill(ck, ZS_STATE_MASTER, 0, 0, total, *params, &io);
+    /* every element must come from some file */
+    uint64_t covered = 0;
+    for (int i = 0; !rc && i < ck->nfiles; i++)
+        covered += ck->files[i].end - ck->files[i].begin;
+    if (!rc && covered < ck->padded)
+        rc = zs_error_set("%s: the files hold %llu of the %llu elements; the manifest is "
+                          "damaged", ck->manifest, (unsigned long long)covered,
+                          (unsigned long long)ck->padded);
+    if (rc) {
+        free(*params);
+        *params = NULL;
+    }
+    *n = total;
+    zs_ckpt_close(ck);
+    return rc;
 }

@@ -54,7 +54,7 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
                               const zs_train_result *r, int s, int i)
 {
     int every = o->print_every > 0 ? o->print_every : 10;
-    if (!o->log || !(i == 0 || (s + 1) % every == 0 || s + 1 == cfg->steps))
+    if (!o->log || o->quiet || !(i == 0 || (s + 1) % every == 0 || s + 1 == cfg->steps))
         return;
     const zs_step_info *in = &r->info[i];
     char extra[64] = "";
@@ -563,7 +563,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
             rc = zs_ckpt_save(o->save_dir, s + 1, cfg, e, &place, &r->ckpt);
             if ((rc = zs_train_agree(comm, rc == 1 ? 0 : rc, r)))
                 goto done;
-            if (lo.log)
+            if (lo.log && !o->quiet)
                 fprintf(lo.log, "saved %s/global_step%d\n", o->save_dir, s + 1);
         }
         if (i == r->timeline_step) {

@@ -1,0 +1,85 @@
+#!/bin/sh
+# Post-training quantization (zerosim quantize, zerosim eval): a trained
+# run's checkpoint and its exported weights quantize to the same bytes;
+# eval of the quantized file gives the loss quantize reported for it; the
+# bytes are the closed-form count; bad input is refused with one line
+# naming what is wrong, and no file is left behind.
+. "$(dirname "$0")/testlib.sh"
+
+run() { sh "$HERE/mpirun.sh" "$@" </dev/null; }
+M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32"
+run 2 "$ZS" train $M --stage 2 --steps 30 --save-dir "$T/ck" --export "$T/w.safetensors" \
+    --quiet >"$T/log" 2>&1 || { bad "training failed"; cat "$T/log"; }
+
+# checkpoint and exported weights: the same parameters, the same file
+for f in int8 int8-zp nf4; do
+    "$ZS" quantize --from "$T/ck" --format $f --out "$T/c-$f.safetensors" >"$T/qc-$f" 2>&1 ||
+        { bad "quantize $f from the checkpoint failed"; cat "$T/qc-$f"; }
+    "$ZS" quantize --from "$T/w.safetensors" --format $f --out "$T/w-$f.safetensors" >"$T/qw-$f" 2>&1 ||
+        bad "quantize $f from the weights failed"
+    cmp -s "$T/c-$f.safetensors" "$T/w-$f.safetensors" && ok || bad "$f: checkpoint and weights quantize differently"
+done
+cmp -s "$T/c-int8.safetensors" "$T/c-int8-zp.safetensors" && bad "int8 and int8-zp wrote the same bytes" || ok
+
+# eval of the quantized file: the loss quantize printed for it
+"$ZS" quantize --from "$T/ck" --format nf4 --double-quant --out "$T/dq.safetensors" >"$T/q" 2>&1 ||
+    { bad "nf4 double quant failed"; cat "$T/q"; }
+"$ZS" eval --from "$T/dq.safetensors" >"$T/e" 2>&1 || { bad "eval of the quantized file failed"; cat "$T/e"; }
+lq=$(awk '/^nf4, blocks of 64, double quant/ {print $(NF-1)}' "$T/q")
+le=$(awk '/^fp32/ {print $(NF-1)}' "$T/e")
+l0=$(awk '/^fp32/ {print $(NF-1)}' "$T/q")
+[ -n "$lq" ] && [ "$lq" = "$le" ] && ok || bad "eval of the file gives $le, quantize said $lq"
+[ -n "$l0" ] && [ "$l0" != "$lq" ] && ok || bad "the quantized loss equals the fp32 one ($l0): nothing was quantized?"
+
+# the bytes: 4 linear weights per block... here 2 blocks of C=32: qkv 3C*C,
+# proj C*C, fc 4C*C, proj 4C*C = 12 C^2 = 12288 weights; nf4 blocks of 64
+# with double quant: 12288/2 + 192 (int8 scales) + 4*4 (one scale per 256
+# blocks, per tensor) + 4*4 (one mean per tensor); the rest in fp32
+C=32; W=$((2 * 12 * C * C)); P=$(awk '/^# model:/ {print $(NF-1)}' "$T/q")
+want=$((W / 2 + W / 64 + 8 * 4 + 8 * 4 + 4 * (P - W)))
+got=$(awk '/^nf4, blocks of 64, double quant/ {print $(NF-3)}' "$T/q")
+[ "$got" = "$want" ] && ok || bad "nf4 double quant bytes $got, want $want"
+grep -q "^# quantized $W of $P parameters" "$T/q" && ok || bad "quantized parameter count: $(grep '^# quantized' "$T/q")"
+
+# eval --formats: every format, fp32 first
+"$ZS" eval --from "$T/ck" --formats --samples 32 >"$T/f" 2>&1 || bad "eval --formats failed"
+[ "$(grep -c '^[a-z]' "$T/f")" = 6 ] && ok || { bad "eval --formats rows"; cat "$T/f"; }
+
+# an MLP checkpoint quantizes too
+run 1 "$ZS" train --model mlp --layers 2 --hidden 32 --steps 20 --save-dir "$T/mk" --quiet >"$T/log" 2>&1 ||
+    bad "MLP training failed"
+"$ZS" quantize --from "$T/mk" --format int8 --per-channel --out "$T/m.safetensors" >"$T/mq" 2>&1 &&
+    grep -q "MLP" "$T/mq" && ok || { bad "MLP quantize"; cat "$T/mq"; }
+
+# bad input: one line naming the problem, exit non-zero, no file written
+refuse() { # refuse WHAT PATTERN ARGS...: the command fails with one line matching PATTERN
+    what=$1 pat=$2; shift 2
+    rm -f "$T/out.safetensors"
+    "$ZS" "$@" >"$T/o" 2>"$T/err" && { bad "$what: accepted"; return; }
+    [ "$(wc -l <"$T/err")" = 1 ] && grep -q -- "$pat" "$T/err" && ok || { bad "$what: $(cat "$T/err")"; }
+    [ -e "$T/out.safetensors" ] && bad "$what: left $T/out.safetensors" || ok
+    ls "$T" | grep -q '\.tmp' && bad "$what: left a temporary file" || ok
+}
+echo "not a model" >"$T/junk.safetensors"
+refuse "missing source" "$T/none" quantize --from "$T/none" --format int8 --out "$T/out.safetensors"
+refuse "not a model" "$T/junk.safetensors" quantize --from "$T/junk.safetensors" --format int8 --out "$T/out.safetensors"
+refuse "unknown format" 'int4' quantize --from "$T/ck" --format int4 --out "$T/out.safetensors"
+refuse "block 0" 'block' quantize --from "$T/ck" --format int8 --block 0 --out "$T/out.safetensors"
+refuse "dq without nf4" 'double-quant' quantize --from "$T/ck" --format int8 --double-quant --out "$T/out.safetensors"
+refuse "both groupings" 'give one' quantize --from "$T/ck" --format int8 --block 8 --per-channel --out "$T/out.safetensors"
+refuse "no --out" '--out' quantize --from "$T/ck" --format int8
+refuse "no directory" "$T/nodir" quantize --from "$T/ck" --format int8 --out "$T/nodir/x.safetensors"
+cp "$T/dq.safetensors" "$T/cut.safetensors"
+truncate -s -100 "$T/cut.safetensors"
+refuse "truncated quantized file" "$T/cut.safetensors" eval --from "$T/cut.safetensors"
+# a damaged manifest checksum: the shard is checked against it
+cp -r "$T/ck" "$T/ck2"
+sh=$(ls "$T"/ck2/global_step30/shard_*dp00000*.safetensors | head -1)
+printf 'X' | dd of="$sh" bs=1 seek=200 conv=notrunc 2>/dev/null
+refuse "damaged checkpoint" "checksum" quantize --from "$T/ck2" --format int8 --out "$T/out.safetensors"
+# the old file stays when a write fails: quantize over an existing file
+cp "$T/c-int8.safetensors" "$T/keep.safetensors"
+"$ZS" quantize --from "$T/junk.safetensors" --format int8 --out "$T/keep.safetensors" >/dev/null 2>&1
+cmp -s "$T/c-int8.safetensors" "$T/keep.safetensors" && ok || bad "a failed quantize changed the existing output"
+
+finish
