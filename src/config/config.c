@@ -1127,7 +1127,7 @@ static const field bf16_fields[] = {
     F_NONE("min_loss_scale", JT_NUMBER),
 };
 
-#define ZEROPP "remove it, or turn it off (ZeRO++ is not modelled yet)"
+#define ZEROPP "remove it, or turn it off (only ZeRO++'s qwZ, zero_quantized_weights, is modelled)"
 /* zero_optimization: DeepSpeed's DeepSpeedZeroConfig, with its aliases
  * (stage3_prefetch_bucket_size = prefetch_bucket_size, ...). */
 /* ZeRO++ qwZ: zero_optimization.zero_quantized_weights. */

@@ -501,11 +501,16 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         }
     }
 
-    fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer; "
-               "inter: across nodes, %d node%s)\n", r->nodes > 0 ? r->nodes : 1,
-            r->nodes > 1 ? "s" : "");
-    fprintf(f, "%5s  %-15s %15s %15s %9s %15s %15s\n", "rank", "op", "measured", "predicted", "ratio",
-            "inter", "inter pred");
+    int nodes = r->nodes > 1; /* the inter-node columns only where there are nodes */
+    if (nodes) {
+        fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer; "
+                   "inter: across nodes, %d nodes)\n", r->nodes);
+        fprintf(f, "%5s  %-15s %15s %15s %9s %15s %15s\n", "rank", "op", "measured", "predicted",
+                "ratio", "inter", "inter pred");
+    } else {
+        fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
+        fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
+    }
     for (int q = 0; q < N; q++) {
         if (q > 0 && zs_same_traffic(r, q, q - 1)) {
             same++;
@@ -520,21 +525,21 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 continue;
             double mb = b / r->steps, ib = zs_op_inter(r, q, o) / r->steps;
             double ipb = zs_op_pred_inter(r, q, o);
-            char ip[32] = "-";
-            if (ipb >= 0)
-                snprintf(ip, sizeof ip, "%.1f", ipb / r->steps);
-            if (pb >= 0) {
-                double pp = pb / r->steps;
-                if (N > 1)
-                    fprintf(f, "%5d  %-15s %15.1f %15.1f %9.3f %15.1f %15s\n", q, zs_comm_op_name(o),
-                            mb, pp, zs_ratio(mb, pp), ib, ip);
-                else
-                    fprintf(f, "%5d  %-15s %15.1f %15.1f %9s %15.1f %15s\n", q, zs_comm_op_name(o),
-                            mb, pp, "(N=1)", ib, ip);
-            } else {
-                fprintf(f, "%5d  %-15s %15.1f %15s %9s %15.1f %15s\n", q, zs_comm_op_name(o), mb,
-                        "-", "-", ib, ip);
+            char ip[40] = "", ratio[16] = "-", pred[24] = "-";
+            if (nodes) {
+                char t[24] = "-";
+                if (ipb >= 0)
+                    snprintf(t, sizeof t, "%.1f", ipb / r->steps);
+                snprintf(ip, sizeof ip, " %15.1f %15s", ib, t);
             }
+            if (pb >= 0) {
+                snprintf(pred, sizeof pred, "%.1f", pb / r->steps);
+                if (N > 1)
+                    snprintf(ratio, sizeof ratio, "%.3f", zs_ratio(mb, pb / r->steps));
+                else
+                    snprintf(ratio, sizeof ratio, "(N=1)");
+            }
+            fprintf(f, "%5d  %-15s %15.1f %15s %9s%s\n", q, zs_comm_op_name(o), mb, pred, ratio, ip);
         }
     }
     zs_print_same(f, N - same, N - 1);
