@@ -10,8 +10,9 @@ set -eu
 OUTFILE=$1
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 ZS=${ZEROSIM:-./zerosim}
+case $ZS in /*) ;; *) ZS=$(pwd)/$ZS ;; esac
 T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+trap 'rc=$?; rm -rf "$T"; [ "$rc" -eq 0 ] || echo "docs/numbers.sh: a run failed (status $rc); nothing measured after it" >&2' EXIT
 : >"$OUTFILE"
 num() { printf '%s %s\n' "$1" "$2" >>"$OUTFILE"; }
 # cat NAME CATEGORY: rank 0's peak bytes of a category in T/NAME/memory.csv
@@ -97,8 +98,15 @@ num acc_params_shard_bytes "$(commas $(( $(runcol acc padded_params) / 3 * 2 )))
 num acc_total_peak "$(commas "$(cat_bytes acc total)")"
 num acc_live_params "$(commas "$(sed -n 's/^  "live_params_peak": \([0-9]*\),*$/\1/p' "$T/acc.json")")"
 
-# docs/checkpoints.md: the default GPT, stage 3 on 2 ranks: each rank's
-# shard, and the tensor bytes of one save (master, m and v in fp32)
-phantom ck2 2 --stage 3 --steps 1
-num save_shard "$(commas $(( $(runcol ck2 padded_params) / 2 )))"
-num save_tensor_bytes "$(commas $(( $(runcol ck2 padded_params) / 2 * 12 )))"
+# docs/checkpoints.md: the default GPT, stage 3 on 2 ranks, one save (a real
+# run: phantom runs do not save): rank 0's shard, the tensor bytes it wrote
+# (master, m and v in fp32) and the rest of its file (the header)
+mkdir "$T/save"
+(cd "$T/save" && sh "$TOP/tests/mpirun.sh" 2 "$ZS" train --stage 3 --steps 1 --save-dir ck \
+    --silent --csv csv --report r.json </dev/null)
+io() { sed -n '/"checkpoint_io"/,/}/p' "$T/save/r.json" | sed -n "s/^ *\"$1\": \([0-9]*\),*$/\1/p" | head -1; }
+num save_shard "$(commas $(( $(awk '!/^#/ { print $6; exit }' "$T/save/csv/run.csv") / 2 )))"
+num save_tensor_bytes "$(commas "$(io tensor_bytes_written)")"
+[ "$(io tensor_bytes_written)" = "$(io tensor_bytes_written_predicted)" ] ||
+    { echo "numbers.sh: the save's tensor bytes differ from the prediction" >&2; exit 1; }
+num save_header_bytes $(( $(io bytes_written) - $(io tensor_bytes_written) ))

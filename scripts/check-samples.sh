@@ -23,14 +23,20 @@
 # "mpirun -np N" runs tests/mpirun.sh N. Output and errors are compared
 # together.
 #
-# Usage: scripts/check-samples.sh [--show] PAGE...
-#   --show  print what each block's commands print now (to update a page)
+# Usage: scripts/check-samples.sh [--show | --update] PAGE...
+#   --show    print what each block's commands print now (to update a page)
+#   --update  rewrite every <!-- sample-of --> block that leaves nothing out
+#             (no "..." and no vary) with what its command prints now, as
+#             docs/configuration.md's key list (after adding a key); other
+#             blocks are checked as usual
 # Exit status 0 when every block matches, 1 otherwise (each mismatch named
 # with its page and line), 2 for bad usage.
 set -u
 show=0
+update=0
 [ "${1:-}" = --show ] && { show=1; shift; }
-[ $# -ge 1 ] || { echo "usage: scripts/check-samples.sh [--show] PAGE..." >&2; exit 2; }
+[ "${1:-}" = --update ] && { update=1; shift; }
+[ $# -ge 1 ] || { echo "usage: scripts/check-samples.sh [--show | --update] PAGE..." >&2; exit 2; }
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 ZS=${ZEROSIM:-./zerosim}
 case $ZS in /*) ;; *) ZS=$(pwd)/$ZS ;; esac
@@ -59,8 +65,8 @@ split_page() {
             if (kind == "sample-of") { start_cmd(); print arg > cmdf }
             next
         }
-        want && /^```/ && !inblock { inblock = 1; next }
-        inblock && /^```/ { inblock = 0; want = 0; next }
+        want && /^```/ && !inblock { inblock = 1; print FNR + 1 > (bdir "/from"); next }
+        inblock && /^```/ { inblock = 0; want = 0; print FNR - 1 > (bdir "/to"); next }
         inblock {
             if (cont) { l = $0; sub(/^ +/, "", l); c = c " " l; cont = (c ~ /\\$/); if (cont) sub(/\\$/, "", c); if (!cont) print c > cmdf; next }
             if ($0 ~ /^\$ /) {
@@ -127,6 +133,16 @@ for page in "$@"; do
                 echo "== $page line $at: \$ $cmd"; cat "$b/got$j"
                 j=$((j + 1)); continue
             fi
+            if [ "$update" -eq 1 ] && [ "$kind" = sample-of ] && [ ! -s "$b/vary" ] &&
+                ! grep -qx ' *\.\.\. *' "$b/want$j"; then
+                # the block's lines from/to are replaced by the output
+                awk -v from="$(cat "$b/from")" -v to="$(cat "$b/to")" -v gf="$b/got$j" '
+                    FNR == from { while ((getline g < gf) > 0) print g }
+                    FNR >= from && FNR <= to { next }
+                    { print }' "$page" >"$W/page.new" && cat "$W/page.new" >"$page"
+                echo "check-samples: $page: the block at line $at rewritten with what \"$cmd\" prints now"
+                j=$((j + 1)); continue
+            fi
             normalize "$b/vary" <"$b/got$j" >"$b/gotn$j"
             normalize "$b/vary" <"$b/want$j" >"$b/wantn$j"
             if ! awk -v page="$page" -v cmd="$cmd" -v lf="$b/lines$j" -v gf="$b/gotn$j" '
@@ -156,5 +172,5 @@ for page in "$@"; do
 done
 [ "$show" -eq 1 ] && exit 0
 echo "check-samples: $blocks sample blocks, $bad not as the program prints them"
-[ "$bad" -eq 0 ] || echo "check-samples: to update a page, scripts/check-samples.sh --show PAGE prints what its commands print now"
+[ "$bad" -eq 0 ] || echo "check-samples: to update a page, scripts/check-samples.sh --show PAGE prints what its commands print now (--update rewrites the blocks that quote a whole output)"
 [ "$bad" -eq 0 ]

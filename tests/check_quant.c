@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zerosim/deepcomp.h"
 #include "zerosim/error.h"
 #include "zerosim/io.h"
 #include "zerosim/quant.h"
@@ -304,6 +305,126 @@ START_TEST(test_file_roundtrip)
 }
 END_TEST
 
+
+/* CLRS's example: frequencies 45 13 12 16 9 5 get lengths 1 3 3 3 4 4 */
+START_TEST(test_huffman)
+{
+    const uint64_t f[6] = {45, 13, 12, 16, 9, 5};
+    uint8_t len[6];
+    ck_assert_int_eq(zs_huff_lengths(f, 6, len), 0);
+    const uint8_t want[6] = {1, 3, 3, 3, 4, 4};
+    for (int i = 0; i < 6; i++)
+        ck_assert_uint_eq(len[i], want[i]);
+    ck_assert_uint_eq(zs_huff_bits(f, len, 6), 224); /* CLRS: 224,000 bits per 100,000 */
+    zs_huff h;
+    ck_assert_int_eq(zs_huff_build(&h, len, 6), 0);
+    zs_bitw w = {0};
+    const int msg[10] = {0, 5, 4, 3, 2, 1, 0, 0, 5, 3};
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(zs_huff_put(&w, &h, msg[i]), 0);
+    ck_assert_uint_eq(w.nbits, 1 + 4 + 4 + 3 + 3 + 3 + 1 + 1 + 4 + 3);
+    zs_bitr r = {w.buf, w.nbits, 0};
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(zs_huff_get(&r, &h), msg[i]);
+    ck_assert_int_eq(zs_huff_get(&r, &h), -1); /* the stream ends */
+    zs_huff_free(&h);
+    zs_bitw_free(&w);
+    /* lengths of no prefix code are refused */
+    const uint8_t bad[3] = {1, 1, 1};
+    ck_assert_int_ne(zs_huff_build(&h, bad, 3), 0);
+    /* a skewed alphabet stays within the length limit */
+    uint64_t fib[40];
+    fib[0] = fib[1] = 1;
+    for (int i = 2; i < 40; i++)
+        fib[i] = fib[i - 1] + fib[i - 2];
+    uint8_t l40[40];
+    ck_assert_int_eq(zs_huff_lengths(fib, 40, l40), 0);
+    for (int i = 0; i < 40; i++)
+        ck_assert(l40[i] >= 1 && l40[i] <= ZS_HUFF_MAX_LEN);
+    ck_assert_int_eq(zs_huff_build(&h, l40, 40), 0);
+    zs_huff_free(&h);
+}
+END_TEST
+
+/* Deep Compression end to end on a small MLP: the file decodes to exactly
+ * the pruned, shared weights; each layer keeps its fraction and at most
+ * 2^b distinct values. */
+START_TEST(test_deep_compression)
+{
+    zs_model_config c = mlp();
+    size_t n = zs_model_count_params(&c);
+    float *p = malloc(n * 4);
+    zs_model *m;
+    ck_assert_int_eq(zs_model_create(&c, &m), 0);
+    zs_model_init_params(m, p, 5);
+    zs_dc_options o;
+    zs_dc_options_default(&o);
+    o.sparsity = 0.75;
+    o.prune_rounds = 2;
+    o.retrain_steps = 5;
+    o.finetune_steps = 5;
+    o.bits = 3;
+    o.index_bits = 2; /* short gaps: fillers are needed */
+    o.micro_batch = 8;
+    o.eval_samples = 16;
+    char dir[] = "/tmp/zs_dc_XXXXXX", path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    zs_dc_result r, r2;
+    ck_assert_int_eq(zs_dc_compress(&c, p, &o, path, &r), 0);
+    ck_assert_int_eq(zs_dc_file_is(path), 1);
+    zs_model_config c2;
+    uint64_t seed;
+    float *q;
+    ck_assert_int_eq(zs_dc_read(path, &c2, &seed, &q, &r2), 0);
+    ck_assert_int_eq(memcmp(p, q, n * 4), 0);
+    ck_assert_str_eq(r.param_hash, r2.param_hash);
+    ck_assert_int_eq(r.nlayers, 3);
+    const zs_layout *lay = zs_model_layout(m);
+    int fillers = 0;
+    for (int l = 0; l < 3; l++) {
+        const zs_param_entry *e = &lay->entries[2 * l]; /* fcL.w */
+        size_t zeros = 0;
+        float vals[64];
+        int nv = 0;
+        for (size_t i = e->offset; i < e->offset + e->numel; i++) {
+            if (q[i] == 0.0f) {
+                zeros++;
+                continue;
+            }
+            int k = 0;
+            while (k < nv && vals[k] != q[i])
+                k++;
+            if (k == nv && nv < 64)
+                vals[nv++] = q[i];
+        }
+        ck_assert_uint_ge(zeros, (size_t)(0.75 * (double)e->numel));
+        ck_assert_int_le(nv, 8);
+        ck_assert_uint_eq(r.layers[l].nonzeros, r2.layers[l].nonzeros);
+        ck_assert_uint_eq(r.layers[l].nonzeros + zeros, e->numel);
+        ck_assert_uint_eq(r.layers[l].idx_bits, r2.layers[l].idx_bits);
+        fillers += r.layers[l].entries > r.layers[l].nonzeros;
+    }
+    ck_assert_int_gt(fillers, 0);
+    /* bad options: one line naming them */
+    zs_dc_options b = o;
+    b.sparsity = 1.0;
+    ck_assert_int_ne(zs_dc_options_check(&b), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "--sparsity"));
+    b = o;
+    b.bits = 17;
+    ck_assert_int_ne(zs_dc_options_check(&b), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "--bits"));
+    free(q);
+    zs_dc_result_free(&r);
+    zs_dc_result_free(&r2);
+    unlink(path);
+    rmdir(dir);
+    zs_model_destroy(m);
+    free(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("quant");
@@ -317,6 +438,8 @@ int main(void)
     tcase_add_test(tc, test_fake_matches);
     tcase_add_test(tc, test_double_quant_scales);
     tcase_add_test(tc, test_file_roundtrip);
+    tcase_add_test(tc, test_huffman);
+    tcase_add_test(tc, test_deep_compression);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

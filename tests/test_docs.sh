@@ -2,8 +2,11 @@
 # The documentation stays true: every sample output that README.md and
 # docs/*.md quote (blocks marked <!-- sample -->) is printed again by the
 # program and compared line by line (scripts/check-samples.sh), so a change
-# that moves a number fails here until the page moves with it. Then: the
-# check can fail (a changed byte count, a row dropped without "...").
+# that moves a number fails here until the page moves with it; the numbers
+# tagged in the prose are measured again (docs/numbers.sh) and compared
+# (labs/check-page.sh); every link between the pages leads somewhere
+# (scripts/check-links.sh). Then: each check can fail (a changed byte count,
+# a row dropped without "...", a broken link).
 . "$(dirname "$0")/testlib.sh"
 srcdir=${srcdir:-$(dirname "$0")/..}
 CHECK=$srcdir/scripts/check-samples.sh
@@ -37,6 +40,16 @@ sed 's/<!--gpt3_default_peak_gb-->[0-9]*/<!--gpt3_default_peak_gb-->343/' "$srcd
 sh "$srcdir/labs/check-page.sh" "$T/phantom.md" "$T/numbers.txt" >"$T/out" 2>&1 && bad "a changed GPT-3 figure passed" ||
     { grep -q 'gpt3_default_peak_gb reads 343' "$T/out" && ok || { bad "the changed figure was not named"; cat "$T/out"; }; }
 
+# the links between the pages: files that exist, headings that exist
+if sh "$srcdir/scripts/check-links.sh" $pages "$srcdir"/labs/README.md "$srcdir"/labs/*/README.md >"$T/links.log" 2>&1; then ok; else
+    bad "broken links:"; cat "$T/links.log"
+fi
+tail -1 "$T/links.log"
+printf 'see [x](no-such.md), [y](#nowhere) and [z](%s#the-step-as-a-program)\n# Here\n' \
+    "$(cd "$srcdir/docs" && pwd)/training.md" >"$T/links.md"
+sh "$srcdir/scripts/check-links.sh" "$T/links.md" >"$T/out" 2>&1
+[ "$(grep -c 'no such file\|no heading' "$T/out")" -eq 2 ] && ok || { bad "check-links missed a broken link"; cat "$T/out"; }
+
 # the check can fail: a page whose sample has one byte count changed, one
 # whose sample leaves out a line without "...", one with an unclosed block
 cat >"$T/good.md" <<'P'
@@ -58,6 +71,11 @@ grep -v '^tp groups' "$T/good.md" >"$T/dropped.md"
 sh "$CHECK" "$T/dropped.md" >"$T/out" 2>&1 && bad "a dropped row passed" || ok
 sed 's/^tp groups.*/.../' "$T/good.md" >"$T/ellipsis.md"
 sh "$CHECK" "$T/ellipsis.md" >"$T/out" 2>&1 && ok || { bad "a row left out with ... failed:"; cat "$T/out"; }
+# --update rewrites a block that quotes a whole output (the key list)
+sed 's/^seed: used$/seed: unknown/' "$srcdir/docs/configuration.md" >"$T/cfg.md"
+sh "$CHECK" "$T/cfg.md" >/dev/null 2>&1 && bad "a changed key list passed" || ok
+sh "$CHECK" --update "$T/cfg.md" >/dev/null 2>&1 && cmp -s "$T/cfg.md" "$srcdir/docs/configuration.md" && ok ||
+    bad "--update did not restore the key list"
 sed '$d' "$T/good.md" >"$T/open.md"
 sh "$CHECK" "$T/open.md" >"$T/out" 2>&1 && bad "an unclosed block passed" || ok
 finish

@@ -223,6 +223,20 @@ int zs_comm_set_backend(zs_comm_t c, zs_backend_t be);
  * environment variable ZEROSIM_REDUCE_SCATTER=mpi selects MPI_Reduce_scatter. */
 int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
                            zs_comm_type t, int layer);
+/* Non-blocking reduce-scatter (the engine's overlap_comm): the same sums as
+ * zs_comm_reduce_scatter. The ring is driven by zs_comm_test, which moves
+ * it on as far as the arrived messages allow and returns at once, and
+ * finished by zs_comm_wait; send and recv stay in use until then. Where
+ * the ring does not apply (one rank, device buffers, MPI_Reduce_scatter)
+ * it completes before it returns. One at a time per communicator: another
+ * reduce-scatter on c before the wait is an internal error. The ledger
+ * records it at the wait, its seconds from the start to the moment a test
+ * or the wait saw it complete. */
+int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
+                            zs_comm_type t, int layer, void **request);
+/* Progress on a pending non-blocking call (reduce-scatter or allgather);
+ * never waits. NULL: nothing. */
+int zs_comm_test(zs_comm_t c, void **request);
 /* All-to-all of bytes: send + sdispl[q] holds scount[q] bytes for rank q;
  * recv + rdispl[q] receives rcount[q] bytes from q. Recorded as
  * "alltoall" with the bytes sent to the other ranks. */

@@ -137,6 +137,11 @@ typedef struct {
      * on the number of ranks or the MPI algorithm (see zerosim/zero.h). */
     int deterministic;
 
+    /* zerosim.qat / --qat: quantization-aware training; 0 = off, else the
+     * zs_quant_format (int8 or nf4, zerosim/quant.h) whose fake-quantized
+     * linear weights the forward and backward use (docs/quantization.md) */
+    int qat;
+
     /* activation checkpointing (--checkpoint-activations, the
      * "activation_checkpointing" section); finalize turns it into
      * model.ckpt_blocks */
@@ -166,9 +171,19 @@ typedef struct {
     /* ZeRO++ (stage 3): zero_optimization.zero_quantized_weights /
      * --quantized-weights (qwZ: the forward gathers in int8 blocks) */
     int quantized_weights;
+    /* expert parallelism (--ep, "moe.ep_size"): experts dealt over groups of
+     * ep data-parallel ranks (docs/moe.md); finalize copies it into
+     * model.moe_ep. The MoE model's own fields are in model.moe_*. */
+    int ep;
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;
+
+    /* zero_optimization.overlap_comm / --overlap-comm: 1, a bucket's
+     * reduce-scatter runs behind the backward of the next units; 0, each is
+     * finished where it starts; -1 (the default), on in stage 3 and off
+     * below, as DeepSpeed's defaults. zs_step_overlap resolves it. */
+    int overlap_comm;
 
     /* zerosim.collective_timeout / --collective-timeout: seconds a rank
      * waits in one collective before it gives up on a lost or stopped rank */
@@ -217,6 +232,9 @@ const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_
 
 /* "micro-batch" or "step" into *out; non-zero for anything else. */
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);
+/* 1 when cfg's reduce-scatters overlap the backward (overlap_comm, its
+ * default resolved), else 0. */
+int zs_step_overlap(const zs_run_config *cfg);
 const char *zs_grad_reduce_name(zs_grad_reduce g);
 
 #ifdef __cplusplus

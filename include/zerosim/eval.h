@@ -9,6 +9,7 @@
 #ifndef ZEROSIM_EVAL_H
 #define ZEROSIM_EVAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "zerosim/model.h"
 
@@ -25,6 +26,24 @@ extern "C" {
  * activations, data (workspace); *bytes (may be NULL) gets its peak. */
 int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, int samples,
                  int mb, double *loss, double *floor, size_t *bytes);
+
+/* A model's fp32 parameters from a file of any kind zerosim writes: a
+ * checkpoint folder (tp = 1), GPT weights (.safetensors, llm.c .bin), a
+ * quantized file (dequantized), a compressed file (decoded). */
+typedef struct {
+    zs_model_config mc;
+    uint64_t seed;        /* of the synthetic data, when the file says it */
+    int has_seed;
+    const char *kind;     /* "checkpoint", "weights", "quantized", "compressed" */
+    float *params;        /* [n] */
+    size_t n;
+    uint64_t file_bytes;  /* the file's size (0 for a checkpoint folder) */
+} zs_model_src;
+
+/* opt names the option in messages (e.g. "--from"); n_head: the heads of a
+ * GPT weights file that does not say them (0: fail when it does not). */
+int zs_model_src_load(const char *path, const char *opt, int n_head, zs_model_src *s);
+void zs_model_src_free(zs_model_src *s);
 
 #ifdef __cplusplus
 }

@@ -89,6 +89,9 @@ typedef struct {
 typedef struct zs_step_shape_s {
     zs_partition part;   /* of rank 0 */
     int stage, det, mixed, comp;
+    int overlap;         /* overlap_comm: a bucket's reduce-scatter runs
+                            behind the backward of the next units, one
+                            bucket in flight at a time */
     int reduce_step;     /* stages 0, 1 with grad_reduce step: the full
                             gradient accumulates over the micro-batches and is
                             reduced once, after the last one's backward */
@@ -157,7 +160,10 @@ typedef enum {
                             bucket `index` of the micro-batch's gradient in
                             fixed point, added into the int64 accumulator */
     ZS_SOP_REDUCE,       /* bucket `index`: reduce-scatter (or compressed
-                            all-to-all) and add this rank's part */
+                            all-to-all) and add this rank's part; with
+                            ZS_SOPF_ASYNC only started (overlap_comm) */
+    ZS_SOP_REDUCE_WAIT,  /* overlap_comm: bucket `index`'s reduce-scatter
+                            finished, its part added, its buffer freed */
     ZS_SOP_LOSS_SUM,     /* the step's loss over the ranks */
     ZS_SOP_CHECK,        /* overflow flags over the ranks */
     ZS_SOP_NORM,         /* global norm, loss scaler; an overflow ends the
@@ -175,6 +181,8 @@ typedef enum {
 #define ZS_SOPF_PREFETCH  1u  /* GATHER: ahead of the unit that uses it */
 #define ZS_SOPF_RECOMPUTE 2u  /* FORWARD/GATHER: activation checkpointing */
 #define ZS_SOPF_APPLIED   4u  /* runs only when the step is not skipped */
+#define ZS_SOPF_ASYNC     8u  /* REDUCE: started here, finished at its
+                                 REDUCE_WAIT; the backward goes on meanwhile */
 
 typedef struct {
     zs_step_op_kind kind;

@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "zerosim/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -113,6 +114,13 @@ uint8_t zs_quant_nf4_index(float v);  /* v = x / absmax in [-1, 1] */
  * large n (the formula: e.g. NF4, 64, double quant: 4 + 8/64 + 32/16384). */
 double zs_quant_bits_per_param(const zs_quant_spec *s, size_t n, size_t group);
 double zs_quant_bits_per_param_limit(const zs_quant_spec *s);
+
+/* 1 when the entry is the weight of a linear layer (MLP fcK.w; GPT
+ * attn.qkv.w, attn.proj.w, mlp.fc.w, mlp.proj.w), with its (out, in)
+ * shape in *rows, *cols; 0 otherwise (kept in fp32). For the tp = 1
+ * layout. */
+int zs_quant_entry_matrix(const zs_model_config *mc, const zs_param_entry *e, size_t *rows,
+                          size_t *cols);
 
 #ifdef __cplusplus
 }

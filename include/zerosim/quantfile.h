@@ -25,12 +25,6 @@
 extern "C" {
 #endif
 
-/* 1 when the entry is the weight of a linear layer (MLP fcK.w; GPT
- * attn.qkv.w, attn.proj.w, mlp.fc.w, mlp.proj.w), with its (out, in)
- * shape in *rows, *cols; 0 otherwise (kept in fp32). */
-int zs_quant_entry_matrix(const zs_model_config *mc, const zs_param_entry *e, size_t *rows,
-                          size_t *cols);
-
 /* What a write or read found: parameters and bytes by kind. */
 typedef struct {
     size_t quantized_params, other_params;
@@ -55,24 +49,6 @@ int zs_qfile_is(const char *path);
  * parameters (malloc'd in *params). */
 int zs_qfile_read(const char *path, zs_model_config *mc, uint64_t *seed, zs_quant_spec *s,
                   float **params, zs_qfile_stats *st);
-
-/* A model's fp32 parameters from a file of any kind zerosim writes: a
- * checkpoint folder (tp = 1), GPT weights (.safetensors, llm.c .bin), a
- * quantized file (dequantized), a compressed file (decoded). */
-typedef struct {
-    zs_model_config mc;
-    uint64_t seed;        /* of the synthetic data, when the file says it */
-    int has_seed;
-    const char *kind;     /* "checkpoint", "weights", "quantized", "compressed" */
-    float *params;        /* [n] */
-    size_t n;
-    uint64_t file_bytes;  /* the file's size (0 for a checkpoint folder) */
-} zs_model_src;
-
-/* opt names the option in messages (e.g. "--from"); n_head: the heads of a
- * GPT weights file that does not say them (0: fail when it does not). */
-int zs_model_src_load(const char *path, const char *opt, int n_head, zs_model_src *s);
-void zs_model_src_free(zs_model_src *s);
 
 /* The model's shapes as the JSON text of the files' "model" metadata, and
  * back (one line naming `what` when it is not a model). */

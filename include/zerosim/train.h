@@ -94,8 +94,10 @@ typedef struct {
     double *a2a_pred;         /* [world_size] predicted all-to-all bytes per
                                  compressed step of each rank, or NULL */
     size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
-    double nb_span_s, nb_wait_s; /* this rank: stage 3's non-blocking gathers,
-                                 start to done, and the part spent waiting */
+    double nb_span_s, nb_wait_s; /* this rank: stage 3's non-blocking gathers
+                                 and overlap_comm's reduce-scatters, start to
+                                 done, and the part spent starting, driving
+                                 and waiting for them */
     double (*nb)[2];          /* [world_size] the same per rank (rank 0) */
     int units_over_live_bound;/* stage 3: units larger than stage3_max_live_parameters,
                                  each gathered alone (as DeepSpeed does) */

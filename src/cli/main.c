@@ -20,6 +20,8 @@
 #include "zerosim/weights.h"
 #include "compare_cmd.h"
 #include "quant_cmd.h"
+#include "deepcomp_cmd.h"
+#include "zerosim/quant.h"
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
 
@@ -51,6 +53,9 @@ static const char *const zs_usage =
     "       zerosim quantize --from CKPT|FILE --format int8|int8-zp|nf4 --out FILE\n"
     "                                post-training quantization (zerosim quantize --help)\n"
     "       zerosim eval --from CKPT|FILE [--formats]   held-out loss and bytes\n"
+    "       zerosim compress --from CKPT|FILE --out FILE   Deep Compression: prune,\n"
+    "                                share, Huffman-code (zerosim compress --help);\n"
+    "                                zerosim decompress --from FILE reads it back\n"
     "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
     "                                and whether it is used, has no effect or is refused\n"
     "       zerosim --help | --version\n"
@@ -99,6 +104,9 @@ static const char *const zs_usage =
     "                           or accumulate them locally and reduce once per step\n"
     "                           (step, DeepSpeed's schedule); stages 2-3 reduce every\n"
     "                           micro-batch either way (accepted, no effect)\n"
+    "  --overlap-comm on|off    a bucket's reduce-scatter runs behind the backward\n"
+    "                           of the next units (overlap_comm; on in stage 3,\n"
+    "                           off below)\n"
     "  --offload-optimizer none|cpu|nvme\n"
     "                           ZeRO-Offload (stages 1-3): fp32 master, m and v and\n"
     "                           the optimizer step on the host, or in files under\n"
@@ -108,6 +116,10 @@ static const char *const zs_usage =
     "                           (ZeRO-Infinity)\n"
     "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
     "                           for any number of ranks with the same global batch\n"
+    "  --qat int8|nf4           quantization-aware training: the linear weights enter\n"
+    "                           forward and backward fake-quantized (int8 absmax per\n"
+    "                           tensor, nf4 blocks of 64); fp32 master weights\n"
+    "                           (zerosim.qat; docs/quantization.md)\n"
     "  --config FILE            DeepSpeed-style JSON configuration\n"
     "mesh (ranks = tp x dp x pp, Megatron-LM's order; see zerosim mesh):\n"
     "  --tp T                   tensor-parallel size (1; tensor_parallel.autotp_size)\n"
@@ -122,6 +134,15 @@ static const char *const zs_usage =
     "  --quantized-weights      ZeRO++ qwZ (stage 3): forward parameter gathers sent as\n"
     "                           int8 blocks of 256 with a scale each, lossy\n"
     "                           (zero_optimization.zero_quantized_weights)\n"
+    "mixture of experts (docs/moe.md; the config's \"moe\" section):\n"
+    "  --moe-experts E          experts per MoE block (0: a dense model)\n"
+    "  --moe-every K            every K-th block is a MoE block (1)\n"
+    "  --moe-top-k 1|2          experts per token (1)\n"
+    "  --capacity-factor F      capacity ceil(tokens / E x F) (x2 for top-2) (1)\n"
+    "  --min-capacity C         at least C tokens per expert (4)\n"
+    "  --aux-loss-coeff A       weight of the load-balancing loss (0.01)\n"
+    "  --ep P                   expert-parallel size: experts dealt over groups of\n"
+    "                           P data-parallel ranks (1)\n"
     "run:\n"
     "  --backend cpu|cuda       compute backend (cpu); cuda in builds configured with\n"
     "                           CUDA (see --version), each rank on GPU (local rank)\n"
@@ -192,11 +213,15 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ, OPT_GRAD_REDUCE,
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ,
+    OPT_GRAD_REDUCE, OPT_OVERLAP_COMM,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_LAST
+    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT,
+    OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
+    OPT_AUX_LOSS_COEFF, OPT_EP,
+    OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -233,6 +258,7 @@ static const struct option zs_long_options[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"silent", no_argument, NULL, OPT_SILENT},
     {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
+    {"qat", required_argument, NULL, OPT_QAT},
     {"csv", required_argument, NULL, OPT_CSV},
     {"phantom", no_argument, NULL, OPT_PHANTOM},
     {"world-size", required_argument, NULL, OPT_WORLD_SIZE},
@@ -257,6 +283,7 @@ static const struct option zs_long_options[] = {
     {"hierarchical", no_argument, NULL, OPT_HIER},
     {"quantized-weights", no_argument, NULL, OPT_QWZ},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
+    {"overlap-comm", required_argument, NULL, OPT_OVERLAP_COMM},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
     {"init-from", required_argument, NULL, OPT_INIT_FROM},
     {"export", required_argument, NULL, OPT_EXPORT},
@@ -268,6 +295,13 @@ static const struct option zs_long_options[] = {
     {"dump-dir", required_argument, NULL, OPT_DUMP_DIR},
     {"dump-steps", required_argument, NULL, OPT_DUMP_STEPS},
     {"from", required_argument, NULL, OPT_FROM},
+    {"moe-experts", required_argument, NULL, OPT_MOE_EXPERTS},
+    {"moe-every", required_argument, NULL, OPT_MOE_EVERY},
+    {"moe-top-k", required_argument, NULL, OPT_MOE_TOP_K},
+    {"capacity-factor", required_argument, NULL, OPT_CAPACITY_FACTOR},
+    {"min-capacity", required_argument, NULL, OPT_MIN_CAPACITY},
+    {"aux-loss-coeff", required_argument, NULL, OPT_AUX_LOSS_COEFF},
+    {"ep", required_argument, NULL, OPT_EP},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -372,6 +406,11 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         {OPT_TRAIN_BATCH, 1, INT_MAX, offsetof(zs_run_config, train_batch_size)},
         {OPT_WARMUP, 0, 100000000, offsetof(zs_run_config, warmup_steps)},
         {OPT_STAGE, 0, 3, offsetof(zs_run_config, stage)},
+        {OPT_MOE_EXPERTS, 0, 4096, offsetof(zs_run_config, model.moe_experts)},
+        {OPT_MOE_EVERY, 1, 4096, offsetof(zs_run_config, model.moe_every)},
+        {OPT_MOE_TOP_K, 1, 2, offsetof(zs_run_config, model.moe_top_k)},
+        {OPT_MIN_CAPACITY, 0, 1 << 24, offsetof(zs_run_config, model.moe_min_capacity)},
+        {OPT_EP, 1, 256, offsetof(zs_run_config, ep)},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if ((s = cli->val[ints[i].id])) {
@@ -394,8 +433,22 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     if (cli->val[OPT_WARMUP] || cli->val[OPT_MIN_LR_RATIO])
         if (c->scheduler == ZS_SCHED_CONSTANT)
             c->scheduler = ZS_SCHED_WARMUP_COSINE;
+    if ((s = cli->val[OPT_CAPACITY_FACTOR])) {
+        ZS_TRY(zs_parse_float(OPT_CAPACITY_FACTOR, s, 1e-6, 1e6, &f));
+        c->model.moe_capacity_factor = strtod(s, NULL); /* the double as given */
+    }
+    if ((s = cli->val[OPT_AUX_LOSS_COEFF])) {
+        ZS_TRY(zs_parse_float(OPT_AUX_LOSS_COEFF, s, 0, 1e6, &f));
+        c->model.moe_aux_coeff = strtod(s, NULL);
+    }
     if (cli->val[OPT_DETERMINISTIC])
         c->deterministic = 1;
+    if ((s = cli->val[OPT_QAT])) {
+        zs_quant_format qf;
+        if (zs_quant_format_parse(s, &qf) || qf == ZS_QUANT_INT8_ZP)
+            ZS_FAIL("--qat takes none, int8 or nf4 (absmax formats), got \"%s\"", s);
+        c->qat = (int)qf;
+    }
     if ((s = cli->val[OPT_COMP]) && zs_comp_parse(s, &c->compression))
         return -1;
     if (cli->val[OPT_NO_EF])
@@ -429,6 +482,11 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if ((s = cli->val[OPT_GRAD_REDUCE]) && zs_grad_reduce_parse(s, &c->grad_reduce))
         ZS_FAIL("--grad-reduce must be \"micro-batch\" or \"step\", got \"%s\"", s);
+    if ((s = cli->val[OPT_OVERLAP_COMM])) {
+        if (strcmp(s, "on") && strcmp(s, "off"))
+            ZS_FAIL("--overlap-comm must be \"on\" or \"off\", got \"%s\"", s);
+        c->overlap_comm = strcmp(s, "on") == 0;
+    }
     if ((s = cli->val[OPT_COLL_TIMEOUT])) {
         ZS_TRY(zs_parse_float(OPT_COLL_TIMEOUT, s, 1e-3, 1e9, &f));
         c->collective_timeout = f;
@@ -1175,6 +1233,10 @@ int main(int argc, char **argv)
         return zs_cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval"))
         return zs_cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "compress"))
+        return zs_cmd_compress(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "decompress"))
+        return zs_cmd_decompress(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
@@ -1185,7 +1247,7 @@ int main(int argc, char **argv)
         zs_config_print_keys(stdout);
         return 0;
     }
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, plan, mesh, bench, config-keys; see zerosim --help)\n",
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

@@ -55,7 +55,9 @@ static const char *const zs_plan_usage =
     "  --calibration FILE       JSON from zerosim bench: gemm_flops, intra_latency_s,\n"
     "                           intra_bandwidth, inter_latency_s, inter_bandwidth\n"
     "                           (the flags above override the file)\n"
-    "  --overlap                communication hides behind compute\n"
+    "  --overlap                step time: communication hides wholly behind\n"
+    "                           compute (the best case; --overlap-comm is what the\n"
+    "                           engine does and the memory it costs)\n"
     "setup:\n"
     "  --stage S[,S...]         ZeRO stage 0-3 (0)\n"
     "  --precision fp32|bf16|fp16   parameters (fp32); bf16/fp16 add an fp32 master\n"
@@ -69,6 +71,9 @@ static const char *const zs_plan_usage =
     "                           them (DeepSpeed's schedule); no effect in stages 2-3.\n"
     "                           Default: the config's, else micro-batch; step with\n"
     "                           --convention paper or megatron\n"
+    "  --overlap-comm on|off    reduce-scatters behind the backward: a bucket's\n"
+    "                           buffer lives until its reduction ends (default:\n"
+    "                           the config's, else on in stage 3)\n"
     "  --convention zerosim|paper|megatron   whose bytes (zerosim: what a zerosim run\n"
     "                           measures; paper: ZeRO paper; megatron: Megatron-LM's\n"
     "                           distributed optimizer, stage 1 = distributed)\n"
@@ -97,7 +102,7 @@ enum {
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
     P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
     P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
-    P_GRAD_REDUCE, P_LAST
+    P_GRAD_REDUCE, P_OVERLAP_COMM, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -150,6 +155,7 @@ static const struct option zs_plan_options[] = {
     {"tp", required_argument, NULL, P_TP},
     {"sequence-parallel", no_argument, NULL, P_SP},
     {"grad-reduce", required_argument, NULL, P_GRAD_REDUCE},
+    {"overlap-comm", required_argument, NULL, P_OVERLAP_COMM},
     {NULL, 0, NULL, 0},
 };
 
@@ -410,6 +416,11 @@ static int zs_plan_apply(zs_plan_cli *cl)
     }
     if (v[P_GRAD_REDUCE] && zs_grad_reduce_parse(v[P_GRAD_REDUCE], &c->grad_reduce))
         ZS_FAIL("--grad-reduce must be micro-batch or step, got \"%s\"", v[P_GRAD_REDUCE]);
+    if (v[P_OVERLAP_COMM]) {
+        if (strcmp(v[P_OVERLAP_COMM], "on") && strcmp(v[P_OVERLAP_COMM], "off"))
+            ZS_FAIL("--overlap-comm must be on or off, got \"%s\"", v[P_OVERLAP_COMM]);
+        c->overlap_comm = strcmp(v[P_OVERLAP_COMM], "on") == 0;
+    }
     return 0;
 }
 

@@ -41,6 +41,7 @@ struct zs_comm {
     void *scratch;           /* ring reduce-scatter: two receive buffers */
     size_t scratch_bytes;
     int force_mpi_rs;        /* ZEROSIM_REDUCE_SCATTER=mpi */
+    int rs_pending;          /* a non-blocking reduce-scatter is in flight */
     int phantom;             /* a simulated rank: record every call, move
                                 nothing (zs_comm_phantom) */
     /* Buffers of a backend whose memory the host cannot touch (CUDA): MPI
@@ -98,6 +99,9 @@ typedef struct {   /* a pending non-blocking call */
     void *qbuf, *qdst;
     int *qcounts, *qdispls, *ecounts, *edispls;
     zs_comm_type qt;
+    struct zs_ring *ring;    /* a reduce-scatter's ring, or NULL */
+    const char *what;        /* the collective, for the timeout's line */
+    double t1;               /* when it was seen complete; 0: not yet */
 } zs_comm_pending;
 
 static const char *const zs_op_names[ZS_OP_NOPS] = {
@@ -1235,58 +1239,159 @@ static void zs_comm_add(void *acc, const void *own, int n, zs_comm_type t)
 /* Ring reduce-scatter: at step s, rank r passes the partial sum of chunk
  * (r-s-1) mod N to rank r+1 and adds its own part of chunk (r-s-2) mod N to
  * what it receives from rank r-1; after N-1 steps it holds chunk r. The
- * partial sum of chunk j starts at rank j+1 and travels the ring in order. */
-static int zs_comm_ring_reduce_scatter(zs_comm_t c, const void *send, void *recv,
-                                       const int *counts, zs_comm_type t, void *scratch)
+ * partial sum of chunk j starts at rank j+1 and travels the ring in order.
+ * Each step goes in segments, so that a received piece is summed while it
+ * is still in cache; the neighbours' segment counts match in each direction.
+ *
+ * The ring is a state machine: zs_ring_start posts the first segment's
+ * messages, zs_ring_advance moves it on as far as the arrived messages
+ * allow. The blocking call drives it in a loop; the engine drives a
+ * bucket's reduction between the kernels of the backward (overlap_comm).
+ * The sums are the same either way: each element's additions follow the
+ * ring's order, whenever they happen. */
+typedef struct zs_ring {
+    int N, r;
+    zs_comm_type t;
+    size_t es;
+    const char *send;
+    char *recv, *buf[2];
+    size_t *displ, *count; /* N offsets and N counts */
+    int s;                 /* ring step, 0 .. N-2 */
+    size_t g;              /* segment of the step */
+    size_t ns, nr;         /* elements the step sends and receives */
+    const char *out, *own;
+    char *in;
+    MPI_Request rq[2];
+    int done;
+} zs_ring;
+
+static size_t zs_ring_seg(size_t n, size_t g)
 {
-    int N = c->size, r = c->rank;
-    size_t es = zs_comm_type_size(t);
-    size_t *displ = malloc((size_t)N * sizeof(size_t));
-    if (!displ)
+    size_t so = g * ZS_RING_SEGMENT;
+    return so >= n ? 0 : (n - so < ZS_RING_SEGMENT ? n - so : ZS_RING_SEGMENT);
+}
+
+/* Post segment g of step s. */
+static int zs_ring_post(zs_comm_t c, zs_ring *R)
+{
+    int N = R->N, r = R->r, s = R->s;
+    if (R->g == 0) { /* a new step */
+        int sc = ((r - s - 1) % N + N) % N, rcv = ((r - s - 2) % N + N) % N;
+        R->in = s == N - 2 ? R->recv : R->buf[s % 2];
+        R->own = R->send + R->displ[rcv] * R->es;
+        R->ns = R->count[sc];
+        R->nr = R->count[rcv];
+    }
+    size_t so = R->g * ZS_RING_SEGMENT, sn = zs_ring_seg(R->ns, R->g),
+           rn = zs_ring_seg(R->nr, R->g);
+    R->rq[0] = R->rq[1] = MPI_REQUEST_NULL;
+    int rc = MPI_SUCCESS;
+    if (rn)
+        rc = MPI_Irecv(R->in + so * R->es, (int)rn, zs_mpi_type(R->t), (r + N - 1) % N, 7001,
+                       c->comm, &R->rq[0]);
+    if (rc == MPI_SUCCESS && sn)
+        rc = MPI_Isend(R->out + so * R->es, (int)sn, zs_mpi_type(R->t), (r + 1) % N, 7001,
+                       c->comm, &R->rq[1]);
+    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "ring reduce-scatter");
+}
+
+static void zs_ring_free(zs_ring *R)
+{
+    if (R)
+        free(R->displ);
+    free(R);
+}
+
+/* A ring over send/recv with the scratch (2 * max(counts) elements; N = 2
+ * needs none), its first segment posted. */
+static int zs_ring_start(zs_comm_t c, const void *send, void *recv, const int *counts,
+                         zs_comm_type t, void *scratch, zs_ring **out)
+{
+    int N = c->size;
+    zs_ring *R = calloc(1, sizeof *R);
+    size_t *d = malloc(2 * (size_t)N * sizeof *d);
+    if (!R || !d) {
+        free(R);
+        free(d);
         ZS_FAIL("out of host memory in reduce-scatter");
+    }
     size_t maxc = 0, off = 0;
     for (int q = 0; q < N; q++) {
-        displ[q] = off;
+        d[q] = off;
+        d[N + q] = (size_t)counts[q];
         off += (size_t)counts[q];
         if ((size_t)counts[q] > maxc)
             maxc = (size_t)counts[q];
     }
-    char *buf[2] = {scratch, (char *)scratch + maxc * es};
-    int next = (r + 1) % N, prev = (r + N - 1) % N;
-    const char *out = (const char *)send + displ[prev] * es; /* step 0 sends own data */
-    int rc = MPI_SUCCESS;
-    for (int s = 0; s < N - 1 && rc == MPI_SUCCESS; s++) {
-        int sc = ((r - s - 1) % N + N) % N, rcv = ((r - s - 2) % N + N) % N;
-        char *in = s == N - 2 ? recv : buf[s % 2];
-        const char *own = (const char *)send + displ[rcv] * es;
-        /* in segments, so that each received piece is summed while in cache;
-         * the neighbours' segment counts match ours in each direction */
-        size_t ns = (size_t)counts[sc], nr = (size_t)counts[rcv];
-        size_t gs = (ns + ZS_RING_SEGMENT - 1) / ZS_RING_SEGMENT;
-        size_t gr = (nr + ZS_RING_SEGMENT - 1) / ZS_RING_SEGMENT;
-        for (size_t g = 0; g < gs || g < gr; g++) {
-            size_t so = g * ZS_RING_SEGMENT;
-            MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-            size_t rn = g < gr ? (nr - so < ZS_RING_SEGMENT ? nr - so : ZS_RING_SEGMENT) : 0;
-            if (g < gr)
-                rc = MPI_Irecv(in + so * es, (int)rn, zs_mpi_type(t), prev, 7001, c->comm, &req[0]);
-            if (rc == MPI_SUCCESS && g < gs) {
-                size_t sn = ns - so < ZS_RING_SEGMENT ? ns - so : ZS_RING_SEGMENT;
-                rc = MPI_Isend(out + so * es, (int)sn, zs_mpi_type(t), next, 7001, c->comm, &req[1]);
-            }
-            if (rc == MPI_SUCCESS && zs_comm_finish(c, 2, req, c->seq, "reduce-scatter")) {
-                free(displ);
-                return -1;
-            }
-            if (rc != MPI_SUCCESS)
-                break;
-            if (rn)
-                zs_comm_add(in + so * es, own + so * es, (int)rn, t);
-        }
-        out = in;
+    *R = (zs_ring){.N = N, .r = c->rank, .t = t, .es = zs_comm_type_size(t), .send = send,
+                   .recv = recv, .displ = d, .count = d + N};
+    R->buf[0] = scratch;
+    R->buf[1] = scratch ? (char *)scratch + maxc * R->es : NULL;
+    R->out = R->send + d[(c->rank + N - 1) % N] * R->es; /* step 0 sends own data */
+    if (zs_ring_post(c, R)) {
+        zs_ring_free(R);
+        return -1;
     }
-    free(displ);
-    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "ring reduce-scatter");
+    *out = R;
+    return 0;
+}
+
+/* Move the ring on while its messages have arrived; R->done at the end. */
+static int zs_ring_advance(zs_comm_t c, zs_ring *R)
+{
+    while (!R->done) {
+        int flag = 0, rc = MPI_Testall(2, R->rq, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return zs_mpi_fail(rc, "ring reduce-scatter");
+        if (!flag)
+            return 0;
+        size_t so = R->g * ZS_RING_SEGMENT, rn = zs_ring_seg(R->nr, R->g);
+        if (rn)
+            zs_comm_add(R->in + so * R->es, R->own + so * R->es, (int)rn, R->t);
+        R->g++;
+        if (R->g * ZS_RING_SEGMENT >= R->ns && R->g * ZS_RING_SEGMENT >= R->nr) {
+            R->out = R->in; /* the next step passes on what this one summed */
+            R->g = 0;
+            if (++R->s == R->N - 1) {
+                R->done = 1;
+                return 0;
+            }
+        }
+        ZS_TRY(zs_ring_post(c, R));
+    }
+    return 0;
+}
+
+/* Drive R to its end, at most the collective timeout (the clock read every
+ * 64 polls, as zs_comm_finish). */
+static int zs_ring_finish(zs_comm_t c, zs_ring *R, long long seq)
+{
+    double t0 = 0.0, limit = c->ledger->timeout_s;
+    for (unsigned long i = 0;; i++) {
+        ZS_TRY(zs_ring_advance(c, R));
+        if (R->done)
+            return 0;
+        if ((i & 63) == 0) {
+            double t = MPI_Wtime();
+            if (i == 0)
+                t0 = t;
+            else if (t - t0 > limit)
+                zs_comm_timed_out(c, c->counter, "reduce-scatter", seq);
+        }
+    }
+}
+
+/* 1 when the host algorithm on c is the ring (with the scratch given). */
+static int zs_comm_ring_fits(zs_comm_t c, const int *counts, zs_comm_type t, const void *scratch,
+                             size_t scratch_bytes)
+{
+    size_t maxc = 0;
+    for (int r = 0; r < c->size; r++)
+        if ((size_t)counts[r] > maxc)
+            maxc = (size_t)counts[r];
+    /* two ranks receive straight into recv; more need the scratch */
+    return !c->force_mpi_rs &&
+           (c->size == 2 || (scratch && 2 * maxc * zs_comm_type_size(t) <= scratch_bytes));
 }
 
 static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv,
@@ -1457,16 +1562,14 @@ static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv
                                        const int *counts, zs_comm_type t, void *scratch,
                                        size_t scratch_bytes)
 {
-    size_t maxc = 0;
-    for (int r = 0; r < c->size; r++)
-        if ((size_t)counts[r] > maxc)
-            maxc = (size_t)counts[r];
     if (c->hier_node)
         return zs_comm_hier_reduce_scatter(c, send, recv, counts, t);
-    /* two ranks receive straight into recv; more need the scratch */
-    if (!c->force_mpi_rs &&
-        (c->size == 2 || (scratch && 2 * maxc * zs_comm_type_size(t) <= scratch_bytes))) {
-        return zs_comm_ring_reduce_scatter(c, send, recv, counts, t, scratch);
+    if (zs_comm_ring_fits(c, counts, t, scratch, scratch_bytes)) {
+        zs_ring *R;
+        ZS_TRY(zs_ring_start(c, send, recv, counts, t, scratch, &R));
+        int rc = zs_ring_finish(c, R, c->seq);
+        zs_ring_free(R);
+        return rc;
     }
     MPI_Request req;
     int rc = MPI_Ireduce_scatter(send, recv, counts, zs_mpi_type(t), zs_sum_op(c, t), c->comm,
@@ -1498,34 +1601,103 @@ static int zs_comm_reduce_scatter_staged(zs_comm_t c, const void *send, void *re
     return 0;
 }
 
-int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
-                           zs_comm_type t, int layer)
+/* zs_comm_reduce_scatter's exchange, not recorded: a copy on one rank,
+ * staged through the host for device buffers, else the host algorithm. */
+static int zs_comm_reduce_scatter_run(zs_comm_t c, const void *send, void *recv,
+                                      const int *counts, zs_comm_type t, size_t total)
 {
-    size_t total = 0;
-    for (int r = 0; r < c->size; r++)
-        total += (size_t)counts[r];
-    zs_comm_record rec = zs_comm_rec(c, ZS_OP_REDUCE_SCATTER, layer, total, t);
-    if (c->phantom) {
-        zs_comm_record_add(c, &rec);
+    if (c->phantom)
         return 0;
-    }
     if (c->size == 1) {
         if (c->staged)
             zs_backend_copy_d2d(c->be, recv, send, total * zs_comm_type_size(t));
         else
             memmove(recv, send, total * zs_comm_type_size(t));
-        zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
     zs_comm_enter(c);
     if (c->staged)
-        ZS_TRY(zs_comm_reduce_scatter_staged(c, send, recv, counts, t, total));
-    else
-        ZS_TRY(zs_comm_reduce_scatter_host(c, send, recv, counts, t, c->scratch,
-                                           c->scratch_bytes));
-    rec.seconds = MPI_Wtime() - t0;
+        return zs_comm_reduce_scatter_staged(c, send, recv, counts, t, total);
+    return zs_comm_reduce_scatter_host(c, send, recv, counts, t, c->scratch, c->scratch_bytes);
+}
+
+static size_t zs_comm_total(zs_comm_t c, const int *counts)
+{
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++)
+        total += (size_t)counts[r];
+    return total;
+}
+
+int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
+                           zs_comm_type t, int layer)
+{
+    if (c->rs_pending)
+        ZS_FAIL("internal: a reduce-scatter started while another is in flight on the same "
+                "communicator");
+    size_t total = zs_comm_total(c, counts);
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_REDUCE_SCATTER, layer, total, t);
+    double t0 = MPI_Wtime();
+    ZS_TRY(zs_comm_reduce_scatter_run(c, send, recv, counts, t, total));
+    if (!c->phantom && c->size > 1)
+        rec.seconds = MPI_Wtime() - t0;
     zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
+                            zs_comm_type t, int layer, void **request)
+{
+    *request = NULL;
+    if (c->rs_pending)
+        ZS_FAIL("internal: a reduce-scatter started while another is in flight on the same "
+                "communicator");
+    zs_comm_pending *p = calloc(1, sizeof *p);
+    if (!p)
+        ZS_FAIL("out of host memory for a pending reduce-scatter");
+    size_t total = zs_comm_total(c, counts);
+    p->r = zs_comm_rec(c, ZS_OP_REDUCE_SCATTER, layer, total, t);
+    p->req = MPI_REQUEST_NULL;
+    p->what = "reduce-scatter";
+    p->t0 = MPI_Wtime();
+    int rc = 0;
+    if (c->phantom || c->size == 1 || c->staged || c->hier_node ||
+        !zs_comm_ring_fits(c, counts, t, c->scratch, c->scratch_bytes)) {
+        /* no ring to drive (or two levels): complete on return (MPI_Reduce_scatter's own
+         * progress is Open MPI's, which moves only inside MPI calls) */
+        rc = zs_comm_reduce_scatter_run(c, send, recv, counts, t, total);
+        p->t1 = MPI_Wtime();
+    } else {
+        p->seq = zs_comm_enter(c);
+        rc = zs_ring_start(c, send, recv, counts, t, c->scratch, &p->ring);
+        void *vp = p;
+        if (!rc)
+            rc = zs_comm_test(c, &vp);
+    }
+    if (rc) {
+        zs_ring_free(p->ring);
+        free(p);
+        return rc;
+    }
+    c->rs_pending = 1;
+    *request = p;
+    return 0;
+}
+
+int zs_comm_test(zs_comm_t c, void **request)
+{
+    zs_comm_pending *p = *request;
+    if (!p || p->t1 > 0.0)
+        return 0;
+    if (p->ring) {
+        ZS_TRY(zs_ring_advance(c, p->ring));
+        if (p->ring->done)
+            p->t1 = MPI_Wtime();
+        return 0;
+    }
+    int flag = 0, rc = MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, p->what ? p->what : "allgather");
     return 0;
 }
 
@@ -1692,7 +1864,18 @@ int zs_comm_wait(zs_comm_t c, void **request)
         return 0;
     *request = NULL;
     int rc = 0;
-    if (c->size > 1 && !c->phantom) {
+    if (p->ring) {
+        c->rs_pending = 0;
+        if (p->t1 == 0.0) {
+            rc = zs_ring_finish(c, p->ring, p->seq);
+            p->t1 = MPI_Wtime();
+        }
+        p->r.seconds = p->t1 - p->t0;
+    } else if (p->what) { /* a reduce-scatter that completed when it started */
+        c->rs_pending = 0;
+        if (c->size > 1 && !c->phantom)
+            p->r.seconds = p->t1 - p->t0;
+    } else if (c->size > 1 && !c->phantom) {
         rc = zs_comm_finish(c, 1, &p->req, p->seq, "allgather");
         if (!rc && p->host)
             zs_backend_copy_h2d(c->be, p->dev, p->host, p->host_bytes);
@@ -1704,6 +1887,7 @@ int zs_comm_wait(zs_comm_t c, void **request)
     }
     if (!rc)
         zs_comm_record_add(c, &p->r);
+    zs_ring_free(p->ring);
     free(p->host);
     free(p->qbuf);
     free(p->qcounts);

@@ -43,6 +43,7 @@
  */
 #include "zerosim/config.h"
 #include "zerosim/error.h"
+#include "zerosim/quant.h"
 
 #include <errno.h>
 #include <float.h>
@@ -94,6 +95,15 @@ void zs_run_config_defaults(zs_run_config *c)
 
     c->precision = ZS_DTYPE_F32;
     c->tp = c->pp = 1;
+    c->ep = 1;
+    /* mixture of experts, off (moe_experts 0); DeepSpeed's MoE layer's
+     * defaults: top-1, capacity factor 1, min_capacity 4; the aux loss
+     * coefficient of DeepSpeed's examples (0.01); every block */
+    c->model.moe_every = 1;
+    c->model.moe_top_k = 1;
+    c->model.moe_capacity_factor = 1.0;
+    c->model.moe_min_capacity = 4;
+    c->model.moe_aux_coeff = 0.01;
 
     c->optimizer = ZS_OPT_ADAMW;
     c->lr = 3e-3f;
@@ -124,6 +134,7 @@ void zs_run_config_defaults(zs_run_config *c)
     c->stage3_max_live_parameters = 1000000000;
     c->stage3_prefetch_bucket_size = 50000000;
     c->grad_reduce = ZS_GRAD_REDUCE_MICRO;
+    c->overlap_comm = -1;
     c->grad_scaling = ZS_GRAD_IN_LOSS;
     c->grad_predivide = 1.0;
     c->comm_dtype = c->grad_accum_dtype = -1;
@@ -997,6 +1008,20 @@ static int fp16_auto_cast(loader *ld, const char *path, const json_t *v)
     return 0;
 }
 
+/* zero_optimization.overlap_comm: true or false. */
+static int zero_overlap_comm(loader *ld, const char *path, const json_t *v)
+{
+    int on = 0;
+    ZS_TRY(read_bool(ld, path, v, &on));
+    ld->c.overlap_comm = on != 0;
+    return 0;
+}
+
+int zs_step_overlap(const zs_run_config *cfg)
+{
+    return cfg->overlap_comm < 0 ? cfg->stage == 3 : cfg->overlap_comm != 0;
+}
+
 /* zero_optimization.stage, with the message users look for. */
 static int zero_stage(loader *ld, const char *path, const json_t *v)
 {
@@ -1146,7 +1171,7 @@ static const field zero_fields[] = {
     A_SIZE("prefetch_bucket_size", stage3_prefetch_bucket_size, ZS_AUTO_PREFETCH),
     /* timing, memory layout and saving: no effect on what zerosim computes,
      * holds or sends */
-    F_NONE("overlap_comm", JT_BOOL),
+    F_FUNC("overlap_comm", zero_overlap_comm),
     F_NONE("contiguous_gradients", JT_BOOL),
     F_NONE("load_from_fp32_weights", JT_BOOL),
     F_NONE("elastic_checkpoint", JT_BOOL),
@@ -1302,6 +1327,18 @@ static int zerosim_sequence_parallel(loader *ld, const char *path, const json_t 
     return read_bool(ld, path, v, &ld->c.sequence_parallel);
 }
 
+/* zerosim.qat: "none", "int8" or "nf4". */
+static int zerosim_qat(loader *ld, const char *path, const json_t *v)
+{
+    const char *s = NULL;
+    zs_quant_format f;
+    ZS_TRY(read_string(ld, path, v, "\"none\", \"int8\" or \"nf4\"", &s));
+    if (zs_quant_format_parse(s, &f) || f == ZS_QUANT_INT8_ZP)
+        return bad_value(ld, path, v, "\"none\", \"int8\" or \"nf4\"");
+    ld->c.qat = (int)f;
+    return 0;
+}
+
 /* zerosim.grad_reduce: "micro-batch" or "step". */
 static int zerosim_grad_reduce(loader *ld, const char *path, const json_t *v)
 {
@@ -1326,7 +1363,34 @@ static const field zerosim_fields[] = {
     F_FUNC("hierarchical_collectives", zerosim_hierarchical),
     F_FUNC("grad_reduce", zerosim_grad_reduce),
     F_FUNC("collective_timeout", zerosim_collective_timeout),
+    F_FUNC("qat", zerosim_qat),
 };
+/* moe (a zerosim section, keys named after the arguments of DeepSpeed's
+ * deepspeed.moe.layer.MoE and Megatron-DeepSpeed's options): num_experts,
+ * ep_size, k, capacity_factor, min_capacity, expert_interval, loss_coeff. */
+static int moe_capacity_factor(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    return read_number(ld, path, v, &R_POS, &ld->c.model.moe_capacity_factor, &ll);
+}
+
+static int moe_loss_coeff(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    return read_number(ld, path, v, &R_NONNEG, &ld->c.model.moe_aux_coeff, &ll);
+}
+
+static const field moe_fields[] = {
+    F_INT("num_experts", model.moe_experts, R_NONNEG_INT),
+    F_INT("ep_size", ep, R_POS_INT),
+    F_INT("k", model.moe_top_k, R_POS_INT),
+    F_FUNC("capacity_factor", moe_capacity_factor),
+    F_INT("min_capacity", model.moe_min_capacity, R_NONNEG_INT),
+    F_INT("expert_interval", model.moe_every, R_POS_INT),
+    F_FUNC("loss_coeff", moe_loss_coeff),
+};
+static const field_table moe_table = TABLE(moe_fields);
+
 /* DeepSpeed's tensor_parallel section: the tensor-parallel size. */
 static const field tp_fields[] = {
     F_INT("autotp_size", tp, R_POS_INT),
@@ -1528,6 +1592,7 @@ static const field top_fields[] = {
     F_FUNC("activation_checkpointing", load_ckpt),
     F_SECTION("gradient_compression", comp_table),
     F_SECTION("tensor_parallel", tp_table),
+    F_SECTION("moe", moe_table),
     /* logging, monitoring, profiling, tuning, compilation, I/O tuning and
      * checkpoint-saving options: nothing a simulator computes depends on them */
     F_NONE("wall_clock_breakdown", JT_BOOL),
@@ -1856,6 +1921,16 @@ char *zs_run_config_json(const zs_run_config *c)
         "gradient_predivide_factor", c->grad_predivide, "deterministic", c->deterministic, "tp",
         c->tp, "pp", c->pp, "sequence_parallel", c->sequence_parallel, "auto", autos,
         "no_effect", none);
+    if (root && c->model.moe_experts > 0) /* the moe section, as the file gives it */
+        json_object_set_new(
+            root, "moe",
+            json_pack("{s:i, s:i, s:i, s:f, s:i, s:i, s:f}", "num_experts", c->model.moe_experts,
+                      "ep_size", c->ep, "k", c->model.moe_top_k, "capacity_factor",
+                      c->model.moe_capacity_factor, "min_capacity", c->model.moe_min_capacity,
+                      "expert_interval", c->model.moe_every, "loss_coeff",
+                      c->model.moe_aux_coeff));
+    if (root && c->qat) /* only when on: the printed configurations stay as they were */
+        json_object_set_new(root, "qat", json_string(zs_quant_format_name((zs_quant_format)c->qat)));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;
@@ -1930,6 +2005,15 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
                     "--tp 1", c->tp);
     c->model.tp = c->tp;
     c->model.sequence_parallel = c->sequence_parallel;
+    if (c->ep < 1)
+        return fail("moe.ep_size (--ep) must be at least 1, got %d", c->ep);
+    if (c->ep > 1 && c->model.moe_experts == 0)
+        return fail("expert parallelism (--ep %d) needs a mixture of experts: give "
+                    "--moe-experts (moe.num_experts)", c->ep);
+    if (c->ep > 1 && (world_size / (c->tp * c->pp)) % c->ep)
+        return fail("the expert-parallel size (--ep %d) must divide the data-parallel size (%d "
+                    "ranks / (tp %d x pp %d))", c->ep, world_size / (c->tp * c->pp), c->tp, c->pp);
+    c->model.moe_ep = c->ep;
     ZS_TRY(resolve_batch(c, world_size / (c->tp * c->pp)));
 
     if (c->steps <= 0)
@@ -2021,6 +2105,9 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->compression.kind != ZS_COMP_NONE && c->stage == 0)
         return fail("gradient compression works with ZeRO stages 1, 2 and 3: set "
                     "zero_optimization.stage (--stage) to 1, 2 or 3, or turn compression off");
+    if (c->qat && c->tp > 1)
+        return fail("quantization-aware training (--qat) works with --tp 1: its scales are "
+                    "per whole tensor or block of the tp = 1 layout");
     if (c->compression.kind != ZS_COMP_NONE && c->deterministic)
         return fail("gradient compression and deterministic mode cannot be combined: compressed "
                     "sums are deterministic only for a fixed number of ranks");

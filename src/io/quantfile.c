@@ -18,36 +18,6 @@
 #define QF_FORMAT "zerosim-quantized"
 #define QF_VERSION 1
 
-static int qf_ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
-int zs_quant_entry_matrix(const zs_model_config *mc, const zs_param_entry *e, size_t *rows,
-                          size_t *cols)
-{
-    size_t in;
-    if (mc->kind == ZS_MODEL_MLP) {
-        if (!qf_ends_with(e->name, ".w") || strncmp(e->name, "fc", 2))
-            return 0;
-        in = (size_t)(e->layer == 0 ? mc->input_dim : mc->widths[e->layer - 1]);
-    } else {
-        if (qf_ends_with(e->name, ".attn.qkv.w") || qf_ends_with(e->name, ".attn.proj.w") ||
-            qf_ends_with(e->name, ".mlp.fc.w"))
-            in = (size_t)mc->n_embd;
-        else if (qf_ends_with(e->name, ".mlp.proj.w"))
-            in = 4 * (size_t)mc->n_embd;
-        else
-            return 0;
-    }
-    if (!in || e->numel % in)
-        return 0;
-    *cols = in;
-    *rows = e->numel / in;
-    return 1;
-}
-
 /* ---- the model's shapes as JSON ------------------------------------------------- */
 
 char *zs_model_config_json(const zs_model_config *m)
@@ -448,50 +418,4 @@ int zs_qfile_read(const char *path, zs_model_config *mc, uint64_t *seed, zs_quan
     zs_model_destroy(m);
     zs_st_close(&f);
     return rc;
-}
-
-/* ---- a model from any file -------------------------------------------------------- */
-
-void zs_model_src_free(zs_model_src *s)
-{
-    free(s->params);
-    memset(s, 0, sizeof *s);
-}
-
-int zs_model_src_load(const char *path, const char *opt, int n_head, zs_model_src *s)
-{
-    memset(s, 0, sizeof *s);
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        ZS_FAIL("%s %s: %s", opt, path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        s->kind = "checkpoint";
-        s->has_seed = 1;
-        return zs_ckpt_read_params(path, opt, &s->mc, &s->seed, &s->params, &s->n);
-    }
-    s->file_bytes = (uint64_t)sb.st_size;
-    if (zs_qfile_is(path)) {
-        zs_quant_spec q;
-        zs_qfile_stats st;
-        s->kind = "quantized";
-        s->has_seed = 1;
-        ZS_TRY(zs_qfile_read(path, &s->mc, &s->seed, &q, &s->params, &st));
-        s->n = zs_model_count_params(&s->mc);
-        return 0;
-    }
-    s->kind = "weights";
-    ZS_TRY(zs_weights_probe(path, &s->mc));
-    if (!s->mc.n_head)
-        s->mc.n_head = n_head;
-    if (!s->mc.n_head)
-        ZS_FAIL("%s %s: the file does not say the number of heads: give --heads H", opt, path);
-    ZS_TRY(zs_model_config_validate(&s->mc));
-    s->n = zs_model_count_params(&s->mc);
-    if (!(s->params = malloc(s->n * 4 + 1)))
-        ZS_FAIL("out of host memory reading %s", path);
-    if (zs_weights_read(path, &s->mc, s->params)) {
-        zs_model_src_free(s);
-        return -1;
-    }
-    return 0;
 }

@@ -336,3 +336,36 @@ double zs_quant_bits_per_param_limit(const zs_quant_spec *s)
         return b + 8.0 / g + 32.0 / (g * ZS_QUANT_DQ_BLOCK);
     return b + (s->format == ZS_QUANT_INT8_ZP ? 40.0 : 32.0) / g;
 }
+
+/* ---- which entries --------------------------------------------------------------- */
+
+static int zs_q_ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+int zs_quant_entry_matrix(const zs_model_config *mc, const zs_param_entry *e, size_t *rows,
+                          size_t *cols)
+{
+    size_t in;
+    if (mc->kind == ZS_MODEL_MLP) {
+        if (!zs_q_ends_with(e->name, ".w") || strncmp(e->name, "fc", 2))
+            return 0;
+        in = (size_t)(e->layer == 0 ? mc->input_dim : mc->widths[e->layer - 1]);
+    } else {
+        if (zs_q_ends_with(e->name, ".attn.qkv.w") || zs_q_ends_with(e->name, ".attn.proj.w") ||
+            zs_q_ends_with(e->name, ".mlp.fc.w"))
+            in = (size_t)mc->n_embd;
+        else if (zs_q_ends_with(e->name, ".mlp.proj.w"))
+            in = 4 * (size_t)mc->n_embd;
+        else
+            return 0;
+    }
+    if (!in || e->numel % in)
+        return 0;
+    *cols = in;
+    *rows = e->numel / in;
+    return 1;
+}
+

@@ -389,7 +389,9 @@ static void zs_print_same(FILE *f, int first, int last)
 
 /* Rank q's collective seconds in training (not the report's gathers, not
  * offload's copies), and of them the part that ran behind compute: stage
- * 3's non-blocking gathers, from start to done, less the waits for them. */
+ * 3's non-blocking gathers and the reduce-scatters (overlap_comm), from
+ * start to done, less the time spent starting, driving and waiting for
+ * them. */
 static void zs_comm_time(const zs_train_result *r, int q, double *total, double *hidden)
 {
     *total = 0;
@@ -491,7 +493,8 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
     zs_report_print_ckpt(f, r);
     if (!r->phantom && r->steps > 0) {
         fprintf(f, "\ncommunication time per step (collectives; hidden: stage 3's prefetched "
-                   "gathers while compute ran)\n");
+                   "gathers%s while compute ran)\n",
+                zs_step_overlap(cfg) ? " and the reduce-scatters started by overlap_comm" : "");
         fprintf(f, "%5s  %12s %12s %12s\n", "rank", "total_s", "hidden_s", "exposed_s");
         for (int q = 0; q < N; q++) {
             double tot, hid;
@@ -887,6 +890,7 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
         json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live_bound));
     }
     json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
+    json_object_set_new(root, "overlap_comm", json_boolean(zs_step_overlap(cfg)));
     json_object_set_new(root, "first_step", json_integer(r->first_step));
     if (!r->phantom && r->steps > 0) {
         json_t *ct = json_array();

@@ -2,7 +2,15 @@
 #include "zerosim/eval.h"
 #include "zerosim/data.h"
 #include "zerosim/error.h"
+#include "zerosim/checkpoint.h"
+#include "zerosim/deepcomp.h"
 #include "zerosim/mem.h"
+#include "zerosim/quantfile.h"
+#include "zerosim/weights.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -90,4 +98,59 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, 
     free(htgt);
     free(hx);
     return rc;
+}
+
+/* ---- a model from any file -------------------------------------------------------- */
+
+void zs_model_src_free(zs_model_src *s)
+{
+    free(s->params);
+    memset(s, 0, sizeof *s);
+}
+
+int zs_model_src_load(const char *path, const char *opt, int n_head, zs_model_src *s)
+{
+    memset(s, 0, sizeof *s);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        ZS_FAIL("%s %s: %s", opt, path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        s->kind = "checkpoint";
+        s->has_seed = 1;
+        return zs_ckpt_read_params(path, opt, &s->mc, &s->seed, &s->params, &s->n);
+    }
+    s->file_bytes = (uint64_t)sb.st_size;
+    if (zs_qfile_is(path)) {
+        zs_quant_spec q;
+        zs_qfile_stats st;
+        s->kind = "quantized";
+        s->has_seed = 1;
+        ZS_TRY(zs_qfile_read(path, &s->mc, &s->seed, &q, &s->params, &st));
+        s->n = zs_model_count_params(&s->mc);
+        return 0;
+    }
+    if (zs_dc_file_is(path)) {
+        zs_dc_result r;
+        s->kind = "compressed";
+        s->has_seed = 1;
+        ZS_TRY(zs_dc_read(path, &s->mc, &s->seed, &s->params, &r));
+        zs_dc_result_free(&r);
+        s->n = zs_model_count_params(&s->mc);
+        return 0;
+    }
+    s->kind = "weights";
+    ZS_TRY(zs_weights_probe(path, &s->mc));
+    if (!s->mc.n_head)
+        s->mc.n_head = n_head;
+    if (!s->mc.n_head)
+        ZS_FAIL("%s %s: the file does not say the number of heads: give --heads H", opt, path);
+    ZS_TRY(zs_model_config_validate(&s->mc));
+    s->n = zs_model_count_params(&s->mc);
+    if (!(s->params = malloc(s->n * 4 + 1)))
+        ZS_FAIL("out of host memory reading %s", path);
+    if (zs_weights_read(path, &s->mc, s->params)) {
+        zs_model_src_free(s);
+        return -1;
+    }
+    return 0;
 }

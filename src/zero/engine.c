@@ -48,6 +48,7 @@
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
 #include "zerosim/program.h"
+#include "zerosim/quant.h"
 
 #include <limits.h>
 #include <math.h>
@@ -107,13 +108,21 @@ struct zs_engine {
     int **gcounts, **gdispls;   /* kept while a non-blocking gather runs */
     size_t live, live_peak;
     double *gstart;             /* [U] when each unit's gather started */
-    double nb_span_s, nb_wait_s;/* the non-blocking gathers: start to done, and
-                                   the part spent waiting for them */
+    double nb_span_s, nb_wait_s;/* the non-blocking gathers and reduce-scatters:
+                                   start to done, and the part spent waiting
+                                   for them or driving them */
+    void *rs_req;               /* overlap_comm: the reduce-scatter in flight */
+    int rs_k;                   /* its bucket, or -1 */
+    double rs_t0;               /* when it started */
+    int rs_async;               /* it goes on behind the next ops */
+    int glast;                  /* stage 3: the latest gather range started */
     int tracing;                /* record op spans (zs_engine_set_trace) */
     zs_trace_span *spans;
     size_t nspans, capspans;
 
     float *stage_p, *stage_g;   /* fp32 staging for one unit */
+    zs_quant_spec qat;          /* --qat: the fake quantization of the linear
+                                   weights (format NONE: off) */
     float **P, **G;
 
     zs_acts *acts;
@@ -433,6 +442,16 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
                      zs_backend_name(be));
         goto fail;
     }
+    if (cfg->qat) { /* the fake quantization runs on host memory */
+        if (!zs_backend_host_accessible(be) && !e->phantom) {
+            zs_error_set("--qat is not supported with --backend %s yet (its fake quantization "
+                         "runs on host memory): use --backend cpu", zs_backend_name(be));
+            goto fail;
+        }
+        e->qat.format = (zs_quant_format)cfg->qat;
+        if (zs_quant_spec_finalize(&e->qat))
+            goto fail;
+    }
     e->tp_size = cfg->model.tp > 1 ? cfg->model.tp : 1;
     e->tp_rank = e->tp_size > 1 ? cfg->model.tp_rank : 0;
     if (e->tp_size > 1 && !zs_backend_has_tp(be)) {
@@ -475,6 +494,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->counts = calloc((size_t)N, sizeof(int));
     e->displs = calloc((size_t)N, sizeof(int));
     e->gstart = calloc((size_t)e->U + 1, sizeof(double));
+    e->rs_k = e->glast = -1;
     e->gbuf = calloc((size_t)ng + 1, sizeof(void *));
     e->greq = calloc((size_t)ng + 1, sizeof(void *));
     e->gcounts = calloc((size_t)ng + 1, sizeof(int *));
@@ -625,6 +645,7 @@ static int zs_gather_start(zs_engine *e, int u)
         }
         ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, e->gbuf[i], e->gcounts[i], e->gdispls[i],
                                            e->ct, u, &e->greq[i]));
+        e->glast = i;
     }
     e->live += s->gelems[u];
     if (e->live > e->live_peak)
@@ -697,9 +718,18 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &e->lay->entries[ids[i]];
         const void *src = zs_entry_params(e, u, ids[i]);
-        if (e->mixed) {
+        size_t rows, cols;
+        int fake = e->qat.format != ZS_QUANT_NONE &&
+                   zs_quant_entry_matrix(&e->cfg.model, pe, &rows, &cols);
+        if (e->mixed || fake) {
             zs_backend_convert_to_f32(e->be, e->stage_p + pos, src, e->pt, pe->numel);
             e->P[ids[i]] = e->stage_p + pos;
+            /* QAT: forward and backward see the weights quantized and
+             * dequantized; their gradient goes to the fp32 master weights
+             * unchanged (the straight-through estimator: absmax never
+             * clamps, so every element is inside the range) */
+            if (fake && !e->phantom)
+                zs_quant_fake(&e->qat, e->stage_p + pos, e->stage_p + pos, NULL, rows, cols);
         } else {
             e->P[ids[i]] = (float *)src;
         }
@@ -798,46 +828,96 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src, s
 }
 
 /* Reduce-scatter bucket k and add this rank's part into the shard
- * accumulator. With the step schedule the shard is gfull's own part, which
- * held this rank's local gradient: it is zeroed and the reduced part added
- * (zero plus the sum, as the micro-batch schedule's first addition, so that
- * one micro-batch gives the same bytes under both schedules); in fixed
- * point the reduced part is converted back straight into it. */
-static int zs_engine_reduce_bucket(zs_engine *e, int k)
+ * accumulator: zs_engine_reduce_start starts it (the compressed exchange
+ * runs whole there), zs_engine_reduce_finish waits and adds. Without
+ * overlap_comm one follows the other; with it the backward goes on between
+ * them, and the engine drives the ring between ops (zs_engine_step).
+ * With the step schedule the shard is gfull's own part, which held this
+ * rank's local gradient: it is zeroed and the reduced part added (zero
+ * plus the sum, as the micro-batch schedule's first addition, so that one
+ * micro-batch gives the same bytes under both schedules); in fixed point
+ * the reduced part is converted back straight into it. */
+static int zs_engine_reduce_start(zs_engine *e, int k, int async)
 {
     const zs_step_range *b = &e->sh->buckets[k];
     size_t n = b->hi - b->lo;
     const void *src = e->stage <= 1 ? (const char *)e->gfull + b->lo * e->ps : e->bucket_buf[k];
     zs_step_counts(e->sh, b->lo, b->hi, e->counts, NULL);
-    size_t rbegin, rcount = zs_partition_overlap(&e->part, e->part.rank, b->lo, b->hi, &rbegin);
-    size_t off = rbegin - e->part.shard_begin;
+    e->rs_k = k;
+    e->rs_async = async;
     if (e->comp_now) {
-        ZS_TRY(zs_engine_exchange_compressed(e, k, src, rbegin, rcount));
-    } else if (e->det) {
-        const int64_t *fx = e->gfix ? e->gfix + b->lo : e->fixbuf;
+        size_t rbegin, rcount = zs_partition_overlap(&e->part, e->part.rank, b->lo, b->hi,
+                                                     &rbegin);
+        return zs_engine_exchange_compressed(e, k, src, rbegin, rcount);
+    }
+    const void *send = src;
+    zs_comm_type ct = e->ct;
+    if (e->det) {
         if (!e->gfix)
             e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, src, e->pt, n,
                                                     e->frac_bits, e->fix_limit);
-        ZS_TRY(zs_comm_reduce_scatter(e->comm, fx, e->recv, e->counts, ZS_CT_I64, k));
-        if (e->once)
-            zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->ps, e->pt, e->recv,
-                                  rcount, e->frac_bits);
-        else
-            zs_backend_add_i64(e->be, e->gacc + off, e->recv, rcount);
-    } else {
-        ZS_TRY(zs_comm_reduce_scatter(e->comm, src, e->recv, e->counts, e->ct, k));
-        if (e->once)
-            zs_backend_memset0(e->be, (char *)e->gshard + off * e->ps, rcount * e->ps);
+        send = e->gfix ? (const void *)(e->gfix + b->lo) : (const void *)e->fixbuf;
+        ct = ZS_CT_I64;
+    }
+    e->rs_t0 = zs_clock();
+    ZS_TRY(zs_comm_ireduce_scatter(e->comm, send, e->recv, e->counts, ct, k, &e->rs_req));
+    if (async) /* starting it is not hidden */
+        e->nb_wait_s += zs_clock() - e->rs_t0;
+    return 0;
+}
+
+static int zs_engine_reduce_finish(zs_engine *e)
+{
+    int k = e->rs_k;
+    if (k < 0)
+        return 0;
+    const zs_step_range *b = &e->sh->buckets[k];
+    size_t rbegin, rcount = zs_partition_overlap(&e->part, e->part.rank, b->lo, b->hi, &rbegin);
+    size_t off = rbegin - e->part.shard_begin;
+    e->rs_k = -1;
+    if (!e->comp_now) {
         double t0 = zs_clock();
-        zs_backend_add_typed(e->be, (char *)e->gshard + off * e->ps, e->recv, e->pt, rcount);
-        if (e->down) /* the reduced part, added into the host's shard */
-            zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->ps, zs_clock() - t0);
+        ZS_TRY(zs_comm_wait(e->comm, &e->rs_req));
+        double t1 = zs_clock();
+        if (e->rs_async) { /* a blocking one hides nothing: not counted */
+            e->nb_wait_s += t1 - t0;
+            e->nb_span_s += t1 - e->rs_t0;
+        }
+        if (e->det) {
+            if (e->once)
+                zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->ps, e->pt, e->recv,
+                                      rcount, e->frac_bits);
+            else
+                zs_backend_add_i64(e->be, e->gacc + off, e->recv, rcount);
+        } else {
+            if (e->once)
+                zs_backend_memset0(e->be, (char *)e->gshard + off * e->ps, rcount * e->ps);
+            double t2 = zs_clock();
+            zs_backend_add_typed(e->be, (char *)e->gshard + off * e->ps, e->recv, e->pt, rcount);
+            if (e->down) /* the reduced part, added into the host's shard */
+                zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->ps, zs_clock() - t2);
+        }
     }
     if (e->stage >= 2) {
-        zs_mem_free(e->mem, ZS_MEM_COMM_BUFFERS, e->bucket_buf[k], n * e->ps);
+        zs_mem_free(e->mem, ZS_MEM_COMM_BUFFERS, e->bucket_buf[k], (b->hi - b->lo) * e->ps);
         e->bucket_buf[k] = NULL;
     }
     return 0;
+}
+
+/* Between ops: move the non-blocking collectives on. The reduce-scatter in
+ * flight (overlap_comm) is driven by this thread, which does its sums; a
+ * test of the latest prefetched gather lets MPI's progress engine move every
+ * pending gather (Open MPI progresses non-blocking collectives only inside
+ * MPI calls). The time it takes here is not hidden. */
+static int zs_engine_progress(zs_engine *e)
+{
+    if (e->phantom || (!e->rs_req && (e->glast < 0 || !e->greq[e->glast])))
+        return 0;
+    double t0 = zs_clock();
+    int rc = zs_comm_test(e->comm, e->rs_req ? &e->rs_req : &e->greq[e->glast]);
+    e->nb_wait_s += zs_clock() - t0;
+    return rc;
 }
 
 /* Allgather piece i of a full array whose shard this rank holds at its
@@ -1142,7 +1222,12 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
         zs_backend_add_i64(e->be, e->gfix + b->lo, e->fixbuf, n);
         break;
     }
-    case ZS_SOP_REDUCE: ZS_TRY(zs_engine_reduce_bucket(e, o->index)); break;
+    case ZS_SOP_REDUCE:
+        ZS_TRY(zs_engine_reduce_start(e, o->index, (o->flags & ZS_SOPF_ASYNC) != 0));
+        if (!(o->flags & ZS_SOPF_ASYNC))
+            ZS_TRY(zs_engine_reduce_finish(e));
+        break;
+    case ZS_SOP_REDUCE_WAIT: ZS_TRY(zs_engine_reduce_finish(e)); break;
     case ZS_SOP_LOSS_SUM: {
         /* the loss of the step: micro-batch losses summed in global order */
         ZS_TRY(zs_comm_allgather_small(e->comm, e->loss_local, e->loss_all, GA, ZS_CT_F32));
@@ -1250,6 +1335,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
                      o->kind != ZS_SOP_RELEASE && o->kind != ZS_SOP_BUCKET_ALLOC;
         double t0 = traced ? zs_clock() : 0.0;
         ZS_TRY(zs_engine_exec(e, o, &stop));
+        ZS_TRY(zs_engine_progress(e));
         if (traced) {
             if (e->nspans == e->capspans) {
                 size_t cap = e->capspans ? 2 * e->capspans : 256;

@@ -227,7 +227,9 @@ static void zs_shape_buffers(zs_step_shape *s)
     /* the ring's two receive buffers (2 ranks receive straight into recv) */
     ZS_SETBUF(ZS_BUF_RING, ZS_MEM_COMM_BUFFERS,
               p->world > 2 ? 2 * s->max_chunk * (s->det ? 8 : ps) : 0);
-    ZS_SETBUF(ZS_BUF_STAGE_P, ZS_MEM_WORKSPACE, s->mixed ? s->stage_elems * 4 : 0);
+    /* fp32 views of one unit: mixed precision converts, QAT fake-quantizes */
+    ZS_SETBUF(ZS_BUF_STAGE_P, ZS_MEM_WORKSPACE,
+              s->mixed || s->cfg.qat ? s->stage_elems * 4 : 0);
     ZS_SETBUF(ZS_BUF_STAGE_G, ZS_MEM_WORKSPACE, s->stage_elems * 4);
     ZS_SETBUF(ZS_BUF_TOKENS, ZS_MEM_WORKSPACE,
               s->cfg.model.kind == ZS_MODEL_GPT ? s->tok_bytes : 0);
@@ -295,6 +297,7 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     s->mixed = cfg->precision != ZS_DTYPE_F32;
     s->comp = cfg->compression.kind != ZS_COMP_NONE;
     s->reduce_step = zs_step_reduce_once(cfg);
+    s->overlap = zs_step_overlap(cfg);
     if (s->stage < 0 || s->stage > 3)
         ZS_FAIL("ZeRO stage must be 0, 1, 2 or 3, got %d", s->stage);
     const zs_layout *lay = zs_model_layout(m);
@@ -392,6 +395,7 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_BACKWARD] = "backward",
     [ZS_SOP_ACCUM_FIXED] = "accum_fixed",
     [ZS_SOP_REDUCE] = "reduce",
+    [ZS_SOP_REDUCE_WAIT] = "reduce_wait",
     [ZS_SOP_LOSS_SUM] = "loss_sum",
     [ZS_SOP_CHECK] = "check",
     [ZS_SOP_NORM] = "norm",
@@ -413,6 +417,7 @@ typedef struct {              /* the builder's state */
     char *live;               /* [U] stage 3: unit gathered */
     size_t nlive;             /* elements gathered */
     char *touched;            /* [nbuckets] bucket has its buffer */
+    int pending;              /* overlap: the bucket in flight, or -1 */
     int fail;
 } zs_builder;
 
@@ -515,12 +520,26 @@ static void zs_b_bucket_allocs(zs_builder *b, int u)
     }
 }
 
-static void zs_b_reduce(zs_builder *b, int k)
+/* overlap_comm: the bucket in flight finished (before another starts, and
+ * at the end of a micro-batch's backward). */
+static void zs_b_reduce_wait(zs_builder *b)
+{
+    if (b->pending < 0)
+        return;
+    const zs_step_range *bk = &b->s->buckets[b->pending];
+    zs_emit(b, ZS_SOP_REDUCE_WAIT, bk->unit, b->pending, 0, bk->hi - bk->lo);
+    b->pending = -1;
+}
+
+static void zs_b_reduce(zs_builder *b, int k, int async)
 {
     const zs_step_range *bk = &b->s->buckets[k];
     if (b->s->stage >= 2 && !b->touched[k]) /* padding only: zeros */
         zs_emit(b, ZS_SOP_BUCKET_ALLOC, bk->unit, k, 0, bk->hi - bk->lo);
-    zs_emit(b, ZS_SOP_REDUCE, bk->unit, k, 0, bk->hi - bk->lo);
+    zs_b_reduce_wait(b);
+    zs_emit(b, ZS_SOP_REDUCE, bk->unit, k, async ? ZS_SOPF_ASYNC : 0, bk->hi - bk->lo);
+    if (async)
+        b->pending = k;
     b->touched[k] = 0;
 }
 
@@ -529,7 +548,7 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
 {
     (void)rank; /* every data-parallel rank runs the same ops */
     memset(p, 0, sizeof *p);
-    zs_builder b = {.s = s, .m = m, .p = p, .micro = -1};
+    zs_builder b = {.s = s, .m = m, .p = p, .micro = -1, .pending = -1};
     b.live = calloc((size_t)s->U, 1);
     b.touched = calloc((size_t)s->nbuckets + 1, 1);
     if (!b.live || !b.touched) {
@@ -555,6 +574,10 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
         b.phase = ZS_PHASE_BACKWARD;
         if (st <= 1 && (!once || fixacc || a == 0))
             zs_emit(&b, ZS_SOP_ZERO_GRADS, -1, -1, 0, s->part.padded);
+        /* buckets reduced inside the backward, as each is ready: stages 2
+         * and 3, and stages 0 and 1 with overlap_comm (in the reducing
+         * micro-batches; not when fixed point accumulates locally) */
+        int inside = st >= 2 || (s->overlap && !fixacc && (!once || a == GA - 1));
         for (int u = U - 1; u >= 0; u--) {
             int first = zs_recomputed_first(mc, u);
             if (first >= 0)
@@ -567,17 +590,18 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
             zs_emit(&b, ZS_SOP_BACKWARD, u, -1, 0, zs_model_unit_elems(m, u));
             if (st == 3)
                 zs_b_release(&b, u);
-            if (st >= 2)
+            if (inside)
                 for (int k = 0; k < s->nbuckets; k++)
                     if (s->buckets[k].unit == u)
-                        zs_b_reduce(&b, k);
+                        zs_b_reduce(&b, k, s->overlap);
         }
+        zs_b_reduce_wait(&b);
         for (int k = 0; fixacc && k < s->nbuckets; k++)
             zs_emit(&b, ZS_SOP_ACCUM_FIXED, s->buckets[k].unit, k, 0,
                     s->buckets[k].hi - s->buckets[k].lo);
-        if (st <= 1 && (!once || a == GA - 1))
+        if (!inside && st <= 1 && (!once || a == GA - 1))
             for (int k = 0; k < s->nbuckets; k++)
-                zs_b_reduce(&b, k);
+                zs_b_reduce(&b, k, 0);
     }
     b.micro = -1;
     b.phase = ZS_PHASE_STEP;
@@ -678,6 +702,10 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_REDUCE:
             c->rs_calls += 1;
             c->rs_bytes += (double)o->elems * (s->det ? 8.0 : ps);
+            if (s->stage >= 2 && !(o->flags & ZS_SOPF_ASYNC))
+                bucket_bytes -= o->elems * s->ps;
+            break;
+        case ZS_SOP_REDUCE_WAIT: /* the buffer lived until now */
             if (s->stage >= 2)
                 bucket_bytes -= o->elems * s->ps;
             break;
@@ -762,10 +790,15 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
                     o->index, s->buckets[o->index].lo, s->buckets[o->index].hi, o->elems);
             break;
         case ZS_SOP_REDUCE:
-            fprintf(f, " bucket %d [%zu, %zu): %s %zu %s elements (%s)", o->index,
+            fprintf(f, " bucket %d [%zu, %zu): %s %zu %s elements (%s)%s", o->index,
                     s->buckets[o->index].lo, s->buckets[o->index].hi,
                     s->comp ? "reduce_scatter or compressed alltoall" : "reduce_scatter",
-                    o->elems, s->det ? "int64" : pt, zs_comm_group_name(o->group));
+                    o->elems, s->det ? "int64" : pt, zs_comm_group_name(o->group),
+                    o->flags & ZS_SOPF_ASYNC ? ", started (overlap_comm)" : "");
+            break;
+        case ZS_SOP_REDUCE_WAIT:
+            fprintf(f, " bucket %d: its reduce_scatter finished%s", o->index,
+                    s->stage >= 2 ? ", buffer freed" : "");
             break;
         case ZS_SOP_ALLGATHER:
             fprintf(f, " piece %d: %zu %s elements of the %s (%s)", o->index, o->elems, pt,
