@@ -11,6 +11,13 @@ sh scripts/build.sh || exit 1
 export OPENBLAS_NUM_THREADS=1
 make -j2 check
 rc=$?
+# the slowest shell tests (testlib's finish prints each one's seconds), for
+# keeping make check within its budget of about 10 minutes on 2 cores
+echo "slowest tests (seconds):"
+for f in tests/*.sh.log; do
+    s=$(sed -n 's/^[0-9]* passed, [0-9]* failed (\([0-9]*\) s)$/\1/p' "$f" | tail -1)
+    [ -n "$s" ] && echo "$s ${f%.log}"
+done | sort -rn | head -8 | sed 's/^/  /'
 summary=$(sed -n 's/^# \(PASS\|FAIL\|ERROR\|SKIP\): *\([0-9]*\)/\1 \2/p' test-suite.log 2>/dev/null)
 p=$(echo "$summary" | awk '$1=="PASS"{print $2}')
 f=$(echo "$summary" | awk '$1=="FAIL"||$1=="ERROR"{s+=$2} END{print s+0}')

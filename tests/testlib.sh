@@ -21,9 +21,11 @@ hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
 # key FILE NAME: the value of a top-level scalar key of a report
 key() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1"; }
 
-# finish: the closing line, then exit 0 only when nothing failed
+# finish: the closing line, with the test's seconds (scripts/test.sh lists
+# the slowest), then exit 0 only when nothing failed
+ZS_TEST_T0=$(date +%s)
 finish() {
-    echo "$passes passed, $fails failed"
+    echo "$passes passed, $fails failed ($(($(date +%s) - ZS_TEST_T0)) s)"
     [ "$fails" -eq 0 ]
     exit
 }

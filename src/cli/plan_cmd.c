@@ -471,6 +471,8 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     fprintf(f, "\n\nmemory per device     %20s %12s\n", "bytes", "GB");
     for (int k = 0; k < ZS_MEM_NCAT; k++) {
         const char *name = zs_mem_category_name((zs_mem_category)k);
+        if (k == ZS_MEM_QUANTIZED && !r->has[k])
+            continue; /* training holds none; inference with quantized weights only */
         if (r->has[k])
             fprintf(f, "  %-19s %20.0f %12.3f\n", name, r->bytes[k], gb(r->bytes[k]));
         else if (k == ZS_MEM_ACTIVATIONS || k == ZS_MEM_CHECKPOINTS)
@@ -617,8 +619,9 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(o, "bytes_per_device", b);
     json_t *cat = json_object();
     for (int k = 0; k < ZS_MEM_NCAT; k++)
-        json_object_set_new(cat, zs_mem_category_name((zs_mem_category)k),
-                            r->has[k] ? zs_json_bytes(r->bytes[k]) : json_null());
+        if (k != ZS_MEM_QUANTIZED || r->has[k])
+            json_object_set_new(cat, zs_mem_category_name((zs_mem_category)k),
+                                r->has[k] ? zs_json_bytes(r->bytes[k]) : json_null());
     json_object_set_new(o, "bytes_per_category", cat);
     json_object_set_new(o, "activations_modelled", json_boolean(r->activations_modelled));
     if (in->convention == ZS_PLAN_ZEROSIM && c->stage == 3)

@@ -260,8 +260,9 @@ static json_t *zs_report_memory(const zs_train_result *r)
         }
         json_t *mix = json_object(), *phases = json_object();
         for (int c = 0; c < ZS_MEM_NCAT; c++)
-            json_object_set_new(mix, zs_mem_category_name((zs_mem_category)c),
-                                json_integer((json_int_t)r->at_peak[q][c]));
+            if (c != ZS_MEM_QUANTIZED || r->at_peak[q][c])
+                json_object_set_new(mix, zs_mem_category_name((zs_mem_category)c),
+                                    json_integer((json_int_t)r->at_peak[q][c]));
         for (int p = 0; p < ZS_MEM_NPHASES; p++)
             json_object_set_new(phases, zs_mem_phase_name((zs_mem_phase)p),
                                 json_integer((json_int_t)r->phase_peaks[q][p]));
