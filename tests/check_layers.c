@@ -759,6 +759,144 @@ START_TEST(test_composition_grad)
     check_doubled(g_lw, down(d_dlw, h), h, "composition layernorm dweight");
     check_doubled(g_lb, down(d_dlb, h), h, "composition layernorm dbias");
 }
+
+/* ---------------------------------------------------------------------------
+ * mixture of experts (loop index 0: top-1, 1: top-2): router, dispatch,
+ * experts (one linear each), combine and the load-balancing loss. The
+ * objective is sum(y * r) + A * l_aux: l_aux is the forward's last output
+ * with r = A. The double reference routes by the rules of zerosim/layers.h.
+ * ------------------------------------------------------------------------- */
+
+typedef struct {
+    double *x, *wg, *w, *b;   /* (N,C), (E,C), (E,C,C), (E,C) */
+    int n, c, e, k, cap;
+    int *dropped;             /* choices the reference dropped */
+} moe_st;
+
+static void moe_fwd(const void *p, double *out)
+{
+    const moe_st *s = p;
+    int N = s->n, C = s->c, E = s->e;
+    double g[64 * 8], ce[8] = {0}, me[8] = {0};
+    int cnt[8] = {0}, ch[2][64];
+    ck_assert(N <= 64 && E <= 8);
+    for (int t = 0; t < N; t++) { /* softmax of the router's logits */
+        double mx = -1e300, z = 0.0, lg[8];
+        for (int j = 0; j < E; j++) {
+            lg[j] = 0.0;
+            for (int i = 0; i < C; i++)
+                lg[j] += s->x[t * C + i] * s->wg[j * C + i];
+            mx = lg[j] > mx ? lg[j] : mx;
+        }
+        for (int j = 0; j < E; j++)
+            z += g[t * E + j] = exp(lg[j] - mx);
+        for (int j = 0; j < E; j++) {
+            g[t * E + j] /= z;
+            me[j] += g[t * E + j] / N;
+        }
+    }
+    int slot[2][64];
+    *s->dropped = 0;
+    for (int k = 0; k < s->k; k++)
+        for (int t = 0; t < N; t++) {
+            int best = -1;
+            for (int j = 0; j < E; j++)
+                if ((k == 0 || j != ch[0][t]) && (best < 0 || g[t * E + j] > g[t * E + best]))
+                    best = j;
+            ch[k][t] = best;
+            int loc = cnt[best]++;
+            slot[k][t] = loc < s->cap ? loc : -1;
+            *s->dropped += slot[k][t] < 0;
+            if (k == 0)
+                ce[best] += 1.0 / N;
+        }
+    double laux = 0.0;
+    for (int j = 0; j < E; j++)
+        laux += me[j] * ce[j];
+    out[N * C] = laux * E;
+    for (int t = 0; t < N; t++) {
+        double w[2] = {0, 0};
+        for (int k = 0; k < s->k; k++)
+            w[k] = slot[k][t] >= 0 ? g[t * E + ch[k][t]] : 0.0;
+        if (s->k == 2) {
+            double d = w[0] + w[1] < 1.1920929e-07 ? 1.1920929e-07 : w[0] + w[1];
+            w[0] /= d;
+            w[1] /= d;
+        }
+        for (int o = 0; o < C; o++) {
+            double y = 0.0;
+            for (int k = 0; k < s->k; k++) {
+                if (slot[k][t] < 0)
+                    continue;
+                int e = ch[k][t];
+                double v = s->b[e * C + o];
+                for (int i = 0; i < C; i++)
+                    v += s->w[(e * C + o) * C + i] * s->x[t * C + i];
+                y += w[k] * v;
+            }
+            out[t * C + o] = y;
+        }
+    }
+}
+
+START_TEST(test_moe_grad)
+{
+    int N = 10, C = 4, E = 3, K = _i + 1;
+    /* capacities 3 and 4: 9 slots for 10 first choices, 12 for 20 choices */
+    int cap = zs_moe_capacity(N, E, K, K == 1 ? 0.8 : 0.6, 0);
+    const float A = 0.3f;
+    size_t nx = (size_t)N * C, nwg = (size_t)E * C, nw = (size_t)E * C * C, nb = (size_t)E * C;
+    size_t no = nx + 1, ecc = (size_t)E * cap * C;
+    rng_state = 0xabcdef12u + (uint64_t)K;
+    float *x = rand_floats(nx, 1.0f, 0.0f), *wg = rand_floats(nwg, 1.0f, 0.0f);
+    float *w = rand_floats(nw, 0.5f, 0.0f), *b = rand_floats(nb, 0.5f, 0.0f);
+    float *r = rand_floats(no, 1.0f, 0.0f);
+    r[nx] = A;
+    int dropped = 0;
+    moe_st st = {to_double(x, nx), to_double(wg, nwg), to_double(w, nw), to_double(b, nb),
+                 N, C, E, K, cap, &dropped};
+    objective o = {moe_fwd, &st, no, to_double(r, no), hnew(no * sizeof(double))};
+    moe_fwd(&st, o.out);
+    ck_assert_int_gt(dropped, 0); /* the capacity drops some choices */
+
+    zs_moe_routing rt;
+    ck_assert_int_eq(zs_moe_routing_alloc(&rt, N, E, K, cap, C), 0);
+    float *d_x = dnew(x, nx * 4), *d_wg = dnew(wg, nwg * 4), *d_w = dnew(w, nw * 4);
+    float *d_b = dnew(b, nb * 4), *d_r = dnew(r, nx * 4), *d_lg = dnew(NULL, (size_t)N * E * 4);
+    float *d_xe = dnew(NULL, ecc * 4), *d_ye = dnew(NULL, ecc * 4), *d_y = dnew(NULL, nx * 4);
+    zs_linear_forward(be, d_lg, d_x, d_wg, NULL, N, C, E);
+    zs_backend_copy_d2h(be, rt.hbuf, d_lg, (size_t)N * E * 4);
+    zs_moe_softmax(rt.hgates, rt.hbuf, N, E);
+    zs_moe_route(&rt);
+    ck_assert_int_eq(rt.dropped, dropped);
+    ck_assert_msg(fabs(rt.l_aux - o.out[nx]) < 1e-5, "l_aux %.7f, reference %.7f", rt.l_aux,
+                  o.out[nx]);
+    zs_moe_dispatch_forward(be, d_xe, d_x, &rt);
+    for (int e = 0; e < E; e++)
+        zs_linear_forward(be, d_ye + (size_t)e * cap * C, d_xe + (size_t)e * cap * C,
+                          d_w + (size_t)e * C * C, d_b + (size_t)e * C, cap, C, C);
+    zs_moe_combine_forward(be, d_y, d_ye, &rt);
+    check_err(down(d_y, nx), o.out, nx, FWD_TOL, "moe forward");
+
+    float *d_dye = dnew(NULL, ecc * 4), *d_dxe = dnew(NULL, ecc * 4), *d_dx = dnew(NULL, nx * 4);
+    float *d_dwg = dnew(NULL, nwg * 4), *d_dw = dnew(NULL, nw * 4), *d_db = dnew(NULL, nb * 4);
+    zs_moe_combine_backward(be, d_dye, d_r, d_ye, &rt);
+    for (int e = 0; e < E; e++)
+        zs_linear_backward(be, d_dxe + (size_t)e * cap * C, d_dw + (size_t)e * C * C,
+                           d_db + (size_t)e * C, d_dye + (size_t)e * cap * C,
+                           d_xe + (size_t)e * cap * C, d_w + (size_t)e * C * C, cap, C, C);
+    zs_moe_dispatch_backward(be, d_dx, d_dxe, &rt);
+    zs_moe_gate_backward(rt.hbuf, &rt, A);
+    float *d_dlg = dnew(rt.hbuf, (size_t)N * E * 4);
+    zs_linear_backward(be, d_dx, d_dwg, NULL, d_dlg, d_x, d_wg, N, C, E);
+    check_err(down(d_dx, nx), fd_grad(&o, st.x, nx), nx, GRAD_TOL, "moe dx");
+    check_err(down(d_dwg, nwg), fd_grad(&o, st.wg, nwg), nwg, GRAD_TOL, "moe d router");
+    check_err(down(d_dw, nw), fd_grad(&o, st.w, nw), nw, GRAD_TOL, "moe d expert weights");
+    check_err(down(d_db, nb), fd_grad(&o, st.b, nb), nb, GRAD_TOL, "moe d expert biases");
+    zs_moe_routing_free(&rt);
+}
+END_TEST
+
 END_TEST
 
 /* ---------------------------------------------------------------------------
@@ -778,6 +916,7 @@ static Suite *layers_suite(void)
     tcase_add_loop_test(tc, test_attention_grad, 0, 3);
     tcase_add_test(tc, test_softmax_xent_grad);
     tcase_add_test(tc, test_composition_grad);
+    tcase_add_loop_test(tc, test_moe_grad, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,6 +8,7 @@
 #include "zerosim/backend.h"
 #include "zerosim/data.h"
 #include "zerosim/error.h"
+#include "zerosim/layers.h"
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
 
@@ -231,6 +232,138 @@ static void check_model_gradients(const zs_model_config *c, int B)
     harness_free(&h);
 }
 
+/* ---- mixture of experts ------------------------------------------------- */
+
+/* A hash of every MoE block's routing in the harness's last forward. */
+static uint64_t moe_routes(harness *h)
+{
+    uint64_t x = 0;
+    zs_moe_stats st;
+    for (int l = 0; l < zs_model_get_config(h->m)->n_layer; l++)
+        if (zs_model_moe_stats(h->a, l, &st) == 0)
+            x = x * 1000003u ^ st.route_hash;
+    return x;
+}
+
+/* As check_model_gradients, for a MoE GPT: the objective is the mean loss
+ * plus the aux coefficient times the sum of l_aux. A coordinate whose
+ * perturbation changes any routing decision (the objective is not
+ * differentiable there) is replaced by its neighbour; at most a fifth of
+ * the picks may need that, and every entry is checked at 3 coordinates. */
+static void check_moe_gradients(const zs_model_config *c, int B, int *dropped)
+{
+    harness h;
+    harness_init(&h, c, B);
+    harness_grad(&h);
+    uint64_t base = moe_routes(&h);
+    *dropped = 0;
+    zs_moe_stats st;
+    for (int l = 0; l < c->n_layer; l++)
+        if (zs_model_moe_stats(h.a, l, &st) == 0)
+            *dropped += st.dropped;
+    const zs_layout *lay = zs_model_layout(h.m);
+    int checked = 0, moved = 0;
+    for (int i = 0; i < lay->n_entries; i++) {
+        const zs_param_entry *e = &lay->entries[i];
+        size_t best = 0;
+        for (size_t j = 1; j < e->numel; j++)
+            if (fabsf(h.grads[e->offset + j]) > fabsf(h.grads[e->offset + best]))
+                best = j;
+        size_t picks[3] = {best, (e->numel * 7) / 13, e->numel - 1};
+        for (int k = 0; k < 3; k++) {
+            for (int tries = 0; tries < 8; tries++) {
+                size_t idx = e->offset + (picks[k] + (size_t)tries * 5) % e->numel;
+                float an = h.grads[idx], orig = h.params[idx];
+                const float step = 1e-2f;
+                h.params[idx] = orig + step;
+                double lp = harness_loss(&h);
+                uint64_t rp = moe_routes(&h);
+                h.params[idx] = orig - step;
+                double lm = harness_loss(&h);
+                uint64_t rm = moe_routes(&h);
+                h.params[idx] = orig;
+                if (rp != base || rm != base) {
+                    moved++;
+                    continue;
+                }
+                double fd = (lp - lm) / (2.0 * step);
+                ck_assert_msg(fabs(fd - an) <= 0.05 * fabs(an) + 2e-4,
+                              "%s[%zu]: analytic %.6g, finite difference %.6g", e->name,
+                              idx - e->offset, (double)an, fd);
+                checked++;
+                break;
+            }
+        }
+    }
+    ck_assert_int_eq(checked, 3 * lay->n_entries);
+    ck_assert_msg(moved <= checked / 5, "%d of %d picks changed the routing", moved, checked);
+    harness_free(&h);
+}
+
+static zs_model_config moe_cfg(int E, int every, int k, double cf, int minc)
+{
+    zs_model_config c = gpt_cfg(2, 16, 2, 6, 11);
+    c.moe_experts = E;
+    c.moe_every = every;
+    c.moe_top_k = k;
+    c.moe_capacity_factor = cf;
+    c.moe_min_capacity = minc;
+    c.moe_aux_coeff = 0.1;
+    return c;
+}
+
+/* Top-1, 4 experts in every block; capacity ceil(12/4 x 1) = 3 drops some of
+ * the 12 tokens of a micro-batch of 2; router, dispatch, experts, combine
+ * and l_aux all against finite differences. */
+START_TEST(test_moe_top1_gradients)
+{
+    zs_model_config c = moe_cfg(4, 1, 1, 1.0, 0);
+    int dropped;
+    check_moe_gradients(&c, 2, &dropped);
+    ck_assert_int_gt(dropped, 0);
+}
+END_TEST
+
+/* Top-2 in the second block only, capacity 2 x ceil(12/3 x 0.5) = 4 drops
+ * some second choices: the renormalised weights' gradient. */
+START_TEST(test_moe_top2_gradients)
+{
+    zs_model_config c = moe_cfg(3, 2, 2, 0.5, 1);
+    int dropped;
+    check_moe_gradients(&c, 2, &dropped);
+    ck_assert_int_gt(dropped, 0);
+    zs_model_config none = moe_cfg(3, 2, 2, 4.0, 1); /* no drops */
+    check_moe_gradients(&none, 2, &dropped);
+    ck_assert_int_eq(dropped, 0);
+}
+END_TEST
+
+/* Counts: a MoE block swaps the MLP (8C^2 + 5C) for a router (E C) and E
+ * MLPs; the layout agrees with zs_model_count_params. */
+START_TEST(test_moe_count)
+{
+    zs_model_config d = gpt_cfg(4, 32, 4, 16, 50), c = d;
+    c.moe_experts = 8;
+    c.moe_every = 2;
+    c.moe_top_k = 1;
+    c.moe_capacity_factor = 1.0;
+    size_t mlp = 8 * 32 * 32 + 5 * 32;
+    ck_assert_uint_eq(zs_model_count_params(&c),
+                      zs_model_count_params(&d) + 2 * (8 * 32 + 7 * mlp));
+    ck_assert_uint_eq(zs_model_count_expert_params(&c), 2 * 8 * mlp);
+    zs_model *m;
+    ck_assert_int_eq(zs_model_create(&c, &m), 0);
+    check_layout(m);
+    ck_assert_uint_eq(zs_model_layout(m)->num_params, zs_model_count_params(&c));
+    zs_model_destroy(m);
+    /* capacity: DeepSpeed's ceil(T / E x F), x 2 for top-2, min_capacity */
+    ck_assert_int_eq(zs_moe_capacity(100, 8, 1, 1.0, 4), 13);
+    ck_assert_int_eq(zs_moe_capacity(100, 8, 2, 1.0, 4), 25);
+    ck_assert_int_eq(zs_moe_capacity(10, 8, 1, 1.0, 4), 4);
+    ck_assert_int_eq(zs_moe_capacity(96, 8, 1, 1.25, 0), 15);
+}
+END_TEST
+
 START_TEST(test_gpt_gradients)
 {
     zs_model_config c = gpt_cfg(2, 16, 2, 6, 11);
@@ -327,6 +460,9 @@ int main(void)
     tcase_add_test(tc, test_config_validation);
     tcase_add_test(tc, test_gpt_gradients);
     tcase_add_test(tc, test_mlp_gradients);
+    tcase_add_test(tc, test_moe_top1_gradients);
+    tcase_add_test(tc, test_moe_top2_gradients);
+    tcase_add_test(tc, test_moe_count);
     tcase_add_test(tc, test_activation_bytes);
     tcase_add_test(tc, test_markov_floor);
     tcase_add_test(tc, test_data_dealing);

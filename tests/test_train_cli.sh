@@ -56,4 +56,11 @@ cmp -s "$T/loud.f" "$T/quiet.f" && ok || { bad "--quiet changed more than the pr
 "$ZS" train --help | grep -q -- '--quiet  *no progress lines' && ok || bad "--help does not say what --quiet silences"
 "$ZS" train --help | grep -q -- '--silent  *print nothing but errors' && ok || bad "--help lacks --silent"
 
+# a bad size names its option once (plan's message once printed it twice)
+for opt in --device-memory --host-memory; do
+    "$ZS" train --steps 1 "$opt" 12XB >"$T/err" 2>&1 && bad "$opt 12XB accepted" ||
+        { [ "$(grep -o -- "$opt" "$T/err" | wc -l)" -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && ok ||
+            bad "$opt 12XB: $(cat "$T/err")"; }
+done
+
 finish

@@ -161,6 +161,10 @@ typedef struct {
      * tp and sequence_parallel into the model's configuration. */
     int tp, pp;
     int sequence_parallel;
+    /* expert parallelism (--ep, "moe.ep_size"): experts dealt over groups of
+     * ep data-parallel ranks (docs/moe.md); finalize copies it into
+     * model.moe_ep. The MoE model's own fields are in model.moe_*. */
+    int ep;
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;

@@ -47,6 +47,18 @@ typedef struct {
      * embedding and the row-parallel biases replicated. 0 or 1: none. */
     int tp, tp_rank;
     int sequence_parallel; /* Korthikanti et al.: not implemented yet */
+    /* mixture of experts (DeepSpeed-MoE, arXiv 2201.05596; gating as
+     * DeepSpeed's TopKGate): with moe_experts E > 0 the MLP of every
+     * moe_every-th block (blocks l with (l + 1) % moe_every == 0, 0-based)
+     * is E expert MLPs behind a softmax router that sends each token to its
+     * moe_top_k (1 or 2) best experts, at most capacity tokens per expert
+     * (zs_moe_capacity); the load-balancing loss times moe_aux_coeff is
+     * added to the objective. With moe_ep > 1 (expert parallelism) this
+     * rank's model holds experts [moe_ep_rank * E / moe_ep, ...) only. */
+    int moe_experts, moe_every, moe_top_k, moe_min_capacity;
+    double moe_capacity_factor;
+    double moe_aux_coeff;
+    int moe_ep, moe_ep_rank;
     /* MLP */
     int input_dim;
     int n_classes;
@@ -54,6 +66,12 @@ typedef struct {
     int widths[ZS_MLP_MAX_HIDDEN];      /* their widths */
     zs_activation act;
 } zs_model_config;
+
+/* Mixture of experts: whether block l (0-based) is a mixture-of-experts
+ * block (the capacity is zs_moe_capacity, zerosim/layers.h). */
+int zs_model_block_is_moe(const zs_model_config *c, int l);
+/* Parameters of the expert MLPs alone (all E experts of every MoE block). */
+size_t zs_model_count_expert_params(const zs_model_config *c);
 
 /* Check shapes; 0 or non-zero with a one-line message naming the field. */
 int zs_model_config_validate(const zs_model_config *c);
@@ -93,6 +111,11 @@ size_t zs_model_count_params(const zs_model_config *c);
  * its size or rank differ from the configuration's. */
 struct zs_comm;
 int zs_model_set_tp_comm(zs_model *m, struct zs_comm *tp);
+/* Expert parallelism: the communicator of the expert-parallel group (its
+ * size cfg.moe_ep, this rank cfg.moe_ep_rank); every MoE block's forward
+ * and backward exchange the expert buffers over it with two all-to-alls
+ * each. Returns non-zero when its size or rank differ. */
+int zs_model_set_ep_comm(zs_model *m, struct zs_comm *ep);
 /* Element `local` of this shard's flat layout as an element of the tp = 1
  * layout of the same model (what zs_model_init_slice draws there, and
  * where a gathered parameter vector puts it); *run gets how many elements
@@ -153,6 +176,19 @@ void zs_model_segment_units(const zs_model_config *c, int s, int *first, int *la
 void zs_model_forward_unit(zs_model *m, zs_backend_t be, int l, float *const *P,
                            zs_acts *a, const zs_batch *batch);
 float zs_model_loss(const zs_acts *a, zs_backend_t be);
+/* Mixture of experts: the part of zs_model_loss that is the load-balancing
+ * loss (moe_aux_coeff x the sum of the MoE blocks' l_aux), 0 without. */
+double zs_model_aux_loss(const zs_acts *a);
+/* The routing of MoE block l in its last forward (-1 when block l is not
+ * a MoE block): tokens routed to each expert and kept, choices dropped,
+ * l_aux, and a hash of every token's choices and slots (tests compare it). */
+typedef struct {
+    int experts, capacity, tokens, dropped;
+    int routed[256], kept[256];   /* the first 256 experts */
+    double l_aux;
+    uint64_t route_hash;
+} zs_moe_stats;
+int zs_model_moe_stats(const zs_acts *a, int l, zs_moe_stats *out);
 /* Backward of unit l (call from the last unit down to 0). dloss is the
  * gradient of the objective with respect to the micro-batch's mean loss
  * (for example loss_scale / (grad_accum * world_size)). Gradients accumulate

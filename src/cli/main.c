@@ -126,6 +126,15 @@ static const char *const zs_usage =
     "  --pp P                   pipeline stages (1; only 1 so far)\n"
     "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
     "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
+    "mixture of experts (docs/moe.md; the config's \"moe\" section):\n"
+    "  --moe-experts E          experts per MoE block (0: a dense model)\n"
+    "  --moe-every K            every K-th block is a MoE block (1)\n"
+    "  --moe-top-k 1|2          experts per token (1)\n"
+    "  --capacity-factor F      capacity ceil(tokens / E x F) (x2 for top-2) (1)\n"
+    "  --min-capacity C         at least C tokens per expert (4)\n"
+    "  --aux-loss-coeff A       weight of the load-balancing loss (0.01)\n"
+    "  --ep P                   expert-parallel size: experts dealt over groups of\n"
+    "                           P data-parallel ranks (1)\n"
     "run:\n"
     "  --backend cpu|cuda       compute backend (cpu); cuda in builds configured with\n"
     "                           CUDA (see --version), each rank on GPU (local rank)\n"
@@ -201,7 +210,10 @@ enum {
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT, OPT_LAST
+    OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT,
+    OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
+    OPT_AUX_LOSS_COEFF, OPT_EP,
+    OPT_LAST
 };
 
 static const struct option zs_long_options[] = {
@@ -272,6 +284,13 @@ static const struct option zs_long_options[] = {
     {"dump-dir", required_argument, NULL, OPT_DUMP_DIR},
     {"dump-steps", required_argument, NULL, OPT_DUMP_STEPS},
     {"from", required_argument, NULL, OPT_FROM},
+    {"moe-experts", required_argument, NULL, OPT_MOE_EXPERTS},
+    {"moe-every", required_argument, NULL, OPT_MOE_EVERY},
+    {"moe-top-k", required_argument, NULL, OPT_MOE_TOP_K},
+    {"capacity-factor", required_argument, NULL, OPT_CAPACITY_FACTOR},
+    {"min-capacity", required_argument, NULL, OPT_MIN_CAPACITY},
+    {"aux-loss-coeff", required_argument, NULL, OPT_AUX_LOSS_COEFF},
+    {"ep", required_argument, NULL, OPT_EP},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -376,6 +395,11 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         {OPT_TRAIN_BATCH, 1, INT_MAX, offsetof(zs_run_config, train_batch_size)},
         {OPT_WARMUP, 0, 100000000, offsetof(zs_run_config, warmup_steps)},
         {OPT_STAGE, 0, 3, offsetof(zs_run_config, stage)},
+        {OPT_MOE_EXPERTS, 0, 4096, offsetof(zs_run_config, model.moe_experts)},
+        {OPT_MOE_EVERY, 1, 4096, offsetof(zs_run_config, model.moe_every)},
+        {OPT_MOE_TOP_K, 1, 2, offsetof(zs_run_config, model.moe_top_k)},
+        {OPT_MIN_CAPACITY, 0, 1 << 24, offsetof(zs_run_config, model.moe_min_capacity)},
+        {OPT_EP, 1, 256, offsetof(zs_run_config, ep)},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if ((s = cli->val[ints[i].id])) {
@@ -398,6 +422,14 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     if (cli->val[OPT_WARMUP] || cli->val[OPT_MIN_LR_RATIO])
         if (c->scheduler == ZS_SCHED_CONSTANT)
             c->scheduler = ZS_SCHED_WARMUP_COSINE;
+    if ((s = cli->val[OPT_CAPACITY_FACTOR])) {
+        ZS_TRY(zs_parse_float(OPT_CAPACITY_FACTOR, s, 1e-6, 1e6, &f));
+        c->model.moe_capacity_factor = strtod(s, NULL); /* the double as given */
+    }
+    if ((s = cli->val[OPT_AUX_LOSS_COEFF])) {
+        ZS_TRY(zs_parse_float(OPT_AUX_LOSS_COEFF, s, 0, 1e6, &f));
+        c->model.moe_aux_coeff = strtod(s, NULL);
+    }
     if (cli->val[OPT_DETERMINISTIC])
         c->deterministic = 1;
     if ((s = cli->val[OPT_QAT])) {

@@ -95,6 +95,15 @@ void zs_run_config_defaults(zs_run_config *c)
 
     c->precision = ZS_DTYPE_F32;
     c->tp = c->pp = 1;
+    c->ep = 1;
+    /* mixture of experts, off (moe_experts 0); DeepSpeed's MoE layer's
+     * defaults: top-1, capacity factor 1, min_capacity 4; the aux loss
+     * coefficient of DeepSpeed's examples (0.01); every block */
+    c->model.moe_every = 1;
+    c->model.moe_top_k = 1;
+    c->model.moe_capacity_factor = 1.0;
+    c->model.moe_min_capacity = 4;
+    c->model.moe_aux_coeff = 0.01;
 
     c->optimizer = ZS_OPT_ADAMW;
     c->lr = 3e-3f;
@@ -1344,6 +1353,32 @@ static const field zerosim_fields[] = {
     F_FUNC("collective_timeout", zerosim_collective_timeout),
     F_FUNC("qat", zerosim_qat),
 };
+/* moe (a zerosim section, keys named after the arguments of DeepSpeed's
+ * deepspeed.moe.layer.MoE and Megatron-DeepSpeed's options): num_experts,
+ * ep_size, k, capacity_factor, min_capacity, expert_interval, loss_coeff. */
+static int moe_capacity_factor(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    return read_number(ld, path, v, &R_POS, &ld->c.model.moe_capacity_factor, &ll);
+}
+
+static int moe_loss_coeff(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    return read_number(ld, path, v, &R_NONNEG, &ld->c.model.moe_aux_coeff, &ll);
+}
+
+static const field moe_fields[] = {
+    F_INT("num_experts", model.moe_experts, R_NONNEG_INT),
+    F_INT("ep_size", ep, R_POS_INT),
+    F_INT("k", model.moe_top_k, R_POS_INT),
+    F_FUNC("capacity_factor", moe_capacity_factor),
+    F_INT("min_capacity", model.moe_min_capacity, R_NONNEG_INT),
+    F_INT("expert_interval", model.moe_every, R_POS_INT),
+    F_FUNC("loss_coeff", moe_loss_coeff),
+};
+static const field_table moe_table = TABLE(moe_fields);
+
 /* DeepSpeed's tensor_parallel section: the tensor-parallel size. */
 static const field tp_fields[] = {
     F_INT("autotp_size", tp, R_POS_INT),
@@ -1545,6 +1580,7 @@ static const field top_fields[] = {
     F_FUNC("activation_checkpointing", load_ckpt),
     F_SECTION("gradient_compression", comp_table),
     F_SECTION("tensor_parallel", tp_table),
+    F_SECTION("moe", moe_table),
     /* logging, monitoring, profiling, tuning, compilation, I/O tuning and
      * checkpoint-saving options: nothing a simulator computes depends on them */
     F_NONE("wall_clock_breakdown", JT_BOOL),
@@ -1873,6 +1909,14 @@ char *zs_run_config_json(const zs_run_config *c)
         "gradient_predivide_factor", c->grad_predivide, "deterministic", c->deterministic, "tp",
         c->tp, "pp", c->pp, "sequence_parallel", c->sequence_parallel, "auto", autos,
         "no_effect", none);
+    if (root && c->model.moe_experts > 0) /* the moe section, as the file gives it */
+        json_object_set_new(
+            root, "moe",
+            json_pack("{s:i, s:i, s:i, s:f, s:i, s:i, s:f}", "num_experts", c->model.moe_experts,
+                      "ep_size", c->ep, "k", c->model.moe_top_k, "capacity_factor",
+                      c->model.moe_capacity_factor, "min_capacity", c->model.moe_min_capacity,
+                      "expert_interval", c->model.moe_every, "loss_coeff",
+                      c->model.moe_aux_coeff));
     if (root && c->qat) /* only when on: the printed configurations stay as they were */
         json_object_set_new(root, "qat", json_string(zs_quant_format_name((zs_quant_format)c->qat)));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
@@ -1939,6 +1983,15 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
                     "--tp 1", c->tp);
     c->model.tp = c->tp;
     c->model.sequence_parallel = c->sequence_parallel;
+    if (c->ep < 1)
+        return fail("moe.ep_size (--ep) must be at least 1, got %d", c->ep);
+    if (c->ep > 1 && c->model.moe_experts == 0)
+        return fail("expert parallelism (--ep %d) needs a mixture of experts: give "
+                    "--moe-experts (moe.num_experts)", c->ep);
+    if (c->ep > 1 && (world_size / (c->tp * c->pp)) % c->ep)
+        return fail("the expert-parallel size (--ep %d) must divide the data-parallel size (%d "
+                    "ranks / (tp %d x pp %d))", c->ep, world_size / (c->tp * c->pp), c->tp, c->pp);
+    c->model.moe_ep = c->ep;
     ZS_TRY(resolve_batch(c, world_size / (c->tp * c->pp)));
 
     if (c->steps <= 0)

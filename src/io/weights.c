@@ -100,6 +100,10 @@ int zs_gpt_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int *n)
     *n = 0;
     if (mc->kind != ZS_MODEL_GPT)
         ZS_FAIL("weight files hold GPT models only (GPT-2's tensor names); the MLP has none");
+    if (mc->moe_experts > 0)
+        ZS_FAIL("weight files hold dense GPT-2 models only: a mixture of experts (--moe-experts "
+                "%d) has no GPT-2 tensor names; use training checkpoints (--save-dir)",
+                mc->moe_experts);
     size_t C = (size_t)mc->n_embd, V = (size_t)mc->vocab, T = (size_t)mc->seq_len;
     int L = mc->n_layer, cnt = 4 + 12 * L;
     zs_gpt_tensor *t = calloc((size_t)cnt, sizeof *t);

@@ -37,6 +37,63 @@ enum { /* entries of one block, in layout order */
     B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_PROJW, B_PROJB,
     B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPW, B_FCPB, B_NENT
 };
+/* A mixture-of-experts block: the first 8 entries as above, then the
+ * router's weight (E, C) and the experts' MLPs stacked along their first
+ * dimension (expert e's rows are the e-th slice of each). Entry kinds of
+ * such a block are numbered from B_NENT on. */
+enum { M_GATEW = B_NENT, M_FCW, M_FCB, M_FCPW, M_FCPB, M_KIND_END };
+#define M_NENT (B_LN2B + 1 + (M_KIND_END - M_GATEW)) /* entries of a MoE block */
+
+int zs_model_block_is_moe(const zs_model_config *c, int l)
+{
+    return c->moe_experts > 0 && c->moe_every > 0 && (l + 1) % c->moe_every == 0;
+}
+
+/* Experts this rank holds (all of them without expert parallelism). */
+static int gpt_local_experts(const zs_model_config *c)
+{
+    return c->moe_ep > 1 ? c->moe_experts / c->moe_ep : c->moe_experts;
+}
+
+/* Entry index of block l's first entry (block l of L: the final LayerNorm). */
+static int gpt_base(const zs_model_config *c, int l)
+{
+    int nmoe = c->moe_experts > 0 && c->moe_every > 0 ? l / c->moe_every : 0;
+    return 2 + l * B_NENT + nmoe * (M_NENT - B_NENT);
+}
+
+/* The block of entry i (-1 outside blocks) and its kind in *k. */
+static int gpt_entry_block(const zs_model_config *c, int i, int *k)
+{
+    int L = c->n_layer;
+    *k = -1;
+    if (i < 2 || i >= gpt_base(c, L))
+        return -1;
+    int lo = 0, hi = L - 1;
+    while (lo < hi) { /* the last block whose base <= i */
+        int mid = lo + (hi - lo + 1) / 2;
+        if (gpt_base(c, mid) <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int p = i - gpt_base(c, lo);
+    *k = zs_model_block_is_moe(c, lo) && p > B_LN2B ? M_GATEW + (p - B_LN2B - 1) : p;
+    return lo;
+}
+
+/* Capacity of a MoE block for micro-batches of b sequences. */
+static int gpt_moe_cap(const zs_model_config *c, int b)
+{
+    return zs_moe_capacity(b * c->seq_len, c->moe_experts, c->moe_top_k,
+                           c->moe_capacity_factor, c->moe_min_capacity);
+}
+
+/* MoE blocks of the model. */
+static int gpt_n_moe(const zs_model_config *c)
+{
+    return c->moe_experts > 0 && c->moe_every > 0 ? c->n_layer / c->moe_every : 0;
+}
 
 /* The tensor-parallel size (1 without). */
 static int gpt_tp(const zs_model_config *c) { return c->tp > 1 ? c->tp : 1; }
@@ -61,9 +118,22 @@ static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
             "ln2.w", "ln2.b", "mlp.fc.w", "mlp.fc.b", "mlp.proj.w", "mlp.proj.b"};
         const size_t n[B_NENT] = {C, C, 3 * C * C / P, 3 * C / P, C * C / P, C,
                                   C, C, 4 * C * C / P, 4 * C / P, 4 * C * C / P, C};
-        for (int k = 0; k < B_NENT; k++) {
+        int moe = zs_model_block_is_moe(c, l);
+        for (int k = 0; k < (moe ? B_LN2B + 1 : B_NENT); k++) {
             snprintf(name, sizeof name, "h%d.%s", l, nm[k]);
             ZS_TRY(zs_layout_add(lay, name, n[k], l + 1));
+        }
+        if (!moe)
+            continue;
+        static const char *const mn[M_KIND_END - M_GATEW] = {
+            "moe.gate.w", "moe.experts.fc.w", "moe.experts.fc.b", "moe.experts.proj.w",
+            "moe.experts.proj.b"};
+        size_t E = (size_t)c->moe_experts, El = (size_t)gpt_local_experts(c);
+        const size_t mnum[M_KIND_END - M_GATEW] = {E * C, El * 4 * C * C, El * 4 * C,
+                                                   El * 4 * C * C, El * C};
+        for (int k = 0; k < M_KIND_END - M_GATEW; k++) {
+            snprintf(name, sizeof name, "h%d.%s", l, mn[k]);
+            ZS_TRY(zs_layout_add(lay, name, mnum[k], l + 1));
         }
     }
     ZS_TRY(zs_layout_add(lay, "lnf.w", C, c->n_layer + 1));
@@ -71,8 +141,12 @@ static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
     return 0;
 }
 
-/* Entry index of entry k of block l (0-based block). */
-static int blk(int l, int k) { return 2 + l * B_NENT + k; }
+/* Entry index of entry k of block l (0-based block); MoE kinds M_* in MoE
+ * blocks. */
+static int blk(const zs_model_config *c, int l, int k)
+{
+    return gpt_base(c, l) + (k >= M_GATEW ? B_LN2B + 1 + (k - M_GATEW) : k);
+}
 
 /* Tensor parallelism: element j of entry i of rank tp_rank's shard as an
  * element of the same entry at tp = 1. Column-parallel weights (QKV by
@@ -88,9 +162,11 @@ static size_t gpt_tp_global(const zs_model_config *c, int i, size_t j)
         return j;
     if (i == 0) /* wte: rows r*V/P .. */
         return r * ((size_t)c->vocab / P) * C + j;
-    if (i < 2 || i >= 2 + L * B_NENT)
+    int kind;
+    if (gpt_entry_block(c, i, &kind) < 0)
         return j;
-    switch ((i - 2) % B_NENT) {
+    (void)L;
+    switch (kind) {
     case B_QKVW: { /* (3C, C): local row lr = part * Cl + within */
         size_t lr = j / C, col = j % C;
         return ((lr / Cl) * C + r * Cl + lr % Cl) * C + col;
@@ -106,12 +182,11 @@ static size_t gpt_tp_global(const zs_model_config *c, int i, size_t j)
 
 static int gpt_tp_replicated(const zs_model_config *c, int i)
 {
-    int L = c->n_layer;
+    int k;
     if (i == 0)
         return 0;
-    if (i < 2 || i >= 2 + L * B_NENT)
+    if (gpt_entry_block(c, i, &k) < 0)
         return 1;
-    int k = (i - 2) % B_NENT;
     return !(k == B_QKVW || k == B_QKVB || k == B_PROJW || k == B_FCW || k == B_FCB ||
              k == B_FCPW);
 }
@@ -124,14 +199,19 @@ static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, flo
                            uint64_t seed)
 {
     const zs_layout *lay = &m->layout;
-    int L = m->cfg.n_layer;
-    int in_block = i >= 2 && i < 2 + L * B_NENT;
-    int k = in_block ? (i - 2) % B_NENT : -1;
+    int L = m->cfg.n_layer, k;
+    int in_block = gpt_entry_block(&m->cfg, i, &k) >= 0;
     int is_ln_w = (in_block && (k == B_LN1W || k == B_LN2W)) || i == lay->n_entries - 2;
     int is_bias = (in_block && (k == B_LN1B || k == B_QKVB || k == B_PROJB || k == B_LN2B ||
-                                k == B_FCB || k == B_FCPB)) || i == lay->n_entries - 1;
-    double std = in_block && (k == B_PROJW || k == B_FCPW) ? 0.02 / sqrt(2.0 * L) : 0.02;
+                                k == B_FCB || k == B_FCPB || k == M_FCB || k == M_FCPB)) ||
+                  i == lay->n_entries - 1;
+    double std = in_block && (k == B_PROJW || k == B_FCPW || k == M_FCPW) ? 0.02 / sqrt(2.0 * L)
+                                                                          : 0.02;
     uint64_t base = zs_rng_mix(seed, (uint64_t)i + 1);
+    /* expert parallelism: this rank's experts are a slice of each stacked
+     * expert entry, drawn where the whole entry draws them */
+    if (in_block && k > M_GATEW && m->cfg.moe_ep > 1)
+        first += (size_t)m->cfg.moe_ep_rank * lay->entries[i].numel;
     if (gpt_tp(&m->cfg) > 1) {
         for (size_t j = 0; j < n; j++) {
             uint64_t st = base + 2 * gpt_tp_global(&m->cfg, i, first + j) * 0x9e3779b97f4a7c15ULL;
@@ -176,9 +256,24 @@ static size_t gpt_activation_floats(const zs_model_config *c, int b)
            BT * (V / P + 3);
 }
 
+/* Mixture of experts (no tensor parallelism, no checkpointing): a MoE
+ * block keeps, instead of fch and fch_gelu (8·BT·C), the gates (BT·E) and
+ * the expert buffers: input and output (E·Cap·C each, Cap the capacity)
+ * and the experts' inner activations (E·Cap·4C twice); with expert
+ * parallelism the same sizes (the all-to-all brings Ep sources' Cap rows
+ * of each of E/Ep experts). */
+static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
+{
+    size_t BT = (size_t)b * c->seq_len, C = (size_t)c->n_embd, E = (size_t)c->moe_experts;
+    size_t ecc = E * (size_t)gpt_moe_cap(c, b) * C;
+    return BT * E + 10 * ecc;
+}
+
 static size_t gpt_activation_bytes(const zs_model_config *c, int b)
 {
-    return 4 * gpt_activation_floats(c, b);
+    size_t f = gpt_activation_floats(c, b);
+    size_t nm = (size_t)gpt_n_moe(c), BTC = (size_t)b * c->seq_len * c->n_embd;
+    return 4 * (f - nm * 8 * BTC + nm * gpt_moe_act_floats(c, b));
 }
 
 /* Scratch: tmp, dres (BT*C each), datty (BT*C/P), dqkv (3BT*C/P), dfch,
@@ -190,8 +285,16 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
     size_t sp = gpt_sp(c) ? 2 * BT * C + B * gpt_seq_local(c) * C : 0; /* perm, dfull, loc */
+    /* mixture of experts: dfch and dfch_gelu as large as an expert buffer's
+     * inner activations (E·Cap·4C) when that is more, two (E,Cap,C) buffers
+     * and the router's logits (BT·E) */
+    size_t moe = 0;
+    if (gpt_n_moe(c) > 0) {
+        size_t ecc = (size_t)c->moe_experts * (size_t)gpt_moe_cap(c, b) * C;
+        moe = 2 * ecc + BT * (size_t)c->moe_experts + (ecc > BT * C ? 8 * (ecc - BT * C) : 0);
+    }
     return 4 * (BT * C * 2 + 12 * BT * C / P + 2 * B * NH / P * T * T + BT * V / P +
-                (P > 1 ? 3 * BT : 0) + sp);
+                (P > 1 ? 3 * BT : 0) + sp + moe);
 }
 
 static void gpt_bind_acts(zs_acts *a)
@@ -200,10 +303,17 @@ static void gpt_bind_acts(zs_acts *a)
     size_t B = (size_t)a->b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head / P, V = (size_t)c->vocab / P, BT = B * T, Cl = C / P;
     int L = c->n_layer;
-    float **arr = calloc((size_t)L * 13, sizeof(float *));
+    float **arr = calloc((size_t)L * 18, sizeof(float *));
     a->view_arrays = arr;
     if (!arr)
         return;
+    int nmoe = gpt_n_moe(c), E = c->moe_experts, cap = nmoe ? gpt_moe_cap(c, (int)B) : 0;
+    a->m_gates = arr + (size_t)L * 13;
+    a->m_xin = arr + (size_t)L * 14;
+    a->m_fch = arr + (size_t)L * 15;
+    a->m_gelu = arr + (size_t)L * 16;
+    a->m_out = arr + (size_t)L * 17;
+    size_t ecc = (size_t)E * (size_t)cap * C;
     float ***views[13] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
                           &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
                           &a->fch_gelu, &a->res3};
@@ -215,11 +325,22 @@ static void gpt_bind_acts(zs_acts *a)
     float *p = a->saved;
     a->encoded = p; p += BTl * C;
     int K = gpt_slots(c);
-    for (int l = 0; l < K; l++)   /* slot l */
+    for (int l = 0; l < K; l++) { /* slot l (MoE: no checkpointing, slot l is block l) */
+        int moe = zs_model_block_is_moe(c, l);
         for (int k = 0; k < 13; k++) {
+            if (moe && (k == 10 || k == 11)) /* fch, fch_gelu: the experts' instead */
+                continue;
             (*views[k])[l] = p;
             p += sz[k];
         }
+        if (!moe)
+            continue;
+        a->m_gates[l] = p; p += BT * (size_t)E;
+        a->m_xin[l] = p; p += ecc;
+        a->m_fch[l] = p; p += 4 * ecc;
+        a->m_gelu[l] = p; p += 4 * ecc;
+        a->m_out[l] = p; p += ecc;
+    }
     for (int l = K; l < L; l++)   /* block l uses slot l mod K */
         for (int k = 0; k < 13; k++)
             (*views[k])[l] = (*views[k])[l % K];
@@ -239,8 +360,9 @@ static void gpt_bind_acts(zs_acts *a)
     a->s_dres = s; s += BT * C;
     a->s_datty = s; s += BT * Cl;
     a->s_dqkv = s; s += 3 * BT * Cl;
-    a->s_dfch = s; s += 4 * BT * Cl;
-    a->s_dfch_gelu = s; s += 4 * BT * Cl;
+    size_t dfch = 4 * BT * Cl > 4 * ecc ? 4 * BT * Cl : 4 * ecc;
+    a->s_dfch = s; s += dfch;
+    a->s_dfch_gelu = s; s += dfch;
     a->s_preatt = s; s += B * NH * T * T;
     a->s_datt = s; s += B * NH * T * T;
     a->s_logits = s; s += BT * V;
@@ -251,7 +373,12 @@ static void gpt_bind_acts(zs_acts *a)
     if (gpt_sp(c)) {
         a->s_perm = s; s += BT * C;
         a->s_dfull = s; s += BT * C;
-        a->s_loc = s;
+        a->s_loc = s; s += BTl * C;
+    }
+    if (nmoe) {
+        a->s_me1 = s; s += ecc;
+        a->s_me2 = s; s += ecc;
+        a->s_gl = s;
     }
 }
 
@@ -335,6 +462,175 @@ static const float *gpt_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float 
     return a->s_loc;
 }
 
+/* ---- mixture of experts ------------------------------------------------------ */
+
+static void gpt_ln_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *dres,
+                               float *dw, float *db, float *dfull, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int B,
+                               int unit);
+
+/* Expert parallelism: the all-to-all over the expert-parallel group that
+ * sends chunk q of send (E/Ep experts' Cap rows, (E,Cap,C) in expert order)
+ * to rank q and receives each rank's chunk for this rank's experts, in
+ * source order; a copy without it. */
+static void gpt_moe_alltoall(zs_model *m, zs_backend_t be, float *recv, const float *send,
+                             size_t ecc, int unit)
+{
+    int Ep = m->cfg.moe_ep > 1 ? m->cfg.moe_ep : 1;
+    if (Ep == 1 || !m->ep) {
+        zs_backend_copy_d2d(be, recv, send, ecc * 4);
+        return;
+    }
+    int cnt[256], dis[256];
+    size_t chunk = ecc / (size_t)Ep * 4;
+    for (int q = 0; q < Ep; q++) {
+        cnt[q] = (int)chunk;
+        dis[q] = (int)((size_t)q * chunk);
+    }
+    if (zs_comm_alltoallv_bytes(m->ep, send, cnt, dis, recv, cnt, dis, unit))
+        m->tp_failed = 1;
+}
+
+/* The experts' MLPs over their buffers: in (Ep sources, E/Ep experts, Cap,
+ * C) (without expert parallelism: (E, Cap, C)), one linear per source and
+ * expert, so that each source's rows go through the arithmetic they get
+ * without expert parallelism. */
+static void gpt_experts_forward(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
+                                float *out, int cap)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, Ep = c->moe_ep > 1 ? c->moe_ep : 1, El = gpt_local_experts(c);
+    size_t rc = (size_t)cap * C;
+    for (int q = 0; q < Ep; q++)
+        for (int j = 0; j < El; j++) {
+            size_t blkrow = (size_t)q * El + j;
+            const float *x = a->m_xin[l] + blkrow * rc;
+            float *h = a->m_fch[l] + blkrow * 4 * rc, *g = a->m_gelu[l] + blkrow * 4 * rc;
+            zs_linear_forward(be, h, x, P[blk(c, l, M_FCW)] + (size_t)j * 4 * C * C,
+                              P[blk(c, l, M_FCB)] + (size_t)j * 4 * C, cap, C, 4 * C);
+            zs_backend_gelu_forward(be, g, h, 4 * rc);
+            zs_linear_forward(be, out + blkrow * rc, g, P[blk(c, l, M_FCPW)] + (size_t)j * 4 * C * C,
+                              P[blk(c, l, M_FCPB)] + (size_t)j * C, cap, 4 * C, C);
+        }
+}
+
+/* dout (Ep, E/Ep, Cap, C) -> din (same), parameter gradients added. */
+static void gpt_experts_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
+                                 float *const *G, zs_acts *a, float *din, const float *dout,
+                                 int cap)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, Ep = c->moe_ep > 1 ? c->moe_ep : 1, El = gpt_local_experts(c);
+    size_t rc = (size_t)cap * C;
+    zs_backend_memset0(be, din, (size_t)Ep * El * rc * 4);
+    for (int q = 0; q < Ep; q++)
+        for (int j = 0; j < El; j++) {
+            size_t blkrow = (size_t)q * El + j;
+            float *dg = a->s_dfch_gelu, *dh = a->s_dfch;
+            zs_backend_memset0(be, dg, 4 * rc * 4);
+            zs_linear_backward(be, dg, G[blk(c, l, M_FCPW)] + (size_t)j * 4 * C * C,
+                               G[blk(c, l, M_FCPB)] + (size_t)j * C, dout + blkrow * rc,
+                               a->m_gelu[l] + blkrow * 4 * rc,
+                               P[blk(c, l, M_FCPW)] + (size_t)j * 4 * C * C, cap, 4 * C, C);
+            zs_backend_memset0(be, dh, 4 * rc * 4);
+            zs_backend_gelu_backward(be, dh, a->m_fch[l] + blkrow * 4 * rc, dg, 4 * rc);
+            zs_linear_backward(be, din + blkrow * rc, G[blk(c, l, M_FCW)] + (size_t)j * 4 * C * C,
+                               G[blk(c, l, M_FCB)] + (size_t)j * 4 * C, dh,
+                               a->m_xin[l] + blkrow * rc,
+                               P[blk(c, l, M_FCW)] + (size_t)j * 4 * C * C, cap, C, 4 * C);
+        }
+}
+
+/* The router of block l: logits, softmax (host), routing; the gates are
+ * kept in a->m_gates[l] (forward) or read back from there (backward). */
+static void gpt_moe_route(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
+                          int BT, int forward)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, E = c->moe_experts;
+    zs_moe_routing *r = a->moe;
+    size_t ne = (size_t)BT * E;
+    if (forward) {
+        zs_linear_forward(be, a->s_gl, a->ln2[l], P[blk(c, l, M_GATEW)], NULL, BT, C, E);
+        zs_backend_copy_d2h(be, r->hbuf, a->s_gl, ne * 4);
+        zs_moe_softmax(r->hgates, r->hbuf, BT, E);
+        zs_backend_copy_h2d(be, a->m_gates[l], r->hgates, ne * 4);
+    } else {
+        zs_backend_copy_d2h(be, r->hgates, a->m_gates[l], ne * 4);
+    }
+    zs_moe_route(r);
+}
+
+/* Routing statistics of block l from a->moe. */
+static void gpt_moe_keep_stats(zs_acts *a, int l)
+{
+    const zs_moe_routing *r = a->moe;
+    zs_moe_stats *st = &a->moe_stats[l];
+    st->experts = r->e;
+    st->capacity = r->cap;
+    st->tokens = r->n;
+    st->dropped = r->dropped;
+    st->l_aux = r->l_aux;
+    for (int j = 0; j < r->e && j < 256; j++) {
+        st->routed[j] = r->routed[j];
+        st->kept[j] = r->kept[j];
+    }
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < (size_t)r->k * r->n; i++)
+        h = zs_rng_mix(h, (uint64_t)(uint32_t)r->expert[i] << 32 | (uint32_t)r->slot[i]);
+    st->route_hash = h;
+}
+
+/* MoE block l's MLP: res3 = res2 + combine(experts(dispatch(ln2))). */
+static void gpt_moe_forward(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
+                            int B, int u)
+{
+    const zs_model_config *c = &m->cfg;
+    int BT = B * c->seq_len, C = c->n_embd, cap = a->moe->cap;
+    size_t ecc = (size_t)c->moe_experts * cap * C;
+    gpt_moe_route(m, be, l, P, a, BT, 1);
+    gpt_moe_keep_stats(a, l);
+    a->moe_aux += c->moe_aux_coeff * a->moe->l_aux;
+    int ep = c->moe_ep > 1;
+    zs_moe_dispatch_forward(be, ep ? a->s_me1 : a->m_xin[l], a->ln2[l], a->moe);
+    if (ep)
+        gpt_moe_alltoall(m, be, a->m_xin[l], a->s_me1, ecc, u);
+    gpt_experts_forward(m, be, l, P, a, ep ? a->s_me1 : a->m_out[l], cap);
+    if (ep)
+        gpt_moe_alltoall(m, be, a->m_out[l], a->s_me1, ecc, u);
+    zs_moe_combine_forward(be, a->s_tmp, a->m_out[l], a->moe);
+    zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, (size_t)BT * C);
+}
+
+/* Its backward: dres holds d res3; adds the gradient through ln2 into it. */
+static void gpt_moe_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
+                             float *const *G, zs_acts *a, float *dres, int B, int u, float dloss)
+{
+    const zs_model_config *c = &m->cfg;
+    int BT = B * c->seq_len, C = c->n_embd, E = c->moe_experts, cap = a->moe->cap;
+    size_t ecc = (size_t)E * cap * C;
+    int ep = c->moe_ep > 1;
+    gpt_moe_route(m, be, l, P, a, BT, 0);
+    /* combine: d expert outputs (in s_me1) and d combine weights (host) */
+    zs_moe_combine_backward(be, a->s_me1, dres, a->m_out[l], a->moe);
+    if (ep)
+        gpt_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
+    /* experts: d their inputs into s_me1 (s_me2 with expert parallelism) */
+    float *dout = ep ? a->s_me2 : a->s_me1, *din = ep ? a->s_me1 : a->s_me2;
+    gpt_experts_backward(m, be, l, P, G, a, din, dout, cap);
+    if (ep)
+        gpt_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
+    zs_backend_memset0(be, a->s_tmp, (size_t)BT * C * 4);
+    zs_moe_dispatch_backward(be, a->s_tmp, a->s_me2, a->moe);
+    /* the router: through the combine weights, the softmax and l_aux */
+    zs_moe_gate_backward(a->moe->hbuf, a->moe, (float)(c->moe_aux_coeff * dloss));
+    zs_backend_copy_h2d(be, a->s_gl, a->moe->hbuf, (size_t)BT * E * 4);
+    zs_linear_backward(be, a->s_tmp, G[blk(c, l, M_GATEW)], NULL, a->s_gl, a->ln2[l],
+                       P[blk(c, l, M_GATEW)], BT, C, E);
+    gpt_ln_in_backward(m, be, a, dres, G[blk(c, l, B_LN2W)], G[blk(c, l, B_LN2B)], a->s_tmp,
+                       a->res2[l], P[blk(c, l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
+}
+
 static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
                              const zs_batch *batch)
 {
@@ -346,6 +642,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     /* the row-parallel biases are added once: on TP rank 0, before the sum */
     int bias_here = r == 0;
     if (u == 0) {
+        a->moe_aux = 0.0;
         if (TP == 1) {
             zs_backend_embedding_forward(be, a->encoded, batch->tokens, P[0], P[1], B, T, C);
             return;
@@ -363,30 +660,34 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     if (u <= L) {
         int l = u - 1;
         const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
-        gpt_ln_in(m, be, a, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp, P[blk(l, B_LN1W)],
-                  P[blk(l, B_LN1B)], B, u);
+        gpt_ln_in(m, be, a, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp, P[blk(c, l, B_LN1W)],
+                  P[blk(c, l, B_LN1B)], B, u);
         /* f: identity; QKV column-parallel (this rank's heads) */
-        zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(l, B_QKVW)], P[blk(l, B_QKVB)], BT, C,
+        zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(c, l, B_QKVW)], P[blk(c, l, B_QKVB)], BT, C,
                           3 * Cl);
         zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T, Cl,
                                      NH);
         /* row-parallel output projection, then g: the sum */
-        zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(l, B_PROJW)],
-                          bias_here ? P[blk(l, B_PROJB)] : NULL, BT, Cl, C);
+        zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(c, l, B_PROJW)],
+                          bias_here ? P[blk(c, l, B_PROJB)] : NULL, BT, Cl, C);
         const float *att_out = gpt_row_sum(m, be, a, a->s_tmp, B, u);
         zs_backend_residual_forward(be, a->res2[l], inp, att_out, (size_t)BTl * C);
         gpt_ln_in(m, be, a, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l],
-                  P[blk(l, B_LN2W)], P[blk(l, B_LN2B)], B, u);
-        zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(l, B_FCW)], P[blk(l, B_FCB)], BT, C,
+                  P[blk(c, l, B_LN2W)], P[blk(c, l, B_LN2B)], B, u);
+        if (zs_model_block_is_moe(c, l)) {
+            gpt_moe_forward(m, be, l, P, a, B, u);
+            return;
+        }
+        zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(c, l, B_FCW)], P[blk(c, l, B_FCB)], BT, C,
                           4 * Cl);
         zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * Cl);
-        zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(l, B_FCPW)],
-                          bias_here ? P[blk(l, B_FCPB)] : NULL, BT, 4 * Cl, C);
+        zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(c, l, B_FCPW)],
+                          bias_here ? P[blk(c, l, B_FCPB)] : NULL, BT, 4 * Cl, C);
         const float *mlp_out = gpt_row_sum(m, be, a, a->s_tmp, B, u);
         zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, (size_t)BTl * C);
         return;
     }
-    int lnw = 2 + L * B_NENT;
+    int lnw = gpt_base(c, L);
     gpt_ln_in(m, be, a, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1], P[lnw], P[lnw + 1], B,
               u);
     zs_linear_forward(be, a->s_logits, a->lnf, P[0], NULL, BT, C, V);
@@ -452,7 +753,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
     int BT = B * T, BTl = B * (int)gpt_seq_local(c);
     size_t btc = (size_t)BT * C, btcl = (size_t)BT * Cl;
     if (u == L + 1) {
-        int lnw = 2 + L * B_NENT;
+        int lnw = gpt_base(c, L);
         /* the objective is dloss * mean over BT positions of the loss */
         if (TP == 1)
             zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,
@@ -475,30 +776,35 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         float *dres = a->s_dres; /* d(res3) on entry, d(inp) on exit */
         /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))); g's backward
          * is the identity, every rank holds all of dres */
-        const float *dout = gpt_dout_full(m, be, a, dres, B, u);
-        zs_backend_memset0(be, a->s_dfch_gelu, btcl * 16);
-        zs_linear_backward(be, a->s_dfch_gelu, G[blk(l, B_FCPW)], G[blk(l, B_FCPB)], dout,
-                           a->fch_gelu[l], P[blk(l, B_FCPW)], BT, 4 * Cl, C);
-        zs_backend_memset0(be, a->s_dfch, btcl * 16);
-        zs_backend_gelu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, btcl * 4);
-        zs_backend_memset0(be, a->s_tmp, btc * 4);
-        zs_linear_backward(be, a->s_tmp, G[blk(l, B_FCW)], G[blk(l, B_FCB)], a->s_dfch,
-                           a->ln2[l], P[blk(l, B_FCW)], BT, C, 4 * Cl);
-        gpt_ln_in_backward(m, be, a, dres, G[blk(l, B_LN2W)], G[blk(l, B_LN2B)], a->s_tmp,
-                           a->res2[l], P[blk(l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
+        const float *dout;
+        if (zs_model_block_is_moe(c, l)) {
+            gpt_moe_backward(m, be, l, P, G, a, dres, B, u, dloss);
+        } else {
+            dout = gpt_dout_full(m, be, a, dres, B, u);
+            zs_backend_memset0(be, a->s_dfch_gelu, btcl * 16);
+            zs_linear_backward(be, a->s_dfch_gelu, G[blk(c, l, B_FCPW)], G[blk(c, l, B_FCPB)], dout,
+                               a->fch_gelu[l], P[blk(c, l, B_FCPW)], BT, 4 * Cl, C);
+            zs_backend_memset0(be, a->s_dfch, btcl * 16);
+            zs_backend_gelu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, btcl * 4);
+            zs_backend_memset0(be, a->s_tmp, btc * 4);
+            zs_linear_backward(be, a->s_tmp, G[blk(c, l, B_FCW)], G[blk(c, l, B_FCB)], a->s_dfch,
+                               a->ln2[l], P[blk(c, l, B_FCW)], BT, C, 4 * Cl);
+            gpt_ln_in_backward(m, be, a, dres, G[blk(c, l, B_LN2W)], G[blk(c, l, B_LN2B)], a->s_tmp,
+                               a->res2[l], P[blk(c, l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
+        }
         /* attention branch: res2 = inp + proj(attn(qkv(ln1(inp)))) */
         dout = gpt_dout_full(m, be, a, dres, B, u);
         zs_backend_memset0(be, a->s_datty, btcl * 4);
-        zs_linear_backward(be, a->s_datty, G[blk(l, B_PROJW)], G[blk(l, B_PROJB)], dout,
-                           a->atty[l], P[blk(l, B_PROJW)], BT, Cl, C);
+        zs_linear_backward(be, a->s_datty, G[blk(c, l, B_PROJW)], G[blk(c, l, B_PROJB)], dout,
+                           a->atty[l], P[blk(c, l, B_PROJW)], BT, Cl, C);
         zs_backend_memset0(be, a->s_dqkv, btcl * 12);
         zs_backend_attention_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
                                       a->qkv[l], a->att[l], B, T, Cl, NH);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
-        zs_linear_backward(be, a->s_tmp, G[blk(l, B_QKVW)], G[blk(l, B_QKVB)], a->s_dqkv,
-                           a->ln1[l], P[blk(l, B_QKVW)], BT, C, 3 * Cl);
-        gpt_ln_in_backward(m, be, a, dres, G[blk(l, B_LN1W)], G[blk(l, B_LN1B)], a->s_tmp, inp,
-                           P[blk(l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l], B, u);
+        zs_linear_backward(be, a->s_tmp, G[blk(c, l, B_QKVW)], G[blk(c, l, B_QKVB)], a->s_dqkv,
+                           a->ln1[l], P[blk(c, l, B_QKVW)], BT, C, 3 * Cl);
+        gpt_ln_in_backward(m, be, a, dres, G[blk(c, l, B_LN1W)], G[blk(c, l, B_LN1B)], a->s_tmp, inp,
+                           P[blk(c, l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l], B, u);
         return;
     }
     const float *dout = gpt_dout_full(m, be, a, a->s_dres, B, u);

@@ -44,6 +44,51 @@ static const zs_model_ops *zs_model_ops_for(zs_model_kind k)
     return k == ZS_MODEL_GPT ? &zs_gpt_ops : &zs_mlp_ops;
 }
 
+/* The mixture-of-experts fields of a GPT. */
+static int zs_model_moe_validate(const zs_model_config *c)
+{
+    if (c->moe_experts < 0 || c->moe_experts > 4096)
+        ZS_FAIL("--moe-experts (moe.num_experts) must be between 0 and 4096, got %d",
+                c->moe_experts);
+    if (c->moe_experts == 0) {
+        if (c->moe_ep > 1)
+            ZS_FAIL("expert parallelism (--ep %d) needs experts: give --moe-experts", c->moe_ep);
+        return 0;
+    }
+    if (c->moe_experts < 2)
+        ZS_FAIL("--moe-experts (moe.num_experts) must be 2 or more for a mixture of experts "
+                "(0: none), got %d", c->moe_experts);
+    if (c->moe_every < 1 || c->moe_every > c->n_layer)
+        ZS_FAIL("--moe-every (moe.expert_interval) must be between 1 and model.layers (%d), "
+                "got %d", c->n_layer, c->moe_every);
+    if (c->moe_top_k != 1 && c->moe_top_k != 2)
+        ZS_FAIL("--moe-top-k (moe.k) must be 1 or 2, got %d", c->moe_top_k);
+    if (!(c->moe_capacity_factor > 0.0) || c->moe_capacity_factor > 1e6)
+        ZS_FAIL("--capacity-factor (moe.capacity_factor) must be a number > 0, got %g",
+                c->moe_capacity_factor);
+    if (c->moe_min_capacity < 0 || c->moe_min_capacity > 1 << 24)
+        ZS_FAIL("--min-capacity (moe.min_capacity) must be between 0 and 16777216, got %d",
+                c->moe_min_capacity);
+    if (!(c->moe_aux_coeff >= 0.0) || c->moe_aux_coeff > 1e6)
+        ZS_FAIL("--aux-loss-coeff (moe.loss_coeff) must be a number >= 0, got %g",
+                c->moe_aux_coeff);
+    if (c->tp > 1)
+        ZS_FAIL("a mixture of experts with tensor parallelism is not implemented: use --tp 1 "
+                "with --moe-experts");
+    if (c->ckpt_blocks > 0)
+        ZS_FAIL("activation checkpointing with a mixture of experts is not implemented: use "
+                "--checkpoint-activations off with --moe-experts");
+    int Ep = c->moe_ep > 1 ? c->moe_ep : 1;
+    if (Ep > 256)
+        ZS_FAIL("expert-parallel groups of more than 256 ranks are not supported (--ep %d)", Ep);
+    if (c->moe_experts % Ep)
+        ZS_FAIL("--moe-experts (%d) must be divisible by the expert-parallel size (--ep %d): "
+                "each rank of the group holds the same number of experts", c->moe_experts, Ep);
+    if (Ep > 1 && (c->moe_ep_rank < 0 || c->moe_ep_rank >= Ep))
+        ZS_FAIL("expert-parallel rank %d is not a rank of a group of %d", c->moe_ep_rank, Ep);
+    return 0;
+}
+
 int zs_model_config_validate(const zs_model_config *c)
 {
     if (c->kind == ZS_MODEL_GPT) {
@@ -81,7 +126,11 @@ int zs_model_config_validate(const zs_model_config *c)
                     "sequence parallelism", c->seq_len, T);
         if (T > 64)
             ZS_FAIL("tensor-parallel groups of more than 64 ranks are not supported (--tp %d)", T);
+        ZS_TRY(zs_model_moe_validate(c));
     } else if (c->kind == ZS_MODEL_MLP) {
+        if (c->moe_experts > 0)
+            ZS_FAIL("a mixture of experts (--moe-experts) is implemented for the GPT: use --model "
+                    "gpt");
         if (c->tp > 1)
             ZS_FAIL("tensor parallelism is implemented for the GPT: use --tp 1 with --model mlp");
         if (c->ckpt_blocks > 0)
@@ -144,6 +193,11 @@ size_t zs_model_count_params(const zs_model_config *c)
         size_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) +
                        (4 * C * C + C);
         n = V * C + T * C + (size_t)c->n_layer * block + 2 * C;
+        if (c->moe_experts > 0 && c->moe_every > 0) { /* MoE blocks: router + E MLPs */
+            size_t mlp = (4 * C * C + 4 * C) + (4 * C * C + C);
+            size_t nm = (size_t)(c->n_layer / c->moe_every);
+            n = n - nm * mlp + nm * (size_t)c->moe_experts * C + zs_model_count_expert_params(c);
+        }
     } else {
         size_t in = (size_t)c->input_dim;
         for (int i = 0; i <= c->n_hidden; i++) {
@@ -153,6 +207,14 @@ size_t zs_model_count_params(const zs_model_config *c)
         }
     }
     return n;
+}
+
+size_t zs_model_count_expert_params(const zs_model_config *c)
+{
+    if (c->kind != ZS_MODEL_GPT || c->moe_experts <= 0 || c->moe_every <= 0)
+        return 0;
+    size_t C = (size_t)c->n_embd, mlp = (4 * C * C + 4 * C) + (4 * C * C + C);
+    return (size_t)(c->n_layer / c->moe_every) * (size_t)c->moe_experts * mlp;
 }
 
 int zs_model_create(const zs_model_config *c, zs_model **out)
@@ -338,6 +400,20 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
         zs_model_acts_destroy(a);
         ZS_FAIL("out of host memory creating activation views");
     }
+    const zs_model_config *c = &m->cfg;
+    if (c->kind == ZS_MODEL_GPT && c->moe_experts > 0) { /* the router's host side */
+        int n = b * c->seq_len;
+        a->moe = calloc(1, sizeof *a->moe);
+        a->moe_stats = calloc((size_t)c->n_layer, sizeof *a->moe_stats);
+        if (!a->moe || !a->moe_stats ||
+            zs_moe_routing_alloc(a->moe, n, c->moe_experts, c->moe_top_k,
+                                 zs_moe_capacity(n, c->moe_experts, c->moe_top_k,
+                                                 c->moe_capacity_factor, c->moe_min_capacity),
+                                 c->n_embd)) {
+            zs_model_acts_destroy(a);
+            ZS_FAIL("out of host memory creating the mixture of experts' routing tables");
+        }
+    }
     *out = a;
     return 0;
 }
@@ -350,6 +426,10 @@ void zs_model_acts_destroy(zs_acts *a)
     zs_mem_free(a->mem, ZS_MEM_WORKSPACE, a->scratch, a->scratch_bytes);
     zs_mem_free(a->mem, ZS_MEM_CHECKPOINTS, a->ckpt, a->ckpt_bytes);
     free(a->view_arrays);
+    if (a->moe && a->moe->expert)
+        zs_moe_routing_free(a->moe);
+    free(a->moe);
+    free(a->moe_stats);
     free(a);
 }
 
@@ -375,7 +455,28 @@ float zs_model_loss(const zs_acts *a, zs_backend_t be)
     for (size_t i = 0; i < a->n_losses; i++)
         s += h[i];
     free(h);
-    return (float)(s / (double)a->n_losses);
+    return (float)(s / (double)a->n_losses + a->moe_aux);
+}
+
+double zs_model_aux_loss(const zs_acts *a) { return a->moe_aux; }
+
+int zs_model_moe_stats(const zs_acts *a, int l, zs_moe_stats *out)
+{
+    if (!a->moe_stats || l < 0 || l >= a->m->cfg.n_layer ||
+        !zs_model_block_is_moe(&a->m->cfg, l))
+        return -1;
+    *out = a->moe_stats[l];
+    return 0;
+}
+
+int zs_model_set_ep_comm(zs_model *m, struct zs_comm *ep)
+{
+    int P = m->cfg.moe_ep > 1 ? m->cfg.moe_ep : 1;
+    if (ep && (zs_comm_size(ep) != P || (P > 1 && zs_comm_rank(ep) != m->cfg.moe_ep_rank)))
+        ZS_FAIL("the expert-parallel communicator has rank %d of %d where the model expects %d "
+                "of %d", zs_comm_rank(ep), zs_comm_size(ep), m->cfg.moe_ep_rank, P);
+    m->ep = ep;
+    return 0;
 }
 
 /* ---- tensor parallelism --------------------------------------------------- */

@@ -2,6 +2,7 @@
 #ifndef ZEROSIM_MODEL_IMPL_H
 #define ZEROSIM_MODEL_IMPL_H
 
+#include "zerosim/layers.h"
 #include "zerosim/model.h"
 
 /* Per-model operations; one table each for the GPT and the MLP. */
@@ -36,6 +37,7 @@ struct zs_model {
     int (*uses)[ZS_MAX_USES];  /* [n_layers][ZS_MAX_USES] entry ids */
     int *uses_count;           /* [n_layers] */
     struct zs_comm *tp;        /* tensor-parallel group (cfg.tp > 1) */
+    struct zs_comm *ep;        /* expert-parallel group (cfg.moe_ep > 1) */
     size_t *full_offset;       /* [n_entries] each entry's offset at tp = 1 */
     int tp_failed;             /* a tensor-parallel collective failed */
 };
@@ -63,6 +65,15 @@ struct zs_acts {
     float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
     float *s_perm, *s_dfull, *s_loc; /* sequence parallelism: chunks in rank order,
                                         a gathered gradient, this rank's positions */
+    /* mixture of experts, per MoE block (NULL in dense blocks): the gates
+     * (BT,E), the experts' input (E,Cap,C), their inner activations before
+     * and after GELU (E,Cap,4C) and their output (E,Cap,C) */
+    float **m_gates, **m_xin, **m_fch, **m_gelu, **m_out;
+    float *s_gl;             /* scratch: logits, then their gradient (BT,E) */
+    float *s_me1, *s_me2;    /* scratch: (E,Cap,C) each */
+    zs_moe_routing *moe;     /* host routing of the current MoE block */
+    zs_moe_stats *moe_stats; /* [n_layer]: of each block's last forward */
+    double moe_aux;          /* aux coefficient x sum of l_aux, last forward */
     /* MLP views: per hidden layer pre- and post-activation */
     float **h, **a;
     float *s_d0, *s_d1, *s_dh;

@@ -1,0 +1,244 @@
+/* zerosim — mixture of experts: DeepSpeed's TopKGate (softmax router, top-1
+ * or top-2 choice, capacity, load-balancing loss), dispatch into the
+ * experts' buffers and combine out of them (see zerosim/layers.h). */
+#include "zerosim/layers.h"
+#include "zerosim/model.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int zs_moe_capacity(int n, int experts, int top_k, double factor, int min_capacity)
+{
+    if (experts < 1)
+        return 0;
+    double f = factor * (top_k == 2 ? 2.0 : 1.0);
+    double c = ceil((double)n / (double)experts * f);
+    int cap = c > 1e9 ? 1000000000 : (int)c;
+    return cap < min_capacity ? min_capacity : cap;
+}
+
+int zs_moe_routing_alloc(zs_moe_routing *r, int n, int e, int k, int cap, int c)
+{
+    memset(r, 0, sizeof *r);
+    r->n = n;
+    r->e = e;
+    r->k = k;
+    r->cap = cap;
+    r->c = c;
+    size_t kn = (size_t)k * (size_t)n, ne = (size_t)n * (size_t)e;
+    r->expert = calloc(kn, sizeof(int));
+    r->slot = calloc(kn, sizeof(int));
+    r->weight = calloc(kn, sizeof(float));
+    r->dweight = calloc(kn, sizeof(float));
+    r->ce = calloc((size_t)e, sizeof(float));
+    r->routed = calloc((size_t)e, sizeof(int));
+    r->kept = calloc((size_t)e, sizeof(int));
+    r->hgates = calloc(ne, sizeof(float));
+    r->hbuf = calloc(ne, sizeof(float));
+    r->row = calloc(2 * (size_t)c, sizeof(float));
+    if (!r->expert || !r->slot || !r->weight || !r->dweight || !r->ce || !r->routed ||
+        !r->kept || !r->hgates || !r->hbuf || !r->row) {
+        zs_moe_routing_free(r);
+        return -1;
+    }
+    return 0;
+}
+
+void zs_moe_routing_free(zs_moe_routing *r)
+{
+    free(r->expert);
+    free(r->slot);
+    free(r->weight);
+    free(r->dweight);
+    free(r->ce);
+    free(r->routed);
+    free(r->kept);
+    free(r->hgates);
+    free(r->hbuf);
+    free(r->row);
+    memset(r, 0, sizeof *r);
+}
+
+/* gates(N,E), logits(N,E) */
+void zs_moe_softmax(float *gates, const float *logits, int n, int e)
+{
+    for (int t = 0; t < n; t++) {
+        const float *x = logits + (size_t)t * e;
+        float *g = gates + (size_t)t * e;
+        float mx = x[0];
+        for (int j = 1; j < e; j++)
+            if (x[j] > mx)
+                mx = x[j];
+        double s = 0.0;
+        for (int j = 0; j < e; j++) {
+            g[j] = expf(x[j] - mx);
+            s += g[j];
+        }
+        for (int j = 0; j < e; j++)
+            g[j] = (float)(g[j] / s);
+    }
+}
+
+/* The largest gate of row g other than `skip` (-1: none); ties: lowest. */
+static int zs_moe_argmax(const float *g, int e, int skip)
+{
+    int best = -1;
+    for (int j = 0; j < e; j++)
+        if (j != skip && (best < 0 || g[j] > g[best]))
+            best = j;
+    return best;
+}
+
+void zs_moe_route(zs_moe_routing *r)
+{
+    int n = r->n, E = r->e, K = r->k;
+    for (int j = 0; j < E; j++) {
+        r->routed[j] = 0;
+        r->kept[j] = 0;
+    }
+    r->dropped = 0;
+    for (int k = 0; k < K; k++) {
+        /* choice k of every token, slots in token order after the choices
+         * before it (r->routed counts them) */
+        for (int t = 0; t < n; t++) {
+            const float *g = r->hgates + (size_t)t * E;
+            int x = zs_moe_argmax(g, E, k == 0 ? -1 : r->expert[t]);
+            size_t i = (size_t)k * n + t;
+            r->expert[i] = x;
+            int loc = r->routed[x]++;
+            r->slot[i] = loc < r->cap ? loc : -1;
+            if (r->slot[i] >= 0)
+                r->kept[x]++;
+            else
+                r->dropped++;
+        }
+        if (k == 0)
+            for (int j = 0; j < E; j++)
+                r->ce[j] = (float)r->routed[j] / (float)n;
+    }
+    /* l_aux = E * sum_e mean(gates_e) * mean(mask1_e) */
+    double la = 0.0;
+    for (int j = 0; j < E; j++) {
+        double me = 0.0;
+        for (int t = 0; t < n; t++)
+            me += r->hgates[(size_t)t * E + j];
+        la += me / n * r->ce[j];
+    }
+    r->l_aux = la * E;
+    for (int t = 0; t < n; t++) {
+        const float *g = r->hgates + (size_t)t * E;
+        if (K == 1) {
+            r->weight[t] = r->slot[t] >= 0 ? g[r->expert[t]] : 0.0f;
+            continue;
+        }
+        float g1 = r->slot[t] >= 0 ? g[r->expert[t]] : 0.0f;
+        float g2 = r->slot[n + t] >= 0 ? g[r->expert[n + t]] : 0.0f;
+        float d = g1 + g2;
+        if (d < FLT_EPSILON)
+            d = FLT_EPSILON;
+        r->weight[t] = g1 / d;
+        r->weight[n + t] = g2 / d;
+    }
+}
+
+/* Row of expert buffer for choice i (slot >= 0). */
+static size_t zs_moe_row(const zs_moe_routing *r, size_t i)
+{
+    return ((size_t)r->expert[i] * (size_t)r->cap + (size_t)r->slot[i]) * (size_t)r->c;
+}
+
+void zs_moe_dispatch_forward(zs_backend_t be, float *xe, const float *x, const zs_moe_routing *r)
+{
+    size_t C = (size_t)r->c;
+    zs_backend_memset0(be, xe, (size_t)r->e * r->cap * C * 4);
+    for (int t = 0; t < r->n; t++)
+        for (int k = 0; k < r->k; k++) {
+            size_t i = (size_t)k * r->n + t;
+            if (r->slot[i] >= 0)
+                zs_backend_copy_d2d(be, xe + zs_moe_row(r, i), x + t * C, C * 4);
+        }
+}
+
+void zs_moe_dispatch_backward(zs_backend_t be, float *dx, const float *dxe,
+                              const zs_moe_routing *r)
+{
+    size_t C = (size_t)r->c;
+    for (int t = 0; t < r->n; t++)
+        for (int k = 0; k < r->k; k++) {
+            size_t i = (size_t)k * r->n + t;
+            if (r->slot[i] >= 0)
+                zs_backend_axpy(be, dx + t * C, 1.0f, dxe + zs_moe_row(r, i), C);
+        }
+}
+
+void zs_moe_combine_forward(zs_backend_t be, float *y, const float *ye, const zs_moe_routing *r)
+{
+    size_t C = (size_t)r->c;
+    zs_backend_memset0(be, y, (size_t)r->n * C * 4);
+    for (int t = 0; t < r->n; t++)
+        for (int k = 0; k < r->k; k++) {
+            size_t i = (size_t)k * r->n + t;
+            if (r->slot[i] >= 0)
+                zs_backend_axpy(be, y + t * C, r->weight[i], ye + zs_moe_row(r, i), C);
+        }
+}
+
+void zs_moe_combine_backward(zs_backend_t be, float *dye, const float *dy, const float *ye,
+                             zs_moe_routing *r)
+{
+    size_t C = (size_t)r->c;
+    zs_backend_memset0(be, dye, (size_t)r->e * r->cap * C * 4);
+    for (int t = 0; t < r->n; t++)
+        for (int k = 0; k < r->k; k++) {
+            size_t i = (size_t)k * r->n + t;
+            r->dweight[i] = 0.0f;
+            if (r->slot[i] < 0)
+                continue;
+            zs_backend_axpy(be, dye + zs_moe_row(r, i), r->weight[i], dy + t * C, C);
+            zs_backend_copy_d2h(be, r->row, dy + t * C, C * 4);
+            zs_backend_copy_d2h(be, r->row + C, ye + zs_moe_row(r, i), C * 4);
+            double s = 0.0;
+            for (size_t j = 0; j < C; j++)
+                s += (double)r->row[j] * r->row[C + j];
+            r->dweight[i] = (float)s;
+        }
+}
+
+void zs_moe_gate_backward(float *dlogits, const zs_moe_routing *r, float aux_grad)
+{
+    int n = r->n, E = r->e;
+    for (int t = 0; t < n; t++) {
+        const float *g = r->hgates + (size_t)t * E;
+        float *dg = dlogits + (size_t)t * E; /* d gates first, in place */
+        for (int j = 0; j < E; j++) /* d l_aux / d gates[t][j] = E ce[j] / n */
+            dg[j] = aux_grad * (float)E * r->ce[j] / (float)n;
+        if (r->k == 1) {
+            if (r->slot[t] >= 0)
+                dg[r->expert[t]] += r->dweight[t];
+        } else {
+            int k1 = r->slot[t] >= 0, k2 = r->slot[n + t] >= 0;
+            float g1 = k1 ? g[r->expert[t]] : 0.0f, g2 = k2 ? g[r->expert[n + t]] : 0.0f;
+            float d = g1 + g2, w1 = r->dweight[t], w2 = r->dweight[n + t];
+            float d1, d2; /* d objective / d g1, g2 through w = g / d */
+            if (d >= FLT_EPSILON) {
+                d1 = g2 * (w1 - w2) / (d * d);
+                d2 = g1 * (w2 - w1) / (d * d);
+            } else {
+                d1 = w1 / FLT_EPSILON;
+                d2 = w2 / FLT_EPSILON;
+            }
+            if (k1)
+                dg[r->expert[t]] += d1;
+            if (k2)
+                dg[r->expert[n + t]] += d2;
+        }
+        /* softmax: dlogits = g * (dg - sum_j g_j dg_j) */
+        double s = 0.0;
+        for (int j = 0; j < E; j++)
+            s += (double)g[j] * dg[j];
+        for (int j = 0; j < E; j++)
+            dg[j] = g[j] * (dg[j] - (float)s);
+    }
+}
