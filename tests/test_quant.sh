@@ -39,6 +39,10 @@ C=32; W=$((2 * 12 * C * C)); P=$(awk '/^# model:/ {print $(NF-1)}' "$T/q")
 want=$((W / 2 + W / 64 + 8 * 4 + 8 * 4 + 4 * (P - W)))
 got=$(awk '/^nf4, blocks of 64, double quant/ {print $(NF-3)}' "$T/q")
 [ "$got" = "$want" ] && ok || bad "nf4 double quant bytes $got, want $want"
+# the evaluation's ledger holds those bytes: quantized_weights + params
+held=$(sed -n 's/^# ledger (nf4, blocks of 64, double quant): .*quantized_weights \([0-9]*\) + params \([0-9]*\) .*/\1 \2/p' "$T/q")
+[ -n "$held" ] && [ $(echo $held | awk '{print $1 + $2}') = "$want" ] && ok || bad "ledger holds $held, want $want in all"
+[ "$(echo $held | awk '{print $2}')" = $((4 * (P - W))) ] && ok || bad "ledger params $held"
 grep -q "^# quantized $W of $P parameters" "$T/q" && ok || bad "quantized parameter count: $(grep '^# quantized' "$T/q")"
 
 # eval --formats: every format, fp32 first

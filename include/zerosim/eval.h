@@ -11,7 +11,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "zerosim/mem.h"
 #include "zerosim/model.h"
+#include "zerosim/quant.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,11 +23,15 @@ extern "C" {
 
 /* The mean loss of `samples` held-out samples (a multiple of mb, the
  * micro-batch) under params (zs_model_count_params floats, the layout's
- * order) in *loss, and the task's loss floor in *floor. Its buffers are
- * accounted in their own ledger: model parameters (category params),
- * activations, data (workspace); *bytes (may be NULL) gets its peak. */
-int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, int samples,
-                 int mb, double *loss, double *floor, size_t *bytes);
+ * order) in *loss, and the task's loss floor in *floor. With q (not
+ * NULL), the linear weights are held quantized as q says (category
+ * quantized_weights) and dequantized one unit at a time into a workspace
+ * staging buffer before its forward, as an inference holds them; the other
+ * entries are fp32 (params). Its buffers are accounted in their own
+ * ledger; *stats (may be NULL) gets its figures per category. */
+int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params,
+                 const zs_quant_spec *q, int samples, int mb, double *loss, double *floor,
+                 zs_mem_stats *stats);
 
 /* A model's fp32 parameters from a file of any kind zerosim writes: a
  * checkpoint folder (tp = 1), GPT weights (.safetensors, llm.c .bin), a

@@ -26,6 +26,8 @@ typedef enum {
     ZS_MEM_COMM_BUFFERS,     /* communication buffers */
     ZS_MEM_COMPRESSION,      /* compression residuals */
     ZS_MEM_WORKSPACE,        /* scratch: fp32 staging, data, temporaries */
+    ZS_MEM_QUANTIZED,        /* quantized weights held for inference (values,
+                                scales, zero points; zerosim/quant.h) */
     ZS_MEM_NCAT
 } zs_mem_category;
 

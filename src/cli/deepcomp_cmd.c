@@ -213,7 +213,7 @@ static int zs_dcli_decompress(const zs_dcli *c)
     int rc = 0;
     if (c->o.eval_samples) {
         double loss, floor;
-        rc = zs_eval_loss(&mc, seed, p, c->o.eval_samples, c->o.micro_batch, &loss, &floor, NULL);
+        rc = zs_eval_loss(&mc, seed, p, NULL, c->o.eval_samples, c->o.micro_batch, &loss, &floor, NULL);
         if (!rc)
             printf("held-out loss (%d samples, seed %" PRIu64 "): %.6f\n", c->o.eval_samples,
                    seed, loss);

@@ -181,6 +181,15 @@ static void zs_qcli_header(const zs_qcli *c, uint64_t seed, double floor, int wi
            "#  scales and zero points included)\n");
 }
 
+/* The evaluation's ledger at its peak: what an inference holds. */
+static void zs_qcli_ledger(const char *name, const zs_mem_stats *ms)
+{
+    printf("# ledger (%s): peak %zu bytes = quantized_weights %zu + params %zu + workspace %zu "
+           "+ activations %zu\n", name, ms->total_peak, ms->at_total_peak[ZS_MEM_QUANTIZED],
+           ms->at_total_peak[ZS_MEM_PARAMS], ms->at_total_peak[ZS_MEM_WORKSPACE],
+           ms->at_total_peak[ZS_MEM_ACTIVATIONS]);
+}
+
 static int zs_qcli_run(const zs_qcli *c, int quantize)
 {
     zs_model_src src;
@@ -189,9 +198,10 @@ static int zs_qcli_run(const zs_qcli *c, int quantize)
     int with_loss = c->samples > 0;
     double loss0 = 0.0, floor = 0.0;
     int rc = 0;
+    zs_mem_stats ms;
     if (with_loss)
-        rc = zs_eval_loss(&src.mc, seed, src.params, (int)c->samples, (int)c->mb, &loss0, &floor,
-                          NULL);
+        rc = zs_eval_loss(&src.mc, seed, src.params, NULL, (int)c->samples, (int)c->mb, &loss0,
+                          &floor, &ms);
     float *dq = rc ? NULL : malloc(src.n * 4 + 1);
     if (!rc && !dq)
         rc = zs_error_set("out of host memory quantizing %s", c->from);
@@ -199,6 +209,8 @@ static int zs_qcli_run(const zs_qcli *c, int quantize)
         zs_qcli_model_line(&src, c->from);
         zs_qcli_header(c, seed, floor, with_loss);
         zs_qcli_row("fp32", 4 * (uint64_t)src.n, 32.0, loss0, loss0, with_loss);
+        if (with_loss)
+            zs_qcli_ledger("fp32", &ms);
     }
     static const zs_quant_spec all[] = {
         {ZS_QUANT_INT8, 0, 0, 0}, {ZS_QUANT_INT8, 0, 1, 0}, {ZS_QUANT_INT8_ZP, 0, 1, 0},
@@ -211,8 +223,10 @@ static int zs_qcli_run(const zs_qcli *c, int quantize)
         rc = quantize ? zs_qfile_write(c->out, &src.mc, seed, &s, src.params, dq, &st)
                       : zs_quant_model(&src.mc, &s, src.params, dq, &st);
         double loss = 0.0;
+        /* the linear weights held quantized, dequantized a unit at a time */
         if (!rc && with_loss)
-            rc = zs_eval_loss(&src.mc, seed, dq, (int)c->samples, (int)c->mb, &loss, &floor, NULL);
+            rc = zs_eval_loss(&src.mc, seed, src.params, &s, (int)c->samples, (int)c->mb, &loss,
+                              &floor, &ms);
         if (rc)
             break;
         char name[96];
@@ -220,6 +234,8 @@ static int zs_qcli_run(const zs_qcli *c, int quantize)
         zs_qcli_row(name, st.quantized_bytes + st.other_bytes,
                     8.0 * (double)st.quantized_bytes / (double)st.quantized_params, loss, loss0,
                     with_loss);
+        if (with_loss)
+            zs_qcli_ledger(name, &ms);
         if (quantize)
             printf("# quantized %zu of %zu parameters (the linear layers' weights); wrote %s, "
                    "%" PRIu64 " bytes (safetensors header included)\n", st.quantized_params,

@@ -67,6 +67,40 @@ int zs_mesh_group_ranks(int world, int tp, int pp, zs_comm_group g, int index, i
     return n;
 }
 
+int zs_mesh_check_ep(int world, int tp, int pp, int ep)
+{
+    ZS_TRY(zs_mesh_check(world, tp, pp));
+    int D = world / (tp * pp);
+    if (ep < 1 || D % ep)
+        ZS_FAIL("the expert-parallel size (--ep %d) must divide the data-parallel size %d "
+                "(N %d / (tp %d x pp %d))", ep, D, world, tp, pp);
+    return 0;
+}
+
+int zs_mesh_ep_group_size(int world, int tp, int pp, int ep, int edp)
+{
+    return edp ? world / (tp * pp) / ep : ep;
+}
+
+int zs_mesh_ep_ngroups(int world, int tp, int pp, int ep, int edp)
+{
+    return world / zs_mesh_ep_group_size(world, tp, pp, ep, edp);
+}
+
+int zs_mesh_ep_group_ranks(int world, int tp, int pp, int ep, int edp, int index, int *ranks)
+{
+    int D = world / (tp * pp), per = edp ? ep : D / ep; /* groups per data-parallel group */
+    int g = index / per, i = index % per, n = zs_mesh_ep_group_size(world, tp, pp, ep, edp);
+    int *dp = malloc((size_t)D * sizeof(int));
+    if (!dp)
+        return 0;
+    zs_mesh_group_ranks(world, tp, pp, ZS_GROUP_DP, g, dp);
+    for (int k = 0; k < n; k++)
+        ranks[k] = edp ? dp[i + k * ep] : dp[i * ep + k];
+    free(dp);
+    return n;
+}
+
 struct zs_mesh {
     zs_comm_t world;
     int tp, pp;
@@ -97,6 +131,14 @@ int zs_mesh_create(zs_comm_t world, int tp, int pp, zs_mesh **out)
         int key = g == ZS_GROUP_TP ? m->self.tp : g == ZS_GROUP_PP ? m->self.pp : m->self.dp;
         int rc = zs_comm_split(world, zs_mesh_group_index(N, tp, pp, g, rank), key,
                                zs_mesh_group_size(N, tp, pp, g), key, g, &m->comm[g]);
+        int *members = rc ? NULL : malloc((size_t)zs_mesh_group_size(N, tp, pp, g) * sizeof(int));
+        if (!rc && !members)
+            rc = zs_error_set("out of host memory for the mesh's groups");
+        if (!rc) { /* its nodes, from the world's */
+            zs_mesh_group_ranks(N, tp, pp, g, zs_mesh_group_index(N, tp, pp, g, rank), members);
+            rc = zs_comm_set_world_ranks(m->comm[g], members);
+        }
+        free(members);
         if (rc) {
             zs_mesh_free(m);
             return rc;

@@ -880,9 +880,10 @@ int zs_ckpt_read_params(const char *path, const char *opt, zs_model_config *mc, 
     if (!rc && !(rc = ck_int(ck, m, "padded", 1, INT64_MAX, &v)))
         ck->padded = (uint64_t)v;
     if (!rc && ck->num_params != zs_model_count_params(mc))
-        rc = zs_error_set("%s: num_params %llu is not the model's %zu; the manifest is damaged",
-                          ck->manifest, (unsigned long long)ck->num_params,
-                          zs_model_count_params(mc));
+        rc = zs_error_set("%s: num_params %llu is not the %zu of the dense model its \"model\" "
+                          "describes: a Mixture-of-Experts run (which %s does not read yet), "
+                          "or a damaged manifest", ck->manifest,
+                          (unsigned long long)ck->num_params, zs_model_count_params(mc), opt);
     if (!rc && !(rc = ck_int(ck, json_object_get(m, "data"), "seed", 0, INT64_MAX, &v)))
         *seed = (uint64_t)v;
     if (!rc)

@@ -77,6 +77,7 @@ static const char *const zs_mem_names[ZS_MEM_NCAT] = {
     [ZS_MEM_COMM_BUFFERS] = "comm_buffers",
     [ZS_MEM_COMPRESSION] = "compression",
     [ZS_MEM_WORKSPACE] = "workspace",
+    [ZS_MEM_QUANTIZED] = "quantized_weights",
 };
 
 const char *zs_mem_category_name(zs_mem_category c)

@@ -480,7 +480,7 @@ static double zs_dc_eval(const zs_dc *d, const float *params)
 {
     double loss = NAN, floor;
     if (d->o->eval_samples &&
-        zs_eval_loss(d->mc, d->o->seed, params, d->o->eval_samples, d->o->micro_batch, &loss,
+        zs_eval_loss(d->mc, d->o->seed, params, NULL, d->o->eval_samples, d->o->micro_batch, &loss,
                      &floor, NULL))
         return NAN;
     return loss;

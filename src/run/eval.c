@@ -5,6 +5,7 @@
 #include "zerosim/checkpoint.h"
 #include "zerosim/deepcomp.h"
 #include "zerosim/mem.h"
+#include "zerosim/quant.h"
 #include "zerosim/quantfile.h"
 #include "zerosim/weights.h"
 
@@ -15,8 +16,123 @@
 #include <math.h>
 #include <stdlib.h>
 
-int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, int samples,
-                 int mb, double *loss, double *floor, size_t *bytes)
+/* Entry e of a quantized model in the ledger: its quantized tensor laid
+ * out in one buffer of category quantized_weights, *t's arrays pointing
+ * into it. */
+static int zs_eval_hold_quant(zs_mem_t mem, const zs_quant_spec *q, const float *x, size_t rows,
+                              size_t cols, zs_qtensor *t, void **buf)
+{
+    zs_qtensor tmp;
+    ZS_TRY(zs_quant_tensor(q, x, rows, cols, &tmp));
+    size_t bytes = zs_qtensor_bytes(&tmp);
+    if (zs_mem_alloc(mem, ZS_MEM_QUANTIZED, bytes, buf)) {
+        zs_qtensor_free(&tmp);
+        return -1;
+    }
+    *t = tmp;
+    char *p = *buf;
+#define ZS_HOLD(field, n)                                                                   \
+    do {                                                                                     \
+        if (tmp.field) {                                                                     \
+            memcpy(p, tmp.field, n);                                                         \
+            t->field = (void *)p;                                                            \
+            p += n;                                                                          \
+        }                                                                                    \
+    } while (0)
+    ZS_HOLD(q, tmp.qbytes);
+    ZS_HOLD(scale, tmp.ngroups * 4);
+    ZS_HOLD(zero, tmp.ngroups);
+    ZS_HOLD(scale_q, tmp.ngroups);
+    ZS_HOLD(scale_scale, tmp.nsb * 4);
+#undef ZS_HOLD
+    zs_qtensor_free(&tmp);
+    return 0;
+}
+
+/* The model's parameters in the ledger: fp32 entries (params) and, with q,
+ * the linear weights quantized (quantized_weights) with one unit's
+ * dequantized copy (workspace), as an inference would hold them. */
+typedef struct {
+    zs_mem_t mem;
+    const zs_layout *lay;
+    void **ebuf;                /* [n_entries] each entry's buffer */
+    size_t *ebytes;
+    zs_qtensor *qt;             /* [n_entries] (format NONE: fp32) */
+    float *stage;               /* one unit's dequantized weights */
+    size_t stage_elems;
+} zs_eval_params;
+
+static int zs_eval_params_load(zs_eval_params *ep, const zs_model *m, const float *params,
+                               const zs_quant_spec *q)
+{
+    const zs_model_config *mc = zs_model_get_config(m);
+    const zs_layout *lay = ep->lay;
+    int n = lay->n_entries;
+    ep->ebuf = calloc((size_t)n, sizeof *ep->ebuf);
+    ep->ebytes = calloc((size_t)n, sizeof *ep->ebytes);
+    ep->qt = calloc((size_t)n, sizeof *ep->qt);
+    if (!ep->ebuf || !ep->ebytes || !ep->qt)
+        ZS_FAIL("out of host memory for the held-out loss");
+    for (int i = 0; i < n; i++) {
+        const zs_param_entry *e = &lay->entries[i];
+        size_t rows, cols;
+        if (q && zs_quant_entry_matrix(mc, e, &rows, &cols)) {
+            ZS_TRY(zs_eval_hold_quant(ep->mem, q, params + e->offset, rows, cols, &ep->qt[i],
+                                      &ep->ebuf[i]));
+            ep->ebytes[i] = zs_qtensor_bytes(&ep->qt[i]);
+            continue;
+        }
+        ep->ebytes[i] = e->numel * 4;
+        ZS_TRY(zs_mem_alloc(ep->mem, ZS_MEM_PARAMS, ep->ebytes[i], &ep->ebuf[i]));
+        memcpy(ep->ebuf[i], params + e->offset, ep->ebytes[i]);
+    }
+    for (int u = 0; q && u < lay->n_layers; u++) { /* the largest unit's linear weights */
+        int ids[ZS_MAX_USES_PUBLIC];
+        int k = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
+        size_t elems = 0;
+        for (int j = 0; j < k; j++)
+            if (ep->qt[ids[j]].n)
+                elems += ep->qt[ids[j]].n;
+        if (elems > ep->stage_elems)
+            ep->stage_elems = elems;
+    }
+    if (ep->stage_elems)
+        ZS_TRY(zs_mem_alloc(ep->mem, ZS_MEM_WORKSPACE, ep->stage_elems * 4, (void **)&ep->stage));
+    return 0;
+}
+
+/* P for unit u: fp32 entries in place, quantized ones dequantized into the stage. */
+static void zs_eval_params_view(zs_eval_params *ep, const zs_model *m, int u, float **P)
+{
+    int ids[ZS_MAX_USES_PUBLIC];
+    int k = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
+    size_t pos = 0;
+    for (int j = 0; j < k; j++) {
+        int i = ids[j];
+        if (ep->qt[i].n) {
+            zs_dequant_tensor(&ep->qt[i], ep->stage + pos);
+            P[i] = ep->stage + pos;
+            pos += ep->qt[i].n;
+        } else {
+            P[i] = ep->ebuf[i];
+        }
+    }
+}
+
+static void zs_eval_params_free(zs_eval_params *ep)
+{
+    for (int i = 0; ep->ebuf && i < ep->lay->n_entries; i++)
+        zs_mem_free(ep->mem, ep->qt[i].n ? ZS_MEM_QUANTIZED : ZS_MEM_PARAMS, ep->ebuf[i],
+                    ep->ebytes[i]);
+    zs_mem_free(ep->mem, ZS_MEM_WORKSPACE, ep->stage, ep->stage_elems * 4);
+    free(ep->ebuf);
+    free(ep->ebytes);
+    free(ep->qt); /* their arrays live in the ledger's buffers */
+}
+
+int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params,
+                 const zs_quant_spec *q, int samples, int mb, double *loss, double *floor,
+                 zs_mem_stats *stats)
 {
     *loss = NAN;
     if (mb < 1 || samples < mb || samples % mb)
@@ -30,9 +146,10 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, 
     zs_model *m = NULL;
     zs_data *data = NULL;
     zs_acts *acts = NULL;
-    void *dp = NULL, *dx = NULL, *dtok = NULL, *dtgt = NULL;
+    void *dx = NULL, *dtok = NULL, *dtgt = NULL;
+    zs_eval_params ep = {.mem = mem};
     int gpt = mc->kind == ZS_MODEL_GPT;
-    size_t per = gpt ? (size_t)mc->seq_len : 1, total = zs_model_count_params(mc);
+    size_t per = gpt ? (size_t)mc->seq_len : 1;
     size_t tb = (size_t)mb * per * sizeof(int32_t);
     size_t xb = gpt ? 0 : (size_t)mb * (size_t)mc->input_dim * sizeof(float);
     int32_t *htok = malloc(tb + 1), *htgt = malloc(tb + 1);
@@ -43,8 +160,10 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, 
         rc = zs_model_create(mc, &m);
     if (!rc)
         rc = zs_data_create(mc, seed, &data);
-    if (!rc)
-        rc = zs_mem_alloc(mem, ZS_MEM_PARAMS, total * sizeof(float), &dp);
+    if (!rc) {
+        ep.lay = zs_model_layout(m);
+        rc = zs_eval_params_load(&ep, m, params, q);
+    }
     if (!rc)
         rc = zs_mem_alloc(mem, ZS_MEM_WORKSPACE, tb, &dtgt);
     if (!rc && gpt)
@@ -59,9 +178,6 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, 
     double sum = 0.0;
     int batches = 0;
     if (!rc) {
-        zs_backend_copy_h2d(be, dp, params, total * sizeof(float));
-        for (int i = 0; i < lay->n_entries; i++)
-            P[i] = (float *)dp + lay->entries[i].offset;
         zs_batch batch = {.b = mb, .tokens = dtok, .targets = dtgt, .x = dx};
         for (int first = 0; first + mb <= samples; first += mb, batches++) {
             zs_data_fill(data, ZS_EVAL_FIRST_SAMPLE + (uint64_t)first, mb, htok, htgt, hx);
@@ -70,22 +186,22 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params, 
             else
                 zs_backend_copy_h2d(be, dx, hx, xb);
             zs_backend_copy_h2d(be, dtgt, htgt, tb);
-            for (int u = 0; u < lay->n_layers; u++)
+            for (int u = 0; u < lay->n_layers; u++) {
+                zs_eval_params_view(&ep, m, u, P);
                 zs_model_forward_unit(m, be, u, P, acts, &batch);
+            }
             sum += zs_model_loss(acts, be);
         }
         *loss = sum / batches;
         *floor = zs_data_loss_floor(data);
     }
-    if (bytes && mem) {
-        zs_mem_stats st;
-        zs_mem_get_stats(mem, &st);
-        *bytes = st.total_peak;
-    }
+    if (stats && mem)
+        zs_mem_get_stats(mem, stats);
     free(P);
     zs_model_acts_destroy(acts);
     if (mem) {
-        zs_mem_free(mem, ZS_MEM_PARAMS, dp, total * sizeof(float));
+        if (ep.lay)
+            zs_eval_params_free(&ep);
         zs_mem_free(mem, ZS_MEM_WORKSPACE, dtok, tb);
         zs_mem_free(mem, ZS_MEM_WORKSPACE, dtgt, tb);
         zs_mem_free(mem, ZS_MEM_WORKSPACE, dx, xb);
