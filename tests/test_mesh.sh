@@ -41,6 +41,20 @@ err "do not divide" --world 16 --tp 2 --pp 3
 err "give --world" --tp 2
 err "must be an integer" --world 8 --tp zero
 
+# expert parallelism: DeepSpeed's groups.py docstring example (16 ranks,
+# ep 2), JSON, and an ep that does not divide the data-parallel size
+"$ZS" mesh --world 16 --ep 2 >"$T/ep" || bad "mesh --ep 2 failed"
+grep -qxF "ep groups (8 of 2): [0,1] [2,3] [4,5] [6,7] [8,9] [10,11] [12,13] [14,15]" "$T/ep" &&
+grep -qxF "edp groups (2 of 8): [0,2,4,6,8,10,12,14] [1,3,5,7,9,11,13,15]" "$T/ep" && ok ||
+    { bad "ep/edp groups of 16 ranks, ep 2"; cat "$T/ep"; }
+"$ZS" mesh --world 8 --pp 2 --ep 2 --json >"$T/ep.json" || bad "mesh --ep --json failed"
+grep -q '"ep": \[\[0,1\], \[2,3\], \[4,5\], \[6,7\]\]' "$T/ep.json" &&
+grep -q '"edp": \[\[0,2\], \[1,3\], \[4,6\], \[5,7\]\]' "$T/ep.json" && ok ||
+    { bad "JSON ep/edp groups with pp 2"; cat "$T/ep.json"; }
+if "$ZS" mesh --world 8 --ep 3 >"$T/o" 2>&1; then bad "ep 3 of 8 accepted"; else
+    grep -q "expert-parallel size (--ep 3) must divide" "$T/o" && ok || { bad "ep 3: $(cat "$T/o")"; }
+fi
+
 # the communicators of a mesh under MPI (4 ranks: tp 2)
 sh "$HERE/mpirun.sh" 4 ./tests/check_comm >"$T/mpi" 2>&1 && ok || { bad "check_comm at 4 ranks"; cat "$T/mpi"; }
 

@@ -2,7 +2,8 @@
 # Mixture of experts (docs/moe.md): for a MoE GPT (4 experts in every other
 # block, top-1 and top-2, a capacity that drops tokens), ZeRO stages 0-3 give
 # byte-identical parameters after every step (top-1 on 4 ranks in fp32,
-# top-2 on 2 ranks in bf16); bad MoE options are refused with one line.
+# top-2 on 2 ranks in bf16); the model's expert parallelism against ep = 1
+# (tests/check_ep.c); bad MoE options are refused with one line.
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --grad-clip 0.5"
@@ -30,6 +31,14 @@ EOC
     [ "$first" != "$last" ] && ok || bad "top-$k N=$n $prec: parameters did not change"
 done
 
+# expert parallelism in the model (tests/check_ep.c): experts dealt over
+# 2 and 4 ranks with all-to-all dispatch and combine, byte-identical to the
+# model with every expert on every rank
+for n in 2 4; do
+    sh "$HERE/mpirun.sh" "$n" ./tests/check_ep >"$T/ep$n" 2>&1 && ok ||
+        { bad "check_ep at $n ranks"; cat "$T/ep$n"; }
+done
+
 # bad input: one line naming the option, non-zero exit
 refuse() { # expected-text args...
     want=$1; shift
@@ -45,4 +54,5 @@ refuse "capacity-factor" --moe-experts 4 --capacity-factor 0
 refuse "checkpointing" --moe-experts 4 --checkpoint-activations every:1
 refuse "needs a mixture of experts" --ep 2
 refuse "GPT" --model mlp --moe-experts 4
+refuse "not implemented yet" --moe-experts 4 --ep 2
 finish

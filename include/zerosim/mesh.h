@@ -43,6 +43,22 @@ int zs_mesh_group_ranks(int world, int tp, int pp, zs_comm_group g, int index, i
 /* The group along axis g that `rank` is in. */
 int zs_mesh_group_index(int world, int tp, int pp, zs_comm_group g, int rank);
 
+/* Expert parallelism (DeepSpeed's deepspeed/utils/groups.py): each data-
+ * parallel group (ranks d_0 .. d_{D-1} in data-parallel order) is cut into
+ * expert-parallel groups of Ep consecutive members, d_{i Ep} ..
+ * d_{i Ep + Ep - 1}, among which the experts are dealt, and into Ep
+ * expert-data-parallel groups d_j, d_{j + Ep}, d_{j + 2 Ep}, ... that hold
+ * the same experts (and reduce their gradients). With 16 ranks, tp = pp =
+ * 1 and Ep = 2: expert-parallel [0,1], [2,3], ... and expert-data-parallel
+ * [0,2,...,14], [1,3,...,15]. 0 when Ep divides D, else a message. */
+int zs_mesh_check_ep(int world, int tp, int pp, int ep);
+/* The number of expert-parallel (edp = 0) or expert-data-parallel (edp = 1)
+ * groups, their size, and the members of group `index` (groups numbered
+ * data-parallel group by data-parallel group); returns their number. */
+int zs_mesh_ep_ngroups(int world, int tp, int pp, int ep, int edp);
+int zs_mesh_ep_group_size(int world, int tp, int pp, int ep, int edp);
+int zs_mesh_ep_group_ranks(int world, int tp, int pp, int ep, int edp, int index, int *ranks);
+
 typedef struct zs_mesh zs_mesh;
 /* Collective over world (or a phantom world: phantom groups). With
  * tp = pp = 1 the data-parallel communicator is the world itself. */

@@ -67,6 +67,40 @@ int zs_mesh_group_ranks(int world, int tp, int pp, zs_comm_group g, int index, i
     return n;
 }
 
+int zs_mesh_check_ep(int world, int tp, int pp, int ep)
+{
+    ZS_TRY(zs_mesh_check(world, tp, pp));
+    int D = world / (tp * pp);
+    if (ep < 1 || D % ep)
+        ZS_FAIL("the expert-parallel size (--ep %d) must divide the data-parallel size %d "
+                "(N %d / (tp %d x pp %d))", ep, D, world, tp, pp);
+    return 0;
+}
+
+int zs_mesh_ep_group_size(int world, int tp, int pp, int ep, int edp)
+{
+    return edp ? world / (tp * pp) / ep : ep;
+}
+
+int zs_mesh_ep_ngroups(int world, int tp, int pp, int ep, int edp)
+{
+    return world / zs_mesh_ep_group_size(world, tp, pp, ep, edp);
+}
+
+int zs_mesh_ep_group_ranks(int world, int tp, int pp, int ep, int edp, int index, int *ranks)
+{
+    int D = world / (tp * pp), per = edp ? ep : D / ep; /* groups per data-parallel group */
+    int g = index / per, i = index % per, n = zs_mesh_ep_group_size(world, tp, pp, ep, edp);
+    int *dp = malloc((size_t)D * sizeof(int));
+    if (!dp)
+        return 0;
+    zs_mesh_group_ranks(world, tp, pp, ZS_GROUP_DP, g, dp);
+    for (int k = 0; k < n; k++)
+        ranks[k] = edp ? dp[i + k * ep] : dp[i * ep + k];
+    free(dp);
+    return n;
+}
+
 struct zs_mesh {
     zs_comm_t world;
     int tp, pp;

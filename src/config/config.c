@@ -1988,6 +1988,10 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->ep > 1 && c->model.moe_experts == 0)
         return fail("expert parallelism (--ep %d) needs a mixture of experts: give "
                     "--moe-experts (moe.num_experts)", c->ep);
+    if (c->ep > 1)
+        return fail("expert parallelism in training (--ep %d, moe.ep_size) is not implemented yet: "
+                    "the model's all-to-all dispatch is (tests/check_ep.c), the engine's "
+                    "expert-data-parallel reduction is not; use --ep 1 (docs/moe.md)", c->ep);
     if (c->ep > 1 && (world_size / (c->tp * c->pp)) % c->ep)
         return fail("the expert-parallel size (--ep %d) must divide the data-parallel size (%d "
                     "ranks / (tp %d x pp %d))", c->ep, world_size / (c->tp * c->pp), c->tp, c->pp);
