@@ -47,6 +47,8 @@ typedef struct {
     double bytes;        /* full-buffer bytes (elements x element size) */
     double seconds;
     double wire;         /* this rank's traffic (zs_comm_record.wire_bytes) */
+    double inter;        /* of which across nodes (zs_comm_record.inter_bytes) */
+    double inter_api;    /* the same as full-buffer bytes (inter_api_bytes) */
 } zs_comm_sum;
 
 /* One row of the comms table (rank 0): calls of one op with one message size. */
@@ -102,6 +104,16 @@ typedef struct {
     double seconds;
     int world_size;
     int dp_size, tp_size;     /* the mesh: data- and tensor-parallel sizes */
+    int pp_size;
+    int *node_of;             /* [world_size] each rank's node, as its world
+                                 communicator knows it (rank 0) */
+    int nodes;                /* how many */
+    unsigned char *node_cross;/* [world_size] bit 1 << g: the rank's ring
+                                 neighbour in its group along g (dp, tp, pp)
+                                 is on another node (rank 0) */
+    int *dp_node_ranks;       /* [world_size] its data-parallel group's ranks
+                                 on its node (rank 0) */
+    int hierarchical;         /* two-level reduce-scatter and allgather */
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */
     int phantom;              /* a phantom run (zs_train_phantom) */
@@ -116,6 +128,10 @@ typedef struct {
     uint64_t *ckpt_pred;      /* [world_size] predicted tensor bytes per save (rank 0) */
     char resumed_from[4200];  /* the checkpoint it started from, "" when none */
     char resumed_hash[17];    /* the parameters' hash as loaded (rank 0) */
+    /* mixture of experts: each MoE block's routing in rank 0's last
+     * micro-batch ([moe_n], block index in moe_block), NULL without */
+    zs_moe_stats *moe;
+    int *moe_block, moe_n;
 } zs_train_result;
 
 /* Train cfg (already finalized) over comm (collective) and fill r. Returns 0

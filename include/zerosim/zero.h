@@ -100,6 +100,9 @@ void zs_engine_destroy(zs_engine *e);
 int zs_engine_step(zs_engine *e, int step, zs_step_info *info);
 
 const zs_model *zs_engine_model(const zs_engine *e);
+/* The activations of the engine's micro-batches (mixture of experts: their
+ * routing statistics, zs_model_moe_stats); NULL before the first step. */
+const zs_acts *zs_engine_acts(const zs_engine *e);
 size_t zs_engine_num_params(const zs_engine *e);
 double zs_engine_loss_floor(const zs_engine *e);
 

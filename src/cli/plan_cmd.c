@@ -40,13 +40,17 @@ static const char *const zs_plan_usage =
     "  --largest-layer COUNT    parameters of the largest layer (stage 3's live gather;\n"
     "                           DeepSpeed's estimate); --params only\n"
     "  --seq T                  with --params: tokens per sample, for the FLOPs\n"
+    "  --moe-experts E          with --arch gpt: E experts in every --moe-every K-th\n"
+    "                           block (1), --moe-top-k 1|2, --capacity-factor F\n"
+    "                           (docs/moe.md); the count splits dense and expert\n"
     "cluster:\n"
     "  --dp N[,N...]            data-parallel devices (1)\n"
     "  --tp T                   tensor-parallel devices per data-parallel rank (1;\n"
     "                           --arch gpt); the cluster has dp x tp devices\n"
     "  --sequence-parallel      with --tp: sequence parallelism (megatron convention:\n"
     "                           Korthikanti et al.'s activations sbh/t (34 + 5as/h))\n"
-    "  --devices-per-node N     devices per node (8); alias --gpus-per-node\n"
+    "  --devices-per-node N     devices per node (8); aliases --gpus-per-node,\n"
+    "                           --ranks-per-node\n"
     "  --nodes N                nodes (--dp defaults to nodes x devices per node)\n"
     "  --device-memory SIZE     memory per device, e.g. 32GB, 80GiB, 80e9\n"
     "  --flops RATE             FLOP/s per device (312e12)\n"
@@ -107,7 +111,9 @@ enum {
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
     P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
     P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
-    P_GRAD_REDUCE, P_OVERLAP_COMM, P_WFORMAT, P_WDQ, P_LAST
+    P_GRAD_REDUCE, P_OVERLAP_COMM,
+    P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR,
+    P_WFORMAT, P_WDQ, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -121,9 +127,14 @@ static const struct option zs_plan_options[] = {
     {"vocab", required_argument, NULL, P_VOCAB},
     {"seq", required_argument, NULL, P_SEQ},
     {"largest-layer", required_argument, NULL, P_LARGEST},
+    {"moe-experts", required_argument, NULL, P_MOE_EXPERTS},
+    {"moe-every", required_argument, NULL, P_MOE_EVERY},
+    {"moe-top-k", required_argument, NULL, P_MOE_TOP_K},
+    {"capacity-factor", required_argument, NULL, P_CAPACITY_FACTOR},
     {"dp", required_argument, NULL, P_DP},
     {"devices-per-node", required_argument, NULL, P_DPN},
     {"gpus-per-node", required_argument, NULL, P_DPN},
+    {"ranks-per-node", required_argument, NULL, P_DPN},
     {"nodes", required_argument, NULL, P_NODES},
     {"device-memory", required_argument, NULL, P_DEVMEM},
     {"flops", required_argument, NULL, P_FLOPS},
@@ -306,10 +317,22 @@ static int zs_plan_apply(zs_plan_cli *cl)
         }
         if (c->model.n_embd % c->model.n_head)
             ZS_FAIL("--heads (%d) must divide --hidden (%d)", c->model.n_head, c->model.n_embd);
+        if (v[P_MOE_EXPERTS])
+            ZS_TRY(zs_plan_int(P_MOE_EXPERTS, v[P_MOE_EXPERTS], 0, 4096, &c->model.moe_experts));
+        if (v[P_MOE_EVERY])
+            ZS_TRY(zs_plan_int(P_MOE_EVERY, v[P_MOE_EVERY], 1, 4096, &c->model.moe_every));
+        if (v[P_MOE_TOP_K])
+            ZS_TRY(zs_plan_int(P_MOE_TOP_K, v[P_MOE_TOP_K], 1, 2, &c->model.moe_top_k));
+        if (v[P_CAPACITY_FACTOR])
+            ZS_TRY(zs_plan_real(P_CAPACITY_FACTOR, v[P_CAPACITY_FACTOR],
+                                &c->model.moe_capacity_factor, 0));
     } else if (!v[P_HELP]) {
         ZS_FAIL("no model: give --params COUNT, or --arch gpt with --layers, --hidden, --heads, "
                 "--vocab and --seq");
     }
+    if (!in->has_arch && (v[P_MOE_EXPERTS] || v[P_MOE_EVERY] || v[P_MOE_TOP_K] ||
+                          v[P_CAPACITY_FACTOR]))
+        ZS_FAIL("--moe-experts and its options describe a GPT: use them with --arch gpt");
     if (v[P_LARGEST]) {
         if (in->has_arch)
             ZS_FAIL("--largest-layer is for --params; a GPT's layers are known");
@@ -457,6 +480,12 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     if (in->has_arch)
         fprintf(f, ", GPT: %d layers, hidden %d, %d heads, vocab %d, seq %d", c->model.n_layer,
                 c->model.n_embd, c->model.n_head, c->model.vocab, c->model.seq_len);
+    if (in->has_arch && c->model.moe_experts > 0) {
+        size_t ex = zs_model_count_expert_params(&c->model);
+        fprintf(f, "; mixture of experts: %d experts in %d of %d blocks, top-%d, %zu dense + %zu "
+                "expert parameters", c->model.moe_experts, c->model.n_layer / c->model.moe_every,
+                c->model.n_layer, c->model.moe_top_k, r->num_params - ex, ex);
+    }
     if (in->convention == ZS_PLAN_ZEROSIM)
         fprintf(f, "; padded to %zu, shard %zu", r->padded, r->shard);
     fprintf(f, "\nsetup: ZeRO stage %d, %s parameters, %s gradients, %s, micro-batch %d x "
@@ -546,6 +575,14 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 i + 1 < r->ncolls ? "," : "");
     fprintf(f, "%s; total %.0f bytes (%.3f GB)\n", r->ncolls ? "" : " none", r->traffic_bytes,
             gb(r->traffic_bytes));
+    if (in->dp > in->devices_per_node && r->traffic_bytes > 0) /* the ring model of the ledger */
+        fprintf(f, "  inter-node (flat ring, %d per node): the last device of each node sends all "
+                "of its %.0f bytes across, the others none: %.0f bytes per device on average, "
+                "%.0f intra-node\n", in->devices_per_node, r->traffic_bytes,
+                r->traffic_bytes / in->devices_per_node,
+                r->traffic_bytes - r->traffic_bytes / in->devices_per_node);
+    else if (r->traffic_bytes > 0)
+        fprintf(f, "  inter-node: none (the %d devices fit in one node)\n", in->dp);
     const zs_steptime_result *t = &r->time;
     if (t->optimizer_s > 0)
         fprintf(f, "step time: compute %.4g s + communication %.4g s + optimizer %.4g s = %.4g s%s\n",
@@ -759,6 +796,9 @@ static int zs_plan_weights(FILE *f, const zs_plan_cli *cl, size_t psi)
     q.double_quant = cl->val[P_WDQ] != NULL;
     ZS_TRY(zs_quant_spec_finalize(&q));
     const zs_model_config *m = &cl->in.cfg.model;
+    if (cl->in.has_arch && m->moe_experts > 0)
+        ZS_FAIL("--weight-format counts dense GPTs only, not --moe-experts %d yet",
+                m->moe_experts);
     double lin = cl->in.has_arch ? 12.0 * m->n_layer * (double)m->n_embd * m->n_embd : (double)psi;
     double bits = zs_quant_bits_per_param_limit(&q), other = (double)psi - lin;
     double qb = lin * bits / 8.0, ob = 4.0 * other;

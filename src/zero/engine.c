@@ -1789,3 +1789,5 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
     free(all);
     return rc;
 }
+
+const zs_acts *zs_engine_acts(const zs_engine *e) { return e->acts; }
