@@ -74,6 +74,14 @@ typedef struct {
                             reduce-scatter and allgather (the ring volume),
                             twice that for allreduce, what it sends to others
                             for all-to-all */
+    /* of which crosses a node boundary: for the ring collectives
+     * (everything but all-to-all and transfers) all of wire_bytes when the
+     * next rank of the ring (rank + 1 mod N, the one this rank sends to) is
+     * on another node, else 0; for all-to-all the bytes sent to ranks on
+     * other nodes; 0 for transfers */
+    double inter_bytes;
+    double inter_api_bytes;  /* the same as full-buffer bytes (elems x size
+                                when the ring crosses, all-to-all: inter) */
     double seconds;
     double start;        /* when it began, on zs_clock()'s clock */
 } zs_comm_record;
@@ -127,6 +135,47 @@ int zs_comm_size(zs_comm_t c);
 /* Rank on this node (for picking a device); 0 when unknown. */
 int zs_comm_local_rank(zs_comm_t c);
 
+/* Nodes. The world knows the node of each rank: by default the nodes MPI
+ * reports (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED, numbered in the
+ * order of their lowest rank; a phantom or self world is one node);
+ * zs_comm_set_ranks_per_node(world, K) declares ranks [jK, (j+1)K) node j
+ * instead (K must divide the size; 0 goes back to MPI's). Call it before
+ * splitting: a split takes its members' nodes from the world's map when it
+ * is made (real MPI: from its group; phantom: zs_comm_set_world_ranks).
+ * Every ledger record splits its bytes into intra- and inter-node
+ * (zs_comm_record.inter_bytes). */
+int zs_comm_set_ranks_per_node(zs_comm_t world, int k);
+/* The world ranks of a split's members, in its rank order (a phantom split
+ * cannot ask MPI); recomputes its nodes. No effect on a world. */
+int zs_comm_set_world_ranks(zs_comm_t sub, const int *world_ranks);
+/* The node of rank `rank` of c (0 when nodes are unknown). */
+int zs_comm_node_of(zs_comm_t c, int rank);
+/* 1 when this rank's ring neighbour (rank + 1 mod size) is on another node. */
+int zs_comm_ring_crosses(zs_comm_t c);
+/* Two-level reduce-scatter and allgather on c (--hierarchical): c's ranks
+ * must make M nodes of K consecutive ranks each. Reduce-scatter: inside the
+ * node (a ring per node block of K chunks, the node's sum of the chunks of
+ * its local index on every node), then across the M nodes (a ring among the
+ * ranks of one local index). Allgather: across, then inside. Per call and
+ * rank, of a full buffer of S bytes: (K-1)/K S inside the node and
+ * (M-1)/N S across (the flat ring's last rank of each node sends (N-1)/N S
+ * across); (N-1)/N S in all, as the flat ring. The allgather is the same
+ * bytes as the flat one; the reduce-scatter sums in another order (the same
+ * bytes where sums are exact: deterministic mode). The allgather completes
+ * on return (no prefetch overlap). Where K or M is 1 the flat algorithms
+ * run (one level is the whole). Collective over c (it splits c); on = 0
+ * goes back to flat. A phantom c only records. */
+int zs_comm_set_hierarchical(zs_comm_t c, int on);
+int zs_comm_hierarchical(zs_comm_t c);
+/* ZeRO++ qwZ (zero_quantized_weights): allgathers of fp32/bf16/fp16 made
+ * in the forward phase send each rank's part in int8 blocks of 256 with an
+ * fp32 scale each (max |x| / 127), zs_comm_q8_bytes(n) bytes for n
+ * elements, and every rank decodes every part (its own too) into the
+ * buffer: lossy, the same parameters on every rank. Recorded as an
+ * allgather of the encoded bytes (elem_size 1). Host buffers only. */
+int zs_comm_set_quantized_weights(zs_comm_t c, int on);
+size_t zs_comm_q8_bytes(size_t n);
+
 /* Ledger context for the following calls. */
 void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);
 /* The individual records since the last clear, the first ZS_COMM_KEEP of
@@ -143,6 +192,7 @@ typedef struct {
     zs_comm_phase phase;
     size_t msg_bytes;
     double calls, bytes, wire_bytes, seconds;
+    double inter_bytes, inter_api_bytes; /* of which across nodes (the records') */
 } zs_comm_sum_row;
 const zs_comm_sum_row *zs_comm_sums(zs_comm_t c, size_t *n);
 

@@ -161,6 +161,16 @@ typedef struct {
      * tp and sequence_parallel into the model's configuration. */
     int tp, pp;
     int sequence_parallel;
+    /* --ranks-per-node K: K consecutive ranks make a node (0: the nodes MPI
+     * reports; a phantom run is then one node); must divide the world */
+    int ranks_per_node;
+    /* --hierarchical, "zerosim.hierarchical_collectives": two-level
+     * reduce-scatter and allgather over the data-parallel group (inside the
+     * node, then across; zerosim/comm.h) */
+    int hierarchical;
+    /* ZeRO++ (stage 3): zero_optimization.zero_quantized_weights /
+     * --quantized-weights (qwZ: the forward gathers in int8 blocks) */
+    int quantized_weights;
     /* expert parallelism (--ep, "moe.ep_size"): experts dealt over groups of
      * ep data-parallel ranks (docs/moe.md); finalize copies it into
      * model.moe_ep. The MoE model's own fields are in model.moe_*. */

@@ -47,6 +47,8 @@ typedef struct {
     double bytes;        /* full-buffer bytes (elements x element size) */
     double seconds;
     double wire;         /* this rank's traffic (zs_comm_record.wire_bytes) */
+    double inter;        /* of which across nodes (zs_comm_record.inter_bytes) */
+    double inter_api;    /* the same as full-buffer bytes (inter_api_bytes) */
 } zs_comm_sum;
 
 /* One row of the comms table (rank 0): calls of one op with one message size. */
@@ -102,6 +104,16 @@ typedef struct {
     double seconds;
     int world_size;
     int dp_size, tp_size;     /* the mesh: data- and tensor-parallel sizes */
+    int pp_size;
+    int *node_of;             /* [world_size] each rank's node, as its world
+                                 communicator knows it (rank 0) */
+    int nodes;                /* how many */
+    unsigned char *node_cross;/* [world_size] bit 1 << g: the rank's ring
+                                 neighbour in its group along g (dp, tp, pp)
+                                 is on another node (rank 0) */
+    int *dp_node_ranks;       /* [world_size] its data-parallel group's ranks
+                                 on its node (rank 0) */
+    int hierarchical;         /* two-level reduce-scatter and allgather */
     int skipped_steps;
     int error_rank;           /* after a failure: 1 when this rank should print it */
     int phantom;              /* a phantom run (zs_train_phantom) */

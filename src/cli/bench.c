@@ -54,7 +54,14 @@ static const char *const zs_bench_usage =
     "allgather among the N ranks. Prints a table and writes FILE as JSON.\n"
     "\n"
     "  --out FILE   write the calibration (JSON) to FILE\n"
-    "  --quick      fewer and smaller samples (a rougher fit, for tests)\n";
+    "  --quick      fewer and smaller samples (a rougher fit, for tests)\n"
+    "  --ranks-per-node K  K consecutive ranks make a node (default: the nodes MPI\n"
+    "               reports). With more than one node, alpha and beta are fitted\n"
+    "               twice more: inside a node (each node's ranks, all nodes at once)\n"
+    "               and between nodes (the ranks of one local index, one per node,\n"
+    "               all local indices at once, sharing each node's link), and the\n"
+    "               calibration's intra_* and inter_* figures are those two\n"
+    "               (scripts/cluster.sh run ... zerosim bench on the emulated cluster)\n";
 
 static double zs_now(void)
 {
@@ -532,7 +539,47 @@ static int zs_bench_offload(zs_comm_t comm, int quick, zs_bench_offload_r *o)
     return rc;
 }
 
-static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
+/* The world as M nodes of K consecutive ranks; 0 when it is not (or one node). */
+static int zs_bench_nodes(zs_comm_t comm, int *K, int *M)
+{
+    int N = zs_comm_size(comm), k = 0;
+    for (int q = 0; q < N; q++)
+        k += zs_comm_node_of(comm, q) == zs_comm_node_of(comm, 0);
+    *K = k;
+    *M = N / k;
+    if (N % k || *M < 2)
+        return 0;
+    for (int q = 0; q < N; q++)
+        if (zs_comm_node_of(comm, q) != zs_comm_node_of(comm, q - q % k) ||
+            (q >= k && zs_comm_node_of(comm, q) == zs_comm_node_of(comm, q - k)))
+            return 0;
+    return 1;
+}
+
+/* Inside the nodes (K ranks each) and between them (M ranks, one per node):
+ * every group at once, as training loads the links. A fit of a group of
+ * one rank is left empty (n = 0). */
+static int zs_bench_levels(zs_comm_t comm, zs_mem_t mem, int quick, int K, int M,
+                           zs_bench_fit *in_rs, zs_bench_fit *in_ag, zs_bench_fit *x_rs,
+                           zs_bench_fit *x_ag)
+{
+    int r = zs_comm_rank(comm), rc = 0;
+    zs_comm_t node = NULL, cross = NULL;
+    rc = zs_comm_split(comm, r / K, r % K, K, r % K, ZS_GROUP_DP, &node);
+    if (!rc)
+        rc = zs_comm_split(comm, r % K, r / K, M, r / K, ZS_GROUP_DP, &cross);
+    if (!rc && K > 1)
+        rc = zs_bench_collectives(node, mem, quick, in_rs, in_ag);
+    if (!rc)
+        rc = zs_comm_barrier(comm);
+    if (!rc)
+        rc = zs_bench_collectives(cross, mem, quick, x_rs, x_ag);
+    zs_comm_free(node);
+    zs_comm_free(cross);
+    return rc;
+}
+
+static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
 {
     int N = zs_comm_size(comm), rank = zs_comm_rank(comm);
     char err[256];
@@ -549,9 +596,20 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     memset(&rs, 0, sizeof rs);
     memset(&ag, 0, sizeof ag);
     double gemm_spread = 1;
-    int rc = zs_bench_compute(comm, be, mem, quick, &gemm, &gemm_spread, &adamw, work_s);
+    zs_bench_fit in_rs, in_ag, x_rs, x_ag;
+    memset(&in_rs, 0, sizeof in_rs);
+    memset(&in_ag, 0, sizeof in_ag);
+    memset(&x_rs, 0, sizeof x_rs);
+    memset(&x_ag, 0, sizeof x_ag);
+    int K = N, M = 1;
+    int rc = rpn > 0 ? zs_comm_set_ranks_per_node(comm, rpn) : 0;
+    int levels = !rc && zs_bench_nodes(comm, &K, &M);
+    if (!rc)
+        rc = zs_bench_compute(comm, be, mem, quick, &gemm, &gemm_spread, &adamw, work_s);
     if (!rc)
         rc = zs_bench_collectives(comm, mem, quick, &rs, &ag);
+    if (!rc && levels)
+        rc = zs_bench_levels(comm, mem, quick, K, M, &in_rs, &in_ag, &x_rs, &x_ag);
     zs_bench_offload_r off = {0};
     if (!rc)
         rc = zs_bench_offload(comm, quick, &off);
@@ -578,6 +636,18 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     if (N > 1) {
         zs_bench_print_fit("reduce-scatter", &rs, N);
         zs_bench_print_fit("allgather", &ag, N);
+        if (levels) {
+            printf("%d nodes of %d ranks: inside a node (every node at once)\n", M, K);
+            if (K > 1) {
+                zs_bench_print_fit("reduce-scatter inside a node", &in_rs, K);
+                zs_bench_print_fit("allgather inside a node", &in_ag, K);
+            } else {
+                printf("  one rank per node: nothing moves inside a node\n");
+            }
+            printf("between nodes (one rank per node, every local index at once)\n");
+            zs_bench_print_fit("reduce-scatter between nodes", &x_rs, M);
+            zs_bench_print_fit("allgather between nodes", &x_ag, M);
+        }
     } else {
         printf("collectives: one rank sends nothing (run under mpirun -np N to measure them)\n");
     }
@@ -601,7 +671,31 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick)
     for (int k = 0; k < ZS_WORK_NKINDS; k++)
         json_object_set_new(wj, zs_work_kind_name((zs_work_kind)k), json_real(work_s[k]));
     json_object_set_new(root, "work_s", wj);
-    if (N > 1) {
+    if (N > 1 && levels) { /* each level fitted on its own */
+        double ia = K > 1 ? 0.5 * (in_rs.alpha + in_ag.alpha) : a;
+        double ib = K > 1 ? 2.0 / (1.0 / in_rs.beta + 1.0 / in_ag.beta) : b;
+        json_object_set_new(root, "intra_latency_s", zs_bench_num(ia));
+        json_object_set_new(root, "intra_bandwidth", zs_bench_num(ib));
+        json_object_set_new(root, "inter_latency_s",
+                            zs_bench_num(0.5 * (x_rs.alpha + x_ag.alpha)));
+        json_object_set_new(root, "inter_bandwidth",
+                            zs_bench_num(2.0 / (1.0 / x_rs.beta + 1.0 / x_ag.beta)));
+        json_object_set_new(root, "nodes", json_integer(M));
+        json_object_set_new(root, "ranks_per_node", json_integer(K));
+        json_object_set_new(root, "note",
+                            json_string(K > 1 ? "intra_*: the collectives among each node's "
+                                                "ranks; inter_*: among one rank per node"
+                                              : "one rank per node: intra_* repeat the whole "
+                                                "world's fit; inter_*: among one rank per node"));
+        if (K > 1) {
+            json_object_set_new(root, "intra_reduce_scatter", zs_bench_fit_json(&in_rs, K));
+            json_object_set_new(root, "intra_allgather", zs_bench_fit_json(&in_ag, K));
+        }
+        json_object_set_new(root, "inter_reduce_scatter", zs_bench_fit_json(&x_rs, M));
+        json_object_set_new(root, "inter_allgather", zs_bench_fit_json(&x_ag, M));
+        json_object_set_new(root, "reduce_scatter", zs_bench_fit_json(&rs, N));
+        json_object_set_new(root, "allgather", zs_bench_fit_json(&ag, N));
+    } else if (N > 1) {
         json_object_set_new(root, "intra_latency_s", zs_bench_num(a));
         json_object_set_new(root, "intra_bandwidth", zs_bench_num(b));
         json_object_set_new(root, "inter_latency_s", zs_bench_num(a));
@@ -627,6 +721,7 @@ int zs_cmd_bench(int argc, char **argv)
     static const struct option opts[] = {
         {"out", required_argument, NULL, 'o'},
         {"quick", no_argument, NULL, 'q'},
+        {"ranks-per-node", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -637,7 +732,7 @@ int zs_cmd_bench(int argc, char **argv)
     }
     int rank = zs_comm_rank(comm);
     const char *out = NULL;
-    int quick = 0, ch, rc = 0;
+    int quick = 0, ch, rc = 0, rpn = 0;
     optind = 1;
     opterr = 0;
     while (rc == 0 && (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -645,6 +740,18 @@ int zs_cmd_bench(int argc, char **argv)
             out = optarg;
         else if (ch == 'q')
             quick = 1;
+        else if (ch == 'k') {
+            char *end;
+            long k = strtol(optarg, &end, 10);
+            if (end == optarg || *end || k < 1 || k > zs_comm_size(comm) ||
+                zs_comm_size(comm) % k) {
+                if (rank == 0)
+                    fprintf(stderr, "zerosim: bench: --ranks-per-node must divide the %d ranks, "
+                            "got \"%s\"\n", zs_comm_size(comm), optarg);
+                rc = 2;
+            }
+            rpn = (int)k;
+        }
         else if (ch == 'h') {
             if (rank == 0)
                 fputs(zs_bench_usage, stdout);
@@ -662,7 +769,7 @@ int zs_cmd_bench(int argc, char **argv)
         rc = 2;
     }
     if (rc == 0) {
-        rc = zs_bench_run(comm, out, quick);
+        rc = zs_bench_run(comm, out, quick, rpn);
         int any = 0;
         if (zs_comm_agree(comm, rc != 0, 60.0, &any))
             zs_comm_abort(comm, 1);

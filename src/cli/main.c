@@ -126,6 +126,14 @@ static const char *const zs_usage =
     "  --pp P                   pipeline stages (1; only 1 so far)\n"
     "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
     "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
+    "  --ranks-per-node K       K consecutive ranks make a node (default: the nodes\n"
+    "                           MPI reports; a phantom run: one node); the ledger\n"
+    "                           splits traffic into intra- and inter-node bytes\n"
+    "  --hierarchical           two-level reduce-scatter and allgather: inside each\n"
+    "                           node, then across nodes (zerosim.hierarchical_collectives)\n"
+    "  --quantized-weights      ZeRO++ qwZ (stage 3): forward parameter gathers sent as\n"
+    "                           int8 blocks of 256 with a scale each, lossy\n"
+    "                           (zero_optimization.zero_quantized_weights)\n"
     "mixture of experts (docs/moe.md; the config's \"moe\" section):\n"
     "  --moe-experts E          experts per MoE block (0: a dense model)\n"
     "  --moe-every K            every K-th block is a MoE block (1)\n"
@@ -205,8 +213,8 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_GRAD_REDUCE,
-    OPT_OVERLAP_COMM,
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ,
+    OPT_GRAD_REDUCE, OPT_OVERLAP_COMM,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
@@ -271,6 +279,9 @@ static const struct option zs_long_options[] = {
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
+    {"ranks-per-node", required_argument, NULL, OPT_RPN},
+    {"hierarchical", no_argument, NULL, OPT_HIER},
+    {"quantized-weights", no_argument, NULL, OPT_QWZ},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
     {"overlap-comm", required_argument, NULL, OPT_OVERLAP_COMM},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
@@ -452,6 +463,14 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if (cli->val[OPT_SP])
         c->sequence_parallel = 1;
+    if (cli->val[OPT_HIER])
+        c->hierarchical = 1;
+    if (cli->val[OPT_QWZ])
+        c->quantized_weights = 1;
+    if ((s = cli->val[OPT_RPN])) {
+        ZS_TRY(zs_parse_int(OPT_RPN, s, 1, 1 << 20, &v));
+        c->ranks_per_node = (int)v;
+    }
     if ((s = cli->val[OPT_OFFLOAD_OPT]) && zs_offload_parse(s, &c->offload_optimizer))
         ZS_FAIL("--offload-optimizer must be none, cpu or nvme, got \"%s\"", s);
     if ((s = cli->val[OPT_OFFLOAD_PARAM]) && zs_offload_parse(s, &c->offload_param))

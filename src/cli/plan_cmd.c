@@ -48,7 +48,8 @@ static const char *const zs_plan_usage =
     "                           --arch gpt); the cluster has dp x tp devices\n"
     "  --sequence-parallel      with --tp: sequence parallelism (megatron convention:\n"
     "                           Korthikanti et al.'s activations sbh/t (34 + 5as/h))\n"
-    "  --devices-per-node N     devices per node (8); alias --gpus-per-node\n"
+    "  --devices-per-node N     devices per node (8); aliases --gpus-per-node,\n"
+    "                           --ranks-per-node\n"
     "  --nodes N                nodes (--dp defaults to nodes x devices per node)\n"
     "  --device-memory SIZE     memory per device, e.g. 32GB, 80GiB, 80e9\n"
     "  --flops RATE             FLOP/s per device (312e12)\n"
@@ -125,6 +126,7 @@ static const struct option zs_plan_options[] = {
     {"dp", required_argument, NULL, P_DP},
     {"devices-per-node", required_argument, NULL, P_DPN},
     {"gpus-per-node", required_argument, NULL, P_DPN},
+    {"ranks-per-node", required_argument, NULL, P_DPN},
     {"nodes", required_argument, NULL, P_NODES},
     {"device-memory", required_argument, NULL, P_DEVMEM},
     {"flops", required_argument, NULL, P_FLOPS},
@@ -565,6 +567,14 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 i + 1 < r->ncolls ? "," : "");
     fprintf(f, "%s; total %.0f bytes (%.3f GB)\n", r->ncolls ? "" : " none", r->traffic_bytes,
             gb(r->traffic_bytes));
+    if (in->dp > in->devices_per_node && r->traffic_bytes > 0) /* the ring model of the ledger */
+        fprintf(f, "  inter-node (flat ring, %d per node): the last device of each node sends all "
+                "of its %.0f bytes across, the others none: %.0f bytes per device on average, "
+                "%.0f intra-node\n", in->devices_per_node, r->traffic_bytes,
+                r->traffic_bytes / in->devices_per_node,
+                r->traffic_bytes - r->traffic_bytes / in->devices_per_node);
+    else if (r->traffic_bytes > 0)
+        fprintf(f, "  inter-node: none (the %d devices fit in one node)\n", in->dp);
     const zs_steptime_result *t = &r->time;
     if (t->optimizer_s > 0)
         fprintf(f, "step time: compute %.4g s + communication %.4g s + optimizer %.4g s = %.4g s%s\n",

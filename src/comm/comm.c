@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
@@ -56,6 +57,22 @@ struct zs_comm {
      * the test hook's stall point, and the board's window. */
     int counter;
     int *world_of;
+    /* Nodes: the node of each of this communicator's ranks (NULL: all on
+     * one node), from the world's map (node_world, [world size]: MPI's
+     * shared-memory nodes, or --ranks-per-node) through world_of. */
+    int *node_of;
+    int *node_world;         /* the world's only */
+    /* Two-level collectives (zs_comm_set_hierarchical): M nodes of K
+     * consecutive ranks; the node's ranks (hier_node, K) and the ranks of
+     * this local index on every node (hier_cross, M); NULL for a phantom,
+     * or where one level is trivial (K or M is 1: the flat ring moves the
+     * same bytes). A host temporary and ring scratch, outside the
+     * accounting like the staging buffers. */
+    int hier, hier_k, hier_m;
+    struct zs_comm *hier_node, *hier_cross;
+    void *hier_tmp;
+    size_t hier_tmp_cap;
+    int qwz;                 /* ZeRO++ qwZ: forward allgathers in int8 blocks */
     long long seq, agree_seq;
     double timeout_s;
     long long ncoll;
@@ -77,6 +94,11 @@ typedef struct {   /* a pending non-blocking call */
     void *dev;               /* staged: the device buffer to fill on wait */
     void *host;              /* its host copy, and its bytes */
     size_t host_bytes;
+    /* qwZ: the parts in int8 blocks (qbuf), to dequantize on wait into dst
+     * (n ranks' counts and displacements, elements of type qt) */
+    void *qbuf, *qdst;
+    int *qcounts, *qdispls, *ecounts, *edispls;
+    zs_comm_type qt;
     struct zs_ring *ring;    /* a reduce-scatter's ring, or NULL */
     const char *what;        /* the collective, for the timeout's line */
     double t1;               /* when it was seen complete; 0: not yet */
@@ -629,6 +651,38 @@ static void zs_board_close(zs_comm_t w)
         MPI_Win_free(&w->board_win);
 }
 
+/* The world's node map from MPI: the nodes MPI_Comm_split_type(SHARED)
+ * reports, numbered in the order of their lowest world rank. Set-up
+ * traffic (one int per rank), outside the ledger. */
+static int zs_comm_nodes_from_mpi(zs_comm_t c)
+{
+    int lead = c->rank; /* the lowest world rank on this node */
+    if (c->node != MPI_COMM_NULL)
+        MPI_Allreduce(&c->rank, &lead, 1, MPI_INT, MPI_MIN, c->node);
+    int *all = malloc((size_t)c->size * sizeof(int));
+    c->node_world = malloc((size_t)c->size * sizeof(int));
+    c->node_of = malloc((size_t)c->size * sizeof(int));
+    if (!all || !c->node_world || !c->node_of) {
+        free(all);
+        ZS_FAIL("out of host memory for the node map of %d ranks", c->size);
+    }
+    if (MPI_Allgather(&lead, 1, MPI_INT, all, 1, MPI_INT, c->comm) != MPI_SUCCESS) {
+        free(all);
+        ZS_FAIL("MPI_Allgather of the node map failed");
+    }
+    int nodes = 0;
+    for (int q = 0; q < c->size; q++) {
+        if (all[q] == q) /* a node's lowest rank numbers it */
+            all[q] = -1 - nodes++;
+        c->node_world[q] = -1 - all[all[q] >= 0 ? all[q] : q];
+    }
+    memcpy(c->node_of, c->node_world, (size_t)c->size * sizeof(int));
+    free(all);
+    return 0;
+}
+
+static void zs_comm_hier_free(zs_comm_t c);
+
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 {
     *world = NULL;
@@ -651,6 +705,7 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
         MPI_Comm_rank(c->node, &c->local_rank);
     else
         c->node = MPI_COMM_NULL;
+    ZS_TRY(zs_comm_nodes_from_mpi(c));
     c->timeout_s = 600.0;
     c->counter = ZS_BOARD_WORLD;
     zs_comm_stall_parse(c);
@@ -667,6 +722,7 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 void zs_comm_finalize(zs_comm_t c)
 {
     if (c) {
+        zs_comm_hier_free(c);
         free(c->h_send);
         free(c->h_recv);
         free(c->h_scratch);
@@ -674,6 +730,9 @@ void zs_comm_finalize(zs_comm_t c)
     if (c && c->comm == MPI_COMM_NULL) { /* a self communicator: MPI was never used */
         free(c->rec);
         free(c->sum);
+        free(c->node_of);
+        free(c->node_world);
+        free(c->world_of);
         free(c);
         return;
     }
@@ -686,6 +745,8 @@ void zs_comm_finalize(zs_comm_t c)
         MPI_Op_free(&c->op_sum_f16);
         free(c->rec);
         free(c->sum);
+        free(c->node_of);
+        free(c->node_world);
         free(c);
     }
     int fin = 0;
@@ -735,6 +796,74 @@ int zs_comm_rank(zs_comm_t c) { return c->rank; }
 int zs_comm_size(zs_comm_t c) { return c->size; }
 int zs_comm_local_rank(zs_comm_t c) { return c->local_rank; }
 
+/* A split's nodes: the world's map through world_of (none known: NULL,
+ * one node). */
+static void zs_comm_nodes_derive(zs_comm_t s)
+{
+    const int *w = s->ledger->node_world;
+    free(s->node_of);
+    s->node_of = NULL;
+    if (!w || !s->world_of)
+        return;
+    s->node_of = malloc((size_t)s->size * sizeof(int));
+    for (int i = 0; s->node_of && i < s->size; i++)
+        s->node_of[i] = w[s->world_of[i]];
+}
+
+int zs_comm_set_world_ranks(zs_comm_t sub, const int *world_ranks)
+{
+    if (sub->ledger == sub)
+        return 0;
+    if (!sub->world_of) {
+        sub->world_of = malloc((size_t)sub->size * sizeof(int));
+        if (!sub->world_of)
+            ZS_FAIL("out of host memory for a %s group's ranks", zs_comm_group_name(sub->group));
+        memcpy(sub->world_of, world_ranks, (size_t)sub->size * sizeof(int));
+    }
+    zs_comm_nodes_derive(sub);
+    return 0;
+}
+
+int zs_comm_set_ranks_per_node(zs_comm_t world, int k)
+{
+    zs_comm_t c = world->ledger;
+    if (k < 0 || k > c->size || (k > 0 && c->size % k != 0))
+        ZS_FAIL("--ranks-per-node %d must divide the %d ranks (K consecutive ranks make a node)",
+                k, c->size);
+    if (k == 0) { /* back to MPI's nodes; a phantom or self world is one node */
+        if (c->comm != MPI_COMM_NULL)
+            return zs_comm_nodes_from_mpi(c);
+        free(c->node_world);
+        free(c->node_of);
+        c->node_world = c->node_of = NULL;
+        return 0;
+    }
+    int *nw = malloc((size_t)c->size * sizeof(int)), *no = malloc((size_t)c->size * sizeof(int));
+    if (!nw || !no) {
+        free(nw);
+        free(no);
+        ZS_FAIL("out of host memory for the node map of %d ranks", c->size);
+    }
+    for (int q = 0; q < c->size; q++)
+        nw[q] = no[q] = q / k;
+    free(c->node_world);
+    free(c->node_of);
+    c->node_world = nw;
+    c->node_of = no;
+    return 0;
+}
+
+int zs_comm_node_of(zs_comm_t c, int rank)
+{
+    return c->node_of && rank >= 0 && rank < c->size ? c->node_of[rank] : 0;
+}
+
+int zs_comm_ring_crosses(zs_comm_t c)
+{
+    return c->node_of && c->size > 1 &&
+           c->node_of[c->rank] != c->node_of[(c->rank + 1) % c->size];
+}
+
 int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_group group,
                   zs_comm_t *out)
 {
@@ -782,6 +911,7 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
             s->world_of = NULL;
         }
         free(mine);
+        zs_comm_nodes_derive(s);
         if (r != rank || n != size) {
             zs_comm_free(s);
             ZS_FAIL("the %s group has rank %d of %d where the mesh expects %d of %d",
@@ -796,10 +926,22 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
     return 0;
 }
 
+static void zs_comm_hier_free(zs_comm_t c)
+{
+    zs_comm_free(c->hier_node);
+    zs_comm_free(c->hier_cross);
+    c->hier_node = c->hier_cross = NULL;
+    free(c->hier_tmp);
+    c->hier_tmp = NULL;
+    c->hier_tmp_cap = 0;
+    c->hier = 0;
+}
+
 void zs_comm_free(zs_comm_t s)
 {
     if (!s || s->ledger == s)
         return;
+    zs_comm_hier_free(s);
     if (s->comm != MPI_COMM_NULL) {
         MPI_Comm_free(&s->agree_comm);
         MPI_Comm_free(&s->comm);
@@ -810,8 +952,44 @@ void zs_comm_free(zs_comm_t s)
     free(s->h_recv);
     free(s->h_scratch);
     free(s->world_of);
+    free(s->node_of);
     free(s);
 }
+
+int zs_comm_set_hierarchical(zs_comm_t c, int on)
+{
+    zs_comm_hier_free(c);
+    if (!on)
+        return 0;
+    int N = c->size, K = 0;
+    for (int q = 0; q < N; q++)
+        K += zs_comm_node_of(c, q) == zs_comm_node_of(c, 0);
+    int regular = N % K == 0;
+    for (int q = 0; q < N && regular; q++) /* blocks of K, a node each */
+        regular = zs_comm_node_of(c, q) == zs_comm_node_of(c, q - q % K) &&
+                  (q < K || zs_comm_node_of(c, q) != zs_comm_node_of(c, q - K));
+    if (!regular)
+        ZS_FAIL("hierarchical collectives need the %s group's %d ranks in nodes of equal size, "
+                "each of consecutive ranks (--ranks-per-node K, K dividing the group)",
+                zs_comm_group_name(c->group), N);
+    c->hier = 1;
+    c->hier_k = K;
+    c->hier_m = N / K;
+    if (c->phantom || c->comm == MPI_COMM_NULL || K == 1 || K == N)
+        return 0; /* nothing moves, or one level is trivial: the flat ring */
+    int i = c->rank % K, j = c->rank / K;
+    int rc = zs_comm_split(c, j, i, K, i, c->group, &c->hier_node);
+    if (!rc)
+        rc = zs_comm_split(c, i, j, c->hier_m, j, c->group, &c->hier_cross);
+    if (rc) {
+        zs_comm_hier_free(c);
+        return rc;
+    }
+    c->hier = 1;
+    return 0;
+}
+
+int zs_comm_hierarchical(zs_comm_t c) { return c->hier; }
 
 zs_comm_group zs_comm_get_group(zs_comm_t c) { return c->group; }
 void zs_comm_set_group(zs_comm_t c, zs_comm_group g) { c->group = g; }
@@ -866,6 +1044,8 @@ static void zs_comm_sum_add(zs_comm_t c, const zs_comm_record *r)
     c->sum[i].calls += 1;
     c->sum[i].bytes += (double)bytes;
     c->sum[i].wire_bytes += r->wire_bytes;
+    c->sum[i].inter_bytes += r->inter_bytes;
+    c->sum[i].inter_api_bytes += r->inter_api_bytes;
     c->sum[i].seconds += r->seconds;
 }
 
@@ -906,6 +1086,16 @@ static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t 
     r.wire_bytes = op == ZS_OP_GATHER ? full : full * (N - 1) / N;
     if (op == ZS_OP_ALLREDUCE)
         r.wire_bytes *= 2;
+    if (c->hier && c->hier_m > 1 && c->hier_k > 1 &&
+        (op == ZS_OP_REDUCE_SCATTER || op == ZS_OP_ALLGATHER)) {
+        /* two levels: (K-1)/K of the buffer inside the node, then (M-1)/M
+         * of its K-th part across: (M-1)/N of it */
+        r.inter_bytes = full * (double)(c->hier_m - 1) / N;
+        r.inter_api_bytes = r.inter_bytes;
+    } else if (zs_comm_ring_crosses(c)) { /* the ring model: this rank's sends cross */
+        r.inter_bytes = r.wire_bytes;
+        r.inter_api_bytes = full;
+    }
     return r;
 }
 
@@ -1204,12 +1394,176 @@ static int zs_comm_ring_fits(zs_comm_t c, const int *counts, zs_comm_type t, con
            (c->size == 2 || (scratch && 2 * maxc * zs_comm_type_size(t) <= scratch_bytes));
 }
 
+static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv,
+                                       const int *counts, zs_comm_type t, void *scratch,
+                                       size_t scratch_bytes);
+
+/* Two-level reduce-scatter on host buffers (M nodes of K ranks, chunk q of
+ * the buffer for rank q): inside the node, one ring per node block m of
+ * chunks [mK, mK+K) leaves local rank i the node's sum of chunk mK+i, in
+ * a temporary; then a ring across the M ranks of local index i sums those
+ * into chunk jK+i for node j. Per element: the node's sum in ring order,
+ * then the nodes' in ring order (the flat ring's order differs: equal
+ * bytes where sums are exact, as in deterministic mode's integers). */
+static int zs_comm_hier_reduce_scatter(zs_comm_t c, const void *send, void *recv,
+                                       const int *counts, zs_comm_type t)
+{
+    int K = c->hier_k, M = c->hier_m, i = c->rank % K;
+    size_t es = zs_comm_type_size(t), mine = 0, maxc = 0, off = 0;
+    int *cnt = malloc((size_t)M * sizeof(int));
+    if (!cnt)
+        ZS_FAIL("out of host memory in a hierarchical reduce-scatter");
+    for (int m = 0; m < M; m++) {
+        cnt[m] = counts[m * K + i];
+        mine += (size_t)cnt[m];
+    }
+    for (int q = 0; q < c->size; q++)
+        if ((size_t)counts[q] > maxc)
+            maxc = (size_t)counts[q];
+    size_t need = (mine + 2 * maxc) * es + 1; /* the temporary, and the rings' scratch */
+    if (zs_comm_grow(&c->hier_tmp, &c->hier_tmp_cap, need)) {
+        free(cnt);
+        return -1;
+    }
+    char *tmp = c->hier_tmp, *scr = tmp + mine * es;
+    int rc = 0;
+    size_t pos = 0;
+    for (int m = 0; m < M && !rc; m++) { /* inside the node, block by block */
+        rc = zs_comm_reduce_scatter_host(c->hier_node, (const char *)send + off * es,
+                                         tmp + pos * es, counts + (size_t)m * K, t, scr,
+                                         2 * maxc * es);
+        for (int q = 0; q < K; q++)
+            off += (size_t)counts[m * K + q];
+        pos += (size_t)cnt[m];
+    }
+    if (!rc) /* across the nodes */
+        rc = zs_comm_reduce_scatter_host(c->hier_cross, tmp, recv, cnt, t, scr, 2 * maxc * es);
+    free(cnt);
+    return rc;
+}
+
+/* ---- block quantization (ZeRO++ qwZ), kept here in comm ---------------
+ * A part of n elements becomes ceil(n/256) fp32 scales (max |x| / 127 of
+ * each block of 256) followed by n int8 values round(x / scale). */
+#define ZS_QBLOCK 256
+
+size_t zs_comm_q8_bytes(size_t n) { return n + 4 * ((n + ZS_QBLOCK - 1) / ZS_QBLOCK); }
+
+static float zs_q_load(const void *x, size_t i, zs_comm_type t)
+{
+    if (t == ZS_CT_BF16)
+        return zs_bf16_to_f32(((const uint16_t *)x)[i]);
+    if (t == ZS_CT_F16)
+        return zs_f16_to_f32(((const uint16_t *)x)[i]);
+    return ((const float *)x)[i];
+}
+
+static void zs_q_store(void *x, size_t i, zs_comm_type t, float v)
+{
+    if (t == ZS_CT_BF16)
+        ((uint16_t *)x)[i] = zs_f32_to_bf16(v);
+    else if (t == ZS_CT_F16)
+        ((uint16_t *)x)[i] = zs_f32_to_f16(v);
+    else
+        ((float *)x)[i] = v;
+}
+
+static void zs_q8_encode(const void *x, size_t n, zs_comm_type t, unsigned char *out)
+{
+    size_t nb = (n + ZS_QBLOCK - 1) / ZS_QBLOCK;
+    float *scale = (float *)(void *)out;
+    signed char *q = (signed char *)out + 4 * nb;
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
+        float m = 0.0f;
+        for (size_t i = lo; i < hi; i++) {
+            float a = fabsf(zs_q_load(x, i, t));
+            m = a > m ? a : m;
+        }
+        float sc = m / 127.0f;
+        memcpy(&scale[b], &sc, sizeof sc);
+        for (size_t i = lo; i < hi; i++) {
+            float v = sc > 0.0f ? zs_q_load(x, i, t) / sc : 0.0f;
+            long r = lrintf(v);
+            q[i] = (signed char)(r > 127 ? 127 : r < -127 ? -127 : r);
+        }
+    }
+}
+
+static void zs_q8_decode(const unsigned char *in, size_t n, zs_comm_type t, void *x)
+{
+    size_t nb = (n + ZS_QBLOCK - 1) / ZS_QBLOCK;
+    const signed char *q = (const signed char *)in + 4 * nb;
+    for (size_t b = 0; b < nb; b++) {
+        float sc;
+        memcpy(&sc, in + 4 * b, sizeof sc);
+        size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
+        for (size_t i = lo; i < hi; i++)
+            zs_q_store(x, i, t, (float)q[i] * sc);
+    }
+}
+
+int zs_comm_set_quantized_weights(zs_comm_t c, int on)
+{
+    if (on && c->staged)
+        ZS_FAIL("zero_quantized_weights (qwZ) runs on host buffers only: use --backend cpu");
+    c->qwz = on != 0;
+    return 0;
+}
+
+/* Two-level in-place allgather on a host buffer: across the nodes, the M
+ * ranks of local index i exchange their chunks (jK+i for node j); then
+ * inside the node, one allgather per node block m of chunks [mK, mK+K).
+ * Pure copies: the same bytes as the flat one. Blocking. */
+static int zs_comm_hier_allgather_dt(zs_comm_t c, void *buf, const int *counts,
+                                     const int *displs, MPI_Datatype dt)
+{
+    int K = c->hier_k, M = c->hier_m, i = c->rank % K;
+    int *cnt = malloc((size_t)M * 2 * sizeof(int));
+    MPI_Request *req = malloc((size_t)(M > 1 ? M : 1) * sizeof(MPI_Request));
+    if (!cnt || !req) {
+        free(cnt);
+        free(req);
+        ZS_FAIL("out of host memory in a hierarchical allgather");
+    }
+    for (int m = 0; m < M; m++) {
+        cnt[m] = counts[m * K + i];
+        cnt[M + m] = displs[m * K + i];
+    }
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, cnt + M, dt,
+                             c->hier_cross->comm, &req[0]);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c->hier_cross, 1, req, c->seq, "allgather")) {
+        free(cnt);
+        free(req);
+        return -1;
+    }
+    for (int m = 0; m < M && rc == MPI_SUCCESS; m++)
+        rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts + (size_t)m * K,
+                             displs + (size_t)m * K, dt, c->hier_node->comm, &req[m]);
+    if (rc == MPI_SUCCESS && zs_comm_finish(c->hier_node, M, req, c->seq, "allgather")) {
+        free(cnt);
+        free(req);
+        return -1;
+    }
+    free(cnt);
+    free(req);
+    return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "hierarchical MPI_Iallgatherv");
+}
+
+static int zs_comm_hier_allgather(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                                  zs_comm_type t)
+{
+    return zs_comm_hier_allgather_dt(c, buf, counts, displs, zs_mpi_type(t));
+}
+
 /* The host algorithm of zs_comm_reduce_scatter on host buffers, with the
  * ring's scratch `scratch` (NULL: none registered). Not recorded. */
 static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv,
                                        const int *counts, zs_comm_type t, void *scratch,
                                        size_t scratch_bytes)
 {
+    if (c->hier_node)
+        return zs_comm_hier_reduce_scatter(c, send, recv, counts, t);
     if (zs_comm_ring_fits(c, counts, t, scratch, scratch_bytes)) {
         zs_ring *R;
         ZS_TRY(zs_ring_start(c, send, recv, counts, t, scratch, &R));
@@ -1307,9 +1661,9 @@ int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int
     p->what = "reduce-scatter";
     p->t0 = MPI_Wtime();
     int rc = 0;
-    if (c->phantom || c->size == 1 || c->staged ||
+    if (c->phantom || c->size == 1 || c->staged || c->hier_node ||
         !zs_comm_ring_fits(c, counts, t, c->scratch, c->scratch_bytes)) {
-        /* no ring to drive: complete on return (MPI_Reduce_scatter's own
+        /* no ring to drive (or two levels): complete on return (MPI_Reduce_scatter's own
          * progress is Open MPI's, which moves only inside MPI calls) */
         rc = zs_comm_reduce_scatter_run(c, send, recv, counts, t, total);
         p->t1 = MPI_Wtime();
@@ -1355,6 +1709,80 @@ int zs_comm_allgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const 
     return zs_comm_wait(c, &req);
 }
 
+/* qwZ: each rank's part in int8 blocks (zs_comm_q8_bytes of its count),
+ * gathered as bytes; every part, this rank's too, is decoded into buf on
+ * wait, so that every rank computes with the same parameters. Recorded as
+ * an allgather of the encoded bytes. The encoded buffer is host memory
+ * outside the accounting, as the staging buffers are. */
+static int zs_comm_iallgather_q8(zs_comm_t c, void *buf, const int *counts, const int *displs,
+                                 zs_comm_type t, int layer, zs_comm_pending *p, void **request)
+{
+    int N = c->size;
+    size_t qtotal = 0;
+    for (int r = 0; r < N; r++)
+        qtotal += zs_comm_q8_bytes((size_t)counts[r]);
+    p->r = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, qtotal, ZS_CT_NTYPES);
+    p->r.elem_size = 1;
+    { /* the record's bytes, as zs_comm_rec computes them, over bytes */
+        zs_comm_record q = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, qtotal, ZS_CT_F32);
+        p->r.wire_bytes = q.wire_bytes / 4;
+        p->r.inter_bytes = q.inter_bytes / 4;
+        p->r.inter_api_bytes = q.inter_api_bytes / 4;
+    }
+    if (N == 1 || c->phantom) {
+        p->req = MPI_REQUEST_NULL;
+        *request = p;
+        return 0;
+    }
+    if (qtotal > (size_t)INT_MAX) {
+        free(p);
+        ZS_FAIL("a quantized allgather of %zu bytes is more than one MPI call can carry", qtotal);
+    }
+    p->t0 = MPI_Wtime();
+    p->seq = zs_comm_enter(c);
+    p->qbuf = malloc(qtotal + 1);
+    p->qcounts = malloc((size_t)N * 4 * sizeof(int));
+    if (!p->qbuf || !p->qcounts) {
+        free(p->qbuf);
+        free(p->qcounts);
+        free(p);
+        ZS_FAIL("out of host memory for a quantized allgather of %zu bytes", qtotal);
+    }
+    p->qdispls = p->qcounts + N;
+    p->ecounts = p->qcounts + 2 * N;
+    p->edispls = p->qcounts + 3 * N;
+    size_t off = 0;
+    for (int r = 0; r < N; r++) {
+        p->qcounts[r] = (int)zs_comm_q8_bytes((size_t)counts[r]);
+        p->qdispls[r] = (int)off;
+        p->ecounts[r] = counts[r];
+        p->edispls[r] = displs[r];
+        off += (size_t)p->qcounts[r];
+    }
+    p->qdst = buf;
+    p->qt = t;
+    size_t es = zs_comm_type_size(t);
+    zs_q8_encode((const char *)buf + (size_t)displs[c->rank] * es, (size_t)counts[c->rank], t,
+                 (unsigned char *)p->qbuf + p->qdispls[c->rank]);
+    int rc;
+    if (c->hier_node) {
+        rc = zs_comm_hier_allgather_dt(c, p->qbuf, p->qcounts, p->qdispls, MPI_BYTE);
+        p->req = MPI_REQUEST_NULL;
+    } else {
+        rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p->qbuf, p->qcounts, p->qdispls,
+                             MPI_BYTE, c->comm, &p->req);
+        rc = rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Iallgatherv of quantized parameters");
+    }
+    if (rc) {
+        free(p->qbuf);
+        free(p->qcounts);
+        free(p);
+        return rc;
+    }
+    *request = p;
+    return 0;
+}
+
 int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const int *displs,
                                 zs_comm_type t, int layer, void **request)
 {
@@ -1365,6 +1793,9 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
     size_t total = 0;
     for (int r = 0; r < c->size; r++)
         total += (size_t)counts[r];
+    if (c->qwz && c->ledger->phase == ZS_PHASE_FORWARD &&
+        (t == ZS_CT_F32 || t == ZS_CT_BF16 || t == ZS_CT_F16))
+        return zs_comm_iallgather_q8(c, buf, counts, displs, t, layer, p, request);
     p->r = zs_comm_rec(c, ZS_OP_ALLGATHER, layer, total, t);
     if (c->size == 1 || c->phantom) { /* nothing to exchange: completes at once */
         p->req = MPI_REQUEST_NULL;
@@ -1404,6 +1835,17 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
                             (size_t)counts[c->rank] * es);
         mbuf = p->host;
     }
+    if (c->hier_node) { /* two levels, complete on return (no overlap) */
+        int hrc = zs_comm_hier_allgather(c, mbuf, counts, displs, t);
+        if (hrc) {
+            free(p->host);
+            free(p);
+            return hrc;
+        }
+        p->req = MPI_REQUEST_NULL;
+        *request = p;
+        return 0;
+    }
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, mbuf, counts, displs,
                              zs_mpi_type(t), c->comm, &p->req);
     if (rc != MPI_SUCCESS) {
@@ -1437,12 +1879,18 @@ int zs_comm_wait(zs_comm_t c, void **request)
         rc = zs_comm_finish(c, 1, &p->req, p->seq, "allgather");
         if (!rc && p->host)
             zs_backend_copy_h2d(c->be, p->dev, p->host, p->host_bytes);
+        size_t es = zs_comm_type_size(p->qt);
+        for (int r = 0; !rc && p->qbuf && r < c->size; r++) /* qwZ: every part, decoded */
+            zs_q8_decode((const unsigned char *)p->qbuf + p->qdispls[r], (size_t)p->ecounts[r],
+                         p->qt, (char *)p->qdst + (size_t)p->edispls[r] * es);
         p->r.seconds = MPI_Wtime() - p->t0;
     }
     if (!rc)
         zs_comm_record_add(c, &p->r);
     zs_ring_free(p->ring);
     free(p->host);
+    free(p->qbuf);
+    free(p->qcounts);
     free(p);
     return rc;
 }
@@ -1592,6 +2040,11 @@ int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, co
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_ALLTOALL, layer, total, ZS_CT_NTYPES);
     rec.elem_size = 1;
     rec.wire_bytes = (double)others;
+    rec.inter_bytes = 0.0; /* what it sends to ranks on other nodes, exactly */
+    for (int q = 0; q < c->size; q++)
+        if (c->node_of && c->node_of[q] != c->node_of[c->rank])
+            rec.inter_bytes += (double)scount[q];
+    rec.inter_api_bytes = rec.inter_bytes;
     if (c->phantom) {
         zs_comm_record_add(c, &rec);
         return 0;

@@ -131,6 +131,14 @@ int zs_mesh_create(zs_comm_t world, int tp, int pp, zs_mesh **out)
         int key = g == ZS_GROUP_TP ? m->self.tp : g == ZS_GROUP_PP ? m->self.pp : m->self.dp;
         int rc = zs_comm_split(world, zs_mesh_group_index(N, tp, pp, g, rank), key,
                                zs_mesh_group_size(N, tp, pp, g), key, g, &m->comm[g]);
+        int *members = rc ? NULL : malloc((size_t)zs_mesh_group_size(N, tp, pp, g) * sizeof(int));
+        if (!rc && !members)
+            rc = zs_error_set("out of host memory for the mesh's groups");
+        if (!rc) { /* its nodes, from the world's */
+            zs_mesh_group_ranks(N, tp, pp, g, zs_mesh_group_index(N, tp, pp, g, rank), members);
+            rc = zs_comm_set_world_ranks(m->comm[g], members);
+        }
+        free(members);
         if (rc) {
             zs_mesh_free(m);
             return rc;

@@ -1152,9 +1152,15 @@ static const field bf16_fields[] = {
     F_NONE("min_loss_scale", JT_NUMBER),
 };
 
-#define ZEROPP "remove it, or turn it off (ZeRO++ is not modelled yet)"
+#define ZEROPP "remove it, or turn it off (only ZeRO++'s qwZ, zero_quantized_weights, is modelled)"
 /* zero_optimization: DeepSpeed's DeepSpeedZeroConfig, with its aliases
  * (stage3_prefetch_bucket_size = prefetch_bucket_size, ...). */
+/* ZeRO++ qwZ: zero_optimization.zero_quantized_weights. */
+static int zero_quantized_weights(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.quantized_weights);
+}
+
 static const field zero_fields[] = {
     F_FUNC("stage", zero_stage),
     A_SIZE("reduce_bucket_size", reduce_bucket_size, ZS_AUTO_REDUCE_BUCKET),
@@ -1211,7 +1217,7 @@ static const field zero_fields[] = {
     F_FUNC("cpu_offload_param", zero_cpu_offload),
     F_UNMOD("zero_hpz_partition_size", OFF_AT_MOST_1, "ZeRO++ hierarchical partitioning (hpZ)",
             ZEROPP),
-    F_UNMOD("zero_quantized_weights", OFF_FALSE, "ZeRO++ quantized weights (qwZ)", ZEROPP),
+    F_FUNC("zero_quantized_weights", zero_quantized_weights),
     F_UNMOD("zero_quantized_nontrainable_weights", OFF_FALSE, "ZeRO++ quantized weights", ZEROPP),
     F_UNMOD("zero_quantized_gradients", OFF_FALSE, "ZeRO++ quantized gradients (qgZ)",
             "remove it; zerosim's own int8 gradient compression is "
@@ -1311,6 +1317,11 @@ static const field comp_fields[] = {
 static const field_table comp_table = TABLE(comp_fields);
 
 /* zerosim.sequence_parallel: Korthikanti et al.'s sequence parallelism. */
+static int zerosim_hierarchical(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.hierarchical);
+}
+
 static int zerosim_sequence_parallel(loader *ld, const char *path, const json_t *v)
 {
     return read_bool(ld, path, v, &ld->c.sequence_parallel);
@@ -1349,6 +1360,7 @@ static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
     F_FUNC("deterministic", zerosim_deterministic),
     F_FUNC("sequence_parallel", zerosim_sequence_parallel),
+    F_FUNC("hierarchical_collectives", zerosim_hierarchical),
     F_FUNC("grad_reduce", zerosim_grad_reduce),
     F_FUNC("collective_timeout", zerosim_collective_timeout),
     F_FUNC("qat", zerosim_qat),
@@ -1947,6 +1959,16 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->tp < 1 || c->pp < 1)
         return fail("tensor_parallel.autotp_size (--tp) and --pp must be at least 1, got %d and %d",
                     c->tp, c->pp);
+    if (c->ranks_per_node < 0 || (c->ranks_per_node > 0 && world_size % c->ranks_per_node))
+        return fail("--ranks-per-node %d must divide the %d ranks (K consecutive ranks make a "
+                    "node): use a divisor of %d",
+                    c->ranks_per_node, world_size, world_size);
+    if (c->quantized_weights && c->stage != 3)
+        return fail("zero_optimization.zero_quantized_weights (--quantized-weights, ZeRO++ qwZ) "
+                    "quantizes stage 3's parameter gathers: use --stage 3");
+    if (c->quantized_weights && c->deterministic)
+        return fail("zero_optimization.zero_quantized_weights (--quantized-weights) is lossy "
+                    "and deterministic mode promises exact results: drop one of them");
     if (c->pp > 1)
         return fail("pipeline parallelism (--pp %d) is not supported yet: use --pp 1", c->pp);
     if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)

@@ -1,5 +1,6 @@
 /* zerosim — closed-form predictions (see zerosim/predict.h). */
 #include "zerosim/predict.h"
+#include "zerosim/comm.h"
 #include "zerosim/error.h"
 #include "zerosim/model.h"
 #include "zerosim/program.h"
@@ -178,7 +179,34 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     p->rs_bytes_per_step = (size_t)c.rs_bytes;
     p->rs_calls_per_step = c.rs_calls;
     p->recompute_units = c.recompute_units;
-    if (sh.stage == 3) {
+    if (sh.stage == 3 && cfg->quantized_weights) {
+        /* qwZ: the forward phase's gathers send each rank's part in int8
+         * blocks (zs_comm_q8_bytes), the others the stored precision */
+        double q = 0.0;
+        size_t fwd = 0;
+        int *cnt = malloc(2 * (size_t)world * sizeof(int));
+        if (!cnt) {
+            zs_step_program_free(&prog);
+            zs_step_shape_free(&sh);
+            zs_model_destroy(m);
+            ZS_FAIL("out of host memory predicting %d ranks", world);
+        }
+        for (size_t i = 0; i < prog.n; i++) {
+            const zs_step_op *o = &prog.ops[i];
+            if (o->kind != ZS_SOP_GATHER || o->phase != ZS_PHASE_FORWARD)
+                continue;
+            fwd += o->elems;
+            for (int g = sh.gfirst[o->unit]; g < sh.gfirst[o->unit] + sh.gn[o->unit]; g++) {
+                zs_step_counts(&sh, sh.granges[g].lo, sh.granges[g].hi, cnt, cnt + world);
+                for (int r = 0; r < world; r++)
+                    q += (double)zs_comm_q8_bytes((size_t)cnt[r]);
+            }
+        }
+        free(cnt);
+        p->ag_bytes_per_step = p->ag_bytes_per_skipped_step =
+            (c.gathered_elems - fwd) * sh.ps + (size_t)q;
+        p->ag_calls_per_step = p->ag_calls_per_skipped_step = c.gather_calls;
+    } else if (sh.stage == 3) {
         p->ag_bytes_per_step = p->ag_bytes_per_skipped_step = c.gathered_elems * sh.ps;
         p->ag_calls_per_step = p->ag_calls_per_skipped_step = c.gather_calls;
     } else {

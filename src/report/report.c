@@ -5,6 +5,7 @@
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
 #include "zerosim/predict.h"
+#include "zerosim/mesh.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -145,6 +146,84 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     return -1.0;
 }
 
+/* Inter-node traffic of op o on rank q over the run, as its ledger recorded
+ * it (the ring model: all of a call's bytes when the next rank of its ring
+ * is on another node; all-to-all: the bytes sent to other nodes). Summed
+ * from full buffers where zs_op_bytes is. */
+static double zs_op_inter(const zs_train_result *r, int q, int o)
+{
+    double b = 0.0, api = 0.0;
+    for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
+        if (p == ZS_PHASE_REPORT)
+            continue;
+        b += r->comm[q][o][p].inter;
+        api += r->comm[q][o][p].inter_api;
+    }
+    int dp = r->dp_size > 0 ? r->dp_size : r->world_size, mesh = dp != r->world_size;
+    int hier = r->hierarchical && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER);
+    if (!mesh && !hier &&
+        (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
+        b = zs_ring_bytes((size_t)api, dp);
+    else if (o == ZS_OP_ALLREDUCE && !mesh)
+        b = 2 * zs_ring_bytes((size_t)api, r->world_size);
+    return b;
+}
+
+/* The data-parallel group of rank q as M nodes of K ranks (the two-level
+ * collectives' shape); 0 when unknown. */
+static int zs_dp_nodes(const zs_train_result *r, int q, int *K, int *M)
+{
+    int N = r->dp_size > 0 ? r->dp_size : r->world_size;
+    *K = *M = 1;
+    if (!r->dp_node_ranks || r->dp_node_ranks[q] < 1)
+        return 0;
+    *K = r->dp_node_ranks[q];
+    *M = N / *K;
+    return 1;
+}
+
+/* 1 when rank q's ring neighbour in its group along g (the next member, in
+ * the mesh's order, that q sends to) is on another node; from the nodes of
+ * the world ranks and the mesh's pure functions (zs_train_result's
+ * node_cross), not from the ledger. */
+static int zs_crosses(const zs_train_result *r, int q, zs_comm_group g)
+{
+    return r->node_cross && (r->node_cross[q] >> g & 1);
+}
+
+/* Predicted inter-node traffic of op o on rank q over the run: each part of
+ * zs_op_pred when q's ring in that part's group crosses a node boundary;
+ * -1 when there is no prediction (all-to-all, scalars). */
+static double zs_op_pred_inter(const zs_train_result *r, int q, int o)
+{
+    int N = r->dp_size > 0 ? r->dp_size : r->world_size, dense = r->steps - r->compressed_steps;
+    double dpx = zs_crosses(r, q, ZS_GROUP_DP), tpx = zs_crosses(r, q, ZS_GROUP_TP);
+    int K, M;
+    if (r->hierarchical && zs_dp_nodes(r, q, &K, &M) && K > 1 && M > 1 &&
+        (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER)) {
+        /* two levels: (M-1)/N of each buffer across nodes, every rank */
+        double B = o == ZS_OP_REDUCE_SCATTER
+                       ? (double)r->pred.rs_bytes_per_step * dense
+                       : (double)r->pred.ag_bytes_per_step * r->steps_applied +
+                             (double)r->pred.ag_bytes_per_skipped_step * r->skipped_steps;
+        return B * (M - 1) / N +
+               tpx * (o == ZS_OP_REDUCE_SCATTER ? r->pred.tp_rs_bytes_per_step
+                                                : r->pred.tp_ag_bytes_per_step) * r->steps;
+    }
+    if (o == ZS_OP_ALLREDUCE && r->pred.tp_allreduce_bytes_per_step > 0)
+        return tpx * r->pred.tp_allreduce_bytes_per_step * r->steps;
+    if (o == ZS_OP_REDUCE_SCATTER)
+        return dpx * zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense +
+               tpx * r->pred.tp_rs_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLGATHER)
+        return dpx * (zs_ring_bytes(r->pred.ag_bytes_per_step, N) * r->steps_applied +
+                      zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps) +
+               tpx * r->pred.tp_ag_bytes_per_step * r->steps;
+    if (o == ZS_OP_D2H || o == ZS_OP_H2D || o == ZS_OP_NVME_READ || o == ZS_OP_NVME_WRITE)
+        return 0.0; /* inside the node */
+    return -1.0;
+}
+
 /* Whether any rank holds bytes off the device (offload). */
 static int zs_report_has_tiers(const zs_train_result *r)
 {
@@ -228,9 +307,12 @@ static json_t *zs_report_comm(const zs_train_result *r)
                                         json_pack("{s:f, s:f, s:f}", "bytes", r->comm[q][o][p].wire,
                                                   "api_bytes", r->comm[q][o][p].bytes, "calls",
                                                   r->comm[q][o][p].calls));
-            json_t *op = json_pack("{s:f, s:o, s:f, s:f, s:f, s:f, s:o}",
+            double ib = zs_op_inter(r, q, o), ipb = zs_op_pred_inter(r, q, o);
+            json_t *op = json_pack("{s:f, s:o, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:o}",
                           "bytes", b,
                           "predicted_bytes", pb >= 0 ? json_real(pb) : json_null(),
+                          "inter_node_bytes", ib, "intra_node_bytes", b - ib,
+                          "predicted_inter_node_bytes", ipb >= 0 ? json_real(ipb) : json_null(),
                           "api_bytes", api, "calls", calls, "seconds", secs,
                           "bytes_per_step", r->steps ? b / r->steps : 0.0,
                           "by_phase", phases);
@@ -248,7 +330,8 @@ static json_t *zs_report_comm(const zs_train_result *r)
                 const zs_comm_sum *cg = &r->comm_group[q][g][o];
                 if (cg->calls > 0)
                     json_object_set_new(gops, zs_comm_op_name((zs_comm_op)o),
-                                        json_pack("{s:f, s:f, s:f}", "bytes", cg->wire,
+                                        json_pack("{s:f, s:f, s:f, s:f}", "bytes", cg->wire,
+                                                  "inter_node_bytes", cg->inter,
                                                   "api_bytes", cg->bytes, "calls", cg->calls));
             }
             if (json_object_size(gops))
@@ -256,7 +339,8 @@ static json_t *zs_report_comm(const zs_train_result *r)
             else
                 json_decref(gops);
         }
-        json_array_append_new(list, json_pack("{s:i, s:o, s:o}", "rank", q, "ops", ops,
+        json_array_append_new(list, json_pack("{s:i, s:i, s:o, s:o}", "rank", q, "node",
+                                              r->node_of ? r->node_of[q] : 0, "ops", ops,
                                               "by_group", groups));
     }
     return list;
@@ -285,7 +369,9 @@ static int zs_same_traffic(const zs_train_result *r, int q, int p)
     for (int o = 0; o < ZS_OP_NOPS; o++) {
         double c1, s1, a1, c2, s2, a2;
         if (zs_op_bytes(r, q, o, &c1, &s1, &a1) != zs_op_bytes(r, p, o, &c2, &s2, &a2) ||
-            c1 != c2 || zs_op_pred(r, q, o) != zs_op_pred(r, p, o))
+            c1 != c2 || zs_op_pred(r, q, o) != zs_op_pred(r, p, o) ||
+            zs_op_inter(r, q, o) != zs_op_inter(r, p, o) ||
+            zs_op_pred_inter(r, q, o) != zs_op_pred_inter(r, p, o))
             return 0;
     }
     return 1;
@@ -419,8 +505,16 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         }
     }
 
-    fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
-    fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
+    int nodes = r->nodes > 1; /* the inter-node columns only where there are nodes */
+    if (nodes) {
+        fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer; "
+                   "inter: across nodes, %d nodes)\n", r->nodes);
+        fprintf(f, "%5s  %-15s %15s %15s %9s %15s %15s\n", "rank", "op", "measured", "predicted",
+                "ratio", "inter", "inter pred");
+    } else {
+        fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer)\n");
+        fprintf(f, "%5s  %-15s %15s %15s %9s\n", "rank", "op", "measured", "predicted", "ratio");
+    }
     for (int q = 0; q < N; q++) {
         if (q > 0 && zs_same_traffic(r, q, q - 1)) {
             same++;
@@ -433,18 +527,23 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
             double pb = zs_op_pred(r, q, o);
             if (calls == 0)
                 continue;
-            double mb = b / r->steps;
-            if (pb >= 0) {
-                double pp = pb / r->steps;
-                if (N > 1)
-                    fprintf(f, "%5d  %-15s %15.1f %15.1f %9.3f\n", q, zs_comm_op_name(o), mb, pp,
-                            zs_ratio(mb, pp));
-                else
-                    fprintf(f, "%5d  %-15s %15.1f %15.1f %9s\n", q, zs_comm_op_name(o), mb, pp,
-                            "(N=1)");
-            } else {
-                fprintf(f, "%5d  %-15s %15.1f %15s %9s\n", q, zs_comm_op_name(o), mb, "-", "-");
+            double mb = b / r->steps, ib = zs_op_inter(r, q, o) / r->steps;
+            double ipb = zs_op_pred_inter(r, q, o);
+            char ip[40] = "", ratio[16] = "-", pred[24] = "-";
+            if (nodes) {
+                char t[24] = "-";
+                if (ipb >= 0)
+                    snprintf(t, sizeof t, "%.1f", ipb / r->steps);
+                snprintf(ip, sizeof ip, " %15.1f %15s", ib, t);
             }
+            if (pb >= 0) {
+                snprintf(pred, sizeof pred, "%.1f", pb / r->steps);
+                if (N > 1)
+                    snprintf(ratio, sizeof ratio, "%.3f", zs_ratio(mb, pb / r->steps));
+                else
+                    snprintf(ratio, sizeof ratio, "(N=1)");
+            }
+            fprintf(f, "%5d  %-15s %15.1f %15s %9s%s\n", q, zs_comm_op_name(o), mb, pred, ratio, ip);
         }
     }
     zs_print_same(f, N - same, N - 1);
@@ -675,19 +774,22 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
     }
     ZS_TRY(zs_csv_flush(&t, dir, 1));
 
-    zs_text_add(&t, "# rank op phase calls bytes predicted_bytes api_bytes seconds\n");
+    zs_text_add(&t, "# rank op phase calls bytes predicted_bytes api_bytes seconds inter_bytes "
+                    "predicted_inter_bytes (inter: across nodes; -1: no prediction)\n");
     for (int q = 0; q < N; q++)
         for (int o = 0; o < ZS_OP_NOPS; o++) {
             for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
                 const zs_comm_sum *c = &r->comm[q][o][p];
                 if (c->calls > 0)
-                    zs_text_add(&t, "%d %s %s %.0f %.3f -1 %.0f %.6f\n", q, zs_comm_op_name(o),
-                                zs_comm_phase_name(p), c->calls, c->wire, c->bytes, c->seconds);
+                    zs_text_add(&t, "%d %s %s %.0f %.3f -1 %.0f %.6f %.3f -1\n", q,
+                                zs_comm_op_name(o), zs_comm_phase_name(p), c->calls, c->wire,
+                                c->bytes, c->seconds, c->inter);
             }
             double calls, secs, api, b = zs_op_bytes(r, q, o, &calls, &secs, &api);
-            double pb = zs_op_pred(r, q, o);
-            zs_text_add(&t, "%d %s all %.0f %.3f %.3f %.0f %.6f\n", q, zs_comm_op_name(o), calls, b,
-                        pb >= 0 ? pb : -1.0, api, secs);
+            double pb = zs_op_pred(r, q, o), ipb = zs_op_pred_inter(r, q, o);
+            zs_text_add(&t, "%d %s all %.0f %.3f %.3f %.0f %.6f %.3f %.3f\n", q, zs_comm_op_name(o),
+                        calls, b, pb >= 0 ? pb : -1.0, api, secs, zs_op_inter(r, q, o),
+                        ipb >= 0 ? ipb : -1.0);
         }
     ZS_TRY(zs_csv_flush(&t, dir, 2));
 
@@ -704,14 +806,15 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
     }
     ZS_TRY(zs_csv_flush(&t, dir, 3));
 
-    zs_text_add(&t, "# rank group op calls bytes api_bytes (training calls over the run)\n");
+    zs_text_add(&t, "# rank group op calls bytes api_bytes inter_bytes (training calls over the "
+                    "run; inter: across nodes)\n");
     for (int q = 0; q < r->world_size; q++)
         for (int g = 0; g < ZS_GROUP_NGROUPS; g++)
             for (int o = 0; o < ZS_OP_NOPS; o++) {
                 const zs_comm_sum *cg = &r->comm_group[q][g][o];
                 if (cg->calls > 0)
-                    zs_text_add(&t, "%d %s %s %.0f %.3f %.0f\n", q, zs_comm_group_name(g),
-                                zs_comm_op_name(o), cg->calls, cg->wire, cg->bytes);
+                    zs_text_add(&t, "%d %s %s %.0f %.3f %.0f %.3f\n", q, zs_comm_group_name(g),
+                                zs_comm_op_name(o), cg->calls, cg->wire, cg->bytes, cg->inter);
             }
     ZS_TRY(zs_csv_flush(&t, dir, 4));
 

@@ -76,7 +76,7 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
 enum {
     /* + host, nvme peaks, then the non-blocking gathers' span and wait */
     ZS_NM = 2 * ZS_MEM_NCAT + ZS_MEM_NPHASES + 1 + 2 * ZS_MEM_NCAT + 2,
-    ZS_NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 4 + ZS_GROUP_NGROUPS * ZS_OP_NOPS * 3
+    ZS_NC = ZS_OP_NOPS * ZS_PHASE_NPHASES * 6 + ZS_GROUP_NGROUPS * ZS_OP_NOPS * 5 + 1
 };
 
 static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double *mine)
@@ -98,21 +98,26 @@ static void zs_train_pack_stats(const zs_train_result *r, zs_comm_t comm, double
     size_t n;
     const zs_comm_sum_row *sum = zs_comm_sums(comm, &n);
     double *cs = mine + NM;
-    double *gs = cs + ZS_OP_NOPS * ZS_PHASE_NPHASES * 4; /* training calls per group and op */
+    double *gs = cs + ZS_OP_NOPS * ZS_PHASE_NPHASES * 6; /* training calls per group and op */
     memset(cs, 0, NC * sizeof(double));
     for (size_t i = 0; i < n; i++) {
-        double *d = cs + ((size_t)sum[i].op * ZS_PHASE_NPHASES + (size_t)sum[i].phase) * 4;
+        double *d = cs + ((size_t)sum[i].op * ZS_PHASE_NPHASES + (size_t)sum[i].phase) * 6;
         d[0] += sum[i].calls;
         d[1] += sum[i].bytes;
         d[2] += sum[i].seconds;
         d[3] += sum[i].wire_bytes;
+        d[4] += sum[i].inter_bytes;
+        d[5] += sum[i].inter_api_bytes;
         if (sum[i].phase == ZS_PHASE_REPORT)
             continue;
-        double *g = gs + ((size_t)sum[i].group * ZS_OP_NOPS + (size_t)sum[i].op) * 3;
+        double *g = gs + ((size_t)sum[i].group * ZS_OP_NOPS + (size_t)sum[i].op) * 5;
         g[0] += sum[i].calls;
         g[1] += sum[i].bytes;
         g[2] += sum[i].wire_bytes;
+        g[3] += sum[i].inter_bytes;
+        g[4] += sum[i].inter_api_bytes;
     }
+    mine[NM + NC - 1] = zs_comm_node_of(comm, zs_comm_rank(comm));
 }
 
 /* Rank q's row of statistics into r's per-rank arrays. */
@@ -134,15 +139,52 @@ static void zs_train_unpack_stats(zs_train_result *r, int q, const double *v)
     r->nb[q][1] = v[NM - 1];
     for (int o = 0; o < ZS_OP_NOPS; o++)
         for (int p = 0; p < ZS_PHASE_NPHASES; p++) {
-            const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 4;
-            r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2], d[3]};
+            const double *d = v + NM + ((size_t)o * ZS_PHASE_NPHASES + (size_t)p) * 6;
+            r->comm[q][o][p] = (zs_comm_sum){d[0], d[1], d[2], d[3], d[4], d[5]};
         }
-    const double *gs = v + NM + ZS_OP_NOPS * ZS_PHASE_NPHASES * 4;
+    const double *gs = v + NM + ZS_OP_NOPS * ZS_PHASE_NPHASES * 6;
     for (int g = 0; g < ZS_GROUP_NGROUPS; g++)
         for (int o = 0; o < ZS_OP_NOPS; o++) {
-            const double *d = gs + ((size_t)g * ZS_OP_NOPS + (size_t)o) * 3;
-            r->comm_group[q][g][o] = (zs_comm_sum){d[0], d[1], 0.0, d[2]};
+            const double *d = gs + ((size_t)g * ZS_OP_NOPS + (size_t)o) * 5;
+            r->comm_group[q][g][o] = (zs_comm_sum){d[0], d[1], 0.0, d[2], d[3], d[4]};
         }
+    r->node_of[q] = (int)v[ZS_NM + ZS_NC - 1];
+    if (r->node_of[q] + 1 > r->nodes)
+        r->nodes = r->node_of[q] + 1;
+}
+
+/* From the nodes of the ranks: each rank's crossings per group and its
+ * data-parallel group's ranks on its node (for the predictions of the
+ * inter-node bytes; once per group, not per rank: phantom worlds are big). */
+static int zs_train_node_shape(zs_train_result *r, int tp, int pp)
+{
+    int W = r->world_size;
+    free(r->node_cross);
+    free(r->dp_node_ranks);
+    r->node_cross = calloc((size_t)W, 1);
+    r->dp_node_ranks = calloc((size_t)W, sizeof(int));
+    int *m = malloc((size_t)W * sizeof(int));
+    if (!r->node_cross || !r->dp_node_ranks || !m) {
+        free(m);
+        ZS_FAIL("out of host memory for the node map of %d ranks", W);
+    }
+    static const zs_comm_group axes[] = {ZS_GROUP_DP, ZS_GROUP_TP, ZS_GROUP_PP};
+    for (int a = 0; a < 3 && !zs_mesh_check(W, tp, pp); a++) {
+        zs_comm_group g = axes[a];
+        for (int k = 0; k < zs_mesh_ngroups(W, tp, pp, g); k++) {
+            int n = zs_mesh_group_ranks(W, tp, pp, g, k, m);
+            for (int i = 0; i < n; i++) {
+                if (r->node_of[m[(i + 1) % n]] != r->node_of[m[i]])
+                    r->node_cross[m[i]] |= (unsigned char)(1u << g);
+                if (g == ZS_GROUP_DP && r->node_of[m[i]] == r->node_of[m[0]])
+                    r->dp_node_ranks[m[0]]++;
+            }
+            for (int i = 1; g == ZS_GROUP_DP && i < n; i++) /* regular nodes: the first's count */
+                r->dp_node_ranks[m[i]] = r->dp_node_ranks[m[0]];
+        }
+    }
+    free(m);
+    return 0;
 }
 
 static int zs_train_alloc_stats(zs_train_result *r, int N)
@@ -155,7 +197,8 @@ static int zs_train_alloc_stats(zs_train_result *r, int N)
     r->comm_group = calloc((size_t)N, sizeof *r->comm_group);
     r->tier_peaks = calloc((size_t)N, sizeof *r->tier_peaks);
     r->nb = calloc((size_t)N, sizeof *r->nb);
-    if (!r->nb || !r->tier_peaks || !r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm ||
+    r->node_of = calloc((size_t)N, sizeof(int));
+    if (!r->node_of || !r->nb || !r->tier_peaks || !r->peaks || !r->total_peaks || !r->at_peak || !r->phase_peaks || !r->comm ||
         !r->comm_group)
         ZS_FAIL("out of host memory for the statistics of %d ranks", N);
     return 0;
@@ -177,6 +220,9 @@ static int zs_train_gather_stats(zs_comm_t comm, zs_train_result *r)
     for (int q = 0; q < N && !rc; q++)
         zs_train_unpack_stats(r, q, all + (size_t)q * (ZS_NM + ZS_NC));
     free(all);
+    if (!rc && zs_comm_rank(comm) == 0)
+        rc = zs_train_node_shape(r, r->tp_size > 0 ? r->tp_size : 1,
+                                 r->pp_size > 0 ? r->pp_size : 1);
     return rc;
 }
 
@@ -408,6 +454,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     r->world_size = zs_comm_size(comm);
     r->dp_size = zs_comm_size(dp);
     r->tp_size = cfg->tp > 1 ? cfg->tp : 1;
+    r->pp_size = cfg->pp > 1 ? cfg->pp : 1;
+    r->hierarchical = cfg->hierarchical;
     zs_ckpt_place place = {.world = comm, .tp_rank = cfg->tp > 1 ? cfg->model.tp_rank : 0,
                            .tp_size = r->tp_size, .dp_rank = zs_comm_rank(dp),
                            .dp_size = r->dp_size};
@@ -613,8 +661,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
      * tensor-parallel collectives over the TP group */
     zs_mesh *mesh = NULL;
     zs_run_config local = *cfg;
-    int rc = 0;
-    if (cfg->tp * cfg->pp > 1) {
+    int rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node);
+    if (!rc && cfg->tp * cfg->pp > 1) {
         rc = zs_mesh_create(comm, cfg->tp, cfg->pp, &mesh);
         if (!rc)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
@@ -622,11 +670,15 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
     if (!rc)
+        rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
+    if (!rc)
         rc = zs_comm_set_backend(comm, be);
     if (!rc && dp != comm)
         rc = zs_comm_set_backend(dp, be);
     if (!rc && tp)
         rc = zs_comm_set_backend(tp, be);
+    if (!rc) /* after the backend: qwZ needs host buffers */
+        rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
     if (!zs_train_agree(comm, rc, r)) {
         rc = zs_train_rank(&local, o, comm, dp, tp, be, NULL, r);
         if (!rc) {
@@ -641,6 +693,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     if (dp != comm)
         zs_comm_set_backend(dp, NULL);
     zs_comm_set_backend(comm, NULL);
+    zs_comm_set_hierarchical(dp, 0);
     zs_mesh_free(mesh);
     zs_backend_release(be);
     return rc;
@@ -719,6 +772,43 @@ static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp,
     return 0;
 }
 
+/* With nodes, a rank's inter-node bytes depend on whether its ring
+ * neighbour in each group is on another node: split each class by those
+ * bits (one per group), so the class's first rank stands for all. */
+static int zs_phantom_node_classes(int world, int tp, int pp, int k, int *cls)
+{
+    if (k <= 0 || k >= world)
+        return 0;
+    static const zs_comm_group axes[] = {ZS_GROUP_DP, ZS_GROUP_TP, ZS_GROUP_PP};
+    int *first = malloc((size_t)world * 8 * sizeof(int));
+    int *members = malloc((size_t)world * sizeof(int));
+    if (!first || !members) {
+        free(first);
+        free(members);
+        ZS_FAIL("out of host memory grouping %d simulated ranks", world);
+    }
+    for (int i = 0; i < world * 8; i++)
+        first[i] = -1;
+    for (int q = 0; q < world; q++) {
+        int bits = 0;
+        for (int a = 0; a < 3; a++) {
+            zs_comm_group g = axes[a];
+            int n = zs_mesh_group_ranks(world, tp, pp, g, zs_mesh_group_index(world, tp, pp, g, q),
+                                        members);
+            for (int i = 0; i < n; i++)
+                if (members[i] == q && members[(i + 1) % n] / k != q / k)
+                    bits |= 1 << a;
+        }
+        int *f = &first[cls[q] * 8 + bits];
+        if (*f < 0)
+            *f = q;
+        cls[q] = *f;
+    }
+    free(first);
+    free(members);
+    return 0;
+}
+
 int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int world,
                      zs_train_result *r)
 {
@@ -746,6 +836,9 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
                 cls[q] = q;
         else
             rc = zs_phantom_classes(&shape, world, cfg->tp > 1 ? cfg->tp : 1, cfg->pp, cls);
+        if (!rc)
+            rc = zs_phantom_node_classes(world, cfg->tp > 1 ? cfg->tp : 1, cfg->pp,
+                                         cfg->ranks_per_node, cls);
         if (rc)
             zs_step_shape_free(&shape);
     }
@@ -767,8 +860,16 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
             rc = zs_error_set("%s", err);
         else if (!comm)
             rc = zs_error_set("out of host memory creating simulated rank %d", q);
+        else if ((rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node)) != 0)
+            ;
         else if (T * cfg->pp > 1 && (rc = zs_mesh_create(comm, T, cfg->pp, &mesh)) == 0)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
+        if (!rc)
+            rc = zs_comm_set_hierarchical(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
+                                          cfg->hierarchical);
+        if (!rc)
+            rc = zs_comm_set_quantized_weights(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
+                                               cfg->quantized_weights);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, be, &shape, rq);
@@ -791,6 +892,12 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         zs_step_shape_free(&shape);
     zs_model_destroy(m);
     free(cls);
+    /* a class's first rank stands for its traffic, not for its node */
+    for (int q = 0; q < world && r->node_of; q++)
+        r->node_of[q] = cfg->ranks_per_node > 0 ? q / cfg->ranks_per_node : 0;
+    r->nodes = cfg->ranks_per_node > 0 ? world / cfg->ranks_per_node : 1;
+    if (!rc)
+        rc = zs_train_node_shape(r, T, cfg->pp);
     for (int st = 0; st < r->steps; st++) /* computed from nothing: not numbers */
         r->info[st].loss = r->info[st].grad_norm = NAN;
     r->seconds = zs_now() - t0; /* all simulated ranks */
@@ -817,6 +924,12 @@ void zs_train_result_free(zs_train_result *r)
     r->tier_peaks = NULL;
     free(r->nb);
     r->nb = NULL;
+    free(r->node_of);
+    r->node_of = NULL;
+    free(r->node_cross);
+    r->node_cross = NULL;
+    free(r->dp_node_ranks);
+    r->dp_node_ranks = NULL;
     r->ckpt_ranks = NULL;
     r->ckpt_pred = NULL;
     free(r->peaks);
