@@ -25,7 +25,15 @@ if [ ! -f "$B/obj/Makefile" ]; then
         >"$B/configure.log" 2>&1 ||
         { tail -20 "$B/configure.log"; echo "sanitizers: configure failed (build-asan/configure.log)"; exit 1; }
 fi
-PROGS="zerosim tests/check_config fuzz/replay_config fuzz/replay_train_args fuzz/replay_plan_args"
+# ZS_SANITIZER_TESTS: other tests to run instead of the subset below (shell
+# tests and Check programs, e.g. "tests/check_quant tests/test_overlap.sh"),
+# for a change that the subset does not reach
+TESTS=${ZS_SANITIZER_TESTS:-"tests/check_config tests/test_cli.sh tests/test_train_cli.sh
+    tests/test_fuzz_regress.sh tests/test_accounting.sh tests/test_zero_stages.sh"}
+PROGS="zerosim fuzz/replay_config fuzz/replay_train_args fuzz/replay_plan_args"
+for t in $TESTS; do
+    case $t in *.sh) ;; *) PROGS="$PROGS $t" ;; esac
+done
 # shellcheck disable=SC2086 # PROGS is a list
 (cd "$B/obj" && make -j2 $PROGS) >"$B/build.log" 2>&1 ||
     { tail -30 "$B/build.log"; echo "sanitizers: build failed (build-asan/build.log)"; exit 1; }
@@ -47,8 +55,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export ZS_TEST_RANKS=2 ZS_TEST_QUICK=1 ZS_TEST_VARIANTS="bf16 det" ZS_TEST_PRECISIONS="fp32 fp16"
 
 pass=0 fail=0
-for t in tests/check_config tests/test_cli.sh tests/test_train_cli.sh tests/test_fuzz_regress.sh \
-         tests/test_accounting.sh tests/test_zero_stages.sh; do
+for t in $TESTS; do
     name=$(basename "$t")
     s=$(date +%s)
     case $t in

@@ -45,6 +45,20 @@ held=$(sed -n 's/^# ledger (nf4, blocks of 64, double quant): .*quantized_weight
 [ "$(echo $held | awk '{print $2}')" = $((4 * (P - W))) ] && ok || bad "ledger params $held"
 grep -q "^# quantized $W of $P parameters" "$T/q" && ok || bad "quantized parameter count: $(grep '^# quantized' "$T/q")"
 
+# zerosim plan --weight-format: QLoRA's 65B in NF4 with double quant,
+# 65e9 x (4 + 8/64 + 32/16384) / 8 bytes = 33.53 GB; and for this GPT the
+# fp32 part equals the ledger's, the quantized part the formula's (the
+# measured adds each tensor's double-quant constants: within 1%)
+"$ZS" plan --params 65e9 --weight-format nf4 --double-quant >"$T/p" 2>&1 || bad "plan --weight-format failed"
+grep -q '^  total  *33531494141  *33.531' "$T/p" && ok || bad "plan: 65B in nf4: $(grep '^  total' "$T/p" | tail -1)"
+"$ZS" plan --arch gpt --layers 2 --hidden $C --heads 4 --seq 16 --vocab 32 --weight-format nf4 --double-quant >"$T/p" 2>&1 ||
+    bad "plan --arch gpt --weight-format failed"
+! grep -q '^  quantized_weights  *0 ' "$T/p" && ok || bad "the training plan shows an empty quantized_weights row"
+pq=$(awk '$1 == "quantized_weights" {print $2}' "$T/p"); pp=$(awk '$1 == "params" && NF > 3 {print $2}' "$T/p" | tail -1)
+[ "$pp" = $((4 * (P - W))) ] && ok || bad "plan's fp32 part $pp, want $((4 * (P - W)))"
+mq=$(echo $held | awk '{print $1}')
+awk -v a="$pq" -v b="$mq" 'BEGIN { exit !(a > 0 && b >= a && (b - a) / b < 0.01) }' && ok || bad "plan's quantized $pq vs measured $mq"
+
 # eval --formats: every format, fp32 first
 "$ZS" eval --from "$T/ck" --formats --samples 32 >"$T/f" 2>&1 || bad "eval --formats failed"
 [ "$(grep -c '^[a-z]' "$T/f")" = 6 ] && ok || { bad "eval --formats rows"; cat "$T/f"; }

@@ -11,6 +11,7 @@
 #include "zerosim/compress.h"
 #include "zerosim/config.h"
 #include "zerosim/error.h"
+#include "zerosim/quant.h"
 #include "zerosim/plan.h"
 
 #include <errno.h>
@@ -86,6 +87,11 @@ static const char *const zs_plan_usage =
     "                           distributed optimizer, stage 1 = distributed)\n"
     "output:\n"
     "  --max-model              also the largest model that fits --device-memory\n"
+    "  --weight-format F        also the bytes of the weights held for inference in\n"
+    "                           int8 (per tensor), int8-zp or nf4 (blocks of 64; with\n"
+    "                           --double-quant, 8-bit scales): the linear weights of\n"
+    "                           --arch gpt (every parameter without it) quantized, the\n"
+    "                           rest fp32 (docs/quantization.md)\n"
     "  --json                   one JSON object (a sweep: {\"plans\": [...]})\n"
     "  --csv FILE               #-headed columns, one row per (stage, N); - = stdout\n"
     "offload (ZeRO-Offload; the zerosim convention):\n"
@@ -112,11 +118,13 @@ enum {
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION,
-    P_LAST
+    P_WFORMAT, P_WDQ, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
     {"params", required_argument, NULL, P_PARAMS},
+    {"weight-format", required_argument, NULL, P_WFORMAT},
+    {"double-quant", no_argument, NULL, P_WDQ},
     {"arch", required_argument, NULL, P_ARCH},
     {"layers", required_argument, NULL, P_LAYERS},
     {"hidden", required_argument, NULL, P_HIDDEN},
@@ -516,7 +524,7 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     fprintf(f, "\n\nmemory per device     %20s %12s\n", "bytes", "GB");
     for (int k = 0; k < ZS_MEM_NCAT; k++) {
         const char *name = zs_mem_category_name((zs_mem_category)k);
-        if (k == ZS_MEM_QUANTIZED && !r->has[k])
+        if (k == ZS_MEM_QUANTIZED && !(r->has[k] && r->bytes[k] > 0))
             continue; /* training holds none; inference with quantized weights only */
         if (r->has[k])
             fprintf(f, "  %-19s %20.0f %12.3f\n", name, r->bytes[k], gb(r->bytes[k]));
@@ -689,7 +697,7 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(o, "bytes_per_device", b);
     json_t *cat = json_object();
     for (int k = 0; k < ZS_MEM_NCAT; k++)
-        if (k != ZS_MEM_QUANTIZED || r->has[k])
+        if (k != ZS_MEM_QUANTIZED || (r->has[k] && r->bytes[k] > 0))
             json_object_set_new(cat, zs_mem_category_name((zs_mem_category)k),
                                 r->has[k] ? zs_json_bytes(r->bytes[k]) : json_null());
     json_object_set_new(o, "bytes_per_category", cat);
@@ -820,6 +828,36 @@ static int zs_plan_deepspeed(FILE *f, const zs_plan_cli *cl)
     return 0;
 }
 
+/* --weight-format: the bytes of the weights an inference holds, from the
+ * formula of zs_quant_bits_per_param_limit (the scales of large tensors). */
+static int zs_plan_weights(FILE *f, const zs_plan_cli *cl, size_t psi)
+{
+    zs_quant_spec q = {0};
+    ZS_TRY(zs_quant_format_parse(cl->val[P_WFORMAT], &q.format));
+    if (q.format == ZS_QUANT_NONE)
+        ZS_FAIL("--weight-format takes int8, int8-zp or nf4");
+    q.double_quant = cl->val[P_WDQ] != NULL;
+    ZS_TRY(zs_quant_spec_finalize(&q));
+    const zs_model_config *m = &cl->in.cfg.model;
+    if (cl->in.has_arch && m->moe_experts > 0)
+        ZS_FAIL("--weight-format counts dense GPTs only, not --moe-experts %d yet",
+                m->moe_experts);
+    double lin = cl->in.has_arch ? 12.0 * m->n_layer * (double)m->n_embd * m->n_embd : (double)psi;
+    double bits = zs_quant_bits_per_param_limit(&q), other = (double)psi - lin;
+    double qb = lin * bits / 8.0, ob = 4.0 * other;
+    char d[96];
+    zs_quant_spec_describe(&q, d, sizeof d);
+    fprintf(f, "\nweights held for inference (%s)  %20s %12s\n", d, "bytes", "GB");
+    fprintf(f, "  %-19s %20.0f %12.3f   (%.0f %s x %.4f bits)\n", "quantized_weights", qb,
+            gb(qb), lin, cl->in.has_arch ? "linear weights" : "parameters", bits);
+    if (other > 0)
+        fprintf(f, "  %-19s %20.0f %12.3f   (%.0f embeddings, biases, LayerNorms in fp32)\n",
+                "params", ob, gb(ob), other);
+    fprintf(f, "  %-19s %20.0f %12.3f   (fp32: %.3f GB, %.1fx)\n", "total", qb + ob, gb(qb + ob),
+            gb(4.0 * (double)psi), 4.0 * (double)psi / (qb + ob));
+    return 0;
+}
+
 int zs_cmd_plan(int argc, char **argv)
 {
     zs_plan_cli cl;
@@ -935,6 +973,11 @@ int zs_cmd_plan(int argc, char **argv)
         free(txt);
     } else if (nplans == 1) {
         zs_plan_print_one(stdout, &cl, &ins[0], &rs[0], want_max, maxp[0], maxl[0]);
+        if (cl.val[P_WFORMAT] && zs_plan_weights(stdout, &cl, rs[0].num_params)) {
+            fprintf(stderr, "zerosim plan: %s\n", zs_error_msg());
+            rc = 1;
+            goto done;
+        }
     } else {
         char h[32];
         zs_plan_human_size(h, sizeof h, (double)rs[0].num_params);

@@ -627,7 +627,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
             goto done;
     }
     rc = zs_engine_param_hash(e, r->param_hash);
-    if (cfg->model.moe_experts > 0 && zs_engine_acts(e) && !r->moe) { /* routing statistics */
+    /* routing statistics (not in a phantom run: its gates hold nothing) */
+    if (cfg->model.moe_experts > 0 && zs_engine_acts(e) && !r->moe && !zs_backend_is_phantom(be)) {
         int L = cfg->model.n_layer;
         r->moe = calloc((size_t)L, sizeof *r->moe);
         r->moe_block = calloc((size_t)L, sizeof(int));
