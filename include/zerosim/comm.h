@@ -42,6 +42,10 @@ typedef enum {
     ZS_OP_H2D,                 /* offload: host to device copies */
     ZS_OP_NVME_READ,           /* offload to nvme: file reads */
     ZS_OP_NVME_WRITE,          /* offload to nvme: file writes */
+    ZS_OP_SEND,                /* pipeline: point-to-point sends (activations,
+                                  their gradients, the tied embedding's) */
+    ZS_OP_RECV,                /* pipeline: the matching receives (their
+                                  seconds: the time spent waiting) */
     ZS_OP_NOPS
 } zs_comm_op;
 
@@ -278,6 +282,21 @@ void zs_comm_record_transfer(zs_comm_t c, zs_comm_op op, size_t bytes, double se
  * 0 (recorded as op "gather", one record on each of the two ranks). Every
  * other rank does nothing. */
 int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_type t);
+/* Point to point (the pipeline's activations and gradients): send count
+ * elements of buf to rank `peer` of c with `tag`, non-blocking; buf must
+ * stay unchanged until zs_comm_wait(c, request) returns. Recorded as
+ * "send" (wire bytes: the bytes) when it completes. */
+int zs_comm_isend(zs_comm_t c, int peer, const void *buf, size_t count, zs_comm_type t, int tag,
+                  int layer, void **request);
+/* Receive count elements from rank `peer` of c with `tag` into buf,
+ * waiting (polled, under the collective timeout); recorded as "recv" with
+ * the bytes and the seconds it waited. */
+int zs_comm_recv(zs_comm_t c, int peer, void *buf, size_t count, zs_comm_type t, int tag,
+                 int layer);
+/* A few doubles to (or from) rank `peer` of c, blocking (a chain of
+ * partial sums), recorded as "scalars". */
+int zs_comm_send_small(zs_comm_t c, int peer, const double *v, int n);
+int zs_comm_recv_small(zs_comm_t c, int peer, double *v, int n);
 /* After a local failure or success, agree whether any rank failed, waiting
  * at most timeout_s. *any = 0 when none failed, else 1 + the lowest failing
  * rank. Returns non-zero when the ranks could not agree in time (some rank

@@ -32,6 +32,13 @@ typedef enum {
  * or once per step after local accumulation (DeepSpeed's schedule). */
 typedef enum { ZS_GRAD_REDUCE_MICRO = 0, ZS_GRAD_REDUCE_STEP = 1 } zs_grad_reduce;
 
+/* Pipeline schedules (--pp-schedule): GPipe (all forwards, then all
+ * backwards), 1F1B (PipeDream-Flush, Megatron-LM's default). */
+typedef enum { ZS_PP_GPIPE = 0, ZS_PP_1F1B = 1 } zs_pp_schedule;
+/* How the blocks are cut into stages (--pp-partition, DeepSpeed's
+ * PipelineModule partition_method names). */
+typedef enum { ZS_PP_UNIFORM = 0, ZS_PP_PARAMETERS = 1 } zs_pp_partition;
+
 /* How the gradient average over the data-parallel ranks is scaled:
  * zerosim's own way folds 1/(grad_accum x N) into the loss gradient;
  * DeepSpeed's prescale_gradients divides the gradients by N before the sum;
@@ -161,6 +168,8 @@ typedef struct {
      * tp and sequence_parallel into the model's configuration. */
     int tp, pp;
     int sequence_parallel;
+    zs_pp_schedule pp_schedule; /* --pp-schedule (1f1b) */
+    zs_pp_partition pp_partition; /* --pp-partition (uniform) */
     /* --ranks-per-node K: K consecutive ranks make a node (0: the nodes MPI
      * reports; a phantom run is then one node); must divide the world */
     int ranks_per_node;
@@ -232,6 +241,10 @@ const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_
 
 /* "micro-batch" or "step" into *out; non-zero for anything else. */
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);
+int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out);
+const char *zs_pp_schedule_name(zs_pp_schedule s);
+int zs_pp_partition_parse(const char *s, zs_pp_partition *out);
+const char *zs_pp_partition_name(zs_pp_partition p);
 /* 1 when cfg's reduce-scatters overlap the backward (overlap_comm, its
  * default resolved), else 0. */
 int zs_step_overlap(const zs_run_config *cfg);

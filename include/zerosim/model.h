@@ -47,6 +47,12 @@ typedef struct {
      * embedding and the row-parallel biases replicated. 0 or 1: none. */
     int tp, tp_rank;
     int sequence_parallel; /* Korthikanti et al.: not implemented yet */
+    /* pipeline parallelism: with pp_on the model's activations (and the
+     * loss's scratch) cover units pp_first .. pp_last only, one pipeline
+     * stage's; the layout stays the whole model's. The stage's input
+     * (the previous stage's output) is `encoded`; pp_stage is its index.
+     * 0: the whole model. */
+    int pp_on, pp_stage, pp_first, pp_last;
     /* mixture of experts (DeepSpeed-MoE, arXiv 2201.05596; gating as
      * DeepSpeed's TopKGate): with moe_experts E > 0 the MLP of every
      * moe_every-th block (blocks l with (l + 1) % moe_every == 0, 0-based)
@@ -170,6 +176,20 @@ size_t zs_model_checkpoint_bytes(const zs_model_config *c, int b);
  * is one segment. */
 int zs_model_segments(const zs_model_config *c);
 void zs_model_segment_units(const zs_model_config *c, int s, int *first, int *last);
+
+/* Pipeline: activations for another micro-batch in flight that share
+ * `share`'s backward scratch (only the saved activations are allocated). */
+int zs_model_acts_create_slot(const zs_model *m, zs_mem_t mem, int b, const zs_acts *share,
+                              zs_acts **out);
+/* Pipeline: the stage's input and output activation (B,T,C) of unit l's
+ * forward (its output: where the next unit reads it), and the gradient
+ * with respect to it that a unit's backward leaves (its input) or takes
+ * (its output); elements in *n. */
+float *zs_model_unit_output(zs_acts *a, int l, size_t *n);
+float *zs_model_input_grad(zs_acts *a, size_t *n);
+/* Elements of one stage-boundary activation (B,T,C, or B,T/tp,C with
+ * sequence parallelism) for micro-batches of b. */
+size_t zs_model_boundary_elems(const zs_model_config *c, int b);
 
 /* Forward of unit l; P[e] are fp32 views of the entries the unit uses. After
  * the last unit, zs_model_loss() returns the mean loss of the micro-batch. */

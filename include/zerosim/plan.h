@@ -40,6 +40,8 @@ extern "C" {
 
 typedef enum { ZS_PLAN_ZEROSIM = 0, ZS_PLAN_PAPER = 1, ZS_PLAN_MEGATRON = 2 } zs_plan_convention;
 
+#define ZS_PLAN_PP_SHOWN 64
+
 /* "zerosim", "paper", "megatron" */
 const char *zs_plan_convention_name(zs_plan_convention c);
 
@@ -99,6 +101,16 @@ typedef struct {
     double host_total, nvme_total, host_per_node;
     int host_fits;
     double d2h_bytes, h2d_bytes, nvme_read_bytes, nvme_write_bytes;
+    /* pipeline (cfg.pp > 1; zerosim convention, a GPT): every stage is
+     * predicted from its own step program; bytes[] and fits are those of
+     * the most loaded stage (pp_stage), whose point-to-point bytes per step
+     * (sent; received) count in traffic_bytes. The step time's compute is
+     * that stage's share of the FLOPs times (m + P - 1)/m, the ideal
+     * bubble's stretch (the messages' own time is not modelled). */
+    int pp, pp_stage;
+    double pp_stage_total[ZS_PLAN_PP_SHOWN]; /* the first ZS_PLAN_PP_SHOWN stages */
+    double pp_send_bytes, pp_recv_bytes;
+    double pp_bubble;             /* (P - 1)/(m + P - 1) */
 } zs_plan_result;
 
 /* Plan one (model, stage, N). Returns 0, or non-zero with a one-line message

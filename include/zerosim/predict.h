@@ -81,6 +81,15 @@ typedef struct {
     double d2h_bytes_per_applied_step, h2d_bytes_per_step; /* applied steps */
     double nvme_read_bytes_per_step, nvme_write_bytes_per_step;
     double param_h2d_bytes_per_step;    /* offload_param: rank 0's gathers' own parts */
+    /* pipeline (cfg.pp > 1; cfg.model holds the stage, zs_pp_stage_config):
+     * the stage's point-to-point bytes per step (activations, their
+     * gradients, the tied embedding's gradient) sent and received, the
+     * tied embedding's update per applied step (first stage sends, last
+     * receives), the activation slots and the most micro-batches in flight
+     * the program has */
+    double p2p_send_bytes_per_step, p2p_recv_bytes_per_step;
+    double tied_send_bytes_per_applied_step, tied_recv_bytes_per_applied_step;
+    int act_slots, in_flight;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

@@ -63,6 +63,11 @@ typedef enum {
     ZS_BUF_HGRAD,        /* offload: the reduced gradient shard on the host */
     ZS_BUF_HPARAM,       /* offload: the updated parameter shard on the host */
     ZS_BUF_SWAP,         /* offload to nvme: the optimizer's double buffers */
+    ZS_BUF_TIED,         /* pipeline, last stage: the copy of the tied token
+                            embedding its head reads (working precision) */
+    ZS_BUF_TIED_GRAD,    /* pipeline, first and last stage: the head's
+                            gradient of it for one micro-batch (fp32), as
+                            sent and as received */
     ZS_BUF_N
 } zs_buf_id;
 
@@ -113,7 +118,31 @@ typedef struct zs_step_shape_s {
     size_t csend_bytes, crecv_bytes;
     zs_buf_spec buf[ZS_BUF_N];
     zs_run_config cfg;
+    /* pipeline (cfg.pp > 1; else pp = 1, the whole model): the shape of
+     * stage pp_rank, units [ufirst, ulast]; its flat arrays hold the
+     * global layout's [base, base + part.num_params), unit_lo relative to
+     * base. The GPT's head (last stage) also reads the tied token
+     * embedding (tied_elems, at global offset 0), kept as a copy of the
+     * first stage's; both of those stages have tied_elems set. */
+    int pp, pp_rank, ufirst, ulast;
+    size_t base;
+    size_t tied_elems;
+    size_t io_elems;     /* one boundary activation (fp32 elements) */
+    int slots;           /* activations kept: micro-batches in flight */
 } zs_step_shape;
+
+/* Pipeline: set cfg->model's stage fields (pp_on, pp_stage, pp_first,
+ * pp_last) for stage `stage` of cfg->pp, the embeddings on the first
+ * stage, the final LayerNorm and head on the last, the blocks split by
+ * cfg->pp_partition as DeepSpeed's partition_method: "uniform" by count
+ * (the first L mod P stages one block more), "parameters" balanced by the
+ * parameters each unit computes with (the least largest stage; the head
+ * counts the tied embedding it multiplies by). 0, or non-zero with a
+ * message (P more than the blocks). */
+int zs_pp_stage_config(zs_run_config *cfg, int stage);
+/* The non-interleaved schedules' warm-up forwards of stage `rank`
+ * (Megatron-LM: min(P - rank - 1, m); GPipe: all m). */
+int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m);
 
 /* Build the shape of cfg's step (model m, built from cfg->model) on `world`
  * data-parallel ranks. Returns 0, or non-zero with a one-line message. */
@@ -175,6 +204,17 @@ typedef enum {
                             gradients, stages 1, 2 the parameters */
     ZS_SOP_OFFLOAD_GRADS,/* offload: the reduced gradient shard to the host */
     ZS_SOP_UPLOAD_PARAMS,/* offload: the updated parameter shard to the device */
+    ZS_SOP_RECV_ACT,     /* pipeline: the stage's input for micro-batch `micro`
+                            from the previous stage */
+    ZS_SOP_SEND_ACT,     /* pipeline: its output to the next stage */
+    ZS_SOP_RECV_GRAD,    /* pipeline: the gradient of its output, from the next */
+    ZS_SOP_SEND_GRAD,    /* pipeline: the gradient of its input, to the previous */
+    ZS_SOP_TIED_SEND,    /* pipeline, last stage: the head's gradient of the
+                            tied embedding (fp32) to the first stage */
+    ZS_SOP_TIED_RECV,    /* pipeline, first stage: that gradient, added into
+                            the embedding's as the whole model adds it */
+    ZS_SOP_TIED_SYNC,    /* pipeline: the updated embedding, first stage to
+                            the last stage's copy */
     ZS_SOP_NKINDS
 } zs_step_op_kind;
 
@@ -191,7 +231,7 @@ typedef struct {
     int index;           /* bucket or piece, -1 when none */
     unsigned flags;
     zs_comm_phase phase;
-    zs_comm_group group; /* of its collective (dp for now) */
+    zs_comm_group group; /* of its collective or message */
     size_t elems;        /* elements it computes on or moves */
 } zs_step_op;
 
@@ -220,6 +260,12 @@ typedef struct {
     double rs_calls, rs_bytes;   /* per dense step (full-buffer bytes) */
     double ag_calls, ag_bytes;   /* stages 0-2 per applied step, full bytes */
     double recompute_units;      /* forward passes recomputed per step */
+    /* pipeline: point-to-point messages per step and their bytes (sends,
+     * receives), and the most micro-batches forwarded and not yet
+     * backwarded at once (the activations the schedule keeps) */
+    double p2p_send_calls, p2p_send_bytes, p2p_recv_calls, p2p_recv_bytes;
+    double tied_sync_bytes;      /* per applied step (sent or received) */
+    int in_flight;
     /* offload: the host and nvme tiers per category, and the bytes moved
      * between device and host and to and from files, per step or per
      * applied step */

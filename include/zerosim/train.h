@@ -87,6 +87,7 @@ typedef struct {
     size_t n_timeline;
     int timeline_step;
     zs_prediction pred;       /* for rank 0's shard size (every shard is the same) */
+    zs_prediction *pp_pred;   /* [pp_size] pipeline: each stage's (rank 0), else NULL */
     int steps_applied;        /* steps not skipped */
     int compressed_steps;     /* steps whose gradients went compressed */
     double *h2d_pred;         /* [world_size] offload_param: bytes each rank's

@@ -34,6 +34,8 @@ typedef struct {
     float loss_scale;  /* loss scale in effect during the step */
     int skipped;       /* 1 when fp16 overflow made the step be skipped */
     double seconds;    /* wall time of the step on this rank */
+    double recv_wait_s;/* pipeline: of it, the time spent waiting in receives
+                          of activations and gradients (the bubble) */
     int compressed;    /* 1 when the gradients went compressed */
 } zs_step_info;
 
@@ -67,6 +69,9 @@ const zs_partition *zs_engine_partition(const zs_engine *e);
 /* Tensor parallelism (cfg->model.tp > 1): the tensor-parallel group, whose
  * ledger context and backend the caller sets; before the first step. */
 int zs_engine_set_tp(zs_engine *e, struct zs_comm *tp);
+/* Pipeline parallelism (cfg->pp > 1): the pipeline group and the world
+ * (the global norm sums along all ranks in order); before the first step. */
+int zs_engine_set_pp(zs_engine *e, struct zs_comm *pp, struct zs_comm *world);
 /* The step's shape and the program the engine executes (zerosim/program.h). */
 const struct zs_step_shape_s *zs_engine_shape(const zs_engine *e);
 const struct zs_step_program_s *zs_engine_program(const zs_engine *e);

@@ -123,7 +123,12 @@ static const char *const zs_usage =
     "  --config FILE            DeepSpeed-style JSON configuration\n"
     "mesh (ranks = tp x dp x pp, Megatron-LM's order; see zerosim mesh):\n"
     "  --tp T                   tensor-parallel size (1; tensor_parallel.autotp_size)\n"
-    "  --pp P                   pipeline stages (1; only 1 so far)\n"
+    "  --pp P                   pipeline stages (1): the GPT's blocks cut into P\n"
+    "                           contiguous stages (see docs/pipeline.md)\n"
+    "  --pp-schedule gpipe|1f1b the pipeline's schedule (1f1b); micro-batches per\n"
+    "                           step = gradient_accumulation_steps\n"
+    "  --pp-partition uniform|parameters  blocks per stage by count, or balanced\n"
+    "                           by parameters (DeepSpeed's partition_method; uniform)\n"
     "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
     "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
     "  --ranks-per-node K       K consecutive ranks make a node (default: the nodes\n"
@@ -220,7 +225,7 @@ enum {
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT,
     OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
-    OPT_AUX_LOSS_COEFF, OPT_EP,
+    OPT_AUX_LOSS_COEFF, OPT_EP, OPT_PP_SCHEDULE, OPT_PP_PARTITION,
     OPT_LAST
 };
 
@@ -278,6 +283,8 @@ static const struct option zs_long_options[] = {
     {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
     {"tp", required_argument, NULL, OPT_TP},
     {"pp", required_argument, NULL, OPT_PP},
+    {"pp-schedule", required_argument, NULL, OPT_PP_SCHEDULE},
+    {"pp-partition", required_argument, NULL, OPT_PP_PARTITION},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"ranks-per-node", required_argument, NULL, OPT_RPN},
     {"hierarchical", no_argument, NULL, OPT_HIER},
@@ -463,6 +470,10 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     }
     if (cli->val[OPT_SP])
         c->sequence_parallel = 1;
+    if ((s = cli->val[OPT_PP_SCHEDULE]) && zs_pp_schedule_parse(s, &c->pp_schedule))
+        ZS_FAIL("--pp-schedule must be gpipe or 1f1b, got \"%s\"", s);
+    if ((s = cli->val[OPT_PP_PARTITION]) && zs_pp_partition_parse(s, &c->pp_partition))
+        ZS_FAIL("--pp-partition must be uniform or parameters, got \"%s\"", s);
     if (cli->val[OPT_HIER])
         c->hierarchical = 1;
     if (cli->val[OPT_QWZ])
@@ -1006,7 +1017,7 @@ static int zs_wants_phantom(int argc, char **argv)
 }
 
 /* The step program of rank 0 of cfg on `world` ranks, one op a line. */
-static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
+static int zs_print_program_one(const zs_run_config *cfg, int world, FILE *f)
 {
     zs_model *m;
     ZS_TRY(zs_model_create(&cfg->model, &m));
@@ -1023,6 +1034,19 @@ static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
     }
     zs_model_destroy(m);
     return rc;
+}
+
+static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
+{
+    if (cfg->pp > 1) { /* each pipeline stage runs its own program */
+        for (int st = 0; st < cfg->pp; st++) {
+            zs_run_config c = *cfg; /* over the stage's data-parallel ranks */
+            ZS_TRY(zs_pp_stage_config(&c, st));
+            ZS_TRY(zs_print_program_one(&c, world / (cfg->pp * (cfg->tp > 1 ? cfg->tp : 1)), f));
+        }
+        return 0;
+    }
+    return zs_print_program_one(cfg, world, f);
 }
 
 /* Rank 0's notices before training: stage-3 units larger than
@@ -1132,12 +1156,13 @@ static int zs_cmd_train(int argc, char **argv)
         else if (cfg.offload_optimizer == ZS_OFFLOAD_NVME)
             snprintf(offl, sizeof offl, ", optimizer offloaded to files in %.100s", cfg.nvme_path);
         fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
-                "grad-accum %d x %d%s%s, %d steps\n",
+                "grad-accum %d x %d%s%s%s, %d steps\n",
                 PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
                 zs_dtype_name(cfg.precision), cfg.stage, world, phantom ? "simulated " : "",
                 world == 1 ? "" : "s",
                 cfg.deterministic ? " (deterministic)" : "", cfg.micro_batch, cfg.grad_accum,
-                world, reduce, offl, cfg.steps);
+                world / (cfg.tp * cfg.pp), cfg.tp * cfg.pp > 1 ? " data-parallel" : "", reduce,
+                offl, cfg.steps);
         if (zs_print_notices(&cfg, world / (cfg.tp * cfg.pp), o.log))
             fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
     }

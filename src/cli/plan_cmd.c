@@ -47,6 +47,10 @@ static const char *const zs_plan_usage =
     "  --dp N[,N...]            data-parallel devices (1)\n"
     "  --tp T                   tensor-parallel devices per data-parallel rank (1;\n"
     "                           --arch gpt); the cluster has dp x tp devices\n"
+    "  --pp P                   pipeline stages (1; --arch gpt, zerosim convention):\n"
+    "                           memory of every stage, the most loaded decides the\n"
+    "                           fit; --pp-schedule gpipe|1f1b, --pp-partition\n"
+    "                           uniform|parameters as zerosim train's\n"
     "  --sequence-parallel      with --tp: sequence parallelism (megatron convention:\n"
     "                           Korthikanti et al.'s activations sbh/t (34 + 5as/h))\n"
     "  --devices-per-node N     devices per node (8); aliases --gpus-per-node,\n"
@@ -113,6 +117,7 @@ enum {
     P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR,
+    P_PP, P_PP_SCHEDULE, P_PP_PARTITION,
     P_WFORMAT, P_WDQ, P_LAST
 };
 
@@ -173,6 +178,9 @@ static const struct option zs_plan_options[] = {
     {"sequence-parallel", no_argument, NULL, P_SP},
     {"grad-reduce", required_argument, NULL, P_GRAD_REDUCE},
     {"overlap-comm", required_argument, NULL, P_OVERLAP_COMM},
+    {"pp", required_argument, NULL, P_PP},
+    {"pp-schedule", required_argument, NULL, P_PP_SCHEDULE},
+    {"pp-partition", required_argument, NULL, P_PP_PARTITION},
     {NULL, 0, NULL, 0},
 };
 
@@ -422,6 +430,12 @@ static int zs_plan_apply(zs_plan_cli *cl)
     }
     if (v[P_TP])
         ZS_TRY(zs_plan_int(P_TP, v[P_TP], 1, 1 << 16, &c->tp));
+    if (v[P_PP])
+        ZS_TRY(zs_plan_int(P_PP, v[P_PP], 1, 1 << 16, &c->pp));
+    if (v[P_PP_SCHEDULE] && zs_pp_schedule_parse(v[P_PP_SCHEDULE], &c->pp_schedule))
+        ZS_FAIL("--pp-schedule must be gpipe or 1f1b, got \"%s\"", v[P_PP_SCHEDULE]);
+    if (v[P_PP_PARTITION] && zs_pp_partition_parse(v[P_PP_PARTITION], &c->pp_partition))
+        ZS_FAIL("--pp-partition must be uniform or parameters, got \"%s\"", v[P_PP_PARTITION]);
     in->sequence_parallel = v[P_SP] != NULL;
     if (v[P_COMP] && zs_comp_parse(v[P_COMP], &c->compression))
         return -1;
@@ -494,7 +508,11 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
             c->micro_batch, c->grad_accum,
             c->stage <= 1 && c->grad_reduce == ZS_GRAD_REDUCE_STEP ? ", gradients reduced once per step" : "",
             zs_plan_convention_name(in->convention));
-    if (c->tp > 1)
+    if (c->pp > 1)
+        fprintf(f, "cluster: %d data-parallel x %d tensor-parallel x %d pipeline = %d devices, "
+                   "%d per node", in->dp, c->tp, c->pp, in->dp * c->tp * c->pp,
+                in->devices_per_node);
+    else if (c->tp > 1)
         fprintf(f, "cluster: %d data-parallel x %d tensor-parallel = %d devices, %d per node",
                 in->dp, c->tp, in->dp * c->tp, in->devices_per_node);
     else
@@ -520,6 +538,17 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
         fprintf(f, "  (stage 3 holds %zu live gathered parameters%s)\n", r->live_params,
                 in->has_arch ? "" : in->largest_layer ? ": --largest-layer"
                                                       : ": give --largest-layer to count them");
+    if (r->pp > 1) {
+        fprintf(f, "pipeline: %d stages (%s, %s); the table is stage %d's, the most loaded; "
+                   "totals by stage (GB):", r->pp, zs_pp_schedule_name(c->pp_schedule),
+                zs_pp_partition_name(c->pp_partition), r->pp_stage);
+        for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++)
+            fprintf(f, " %.3f", gb(r->pp_stage_total[s]));
+        fprintf(f, "%s\n  point to point per step: %.0f bytes sent, %.0f received; ideal bubble "
+                   "(P-1)/(m+P-1) = %.3f (in the step time's compute)\n",
+                r->pp > ZS_PLAN_PP_SHOWN ? " ..." : "", r->pp_send_bytes, r->pp_recv_bytes,
+                r->pp_bubble);
+    }
     if (r->fits == 1)
         fprintf(f, "fits: yes, %.3f GB of %.3f GB (%.3f GB free)\n", gb(r->total),
                 gb((double)in->device_memory), gb((double)in->device_memory - r->total));
@@ -610,11 +639,12 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
         fputc('\n', f);
     }
     if (r->flops_per_step > 0)
-        fprintf(f, "  compute: %.4g FLOP per device per step (%.0f tokens x %s) at %.4g FLOP/s\n",
+        fprintf(f, "  compute: %.4g FLOP per device per step (%.0f tokens x %s%s) at %.4g FLOP/s\n",
                 r->flops_per_step, r->tokens_per_step,
                 in->has_arch ? (r->recompute ? "(8 Psi + 16 L C T), with recompute"
                                                          : "(6 Psi + 12 L C T)")
                              : "6 Psi",
+                r->pp > 1 ? " x the stage's share of Psi / (1 - bubble)" : "",
                 in->cal.gemm_flops);
     else
         fprintf(f, "  compute: not modelled (give --seq with --params, or --arch gpt)\n");
@@ -640,6 +670,19 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(o, "padded_params", json_integer((json_int_t)r->padded));
     json_object_set_new(o, "dp", json_integer(in->dp));
     json_object_set_new(o, "tp", json_integer(in->cfg.tp > 1 ? in->cfg.tp : 1));
+    json_object_set_new(o, "pp", json_integer(r->pp > 1 ? r->pp : 1));
+    if (r->pp > 1) {
+        json_t *st = json_array();
+        for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++)
+            json_array_append_new(st, zs_json_bytes(r->pp_stage_total[s]));
+        json_object_set_new(o, "pipeline", json_pack(
+            "{s:s, s:s, s:i, s:o, s:o, s:o, s:f}", "schedule",
+            zs_pp_schedule_name(c->pp_schedule), "partition", zs_pp_partition_name(c->pp_partition),
+            "most_loaded_stage", r->pp_stage, "stage_totals", st,
+            "p2p_send_bytes_per_step", zs_json_bytes(r->pp_send_bytes),
+            "p2p_recv_bytes_per_step", zs_json_bytes(r->pp_recv_bytes), "ideal_bubble",
+            r->pp_bubble));
+    }
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "convention", json_string(zs_plan_convention_name(in->convention)));
     json_object_set_new(o, "grad_reduce", json_string(zs_grad_reduce_name(c->grad_reduce)));

@@ -102,6 +102,8 @@ typedef struct {   /* a pending non-blocking call */
     struct zs_ring *ring;    /* a reduce-scatter's ring, or NULL */
     const char *what;        /* the collective, for the timeout's line */
     double t1;               /* when it was seen complete; 0: not yet */
+    int to_dev;              /* staged: copy host to dev on wait */
+    int p2p;                 /* a point-to-point send (zs_comm_isend) */
 } zs_comm_pending;
 
 static const char *const zs_op_names[ZS_OP_NOPS] = {
@@ -115,6 +117,8 @@ static const char *const zs_op_names[ZS_OP_NOPS] = {
     [ZS_OP_H2D] = "h2d",
     [ZS_OP_NVME_READ] = "nvme_read",
     [ZS_OP_NVME_WRITE] = "nvme_write",
+    [ZS_OP_SEND] = "send",
+    [ZS_OP_RECV] = "recv",
 };
 static const char *const zs_phase_names[ZS_PHASE_NPHASES] = {
     [ZS_PHASE_SETUP] = "setup",
@@ -1083,7 +1087,8 @@ static zs_comm_record zs_comm_rec(zs_comm_t c, zs_comm_op op, int layer, size_t 
                         .step = c->ledger->step,
                         .elems = elems, .elem_size = zs_comm_type_size(t)};
     double full = (double)elems * (double)r.elem_size, N = c->size;
-    r.wire_bytes = op == ZS_OP_GATHER ? full : full * (N - 1) / N;
+    r.wire_bytes = op == ZS_OP_GATHER || op == ZS_OP_SEND || op == ZS_OP_RECV
+                       ? full : full * (N - 1) / N;
     if (op == ZS_OP_ALLREDUCE)
         r.wire_bytes *= 2;
     if (c->hier && c->hier_m > 1 && c->hier_k > 1 &&
@@ -1834,6 +1839,7 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
         zs_backend_copy_d2h(c->be, (char *)p->host + mine, (const char *)buf + mine,
                             (size_t)counts[c->rank] * es);
         mbuf = p->host;
+        p->to_dev = 1;
     }
     if (c->hier_node) { /* two levels, complete on return (no overlap) */
         int hrc = zs_comm_hier_allgather(c, mbuf, counts, displs, t);
@@ -1871,13 +1877,13 @@ int zs_comm_wait(zs_comm_t c, void **request)
             p->t1 = MPI_Wtime();
         }
         p->r.seconds = p->t1 - p->t0;
-    } else if (p->what) { /* a reduce-scatter that completed when it started */
+    } else if (p->what && !p->p2p) { /* a reduce-scatter that completed when it started */
         c->rs_pending = 0;
         if (c->size > 1 && !c->phantom)
             p->r.seconds = p->t1 - p->t0;
     } else if (c->size > 1 && !c->phantom) {
-        rc = zs_comm_finish(c, 1, &p->req, p->seq, "allgather");
-        if (!rc && p->host)
+        rc = zs_comm_finish(c, 1, &p->req, p->seq, p->p2p ? "point-to-point send" : "allgather");
+        if (!rc && p->host && p->to_dev)
             zs_backend_copy_h2d(c->be, p->dev, p->host, p->host_bytes);
         size_t es = zs_comm_type_size(p->qt);
         for (int r = 0; !rc && p->qbuf && r < c->size; r++) /* qwZ: every part, decoded */
@@ -2112,6 +2118,105 @@ int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_ty
         return zs_mpi_fail(rc, "MPI_Send/MPI_Recv");
     zs_comm_record_add(c, &rec);
     return 0;
+}
+
+int zs_comm_isend(zs_comm_t c, int peer, const void *buf, size_t count, zs_comm_type t, int tag,
+                  int layer, void **request)
+{
+    *request = NULL;
+    if (count > (size_t)INT_MAX)
+        ZS_FAIL("a point-to-point message of %zu elements is more than one MPI call can carry",
+                count);
+    zs_comm_pending *p = calloc(1, sizeof *p);
+    if (!p)
+        ZS_FAIL("out of host memory for a pending send");
+    p->r = zs_comm_rec(c, ZS_OP_SEND, layer, count, t);
+    p->what = "point-to-point send";
+    p->p2p = 1;
+    p->req = MPI_REQUEST_NULL;
+    *request = p;
+    if (c->phantom || c->size == 1)
+        return 0;
+    p->t0 = MPI_Wtime();
+    p->seq = zs_comm_enter(c);
+    const void *mbuf = buf;
+    if (c->staged) { /* the device buffer, copied to the host first */
+        p->host_bytes = count * zs_comm_type_size(t);
+        p->host = malloc(p->host_bytes + 1);
+        if (!p->host)
+            ZS_FAIL("out of host memory staging a send of %zu bytes", p->host_bytes);
+        zs_backend_copy_d2h(c->be, p->host, buf, p->host_bytes);
+        mbuf = p->host;
+    }
+    int rc = MPI_Isend(mbuf, (int)count, zs_mpi_type(t), peer, tag, c->comm, &p->req);
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Isend");
+    return 0;
+}
+
+int zs_comm_recv(zs_comm_t c, int peer, void *buf, size_t count, zs_comm_type t, int tag,
+                 int layer)
+{
+    if (count > (size_t)INT_MAX)
+        ZS_FAIL("a point-to-point message of %zu elements is more than one MPI call can carry",
+                count);
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_RECV, layer, count, t);
+    if (c->phantom || c->size == 1) {
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    long long seq = zs_comm_enter(c);
+    size_t bytes = count * zs_comm_type_size(t);
+    void *mbuf = buf;
+    if (c->staged) {
+        if (zs_comm_grow(&c->h_recv, &c->h_recv_cap, bytes))
+            return -1;
+        mbuf = c->h_recv;
+    }
+    MPI_Request req;
+    int rc = MPI_Irecv(mbuf, (int)count, zs_mpi_type(t), peer, tag, c->comm, &req);
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, "MPI_Irecv");
+    if (zs_comm_finish(c, 1, &req, seq, "point-to-point receive"))
+        return -1;
+    if (c->staged)
+        zs_backend_copy_h2d(c->be, buf, mbuf, bytes);
+    rec.seconds = MPI_Wtime() - t0;
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+static int zs_comm_small(zs_comm_t c, int peer, double *v, int n, int send)
+{
+    zs_comm_record rec = zs_comm_rec(c, ZS_OP_SCALARS, -1, (size_t)n, ZS_CT_F64);
+    rec.wire_bytes = send ? (double)n * 8.0 : 0.0;
+    if (c->phantom || c->size == 1) {
+        zs_comm_record_add(c, &rec);
+        return 0;
+    }
+    double t0 = MPI_Wtime();
+    long long seq = zs_comm_enter(c);
+    MPI_Request req;
+    int rc = send ? MPI_Isend(v, n, MPI_DOUBLE, peer, 7003, c->comm, &req)
+                  : MPI_Irecv(v, n, MPI_DOUBLE, peer, 7003, c->comm, &req);
+    if (rc != MPI_SUCCESS)
+        return zs_mpi_fail(rc, send ? "MPI_Isend" : "MPI_Irecv");
+    if (zs_comm_finish(c, 1, &req, seq, send ? "send of partial sums" : "receive of partial sums"))
+        return -1;
+    rec.seconds = MPI_Wtime() - t0;
+    zs_comm_record_add(c, &rec);
+    return 0;
+}
+
+int zs_comm_send_small(zs_comm_t c, int peer, const double *v, int n)
+{
+    return zs_comm_small(c, peer, (double *)v, n, 1);
+}
+
+int zs_comm_recv_small(zs_comm_t c, int peer, double *v, int n)
+{
+    return zs_comm_small(c, peer, v, n, 0);
 }
 
 int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)

@@ -95,6 +95,7 @@ void zs_run_config_defaults(zs_run_config *c)
 
     c->precision = ZS_DTYPE_F32;
     c->tp = c->pp = 1;
+    c->pp_schedule = ZS_PP_1F1B;
     c->ep = 1;
     /* mixture of experts, off (moe_experts 0); DeepSpeed's MoE layer's
      * defaults: top-1, capacity factor 1, min_capacity 4; the aux loss
@@ -1639,7 +1640,7 @@ static const field top_fields[] = {
     F_UNMOD("weight_quantization", OFF_DISABLED, "weight quantization", OFF_SECTION),
     F_UNMOD("hybrid_engine", OFF_DISABLED, "the RLHF hybrid engine", OFF_SECTION),
     F_UNMOD("pipeline", OFF_NULL, "DeepSpeed's pipeline engine settings",
-            "remove it (zerosim's pipeline parallelism is --pp, not yet above 1)"),
+            "remove it (zerosim's pipeline parallelism is --pp and --pp-schedule)"),
 };
 static const field_table top_table = TABLE(top_fields);
 
@@ -1936,6 +1937,68 @@ char *zs_run_config_json(const zs_run_config *c)
     return text;
 }
 
+int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out)
+{
+    if (!strcmp(s, "gpipe"))
+        *out = ZS_PP_GPIPE;
+    else if (!strcmp(s, "1f1b"))
+        *out = ZS_PP_1F1B;
+    else
+        return -1;
+    return 0;
+}
+
+const char *zs_pp_schedule_name(zs_pp_schedule s) { return s == ZS_PP_GPIPE ? "gpipe" : "1f1b"; }
+
+int zs_pp_partition_parse(const char *s, zs_pp_partition *out)
+{
+    if (!strcmp(s, "uniform"))
+        *out = ZS_PP_UNIFORM;
+    else if (!strcmp(s, "parameters"))
+        *out = ZS_PP_PARAMETERS;
+    else
+        return -1;
+    return 0;
+}
+
+const char *zs_pp_partition_name(zs_pp_partition p)
+{
+    return p == ZS_PP_PARAMETERS ? "parameters" : "uniform";
+}
+
+/* What the pipeline (--pp > 1) supports; one line saying why otherwise. */
+static int check_pipeline(const zs_run_config *c)
+{
+    if (c->pp <= 1)
+        return 0;
+    if (c->model.kind != ZS_MODEL_GPT)
+        return fail("pipeline parallelism (--pp %d) cuts the GPT's blocks into stages: use "
+                    "--model gpt or --pp 1", c->pp);
+    if (c->pp > c->model.n_layer)
+        return fail("--pp %d is more pipeline stages than the model's %d blocks (model.layers): "
+                    "every stage needs at least one block", c->pp, c->model.n_layer);
+    if (c->stage == 3)
+        return fail("ZeRO stage 3 with --pp %d is not supported (the last stage's copy of the "
+                    "tied embedding is not partitioned; DeepSpeed refuses stages 2 and 3 with "
+                    "its pipeline): use --stage 0, 1 or 2", c->pp);
+    if (c->tp > 1)
+        return fail("--tp %d with --pp %d (3D) is not supported yet: use --tp 1 or --pp 1",
+                    c->tp, c->pp);
+    if (c->model.ckpt_blocks > 0)
+        return fail("activation checkpointing with --pp %d is not supported yet: use "
+                    "--checkpoint-activations off or --pp 1", c->pp);
+    if (c->model.moe_experts > 0)
+        return fail("mixture of experts (--moe-experts) with --pp %d is not supported yet: use "
+                    "--pp 1", c->pp);
+    if (c->compression.kind != ZS_COMP_NONE)
+        return fail("gradient compression with --pp %d is not supported: use --compression none "
+                    "or --pp 1", c->pp);
+    if (c->offload_optimizer != ZS_OFFLOAD_NONE)
+        return fail("offload_optimizer with --pp %d is not supported: use --offload-optimizer "
+                    "none or --pp 1", c->pp);
+    return 0;
+}
+
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out)
 {
     if (!strcmp(s, "micro-batch"))
@@ -1969,8 +2032,6 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->quantized_weights && c->deterministic)
         return fail("zero_optimization.zero_quantized_weights (--quantized-weights) is lossy "
                     "and deterministic mode promises exact results: drop one of them");
-    if (c->pp > 1)
-        return fail("pipeline parallelism (--pp %d) is not supported yet: use --pp 1", c->pp);
     if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)
         return fail("offload_optimizer (--offload-optimizer %s) needs ZeRO stage 1, 2 or 3, as "
                     "DeepSpeed's does: use --stage 1 or higher",
@@ -2129,6 +2190,7 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
             return fail("activation checkpointing needs at least one block per segment");
         c->model.ckpt_blocks = k;
     }
+    ZS_TRY(check_pipeline(c));
     return zs_model_config_validate(&c->model);
 }
 

@@ -224,6 +224,22 @@ static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, flo
         out[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
 }
 
+/* Pipeline: the blocks [*b0, *b1] (0-based) of the stage's units, and
+ * whether it has the head; the whole model without a pipeline. */
+static void gpt_stage(const zs_model_config *c, int *b0, int *b1, int *head)
+{
+    int L = c->n_layer;
+    if (!c->pp_on) {
+        *b0 = 0;
+        *b1 = L - 1;
+        *head = 1;
+        return;
+    }
+    *b0 = (c->pp_first > 1 ? c->pp_first : 1) - 1;
+    *b1 = (c->pp_last < L ? c->pp_last : L) - 1;
+    *head = c->pp_last == L + 1;
+}
+
 /* Blocks whose activations exist at once: K with checkpointing, else L. */
 static int gpt_slots(const zs_model_config *c)
 {
@@ -249,6 +265,15 @@ static size_t gpt_activation_floats(const zs_model_config *c, int b)
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
     size_t BT = B * T, BTl = B * gpt_seq_local(c);
+    if (c->pp_on) { /* a pipeline stage: its input, its blocks, the head if it has it */
+        int b0, b1, head;
+        gpt_stage(c, &b0, &b1, &head);
+        size_t nb = b1 >= b0 ? (size_t)(b1 - b0 + 1) : 0;
+        size_t blockf = gpt_sp(c) ? 2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
+                                        B * NH / P * T * T
+                                  : 4 * BT * C + 12 * BT * C / P + 4 * BT + B * NH / P * T * T;
+        return BTl * C + nb * blockf + (head ? BT * C + 2 * BTl + BT * (V / P + 1) : 0);
+    }
     if (gpt_sp(c))
         return BTl * C + L * (2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
                               B * NH / P * T * T) + BT * C + 2 * BTl + BT * (V / P + 1);
@@ -293,7 +318,9 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
         size_t ecc = (size_t)c->moe_experts * (size_t)gpt_moe_cap(c, b) * C;
         moe = 2 * ecc + BT * (size_t)c->moe_experts + (ecc > BT * C ? 8 * (ecc - BT * C) : 0);
     }
-    return 4 * (BT * C * 2 + 12 * BT * C / P + 2 * B * NH / P * T * T + BT * V / P +
+    int b0, b1, head; /* a pipeline stage without the head has no logits */
+    gpt_stage(c, &b0, &b1, &head);
+    return 4 * (BT * C * 2 + 12 * BT * C / P + 2 * B * NH / P * T * T + (head ? BT * V / P : 0) +
                 (P > 1 ? 3 * BT : 0) + sp + moe);
 }
 
@@ -324,36 +351,50 @@ static void gpt_bind_acts(zs_acts *a)
         *views[k] = arr + (size_t)k * (size_t)L;
     float *p = a->saved;
     a->encoded = p; p += BTl * C;
-    int K = gpt_slots(c);
-    for (int l = 0; l < K; l++) { /* slot l (MoE: no checkpointing, slot l is block l) */
-        int moe = zs_model_block_is_moe(c, l);
-        for (int k = 0; k < 13; k++) {
-            if (moe && (k == 10 || k == 11)) /* fch, fch_gelu: the experts' instead */
+    int b0, b1, head;
+    gpt_stage(c, &b0, &b1, &head);
+    if (c->pp_on) { /* the stage's blocks, each its own slot; its input is encoded */
+        for (int l = b0; l <= b1; l++)
+            for (int k = 0; k < 13; k++) {
+                (*views[k])[l] = p;
+                p += sz[k];
+            }
+        if (b0 >= 1)
+            a->res3[b0 - 1] = a->encoded;
+    } else {
+        int K = gpt_slots(c);
+        for (int l = 0; l < K; l++) { /* slot l (MoE: no checkpointing, slot l is block l) */
+            int moe = zs_model_block_is_moe(c, l);
+            for (int k = 0; k < 13; k++) {
+                if (moe && (k == 10 || k == 11)) /* fch, fch_gelu: the experts' instead */
+                    continue;
+                (*views[k])[l] = p;
+                p += sz[k];
+            }
+            if (!moe)
                 continue;
-            (*views[k])[l] = p;
-            p += sz[k];
+            a->m_gates[l] = p; p += BT * (size_t)E;
+            a->m_xin[l] = p; p += ecc;
+            a->m_fch[l] = p; p += 4 * ecc;
+            a->m_gelu[l] = p; p += 4 * ecc;
+            a->m_out[l] = p; p += ecc;
         }
-        if (!moe)
-            continue;
-        a->m_gates[l] = p; p += BT * (size_t)E;
-        a->m_xin[l] = p; p += ecc;
-        a->m_fch[l] = p; p += 4 * ecc;
-        a->m_gelu[l] = p; p += 4 * ecc;
-        a->m_out[l] = p; p += ecc;
+        for (int l = K; l < L; l++)   /* block l uses slot l mod K */
+            for (int k = 0; k < 13; k++)
+                (*views[k])[l] = (*views[k])[l % K];
+        /* the last block of each segment but the final one writes its output
+         * into the next segment's checkpoint */
+        for (int l = K - 1; l < L - 1; l += K)
+            a->res3[l] = a->ckpt + (size_t)(l / K) * BTl * C;
     }
-    for (int l = K; l < L; l++)   /* block l uses slot l mod K */
-        for (int k = 0; k < 13; k++)
-            (*views[k])[l] = (*views[k])[l % K];
-    /* the last block of each segment but the final one writes its output
-     * into the next segment's checkpoint */
-    for (int l = K - 1; l < L - 1; l += K)
-        a->res3[l] = a->ckpt + (size_t)(l / K) * BTl * C;
-    a->lnf = p; p += BT * C;
-    a->lnf_mean = p; p += BTl;
-    a->lnf_rstd = p; p += BTl;
-    a->probs = p; p += BT * V;
-    a->losses = p; p += BT;
     a->n_losses = BT;
+    if (head) {
+        a->lnf = p; p += BT * C;
+        a->lnf_mean = p; p += BTl;
+        a->lnf_rstd = p; p += BTl;
+        a->probs = p; p += BT * V;
+        a->losses = p; p += BT;
+    }
 
     float *s = a->scratch;
     a->s_tmp = s; s += BT * C;
@@ -365,7 +406,10 @@ static void gpt_bind_acts(zs_acts *a)
     a->s_dfch_gelu = s; s += dfch;
     a->s_preatt = s; s += B * NH * T * T;
     a->s_datt = s; s += B * NH * T * T;
-    a->s_logits = s; s += BT * V;
+    if (head) {
+        a->s_logits = s;
+        s += BT * V;
+    }
     if (P > 1) {
         a->s_rowmax = s; s += BT;
         a->s_sums = s; s += 2 * BT;

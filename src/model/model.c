@@ -418,12 +418,60 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
     return 0;
 }
 
+int zs_model_acts_create_slot(const zs_model *m, zs_mem_t mem, int b, const zs_acts *share,
+                              zs_acts **out)
+{
+    *out = NULL;
+    zs_acts *a = calloc(1, sizeof *a);
+    if (!a)
+        ZS_FAIL("out of host memory creating activations");
+    a->m = m;
+    a->mem = mem;
+    a->b = b;
+    a->saved_bytes = m->ops->activation_bytes(&m->cfg, b);
+    a->scratch = share->scratch; /* not this slot's: scratch_bytes stays 0 */
+    a->shared_scratch = 1;
+    if (zs_mem_alloc(mem, ZS_MEM_ACTIVATIONS, a->saved_bytes, (void **)&a->saved)) {
+        zs_model_acts_destroy(a);
+        return -1;
+    }
+    m->ops->bind_acts(a);
+    if (!a->view_arrays) {
+        zs_model_acts_destroy(a);
+        ZS_FAIL("out of host memory creating activation views");
+    }
+    *out = a;
+    return 0;
+}
+
+float *zs_model_unit_output(zs_acts *a, int l, size_t *n)
+{
+    const zs_model_config *c = &a->m->cfg;
+    *n = zs_model_boundary_elems(c, a->b);
+    return l == 0 ? a->encoded : a->res3[l - 1];
+}
+
+float *zs_model_input_grad(zs_acts *a, size_t *n)
+{
+    *n = zs_model_boundary_elems(&a->m->cfg, a->b);
+    return a->s_dres;
+}
+
+size_t zs_model_boundary_elems(const zs_model_config *c, int b)
+{
+    size_t T = (size_t)c->seq_len;
+    if (c->tp > 1 && c->sequence_parallel)
+        T /= (size_t)c->tp;
+    return (size_t)b * T * (size_t)c->n_embd;
+}
+
 void zs_model_acts_destroy(zs_acts *a)
 {
     if (!a)
         return;
     zs_mem_free(a->mem, ZS_MEM_ACTIVATIONS, a->saved, a->saved_bytes);
-    zs_mem_free(a->mem, ZS_MEM_WORKSPACE, a->scratch, a->scratch_bytes);
+    if (!a->shared_scratch)
+        zs_mem_free(a->mem, ZS_MEM_WORKSPACE, a->scratch, a->scratch_bytes);
     zs_mem_free(a->mem, ZS_MEM_CHECKPOINTS, a->ckpt, a->ckpt_bytes);
     free(a->view_arrays);
     if (a->moe && a->moe->expert)

@@ -53,6 +53,7 @@ struct zs_acts {
     float *ckpt;             /* category checkpoints */
     size_t ckpt_bytes;
     size_t scratch_bytes;
+    int shared_scratch;      /* pipeline slot: scratch is another's */
     float *losses;           /* (B,T) or (B): per-position losses */
     size_t n_losses;
     /* GPT views; per-block arrays have n_layer entries */

@@ -100,8 +100,32 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
     size_t ps = zs_dtype_size(c->precision), gs = zs_dtype_size(in->grad_precision);
     int st = c->stage;
     *have = 0;
-    if (in->has_arch) {
+    if (in->has_arch && c->pp > 1) { /* every stage; the most loaded one decides */
+        double best = -1.0;
+        for (int s = 0; s < c->pp; s++) {
+            zs_run_config cs = *c;
+            zs_prediction ps_;
+            ZS_TRY(zs_pp_stage_config(&cs, s));
+            ZS_TRY(zs_predict(&cs, in->dp, &ps_));
+            double tot = 0.0;
+            for (int k = 0; k < ZS_MEM_NCAT; k++)
+                tot += ps_.has[k] ? (double)ps_.bytes[k] : 0.0;
+            if (s < ZS_PLAN_PP_SHOWN)
+                r->pp_stage_total[s] = tot;
+            if (tot > best) {
+                best = tot;
+                *pr = ps_;
+                r->pp_stage = s;
+            }
+        }
+        r->pp = c->pp;
+        r->pp_send_bytes = pr->p2p_send_bytes_per_step + pr->tied_send_bytes_per_applied_step;
+        r->pp_recv_bytes = pr->p2p_recv_bytes_per_step + pr->tied_recv_bytes_per_applied_step;
+        r->pp_bubble = (double)(c->pp - 1) / (double)(c->grad_accum + c->pp - 1);
+    } else if (in->has_arch) {
         ZS_TRY(zs_predict(c, in->dp, pr));
+    }
+    if (in->has_arch) {
         *have = 1;
         for (int k = 0; k < ZS_MEM_NCAT; k++) {
             r->bytes[k] = (double)pr->bytes[k];
@@ -237,7 +261,14 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     r->has[ZS_MEM_PARAMS] = r->has[ZS_MEM_GRADS] = 1;
     r->has[ZS_MEM_OPT_MASTER] = r->has[ZS_MEM_OPT_M] = r->has[ZS_MEM_OPT_V] = 1;
     r->has[ZS_MEM_COMPRESSION] = in->convention == ZS_PLAN_ZEROSIM;
-    if (in->has_arch) {
+    if (in->has_arch && c.pp > 1 && in->convention != ZS_PLAN_ZEROSIM)
+        ZS_FAIL("--pp is planned in the zerosim convention only (each stage's step program)");
+    if (c.pp > 1 && !in->has_arch)
+        ZS_FAIL("--pp needs the model's shape: use --arch gpt");
+    if (in->has_arch && c.pp > 1) { /* the stage's own, as zs_predict counted them */
+        r->activations_modelled = 1;
+        r->has[ZS_MEM_ACTIVATIONS] = r->has[ZS_MEM_CHECKPOINTS] = 1;
+    } else if (in->has_arch) {
         r->activations_modelled = 1;
         r->bytes[ZS_MEM_ACTIVATIONS] = (double)zs_model_activation_bytes(&c.model, c.micro_batch);
         r->bytes[ZS_MEM_CHECKPOINTS] = (double)zs_model_checkpoint_bytes(&c.model, c.micro_batch);
@@ -366,6 +397,13 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (r->recompute)
         per_token *= 4.0 / 3.0;
     r->flops_per_step = r->tokens_per_step * per_token;
+    /* a pipeline: the most loaded stage's share of the parameters'
+     * compute, stretched by the bubble */
+    double pp_scale = 1.0;
+    if (r->pp > 1 && Psi > 0)
+        pp_scale = (double)pr.num_params / Psi / (1.0 - r->pp_bubble);
+    r->flops_per_step *= pp_scale;
+    r->traffic_bytes += r->pp_send_bytes;
     /* the finer model of a GPT: the GEMMs (12 C^2 per block and the V x C
      * head per token, forward and backward: 6 x) apart from the other
      * kernels, each counted in the units of its calibration */
@@ -419,6 +457,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         si.host_optimizer_elems = si.optimizer_elems;
         si.optimizer_elems = 0;
     }
+    si.gemm_flops_per_step *= pp_scale;
+    for (int k = 0; k < ZS_WORK_NKINDS; k++)
+        work[k] *= pp_scale;
     memcpy(si.work, work, sizeof work);
     ZS_TRY(zs_steptime_estimate(&si, &r->time));
     return 0;

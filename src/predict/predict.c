@@ -176,6 +176,14 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
         p->param_h2d_bytes_per_step = zs_step_gather_own_bytes(&sh, &prog, 0);
     for (int u = 0; u < sh.U; u++)
         p->gathered_per_pass += zs_model_unit_elems(m, u);
+    p->p2p_send_bytes_per_step = c.p2p_send_bytes;
+    p->p2p_recv_bytes_per_step = c.p2p_recv_bytes;
+    if (sh.pp > 1 && sh.pp_rank == 0)
+        p->tied_send_bytes_per_applied_step = c.tied_sync_bytes;
+    else if (sh.pp > 1)
+        p->tied_recv_bytes_per_applied_step = c.tied_sync_bytes;
+    p->act_slots = sh.slots;
+    p->in_flight = c.in_flight;
     p->rs_bytes_per_step = (size_t)c.rs_bytes;
     p->rs_calls_per_step = c.rs_calls;
     p->recompute_units = c.recompute_units;

@@ -1,6 +1,7 @@
 /* zerosim — the JSON report. */
 #include "build-config.h"
 #include "zerosim/report.h"
+#include "zerosim/mesh.h"
 #include "zerosim/io.h"
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
@@ -69,14 +70,24 @@ static size_t zs_row_peak(const zs_train_result *r, int q, size_t k)
     return v;
 }
 
-static size_t zs_row_pred(const zs_train_result *r, size_t k, int *has)
+/* The prediction for rank q: its pipeline stage's with --pp. */
+static const zs_prediction *zs_pred_of(const zs_train_result *r, int q)
 {
+    if (!r->pp_pred)
+        return &r->pred;
+    int T = r->tp_size > 0 ? r->tp_size : 1;
+    return &r->pp_pred[zs_mesh_coord_of(r->world_size, T, r->pp_size, q).pp];
+}
+
+static size_t zs_row_pred(const zs_train_result *r, int q, size_t k, int *has)
+{
+    const zs_prediction *pr = zs_pred_of(r, q);
     size_t v = 0;
     *has = 1;
     for (int i = 0; i < zs_mem_rows[k].ncats; i++) {
         int c = zs_mem_rows[k].cats[i];
-        *has &= r->pred.has[c];
-        v += r->pred.bytes[c];
+        *has &= pr->has[c];
+        v += pr->bytes[c];
     }
     return v;
 }
@@ -119,15 +130,22 @@ static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls,
  * -1 when there is no prediction. */
 static double zs_op_pred(const zs_train_result *r, int q, int o)
 {
+    const zs_prediction *pr = zs_pred_of(r, q);
+    if (o == ZS_OP_SEND && r->pp_pred)
+        return pr->p2p_send_bytes_per_step * r->steps +
+               pr->tied_send_bytes_per_applied_step * r->steps_applied;
+    if (o == ZS_OP_RECV && r->pp_pred)
+        return pr->p2p_recv_bytes_per_step * r->steps +
+               pr->tied_recv_bytes_per_applied_step * r->steps_applied;
     int N = r->dp_size > 0 ? r->dp_size : r->world_size, dense = r->steps - r->compressed_steps;
     if (o == ZS_OP_ALLREDUCE && r->pred.tp_allreduce_bytes_per_step > 0)
         return r->pred.tp_allreduce_bytes_per_step * r->steps;
     if (o == ZS_OP_REDUCE_SCATTER)
-        return zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense +
+        return zs_ring_bytes(pr->rs_bytes_per_step, N) * dense +
                r->pred.tp_rs_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLGATHER)
-        return zs_ring_bytes(r->pred.ag_bytes_per_step, N) * r->steps_applied +
-               zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps +
+        return zs_ring_bytes(pr->ag_bytes_per_step, N) * r->steps_applied +
+               zs_ring_bytes(pr->ag_bytes_per_skipped_step, N) * r->skipped_steps +
                r->pred.tp_ag_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
         return r->a2a_pred[q] * r->compressed_steps;
@@ -144,6 +162,61 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_NVME_WRITE)
         return r->pred.nvme_write_bytes_per_step * r->steps_applied;
     return -1.0;
+}
+
+/* Pipeline: rank q's seconds waiting in receives of activations and
+ * gradients over the run's steps (the ledger's recv records, forward and
+ * backward), and the steps' seconds (rank 0's, the ranks run in step). */
+static void zs_pp_idle(const zs_train_result *r, int q, double *wait_s, double *step_s)
+{
+    *wait_s = r->comm[q][ZS_OP_RECV][ZS_PHASE_FORWARD].seconds +
+              r->comm[q][ZS_OP_RECV][ZS_PHASE_BACKWARD].seconds;
+    *step_s = 0.0;
+    for (int i = 0; i < r->steps; i++)
+        *step_s += r->info[i].seconds;
+}
+
+/* The ideal bubble fraction of a non-interleaved schedule: (P-1)/(m+P-1). */
+static double zs_pp_ideal(const zs_run_config *cfg)
+{
+    return (double)(cfg->pp - 1) / (double)(cfg->grad_accum + cfg->pp - 1);
+}
+
+static json_t *zs_report_pipeline(const zs_run_config *cfg, const zs_train_result *r)
+{
+    json_t *ranks = json_array();
+    for (int q = 0; q < r->world_size; q++) {
+        double w, t;
+        zs_pp_idle(r, q, &w, &t);
+        const zs_prediction *pr = zs_pred_of(r, q);
+        int T = r->tp_size > 0 ? r->tp_size : 1;
+        json_array_append_new(
+            ranks, json_pack("{s:i, s:i, s:i, s:i, s:o, s:o, s:o}", "rank", q, "stage",
+                             zs_mesh_coord_of(r->world_size, T, r->pp_size, q).pp,
+                             "activation_slots", pr->act_slots, "in_flight_max", pr->in_flight,
+                             "recv_wait_seconds", zs_json_real(w), "step_seconds",
+                             zs_json_real(t), "idle_fraction", zs_json_real(t > 0 ? w / t : NAN)));
+    }
+    return json_pack("{s:i, s:s, s:i, s:o, s:o}", "stages", cfg->pp, "schedule",
+                     zs_pp_schedule_name(cfg->pp_schedule), "micro_batches", cfg->grad_accum,
+                     "ideal_bubble_fraction", zs_json_real(zs_pp_ideal(cfg)), "ranks", ranks);
+}
+
+static void zs_report_print_pipeline(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
+{
+    fprintf(f, "\npipeline: %d stages, %s, %d micro-batches; ideal bubble (P-1)/(m+P-1) = %.3f\n",
+            cfg->pp, zs_pp_schedule_name(cfg->pp_schedule), cfg->grad_accum, zs_pp_ideal(cfg));
+    fprintf(f, "%5s %6s %8s %10s %14s %12s %9s\n", "rank", "stage", "slots", "in_flight",
+            "recv_wait_s", "steps_s", "idle");
+    int T = r->tp_size > 0 ? r->tp_size : 1;
+    for (int q = 0; q < r->world_size; q++) {
+        double w, t;
+        zs_pp_idle(r, q, &w, &t);
+        const zs_prediction *pr = zs_pred_of(r, q);
+        fprintf(f, "%5d %6d %8d %10d %14.6f %12.6f %9.3f\n", q,
+                zs_mesh_coord_of(r->world_size, T, r->pp_size, q).pp, pr->act_slots,
+                pr->in_flight, w, t, t > 0 ? w / t : 0.0);
+    }
 }
 
 /* Inter-node traffic of op o on rank q over the run, as its ledger recorded
@@ -244,7 +317,7 @@ static json_t *zs_report_memory(const zs_train_result *r)
             if (!strncmp(zs_mem_rows[k].name, "optimizer_", 10))
                 continue; /* inside "optimizer" below */
             int has;
-            size_t pred = zs_row_pred(r, k, &has);
+            size_t pred = zs_row_pred(r, q, k, &has);
             json_t *o = json_pack("{s:I, s:o}", "peak_bytes", (json_int_t)zs_row_peak(r, q, k),
                                   "predicted_bytes", has ? json_integer((json_int_t)pred) : json_null());
             if (!strcmp(zs_mem_rows[k].name, "optimizer")) {
@@ -253,7 +326,7 @@ static json_t *zs_report_memory(const zs_train_result *r)
                     int c = zs_mem_rows[k].cats[i];
                     json_object_set_new(o, sub[i], json_pack("{s:I, s:I}", "peak_bytes",
                                         (json_int_t)r->peaks[q][c], "predicted_bytes",
-                                        (json_int_t)r->pred.bytes[c]));
+                                        (json_int_t)zs_pred_of(r, q)->bytes[c]));
                 }
             }
             json_object_set_new(cats, zs_mem_rows[k].name, o);
@@ -359,7 +432,8 @@ static double zs_busbw_factor(int op, int N)
  * same bytes per op (the traffic table): runs of such ranks print once. */
 static int zs_same_memory(const zs_train_result *r, int q, int p)
 {
-    return !memcmp(r->peaks[q], r->peaks[p], sizeof r->peaks[q]) &&
+    return zs_pred_of(r, q) == zs_pred_of(r, p) &&
+           !memcmp(r->peaks[q], r->peaks[p], sizeof r->peaks[q]) &&
            r->total_peaks[q] == r->total_peaks[p] &&
            !memcmp(r->phase_peaks[q], r->phase_peaks[p], sizeof r->phase_peaks[q]);
 }
@@ -458,7 +532,7 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         same = 0;
         for (size_t k = 0; k < ZS_NROWS; k++) {
             int has;
-            size_t pred = zs_row_pred(r, k, &has), meas = zs_row_peak(r, q, k);
+            size_t pred = zs_row_pred(r, q, k, &has), meas = zs_row_peak(r, q, k);
             if (!has && meas == 0)
                 continue;
             if (has)
@@ -504,6 +578,9 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                     (tot - hid) / r->steps);
         }
     }
+
+    if (r->pp_pred && !r->phantom && r->steps > 0)
+        zs_report_print_pipeline(f, cfg, r);
 
     int nodes = r->nodes > 1; /* the inter-node columns only where there are nodes */
     if (nodes) {
@@ -755,7 +832,7 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
     for (int q = 0; q < N; q++) {
         for (size_t k = 0; k < ZS_NROWS; k++) {
             int has;
-            size_t pred = zs_row_pred(r, k, &has), meas = zs_row_peak(r, q, k);
+            size_t pred = zs_row_pred(r, q, k, &has), meas = zs_row_peak(r, q, k);
             if (has)
                 zs_text_add(&t, "%d %s %zu %zu %.6f\n", q, zs_mem_rows[k].name, meas, pred,
                             zs_ratio((double)meas, (double)pred));
@@ -898,6 +975,8 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "seconds", zs_json_real(r->seconds));
     json_object_set_new(root, "memory", zs_report_memory(r));
     json_object_set_new(root, "comm", zs_report_comm(r));
+    if (r->pp_pred && r->steps > 0)
+        json_object_set_new(root, "pipeline", zs_report_pipeline(cfg, r));
     json_object_set_new(root, "deterministic", json_boolean(cfg->deterministic));
     json_object_set_new(root, "phantom", json_boolean(r->phantom));
     if (r->phantom) /* nothing was computed: no hash, no losses (null above) */

@@ -440,8 +440,8 @@ static int zs_train_gather_ckpt(zs_comm_t comm, const zs_engine *e, zs_train_res
  * statistics in r->mem and, on rank 0, the comms table. Collective over
  * comm (a phantom comm makes it one simulated rank). */
 static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
-                         zs_comm_t dp, zs_comm_t tp, zs_backend_t be, const zs_step_shape *shape,
-                         zs_train_result *r)
+                         zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_backend_t be,
+                         const zs_step_shape *shape, zs_train_result *r)
 {
     int rank = zs_comm_rank(comm);
     zs_train_options lo = *o;
@@ -461,7 +461,12 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                            .dp_size = r->dp_size};
     zs_ckpt *ck = NULL;
     int first = 0; /* steps done before this run */
-    if (o->resume)
+    if (cfg->pp > 1 && (o->resume || o->save_dir || o->init_from || o->n_dump_steps ||
+                        o->export_path || o->val_data))
+        rc = zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
+                          "--init-from, --dump-steps, --export or --val-data yet: run without "
+                          "them or with --pp 1", cfg->pp);
+    else if (o->resume)
         rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &ck, &first);
     int n = cfg->steps - first;
     r->first_step = first;
@@ -475,6 +480,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_engine_create_shared(cfg, be, mem, dp, shape, &e);
     if (!rc)
         rc = zs_engine_set_tp(e, tp);
+    if (!rc)
+        rc = zs_engine_set_pp(e, pp, comm);
     if (!rc && o->init_from && !zs_backend_is_phantom(be))
         rc = zs_oracle_init_from(e, cfg, o->init_from);
     zs_oracle_val *val = NULL;
@@ -513,6 +520,20 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_train_agree(comm, -1, r);
         goto done;
     }
+    if (cfg->pp > 1 && rank == 0) { /* every stage's, for the report */
+        r->pp_size = cfg->pp;
+        r->pp_pred = calloc((size_t)cfg->pp, sizeof *r->pp_pred);
+        for (int st = 0; r->pp_pred && st < cfg->pp && !rc; st++) {
+            zs_run_config sc = *cfg;
+            rc = zs_pp_stage_config(&sc, st);
+            if (!rc)
+                rc = zs_predict(&sc, r->dp_size, &r->pp_pred[st]);
+        }
+        if (!r->pp_pred)
+            rc = zs_error_set("out of host memory for the pipeline's predictions");
+    }
+    if ((rc = zs_train_agree(comm, rc, r)))
+        goto done;
     if (cfg->compression.kind != ZS_COMP_NONE && rank == 0) {
         int nb = zs_engine_buckets(e, NULL, NULL, 0);
         size_t *lo = calloc((size_t)nb + 1, sizeof(size_t)), *hi = calloc((size_t)nb + 1, sizeof(size_t));
@@ -536,7 +557,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                 zs_engine_shape(e), zs_engine_program(e),
                 zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
     }
-    r->num_params = zs_engine_num_params(e);
+    /* the whole model's (a pipeline stage holds its part) */
+    r->num_params = cfg->pp > 1 ? zs_model_count_params(&cfg->model) : zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
     r->padded_params = zs_engine_partition(e)->padded;
@@ -666,9 +688,12 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_mesh_create(comm, cfg->tp, cfg->pp, &mesh);
         if (!rc)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
+        if (!rc && cfg->pp > 1) /* this rank's pipeline stage */
+            rc = zs_pp_stage_config(&local, zs_mesh_self(mesh).pp);
     }
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
+    zs_comm_t pp = mesh && cfg->pp > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL;
     if (!rc)
         rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
     if (!rc)
@@ -677,10 +702,12 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(dp, be);
     if (!rc && tp)
         rc = zs_comm_set_backend(tp, be);
+    if (!rc && pp)
+        rc = zs_comm_set_backend(pp, be);
     if (!rc) /* after the backend: qwZ needs host buffers */
         rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
     if (!zs_train_agree(comm, rc, r)) {
-        rc = zs_train_rank(&local, o, comm, dp, tp, be, NULL, r);
+        rc = zs_train_rank(&local, o, comm, dp, tp, pp, be, NULL, r);
         if (!rc) {
             rc = zs_train_gather_stats(comm, r);
             rc = zs_train_agree(comm, rc, r);
@@ -690,6 +717,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     }
     if (tp)
         zs_comm_set_backend(tp, NULL);
+    if (pp)
+        zs_comm_set_backend(pp, NULL);
     if (dp != comm)
         zs_comm_set_backend(dp, NULL);
     zs_comm_set_backend(comm, NULL);
@@ -826,6 +855,9 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     zs_step_shape shape;
     int *cls = malloc((size_t)world * sizeof(int));
     int rc = cls ? 0 : zs_error_set("out of host memory for %d simulated ranks", world);
+    if (!rc && cfg->pp > 1)
+        rc = zs_error_set("phantom runs (--phantom) with --pp %d are not supported yet: use "
+                          "zerosim plan, or --pp 1", cfg->pp);
     if (!rc)
         rc = zs_model_create(&cfg->model, &m);
     if (!rc && (rc = zs_step_shape_build(cfg, m, world / ((cfg->tp > 1 ? cfg->tp : 1) * cfg->pp),
@@ -872,7 +904,8 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
                                                cfg->quantized_weights);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                               mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, be, &shape, rq);
+                               mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, NULL, be, &shape,
+                               rq);
         zs_mesh_free(mesh);
         if (!rc) {
             zs_train_pack_stats(rq, comm, row);
@@ -945,6 +978,8 @@ void zs_train_result_free(zs_train_result *r)
     r->a2a_pred = NULL;
     free(r->h2d_pred);
     r->h2d_pred = NULL;
+    free(r->pp_pred);
+    r->pp_pred = NULL;
     r->at_peak = NULL;
     r->phase_peaks = NULL;
     r->comm = NULL;

@@ -125,8 +125,23 @@ struct zs_engine {
                                    weights (format NONE: off) */
     float **P, **G;
 
-    zs_acts *acts;
+    zs_acts *acts;              /* slot 0 (the only one without a pipeline) */
+    zs_acts **slots;            /* [nslots] pipeline: one per micro-batch in flight */
+    int nslots;
     zs_batch batch;
+
+    /* pipeline (cfg.pp > 1): this stage's groups, its flat arrays' offset
+     * in the whole layout, the tied embedding's copy (last stage) and the
+     * head's gradient of it (first stage), and the sends not yet complete */
+    zs_comm_t pp, world;
+    int pp_size, pp_rank;
+    size_t base;
+    void *tied;
+    float *tied_grad;
+    void **sends;
+    int nsends, capsends;
+    void *tied_req;             /* last stage: the tied gradient's send */
+    double recv_wait_s;         /* seconds spent in the step's receives */
     int32_t *h_tokens, *h_targets;
     float *h_x;
 
@@ -237,6 +252,8 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->batch.tokens = e->buf[ZS_BUF_TOKENS];
     e->batch.targets = e->buf[ZS_BUF_TARGETS];
     e->batch.x = e->buf[ZS_BUF_X];
+    e->tied = e->buf[ZS_BUF_TIED];
+    e->tied_grad = e->buf[ZS_BUF_TIED_GRAD];
     if (e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, e->buf[ZS_BUF_RING], e->sh->buf[ZS_BUF_RING].bytes);
     /* offload: the host's gradient shard is the reduced shard itself, or
@@ -357,8 +374,11 @@ static int zs_engine_init_params(zs_engine *e)
      * allocated, so that the workspace peak is what a real run's is */
     for (size_t off = 0; off < params_elems && !e->phantom; off += chunk) {
         size_t n = params_elems - off < chunk ? params_elems - off : chunk;
-        size_t g = plo + off; /* global index of this piece */
-        zs_model_init_slice(e->model, g, g + n, buf, e->cfg.seed);
+        size_t g = plo + off; /* index of this piece in the (stage's) flat array */
+        /* a pipeline stage's part of the layout starts at base; its padding is 0 */
+        size_t valid = p->num_params > g ? (p->num_params - g < n ? p->num_params - g : n) : 0;
+        zs_model_init_slice(e->model, e->base + g, e->base + g + valid, buf, e->cfg.seed);
+        memset(buf + valid, 0, (n - valid) * sizeof(float));
         int rc0 = 0;
         if (e->param_nvme && !e->mixed) {
             rc0 = zs_swap_params(e, 1, off, n, buf);
@@ -387,6 +407,18 @@ static int zs_engine_init_params(zs_engine *e)
             if (tmp)
                 zs_mem_free(e->mem, ib->cat, tmp, ib->bytes);
             return -1;
+        }
+    }
+    /* the last pipeline stage's copy of the tied embedding: the same values
+     * the first stage draws for it */
+    for (size_t off = 0; e->tied && off < e->sh->tied_elems && !e->phantom; off += chunk) {
+        size_t n = e->sh->tied_elems - off < chunk ? e->sh->tied_elems - off : chunk;
+        zs_model_init_slice(e->model, off, off + n, buf, e->cfg.seed);
+        if (!e->mixed) {
+            zs_backend_copy_h2d(e->be, (float *)e->tied + off, buf, n * 4);
+        } else {
+            zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
+            zs_backend_convert_from_f32(e->be, (char *)e->tied + off * e->ps, e->pt, tmp, n);
         }
     }
     if (tmp)
@@ -469,13 +501,22 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->lay = zs_model_layout(e->model);
     e->U = e->lay->n_layers;
     int N = zs_comm_size(comm);
-    zs_partition_make(&e->part, e->lay->num_params, N, zs_comm_rank(comm), e->det);
     if (shape) {
         e->sh = shape;
     } else {
         if (zs_step_shape_build(cfg, e->model, N, &e->own_shape))
             goto fail;
         e->sh = &e->own_shape;
+    }
+    /* a pipeline stage's arrays hold its part of the layout only */
+    zs_partition_make(&e->part, e->sh->part.num_params, N, zs_comm_rank(comm), e->det);
+    e->base = e->sh->base;
+    e->pp_size = e->sh->pp;
+    e->pp_rank = e->sh->pp_rank;
+    if (e->pp_size > 1 && !zs_backend_host_accessible(be) && !e->phantom) {
+        zs_error_set("pipeline parallelism (--pp %d) is not supported with --backend %s yet: "
+                     "use --backend cpu", e->pp_size, zs_backend_name(be));
+        goto fail;
     }
     if (zs_step_shape_check_run(e->sh) ||
         zs_step_program_build(e->sh, e->model, e->part.rank, &e->prog))
@@ -521,6 +562,16 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     int mb = cfg->micro_batch;
     if (zs_model_acts_create(e->model, mem, mb, &e->acts))
         goto fail;
+    e->nslots = e->sh->slots;
+    e->slots = calloc((size_t)e->nslots, sizeof *e->slots);
+    if (!e->slots) {
+        zs_error_set("out of host memory creating the engine");
+        goto fail;
+    }
+    e->slots[0] = e->acts;
+    for (int i = 1; i < e->nslots; i++)
+        if (zs_model_acts_create_slot(e->model, mem, mb, e->acts, &e->slots[i]))
+            goto fail;
     e->batch.b = mb;
     size_t ntok = e->sh->tok_bytes / sizeof(int32_t);
     e->h_tokens = calloc(ntok, sizeof(int32_t));
@@ -586,7 +637,15 @@ void zs_engine_destroy(zs_engine *e)
     free(e->sdispl);
     free(e->rcount);
     free(e->rdispl);
+    for (int i = 1; e->slots && i < e->nslots; i++)
+        zs_model_acts_destroy(e->slots[i]);
+    free(e->slots);
     zs_model_acts_destroy(e->acts);
+    for (int i = 0; i < e->nsends; i++) /* after an error: let them finish */
+        zs_comm_wait(e->pp, &e->sends[i]);
+    free(e->sends);
+    if (e->tied_req)
+        zs_comm_wait(e->pp, &e->tied_req);
     free(e->P);
     free(e->G);
     free(e->h_tokens);
@@ -698,8 +757,10 @@ static void zs_gather_release(zs_engine *e, int u)
 static const void *zs_entry_params(const zs_engine *e, int u, int id)
 {
     const zs_param_entry *pe = &e->lay->entries[id];
+    if (e->pp_size > 1 && pe->offset < e->base) /* the last stage's tied copy */
+        return e->tied;
     if (e->stage < 3)
-        return (const char *)e->params + pe->offset * e->ps;
+        return (const char *)e->params + (pe->offset - e->base) * e->ps;
     const zs_step_shape *s = e->sh;
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++)
         if (pe->offset >= s->granges[i].lo && pe->offset + pe->numel <= s->granges[i].hi)
@@ -746,29 +807,37 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 /* Add unit u's staged fp32 gradients into the stored gradient: the full
  * buffer (stages 0, 1) or the bucket buffers covering each entry (2, 3),
  * which the program gave their buffers before this unit's backward. */
+/* Add fp32 gradients src of entry id into the stored gradient. */
+static int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
+{
+    const zs_param_entry *pe = &e->lay->entries[id];
+    size_t lo = pe->offset - e->base, hi = lo + pe->numel;
+    if (e->stage <= 1) {
+        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, pe->numel);
+        return 0;
+    }
+    for (int k = 0; k < e->sh->nbuckets; k++) {
+        const zs_step_range *b = &e->sh->buckets[k];
+        size_t s = lo > b->lo ? lo : b->lo, t = hi < b->hi ? hi : b->hi;
+        if (t <= s)
+            continue;
+        if (!e->bucket_buf[k])
+            ZS_FAIL("internal: bucket %d written before the program gave it a buffer", k);
+        zs_backend_accumulate_f32(e->be, (char *)e->bucket_buf[k] + (s - b->lo) * e->ps, e->pt,
+                                  src + (s - lo), t - s);
+    }
+    return 0;
+}
+
 static int zs_engine_commit_grads(zs_engine *e, int u)
 {
     int ids[ZS_MAX_USES_PUBLIC];
     int n = zs_model_unit_uses(e->model, u, ids, ZS_MAX_USES_PUBLIC);
     for (int i = 0; i < n; i++) {
-        const zs_param_entry *pe = &e->lay->entries[ids[i]];
-        const float *src = e->G[ids[i]];
-        if (e->stage <= 1) {
-            zs_backend_accumulate_f32(e->be, (char *)e->gfull + pe->offset * e->ps, e->pt, src,
-                                      pe->numel);
+        /* the last stage's tied copy: its gradient goes to the first stage */
+        if (e->pp_size > 1 && e->lay->entries[ids[i]].offset < e->base)
             continue;
-        }
-        size_t lo = pe->offset, hi = pe->offset + pe->numel;
-        for (int k = 0; k < e->sh->nbuckets; k++) {
-            const zs_step_range *b = &e->sh->buckets[k];
-            size_t s = lo > b->lo ? lo : b->lo, t = hi < b->hi ? hi : b->hi;
-            if (t <= s)
-                continue;
-            if (!e->bucket_buf[k])
-                ZS_FAIL("internal: bucket %d written before the program gave it a buffer", k);
-            zs_backend_accumulate_f32(e->be, (char *)e->bucket_buf[k] + (s - b->lo) * e->ps,
-                                      e->pt, src + (s - lo), t - s);
-        }
+        ZS_TRY(zs_engine_commit_entry(e, ids[i], e->G[ids[i]]));
     }
     return 0;
 }
@@ -962,6 +1031,8 @@ static int zs_engine_check(zs_engine *e)
     ZS_TRY(zs_comm_allreduce_max_int(e->comm, &flags));
     if (e->tp) /* the tensor-parallel shards differ: agree over the group too */
         ZS_TRY(zs_comm_allreduce_max_int(e->tp, &flags));
+    if (e->pp) /* and the pipeline stages */
+        ZS_TRY(zs_comm_allreduce_max_int(e->pp, &flags));
     e->overflow = flags != 0;
     if (e->overflow && e->pt != ZS_DTYPE_F16) {
         if (flags & 1)
@@ -1005,6 +1076,64 @@ static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
     return s; /* the padding beyond the parameters is zero */
 }
 
+static float zs_half_to_f32(uint16_t h, zs_dtype t);
+
+/* s plus the squares of n typed values, in order, in double: the CPU
+ * backend's sumsq started from s instead of 0. */
+static double zs_sumsq_from(double s, const void *x, zs_dtype t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float f = t == ZS_DTYPE_F32 ? ((const float *)x)[i]
+                                    : zs_half_to_f32(((const uint16_t *)x)[i], t);
+        double xi = (double)f;
+        s += xi * xi;
+    }
+    return s;
+}
+
+/* Pipeline: the global sum of squares exactly as the whole model on the
+ * same data-parallel ranks sums it: blocks of that model's partition
+ * (each its shard, or ZS_DET_BLOCK elements), each summed in order from
+ * 0, the block sums added in order. The ranks hold consecutive ranges of
+ * the layout in world rank order (stage by stage, each stage's shards in
+ * data-parallel order), so a chain along the world carries the running
+ * total and the open block's partial sum from each rank to the next. */
+static int zs_engine_norm_pp(zs_engine *e, double *sumsq)
+{
+    const zs_partition *p = &e->part;
+    zs_partition ref;
+    zs_partition_make(&ref, zs_model_count_params(&e->cfg.model), p->world, 0, e->det);
+    size_t blk = e->det ? ZS_DET_BLOCK : ref.shard;
+    int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world);
+    double run[2] = {0.0, 0.0}; /* total of the closed blocks, the open block's sum */
+    if (wr > 0)
+        ZS_TRY(zs_comm_recv_small(e->world, wr - 1, run, 2));
+    size_t lo = p->shard_begin, hi = lo + p->shard;
+    if (hi > p->num_params)
+        hi = p->num_params; /* the stage's padding is not the model's */
+    for (size_t pos = lo; pos < hi && !e->phantom;) {
+        size_t g = e->base + pos, k = g / blk, end = (k + 1) * blk;
+        size_t n = end - g < hi - pos ? end - g : hi - pos;
+        if (g == k * blk)
+            run[1] = 0.0; /* a block starts here */
+        run[1] = zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->ps, e->pt, n);
+        if (g + n == end) { /* it ends here */
+            run[0] += run[1];
+            run[1] = 0.0;
+        }
+        pos += n;
+    }
+    if (wr + 1 < W)
+        ZS_TRY(zs_comm_send_small(e->world, wr + 1, run, 2));
+    double mine = run[0] + run[1], *all = malloc((size_t)W * sizeof(double));
+    if (!all)
+        ZS_FAIL("out of host memory for the global norm");
+    int rc = zs_comm_allgather_small(e->world, &mine, all, 1, ZS_CT_F64);
+    *sumsq = all[W - 1];
+    free(all);
+    return rc;
+}
+
 static int zs_engine_norm(zs_engine *e, int *skip)
 {
     const zs_partition *p = &e->part;
@@ -1013,7 +1142,9 @@ static int zs_engine_norm(zs_engine *e, int *skip)
     zs_step_info *info = e->info;
     /* global norm: block sums in double, summed in block order everywhere */
     double sumsq = 0.0;
-    if (!e->overflow && e->tp) {
+    if (!e->overflow && e->pp) {
+        ZS_TRY(zs_engine_norm_pp(e, &sumsq));
+    } else if (!e->overflow && e->tp) {
         /* tensor parallelism: the norm blocks of this rank's shard of its TP
          * shard (replicated parameters once, on TP rank 0), summed over the
          * data-parallel ranks in block order as below, then over the TP
@@ -1166,6 +1297,94 @@ static int zs_engine_optimizer_swapped(zs_engine *e)
     return 0;
 }
 
+/* ---- the pipeline's messages ---------------------------------------------- */
+
+/* The activations of op o's micro-batch. */
+static zs_acts *zs_engine_slot(zs_engine *e, const zs_step_op *o)
+{
+    return e->slots[(o->micro > 0 ? o->micro : 0) % e->nslots];
+}
+
+enum { ZS_TAG_ACT = 7101, ZS_TAG_GRAD, ZS_TAG_TIED_GRAD, ZS_TAG_TIED };
+
+/* Send n elements to pipeline rank `to`; the buffer stays as it is until
+ * zs_engine_wait_sends. */
+static int zs_engine_send(zs_engine *e, int to, const void *buf, size_t n, zs_comm_type t,
+                          int tag, int unit)
+{
+    if (e->nsends == e->capsends) {
+        int cap = e->capsends ? 2 * e->capsends : 8;
+        void **p = realloc(e->sends, (size_t)cap * sizeof *p);
+        if (!p)
+            ZS_FAIL("out of host memory for the pipeline's sends");
+        e->sends = p;
+        e->capsends = cap;
+    }
+    ZS_TRY(zs_comm_isend(e->pp, to, buf, n, t, tag, unit, &e->sends[e->nsends]));
+    e->nsends++;
+    return 0;
+}
+
+/* Complete the pending sends: before a unit's compute or a receive
+ * overwrites what they send, and at the end of the step. */
+static int zs_engine_wait_sends(zs_engine *e)
+{
+    int rc = 0;
+    for (int i = 0; i < e->nsends; i++)
+        if (zs_comm_wait(e->pp, &e->sends[i]) && !rc)
+            rc = -1;
+    e->nsends = 0;
+    return rc;
+}
+
+static int zs_engine_recv(zs_engine *e, int from, void *buf, size_t n, zs_comm_type t, int tag,
+                          int unit)
+{
+    double t0 = zs_clock();
+    int rc = zs_comm_recv(e->pp, from, buf, n, t, tag, unit);
+    e->recv_wait_s += zs_clock() - t0;
+    return rc;
+}
+
+static int zs_engine_exec_pp(zs_engine *e, const zs_step_op *o)
+{
+    zs_acts *a = zs_engine_slot(e, o);
+    int r = e->pp_rank, last = e->pp_size - 1;
+    size_t n;
+    float *x;
+    switch (o->kind) {
+    case ZS_SOP_RECV_ACT: /* into the stage's input: the previous unit's output */
+        x = zs_model_unit_output(a, o->unit - 1, &n);
+        return zs_engine_recv(e, r - 1, x, n, ZS_CT_F32, ZS_TAG_ACT, o->unit);
+    case ZS_SOP_SEND_ACT:
+        x = zs_model_unit_output(a, o->unit, &n);
+        return zs_engine_send(e, r + 1, x, n, ZS_CT_F32, ZS_TAG_ACT, o->unit);
+    case ZS_SOP_RECV_GRAD:
+        ZS_TRY(zs_engine_wait_sends(e)); /* the last gradient sent came from there */
+        x = zs_model_input_grad(a, &n);
+        return zs_engine_recv(e, r + 1, x, n, ZS_CT_F32, ZS_TAG_GRAD, o->unit);
+    case ZS_SOP_SEND_GRAD:
+        x = zs_model_input_grad(a, &n);
+        return zs_engine_send(e, r - 1, x, n, ZS_CT_F32, ZS_TAG_GRAD, o->unit);
+    case ZS_SOP_TIED_SEND: /* the head's staged gradient of entry 0, copied: the first
+                            * stage takes it only at its embedding's backward */
+        ZS_TRY(zs_comm_wait(e->pp, &e->tied_req));
+        zs_backend_copy_d2d(e->be, e->tied_grad, e->G[0], o->elems * 4);
+        return zs_comm_isend(e->pp, 0, e->tied_grad, o->elems, ZS_CT_F32, ZS_TAG_TIED_GRAD,
+                             o->unit, &e->tied_req);
+    case ZS_SOP_TIED_RECV: /* added before the embedding's own, as one model adds them */
+        ZS_TRY(zs_engine_recv(e, last, e->tied_grad, o->elems, ZS_CT_F32, ZS_TAG_TIED_GRAD,
+                              o->unit));
+        return zs_engine_commit_entry(e, 0, e->tied_grad);
+    case ZS_SOP_TIED_SYNC: /* the first stage's updated working copy (entry 0 at 0) */
+        if (r == 0)
+            return zs_engine_send(e, last, e->params, o->elems, e->ct, ZS_TAG_TIED, o->unit);
+        return zs_comm_recv(e->pp, 0, e->tied, o->elems, e->ct, ZS_TAG_TIED, o->unit);
+    default:
+        ZS_FAIL("internal: step op %d is not a pipeline message", (int)o->kind);
+    }
+}
+
 /* Execute one op of the step program. *stop = 1 ends the step (skipped). */
 static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
 {
@@ -1194,11 +1413,13 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     case ZS_SOP_RELEASE: zs_gather_release(e, u); break;
     case ZS_SOP_FORWARD:
         zs_engine_view_unit(e, u, 0);
-        zs_model_forward_unit(e->model, e->be, u, e->P, e->acts, &e->batch);
+        zs_model_forward_unit(e->model, e->be, u, e->P, zs_engine_slot(e, o), &e->batch);
         if (zs_model_tp_failed(e->model))
             return -1;
         break;
-    case ZS_SOP_LOSS: e->loss_local[o->micro] = zs_model_loss(e->acts, e->be); break;
+    case ZS_SOP_LOSS:
+        e->loss_local[o->micro] = zs_model_loss(zs_engine_slot(e, o), e->be);
+        break;
     case ZS_SOP_ZERO_GRADS: zs_backend_memset0(e->be, e->gfull, p->padded * e->ps); break;
     case ZS_SOP_BUCKET_ALLOC: {
         const zs_step_range *b = &e->sh->buckets[o->index];
@@ -1209,7 +1430,8 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     }
     case ZS_SOP_BACKWARD:
         zs_engine_view_unit(e, u, 1);
-        zs_model_backward_unit(e->model, e->be, u, e->P, e->G, e->acts, &e->batch, e->dloss);
+        zs_model_backward_unit(e->model, e->be, u, e->P, e->G, zs_engine_slot(e, o), &e->batch,
+                               e->dloss);
         if (zs_model_tp_failed(e->model))
             return -1;
         ZS_TRY(zs_engine_commit_grads(e, u));
@@ -1236,6 +1458,15 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
             for (int r = 0; r < N; r++)
                 loss += e->loss_all[(size_t)r * GA + a];
         e->info->loss = (float)(loss / (GA * N));
+        if (e->pp) { /* the last stage computed it */
+            float *all = malloc((size_t)e->pp_size * sizeof(float));
+            if (!all)
+                ZS_FAIL("out of host memory for the pipeline's loss");
+            int rc = zs_comm_allgather_small(e->pp, &e->info->loss, all, 1, ZS_CT_F32);
+            e->info->loss = all[e->pp_size - 1];
+            free(all);
+            ZS_TRY(rc);
+        }
         break;
     }
     case ZS_SOP_CHECK: ZS_TRY(zs_engine_check(e)); break;
@@ -1284,6 +1515,15 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
                           e->gshard, e->pt, e->mixed ? pshard : NULL, e->pt, 0, p->shard);
         }
         break;
+    case ZS_SOP_RECV_ACT:
+    case ZS_SOP_SEND_ACT:
+    case ZS_SOP_RECV_GRAD:
+    case ZS_SOP_SEND_GRAD:
+    case ZS_SOP_TIED_SEND:
+    case ZS_SOP_TIED_RECV:
+    case ZS_SOP_TIED_SYNC:
+        ZS_TRY(zs_engine_exec_pp(e, o));
+        break;
     default:
         ZS_FAIL("internal: step op %d has no executor", (int)o->kind);
     }
@@ -1299,6 +1539,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
     e->step = step;
     e->info = info;
     e->overflow = 0;
+    e->recv_wait_s = 0.0;
     /* the average over ranks: divided before the sum (zerosim's way, and
      * DeepSpeed's prescale_gradients: folded into the loss gradient), or by
      * gradient_predivide_factor f before and N/f after (DeepSpeed's
@@ -1334,6 +1575,8 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
                      o->kind != ZS_SOP_ALLGATHER && o->kind != ZS_SOP_LOSS_SUM &&
                      o->kind != ZS_SOP_RELEASE && o->kind != ZS_SOP_BUCKET_ALLOC;
         double t0 = traced ? zs_clock() : 0.0;
+        if (e->nsends && (o->kind == ZS_SOP_FORWARD || o->kind == ZS_SOP_BACKWARD))
+            ZS_TRY(zs_engine_wait_sends(e)); /* they may send from what this writes */
         ZS_TRY(zs_engine_exec(e, o, &stop));
         ZS_TRY(zs_engine_progress(e));
         if (traced) {
@@ -1353,6 +1596,10 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
         if (stop)
             break;
     }
+    ZS_TRY(zs_engine_wait_sends(e));
+    if (e->tied_req)
+        ZS_TRY(zs_comm_wait(e->pp, &e->tied_req));
+    info->recv_wait_s = e->recv_wait_s;
     return 0;
 }
 
@@ -1376,6 +1623,15 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
     return 0;
 }
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
+
+int zs_engine_set_pp(zs_engine *e, zs_comm_t pp, zs_comm_t world)
+{
+    if (e->pp_size > 1 && (!pp || !world || zs_comm_size(pp) != e->pp_size))
+        ZS_FAIL("pipeline parallelism (--pp %d) needs its communicators", e->pp_size);
+    e->pp = e->pp_size > 1 ? pp : NULL;
+    e->world = e->pp_size > 1 ? world : NULL;
+    return 0;
+}
 size_t zs_engine_live_params_peak(const zs_engine *e) { return e->live_peak; }
 
 
@@ -1517,8 +1773,79 @@ static int zs_engine_param_hash_tp(zs_engine *e, char hex[17])
     return rc;
 }
 
+/* Pipeline: the hash over the stages' parameters one after the other (the
+ * whole model's order), streamed to world rank 0 rank by rank in world
+ * order; and the check that the last stage's copy of the tied embedding
+ * is the first stage's, byte for byte. */
+static int zs_engine_param_hash_pp(zs_engine *e, char hex[17])
+{
+    const zs_partition *p = &e->part;
+    int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world), D = p->world;
+    zs_comm_set_context(e->world, ZS_PHASE_REPORT, -1);
+    float *buf = malloc(ZS_HASH_CHUNK * sizeof(float));
+    XXH3_state_t *st = wr == 0 ? XXH3_createState() : NULL;
+    int rc = 0;
+    if (!buf || (wr == 0 && !st))
+        rc = zs_error_set("out of host memory hashing the parameters");
+    if (st)
+        XXH3_64bits_reset(st);
+    /* this rank's part: its shard (stage 0: data-parallel rank 0 all of it) */
+    size_t lo = e->stage == 0 ? 0 : p->shard_begin;
+    size_t hi = e->stage == 0 ? (p->rank == 0 ? p->num_params : 0) : lo + p->shard;
+    if (hi > p->num_params)
+        hi = p->num_params;
+    uint64_t mine = hi > lo ? hi - lo : 0;
+    for (int q = 0; q < W && !rc; q++) {
+        uint64_t cnt = mine;
+        if (q > 0)
+            rc = zs_comm_send_to_root(e->world, q, &cnt, 1, ZS_CT_U64);
+        for (uint64_t off = 0; off < cnt && !rc; off += ZS_HASH_CHUNK) {
+            size_t n = cnt - off < ZS_HASH_CHUNK ? (size_t)(cnt - off) : ZS_HASH_CHUNK;
+            if (wr == q)
+                rc = zs_engine_master_read(e, (size_t)off, n, buf);
+            if (!rc)
+                rc = zs_comm_send_to_root(e->world, q, buf, (int)n, ZS_CT_F32);
+            if (!rc && st)
+                XXH3_64bits_update(st, buf, n * sizeof(float));
+        }
+    }
+    if (!rc && st)
+        snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
+    /* the copies of the tied embedding */
+    int holder = D * (e->pp_size - 1); /* data-parallel rank 0 of the last stage */
+    size_t tb = e->sh->tied_elems * e->ps;
+    char *copy = wr == 0 ? malloc(tb + 1) : NULL, *own = wr == 0 ? malloc(tb + 1) : NULL;
+    if (!rc && wr == 0 && (!copy || !own))
+        rc = zs_error_set("out of host memory comparing the tied embedding's copies");
+    if (!rc && wr == holder) {
+        if (!(copy = malloc(tb + 1)))
+            rc = zs_error_set("out of host memory comparing the tied embedding's copies");
+        else
+            zs_backend_copy_d2h(e->be, copy, e->tied, tb);
+    }
+    if (!rc)
+        rc = zs_comm_send_to_root(e->world, holder, copy, (int)e->sh->tied_elems, e->ct);
+    if (!rc && wr == 0) {
+        zs_backend_copy_d2h(e->be, own, e->params, tb);
+        if (memcmp(own, copy, tb) != 0)
+            rc = zs_error_set("internal: the last pipeline stage's copy of the tied token "
+                              "embedding differs from the first stage's");
+    }
+    free(copy);
+    free(own);
+    if (st)
+        XXH3_freeState(st);
+    free(buf);
+    return rc;
+}
+
 int zs_engine_param_hash(zs_engine *e, char hex[17])
 {
+    if (e->pp && !e->phantom) {
+        zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
+        hex[0] = '\0';
+        return zs_engine_param_hash_pp(e, hex);
+    }
     if (e->tp && !e->phantom) {
         zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
         hex[0] = '\0';

@@ -124,10 +124,10 @@ static int zs_shape_buckets(zs_step_shape *s)
     size_t B = s->cfg.reduce_bucket_size ? s->cfg.reduce_bucket_size : s->part.padded;
     int cap = 0;
     size_t hi = s->part.padded, lo = hi; /* the open bucket is [lo, hi) */
-    int ready = s->U - 1;
-    for (int u = s->U - 1; u >= 0; u--) {
+    int ready = s->ulast;
+    for (int u = s->ulast; u >= s->ufirst; u--) {
         size_t uo = s->unit_lo[u];
-        size_t un = (u == s->U - 1 ? s->part.padded : s->unit_lo[u + 1]) - uo;
+        size_t un = (u == s->ulast ? s->part.padded : s->unit_lo[u + 1]) - uo;
         if (lo < hi && (hi - lo) + un > B) {
             ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
                                  (zs_step_range){.lo = lo, .hi = hi, .unit = ready}));
@@ -236,7 +236,10 @@ static void zs_shape_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_TARGETS, ZS_MEM_WORKSPACE, s->tok_bytes);
     ZS_SETBUF(ZS_BUF_X, ZS_MEM_WORKSPACE, s->x_bytes);
     int mb = s->cfg.micro_batch;
-    ZS_SETBUF(ZS_BUF_ACTS, ZS_MEM_ACTIVATIONS, zs_model_activation_bytes(&s->cfg.model, mb));
+    ZS_SETBUF(ZS_BUF_ACTS, ZS_MEM_ACTIVATIONS,
+              (size_t)s->slots * zs_model_activation_bytes(&s->cfg.model, mb));
+    ZS_SETBUF(ZS_BUF_TIED, ZS_MEM_PARAMS, s->pp_rank == s->pp - 1 ? s->tied_elems * ps : 0);
+    ZS_SETBUF(ZS_BUF_TIED_GRAD, ZS_MEM_COMM_BUFFERS, s->tied_elems * 4);
     ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS, zs_model_checkpoint_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_SCRATCH, ZS_MEM_WORKSPACE, zs_model_scratch_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_INIT, ZS_MEM_WORKSPACE, s->mixed ? ZS_INIT_CHUNK * 4 : 0);
@@ -302,15 +305,38 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
         ZS_FAIL("ZeRO stage must be 0, 1, 2 or 3, got %d", s->stage);
     const zs_layout *lay = zs_model_layout(m);
     s->U = lay->n_layers;
-    zs_partition_make(&s->part, lay->num_params, world, 0, s->det);
+    s->pp = 1;
+    s->ufirst = 0;
+    s->ulast = s->U - 1;
+    s->slots = 1;
+    size_t total = lay->num_params;
+    if (cfg->pp > 1) {
+        const zs_model_config *mc = &cfg->model;
+        if (!mc->pp_on || mc->pp_first < 0 || mc->pp_last >= s->U || mc->pp_first > mc->pp_last)
+            ZS_FAIL("internal: a pipeline stage's shape needs its units (zs_pp_stage_config)");
+        s->pp = cfg->pp;
+        s->pp_rank = mc->pp_stage;
+        s->ufirst = mc->pp_first;
+        s->ulast = mc->pp_last;
+        s->base = lay->layer_offset[s->ufirst];
+        total = lay->layer_offset[s->ulast] + lay->layer_numel[s->ulast] - s->base;
+        if (s->pp_rank == 0 || s->pp_rank == s->pp - 1)
+            s->tied_elems = lay->entries[0].numel;
+        s->io_elems = zs_model_boundary_elems(mc, cfg->micro_batch);
+        int w = zs_pp_warmup(cfg->pp_schedule, s->pp, s->pp_rank, cfg->grad_accum);
+        s->slots = cfg->pp_schedule == ZS_PP_GPIPE ? w : w + 1;
+        if (s->slots > cfg->grad_accum)
+            s->slots = cfg->grad_accum;
+    }
+    zs_partition_make(&s->part, total, world, 0, s->det);
     s->unit_lo = calloc((size_t)s->U, sizeof(size_t));
     s->unit_n = calloc((size_t)s->U, sizeof(size_t));
     if (!s->unit_lo || !s->unit_n) {
         zs_step_shape_free(s);
         ZS_FAIL("out of host memory planning the step");
     }
-    for (int u = 0; u < s->U; u++) {
-        s->unit_lo[u] = lay->layer_offset[u];
+    for (int u = s->ufirst; u <= s->ulast; u++) {
+        s->unit_lo[u] = lay->layer_offset[u] - s->base;
         s->unit_n[u] = lay->layer_numel[u];
         size_t e = zs_model_unit_elems(m, u);
         if (e > s->stage_elems)
@@ -404,7 +430,110 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_OFFLOAD_GRADS] = "offload_grads",
     [ZS_SOP_UPLOAD_PARAMS] = "upload_params",
     [ZS_SOP_ALLGATHER] = "allgather",
+    [ZS_SOP_RECV_ACT] = "recv_act",
+    [ZS_SOP_SEND_ACT] = "send_act",
+    [ZS_SOP_RECV_GRAD] = "recv_grad",
+    [ZS_SOP_SEND_GRAD] = "send_grad",
+    [ZS_SOP_TIED_SEND] = "tied_send",
+    [ZS_SOP_TIED_RECV] = "tied_recv",
+    [ZS_SOP_TIED_SYNC] = "tied_sync",
 };
+
+/* "parameters": the blocks of each stage, [*lo, *hi] (1-based units), as
+ * the greedy cut under the least bottleneck X for which it is feasible: a
+ * stage closes before block u when u would take it over X, or when the
+ * blocks left are as many as the stages left. w[u]: unit u's weight. */
+static int zs_pp_cut(const size_t *w, int L, int P, size_t X, int *first_block)
+{
+    int U = L + 2, parts = 0;
+    size_t cur = 0;
+    for (int u = 0; u < U; u++) {
+        int block = u >= 1 && u <= L, can_cut = u >= 2 && u <= L; /* never the head alone */
+        int left_blocks = L - u + 1, left_parts = P - parts - 1;
+        if (w[u] > X)
+            return -1;
+        if (can_cut && parts + 1 < P && (cur + w[u] > X || left_blocks == left_parts)) {
+            if (first_block)
+                first_block[++parts] = u;
+            else
+                parts++;
+            cur = 0;
+        } else if (cur + w[u] > X) {
+            return -1; /* a part over X that cannot be cut */
+        }
+        cur += w[u];
+        (void)block;
+    }
+    return parts + 1 == P ? 0 : -1;
+}
+
+int zs_pp_stage_config(zs_run_config *cfg, int stage)
+{
+    zs_model_config *mc = &cfg->model;
+    int L = mc->n_layer, P = cfg->pp;
+    if (mc->kind != ZS_MODEL_GPT)
+        ZS_FAIL("pipeline parallelism cuts the GPT's blocks into stages: use --model gpt");
+    if (P < 1 || P > L)
+        ZS_FAIL("--pp %d is more pipeline stages than the model's %d blocks: every stage needs "
+                "at least one block", P, L);
+    if (stage < 0 || stage >= P)
+        ZS_FAIL("internal: pipeline stage %d of %d", stage, P);
+    int b0, b1; /* 0-based blocks of the stage */
+    if (cfg->pp_partition == ZS_PP_PARAMETERS && P > 1) {
+        zs_model_config whole = *mc;
+        whole.pp_on = 0;
+        zs_model *m;
+        ZS_TRY(zs_model_create(&whole, &m));
+        size_t *w = malloc((size_t)(L + 2) * sizeof *w), lo = 0, hi = 0;
+        int *first = malloc((size_t)(P + 1) * sizeof *first);
+        if (!w || !first) {
+            free(w);
+            free(first);
+            zs_model_destroy(m);
+            ZS_FAIL("out of host memory partitioning the pipeline");
+        }
+        for (int u = 0; u < L + 2; u++) {
+            w[u] = zs_model_unit_elems(m, u);
+            hi += w[u];
+            if (w[u] > lo)
+                lo = w[u];
+        }
+        zs_model_destroy(m);
+        while (lo < hi) { /* the least X the cut reaches P stages under */
+            size_t mid = lo + (hi - lo) / 2;
+            if (zs_pp_cut(w, L, P, mid, NULL) == 0)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        first[0] = 1;
+        int rc = zs_pp_cut(w, L, P, lo, first);
+        first[P] = L + 1;
+        b0 = first[stage] - 1;
+        b1 = first[stage + 1] - 2;
+        free(w);
+        free(first);
+        if (rc)
+            ZS_FAIL("internal: no balanced pipeline partition of %d blocks into %d stages", L, P);
+    } else {
+        int q = L / P, r = L % P; /* the first r stages hold q + 1 blocks */
+        b0 = stage * q + (stage < r ? stage : r);
+        b1 = b0 + q + (stage < r) - 1;
+    }
+    mc->pp_on = P > 1;
+    mc->pp_stage = stage;
+    mc->pp_first = stage == 0 ? 0 : b0 + 1;
+    mc->pp_last = stage == P - 1 ? L + 1 : b1 + 1;
+    return 0;
+}
+
+int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m)
+{
+    if (sched == ZS_PP_GPIPE)
+        return m;
+    int w = P - rank - 1;
+    return w < m ? w : m;
+}
 
 const char *zs_step_op_name(zs_step_op_kind k) { return k < ZS_SOP_NKINDS ? zs_sop_names[k] : "?"; }
 
@@ -440,6 +569,14 @@ static void zs_emit(zs_builder *b, zs_step_op_kind k, int unit, int index, unsig
     p->ops[p->n++] = (zs_step_op){.kind = k, .micro = b->micro, .unit = unit, .index = index,
                                   .flags = flags, .phase = b->phase, .group = ZS_GROUP_DP,
                                   .elems = elems};
+}
+
+/* A pipeline message: in the pp group. */
+static void zs_emit_pp(zs_builder *b, zs_step_op_kind k, int unit, unsigned flags, size_t elems)
+{
+    zs_emit(b, k, unit, -1, flags, elems);
+    if (!b->fail)
+        b->p->ops[b->p->n - 1].group = ZS_GROUP_PP;
 }
 
 static void zs_b_gather_start(zs_builder *b, int u, unsigned flags)
@@ -509,7 +646,9 @@ static void zs_b_bucket_allocs(zs_builder *b, int u)
     int n = zs_model_unit_uses(b->m, u, ids, ZS_MAX_USES_PUBLIC);
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &lay->entries[ids[i]];
-        size_t lo = pe->offset, hi = pe->offset + pe->numel;
+        if (pe->offset < s->base || pe->offset >= s->base + s->part.num_params)
+            continue; /* the last stage's copy of the tied embedding */
+        size_t lo = pe->offset - s->base, hi = lo + pe->numel;
         for (int k = 0; k < s->nbuckets; k++) {
             const zs_step_range *bk = &s->buckets[k];
             if (b->touched[k] || (hi < bk->hi ? hi : bk->hi) <= (lo > bk->lo ? lo : bk->lo))
@@ -543,10 +682,83 @@ static void zs_b_reduce(zs_builder *b, int k, int async)
     b->touched[k] = 0;
 }
 
+/* Forward of micro-batch a on this stage: load it (the first stage needs
+ * the tokens, the last the targets), its input from the previous stage,
+ * the units, the loss on the last stage, its output to the next. */
+static void zs_b_forward_micro(zs_builder *b, int a)
+{
+    const zs_step_shape *s = b->s;
+    int first = s->pp_rank == 0, last = s->pp_rank == s->pp - 1;
+    b->micro = a;
+    b->phase = ZS_PHASE_FORWARD;
+    if (first || last)
+        zs_emit(b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
+    if (!first)
+        zs_emit_pp(b, ZS_SOP_RECV_ACT, s->ufirst, 0, s->io_elems);
+    zs_b_forward_units(b, s->ufirst, s->ulast, 0);
+    if (last)
+        zs_emit(b, ZS_SOP_LOSS, -1, -1, 0, 1);
+    else
+        zs_emit_pp(b, ZS_SOP_SEND_ACT, s->ulast, 0, s->io_elems);
+}
+
+/* Backward of micro-batch a on this stage, and its gradient reduction. */
+static void zs_b_backward_micro(zs_builder *b, int a)
+{
+    const zs_step_shape *s = b->s;
+    const zs_model_config *mc = &s->cfg.model;
+    int st = s->stage, GA = s->cfg.grad_accum, once = s->reduce_step;
+    int fixacc = once && s->det && GA > 1;
+    int pipe = s->pp > 1, first = s->pp_rank == 0, last = s->pp_rank == s->pp - 1;
+    b->micro = a;
+    b->phase = ZS_PHASE_BACKWARD;
+    /* in a pipeline another micro-batch may have been loaded since */
+    if (pipe && (first || last))
+        zs_emit(b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
+    if (st <= 1 && (!once || fixacc || a == 0))
+        zs_emit(b, ZS_SOP_ZERO_GRADS, -1, -1, 0, s->part.padded);
+    /* buckets reduced inside the backward, as each is ready: stages 2 and
+     * 3, and stages 0 and 1 with overlap_comm (in the reducing
+     * micro-batches; not when fixed point accumulates locally) */
+    int inside = st >= 2 || (s->overlap && !fixacc && (!once || a == GA - 1));
+    if (!last)
+        zs_emit_pp(b, ZS_SOP_RECV_GRAD, s->ulast, 0, s->io_elems);
+    for (int u = s->ulast; u >= s->ufirst; u--) {
+        int rfirst = zs_recomputed_first(mc, u);
+        if (rfirst >= 0)
+            zs_b_forward_units(b, rfirst, u, ZS_SOPF_RECOMPUTE);
+        /* no prefetch of a unit whose segment is recomputed first */
+        if (st == 3)
+            zs_b_gather_unit(b, u, zs_recomputed_first(mc, u - 1) >= 0 ? -1 : u - 1, 0);
+        if (st >= 2)
+            zs_b_bucket_allocs(b, u);
+        if (pipe && u == 0)
+            zs_emit_pp(b, ZS_SOP_TIED_RECV, 0, 0, s->tied_elems);
+        zs_emit(b, ZS_SOP_BACKWARD, u, -1, 0, zs_model_unit_elems(b->m, u));
+        if (pipe && last && u == s->U - 1)
+            zs_emit_pp(b, ZS_SOP_TIED_SEND, u, 0, s->tied_elems);
+        if (pipe && !first && u == s->ufirst)
+            zs_emit_pp(b, ZS_SOP_SEND_GRAD, u, 0, s->io_elems);
+        if (st == 3)
+            zs_b_release(b, u);
+        if (inside)
+            for (int k = 0; k < s->nbuckets; k++)
+                if (s->buckets[k].unit == u)
+                    zs_b_reduce(b, k, s->overlap);
+    }
+    zs_b_reduce_wait(b);
+    for (int k = 0; fixacc && k < s->nbuckets; k++)
+        zs_emit(b, ZS_SOP_ACCUM_FIXED, s->buckets[k].unit, k, 0,
+                s->buckets[k].hi - s->buckets[k].lo);
+    if (!inside && st <= 1 && (!once || a == GA - 1))
+        for (int k = 0; k < s->nbuckets; k++)
+            zs_b_reduce(b, k, 0);
+}
+
 int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
                           zs_step_program *p)
 {
-    (void)rank; /* every data-parallel rank runs the same ops */
+    (void)rank; /* the shape is this rank's pipeline stage's */
     memset(p, 0, sizeof *p);
     zs_builder b = {.s = s, .m = m, .p = p, .micro = -1, .pending = -1};
     b.live = calloc((size_t)s->U, 1);
@@ -556,8 +768,7 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
         free(b.touched);
         ZS_FAIL("out of host memory building the step program");
     }
-    const zs_model_config *mc = &s->cfg.model;
-    int U = s->U, st = s->stage;
+    int st = s->stage;
     int GA = s->cfg.grad_accum, once = s->reduce_step;
     /* the step schedule in fixed point: each micro-batch's gradient is
      * converted and added into GFIX, so the full gradient holds one
@@ -565,44 +776,20 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
     int fixacc = once && s->det && GA > 1;
     b.phase = ZS_PHASE_FORWARD;
     zs_emit(&b, ZS_SOP_BEGIN, -1, -1, 0, once ? (fixacc ? s->part.padded : 0) : s->part.shard);
-    for (int a = 0; a < GA; a++) {
-        b.micro = a;
-        b.phase = ZS_PHASE_FORWARD;
-        zs_emit(&b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
-        zs_b_forward_units(&b, 0, U - 1, 0);
-        zs_emit(&b, ZS_SOP_LOSS, -1, -1, 0, 1);
-        b.phase = ZS_PHASE_BACKWARD;
-        if (st <= 1 && (!once || fixacc || a == 0))
-            zs_emit(&b, ZS_SOP_ZERO_GRADS, -1, -1, 0, s->part.padded);
-        /* buckets reduced inside the backward, as each is ready: stages 2
-         * and 3, and stages 0 and 1 with overlap_comm (in the reducing
-         * micro-batches; not when fixed point accumulates locally) */
-        int inside = st >= 2 || (s->overlap && !fixacc && (!once || a == GA - 1));
-        for (int u = U - 1; u >= 0; u--) {
-            int first = zs_recomputed_first(mc, u);
-            if (first >= 0)
-                zs_b_forward_units(&b, first, u, ZS_SOPF_RECOMPUTE);
-            /* no prefetch of a unit whose segment is recomputed first */
-            if (st == 3)
-                zs_b_gather_unit(&b, u, zs_recomputed_first(mc, u - 1) >= 0 ? -1 : u - 1, 0);
-            if (st >= 2)
-                zs_b_bucket_allocs(&b, u);
-            zs_emit(&b, ZS_SOP_BACKWARD, u, -1, 0, zs_model_unit_elems(m, u));
-            if (st == 3)
-                zs_b_release(&b, u);
-            if (inside)
-                for (int k = 0; k < s->nbuckets; k++)
-                    if (s->buckets[k].unit == u)
-                        zs_b_reduce(&b, k, s->overlap);
-        }
-        zs_b_reduce_wait(&b);
-        for (int k = 0; fixacc && k < s->nbuckets; k++)
-            zs_emit(&b, ZS_SOP_ACCUM_FIXED, s->buckets[k].unit, k, 0,
-                    s->buckets[k].hi - s->buckets[k].lo);
-        if (!inside && st <= 1 && (!once || a == GA - 1))
-            for (int k = 0; k < s->nbuckets; k++)
-                zs_b_reduce(&b, k, 0);
+    /* the schedule: without a pipeline each micro-batch's forward then its
+     * backward; GPipe all forwards then all backwards; 1F1B (Megatron-LM's
+     * forward_backward_pipelining_without_interleaving) w warm-up forwards,
+     * then one forward and one backward at a time, then the last w
+     * backwards */
+    int w = s->pp > 1 ? zs_pp_warmup(s->cfg.pp_schedule, s->pp, s->pp_rank, GA) : 0;
+    for (int a = 0; a < w; a++)
+        zs_b_forward_micro(&b, a);
+    for (int i = 0; i < GA - w; i++) {
+        zs_b_forward_micro(&b, w + i);
+        zs_b_backward_micro(&b, i);
     }
+    for (int i = GA - w; i < GA; i++)
+        zs_b_backward_micro(&b, i);
     b.micro = -1;
     b.phase = ZS_PHASE_STEP;
     zs_emit(&b, ZS_SOP_LOSS_SUM, -1, -1, 0, (size_t)s->cfg.grad_accum);
@@ -626,6 +813,8 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
             zs_emit(&b, ZS_SOP_ALLGATHER, -1, i, ZS_SOPF_APPLIED,
                     i + 1 < s->npieces ? s->ag_piece
                                        : s->part.padded - (size_t)i * s->ag_piece);
+    if (s->pp > 1 && s->tied_elems)
+        zs_emit_pp(&b, ZS_SOP_TIED_SYNC, 0, ZS_SOPF_APPLIED, s->tied_elems);
     free(b.live);
     free(b.touched);
     if (b.fail) {
@@ -676,6 +865,7 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
     c->peak[s->buf[ZS_BUF_INIT].cat] += s->buf[ZS_BUF_INIT].bytes;
 
     size_t live = 0, bucket_bytes = 0, gp = 0, gb = 0;
+    int fwd = 0, bwd = 0;
     double ps = (double)s->ps;
     for (size_t i = 0; i < p->n; i++) {
         const zs_step_op *o = &p->ops[i];
@@ -693,6 +883,27 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_FORWARD:
             if (o->flags & ZS_SOPF_RECOMPUTE)
                 c->recompute_units += 1;
+            else if (o->unit == s->ufirst && ++fwd - bwd > c->in_flight)
+                c->in_flight = fwd - bwd;
+            break;
+        case ZS_SOP_BACKWARD:
+            if (o->unit == s->ufirst)
+                bwd++;
+            break;
+        case ZS_SOP_SEND_ACT:
+        case ZS_SOP_SEND_GRAD:
+        case ZS_SOP_TIED_SEND:
+            c->p2p_send_calls += 1;
+            c->p2p_send_bytes += 4.0 * (double)o->elems;
+            break;
+        case ZS_SOP_RECV_ACT:
+        case ZS_SOP_RECV_GRAD:
+        case ZS_SOP_TIED_RECV:
+            c->p2p_recv_calls += 1;
+            c->p2p_recv_bytes += 4.0 * (double)o->elems;
+            break;
+        case ZS_SOP_TIED_SYNC:
+            c->tied_sync_bytes += (double)o->elems * ps;
             break;
         case ZS_SOP_BUCKET_ALLOC:
             bucket_bytes += o->elems * s->ps;
@@ -757,6 +968,13 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
                "%d units, %d buckets, %zu ops%s\n",
             s->stage, s->part.world, s->part.num_params, s->part.padded, s->part.shard, s->U,
             s->nbuckets, p->n, s->reduce_step ? ", gradients reduced once per step" : "");
+    if (s->pp > 1)
+        fprintf(f, "# pipeline stage %d of %d (%s, %s): units %d..%d, warm-up %d, %d activation "
+                   "slot%s\n",
+                s->pp_rank, s->pp, zs_pp_schedule_name(s->cfg.pp_schedule),
+                zs_pp_partition_name(s->cfg.pp_partition), s->ufirst, s->ulast,
+                zs_pp_warmup(s->cfg.pp_schedule, s->pp, s->pp_rank, s->cfg.grad_accum), s->slots,
+                s->slots == 1 ? "" : "s");
     for (size_t i = 0; i < p->n; i++) {
         const zs_step_op *o = &p->ops[i];
         fprintf(f, "%5zu %-8s", i, zs_comm_phase_name(o->phase));
@@ -814,6 +1032,27 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
         case ZS_SOP_CHECK:
         case ZS_SOP_NORM:
             fprintf(f, " scalars over the ranks (%s)", zs_comm_group_name(o->group));
+            break;
+        case ZS_SOP_RECV_ACT:
+        case ZS_SOP_SEND_ACT:
+        case ZS_SOP_RECV_GRAD:
+        case ZS_SOP_SEND_GRAD:
+            fprintf(f, " unit %d: %zu fp32 elements %s pipeline stage %d (%s)", o->unit, o->elems,
+                    o->kind == ZS_SOP_RECV_ACT || o->kind == ZS_SOP_RECV_GRAD ? "from" : "to",
+                    s->pp_rank + (o->kind == ZS_SOP_SEND_ACT || o->kind == ZS_SOP_RECV_GRAD ? 1
+                                                                                           : -1),
+                    zs_comm_group_name(o->group));
+            break;
+        case ZS_SOP_TIED_SEND:
+        case ZS_SOP_TIED_RECV:
+            fprintf(f, " tied embedding gradient: %zu fp32 elements %s stage %d (%s)", o->elems,
+                    o->kind == ZS_SOP_TIED_SEND ? "to" : "from",
+                    o->kind == ZS_SOP_TIED_SEND ? 0 : s->pp - 1, zs_comm_group_name(o->group));
+            break;
+        case ZS_SOP_TIED_SYNC:
+            fprintf(f, " tied embedding: %zu %s elements %s stage %d (%s)", o->elems, pt,
+                    s->pp_rank == 0 ? "to" : "from", s->pp_rank == 0 ? s->pp - 1 : 0,
+                    zs_comm_group_name(o->group));
             break;
         default:
             fprintf(f, " %zu elements", o->elems);
