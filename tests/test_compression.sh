@@ -9,7 +9,8 @@
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 4 --warmup 0 --lr 1e-2 --compression-warmup 1"
-for n in 2 3 4; do
+# N = 2 and 3 (and 4 with ZS_TEST_FULL=1, for make check's time budget)
+for n in 2 3 ${ZS_TEST_FULL:+4}; do
     for comp in topk:0.05 int8 sign; do
         ref=""
         for stage in 1 2 3; do
@@ -35,7 +36,7 @@ for n in 2 3 4; do
 done
 # the compressed bytes really are fewer than dense ones
 awk '$1 == 0 && $3 == "all" && $2 == "alltoall" {a = $5} $1 == 0 && $3 == "all" && $2 == "reduce_scatter" {r = $5}
-     END { exit !(a > 0 && r > 0) }' "$T/4-int8-2/comm.csv" && ok || bad "no compressed traffic recorded"
+     END { exit !(a > 0 && r > 0) }' "$T/3-int8-2/comm.csv" && ok || bad "no compressed traffic recorded"
 
 # convergence on the GPT task: 2 ranks, stage 2, 300 steps, 30 dense warm-up steps
 loss() { awk '!/^#/ {l[++n] = $2} END {s = 0; for (i = n - 19; i <= n; i++) s += l[i]; print s / 20}' "$1/steps.csv"; }

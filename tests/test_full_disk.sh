@@ -15,7 +15,7 @@ MODEL="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --micro-batch 2 --st
 
 for out in "--report $T/full/r.json" "--csv $T/full/csv"; do
     # shellcheck disable=SC2086 # out is two words
-    sh "$HERE/mpirun.sh" 2 "$ZS" train $MODEL --quiet $out </dev/null >"$T/log" 2>&1
+    sh "$HERE/mpirun.sh" 2 "$ZS" train $MODEL --silent $out </dev/null >"$T/log" 2>&1
     rc=$?
     [ "$rc" -ne 0 ] && ok || bad "$out: exit status 0 on a full disk"
     grep -q "^zerosim: cannot write .*$T/full/.*: No space left on device; free some space" "$T/log" &&
