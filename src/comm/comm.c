@@ -664,6 +664,8 @@ static int zs_comm_nodes_from_mpi(zs_comm_t c)
     if (c->node != MPI_COMM_NULL)
         MPI_Allreduce(&c->rank, &lead, 1, MPI_INT, MPI_MIN, c->node);
     int *all = malloc((size_t)c->size * sizeof(int));
+    free(c->node_world); /* a map made before (zs_comm_set_ranks_per_node) */
+    free(c->node_of);
     c->node_world = malloc((size_t)c->size * sizeof(int));
     c->node_of = malloc((size_t)c->size * sizeof(int));
     if (!all || !c->node_world || !c->node_of) {

@@ -606,7 +606,7 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 continue;
             double mb = b / r->steps, ib = zs_op_inter(r, q, o) / r->steps;
             double ipb = zs_op_pred_inter(r, q, o);
-            char ip[40] = "", ratio[16] = "-", pred[24] = "-";
+            char ip[400] = "", ratio[16] = "-", pred[24] = "-";
             if (nodes) {
                 char t[24] = "-";
                 if (ipb >= 0)
