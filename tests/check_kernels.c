@@ -1064,7 +1064,7 @@ static size_t isa_run(const char *isa, unsigned char *out, size_t cap)
     static float x[N], y[N], z[N], w[N], g[N], m[N], v[N], ma[N];
     static float qkv[BT * C3], dqkv[BT * C3], att[TT], pre[TT], datt[TT], dpre[TT], o[BT * ISA_C];
     static float logits[BT * ISA_V], probs[BT * ISA_V], dlog[BT * ISA_V], losses[BT];
-    static float mean[BT], rstd[BT], lnw[ISA_C], lnb[ISA_C], dw[ISA_C], db[ISA_C];
+    static float mean[BT], rstd[BT], sums[2 * BT], lnw[ISA_C], lnb[ISA_C], dw[ISA_C], db[ISA_C];
     static uint16_t h16[N];
     static int32_t tgt[BT];
     srand(11);
@@ -1118,8 +1118,8 @@ static size_t isa_run(const char *isa, unsigned char *out, size_t cap)
     KEEP(losses, sizeof losses);
     KEEP(dlog, sizeof dlog);
     zs_backend_xent_vocab_max(b, mean, logits, BT, ISA_V);
-    zs_backend_xent_vocab_sums(b, rstd, logits, mean, tgt, 0, BT, ISA_V);
-    zs_backend_xent_vocab_finish(b, losses, probs, logits, mean, rstd, BT, ISA_V);
+    zs_backend_xent_vocab_sums(b, sums, logits, mean, tgt, 0, BT, ISA_V);
+    zs_backend_xent_vocab_finish(b, losses, probs, logits, mean, sums, BT, ISA_V);
     zs_backend_xent_vocab_backward(b, dlog, probs, tgt, 0, 0.25f, BT, ISA_V);
     KEEP(losses, sizeof losses);
     KEEP(dlog, sizeof dlog);

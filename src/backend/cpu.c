@@ -39,6 +39,8 @@ void openblas_set_num_threads(int);
  * compares the bytes. ZEROSIM_CPU_KERNELS=sse2|avx2|avx512 chooses one
  * (auto, the default: the widest). Elsewhere each kernel is compiled once. */
 enum { ZS_CPU_SSE2, ZS_CPU_AVX2, ZS_CPU_AVX512 };
+/* a kernel's body, inlined into each instruction set's copy */
+#define ZS_CPU_BODY static inline __attribute__((always_inline)) void
 static int cpu_isa = ZS_CPU_SSE2;
 static const char *const cpu_isa_names[] = { "sse2", "avx2", "avx512" };
 
@@ -120,9 +122,9 @@ const char *zs_backend_cpu_kernels(void)
 
 /* ---- tensor parallelism ---------------------------------------------------- */
 
-static inline __attribute__((always_inline)) void cpu_vocab_embedding_forward_body(void *ctx, float *out, const int32_t *tokens,
-                                        const float *wte, int v0, int vn, const float *wpe,
-                                        int b, int t, int c)
+ZS_CPU_BODY cpu_vocab_embedding_forward_body(void *ctx, float *out, const int32_t *tokens,
+                                             const float *wte, int v0, int vn, const float *wpe,
+                                             int b, int t, int c)
 {
     (void)ctx;
     for (int bi = 0; bi < b; bi++)
@@ -141,12 +143,13 @@ static inline __attribute__((always_inline)) void cpu_vocab_embedding_forward_bo
             }
         }
 }
-ZS_CPU_KERNEL(cpu_vocab_embedding_forward, (void *ctx, float *out, const int32_t *tokens, const float *wte, int v0, int vn, const float *wpe, int b, int t, int c),
+ZS_CPU_KERNEL(cpu_vocab_embedding_forward, (void *ctx, float *out, const int32_t *tokens,
+               const float *wte, int v0, int vn, const float *wpe, int b, int t, int c),
               (ctx, out, tokens, wte, v0, vn, wpe, b, t, c))
 
-static inline __attribute__((always_inline)) void cpu_vocab_embedding_backward_body(void *ctx, float *dwte, float *dwpe, const float *dout,
-                                         const int32_t *tokens, int v0, int vn, int b, int t,
-                                         int c)
+ZS_CPU_BODY cpu_vocab_embedding_backward_body(void *ctx, float *dwte, float *dwpe,
+                                              const float *dout, const int32_t *tokens, int v0,
+                                              int vn, int b, int t, int c)
 {
     (void)ctx;
     for (int bi = 0; bi < b; bi++)
@@ -166,10 +169,11 @@ static inline __attribute__((always_inline)) void cpu_vocab_embedding_backward_b
             }
         }
 }
-ZS_CPU_KERNEL(cpu_vocab_embedding_backward, (void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int v0, int vn, int b, int t, int c),
+ZS_CPU_KERNEL(cpu_vocab_embedding_backward, (void *ctx, float *dwte, float *dwpe, const float *dout,
+               const int32_t *tokens, int v0, int vn, int b, int t, int c),
               (ctx, dwte, dwpe, dout, tokens, v0, vn, b, t, c))
 
-static inline __attribute__((always_inline)) void cpu_xent_vocab_max_body(void *ctx, float *rowmax, const float *logits, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_max_body(void *ctx, float *rowmax, const float *logits, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -184,8 +188,9 @@ static inline __attribute__((always_inline)) void cpu_xent_vocab_max_body(void *
 ZS_CPU_KERNEL(cpu_xent_vocab_max, (void *ctx, float *rowmax, const float *logits, int bt, int v),
               (ctx, rowmax, logits, bt, v))
 
-static inline __attribute__((always_inline)) void cpu_xent_vocab_sums_body(void *ctx, float *sums, const float *logits, const float *rowmax,
-                                const int32_t *targets, int v0, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_sums_body(void *ctx, float *sums, const float *logits,
+                                     const float *rowmax, const int32_t *targets, int v0, int bt,
+                                     int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -198,11 +203,12 @@ static inline __attribute__((always_inline)) void cpu_xent_vocab_sums_body(void 
         sums[bt + i] = tg >= 0 && tg < v ? z[tg] : 0.0f;
     }
 }
-ZS_CPU_KERNEL(cpu_xent_vocab_sums, (void *ctx, float *sums, const float *logits, const float *rowmax, const int32_t *targets, int v0, int bt, int v),
+ZS_CPU_KERNEL(cpu_xent_vocab_sums, (void *ctx, float *sums, const float *logits,
+               const float *rowmax, const int32_t *targets, int v0, int bt, int v),
               (ctx, sums, logits, rowmax, targets, v0, bt, v))
 
-static inline __attribute__((always_inline)) void cpu_xent_vocab_finish_body(void *ctx, float *losses, float *probs, const float *logits,
-                                  const float *rowmax, const float *sums, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_finish_body(void *ctx, float *losses, float *probs, const float *logits,
+                                       const float *rowmax, const float *sums, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -214,11 +220,12 @@ static inline __attribute__((always_inline)) void cpu_xent_vocab_finish_body(voi
         losses[i] = logf(sums[i]) + rowmax[i] - sums[bt + i];
     }
 }
-ZS_CPU_KERNEL(cpu_xent_vocab_finish, (void *ctx, float *losses, float *probs, const float *logits, const float *rowmax, const float *sums, int bt, int v),
+ZS_CPU_KERNEL(cpu_xent_vocab_finish, (void *ctx, float *losses, float *probs, const float *logits,
+               const float *rowmax, const float *sums, int bt, int v),
               (ctx, losses, probs, logits, rowmax, sums, bt, v))
 
-static inline __attribute__((always_inline)) void cpu_xent_vocab_backward_body(void *ctx, float *dlogits, const float *probs,
-                                    const int32_t *targets, int v0, float dloss, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_backward_body(void *ctx, float *dlogits, const float *probs,
+                                         const int32_t *targets, int v0, float dloss, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -229,7 +236,8 @@ static inline __attribute__((always_inline)) void cpu_xent_vocab_backward_body(v
             d[j] = dloss * (p[j] - (j == tg ? 1.0f : 0.0f));
     }
 }
-ZS_CPU_KERNEL(cpu_xent_vocab_backward, (void *ctx, float *dlogits, const float *probs, const int32_t *targets, int v0, float dloss, int bt, int v),
+ZS_CPU_KERNEL(cpu_xent_vocab_backward, (void *ctx, float *dlogits, const float *probs,
+               const int32_t *targets, int v0, float dloss, int bt, int v),
               (ctx, dlogits, probs, targets, v0, dloss, bt, v))
 
 /* ---------------------------------------------------------------------------
@@ -291,7 +299,7 @@ static void cpu_sgemm(void *ctx, int trans_a, int trans_b, int m, int n, int k,
  * ------------------------------------------------------------------------- */
 
 /* out is (BT,OC), bias is (OC) */
-static inline __attribute__((always_inline)) void cpu_add_bias_body(void *ctx, float *out, const float *bias, int bt, int oc)
+ZS_CPU_BODY cpu_add_bias_body(void *ctx, float *out, const float *bias, int bt, int oc)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -307,7 +315,7 @@ ZS_CPU_KERNEL(cpu_add_bias, (void *ctx, float *out, const float *bias, int bt, i
  * added to dbias. The loop runs over a row at a time (the sums of all
  * columns advance together, so the compiler vectorises across columns);
  * each column's order is still rows 0..BT-1. */
-static inline __attribute__((always_inline)) void cpu_bias_backward_body(void *ctx, float *dbias, const float *dout, int bt, int oc)
+ZS_CPU_BODY cpu_bias_backward_body(void *ctx, float *dbias, const float *dout, int bt, int oc)
 {
     (void)ctx;
     enum { CHUNK = 256 };
@@ -332,7 +340,7 @@ ZS_CPU_KERNEL(cpu_bias_backward, (void *ctx, float *dbias, const float *dout, in
 #define ZS_SQRT_2_OVER_PI 0.7978845608028654f /* sqrt(2/pi) */
 
 /* out, inp are (N); gelu(x) = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) */
-static inline __attribute__((always_inline)) void cpu_gelu_forward_body(void *ctx, float *out, const float *inp, size_t n)
+ZS_CPU_BODY cpu_gelu_forward_body(void *ctx, float *out, const float *inp, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
@@ -345,7 +353,8 @@ ZS_CPU_KERNEL(cpu_gelu_forward, (void *ctx, float *out, const float *inp, size_t
               (ctx, out, inp, n))
 
 /* dinp, inp, dout are (N); dinp += gelu'(inp) * dout */
-static inline __attribute__((always_inline)) void cpu_gelu_backward_body(void *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+ZS_CPU_BODY cpu_gelu_backward_body(void *ctx, float *dinp, const float *inp, const float *dout,
+                                   size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
@@ -358,11 +367,12 @@ static inline __attribute__((always_inline)) void cpu_gelu_backward_body(void *c
         dinp[i] += grad * dout[i];
     }
 }
-ZS_CPU_KERNEL(cpu_gelu_backward, (void *ctx, float *dinp, const float *inp, const float *dout, size_t n),
+ZS_CPU_KERNEL(cpu_gelu_backward, (void *ctx, float *dinp, const float *inp, const float *dout,
+               size_t n),
               (ctx, dinp, inp, dout, n))
 
 /* out, inp are (N) */
-static inline __attribute__((always_inline)) void cpu_relu_forward_body(void *ctx, float *out, const float *inp, size_t n)
+ZS_CPU_BODY cpu_relu_forward_body(void *ctx, float *out, const float *inp, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
@@ -372,21 +382,23 @@ ZS_CPU_KERNEL(cpu_relu_forward, (void *ctx, float *out, const float *inp, size_t
               (ctx, out, inp, n))
 
 /* dinp, inp, dout are (N) */
-static inline __attribute__((always_inline)) void cpu_relu_backward_body(void *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+ZS_CPU_BODY cpu_relu_backward_body(void *ctx, float *dinp, const float *inp, const float *dout,
+                                   size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         if (inp[i] > 0.0f)
             dinp[i] += dout[i];
 }
-ZS_CPU_KERNEL(cpu_relu_backward, (void *ctx, float *dinp, const float *inp, const float *dout, size_t n),
+ZS_CPU_KERNEL(cpu_relu_backward, (void *ctx, float *dinp, const float *inp, const float *dout,
+               size_t n),
               (ctx, dinp, inp, dout, n))
 
 /* out, inp are (BT,C); mean, rstd are (BT); weight, bias are (C).
  * Biased variance and eps 1e-5, as GPT-2 / PyTorch LayerNorm. */
-static inline __attribute__((always_inline)) void cpu_layernorm_forward_body(void *ctx, float *out, float *mean, float *rstd,
-                                  const float *inp, const float *weight, const float *bias,
-                                  int bt, int c)
+ZS_CPU_BODY cpu_layernorm_forward_body(void *ctx, float *out, float *mean, float *rstd,
+                                       const float *inp, const float *weight, const float *bias,
+                                       int bt, int c)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -409,15 +421,16 @@ static inline __attribute__((always_inline)) void cpu_layernorm_forward_body(voi
         rstd[i] = s;
     }
 }
-ZS_CPU_KERNEL(cpu_layernorm_forward, (void *ctx, float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int bt, int c),
+ZS_CPU_KERNEL(cpu_layernorm_forward, (void *ctx, float *out, float *mean, float *rstd,
+               const float *inp, const float *weight, const float *bias, int bt, int c),
               (ctx, out, mean, rstd, inp, weight, bias, bt, c))
 
 /* dinp, dout, inp are (BT,C); dweight, dbias, weight are (C); mean, rstd (BT).
  * With n = (x - mean) * rstd and g = dout * weight:
  * dx = rstd * (g - mean(g) - n * mean(g * n)). */
-static inline __attribute__((always_inline)) void cpu_layernorm_backward_body(void *ctx, float *dinp, float *dweight, float *dbias,
-                                   const float *dout, const float *inp, const float *weight,
-                                   const float *mean, const float *rstd, int bt, int c)
+ZS_CPU_BODY cpu_layernorm_backward_body(void *ctx, float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp, const float *weight,
+                                        const float *mean, const float *rstd, int bt, int c)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -445,21 +458,25 @@ static inline __attribute__((always_inline)) void cpu_layernorm_backward_body(vo
         }
     }
 }
-ZS_CPU_KERNEL(cpu_layernorm_backward, (void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, const float *mean, const float *rstd, int bt, int c),
+ZS_CPU_KERNEL(cpu_layernorm_backward, (void *ctx, float *dinp, float *dweight, float *dbias,
+               const float *dout, const float *inp, const float *weight, const float *mean,
+               const float *rstd, int bt, int c),
               (ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, bt, c))
 
 /* out, a, b are (N); out may alias a or b */
-static inline __attribute__((always_inline)) void cpu_residual_forward_body(void *ctx, float *out, const float *a, const float *b, size_t n)
+ZS_CPU_BODY cpu_residual_forward_body(void *ctx, float *out, const float *a, const float *b,
+                                      size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }
-ZS_CPU_KERNEL(cpu_residual_forward, (void *ctx, float *out, const float *a, const float *b, size_t n),
+ZS_CPU_KERNEL(cpu_residual_forward, (void *ctx, float *out, const float *a, const float *b,
+               size_t n),
               (ctx, out, a, b, n))
 
 /* y, x are (N) */
-static inline __attribute__((always_inline)) void cpu_axpy_body(void *ctx, float *y, float alpha, const float *x, size_t n)
+ZS_CPU_BODY cpu_axpy_body(void *ctx, float *y, float alpha, const float *x, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
@@ -469,7 +486,7 @@ ZS_CPU_KERNEL(cpu_axpy, (void *ctx, float *y, float alpha, const float *x, size_
               (ctx, y, alpha, x, n))
 
 /* x is (N) */
-static inline __attribute__((always_inline)) void cpu_scale_body(void *ctx, float *x, float alpha, size_t n)
+ZS_CPU_BODY cpu_scale_body(void *ctx, float *x, float alpha, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
@@ -527,8 +544,8 @@ static void cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const fl
 /* out is (B,T,C); preatt, att are (B,NH,T,T); qkv is (B,T,3C) holding q, k, v.
  * Head h uses channels [h*hs, (h+1)*hs) of each of q, k, v (hs = C/NH).
  * preatt = q.k / sqrt(hs), att = its causal softmax (0 above the diagonal). */
-static inline __attribute__((always_inline)) void cpu_attention_forward_body(void *ctx, float *out, float *preatt, float *att,
-                                  const float *qkv, int b, int t, int c, int nh)
+ZS_CPU_BODY cpu_attention_forward_body(void *ctx, float *out, float *preatt, float *att,
+                                       const float *qkv, int b, int t, int c, int nh)
 {
     (void)ctx;
     int hs = c / nh;
@@ -569,7 +586,8 @@ static inline __attribute__((always_inline)) void cpu_attention_forward_body(voi
         }
     }
 }
-ZS_CPU_KERNEL(cpu_attention_forward, (void *ctx, float *out, float *preatt, float *att, const float *qkv, int b, int t, int c, int nh),
+ZS_CPU_KERNEL(cpu_attention_forward, (void *ctx, float *out, float *preatt, float *att,
+               const float *qkv, int b, int t, int c, int nh),
               (ctx, out, preatt, att, qkv, b, t, c, nh))
 
 /* dqkv (B,T,3C) accumulates; dpreatt, datt (B,NH,T,T) are scratch, overwritten
@@ -578,9 +596,9 @@ ZS_CPU_KERNEL(cpu_attention_forward, (void *ctx, float *out, float *preatt, floa
  *   datt = dout v^T, dv += att^T dout,
  *   dpre = att * (datt - rowsum(att * datt)),
  *   dq += scale dpre k, dk += scale dpre^T q. */
-static inline __attribute__((always_inline)) void cpu_attention_backward_body(void *ctx, float *dqkv, float *dpreatt, float *datt,
-                                   const float *dout, const float *qkv, const float *att,
-                                   int b, int t, int c, int nh)
+ZS_CPU_BODY cpu_attention_backward_body(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                                        const float *dout, const float *qkv, const float *att,
+                                        int b, int t, int c, int nh)
 {
     (void)ctx;
     int hs = c / nh;
@@ -623,12 +641,14 @@ static inline __attribute__((always_inline)) void cpu_attention_backward_body(vo
         }
     }
 }
-ZS_CPU_KERNEL(cpu_attention_backward, (void *ctx, float *dqkv, float *dpreatt, float *datt, const float *dout, const float *qkv, const float *att, int b, int t, int c, int nh),
+ZS_CPU_KERNEL(cpu_attention_backward, (void *ctx, float *dqkv, float *dpreatt, float *datt,
+               const float *dout, const float *qkv, const float *att, int b, int t, int c, int nh),
               (ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh))
 
 /* losses (BT); probs, logits (BT,V); targets (BT) */
-static inline __attribute__((always_inline)) void cpu_softmax_xent_forward_body(void *ctx, float *losses, float *probs,
-                                     const float *logits, const int32_t *targets, int bt, int v)
+ZS_CPU_BODY cpu_softmax_xent_forward_body(void *ctx, float *losses, float *probs,
+                                          const float *logits, const int32_t *targets, int bt,
+                                          int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -649,12 +669,13 @@ static inline __attribute__((always_inline)) void cpu_softmax_xent_forward_body(
         losses[i] = -logf(p[targets[i]]);
     }
 }
-ZS_CPU_KERNEL(cpu_softmax_xent_forward, (void *ctx, float *losses, float *probs, const float *logits, const int32_t *targets, int bt, int v),
+ZS_CPU_KERNEL(cpu_softmax_xent_forward, (void *ctx, float *losses, float *probs,
+               const float *logits, const int32_t *targets, int bt, int v),
               (ctx, losses, probs, logits, targets, bt, v))
 
 /* dlogits, probs (BT,V); targets (BT); overwrites dlogits */
-static inline __attribute__((always_inline)) void cpu_softmax_xent_backward_body(void *ctx, float *dlogits, const float *probs,
-                                      const int32_t *targets, float dloss, int bt, int v)
+ZS_CPU_BODY cpu_softmax_xent_backward_body(void *ctx, float *dlogits, const float *probs,
+                                           const int32_t *targets, float dloss, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -666,7 +687,8 @@ static inline __attribute__((always_inline)) void cpu_softmax_xent_backward_body
         }
     }
 }
-ZS_CPU_KERNEL(cpu_softmax_xent_backward, (void *ctx, float *dlogits, const float *probs, const int32_t *targets, float dloss, int bt, int v),
+ZS_CPU_KERNEL(cpu_softmax_xent_backward, (void *ctx, float *dlogits, const float *probs,
+               const int32_t *targets, float dloss, int bt, int v),
               (ctx, dlogits, probs, targets, dloss, bt, v))
 
 /* ---------------------------------------------------------------------------
@@ -726,7 +748,7 @@ static size_t cpu_count_nonfinite(void *ctx, const void *x, zs_dtype t, size_t n
 }
 
 /* dst (N, fp32) = src (N, st) */
-static inline __attribute__((always_inline)) void cpu_convert_to_f32_body(void *ctx, float *dst, const void *src, zs_dtype st, size_t n)
+ZS_CPU_BODY cpu_convert_to_f32_body(void *ctx, float *dst, const void *src, zs_dtype st, size_t n)
 {
     (void)ctx;
     if (st == ZS_DTYPE_F32) {
@@ -740,7 +762,7 @@ ZS_CPU_KERNEL(cpu_convert_to_f32, (void *ctx, float *dst, const void *src, zs_dt
               (ctx, dst, src, st, n))
 
 /* dst (N, dt) = src (N, fp32) */
-static inline __attribute__((always_inline)) void cpu_convert_from_f32_body(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
+ZS_CPU_BODY cpu_convert_from_f32_body(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
 {
     (void)ctx;
     if (dt == ZS_DTYPE_F32) {
@@ -754,7 +776,7 @@ ZS_CPU_KERNEL(cpu_convert_from_f32, (void *ctx, void *dst, zs_dtype dt, const fl
               (ctx, dst, dt, src, n))
 
 /* dst (N, dt) = round(float(dst) + src (N, fp32)) */
-static inline __attribute__((always_inline)) void cpu_accumulate_f32_body(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
+ZS_CPU_BODY cpu_accumulate_f32_body(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
@@ -764,7 +786,7 @@ ZS_CPU_KERNEL(cpu_accumulate_f32, (void *ctx, void *dst, zs_dtype dt, const floa
               (ctx, dst, dt, src, n))
 
 /* dst (N, t) = round(float(dst) + float(src)) */
-static inline __attribute__((always_inline)) void cpu_add_typed_body(void *ctx, void *dst, const void *src, zs_dtype t, size_t n)
+ZS_CPU_BODY cpu_add_typed_body(void *ctx, void *dst, const void *src, zs_dtype t, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
@@ -793,7 +815,7 @@ static size_t cpu_to_fixed(void *ctx, int64_t *dst, const void *src, zs_dtype t,
 }
 
 /* dst (N) += src (N), int64 */
-static inline __attribute__((always_inline)) void cpu_add_i64_body(void *ctx, int64_t *dst, const int64_t *src, size_t n)
+ZS_CPU_BODY cpu_add_i64_body(void *ctx, int64_t *dst, const int64_t *src, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
@@ -871,9 +893,9 @@ cpu_adamw_f32(const zs_optim_hparams *h, const float *restrict gf, float *restri
  *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
  *   master -= lr * (m/bias_corr1 / (sqrt(v/bias_corr2) + eps) + wd*master)
  * all in fp32, in this order; then param = round(master). */
-static inline __attribute__((always_inline)) void cpu_adamw_step_body(void *ctx, float *master, float *m, float *v,
-                           const void *grad, zs_dtype gt, void *param, zs_dtype pt,
-                           size_t n, const zs_optim_hparams *h)
+ZS_CPU_BODY cpu_adamw_step_body(void *ctx, float *master, float *m, float *v, const void *grad,
+                                zs_dtype gt, void *param, zs_dtype pt, size_t n,
+                                const zs_optim_hparams *h)
 {
     (void)ctx;
     if (gt == ZS_DTYPE_F32 && (param == NULL || pt == ZS_DTYPE_F32)) {
@@ -893,7 +915,8 @@ static inline __attribute__((always_inline)) void cpu_adamw_step_body(void *ctx,
             cpu_store(param, pt, i, p);
     }
 }
-ZS_CPU_KERNEL(cpu_adamw_step, (void *ctx, float *master, float *m, float *v, const void *grad, zs_dtype gt, void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h),
+ZS_CPU_KERNEL(cpu_adamw_step, (void *ctx, float *master, float *m, float *v, const void *grad,
+               zs_dtype gt, void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h),
               (ctx, master, m, v, grad, gt, param, pt, n, h))
 
 /* master, buf (N, fp32); grad (N, gt); param (N, pt) or NULL.
@@ -901,9 +924,8 @@ ZS_CPU_KERNEL(cpu_adamw_step, (void *ctx, float *master, float *m, float *v, con
  *   master -= lr*wd*master  (decoupled decay, on the pre-step value)
  *   master -= lr*buf
  * then param = round(master). */
-static inline __attribute__((always_inline)) void cpu_sgd_step_body(void *ctx, float *master, float *buf,
-                         const void *grad, zs_dtype gt, void *param, zs_dtype pt,
-                         size_t n, const zs_optim_hparams *h)
+ZS_CPU_BODY cpu_sgd_step_body(void *ctx, float *master, float *buf, const void *grad, zs_dtype gt,
+                              void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
@@ -918,7 +940,8 @@ static inline __attribute__((always_inline)) void cpu_sgd_step_body(void *ctx, f
             cpu_store(param, pt, i, p);
     }
 }
-ZS_CPU_KERNEL(cpu_sgd_step, (void *ctx, float *master, float *buf, const void *grad, zs_dtype gt, void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h),
+ZS_CPU_KERNEL(cpu_sgd_step, (void *ctx, float *master, float *buf, const void *grad, zs_dtype gt,
+               void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h),
               (ctx, master, buf, grad, gt, param, pt, n, h))
 
 /* ---------------------------------------------------------------------------
