@@ -1123,8 +1123,14 @@ START_TEST(test_unmodelled_off)
     ck_assert_error(load("{\"compression_training\": {\"weight_quantization\": {"
                          "\"shared_parameters\": {\"enabled\": true}}}}"),
                     "\"compression_training\" is a DeepSpeed feature zerosim does not model yet");
-    ck_assert_error(load("{\"zero_optimization\": {\"zero_hpz_partition_size\": 8}}"),
-                    "ZeRO++ hierarchical partitioning (hpZ)");
+    ck_assert_error(load("{\"zero_optimization\": {\"zero_quantized_nontrainable_weights\": "
+                         "true}}"), "ZeRO++ quantized weights");
+    /* ZeRO++'s hpZ and qgZ are modelled: read into the configuration */
+    setup();
+    ck_assert_ok(load("{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8, "
+                      "\"zero_quantized_gradients\": true}}"));
+    ck_assert_int_eq(cfg.hpz_partition_size, 8);
+    ck_assert_int_eq(cfg.quantized_gradients, 1);
     ck_assert_error(load("{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\", "
                          "\"ratio\": 0.5}}}"), "Twin-Flow) is a DeepSpeed feature zerosim does not "
                     "model yet: remove it or set it to 1");

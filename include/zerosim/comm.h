@@ -179,6 +179,26 @@ int zs_comm_hierarchical(zs_comm_t c);
  * allgather of the encoded bytes (elem_size 1). Host buffers only. */
 int zs_comm_set_quantized_weights(zs_comm_t c, int on);
 size_t zs_comm_q8_bytes(size_t n);
+/* ZeRO++ hpZ (zero_hpz_partition_size K > 1): c's secondary group, the K
+ * consecutive ranks of c that hold this rank (they must be on one node:
+ * a one-line error otherwise); K <= 1 removes it. Collective over c (it
+ * splits c). zs_comm_hpz: that group, or NULL. Its calls are recorded in
+ * c's ledger, in c's group, with the secondary group's ring volume. */
+int zs_comm_set_hpz(zs_comm_t c, int K);
+zs_comm_t zs_comm_hpz(zs_comm_t c);
+/* ZeRO++ qgZ (zero_quantized_gradients): every reduce-scatter of
+ * fp32/bf16/fp16 on c becomes two all-to-alls of 4-bit blocks of 256 with
+ * an fp32 scale each (max |x| / 7; zs_comm_q4_bytes(n) bytes for n
+ * elements): inside the node (M nodes of K consecutive ranks; local rank i
+ * gets the parts of ranks mK + i and sums the node's K contributions),
+ * then across (the M ranks of local index i; each sums the M node sums of
+ * its own part). Lossy. Recorded as two all-to-alls of the encoded bytes
+ * (the second one's bytes cross nodes, the first one's do not), no
+ * reduce-scatter. Completes on return. Host buffers only. Collective over c. */
+int zs_comm_set_quantized_gradients(zs_comm_t c, int on);
+/* qgZ on c: the ranks per node K of its two levels; 0 when off. */
+int zs_comm_qgz_ranks_per_node(zs_comm_t c);
+size_t zs_comm_q4_bytes(size_t n);
 
 /* Ledger context for the following calls. */
 void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);

@@ -180,6 +180,15 @@ typedef struct {
     /* ZeRO++ (stage 3): zero_optimization.zero_quantized_weights /
      * --quantized-weights (qwZ: the forward gathers in int8 blocks) */
     int quantized_weights;
+    /* ZeRO++ hpZ: zero_optimization.zero_hpz_partition_size /
+     * --hpz-partition-size K (K > 1: a secondary copy of the stage-3
+     * parameters partitioned over K consecutive data-parallel ranks inside
+     * a node, from which the backward gathers read; 0 or 1: off) */
+    int hpz_partition_size;
+    /* ZeRO++ qgZ: zero_optimization.zero_quantized_gradients /
+     * --quantized-gradients (stage 3's gradient reduce-scatter replaced by
+     * a two-level all-to-all of 4-bit blocks, inside the node then across) */
+    int quantized_gradients;
     /* expert parallelism (--ep, "moe.ep_size"): experts dealt over groups of
      * ep data-parallel ranks (docs/moe.md); finalize copies it into
      * model.moe_ep. The MoE model's own fields are in model.moe_*. */

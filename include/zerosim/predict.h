@@ -55,6 +55,10 @@ typedef struct {
     size_t rs_bytes_per_step;
     size_t ag_bytes_per_step;    /* for a step that is not skipped */
     size_t ag_bytes_per_skipped_step;
+    /* ZeRO++ hpZ (zs_predict): the part of ag_bytes_per_step gathered in
+     * the backward phase, inside the secondary group of
+     * zero_hpz_partition_size ranks (its ring: (K-1)/K of each buffer) */
+    size_t ag_hpz_bytes_per_step;
     /* zs_predict only: calls per step, recomputed unit forwards per step,
      * and rank 0's compressed all-to-all bytes per compressed step */
     double rs_calls_per_step, ag_calls_per_step, ag_calls_per_skipped_step;
@@ -113,6 +117,13 @@ double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, in
                                  int rank, const size_t *lo, const size_t *hi, int nbuckets);
 
 /* Ring-volume bytes of a collective over an S-byte buffer on N ranks. */
+/* ZeRO++ qgZ: the encoded bytes data-parallel rank q sends to other ranks
+ * in one step's two-level all-to-alls (M nodes of K ranks; zs_comm.h), and
+ * in *inter the part sent to other nodes (the second level). */
+struct zs_step_shape_s;
+struct zs_step_program_s;
+double zs_predict_qgz_bytes(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
+                            int K, int q, double *inter);
 double zs_ring_bytes(size_t full_bytes, int world);
 
 #ifdef __cplusplus

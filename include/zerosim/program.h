@@ -68,6 +68,8 @@ typedef enum {
     ZS_BUF_TIED_GRAD,    /* pipeline, first and last stage: the head's
                             gradient of it for one micro-batch (fp32), as
                             sent and as received */
+    ZS_BUF_HPZ,          /* ZeRO++ hpZ (stage 3): the secondary partition,
+                            padded / K parameters in working precision */
     ZS_BUF_N
 } zs_buf_id;
 

@@ -94,6 +94,10 @@ typedef struct {
                                  gathers send up per step, or NULL */
     double *a2a_pred;         /* [world_size] predicted all-to-all bytes per
                                  compressed step of each rank, or NULL */
+    double *qgz_pred;         /* [2 * world_size] ZeRO++ qgZ: each rank's
+                                 all-to-all bytes per step, then the part of
+                                 them across nodes; or NULL */
+    int hpz;                  /* ZeRO++ hpZ: the secondary group's size (0, 1: off) */
     size_t live_params_peak;  /* stage 3: most gathered parameters alive at once */
     double nb_span_s, nb_wait_s; /* this rank: stage 3's non-blocking gathers
                                  and overlap_comm's reduce-scatters, start to

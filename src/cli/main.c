@@ -139,6 +139,12 @@ static const char *const zs_usage =
     "  --quantized-weights      ZeRO++ qwZ (stage 3): forward parameter gathers sent as\n"
     "                           int8 blocks of 256 with a scale each, lossy\n"
     "                           (zero_optimization.zero_quantized_weights)\n"
+    "  --hpz-partition-size K   ZeRO++ hpZ (stage 3): a secondary copy of the parameters\n"
+    "                           over K ranks of a node; backward gathers stay inside it\n"
+    "                           (zero_optimization.zero_hpz_partition_size)\n"
+    "  --quantized-gradients    ZeRO++ qgZ (stage 3): gradients reduced by a two-level\n"
+    "                           all-to-all of 4-bit blocks, lossy\n"
+    "                           (zero_optimization.zero_quantized_gradients)\n"
     "mixture of experts (docs/moe.md; the config's \"moe\" section):\n"
     "  --moe-experts E          experts per MoE block (0: a dense model)\n"
     "  --moe-every K            every K-th block is a MoE block (1)\n"
@@ -218,7 +224,7 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ,
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ, OPT_HPZ, OPT_QGZ,
     OPT_GRAD_REDUCE, OPT_OVERLAP_COMM,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
@@ -289,6 +295,8 @@ static const struct option zs_long_options[] = {
     {"ranks-per-node", required_argument, NULL, OPT_RPN},
     {"hierarchical", no_argument, NULL, OPT_HIER},
     {"quantized-weights", no_argument, NULL, OPT_QWZ},
+    {"hpz-partition-size", required_argument, NULL, OPT_HPZ},
+    {"quantized-gradients", no_argument, NULL, OPT_QGZ},
     {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
     {"overlap-comm", required_argument, NULL, OPT_OVERLAP_COMM},
     {"collective-timeout", required_argument, NULL, OPT_COLL_TIMEOUT},
@@ -478,6 +486,12 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         c->hierarchical = 1;
     if (cli->val[OPT_QWZ])
         c->quantized_weights = 1;
+    if (cli->val[OPT_QGZ])
+        c->quantized_gradients = 1;
+    if ((s = cli->val[OPT_HPZ])) {
+        ZS_TRY(zs_parse_int(OPT_HPZ, s, 1, 1 << 20, &v));
+        c->hpz_partition_size = (int)v;
+    }
     if ((s = cli->val[OPT_RPN])) {
         ZS_TRY(zs_parse_int(OPT_RPN, s, 1, 1 << 20, &v));
         c->ranks_per_node = (int)v;

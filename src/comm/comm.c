@@ -73,6 +73,14 @@ struct zs_comm {
     void *hier_tmp;
     size_t hier_tmp_cap;
     int qwz;                 /* ZeRO++ qwZ: forward allgathers in int8 blocks */
+    /* ZeRO++ hpZ: the secondary group, K consecutive ranks inside a node
+     * (zs_comm_set_hpz); NULL: off */
+    struct zs_comm *hpz;
+    /* ZeRO++ qgZ: the reduce-scatter as a two-level all-to-all of 4-bit
+     * blocks: the node's K ranks (qg_node), then the M ranks of this local
+     * index (qg_cross), both made even where one has a single rank */
+    int qgz, qg_k, qg_m;
+    struct zs_comm *qg_node, *qg_cross;
     long long seq, agree_seq;
     double timeout_s;
     long long ncoll;
@@ -104,6 +112,7 @@ typedef struct {   /* a pending non-blocking call */
     double t1;               /* when it was seen complete; 0: not yet */
     int to_dev;              /* staged: copy host to dev on wait */
     int p2p;                 /* a point-to-point send (zs_comm_isend) */
+    int norec;               /* recorded by the calls it made (qgZ) */
 } zs_comm_pending;
 
 static const char *const zs_op_names[ZS_OP_NOPS] = {
@@ -943,11 +952,14 @@ static void zs_comm_hier_free(zs_comm_t c)
     c->hier = 0;
 }
 
+static void zs_comm_zpp_free(zs_comm_t c);
+
 void zs_comm_free(zs_comm_t s)
 {
     if (!s || s->ledger == s)
         return;
     zs_comm_hier_free(s);
+    zs_comm_zpp_free(s);
     if (s->comm != MPI_COMM_NULL) {
         MPI_Comm_free(&s->agree_comm);
         MPI_Comm_free(&s->comm);
@@ -1652,6 +1664,9 @@ int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int 
     return 0;
 }
 
+static int zs_comm_qgz(zs_comm_t c, const void *send, void *recv, const int *counts,
+                       zs_comm_type t, int layer);
+
 int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int *counts,
                             zs_comm_type t, int layer, void **request)
 {
@@ -1668,6 +1683,19 @@ int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int
     p->what = "reduce-scatter";
     p->t0 = MPI_Wtime();
     int rc = 0;
+    if (c->qgz && (t == ZS_CT_F32 || t == ZS_CT_BF16 || t == ZS_CT_F16)) {
+        /* qgZ: two all-to-alls, each recorded; complete on return */
+        rc = zs_comm_qgz(c, send, recv, counts, t, layer);
+        if (rc) {
+            free(p);
+            return rc;
+        }
+        p->norec = 1;
+        p->t1 = MPI_Wtime();
+        c->rs_pending = 1;
+        *request = p;
+        return 0;
+    }
     if (c->phantom || c->size == 1 || c->staged || c->hier_node ||
         !zs_comm_ring_fits(c, counts, t, c->scratch, c->scratch_bytes)) {
         /* no ring to drive (or two levels): complete on return (MPI_Reduce_scatter's own
@@ -1893,7 +1921,7 @@ int zs_comm_wait(zs_comm_t c, void **request)
                          p->qt, (char *)p->qdst + (size_t)p->edispls[r] * es);
         p->r.seconds = MPI_Wtime() - p->t0;
     }
-    if (!rc)
+    if (!rc && !p->norec)
         zs_comm_record_add(c, &p->r);
     zs_ring_free(p->ring);
     free(p->host);
@@ -2257,4 +2285,276 @@ int zs_comm_barrier(zs_comm_t c)
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Ibarrier");
     return zs_comm_finish(c, 1, &req, seq, "barrier");
+}
+
+/* ---- ZeRO++ hpZ and qgZ -------------------------------------------------- */
+
+static void zs_comm_zpp_free(zs_comm_t c)
+{
+    zs_comm_free(c->hpz);
+    zs_comm_free(c->qg_node);
+    zs_comm_free(c->qg_cross);
+    c->hpz = c->qg_node = c->qg_cross = NULL;
+    c->qgz = 0;
+}
+
+/* sub's world ranks: c's ranks first, first + stride, ... (a phantom split
+ * cannot ask MPI), so that its nodes are known. */
+static int zs_comm_sub_nodes(zs_comm_t c, zs_comm_t sub, int first, int stride)
+{
+    if (sub->world_of)
+        return 0;
+    int *w = malloc((size_t)sub->size * sizeof(int));
+    if (!w)
+        ZS_FAIL("out of host memory for a %s group's ranks", zs_comm_group_name(c->group));
+    for (int t = 0; t < sub->size; t++) {
+        int q = first + t * stride;
+        w[t] = c->world_of ? c->world_of[q] : q;
+    }
+    int rc = zs_comm_set_world_ranks(sub, w);
+    free(w);
+    return rc;
+}
+
+int zs_comm_set_hpz(zs_comm_t c, int K)
+{
+    zs_comm_free(c->hpz);
+    c->hpz = NULL;
+    if (K <= 1)
+        return 0;
+    int N = c->size;
+    if (N % K)
+        ZS_FAIL("zero_hpz_partition_size %d must divide the %d ranks of the %s group: use a "
+                "divisor of %d", K, N, zs_comm_group_name(c->group), N);
+    for (int q = 0; q < N; q++)
+        if (zs_comm_node_of(c, q) != zs_comm_node_of(c, q - q % K))
+            ZS_FAIL("zero_hpz_partition_size %d: ranks %d-%d of the %s group are not on one node, "
+                    "and hpZ's secondary groups must stay inside a node: use a divisor of the "
+                    "ranks per node", K, q - q % K, q - q % K + K - 1,
+                    zs_comm_group_name(c->group));
+    int me = c->rank;
+    ZS_TRY(zs_comm_split(c, me / K, me % K, K, me % K, c->group, &c->hpz));
+    int rc = zs_comm_sub_nodes(c, c->hpz, me - me % K, 1);
+    if (rc) {
+        zs_comm_free(c->hpz);
+        c->hpz = NULL;
+    }
+    return rc;
+}
+
+zs_comm_t zs_comm_hpz(zs_comm_t c) { return c->hpz; }
+
+int zs_comm_qgz_ranks_per_node(zs_comm_t c) { return c->qgz ? c->qg_k : 0; }
+
+int zs_comm_set_quantized_gradients(zs_comm_t c, int on)
+{
+    zs_comm_free(c->qg_node);
+    zs_comm_free(c->qg_cross);
+    c->qg_node = c->qg_cross = NULL;
+    c->qgz = 0;
+    if (!on)
+        return 0;
+    if (c->staged)
+        ZS_FAIL("zero_quantized_gradients (qgZ) runs on host buffers only: use --backend cpu");
+    int N = c->size, K = 0;
+    for (int q = 0; q < N; q++)
+        K += zs_comm_node_of(c, q) == zs_comm_node_of(c, 0);
+    int regular = N % K == 0;
+    for (int q = 0; q < N && regular; q++) /* blocks of K, a node each */
+        regular = zs_comm_node_of(c, q) == zs_comm_node_of(c, q - q % K) &&
+                  (q < K || zs_comm_node_of(c, q) != zs_comm_node_of(c, q - K));
+    if (!regular)
+        ZS_FAIL("zero_quantized_gradients (qgZ) needs the %s group's %d ranks in nodes of equal "
+                "size, each of consecutive ranks (--ranks-per-node K, K dividing the group)",
+                zs_comm_group_name(c->group), N);
+    int i = c->rank % K, j = c->rank / K, M = N / K;
+    int rc = zs_comm_split(c, j, i, K, i, c->group, &c->qg_node);
+    if (!rc)
+        rc = zs_comm_sub_nodes(c, c->qg_node, j * K, 1);
+    if (!rc)
+        rc = zs_comm_split(c, N + i, j, M, j, c->group, &c->qg_cross);
+    if (!rc)
+        rc = zs_comm_sub_nodes(c, c->qg_cross, i, K);
+    if (rc) {
+        zs_comm_free(c->qg_node);
+        zs_comm_free(c->qg_cross);
+        c->qg_node = c->qg_cross = NULL;
+        return rc;
+    }
+    c->qgz = 1;
+    c->qg_k = K;
+    c->qg_m = M;
+    return 0;
+}
+
+/* 4-bit blocks: a part of n elements becomes ceil(n/256) fp32 scales
+ * (max |x| / 7 of each block) followed by ceil(n/2) bytes, two signed
+ * nibbles round(x / scale) in [-7, 7] each, the first in the low half. */
+size_t zs_comm_q4_bytes(size_t n) { return (n + 1) / 2 + 4 * ((n + ZS_QBLOCK - 1) / ZS_QBLOCK); }
+
+static void zs_q4_encode(const float *x, size_t n, unsigned char *out)
+{
+    size_t nb = (n + ZS_QBLOCK - 1) / ZS_QBLOCK;
+    unsigned char *q = out + 4 * nb;
+    memset(q, 0, (n + 1) / 2);
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
+        float m = 0.0f;
+        for (size_t i = lo; i < hi; i++)
+            m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+        float sc = m / 7.0f;
+        memcpy(out + 4 * b, &sc, sizeof sc);
+        for (size_t i = lo; i < hi; i++) {
+            long r = sc > 0.0f ? lrintf(x[i] / sc) : 0;
+            r = r > 7 ? 7 : r < -7 ? -7 : r;
+            q[i / 2] |= (unsigned char)(((unsigned)r & 0xFu) << (4 * (i & 1)));
+        }
+    }
+}
+
+/* acc[i] += the decoded value i */
+static void zs_q4_decode_add(const unsigned char *in, size_t n, float *acc)
+{
+    size_t nb = (n + ZS_QBLOCK - 1) / ZS_QBLOCK;
+    const unsigned char *q = in + 4 * nb;
+    for (size_t b = 0; b < nb; b++) {
+        float sc;
+        memcpy(&sc, in + 4 * b, sizeof sc);
+        size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
+        for (size_t i = lo; i < hi; i++) {
+            int v = (q[i / 2] >> (4 * (i & 1))) & 0xF;
+            acc[i] += (float)(v >= 8 ? v - 16 : v) * sc;
+        }
+    }
+}
+
+/* One level of qgZ on sub (S ranks): to each member d, the parts
+ * seg[d][0..P) (ne[d][p] elements each, fp32, in `src` at off[d][p]) in
+ * 4-bit blocks; from each member, this member's parts, decoded and added in
+ * member order into acc (P parts of my_ne[p] elements at my_off[p]).
+ * Recorded as an all-to-all of the encoded bytes on sub (phantom: only
+ * recorded; the buffers are not touched). */
+static int zs_qgz_level(zs_comm_t sub, int P, const float *src, const size_t *ne,
+                        const size_t *off, const size_t *my_ne, const size_t *my_off, float *acc,
+                        int layer)
+{
+    int S = sub->size, rc = 0;
+    int *sc = calloc(4 * (size_t)S, sizeof(int));
+    if (!sc)
+        ZS_FAIL("out of host memory for qgZ's all-to-all");
+    int *sd = sc + S, *rcn = sc + 2 * S, *rd = sc + 3 * S;
+    size_t st = 0, rt = 0, mine = 0;
+    for (int p = 0; p < P; p++)
+        mine += zs_comm_q4_bytes(my_ne[p]);
+    for (int d = 0; d < S; d++) {
+        size_t b = 0;
+        for (int p = 0; p < P; p++)
+            b += zs_comm_q4_bytes(ne[(size_t)d * P + p]);
+        sc[d] = (int)b;
+        sd[d] = (int)st;
+        rcn[d] = (int)mine;
+        rd[d] = (int)rt;
+        st += b;
+        rt += mine;
+    }
+    if (st > (size_t)INT_MAX || rt > (size_t)INT_MAX) {
+        free(sc);
+        ZS_FAIL("a qgZ all-to-all of %zu bytes is more than one MPI call can carry",
+                st > rt ? st : rt);
+    }
+    if (sub->phantom) {
+        rc = zs_comm_alltoallv_bytes(sub, NULL, sc, sd, NULL, rcn, rd, layer);
+        free(sc);
+        return rc;
+    }
+    unsigned char *sb = malloc(st + 1), *rb = malloc(rt + 1);
+    if (!sb || !rb) {
+        free(sb);
+        free(rb);
+        free(sc);
+        ZS_FAIL("out of host memory for qgZ's all-to-all of %zu bytes", st + rt);
+    }
+    for (int d = 0; d < S; d++) {
+        unsigned char *o = sb + sd[d];
+        for (int p = 0; p < P; p++) {
+            size_t n = ne[(size_t)d * P + p];
+            zs_q4_encode(src + off[(size_t)d * P + p], n, o);
+            o += zs_comm_q4_bytes(n);
+        }
+    }
+    rc = zs_comm_alltoallv_bytes(sub, sb, sc, sd, rb, rcn, rd, layer);
+    for (int d = 0; !rc && d < S; d++) { /* in member order */
+        const unsigned char *in = rb + rd[d];
+        for (int p = 0; p < P; p++) {
+            zs_q4_decode_add(in, my_ne[p], acc + my_off[p]);
+            in += zs_comm_q4_bytes(my_ne[p]);
+        }
+    }
+    free(sb);
+    free(rb);
+    free(sc);
+    return rc;
+}
+
+/* qgZ's reduce-scatter of a buffer of N parts (counts[r] elements for rank
+ * r, one after the other) over M nodes of K consecutive ranks; rank r =
+ * jK + i. Inside the node: to local rank i' the parts of ranks mK + i'
+ * (every m) in 4-bit blocks; this rank sums, in local order, what it gets:
+ * the node's sum of the parts of its local index on every node. Across:
+ * to node m the node sum of part mK + i in 4-bit blocks; this rank sums,
+ * in node order, the M node sums of its own part, into recv (type t). */
+static int zs_comm_qgz(zs_comm_t c, const void *send, void *recv, const int *counts,
+                       zs_comm_type t, int layer)
+{
+    int N = c->size, K = c->qg_k, M = c->qg_m, i = c->rank % K, j = c->rank / K;
+    size_t total = zs_comm_total(c, counts), mineall = 0;
+    size_t *displ = malloc((size_t)N * sizeof(size_t));
+    size_t *ne = malloc(((size_t)K * M + 2 * (size_t)M + (size_t)K * M) * sizeof(size_t));
+    if (!displ || !ne) {
+        free(displ);
+        free(ne);
+        ZS_FAIL("out of host memory for qgZ");
+    }
+    size_t *off = ne + (size_t)K * M, *my_ne = off + (size_t)K * M, *my_off = my_ne + M;
+    size_t at = 0;
+    for (int r = 0; r < N; r++) {
+        displ[r] = at;
+        at += (size_t)counts[r];
+    }
+    for (int d = 0; d < K; d++) /* inside: to local d, parts mK + d */
+        for (int m = 0; m < M; m++) {
+            ne[(size_t)d * M + m] = (size_t)counts[m * K + d];
+            off[(size_t)d * M + m] = displ[m * K + d];
+        }
+    for (int m = 0; m < M; m++) {
+        my_ne[m] = (size_t)counts[m * K + i];
+        my_off[m] = mineall;
+        mineall += my_ne[m];
+    }
+    float *x = NULL, *acc = NULL, *fin = NULL;
+    int rc = 0;
+    if (!c->phantom) {
+        x = malloc((total + 1) * sizeof(float));
+        acc = calloc(mineall + 1, sizeof(float));
+        fin = calloc((size_t)counts[c->rank] + 1, sizeof(float));
+        if (!x || !acc || !fin)
+            rc = zs_error_set("out of host memory for qgZ's reduction of %zu elements", total);
+        for (size_t e = 0; !rc && e < total; e++)
+            x[e] = zs_q_load(send, e, t);
+    }
+    if (!rc)
+        rc = zs_qgz_level(c->qg_node, M, x, ne, off, my_ne, my_off, acc, layer);
+    if (!rc) { /* across: to node m, the node sum of part mK + i */
+        size_t one = (size_t)counts[c->rank], zero = 0;
+        rc = zs_qgz_level(c->qg_cross, 1, acc, my_ne, my_off, &one, &zero, fin, layer);
+    }
+    for (size_t e = 0; !rc && !c->phantom && e < (size_t)counts[c->rank]; e++)
+        zs_q_store(recv, e, t, fin[e]);
+    (void)j;
+    free(x);
+    free(acc);
+    free(fin);
+    free(displ);
+    free(ne);
+    return rc;
 }

@@ -1153,13 +1153,20 @@ static const field bf16_fields[] = {
     F_NONE("min_loss_scale", JT_NUMBER),
 };
 
-#define ZEROPP "remove it, or turn it off (only ZeRO++'s qwZ, zero_quantized_weights, is modelled)"
+#define ZEROPP "remove it, or turn it off (ZeRO++'s qwZ, hpZ and qgZ are modelled: " \
+               "zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients)"
 /* zero_optimization: DeepSpeed's DeepSpeedZeroConfig, with its aliases
  * (stage3_prefetch_bucket_size = prefetch_bucket_size, ...). */
 /* ZeRO++ qwZ: zero_optimization.zero_quantized_weights. */
 static int zero_quantized_weights(loader *ld, const char *path, const json_t *v)
 {
     return read_bool(ld, path, v, &ld->c.quantized_weights);
+}
+
+/* ZeRO++ qgZ: zero_optimization.zero_quantized_gradients. */
+static int zero_quantized_gradients(loader *ld, const char *path, const json_t *v)
+{
+    return read_bool(ld, path, v, &ld->c.quantized_gradients);
 }
 
 static const field zero_fields[] = {
@@ -1216,13 +1223,10 @@ static const field zero_fields[] = {
     F_FUNC("offload_param", zero_offload),
     F_FUNC("cpu_offload", zero_cpu_offload),
     F_FUNC("cpu_offload_param", zero_cpu_offload),
-    F_UNMOD("zero_hpz_partition_size", OFF_AT_MOST_1, "ZeRO++ hierarchical partitioning (hpZ)",
-            ZEROPP),
+    F_INT("zero_hpz_partition_size", hpz_partition_size, R_POS_INT),
     F_FUNC("zero_quantized_weights", zero_quantized_weights),
     F_UNMOD("zero_quantized_nontrainable_weights", OFF_FALSE, "ZeRO++ quantized weights", ZEROPP),
-    F_UNMOD("zero_quantized_gradients", OFF_FALSE, "ZeRO++ quantized gradients (qgZ)",
-            "remove it; zerosim's own int8 gradient compression is "
-            "\"gradient_compression\": {\"method\": \"int8\"}"),
+    F_FUNC("zero_quantized_gradients", zero_quantized_gradients),
     F_UNMOD("zeropp_loco_param", OFF_NULL, "ZeRO++ LoCo error feedback", ZEROPP),
     F_UNMOD("mics_shard_size", OFF_NEG, "MiCS sharding", "remove it"),
     F_UNMOD("mics_hierarchical_params_gather", OFF_FALSE, "MiCS hierarchical gathers",
@@ -2032,6 +2036,27 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->quantized_weights && c->deterministic)
         return fail("zero_optimization.zero_quantized_weights (--quantized-weights) is lossy "
                     "and deterministic mode promises exact results: drop one of them");
+    if (c->hpz_partition_size > 1 && c->stage != 3)
+        return fail("zero_optimization.zero_hpz_partition_size %d (--hpz-partition-size, ZeRO++ "
+                    "hpZ) partitions stage 3's parameters a second time: use --stage 3, or 1",
+                    c->hpz_partition_size);
+    if (c->hpz_partition_size > 1 && (world_size / (c->tp * c->pp)) % c->hpz_partition_size)
+        return fail("zero_optimization.zero_hpz_partition_size %d must divide the %d "
+                    "data-parallel ranks: use a divisor of %d (the ranks per node)",
+                    c->hpz_partition_size, world_size / (c->tp * c->pp),
+                    world_size / (c->tp * c->pp));
+    if (c->hpz_partition_size > 1 && c->offload_param != ZS_OFFLOAD_NONE && c->stage == 3)
+        return fail("zero_optimization.zero_hpz_partition_size with offload_param is not "
+                    "modelled: drop one of them");
+    if (c->quantized_gradients && c->stage != 3)
+        return fail("zero_optimization.zero_quantized_gradients (--quantized-gradients, ZeRO++ "
+                    "qgZ) replaces stage 3's gradient reduce-scatter: use --stage 3");
+    if (c->quantized_gradients && c->deterministic)
+        return fail("zero_optimization.zero_quantized_gradients (--quantized-gradients) is lossy "
+                    "and deterministic mode promises exact results: drop one of them");
+    if (c->quantized_gradients && c->compression.kind != ZS_COMP_NONE)
+        return fail("zero_optimization.zero_quantized_gradients and gradient compression both "
+                    "replace the reduce-scatter: drop one of them");
     if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)
         return fail("offload_optimizer (--offload-optimizer %s) needs ZeRO stage 1, 2 or 3, as "
                     "DeepSpeed's does: use --stage 1 or higher",

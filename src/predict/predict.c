@@ -66,6 +66,8 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
     free(g);
 
     p->bytes[ZS_MEM_PARAMS] = st == 3 ? ps * S + ps * p->live_params : ps * P;
+    if (st == 3 && cfg->hpz_partition_size > 1) /* hpZ's secondary partition */
+        p->bytes[ZS_MEM_PARAMS] += ps * (P / (size_t)cfg->hpz_partition_size);
     size_t GA = (size_t)cfg->grad_accum;
     if (zs_step_reduce_once(cfg)) /* the step schedule: no reduced shard; fixed
                                      point accumulates the full gradient */
@@ -186,6 +188,12 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     p->in_flight = c.in_flight;
     p->rs_bytes_per_step = (size_t)c.rs_bytes;
     p->rs_calls_per_step = c.rs_calls;
+    if (sh.stage == 3 && cfg->quantized_gradients) /* qgZ: all-to-alls instead */
+        p->rs_bytes_per_step = 0, p->rs_calls_per_step = 0;
+    if (sh.stage == 3 && cfg->hpz_partition_size > 1)
+        for (size_t i = 0; i < prog.n; i++)
+            if (prog.ops[i].kind == ZS_SOP_GATHER && prog.ops[i].phase != ZS_PHASE_FORWARD)
+                p->ag_hpz_bytes_per_step += prog.ops[i].elems * sh.ps;
     p->recompute_units = c.recompute_units;
     if (sh.stage == 3 && cfg->quantized_weights) {
         /* qwZ: the forward phase's gathers send each rank's part in int8
@@ -248,4 +256,31 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     zs_step_shape_free(&sh);
     zs_model_destroy(m);
     return 0;
+}
+
+double zs_predict_qgz_bytes(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
+                            int K, int q, double *inter)
+{
+    int N = s->part.world, M = K > 0 ? N / K : 1, i = q % K, j = q / K;
+    double all = 0.0, across = 0.0;
+    int *cnt = malloc((size_t)N * sizeof(int));
+    if (!cnt) {
+        *inter = -1.0;
+        return -1.0;
+    }
+    for (size_t o = 0; o < p->n; o++) {
+        if (p->ops[o].kind != ZS_SOP_REDUCE)
+            continue;
+        const zs_step_range *b = &s->buckets[p->ops[o].index];
+        zs_step_counts(s, b->lo, b->hi, cnt, NULL);
+        for (int d = 0; d < K; d++) /* inside the node: to local d, parts mK + d */
+            for (int m = 0; d != i && m < M; m++)
+                all += (double)zs_comm_q4_bytes((size_t)cnt[m * K + d]);
+        for (int m = 0; m < M; m++) /* across: to node m, the node sum of part mK + i */
+            if (m != j)
+                across += (double)zs_comm_q4_bytes((size_t)cnt[m * K + i]);
+    }
+    free(cnt);
+    *inter = across;
+    return all + across;
 }

@@ -119,7 +119,10 @@ static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls,
      * reduce-scatter and allgather run over the data-parallel group, and
      * the other ops over several groups keep their recorded bytes */
     int dp = r->dp_size > 0 ? r->dp_size : r->world_size, mesh = dp != r->world_size;
-    if (!mesh && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
+    if (!mesh && o == ZS_OP_ALLGATHER && r->hpz > 1) { /* hpZ: backward gathers in K */
+        double h = r->comm[q][o][ZS_PHASE_BACKWARD].bytes;
+        b = zs_ring_bytes((size_t)(*api - h), dp) + zs_ring_bytes((size_t)h, r->hpz);
+    } else if (!mesh && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
         b = zs_ring_bytes((size_t)*api, dp);
     else if (o == ZS_OP_ALLREDUCE && !mesh)
         b = 2 * zs_ring_bytes((size_t)*api, r->world_size);
@@ -143,10 +146,18 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_REDUCE_SCATTER)
         return zs_ring_bytes(pr->rs_bytes_per_step, N) * dense +
                r->pred.tp_rs_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLGATHER && r->hpz > 1) { /* hpZ: the backward gathers in K */
+        size_t h = pr->ag_hpz_bytes_per_step;
+        return (zs_ring_bytes(pr->ag_bytes_per_step - h, N) + zs_ring_bytes(h, r->hpz)) *
+                   r->steps +
+               r->pred.tp_ag_bytes_per_step * r->steps;
+    }
     if (o == ZS_OP_ALLGATHER)
         return zs_ring_bytes(pr->ag_bytes_per_step, N) * r->steps_applied +
                zs_ring_bytes(pr->ag_bytes_per_skipped_step, N) * r->skipped_steps +
                r->pred.tp_ag_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLTOALL && r->qgz_pred)
+        return r->qgz_pred[q] * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
         return r->a2a_pred[q] * r->compressed_steps;
     if (o == ZS_OP_D2H)
@@ -279,6 +290,8 @@ static double zs_op_pred_inter(const zs_train_result *r, int q, int o)
                        ? (double)r->pred.rs_bytes_per_step * dense
                        : (double)r->pred.ag_bytes_per_step * r->steps_applied +
                              (double)r->pred.ag_bytes_per_skipped_step * r->skipped_steps;
+        if (o == ZS_OP_ALLGATHER && r->hpz > 1) /* the backward gathers stay in the node */
+            B -= (double)r->pred.ag_hpz_bytes_per_step * r->steps;
         return B * (M - 1) / N +
                tpx * (o == ZS_OP_REDUCE_SCATTER ? r->pred.tp_rs_bytes_per_step
                                                 : r->pred.tp_ag_bytes_per_step) * r->steps;
@@ -288,6 +301,12 @@ static double zs_op_pred_inter(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_REDUCE_SCATTER)
         return dpx * zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense +
                tpx * r->pred.tp_rs_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLGATHER && r->hpz > 1)
+        return dpx * zs_ring_bytes(r->pred.ag_bytes_per_step - r->pred.ag_hpz_bytes_per_step, N) *
+                   r->steps +
+               tpx * r->pred.tp_ag_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLTOALL && r->qgz_pred)
+        return r->qgz_pred[r->world_size + q] * r->steps;
     if (o == ZS_OP_ALLGATHER)
         return dpx * (zs_ring_bytes(r->pred.ag_bytes_per_step, N) * r->steps_applied +
                       zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps) +
@@ -565,6 +584,12 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         fprintf(f, "stage 3: at most %zu gathered parameters alive (predicted %zu, bound %zu)%s\n",
                 r->live_params_peak, r->pred.live_params, cfg->stage3_max_live_parameters,
                 r->units_over_live_bound ? "; units larger than the bound are gathered alone" : "");
+    if (r->hpz > 1)
+        fprintf(f, "hpZ: params include the secondary partition, %zu bytes per rank (%zu of the "
+                   "%zu padded parameters, 1/%d, in %s)\n",
+                r->padded_params / (size_t)r->hpz * zs_dtype_size(cfg->precision),
+                r->padded_params / (size_t)r->hpz, r->padded_params, r->hpz,
+                zs_dtype_name(cfg->precision));
     zs_report_print_ckpt(f, r);
     if (!r->phantom && r->steps > 0) {
         fprintf(f, "\ncommunication time per step (collectives; hidden: stage 3's prefetched "
@@ -985,6 +1010,15 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     if (cfg->stage == 3) {
         json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));
         json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live_bound));
+        /* ZeRO++: the techniques on, and hpZ's secondary partition (part of params) */
+        json_object_set_new(
+            root, "zeropp",
+            json_pack("{s:b, s:i, s:I, s:b}", "quantized_weights", cfg->quantized_weights,
+                      "hpz_partition_size", r->hpz > 1 ? r->hpz : 1, "hpz_secondary_bytes",
+                      (json_int_t)(r->hpz > 1 ? r->padded_params / (size_t)r->hpz *
+                                                    zs_dtype_size(cfg->precision)
+                                              : 0),
+                      "quantized_gradients", cfg->quantized_gradients));
     }
     json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
     json_object_set_new(root, "overlap_comm", json_boolean(zs_step_overlap(cfg)));

@@ -456,6 +456,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     r->tp_size = cfg->tp > 1 ? cfg->tp : 1;
     r->pp_size = cfg->pp > 1 ? cfg->pp : 1;
     r->hierarchical = cfg->hierarchical;
+    r->hpz = cfg->stage == 3 && cfg->hpz_partition_size > 1 ? cfg->hpz_partition_size : 0;
     zs_ckpt_place place = {.world = comm, .tp_rank = cfg->tp > 1 ? cfg->model.tp_rank : 0,
                            .tp_size = r->tp_size, .dp_rank = zs_comm_rank(dp),
                            .dp_size = r->dp_size};
@@ -547,6 +548,16 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         }
         free(lo);
         free(hi);
+    }
+    if (cfg->quantized_gradients && cfg->stage == 3 && rank == 0) {
+        /* qgZ: each rank's parts of the two levels, from its data-parallel rank */
+        int K = zs_comm_qgz_ranks_per_node(dp);
+        r->qgz_pred = calloc(2 * (size_t)r->world_size, sizeof(double));
+        for (int q = 0; r->qgz_pred && K > 0 && q < r->world_size; q++)
+            r->qgz_pred[q] = zs_predict_qgz_bytes(
+                zs_engine_shape(e), zs_engine_program(e), K,
+                zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp,
+                &r->qgz_pred[r->world_size + q]);
     }
     if (cfg->offload_param != ZS_OFFLOAD_NONE && rank == 0) {
         /* each rank sends its own parts of what it gathers up: the parts
@@ -706,6 +717,10 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(pp, be);
     if (!rc) /* after the backend: qwZ needs host buffers */
         rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
+    if (!rc && cfg->stage == 3)
+        rc = zs_comm_set_hpz(dp, cfg->hpz_partition_size);
+    if (!rc)
+        rc = zs_comm_set_quantized_gradients(dp, cfg->quantized_gradients);
     if (!zs_train_agree(comm, rc, r)) {
         rc = zs_train_rank(&local, o, comm, dp, tp, pp, be, NULL, r);
         if (!rc) {
@@ -723,6 +738,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         zs_comm_set_backend(dp, NULL);
     zs_comm_set_backend(comm, NULL);
     zs_comm_set_hierarchical(dp, 0);
+    zs_comm_set_hpz(dp, 0);
+    zs_comm_set_quantized_gradients(dp, 0);
     zs_mesh_free(mesh);
     zs_backend_release(be);
     return rc;
@@ -735,6 +752,11 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
  * class[q] = the lowest rank whose parts are all the same as q's. */
 static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp, int *cls)
 {
+    if (s->cfg.quantized_gradients) { /* qgZ: each rank's parts differ; a class each */
+        for (int q = 0; q < world; q++)
+            cls[q] = q;
+        return 0;
+    }
     if (!s->comp) {
         memset(cls, 0, (size_t)world * sizeof(int));
         return 0;
@@ -902,10 +924,20 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         if (!rc)
             rc = zs_comm_set_quantized_weights(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                                cfg->quantized_weights);
+        if (!rc && cfg->stage == 3)
+            rc = zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
+                                 cfg->hpz_partition_size);
+        if (!rc)
+            rc = zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
+                                                 cfg->quantized_gradients);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, NULL, be, &shape,
                                rq);
+        if (comm) {
+            zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
+            zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
+        }
         zs_mesh_free(mesh);
         if (!rc) {
             zs_train_pack_stats(rq, comm, row);
@@ -976,6 +1008,8 @@ void zs_train_result_free(zs_train_result *r)
     free(r->timeline);
     free(r->a2a_pred);
     r->a2a_pred = NULL;
+    free(r->qgz_pred);
+    r->qgz_pred = NULL;
     free(r->h2d_pred);
     r->h2d_pred = NULL;
     free(r->pp_pred);

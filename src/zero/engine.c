@@ -116,6 +116,13 @@ struct zs_engine {
     double rs_t0;               /* when it started */
     int rs_async;               /* it goes on behind the next ops */
     int glast;                  /* stage 3: the latest gather range started */
+    /* ZeRO++ hpZ: the secondary group (K ranks of a node), this rank's
+     * part of the secondary partition: padded / K parameters from sec_lo */
+    zs_comm_t hpz;
+    zs_comm_t *gcomm;           /* [ranges] the group each gather runs in */
+    int hpz_k;
+    size_t sec_n, sec_lo;
+    void *sec;
     int tracing;                /* record op spans (zs_engine_set_trace) */
     zs_trace_span *spans;
     size_t nspans, capspans;
@@ -254,6 +261,7 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->batch.x = e->buf[ZS_BUF_X];
     e->tied = e->buf[ZS_BUF_TIED];
     e->tied_grad = e->buf[ZS_BUF_TIED_GRAD];
+    e->sec = e->buf[ZS_BUF_HPZ];
     if (e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, e->buf[ZS_BUF_RING], e->sh->buf[ZS_BUF_RING].bytes);
     /* offload: the host's gradient shard is the reduced shard itself, or
@@ -518,6 +526,17 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
                      "use --backend cpu", e->pp_size, zs_backend_name(be));
         goto fail;
     }
+    if (e->stage == 3 && cfg->hpz_partition_size > 1) {
+        e->hpz = zs_comm_hpz(comm);
+        if (!e->hpz || zs_comm_size(e->hpz) != cfg->hpz_partition_size) {
+            zs_error_set("internal: zero_hpz_partition_size %d without its secondary group "
+                         "(zs_comm_set_hpz on the data-parallel group)", cfg->hpz_partition_size);
+            goto fail;
+        }
+        e->hpz_k = cfg->hpz_partition_size;
+        e->sec_n = e->sh->part.padded / (size_t)e->hpz_k;
+        e->sec_lo = (size_t)zs_comm_rank(e->hpz) * e->sec_n;
+    }
     if (zs_step_shape_check_run(e->sh) ||
         zs_step_program_build(e->sh, e->model, e->part.rank, &e->prog))
         goto fail;
@@ -540,10 +559,11 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->greq = calloc((size_t)ng + 1, sizeof(void *));
     e->gcounts = calloc((size_t)ng + 1, sizeof(int *));
     e->gdispls = calloc((size_t)ng + 1, sizeof(int *));
+    e->gcomm = calloc((size_t)ng + 1, sizeof(zs_comm_t));
     e->P = calloc((size_t)e->lay->n_entries, sizeof(float *));
     e->G = calloc((size_t)e->lay->n_entries, sizeof(float *));
     if (!e->gstart || !e->bucket_buf || !e->counts || !e->displs || !e->gbuf || !e->greq ||
-        !e->gcounts || !e->gdispls || !e->P || !e->G) {
+        !e->gcounts || !e->gdispls || !e->gcomm || !e->P || !e->G) {
         zs_error_set("out of host memory creating the engine");
         goto fail;
     }
@@ -633,6 +653,7 @@ void zs_engine_destroy(zs_engine *e)
     free(e->greq);
     free(e->gcounts);
     free(e->gdispls);
+    free(e->gcomm);
     free(e->scount);
     free(e->sdispl);
     free(e->rcount);
@@ -664,12 +685,73 @@ void zs_engine_destroy(zs_engine *e)
 
 /* ---- stage 3: gathering parameters ------------------------------------- */
 
+/* hpZ: the part of [lo, hi) that each rank of the secondary group holds
+ * (rank d: [d Q, (d+1) Q), Q = padded / K), relative to lo. */
+static void zs_hpz_counts(const zs_engine *e, size_t lo, size_t hi, int *counts, int *displs)
+{
+    for (int d = 0; d < e->hpz_k; d++) {
+        size_t a = (size_t)d * e->sec_n, b = a + e->sec_n;
+        size_t s = lo > a ? lo : a, t = hi < b ? hi : b;
+        counts[d] = t > s ? (int)(t - s) : 0;
+        displs[d] = t > s ? (int)(s - lo) : 0;
+    }
+}
+
+/* hpZ: unit u's backward gather, inside the secondary group, from the
+ * secondary partition (the same bytes the forward gather brought). */
+static int zs_gather_start_hpz(zs_engine *e, int u)
+{
+    const zs_step_shape *s = e->sh;
+    int K = e->hpz_k, me = zs_comm_rank(e->hpz);
+    e->gstart[u] = zs_clock();
+    for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
+        const zs_step_range *r = &s->granges[i];
+        size_t n = r->hi - r->lo;
+        e->gcounts[i] = malloc((size_t)K * sizeof(int));
+        e->gdispls[i] = malloc((size_t)K * sizeof(int));
+        if (!e->gcounts[i] || !e->gdispls[i])
+            ZS_FAIL("out of host memory for a parameter gather");
+        zs_hpz_counts(e, r->lo, r->hi, e->gcounts[i], e->gdispls[i]);
+        ZS_TRY(zs_mem_alloc(e->mem, ZS_MEM_PARAMS, n * e->ps, &e->gbuf[i]));
+        int cnt = e->gcounts[i][me], dsp = e->gdispls[i][me];
+        if (cnt && !e->phantom)
+            zs_backend_copy_d2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps,
+                                (const char *)e->sec + (r->lo + (size_t)dsp - e->sec_lo) * e->ps,
+                                (size_t)cnt * e->ps);
+        e->gcomm[i] = e->hpz;
+        ZS_TRY(zs_comm_iallgatherv_inplace(e->hpz, e->gbuf[i], e->gcounts[i], e->gdispls[i],
+                                           e->ct, u, &e->greq[i]));
+        e->glast = i;
+    }
+    e->live += s->gelems[u];
+    if (e->live > e->live_peak)
+        e->live_peak = e->live;
+    return 0;
+}
+
+/* hpZ: after a forward gather of unit u, this rank's part of the secondary
+ * partition from what it brought. */
+static void zs_hpz_keep(zs_engine *e, int u)
+{
+    const zs_step_shape *s = e->sh;
+    for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u] && !e->phantom; i++) {
+        const zs_step_range *r = &s->granges[i];
+        size_t a = r->lo > e->sec_lo ? r->lo : e->sec_lo;
+        size_t b = r->hi < e->sec_lo + e->sec_n ? r->hi : e->sec_lo + e->sec_n;
+        if (b > a)
+            zs_backend_copy_d2d(e->be, (char *)e->sec + (a - e->sec_lo) * e->ps,
+                                (const char *)e->gbuf[i] + (a - r->lo) * e->ps, (b - a) * e->ps);
+    }
+}
+
 /* Start gathering unit u's ranges (non-blocking). */
-static int zs_gather_start(zs_engine *e, int u)
+static int zs_gather_start(zs_engine *e, int u, zs_comm_phase phase)
 {
     const zs_step_shape *s = e->sh;
     const zs_partition *p = &e->part;
     int N = p->world;
+    if (e->hpz && phase != ZS_PHASE_FORWARD)
+        return zs_gather_start_hpz(e, u);
     e->gstart[u] = zs_clock();
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
         const zs_step_range *r = &s->granges[i];
@@ -702,6 +784,7 @@ static int zs_gather_start(zs_engine *e, int u)
             zs_backend_copy_d2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps, mine,
                                 (size_t)cnt * e->ps);
         }
+        e->gcomm[i] = e->comm;
         ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, e->gbuf[i], e->gcounts[i], e->gdispls[i],
                                            e->ct, u, &e->greq[i]));
         e->glast = i;
@@ -712,16 +795,18 @@ static int zs_gather_start(zs_engine *e, int u)
     return 0;
 }
 
-static int zs_gather_wait(zs_engine *e, int u)
+static int zs_gather_wait(zs_engine *e, int u, zs_comm_phase phase)
 {
     const zs_step_shape *s = e->sh;
     double t0 = zs_clock();
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
-        ZS_TRY(zs_comm_wait(e->comm, &e->greq[i]));
+        ZS_TRY(zs_comm_wait(e->gcomm[i] ? e->gcomm[i] : e->comm, &e->greq[i]));
         free(e->gcounts[i]);
         free(e->gdispls[i]);
         e->gcounts[i] = e->gdispls[i] = NULL;
     }
+    if (e->hpz && phase == ZS_PHASE_FORWARD)
+        zs_hpz_keep(e, u);
     /* the gather ran from its start to now; only the wait was exposed */
     double t1 = zs_clock();
     e->nb_span_s += t1 - e->gstart[u];
@@ -741,7 +826,7 @@ static void zs_gather_release(zs_engine *e, int u)
     if (!e->gbuf[s->gfirst[u]])
         return;
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
-        zs_comm_wait(e->comm, &e->greq[i]);
+        zs_comm_wait(e->gcomm[i] ? e->gcomm[i] : e->comm, &e->greq[i]);
         free(e->gcounts[i]);
         free(e->gdispls[i]);
         e->gcounts[i] = e->gdispls[i] = NULL;
@@ -984,7 +1069,9 @@ static int zs_engine_progress(zs_engine *e)
     if (e->phantom || (!e->rs_req && (e->glast < 0 || !e->greq[e->glast])))
         return 0;
     double t0 = zs_clock();
-    int rc = zs_comm_test(e->comm, e->rs_req ? &e->rs_req : &e->greq[e->glast]);
+    int rc = e->rs_req ? zs_comm_test(e->comm, &e->rs_req)
+                       : zs_comm_test(e->gcomm[e->glast] ? e->gcomm[e->glast] : e->comm,
+                                      &e->greq[e->glast]);
     e->nb_wait_s += zs_clock() - t0;
     return rc;
 }
@@ -1408,8 +1495,8 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
         zs_engine_load_batch(e, (uint64_t)e->step * global + j * (uint64_t)c->micro_batch);
         break;
     }
-    case ZS_SOP_GATHER: ZS_TRY(zs_gather_start(e, u)); break;
-    case ZS_SOP_WAIT: ZS_TRY(zs_gather_wait(e, u)); break;
+    case ZS_SOP_GATHER: ZS_TRY(zs_gather_start(e, u, o->phase)); break;
+    case ZS_SOP_WAIT: ZS_TRY(zs_gather_wait(e, u, o->phase)); break;
     case ZS_SOP_RELEASE: zs_gather_release(e, u); break;
     case ZS_SOP_FORWARD:
         zs_engine_view_unit(e, u, 0);

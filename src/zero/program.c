@@ -240,6 +240,11 @@ static void zs_shape_buffers(zs_step_shape *s)
               (size_t)s->slots * zs_model_activation_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_TIED, ZS_MEM_PARAMS, s->pp_rank == s->pp - 1 ? s->tied_elems * ps : 0);
     ZS_SETBUF(ZS_BUF_TIED_GRAD, ZS_MEM_COMM_BUFFERS, s->tied_elems * 4);
+    /* hpZ: this rank's 1/K of the parameters, refreshed by each forward
+     * gather, read by the backward gathers inside its secondary group */
+    ZS_SETBUF(ZS_BUF_HPZ, ZS_MEM_PARAMS,
+              st == 3 && s->cfg.hpz_partition_size > 1
+                  ? P / (size_t)s->cfg.hpz_partition_size * ps : 0);
     ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS, zs_model_checkpoint_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_SCRATCH, ZS_MEM_WORKSPACE, zs_model_scratch_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_INIT, ZS_MEM_WORKSPACE, s->mixed ? ZS_INIT_CHUNK * 4 : 0);

@@ -1,0 +1,126 @@
+#!/bin/sh
+# ZeRO++ hpZ (zero_hpz_partition_size, --hpz-partition-size) and qgZ
+# (zero_quantized_gradients, --quantized-gradients) on 4 ranks as 2 nodes
+# of 2, bf16, stage 3.
+# hpZ: the parameters are byte-identical to plain stage 3 (param_hash);
+# the allgather bytes and inter-node bytes equal the prediction for every
+# rank, and the backward gathers send nothing across nodes while the
+# forward ones do (ranks 1 and 3, the flat ring's node ends); params
+# measured = predicted, and hpZ's params are plain stage 3's plus padded/2
+# bf16 parameters (by hand: 2 bytes x padded / 2).
+# qgZ: no reduce-scatter; the all-to-all bytes and their inter-node part
+# equal the prediction for every rank; by hand, the inter-node bytes of a
+# step summed over the ranks are 4 bits of each gradient element the
+# reduce-scatter of plain stage 3 reduced, plus the block scales (at
+# M = 2 nodes each part's node sum crosses once); a phantom run reports
+# the real run's bytes; phantom, 64 ranks of 8 per node with all three
+# techniques: every rank's bytes = prediction. Refusals with one line.
+. "$(dirname "$0")/testlib.sh"
+
+MODEL="--layers 2 --hidden 24 --heads 4 --seq 10 --vocab 38 --micro-batch 2 --grad-accum 2 --warmup 0"
+COMMON="--stage 3 --steps 3 --ranks-per-node 2 --precision bf16"
+run() { # label args...
+    label=$1
+    shift
+    sh "$HERE/mpirun.sh" 4 "$ZS" train $MODEL $COMMON "$@" --quiet --csv "$T/$label" \
+        --report "$T/$label.json" > "$T/$label.log" 2>&1 </dev/null ||
+        bad "$label: the run failed: $(tail -2 "$T/$label.log")"
+}
+exact() { # dir label: every rank's collective bytes and inter-node bytes = predicted
+    awk -v L="$2" '
+        $1 ~ /^#/ || $3 != "all" { next }
+        ($2 == "reduce_scatter" || $2 == "allgather" || ($2 == "alltoall" && $4 > 0)) { n++
+            if ($5 != $6) { printf "FAIL: %s rank %s %s: %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
+            if ($9 != $10) { printf "FAIL: %s rank %s %s: inter %s predicted %s\n", L, $1, $2, $9, $10; bad++ } }
+        END { exit (bad > 0 || n == 0) }' "$1/comm.csv"
+}
+run plain
+run hpz --hpz-partition-size 2
+run qgz --quantized-gradients
+
+# hpZ
+h0=$(key "$T/plain.json" param_hash) h1=$(key "$T/hpz.json" param_hash)
+[ -n "$h0" ] && [ "$h0" = "$h1" ] && ok || bad "hpZ's param_hash $h1 differs from plain stage 3's $h0"
+exact "$T/hpz" hpz && ok || bad "hpZ: bytes differ from the prediction"
+awk '$1 !~ /^#/ && $2 == "allgather" && $3 == "backward" && $9 != 0 { b++ }
+     $1 !~ /^#/ && $2 == "allgather" && $3 == "forward" && ($1 == 1 || $1 == 3) && $9 > 0 { f++ }
+     END { exit !(b == 0 && f == 2) }' "$T/hpz/comm.csv" && ok ||
+    bad "hpZ: backward gathers cross nodes, or forward gathers do not"
+padded=$(key "$T/hpz.json" padded_params)
+awk -v P="$padded" 'FNR == 1 { f++ } $1 !~ /^#/ && $2 == "params" { m[f, $1] = $3; if ($3 != $4) bad++ }
+     END { for (q = 0; q < 4; q++) if (m[2, q] - m[1, q] != P) bad++; exit (bad > 0 || P == "") }' \
+    "$T/plain/memory.csv" "$T/hpz/memory.csv" && ok ||
+    bad "hpZ: params differ from the prediction, or not by the secondary partition's $padded bytes"
+grep -q "hpZ: params include the secondary partition, $padded bytes per rank" "$T/hpz.log" && ok ||
+    bad "hpZ: the report does not name the secondary partition"
+
+# qgZ
+exact "$T/qgz" qgz && ok || bad "qgZ: bytes differ from the prediction"
+awk '$1 !~ /^#/ && $2 == "reduce_scatter" && $3 == "all" && $4 != 0 { b++ } END { exit b > 0 }' \
+    "$T/qgz/comm.csv" && ok || bad "qgZ: a reduce-scatter ran"
+python3 - "$T/plain/comm.csv" "$T/qgz/comm.csv" <<'PY' && ok || bad "qgZ: inter-node bytes are not 4 bits per reduced element"
+import sys
+def rows(p):
+    return [l.split() for l in open(p) if not l.startswith("#") and l.split()[2] == "all"]
+elems = sum(float(r[6]) for r in rows(sys.argv[1]) if r[1] == "reduce_scatter" and r[0] == "0") / 2 / 3
+inter = sum(float(r[8]) for r in rows(sys.argv[2]) if r[1] == "alltoall") / 3
+print("qgZ: %.0f bytes across nodes per step for %.0f reduced bf16 elements: %.4f bytes each" % (inter, elems, inter / elems))
+sys.exit(0 if 0.5 <= inter / elems <= 0.5 + 0.05 else 1)
+PY
+"$ZS" train $MODEL $COMMON --quantized-gradients --phantom --world-size 4 --quiet --csv "$T/ph" \
+    > "$T/ph.log" 2>&1 || bad "phantom qgZ failed: $(tail -1 "$T/ph.log")"
+strip() { awk '$1 !~ /^#/ && $3 != "report" && $3 != "all" { print $1, $2, $3, $4, $5, $7, $9 }' "$1"; }
+strip "$T/qgz/comm.csv" > "$T/r.txt"
+strip "$T/ph/comm.csv" > "$T/p.txt"
+[ -s "$T/r.txt" ] && cmp -s "$T/r.txt" "$T/p.txt" && ok || bad "phantom qgZ bytes differ from the real run's"
+"$ZS" train $MODEL --stage 3 --steps 2 --ranks-per-node 8 --quantized-weights --hpz-partition-size 8 \
+    --quantized-gradients --phantom --world-size 64 --quiet --csv "$T/ph64" > "$T/ph64.log" 2>&1 &&
+    exact "$T/ph64" "phantom N=64 K=8 qwZ+hpZ+qgZ" && ok || bad "phantom N=64 ZeRO++: $(tail -1 "$T/ph64.log")"
+
+# The published volume (ZeRO++, arXiv 2306.10209): an 18B-parameter fp16
+# GPT (M = its 2-byte parameters), 64 ranks as 8 nodes of 8, one step. By
+# hand, plain stage 3's bytes leaving each node (the flat ring: the node's
+# last rank sends (N-1)/N of each buffer across) are 63/64 x 2 bytes x
+# (3 padded + 2 E): a forward and a backward gather of every parameter,
+# the tied embedding (E = vocab x hidden) gathered twice in each pass, one
+# reduce-scatter; with qwZ, hpZ and qgZ they are about a quarter of that.
+BIG="--layers 40 --hidden 6144 --heads 48 --seq 256 --vocab 50257 --micro-batch 1 --stage 3 \
+     --steps 1 --precision fp16 --phantom --world-size 64 --ranks-per-node 8 --quiet"
+"$ZS" train $BIG --csv "$T/b0" > "$T/b0.log" 2>&1 && exact "$T/b0" "18B plain" && ok ||
+    bad "18B phantom plain stage 3: $(tail -1 "$T/b0.log")"
+"$ZS" train $BIG --quantized-weights --hpz-partition-size 8 --quantized-gradients --csv "$T/b1" \
+    > "$T/b1.log" 2>&1 && exact "$T/b1" "18B ZeRO++" && ok ||
+    bad "18B phantom ZeRO++: $(tail -1 "$T/b1.log")"
+python3 - "$T/b0" "$T/b1" <<'PY' && ok || bad "18B: the inter-node volume is not the hand count"
+import sys
+def per_node(d):
+    t = 0.0
+    for l in open(d + "/comm.csv"):
+        r = l.split()
+        if not l.startswith("#") and r[2] == "all" and r[1] in ("allgather", "reduce_scatter", "alltoall"):
+            t += float(r[8])
+    return t / 8
+P = int([l for l in open(sys.argv[1] + "/run.csv") if not l.startswith("#")][0].split()[5])
+E = 50257 * 6144
+a, b = per_node(sys.argv[1]), per_node(sys.argv[2])
+hand = 63 / 64 * 2 * (3 * P + 2 * E)
+print("18B (%d parameters, M = %.2f GB): %.2f GB across each node's link per step, ZeRO++ %.2f GB (%.4f M, %.4f of plain)"
+      % (P, 2 * P / 1e9, a / 1e9, b / 1e9, b / (2 * P), b / a))
+sys.exit(0 if abs(a - hand) < 1 and 0.24 < b / a < 0.25 else 1)
+PY
+
+expect_fail() { # label pattern args...
+    label=$1 pat=$2
+    shift 2
+    if "$ZS" train $MODEL --steps 1 "$@" > "$T/o.txt" 2> "$T/e.txt"; then bad "$label: accepted"
+    elif [ "$(wc -l < "$T/e.txt")" -eq 1 ] && grep -q "$pat" "$T/e.txt"; then ok
+    else bad "$label: $(cat "$T/e.txt")"; fi
+}
+expect_fail "qgZ in deterministic mode" "lossy" --stage 3 --quantized-gradients --deterministic
+expect_fail "qgZ at stage 2" "use --stage 3" --stage 2 --quantized-gradients
+expect_fail "hpZ at stage 2" "use --stage 3" --stage 2 --hpz-partition-size 2
+expect_fail "hpZ not dividing" "must divide" --stage 3 --hpz-partition-size 3 --phantom --world-size 4
+expect_fail "hpZ across nodes" "inside a node" --stage 3 --hpz-partition-size 4 --phantom \
+    --world-size 4 --ranks-per-node 2
+expect_fail "hpZ size 0" "zero_hpz_partition_size\|hpz-partition-size" --stage 3 --hpz-partition-size 0
+finish
