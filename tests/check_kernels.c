@@ -1029,6 +1029,160 @@ START_TEST(test_adamw_deterministic)
 }
 END_TEST
 
+/* The CPU backend's kernels in each instruction set this CPU has (sse2,
+ * avx2, avx512; ZEROSIM_CPU_KERNELS) give the same bytes: every kernel
+ * compiled per set runs on the same inputs (lengths that leave vector
+ * tails) and its outputs are compared with the baseline's byte for byte. */
+#define ISA_N 2003 /* element-wise length (at least B·T·C): no vector width divides it */
+#define ISA_B 2
+#define ISA_T 37
+#define ISA_C 24
+#define ISA_NH 3
+#define ISA_V 45
+
+/* Runs the kernels in instruction set isa; their outputs, concatenated,
+ * into out (bytes returned), or 0 when this CPU lacks the set. */
+static size_t isa_run(const char *isa, unsigned char *out, size_t cap)
+{
+    char err[256];
+    setenv("ZEROSIM_CPU_KERNELS", isa, 1);
+    zs_backend_t b = zs_backend_init("cpu", err, sizeof err);
+    unsetenv("ZEROSIM_CPU_KERNELS");
+    if (b == NULL) {
+        ck_assert_msg(strstr(err, "does not run") != NULL, "%s: %s", isa, err);
+        return 0;
+    }
+    ck_assert_str_eq(zs_backend_cpu_kernels(), isa);
+    size_t used = 0;
+#define KEEP(ptr, bytes)                                                                           \
+    do {                                                                                           \
+        ck_assert(used + (bytes) <= cap);                                                          \
+        memcpy(out + used, (ptr), (bytes));                                                        \
+        used += (bytes);                                                                           \
+    } while (0)
+    enum { N = ISA_N, BT = ISA_B * ISA_T, C3 = 3 * ISA_C, TT = ISA_B * ISA_NH * ISA_T * ISA_T };
+    static float x[N], y[N], z[N], w[N], g[N], m[N], v[N], ma[N];
+    static float qkv[BT * C3], dqkv[BT * C3], att[TT], pre[TT], datt[TT], dpre[TT], o[BT * ISA_C];
+    static float logits[BT * ISA_V], probs[BT * ISA_V], dlog[BT * ISA_V], losses[BT];
+    static float mean[BT], rstd[BT], sums[2 * BT], lnw[ISA_C], lnb[ISA_C], dw[ISA_C], db[ISA_C];
+    static uint16_t h16[N];
+    static int32_t tgt[BT];
+    srand(11);
+    for (int i = 0; i < N; i++) {
+        x[i] = 8.0f * (float)rand() / (float)RAND_MAX - 4.0f;
+        z[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+        g[i] = 0.01f * ((float)rand() / (float)RAND_MAX - 0.5f);
+        ma[i] = z[i];
+        m[i] = v[i] = 0.0f;
+        y[i] = w[i] = 0.0f;
+    }
+    for (int i = 0; i < BT * C3; i++)
+        qkv[i] = (float)rand() / (float)RAND_MAX - 0.5f, dqkv[i] = 0.0f;
+    for (int i = 0; i < BT * ISA_V; i++)
+        logits[i] = 4.0f * (float)rand() / (float)RAND_MAX - 2.0f;
+    for (int i = 0; i < BT; i++)
+        tgt[i] = rand() % ISA_V;
+    for (int i = 0; i < ISA_C; i++)
+        lnw[i] = 1.0f + 0.1f * (float)i, lnb[i] = 0.01f * (float)i, dw[i] = db[i] = 0.0f;
+
+    zs_backend_gelu_forward(b, y, x, N);
+    KEEP(y, sizeof y);
+    zs_backend_gelu_backward(b, w, x, z, N);
+    KEEP(w, sizeof w);
+    zs_backend_relu_backward(b, w, x, z, N);
+    KEEP(w, sizeof w);
+    zs_backend_residual_forward(b, y, x, z, N);
+    zs_backend_axpy(b, y, 0.3f, z, N);
+    zs_backend_scale(b, y, 1.7f, N);
+    KEEP(y, sizeof y);
+    /* layernorm over (BT = N / C rows of) x */
+    zs_backend_layernorm_forward(b, y, mean, rstd, x, lnw, lnb, BT, ISA_C);
+    KEEP(y, BT * ISA_C * sizeof(float));
+    KEEP(mean, sizeof mean);
+    KEEP(rstd, sizeof rstd);
+    zs_backend_layernorm_backward(b, w, dw, db, z, x, lnw, mean, rstd, BT, ISA_C);
+    KEEP(w, BT * ISA_C * sizeof(float));
+    KEEP(dw, sizeof dw);
+    KEEP(db, sizeof db);
+    zs_backend_add_bias(b, y, lnw, BT, ISA_C);
+    zs_backend_bias_backward(b, db, z, BT, ISA_C);
+    KEEP(y, BT * ISA_C * sizeof(float));
+    KEEP(db, sizeof db);
+    zs_backend_attention_forward(b, o, pre, att, qkv, ISA_B, ISA_T, ISA_C, ISA_NH);
+    KEEP(o, sizeof o);
+    KEEP(att, sizeof att);
+    zs_backend_attention_backward(b, dqkv, dpre, datt, o, qkv, att, ISA_B, ISA_T, ISA_C, ISA_NH);
+    KEEP(dqkv, sizeof dqkv);
+    zs_backend_softmax_xent_forward(b, losses, probs, logits, tgt, BT, ISA_V);
+    zs_backend_softmax_xent_backward(b, dlog, probs, tgt, 0.25f, BT, ISA_V);
+    KEEP(losses, sizeof losses);
+    KEEP(dlog, sizeof dlog);
+    zs_backend_xent_vocab_max(b, mean, logits, BT, ISA_V);
+    zs_backend_xent_vocab_sums(b, sums, logits, mean, tgt, 0, BT, ISA_V);
+    zs_backend_xent_vocab_finish(b, losses, probs, logits, mean, sums, BT, ISA_V);
+    zs_backend_xent_vocab_backward(b, dlog, probs, tgt, 0, 0.25f, BT, ISA_V);
+    KEEP(losses, sizeof losses);
+    KEEP(dlog, sizeof dlog);
+    zs_backend_convert_from_f32(b, h16, ZS_DTYPE_BF16, x, N);
+    zs_backend_accumulate_f32(b, h16, ZS_DTYPE_BF16, z, N);
+    zs_backend_add_typed(b, h16, h16, ZS_DTYPE_BF16, N);
+    zs_backend_convert_to_f32(b, y, h16, ZS_DTYPE_BF16, N);
+    KEEP(y, sizeof y);
+    zs_optim_hparams h = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                           .weight_decay = 0.1f, .grad_mul = 0.5f, .bias_corr1 = 0.1f,
+                           .bias_corr2 = 0.05f };
+    for (int step = 0; step < 3; step++) {
+        zs_backend_adamw_step(b, ma, m, v, g, ZS_DTYPE_F32, y, ZS_DTYPE_F32, N, &h);
+        zs_backend_adamw_step(b, ma, m, v, h16, ZS_DTYPE_BF16, h16, ZS_DTYPE_BF16, N, &h);
+    }
+    KEEP(ma, sizeof ma);
+    KEEP(m, sizeof m);
+    KEEP(v, sizeof v);
+    KEEP(h16, sizeof h16);
+#undef KEEP
+    zs_backend_release(b);
+    return used;
+}
+
+START_TEST(test_cpu_isas_same_bytes)
+{
+    const char *name = getenv("ZS_TEST_BACKEND");
+    if (name != NULL && strcmp(name, "cpu") != 0)
+        return; /* the CPU backend's own instruction sets */
+    enum { CAP = 1 << 20 };
+    unsigned char *ref = malloc(CAP), *got = malloc(CAP);
+    ck_assert(ref != NULL && got != NULL);
+    size_t nref = isa_run("sse2", ref, CAP);
+    ck_assert_msg(nref > 0, "the baseline set did not run");
+    int ran = 0;
+    const char *isas[] = { "avx2", "avx512" };
+    for (int i = 0; i < 2; i++) {
+        size_t n = isa_run(isas[i], got, CAP);
+        if (n == 0) {
+            printf("cpu kernels: %s not on this CPU, not compared\n", isas[i]);
+            continue;
+        }
+        ck_assert_uint_eq(n, nref);
+        size_t at = 0;
+        while (at < n && ref[at] == got[at])
+            at++;
+        ck_assert_msg(at == n, "%s differs from sse2 at output byte %zu", isas[i], at);
+        printf("cpu kernels: %s gives the same %zu bytes as sse2\n", isas[i], n);
+        ran++;
+    }
+    /* an unknown set is refused with a line that names the choices */
+    char err[256];
+    setenv("ZEROSIM_CPU_KERNELS", "avx9", 1);
+    zs_backend_t bad = zs_backend_init("cpu", err, sizeof err);
+    unsetenv("ZEROSIM_CPU_KERNELS");
+    ck_assert_ptr_null(bad);
+    ck_assert_msg(strstr(err, "auto, sse2, avx2 or avx512") != NULL, "%s", err);
+    free(ref);
+    free(got);
+    (void)ran;
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * suite
  * ------------------------------------------------------------------------- */
@@ -1071,6 +1225,7 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_cpu_exp_tanh_ulps);
     tcase_add_loop_test(tc, test_sgd_reference, 0, 9);
     tcase_add_test(tc, test_adamw_deterministic);
+    tcase_add_test(tc, test_cpu_isas_same_bytes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -220,6 +220,11 @@ void zs_backend_sgd_step(zs_backend_t be, float *master, float *buf,
                          const void *grad, zs_dtype gt, void *param, zs_dtype pt,
                          size_t n, const zs_optim_hparams *h);
 
+/* The instruction set that the CPU backend's kernels run in: "sse2", "avx2"
+ * or "avx512" (the widest the CPU has, or ZEROSIM_CPU_KERNELS); all three
+ * give the same bytes. Set by the CPU backend's init; "sse2" before. */
+const char *zs_backend_cpu_kernels(void);
+
 /* Host-side conversions (used by tests and the report). */
 uint16_t zs_f32_to_bf16(float f);
 float zs_bf16_to_f32(uint16_t h);

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,11 +26,105 @@ void openblas_set_num_threads(int);
 
 #include "backend/cpu_math.h"
 
+/* ---- instruction sets -------------------------------------------------------
+ *
+ * The element-wise kernels (and attention's softmax loops) are compiled three
+ * times on x86-64: for the baseline (SSE2), for AVX2 and for AVX-512F; the
+ * backend picks the widest that the CPU has when it starts. The wider
+ * vectors do the same IEEE operations on each element as the baseline code:
+ * none of these targets lets the compiler fuse a multiply and an add (the
+ * build sets -ffp-contract=off), and no float sum is vectorised (that would
+ * reorder it; only -ffast-math allows it), so the three give the same bytes.
+ * tests/check_kernels runs every kernel in each set this CPU has and
+ * compares the bytes. ZEROSIM_CPU_KERNELS=sse2|avx2|avx512 chooses one
+ * (auto, the default: the widest). Elsewhere each kernel is compiled once. */
+enum { ZS_CPU_SSE2, ZS_CPU_AVX2, ZS_CPU_AVX512 };
+/* a kernel's body, inlined into each instruction set's copy */
+#define ZS_CPU_BODY static inline __attribute__((always_inline)) void
+static int cpu_isa = ZS_CPU_SSE2;
+static const char *const cpu_isa_names[] = { "sse2", "avx2", "avx512" };
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ZS_CPU_HAVE_ISAS 1
+#define ZS_CPU_KERNEL(name, params, args)                                         \
+    __attribute__((target("avx512f"))) static void name##_avx512 params          \
+    {                                                                             \
+        name##_body args;                                                         \
+    }                                                                             \
+    __attribute__((target("avx2"))) static void name##_avx2 params               \
+    {                                                                             \
+        name##_body args;                                                         \
+    }                                                                             \
+    static void name params                                                       \
+    {                                                                             \
+        if (cpu_isa == ZS_CPU_AVX512)                                             \
+            name##_avx512 args;                                                   \
+        else if (cpu_isa == ZS_CPU_AVX2)                                          \
+            name##_avx2 args;                                                     \
+        else                                                                      \
+            name##_body args;                                                     \
+    }
+#else
+#define ZS_CPU_HAVE_ISAS 0
+#define ZS_CPU_KERNEL(name, params, args)                                         \
+    static void name params                                                       \
+    {                                                                             \
+        name##_body args;                                                         \
+    }
+#endif
+
+/* Whether this CPU (and its OS) runs instruction set isa. */
+static int cpu_isa_supported(int isa)
+{
+#if ZS_CPU_HAVE_ISAS
+    __builtin_cpu_init();
+    if (isa == ZS_CPU_AVX512)
+        return __builtin_cpu_supports("avx512f");
+    if (isa == ZS_CPU_AVX2)
+        return __builtin_cpu_supports("avx2");
+#endif
+    return isa == ZS_CPU_SSE2;
+}
+
+/* cpu_isa from ZEROSIM_CPU_KERNELS (auto when unset); 0, or -1 with err. */
+static int cpu_isa_choose(char *err, size_t errlen)
+{
+    const char *want = getenv("ZEROSIM_CPU_KERNELS");
+    if (want == NULL || *want == '\0' || strcmp(want, "auto") == 0) {
+        cpu_isa = cpu_isa_supported(ZS_CPU_AVX512) ? ZS_CPU_AVX512
+                  : cpu_isa_supported(ZS_CPU_AVX2) ? ZS_CPU_AVX2
+                                                   : ZS_CPU_SSE2;
+        return 0;
+    }
+    for (int isa = ZS_CPU_SSE2; isa <= ZS_CPU_AVX512; isa++) {
+        if (strcmp(want, cpu_isa_names[isa]) != 0)
+            continue;
+        if (!cpu_isa_supported(isa)) {
+            snprintf(err, errlen,
+                     "ZEROSIM_CPU_KERNELS=%s: this CPU (or this build) does not run %s; use auto, "
+                     "or an instruction set it has",
+                     want, want);
+            return -1;
+        }
+        cpu_isa = isa;
+        return 0;
+    }
+    snprintf(err, errlen, "ZEROSIM_CPU_KERNELS=%s: must be auto, sse2, avx2 or avx512", want);
+    return -1;
+}
+
+/* The instruction set that the CPU backend's kernels run in ("sse2", "avx2"
+ * or "avx512"). */
+const char *zs_backend_cpu_kernels(void)
+{
+    return cpu_isa_names[cpu_isa];
+}
+
 /* ---- tensor parallelism ---------------------------------------------------- */
 
-static void cpu_vocab_embedding_forward(void *ctx, float *out, const int32_t *tokens,
-                                        const float *wte, int v0, int vn, const float *wpe,
-                                        int b, int t, int c)
+ZS_CPU_BODY cpu_vocab_embedding_forward_body(void *ctx, float *out, const int32_t *tokens,
+                                             const float *wte, int v0, int vn, const float *wpe,
+                                             int b, int t, int c)
 {
     (void)ctx;
     for (int bi = 0; bi < b; bi++)
@@ -48,10 +143,13 @@ static void cpu_vocab_embedding_forward(void *ctx, float *out, const int32_t *to
             }
         }
 }
+ZS_CPU_KERNEL(cpu_vocab_embedding_forward, (void *ctx, float *out, const int32_t *tokens,
+               const float *wte, int v0, int vn, const float *wpe, int b, int t, int c),
+              (ctx, out, tokens, wte, v0, vn, wpe, b, t, c))
 
-static void cpu_vocab_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
-                                         const int32_t *tokens, int v0, int vn, int b, int t,
-                                         int c)
+ZS_CPU_BODY cpu_vocab_embedding_backward_body(void *ctx, float *dwte, float *dwpe,
+                                              const float *dout, const int32_t *tokens, int v0,
+                                              int vn, int b, int t, int c)
 {
     (void)ctx;
     for (int bi = 0; bi < b; bi++)
@@ -71,8 +169,11 @@ static void cpu_vocab_embedding_backward(void *ctx, float *dwte, float *dwpe, co
             }
         }
 }
+ZS_CPU_KERNEL(cpu_vocab_embedding_backward, (void *ctx, float *dwte, float *dwpe, const float *dout,
+               const int32_t *tokens, int v0, int vn, int b, int t, int c),
+              (ctx, dwte, dwpe, dout, tokens, v0, vn, b, t, c))
 
-static void cpu_xent_vocab_max(void *ctx, float *rowmax, const float *logits, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_max_body(void *ctx, float *rowmax, const float *logits, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -84,9 +185,12 @@ static void cpu_xent_vocab_max(void *ctx, float *rowmax, const float *logits, in
         rowmax[i] = m;
     }
 }
+ZS_CPU_KERNEL(cpu_xent_vocab_max, (void *ctx, float *rowmax, const float *logits, int bt, int v),
+              (ctx, rowmax, logits, bt, v))
 
-static void cpu_xent_vocab_sums(void *ctx, float *sums, const float *logits, const float *rowmax,
-                                const int32_t *targets, int v0, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_sums_body(void *ctx, float *sums, const float *logits,
+                                     const float *rowmax, const int32_t *targets, int v0, int bt,
+                                     int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -99,9 +203,12 @@ static void cpu_xent_vocab_sums(void *ctx, float *sums, const float *logits, con
         sums[bt + i] = tg >= 0 && tg < v ? z[tg] : 0.0f;
     }
 }
+ZS_CPU_KERNEL(cpu_xent_vocab_sums, (void *ctx, float *sums, const float *logits,
+               const float *rowmax, const int32_t *targets, int v0, int bt, int v),
+              (ctx, sums, logits, rowmax, targets, v0, bt, v))
 
-static void cpu_xent_vocab_finish(void *ctx, float *losses, float *probs, const float *logits,
-                                  const float *rowmax, const float *sums, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_finish_body(void *ctx, float *losses, float *probs, const float *logits,
+                                       const float *rowmax, const float *sums, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -113,9 +220,12 @@ static void cpu_xent_vocab_finish(void *ctx, float *losses, float *probs, const 
         losses[i] = logf(sums[i]) + rowmax[i] - sums[bt + i];
     }
 }
+ZS_CPU_KERNEL(cpu_xent_vocab_finish, (void *ctx, float *losses, float *probs, const float *logits,
+               const float *rowmax, const float *sums, int bt, int v),
+              (ctx, losses, probs, logits, rowmax, sums, bt, v))
 
-static void cpu_xent_vocab_backward(void *ctx, float *dlogits, const float *probs,
-                                    const int32_t *targets, int v0, float dloss, int bt, int v)
+ZS_CPU_BODY cpu_xent_vocab_backward_body(void *ctx, float *dlogits, const float *probs,
+                                         const int32_t *targets, int v0, float dloss, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -126,6 +236,9 @@ static void cpu_xent_vocab_backward(void *ctx, float *dlogits, const float *prob
             d[j] = dloss * (p[j] - (j == tg ? 1.0f : 0.0f));
     }
 }
+ZS_CPU_KERNEL(cpu_xent_vocab_backward, (void *ctx, float *dlogits, const float *probs,
+               const int32_t *targets, int v0, float dloss, int bt, int v),
+              (ctx, dlogits, probs, targets, v0, dloss, bt, v))
 
 /* ---------------------------------------------------------------------------
  * memory
@@ -186,7 +299,7 @@ static void cpu_sgemm(void *ctx, int trans_a, int trans_b, int m, int n, int k,
  * ------------------------------------------------------------------------- */
 
 /* out is (BT,OC), bias is (OC) */
-static void cpu_add_bias(void *ctx, float *out, const float *bias, int bt, int oc)
+ZS_CPU_BODY cpu_add_bias_body(void *ctx, float *out, const float *bias, int bt, int oc)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -195,12 +308,14 @@ static void cpu_add_bias(void *ctx, float *out, const float *bias, int bt, int o
             out_i[o] += bias[o];
     }
 }
+ZS_CPU_KERNEL(cpu_add_bias, (void *ctx, float *out, const float *bias, int bt, int oc),
+              (ctx, out, bias, bt, oc))
 
 /* dbias is (OC), dout is (BT,OC); rows summed in order 0..BT-1 from 0, then
  * added to dbias. The loop runs over a row at a time (the sums of all
  * columns advance together, so the compiler vectorises across columns);
  * each column's order is still rows 0..BT-1. */
-static void cpu_bias_backward(void *ctx, float *dbias, const float *dout, int bt, int oc)
+ZS_CPU_BODY cpu_bias_backward_body(void *ctx, float *dbias, const float *dout, int bt, int oc)
 {
     (void)ctx;
     enum { CHUNK = 256 };
@@ -218,12 +333,14 @@ static void cpu_bias_backward(void *ctx, float *dbias, const float *dout, int bt
             dbias[o0 + o] += sum[o];
     }
 }
+ZS_CPU_KERNEL(cpu_bias_backward, (void *ctx, float *dbias, const float *dout, int bt, int oc),
+              (ctx, dbias, dout, bt, oc))
 
 #define ZS_GELU_K 0.044715f
 #define ZS_SQRT_2_OVER_PI 0.7978845608028654f /* sqrt(2/pi) */
 
 /* out, inp are (N); gelu(x) = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) */
-static void cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n)
+ZS_CPU_BODY cpu_gelu_forward_body(void *ctx, float *out, const float *inp, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
@@ -232,9 +349,12 @@ static void cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n)
         out[i] = 0.5f * x * (1.0f + zs_cpu_tanhf(ZS_SQRT_2_OVER_PI * (x + cube)));
     }
 }
+ZS_CPU_KERNEL(cpu_gelu_forward, (void *ctx, float *out, const float *inp, size_t n),
+              (ctx, out, inp, n))
 
 /* dinp, inp, dout are (N); dinp += gelu'(inp) * dout */
-static void cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+ZS_CPU_BODY cpu_gelu_backward_body(void *ctx, float *dinp, const float *inp, const float *dout,
+                                   size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
@@ -247,29 +367,38 @@ static void cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const fl
         dinp[i] += grad * dout[i];
     }
 }
+ZS_CPU_KERNEL(cpu_gelu_backward, (void *ctx, float *dinp, const float *inp, const float *dout,
+               size_t n),
+              (ctx, dinp, inp, dout, n))
 
 /* out, inp are (N) */
-static void cpu_relu_forward(void *ctx, float *out, const float *inp, size_t n)
+ZS_CPU_BODY cpu_relu_forward_body(void *ctx, float *out, const float *inp, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
+ZS_CPU_KERNEL(cpu_relu_forward, (void *ctx, float *out, const float *inp, size_t n),
+              (ctx, out, inp, n))
 
 /* dinp, inp, dout are (N) */
-static void cpu_relu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n)
+ZS_CPU_BODY cpu_relu_backward_body(void *ctx, float *dinp, const float *inp, const float *dout,
+                                   size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         if (inp[i] > 0.0f)
             dinp[i] += dout[i];
 }
+ZS_CPU_KERNEL(cpu_relu_backward, (void *ctx, float *dinp, const float *inp, const float *dout,
+               size_t n),
+              (ctx, dinp, inp, dout, n))
 
 /* out, inp are (BT,C); mean, rstd are (BT); weight, bias are (C).
  * Biased variance and eps 1e-5, as GPT-2 / PyTorch LayerNorm. */
-static void cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd,
-                                  const float *inp, const float *weight, const float *bias,
-                                  int bt, int c)
+ZS_CPU_BODY cpu_layernorm_forward_body(void *ctx, float *out, float *mean, float *rstd,
+                                       const float *inp, const float *weight, const float *bias,
+                                       int bt, int c)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -292,13 +421,16 @@ static void cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rst
         rstd[i] = s;
     }
 }
+ZS_CPU_KERNEL(cpu_layernorm_forward, (void *ctx, float *out, float *mean, float *rstd,
+               const float *inp, const float *weight, const float *bias, int bt, int c),
+              (ctx, out, mean, rstd, inp, weight, bias, bt, c))
 
 /* dinp, dout, inp are (BT,C); dweight, dbias, weight are (C); mean, rstd (BT).
  * With n = (x - mean) * rstd and g = dout * weight:
  * dx = rstd * (g - mean(g) - n * mean(g * n)). */
-static void cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
-                                   const float *dout, const float *inp, const float *weight,
-                                   const float *mean, const float *rstd, int bt, int c)
+ZS_CPU_BODY cpu_layernorm_backward_body(void *ctx, float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp, const float *weight,
+                                        const float *mean, const float *rstd, int bt, int c)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -326,30 +458,42 @@ static void cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float
         }
     }
 }
+ZS_CPU_KERNEL(cpu_layernorm_backward, (void *ctx, float *dinp, float *dweight, float *dbias,
+               const float *dout, const float *inp, const float *weight, const float *mean,
+               const float *rstd, int bt, int c),
+              (ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, bt, c))
 
 /* out, a, b are (N); out may alias a or b */
-static void cpu_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n)
+ZS_CPU_BODY cpu_residual_forward_body(void *ctx, float *out, const float *a, const float *b,
+                                      size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }
+ZS_CPU_KERNEL(cpu_residual_forward, (void *ctx, float *out, const float *a, const float *b,
+               size_t n),
+              (ctx, out, a, b, n))
 
 /* y, x are (N) */
-static void cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n)
+ZS_CPU_BODY cpu_axpy_body(void *ctx, float *y, float alpha, const float *x, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         y[i] += alpha * x[i];
 }
+ZS_CPU_KERNEL(cpu_axpy, (void *ctx, float *y, float alpha, const float *x, size_t n),
+              (ctx, y, alpha, x, n))
 
 /* x is (N) */
-static void cpu_scale(void *ctx, float *x, float alpha, size_t n)
+ZS_CPU_BODY cpu_scale_body(void *ctx, float *x, float alpha, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         x[i] *= alpha;
 }
+ZS_CPU_KERNEL(cpu_scale, (void *ctx, float *x, float alpha, size_t n),
+              (ctx, x, alpha, n))
 
 /* out is (B,T,C); tokens (B,T); wte (V,C); wpe (maxT,C) */
 static void cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens,
@@ -400,8 +544,8 @@ static void cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const fl
 /* out is (B,T,C); preatt, att are (B,NH,T,T); qkv is (B,T,3C) holding q, k, v.
  * Head h uses channels [h*hs, (h+1)*hs) of each of q, k, v (hs = C/NH).
  * preatt = q.k / sqrt(hs), att = its causal softmax (0 above the diagonal). */
-static void cpu_attention_forward(void *ctx, float *out, float *preatt, float *att,
-                                  const float *qkv, int b, int t, int c, int nh)
+ZS_CPU_BODY cpu_attention_forward_body(void *ctx, float *out, float *preatt, float *att,
+                                       const float *qkv, int b, int t, int c, int nh)
 {
     (void)ctx;
     int hs = c / nh;
@@ -442,6 +586,9 @@ static void cpu_attention_forward(void *ctx, float *out, float *preatt, float *a
         }
     }
 }
+ZS_CPU_KERNEL(cpu_attention_forward, (void *ctx, float *out, float *preatt, float *att,
+               const float *qkv, int b, int t, int c, int nh),
+              (ctx, out, preatt, att, qkv, b, t, c, nh))
 
 /* dqkv (B,T,3C) accumulates; dpreatt, datt (B,NH,T,T) are scratch, overwritten
  * (0 above the diagonal); dout (B,T,C); qkv (B,T,3C); att (B,NH,T,T) from the
@@ -449,9 +596,9 @@ static void cpu_attention_forward(void *ctx, float *out, float *preatt, float *a
  *   datt = dout v^T, dv += att^T dout,
  *   dpre = att * (datt - rowsum(att * datt)),
  *   dq += scale dpre k, dk += scale dpre^T q. */
-static void cpu_attention_backward(void *ctx, float *dqkv, float *dpreatt, float *datt,
-                                   const float *dout, const float *qkv, const float *att,
-                                   int b, int t, int c, int nh)
+ZS_CPU_BODY cpu_attention_backward_body(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                                        const float *dout, const float *qkv, const float *att,
+                                        int b, int t, int c, int nh)
 {
     (void)ctx;
     int hs = c / nh;
@@ -494,10 +641,14 @@ static void cpu_attention_backward(void *ctx, float *dqkv, float *dpreatt, float
         }
     }
 }
+ZS_CPU_KERNEL(cpu_attention_backward, (void *ctx, float *dqkv, float *dpreatt, float *datt,
+               const float *dout, const float *qkv, const float *att, int b, int t, int c, int nh),
+              (ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh))
 
 /* losses (BT); probs, logits (BT,V); targets (BT) */
-static void cpu_softmax_xent_forward(void *ctx, float *losses, float *probs,
-                                     const float *logits, const int32_t *targets, int bt, int v)
+ZS_CPU_BODY cpu_softmax_xent_forward_body(void *ctx, float *losses, float *probs,
+                                          const float *logits, const int32_t *targets, int bt,
+                                          int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -518,10 +669,13 @@ static void cpu_softmax_xent_forward(void *ctx, float *losses, float *probs,
         losses[i] = -logf(p[targets[i]]);
     }
 }
+ZS_CPU_KERNEL(cpu_softmax_xent_forward, (void *ctx, float *losses, float *probs,
+               const float *logits, const int32_t *targets, int bt, int v),
+              (ctx, losses, probs, logits, targets, bt, v))
 
 /* dlogits, probs (BT,V); targets (BT); overwrites dlogits */
-static void cpu_softmax_xent_backward(void *ctx, float *dlogits, const float *probs,
-                                      const int32_t *targets, float dloss, int bt, int v)
+ZS_CPU_BODY cpu_softmax_xent_backward_body(void *ctx, float *dlogits, const float *probs,
+                                           const int32_t *targets, float dloss, int bt, int v)
 {
     (void)ctx;
     for (int i = 0; i < bt; i++) {
@@ -533,6 +687,9 @@ static void cpu_softmax_xent_backward(void *ctx, float *dlogits, const float *pr
         }
     }
 }
+ZS_CPU_KERNEL(cpu_softmax_xent_backward, (void *ctx, float *dlogits, const float *probs,
+               const int32_t *targets, float dloss, int bt, int v),
+              (ctx, dlogits, probs, targets, dloss, bt, v))
 
 /* ---------------------------------------------------------------------------
  * typed loads and stores
@@ -591,7 +748,7 @@ static size_t cpu_count_nonfinite(void *ctx, const void *x, zs_dtype t, size_t n
 }
 
 /* dst (N, fp32) = src (N, st) */
-static void cpu_convert_to_f32(void *ctx, float *dst, const void *src, zs_dtype st, size_t n)
+ZS_CPU_BODY cpu_convert_to_f32_body(void *ctx, float *dst, const void *src, zs_dtype st, size_t n)
 {
     (void)ctx;
     if (st == ZS_DTYPE_F32) {
@@ -601,9 +758,11 @@ static void cpu_convert_to_f32(void *ctx, float *dst, const void *src, zs_dtype 
     for (size_t i = 0; i < n; i++)
         dst[i] = cpu_load(src, st, i);
 }
+ZS_CPU_KERNEL(cpu_convert_to_f32, (void *ctx, float *dst, const void *src, zs_dtype st, size_t n),
+              (ctx, dst, src, st, n))
 
 /* dst (N, dt) = src (N, fp32) */
-static void cpu_convert_from_f32(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
+ZS_CPU_BODY cpu_convert_from_f32_body(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
 {
     (void)ctx;
     if (dt == ZS_DTYPE_F32) {
@@ -613,22 +772,28 @@ static void cpu_convert_from_f32(void *ctx, void *dst, zs_dtype dt, const float 
     for (size_t i = 0; i < n; i++)
         cpu_store(dst, dt, i, src[i]);
 }
+ZS_CPU_KERNEL(cpu_convert_from_f32, (void *ctx, void *dst, zs_dtype dt, const float *src, size_t n),
+              (ctx, dst, dt, src, n))
 
 /* dst (N, dt) = round(float(dst) + src (N, fp32)) */
-static void cpu_accumulate_f32(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
+ZS_CPU_BODY cpu_accumulate_f32_body(void *ctx, void *dst, zs_dtype dt, const float *src, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         cpu_store(dst, dt, i, cpu_load(dst, dt, i) + src[i]);
 }
+ZS_CPU_KERNEL(cpu_accumulate_f32, (void *ctx, void *dst, zs_dtype dt, const float *src, size_t n),
+              (ctx, dst, dt, src, n))
 
 /* dst (N, t) = round(float(dst) + float(src)) */
-static void cpu_add_typed(void *ctx, void *dst, const void *src, zs_dtype t, size_t n)
+ZS_CPU_BODY cpu_add_typed_body(void *ctx, void *dst, const void *src, zs_dtype t, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         cpu_store(dst, t, i, cpu_load(dst, t, i) + cpu_load(src, t, i));
 }
+ZS_CPU_KERNEL(cpu_add_typed, (void *ctx, void *dst, const void *src, zs_dtype t, size_t n),
+              (ctx, dst, src, t, n))
 
 /* dst (N, int64) = rint(src (N, t) * 2^frac_bits); out-of-range -> 0, counted */
 static size_t cpu_to_fixed(void *ctx, int64_t *dst, const void *src, zs_dtype t, size_t n,
@@ -650,12 +815,14 @@ static size_t cpu_to_fixed(void *ctx, int64_t *dst, const void *src, zs_dtype t,
 }
 
 /* dst (N) += src (N), int64 */
-static void cpu_add_i64(void *ctx, int64_t *dst, const int64_t *src, size_t n)
+ZS_CPU_BODY cpu_add_i64_body(void *ctx, int64_t *dst, const int64_t *src, size_t n)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++)
         dst[i] += src[i];
 }
+ZS_CPU_KERNEL(cpu_add_i64, (void *ctx, int64_t *dst, const int64_t *src, size_t n),
+              (ctx, dst, src, n))
 
 /* dst (N, t) = round(float((double)src * 2^-frac_bits)) */
 static void cpu_from_fixed(void *ctx, void *dst, zs_dtype t, const int64_t *src, size_t n,
@@ -726,9 +893,9 @@ cpu_adamw_f32(const zs_optim_hparams *h, const float *restrict gf, float *restri
  *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
  *   master -= lr * (m/bias_corr1 / (sqrt(v/bias_corr2) + eps) + wd*master)
  * all in fp32, in this order; then param = round(master). */
-static void cpu_adamw_step(void *ctx, float *master, float *m, float *v,
-                           const void *grad, zs_dtype gt, void *param, zs_dtype pt,
-                           size_t n, const zs_optim_hparams *h)
+ZS_CPU_BODY cpu_adamw_step_body(void *ctx, float *master, float *m, float *v, const void *grad,
+                                zs_dtype gt, void *param, zs_dtype pt, size_t n,
+                                const zs_optim_hparams *h)
 {
     (void)ctx;
     if (gt == ZS_DTYPE_F32 && (param == NULL || pt == ZS_DTYPE_F32)) {
@@ -748,15 +915,17 @@ static void cpu_adamw_step(void *ctx, float *master, float *m, float *v,
             cpu_store(param, pt, i, p);
     }
 }
+ZS_CPU_KERNEL(cpu_adamw_step, (void *ctx, float *master, float *m, float *v, const void *grad,
+               zs_dtype gt, void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h),
+              (ctx, master, m, v, grad, gt, param, pt, n, h))
 
 /* master, buf (N, fp32); grad (N, gt); param (N, pt) or NULL.
  *   g = grad * grad_mul;  buf = momentum*buf + g
  *   master -= lr*wd*master  (decoupled decay, on the pre-step value)
  *   master -= lr*buf
  * then param = round(master). */
-static void cpu_sgd_step(void *ctx, float *master, float *buf,
-                         const void *grad, zs_dtype gt, void *param, zs_dtype pt,
-                         size_t n, const zs_optim_hparams *h)
+ZS_CPU_BODY cpu_sgd_step_body(void *ctx, float *master, float *buf, const void *grad, zs_dtype gt,
+                              void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h)
 {
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
@@ -771,6 +940,9 @@ static void cpu_sgd_step(void *ctx, float *master, float *buf,
             cpu_store(param, pt, i, p);
     }
 }
+ZS_CPU_KERNEL(cpu_sgd_step, (void *ctx, float *master, float *buf, const void *grad, zs_dtype gt,
+               void *param, zs_dtype pt, size_t n, const zs_optim_hparams *h),
+              (ctx, master, buf, grad, gt, param, pt, n, h))
 
 /* ---------------------------------------------------------------------------
  * the table
@@ -831,7 +1003,8 @@ static const struct zs_backend_i zs_cpu_iface = {
 int zs_backend_cpu_staged_init(struct zs_backend *be, int device, char *err, size_t errlen)
 {
     static struct zs_backend_i staged;
-    zs_backend_cpu_init(be, device, err, errlen);
+    if (zs_backend_cpu_init(be, device, err, errlen) != 0)
+        return -1;
     staged = zs_cpu_iface;
     staged.name = "cpu-staged";
     staged.host_accessible = 0;
@@ -843,8 +1016,8 @@ int zs_backend_cpu_staged_init(struct zs_backend *be, int device, char *err, siz
 int zs_backend_cpu_init(struct zs_backend *be, int device, char *err, size_t errlen)
 {
     (void)device;
-    (void)err;
-    (void)errlen;
+    if (cpu_isa_choose(err, errlen) != 0)
+        return -1;
     openblas_set_num_threads(1);
     be->iface = &zs_cpu_iface;
     be->ctx = NULL;

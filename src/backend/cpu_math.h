@@ -23,7 +23,7 @@
  * the largest error against double precision (README: "Kernels").
  */
 
-static inline float zs_cpu_expf(float x)
+static inline __attribute__((always_inline)) float zs_cpu_expf(float x)
 {
     const float hi = 88.7228317f, lo = -87.3365479f;
     float xc = x > hi ? hi : (x < lo ? lo : x);
@@ -56,7 +56,7 @@ static inline float zs_cpu_expf(float x)
 
 /* tanh(u): for |u| < 0.55 an odd polynomial (Taylor, to u^15), beyond it
  * 1 - 2 / (e^(2|u|) + 1); the sign restored last. Branch-free. */
-static inline float zs_cpu_tanhf(float u)
+static inline __attribute__((always_inline)) float zs_cpu_tanhf(float u)
 {
     float a = u < 0.0f ? -u : u;
     float a2 = a * a;

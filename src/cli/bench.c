@@ -617,7 +617,8 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
     zs_backend_release(be);
     if (rc || rank != 0)
         return rc;
-    printf("zerosim bench: %d rank%s, every rank busy at once\n", N, N == 1 ? "" : "s");
+    printf("zerosim bench: %d rank%s, every rank busy at once; CPU kernels in %s\n", N,
+           N == 1 ? "" : "s", zs_backend_cpu_kernels());
     printf("GEMM (a block's linear layers at 512 tokens, C 512, forward and backward): %.2f "
            "GFLOP/s per rank; its slowest repetition took %.2fx the fastest's time\n", gemm / 1e9,
            gemm_spread);
