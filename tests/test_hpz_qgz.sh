@@ -14,7 +14,8 @@
 # reduce-scatter of plain stage 3 reduced, plus the block scales (at
 # M = 2 nodes each part's node sum crosses once); a phantom run reports
 # the real run's bytes; phantom, 64 ranks of 8 per node with all three
-# techniques: every rank's bytes = prediction. Refusals with one line.
+# techniques: every rank's bytes = prediction; zerosim plan's bytes across
+# each node's link and per device = a phantom run's. Refusals with one line.
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 24 --heads 4 --seq 10 --vocab 38 --micro-batch 2 --grad-accum 2 --warmup 0"
@@ -108,6 +109,36 @@ print("18B (%d parameters, M = %.2f GB): %.2f GB across each node's link per ste
       % (P, 2 * P / 1e9, a / 1e9, b / 1e9, b / (2 * P), b / a))
 sys.exit(0 if abs(a - hand) < 1 and 0.24 < b / a < 0.25 else 1)
 PY
+
+# zerosim plan with the ZeRO++ options: per step, the bytes crossing node
+# 0's link (summed over its ranks) and rank 0's traffic equal a phantom
+# run's, for each technique and all three (2 nodes of 2), and for the 18B
+# model with all three (8 nodes of 8)
+node0() { # csv ranks-per-node steps: node 0's inter-node bytes and rank 0's bytes per step
+    awk -v K="$2" -v S="$3" '$1 !~ /^#/ && $3 == "all" && ($2 == "allgather" || $2 == "reduce_scatter" || $2 == "alltoall") {
+        if ($1 < K) i += $9; if ($1 == 0) t += $5 }
+        END { printf "%.0f %.0f\n", i / S, t / S }' "$1/comm.csv"
+}
+planned() { # args...: the plan's two figures
+    "$ZS" plan "$@" --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+print(d["inter_node_bytes_per_node_per_step"], d["traffic_bytes_per_step"])'
+}
+PM="--layers 2 --hidden 24 --heads 4 --seq 10 --vocab 38 --micro-batch 2 --grad-accum 2"
+for zpp in "--quantized-weights" "--hpz-partition-size 2" "--quantized-gradients" \
+    "--quantized-weights --hpz-partition-size 2 --quantized-gradients"; do
+    "$ZS" train $PM --stage 3 --steps 2 --precision bf16 --phantom --world-size 4 \
+        --ranks-per-node 2 $zpp --quiet --csv "$T/pp" > "$T/pp.log" 2>&1 || bad "phantom $zpp failed"
+    a=$(node0 "$T/pp" 2 2) b=$(planned --arch gpt $PM --stage 3 --precision bf16 --dp 4 \
+        --ranks-per-node 2 $zpp 2>&1)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "plan $zpp: $b, phantom $a"
+done
+a=$(node0 "$T/b1" 8 1)
+b=$(planned --arch gpt --layers 40 --hidden 6144 --heads 48 --seq 256 --vocab 50257 --micro-batch 1 \
+    --stage 3 --precision fp16 --dp 64 --ranks-per-node 8 --quantized-weights \
+    --hpz-partition-size 8 --quantized-gradients 2>&1)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "plan 18B ZeRO++: $b, phantom $a"
+echo "18B ZeRO++, node 0's link and rank 0 per step: plan $b, phantom $a"
 
 expect_fail() { # label pattern args...
     label=$1 pat=$2

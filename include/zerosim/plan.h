@@ -88,6 +88,13 @@ typedef struct {
     zs_steptime_coll colls[2 * ZS_COLL_NKINDS]; /* data-parallel ones, then tensor-parallel */
     int ncolls;
     double traffic_bytes;     /* per device per step, ring volume */
+    /* ZeRO++ on (qwZ, hpZ or qgZ; zerosim convention, a GPT): the bytes
+     * crossing node 0's link per step, summed over its devices, as the
+     * ledger counts them (flat rings: the node's last device sends its
+     * (N-1)/N of each buffer across; hpZ's backward gathers and qgZ's
+     * first level stay inside; qgZ's second level crosses) */
+    int zeropp;
+    double inter_node_bytes;
     double flops_per_step;    /* per device; 0 = not modelled */
     double tokens_per_step;   /* per device */
     int recompute;            /* 1: checkpointing adds a forward to the FLOPs */

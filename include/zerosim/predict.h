@@ -59,6 +59,12 @@ typedef struct {
      * the backward phase, inside the secondary group of
      * zero_hpz_partition_size ranks (its ring: (K-1)/K of each buffer) */
     size_t ag_hpz_bytes_per_step;
+    double ag_hpz_calls_per_step;
+    /* ZeRO++ qgZ (zs_predict): rank 0's encoded bytes per step sent inside
+     * its node and across, and across summed over node 0's ranks (nodes of
+     * cfg->ranks_per_node ranks, all of them one node when 0) */
+    double qgz_intra_bytes_rank0, qgz_inter_bytes_rank0, qgz_inter_bytes_node0;
+    double qgz_calls_per_step;   /* reduce ops, each two all-to-alls */
     /* zs_predict only: calls per step, recomputed unit forwards per step,
      * and rank 0's compressed all-to-all bytes per compressed step */
     double rs_calls_per_step, ag_calls_per_step, ag_calls_per_skipped_step;

@@ -48,6 +48,9 @@ typedef struct {
     zs_coll_kind kind;
     double bytes;     /* full-buffer bytes, summed over the calls of a step */
     double calls;     /* calls per step (each pays the latency term) */
+    int ranks;        /* the group's ranks; 0: the world's N */
+    int link;         /* 0: the world's link (inter-node when it spans
+                         nodes), 1: inside a node, 2: between nodes */
 } zs_steptime_coll;
 
 /* The kernels of a GPT that are not GEMMs, by how their time scales; a

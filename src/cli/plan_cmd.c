@@ -74,6 +74,9 @@ static const char *const zs_plan_usage =
     "  --micro-batch N --grad-accum N   samples per micro-batch, micro-batches per step\n"
     "  --checkpoint-activations off|every:K|sqrt   (--arch gpt)\n"
     "  --compression none|topk:F|int8|sign   --no-error-feedback   --deterministic\n"
+    "  --quantized-weights --hpz-partition-size K --quantized-gradients   ZeRO++ (stage\n"
+    "                           3, a GPT): qwZ, hpZ, qgZ as zerosim train runs them;\n"
+    "                           the bytes across each node's link per step\n"
     "  --grad-reduce micro-batch|step   stages 0-1: gradients reduced after every\n"
     "                           micro-batch, or once per step after accumulating\n"
     "                           them (DeepSpeed's schedule); no effect in stages 2-3.\n"
@@ -118,7 +121,7 @@ enum {
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION,
-    P_WFORMAT, P_WDQ, P_LAST
+    P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -157,6 +160,9 @@ static const struct option zs_plan_options[] = {
     {"grad-accum", required_argument, NULL, P_ACCUM},
     {"checkpoint-activations", required_argument, NULL, P_CKPT},
     {"compression", required_argument, NULL, P_COMP},
+    {"quantized-weights", no_argument, NULL, P_QWZ},
+    {"hpz-partition-size", required_argument, NULL, P_HPZ},
+    {"quantized-gradients", no_argument, NULL, P_QGZ},
     {"no-error-feedback", no_argument, NULL, P_NO_EF},
     {"deterministic", no_argument, NULL, P_DET},
     {"convention", required_argument, NULL, P_CONVENTION},
@@ -439,6 +445,12 @@ static int zs_plan_apply(zs_plan_cli *cl)
     in->sequence_parallel = v[P_SP] != NULL;
     if (v[P_COMP] && zs_comp_parse(v[P_COMP], &c->compression))
         return -1;
+    if (v[P_QWZ])
+        c->quantized_weights = 1;
+    if (v[P_QGZ])
+        c->quantized_gradients = 1;
+    if (v[P_HPZ])
+        ZS_TRY(zs_plan_int(P_HPZ, v[P_HPZ], 1, 1 << 20, &c->hpz_partition_size));
     if (v[P_NO_EF])
         c->error_feedback = 0;
     if (v[P_DET])
@@ -604,7 +616,14 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 i + 1 < r->ncolls ? "," : "");
     fprintf(f, "%s; total %.0f bytes (%.3f GB)\n", r->ncolls ? "" : " none", r->traffic_bytes,
             gb(r->traffic_bytes));
-    if (in->dp > in->devices_per_node && r->traffic_bytes > 0) /* the ring model of the ledger */
+    if (r->zeropp) /* the ledger's count, node by node */
+        fprintf(f, "  inter-node (ZeRO++%s%s%s): %.0f bytes per step cross each node's link "
+                "(node 0: its %d devices' sends to other nodes)\n",
+                in->cfg.quantized_weights ? " qwZ" : "",
+                in->cfg.hpz_partition_size > 1 ? " hpZ" : "",
+                in->cfg.quantized_gradients ? " qgZ" : "", r->inter_node_bytes,
+                in->dp < in->devices_per_node ? in->dp : in->devices_per_node);
+    else if (in->dp > in->devices_per_node && r->traffic_bytes > 0) /* the ring model of the ledger */
         fprintf(f, "  inter-node (flat ring, %d per node): the last device of each node sends all "
                 "of its %.0f bytes across, the others none: %.0f bytes per device on average, "
                 "%.0f intra-node\n", in->devices_per_node, r->traffic_bytes,
@@ -705,6 +724,9 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     if (in->convention == ZS_PLAN_ZEROSIM && c->stage == 3)
         json_object_set_new(o, "live_params", json_integer((json_int_t)r->live_params));
     json_object_set_new(o, "traffic_bytes_per_step", zs_json_bytes(round(r->traffic_bytes)));
+    if (r->zeropp)
+        json_object_set_new(o, "inter_node_bytes_per_node_per_step",
+                            zs_json_bytes(round(r->inter_node_bytes)));
     json_t *cs = json_array();
     for (int i = 0; i < r->ncolls; i++) {
         json_t *e = json_object();

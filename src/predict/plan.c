@@ -214,6 +214,17 @@ static void zs_plan_add_coll(zs_plan_result *r, zs_coll_kind k, double bytes, do
     r->traffic_bytes += (k == ZS_COLL_ALLREDUCE ? 2.0 : 1.0) * f * bytes;
 }
 
+/* A collective of `ranks` ranks on its own link (zs_steptime_coll.link). */
+static void zs_plan_add_group(zs_plan_result *r, zs_coll_kind k, double bytes, double calls,
+                              int ranks, int link)
+{
+    if (bytes <= 0.0 || ranks < 2)
+        return;
+    r->colls[r->ncolls++] = (zs_steptime_coll){.kind = k, .bytes = bytes, .calls = calls,
+                                               .ranks = ranks, .link = link};
+    r->traffic_bytes += (double)(ranks - 1) / ranks * bytes;
+}
+
 int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -243,6 +254,21 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         ZS_FAIL("tensor parallelism (--tp) needs the model's shape: use --arch gpt");
     if (in->sequence_parallel && in->convention == ZS_PLAN_ZEROSIM)
         c.sequence_parallel = 1; /* the run's own sharding and collectives */
+    r->zeropp = c.stage == 3 && (c.quantized_weights || c.quantized_gradients ||
+                                 c.hpz_partition_size > 1);
+    int node_ranks = in->dp < in->devices_per_node ? in->dp : in->devices_per_node;
+    if (r->zeropp) {
+        if (in->convention != ZS_PLAN_ZEROSIM || !in->has_arch || c.tp > 1 || c.pp > 1)
+            ZS_FAIL("ZeRO++ (qwZ, hpZ, qgZ) is planned in the zerosim convention for a GPT "
+                    "(--arch gpt or --config) without --tp or --pp");
+        if (in->dp % node_ranks)
+            ZS_FAIL("ZeRO++ needs the %d devices in whole nodes of %d: use a multiple of %d",
+                    in->dp, in->devices_per_node, in->devices_per_node);
+        if (c.hpz_partition_size > 1 && node_ranks % c.hpz_partition_size)
+            ZS_FAIL("zero_hpz_partition_size %d must divide the %d devices per node (hpZ's "
+                    "groups stay inside a node)", c.hpz_partition_size, node_ranks);
+        c.ranks_per_node = node_ranks; /* qgZ's two levels */
+    }
     ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
@@ -308,17 +334,37 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     double gathered = have ? (double)pr.ag_bytes_per_step / p : 2.0 * Psi * GA;
     if (in->convention == ZS_PLAN_ZEROSIM && have) {
         /* the step program's collectives, as a run makes them */
+        int K = node_ranks, M = N / node_ranks;
+        double hz = (double)pr.ag_hpz_bytes_per_step;
         if (c.compression.kind != ZS_COMP_NONE)
             zs_plan_add_coll(r, ZS_COLL_ALLTOALL,
                              N > 1 ? pr.a2a_bytes_rank0 * N / (N - 1) : 0.0,
                              pr.rs_calls_per_step, N);
-        else
+        else if (r->zeropp && c.quantized_gradients) { /* qgZ: inside, then across */
+            if (K > 1)
+                zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr.qgz_intra_bytes_rank0 * K / (K - 1),
+                                  pr.qgz_calls_per_step, K, 1);
+            if (M > 1)
+                zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr.qgz_inter_bytes_rank0 * M / (M - 1),
+                                  pr.qgz_calls_per_step, M, 2);
+        } else
             zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
                              (double)pr.rs_bytes_per_step * (c.deterministic ? 1.0 : g / p),
                              pr.rs_calls_per_step, N);
-        zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
-                         (double)pr.ag_bytes_per_step * (st == 0 ? g / p : 1.0),
-                         pr.ag_calls_per_step, N);
+        if (r->zeropp && hz > 0) { /* hpZ: the backward gathers inside the node */
+            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (double)pr.ag_bytes_per_step - hz,
+                             pr.ag_calls_per_step - pr.ag_hpz_calls_per_step, N);
+            zs_plan_add_group(r, ZS_COLL_ALLGATHER, hz, pr.ag_hpz_calls_per_step,
+                              c.hpz_partition_size, 1);
+        } else
+            zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
+                             (double)pr.ag_bytes_per_step * (st == 0 ? g / p : 1.0),
+                             pr.ag_calls_per_step, N);
+        if (r->zeropp && M > 1) /* node 0's link: its last device's rings, qgZ's second level */
+            r->inter_node_bytes =
+                zs_ring_bytes(pr.rs_bytes_per_step, N) +
+                zs_ring_bytes((size_t)((double)pr.ag_bytes_per_step - hz), N) +
+                pr.qgz_inter_bytes_node0;
         if (pr.tp_allreduce_bytes_per_step > 0) { /* over the TP group of T ranks */
             int T = c.tp;
             double full = pr.tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));

@@ -189,11 +189,23 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     p->rs_bytes_per_step = (size_t)c.rs_bytes;
     p->rs_calls_per_step = c.rs_calls;
     if (sh.stage == 3 && cfg->quantized_gradients) /* qgZ: all-to-alls instead */
-        p->rs_bytes_per_step = 0, p->rs_calls_per_step = 0;
+        p->qgz_calls_per_step = c.rs_calls, p->rs_bytes_per_step = 0, p->rs_calls_per_step = 0;
+    if (sh.stage == 3 && cfg->quantized_gradients) {
+        int K = cfg->ranks_per_node > 0 && cfg->ranks_per_node < world ? cfg->ranks_per_node
+                                                                        : world;
+        for (int q = 0; q < K; q++) {
+            double inter, all = zs_predict_qgz_bytes(&sh, &prog, K, q, &inter);
+            if (q == 0)
+                p->qgz_intra_bytes_rank0 = all - inter, p->qgz_inter_bytes_rank0 = inter;
+            p->qgz_inter_bytes_node0 += inter;
+        }
+    }
     if (sh.stage == 3 && cfg->hpz_partition_size > 1)
         for (size_t i = 0; i < prog.n; i++)
-            if (prog.ops[i].kind == ZS_SOP_GATHER && prog.ops[i].phase != ZS_PHASE_FORWARD)
+            if (prog.ops[i].kind == ZS_SOP_GATHER && prog.ops[i].phase != ZS_PHASE_FORWARD) {
                 p->ag_hpz_bytes_per_step += prog.ops[i].elems * sh.ps;
+                p->ag_hpz_calls_per_step += sh.gn[prog.ops[i].unit];
+            }
     p->recompute_units = c.recompute_units;
     if (sh.stage == 3 && cfg->quantized_weights) {
         /* qwZ: the forward phase's gathers send each rank's part in int8

@@ -65,13 +65,16 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
         ZS_TRY(zs_steptime_check("a collective's bytes", k->bytes, 1));
         ZS_TRY(zs_steptime_check("a collective's calls", k->calls, 1));
         double rounds = k->kind == ZS_COLL_ALLREDUCE ? 2.0 : 1.0; /* RS + AG */
-        double a = out->alpha_s, b = out->beta;
-        if (!out->inter_node && c->coll_bandwidth[k->kind] > 0) { /* measured on its own */
+        double a = out->alpha_s, b = out->beta, n = k->ranks > 0 ? k->ranks : N;
+        int inter = k->link == 2 || (k->link == 0 && out->inter_node);
+        if (k->link) /* a group inside a node, or across nodes: its own link */
+            a = inter ? c->inter_latency_s : c->intra_latency_s,
+            b = inter ? c->inter_bandwidth : c->intra_bandwidth;
+        if (!inter && c->coll_bandwidth[k->kind] > 0) { /* measured on its own */
             a = c->coll_latency_s[k->kind];
             b = c->coll_bandwidth[k->kind];
         }
-        double t = in->world > 1 ? rounds * (k->calls * (N - 1) * a + (N - 1) / N * k->bytes / b)
-                                 : 0.0;
+        double t = n > 1 ? rounds * (k->calls * (n - 1) * a + (n - 1) / n * k->bytes / b) : 0.0;
         out->coll_s[k->kind] += t;
         out->comm_s += t;
     }
