@@ -83,6 +83,17 @@ a, b = node0(sys.argv[1]), node0(sys.argv[2])
 print("2 x 2, 3 steps: node 0's link %.0f bytes plain, %.0f with qwZ+hpZ+qgZ (%.4f)" % (a, b, b / a))
 sys.exit(0 if 0 < b < a / 3 else 1)
 PY
+# an fp16 overflow survives the 4-bit blocks (a block holding an inf or NaN
+# gets a NaN scale): at a loss scale of 2^30 the first steps are skipped,
+# as they are without qgZ
+echo '{"fp16": {"enabled": true, "initial_scale_power": 30}}' > "$T/ls.json"
+sh "$HERE/mpirun.sh" 4 "$ZS" train --config "$T/ls.json" $MODEL --stage 3 --steps 2 \
+    --ranks-per-node 2 --quantized-gradients --quiet --report "$T/ov.json" > "$T/ov.log" 2>&1 \
+    </dev/null || bad "qgZ fp16: the run failed: $(tail -2 "$T/ov.log")"
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if d["skipped_steps"] == [True, True] and d["loss_scales"][0] > 1e9 else 1)' "$T/ov.json" &&
+    ok || bad "qgZ: an fp16 overflow at loss scale 2^30 was not seen"
 "$ZS" train $MODEL $COMMON --quantized-gradients --phantom --world-size 4 --quiet --csv "$T/ph" \
     > "$T/ph.log" 2>&1 || bad "phantom qgZ failed: $(tail -1 "$T/ph.log")"
 strip() { awk '$1 !~ /^#/ && $3 != "report" && $3 != "all" { print $1, $2, $3, $4, $5, $7, $9 }' "$1"; }

@@ -2416,8 +2416,10 @@ int zs_comm_set_quantized_gradients(zs_comm_t c, int on)
 }
 
 /* 4-bit blocks: a part of n elements becomes ceil(n/256) fp32 scales
- * (max |x| / 7 of each block) followed by ceil(n/2) bytes, two signed
- * nibbles round(x / scale) in [-7, 7] each, the first in the low half. */
+ * (max |x| / 7 of each block; NaN for a block holding an inf or NaN, so
+ * that the loss scaler still sees the overflow) followed by ceil(n/2)
+ * bytes, two signed nibbles round(x / scale) in [-7, 7] each, the first in
+ * the low half. */
 size_t zs_comm_q4_bytes(size_t n) { return (n + 1) / 2 + 4 * ((n + ZS_QBLOCK - 1) / ZS_QBLOCK); }
 
 static void zs_q4_encode(const float *x, size_t n, unsigned char *out)
@@ -2428,9 +2430,12 @@ static void zs_q4_encode(const float *x, size_t n, unsigned char *out)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
         float m = 0.0f;
-        for (size_t i = lo; i < hi; i++)
+        int bad = 0; /* an inf or NaN (an fp16 overflow) stays one after decoding */
+        for (size_t i = lo; i < hi; i++) {
             m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
-        float sc = m / 7.0f;
+            bad |= !isfinite(x[i]);
+        }
+        float sc = bad ? NAN : m / 7.0f;
         memcpy(out + 4 * b, &sc, sizeof sc);
         for (size_t i = lo; i < hi; i++) {
             long r = sc > 0.0f ? lrintf(x[i] / sc) : 0;
