@@ -39,6 +39,43 @@ for n in 2 4; do
         { bad "check_ep at $n ranks"; cat "$T/ep$n"; }
 done
 
+# activation checkpointing (docs/moe.md): a 4-block MoE GPT (MoE blocks 1
+# and 3) gives the same parameter hashes after every step with and without
+# recompute, and the same losses, at N = 2 in stages 0-3; every:1 puts dense and MoE blocks in
+# one slot, every:3 a MoE block alone in slot 1. Activations by hand
+# (B 2, T 8, C 16, heads 2, V 17, E 4, capacity 4, floats): a dense slot
+# 16 BTC + 4 BT + B NH T^2 = 4416, a MoE slot's expert buffers BT E +
+# 10 E Cap C = 2624 instead of fch, fch_gelu (8 BTC = 2048), encoded and
+# lnf 2 BTC = 512, the head BT (V + 3) = 320: every:1 (1 slot, both
+# kinds) 4 (512 + 4416 + 2624 + 320) = 31488 bytes; every:3 (slots
+# dense+MoE, MoE, dense) 4 (512 + 3 x 4416 - 2048 + 2 x 2624 + 320) =
+# 69120; checkpoints: (segments - 1) x BTC floats = 3072 and 1024 bytes.
+CK="--layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --grad-clip 0.5 --moe-experts 4 --moe-every 2 --min-capacity 1 --aux-loss-coeff 0.05"
+ckref=""
+# (K: off or every:K; stage; activation bytes; checkpoint bytes); off by
+# hand: 4 (512 + 4 x 4416 - 2 x 2048 + 2 x 2624 + 320) = 78592
+for run in off:0:78592:0 1:3:31488:3072 3:1:69120:1024 1:2:31488:3072 3:0:69120:1024; do
+    IFS=: read -r ck stage acts cks <<EOC
+$run
+EOC
+    [ "$ck" = off ] || ck="every:$ck"
+    d="$T/ck-$ck-$stage"
+    if ! sh "$HERE/mpirun.sh" 2 "$ZS" train $CK --stage "$stage" --checkpoint-activations "$ck" \
+         --quiet --report "$d.json" --csv "$d" >"$T/log" 2>&1 </dev/null; then
+        bad "checkpointing $ck stage $stage failed"; cat "$T/log"; continue
+    fi
+    # the losses too (they include the aux term)
+    h="$(hashes "$d.json") $(sed -n '/"losses"/,/\]/p' "$d.json" | tr -d ' \n')"
+    if [ -z "$ckref" ]; then ckref=$h; else
+        [ -n "$h" ] && [ "$h" = "$ckref" ] && ok ||
+            bad "checkpointing $ck stage $stage: hashes $h differ from no checkpointing's $ckref"
+    fi
+    awk -v A="$acts" -v K="$cks" '$1 !~ /^#/ && $2 == "activations" { n++; if ($3 != A || $4 != A) bad++ }
+        $1 !~ /^#/ && $2 == "checkpoints" { n++; if ($3 != K || $4 != K) bad++ }
+        END { exit (bad > 0 || n != 4) }' "$d/memory.csv" && ok ||
+        bad "checkpointing $ck stage $stage: activations/checkpoints not $acts/$cks: $(grep -E 'activations|checkpoints' "$d/memory.csv")"
+done
+
 # the routing statistics (summary line and report): the choices add up to
 # top-k x tokens, kept = min(routed, capacity) per expert, dropped = the rest
 for k in 1 2; do
@@ -81,7 +118,6 @@ refuse "moe-top-k" --moe-experts 4 --moe-top-k 3
 refuse "moe-every" --moe-experts 4 --layers 2 --moe-every 3
 refuse "moe-experts" --moe-experts 1
 refuse "capacity-factor" --moe-experts 4 --capacity-factor 0
-refuse "checkpointing" --moe-experts 4 --checkpoint-activations every:1
 refuse "needs a mixture of experts" --ep 2
 refuse "GPT" --model mlp --moe-experts 4
 refuse "not implemented yet" --moe-experts 4 --ep 2

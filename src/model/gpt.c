@@ -281,12 +281,13 @@ static size_t gpt_activation_floats(const zs_model_config *c, int b)
            BT * (V / P + 3);
 }
 
-/* Mixture of experts (no tensor parallelism, no checkpointing): a MoE
+/* Mixture of experts (no tensor parallelism): a MoE
  * block keeps, instead of fch and fch_gelu (8·BT·C), the gates (BT·E) and
  * the expert buffers: input and output (E·Cap·C each, Cap the capacity)
  * and the experts' inner activations (E·Cap·4C twice); with expert
  * parallelism the same sizes (the all-to-all brings Ep sources' Cap rows
- * of each of E/Ep experts). */
+ * of each of E/Ep experts). With activation checkpointing these are per
+ * slot (gpt_slot_kinds), not per block. */
 static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
 {
     size_t BT = (size_t)b * c->seq_len, C = (size_t)c->n_embd, E = (size_t)c->moe_experts;
@@ -294,11 +295,32 @@ static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
     return BT * E + 10 * ecc;
 }
 
+/* Activation slot s (0 <= s < K, gpt_slots) holds blocks s, s + K, s + 2K,
+ * ... (without checkpointing K = L: block s alone). What the slot must hold:
+ * bit 1 when one of its blocks is dense (fch, fch_gelu), bit 2 when one is
+ * a MoE block (the gates and expert buffers); both when K is not a multiple
+ * of moe.expert_interval. */
+static int gpt_slot_kinds(const zs_model_config *c, int s)
+{
+    int k = 0;
+    for (int l = s; l < c->n_layer; l += gpt_slots(c))
+        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
+    return k;
+}
+
 static size_t gpt_activation_bytes(const zs_model_config *c, int b)
 {
-    size_t f = gpt_activation_floats(c, b);
-    size_t nm = (size_t)gpt_n_moe(c), BTC = (size_t)b * c->seq_len * c->n_embd;
-    return 4 * (f - nm * 8 * BTC + nm * gpt_moe_act_floats(c, b));
+    size_t f = gpt_activation_floats(c, b), BTC = (size_t)b * c->seq_len * c->n_embd;
+    if (gpt_n_moe(c) == 0 || c->pp_on)
+        return 4 * f;
+    for (int s = 0; s < gpt_slots(c); s++) {
+        int k = gpt_slot_kinds(c, s);
+        if (!(k & 1)) /* counted in f: a slot without a dense block has no fch, fch_gelu */
+            f -= 8 * BTC;
+        if (k & 2)
+            f += gpt_moe_act_floats(c, b);
+    }
+    return 4 * f;
 }
 
 /* Scratch: tmp, dres (BT*C each), datty (BT*C/P), dqkv (3BT*C/P), dfch,
@@ -363,15 +385,15 @@ static void gpt_bind_acts(zs_acts *a)
             a->res3[b0 - 1] = a->encoded;
     } else {
         int K = gpt_slots(c);
-        for (int l = 0; l < K; l++) { /* slot l (MoE: no checkpointing, slot l is block l) */
-            int moe = zs_model_block_is_moe(c, l);
+        for (int l = 0; l < K; l++) { /* slot l (gpt_slot_kinds: what its blocks need) */
+            int kinds = nmoe ? gpt_slot_kinds(c, l) : 1;
             for (int k = 0; k < 13; k++) {
-                if (moe && (k == 10 || k == 11)) /* fch, fch_gelu: the experts' instead */
+                if (!(kinds & 1) && (k == 10 || k == 11)) /* fch, fch_gelu: dense blocks' */
                     continue;
                 (*views[k])[l] = p;
                 p += sz[k];
             }
-            if (!moe)
+            if (!(kinds & 2))
                 continue;
             a->m_gates[l] = p; p += BT * (size_t)E;
             a->m_xin[l] = p; p += ecc;
@@ -379,9 +401,17 @@ static void gpt_bind_acts(zs_acts *a)
             a->m_gelu[l] = p; p += 4 * ecc;
             a->m_out[l] = p; p += ecc;
         }
-        for (int l = K; l < L; l++)   /* block l uses slot l mod K */
+        for (int l = K; l < L; l++) { /* block l uses slot l mod K */
             for (int k = 0; k < 13; k++)
                 (*views[k])[l] = (*views[k])[l % K];
+            if (nmoe) {
+                a->m_gates[l] = a->m_gates[l % K];
+                a->m_xin[l] = a->m_xin[l % K];
+                a->m_fch[l] = a->m_fch[l % K];
+                a->m_gelu[l] = a->m_gelu[l % K];
+                a->m_out[l] = a->m_out[l % K];
+            }
+        }
         /* the last block of each segment but the final one writes its output
          * into the next segment's checkpoint */
         for (int l = K - 1; l < L - 1; l += K)
@@ -634,7 +664,6 @@ static void gpt_moe_forward(zs_model *m, zs_backend_t be, int l, float *const *P
     size_t ecc = (size_t)c->moe_experts * cap * C;
     gpt_moe_route(m, be, l, P, a, BT, 1);
     gpt_moe_keep_stats(a, l);
-    a->moe_aux += c->moe_aux_coeff * a->moe->l_aux;
     int ep = c->moe_ep > 1;
     zs_moe_dispatch_forward(be, ep ? a->s_me1 : a->m_xin[l], a->ln2[l], a->moe);
     if (ep)
@@ -686,7 +715,6 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     /* the row-parallel biases are added once: on TP rank 0, before the sum */
     int bias_here = r == 0;
     if (u == 0) {
-        a->moe_aux = 0.0;
         if (TP == 1) {
             zs_backend_embedding_forward(be, a->encoded, batch->tokens, P[0], P[1], B, T, C);
             return;
@@ -731,6 +759,13 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, (size_t)BTl * C);
         return;
     }
+    /* the objective's aux term: of each MoE block's latest forward, summed
+     * here (a recomputed block's forward rewrites its own l_aux; the head's
+     * forward is never recomputed) */
+    a->moe_aux = 0.0;
+    for (int l = 0; l < L; l++)
+        if (zs_model_block_is_moe(c, l))
+            a->moe_aux += c->moe_aux_coeff * a->moe_stats[l].l_aux;
     int lnw = gpt_base(c, L);
     gpt_ln_in(m, be, a, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1], P[lnw], P[lnw + 1], B,
               u);

@@ -75,9 +75,6 @@ static int zs_model_moe_validate(const zs_model_config *c)
     if (c->tp > 1)
         ZS_FAIL("a mixture of experts with tensor parallelism is not implemented: use --tp 1 "
                 "with --moe-experts");
-    if (c->ckpt_blocks > 0)
-        ZS_FAIL("activation checkpointing with a mixture of experts is not implemented: use "
-                "--checkpoint-activations off with --moe-experts");
     int Ep = c->moe_ep > 1 ? c->moe_ep : 1;
     if (Ep > 256)
         ZS_FAIL("expert-parallel groups of more than 256 ranks are not supported (--ep %d)", Ep);
