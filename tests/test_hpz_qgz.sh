@@ -38,6 +38,7 @@ exact() { # dir label: every rank's collective bytes and inter-node bytes = pred
 run plain
 run hpz --hpz-partition-size 2
 run qgz --quantized-gradients
+run zpp --quantized-weights --hpz-partition-size 2 --quantized-gradients
 
 # hpZ
 h0=$(key "$T/plain.json" param_hash) h1=$(key "$T/hpz.json" param_hash)
@@ -68,6 +69,31 @@ inter = sum(float(r[8]) for r in rows(sys.argv[2]) if r[1] == "alltoall") / 3
 print("qgZ: %.0f bytes across nodes per step for %.0f reduced bf16 elements: %.4f bytes each" % (inter, elems, inter / elems))
 sys.exit(0 if 0.5 <= inter / elems <= 0.5 + 0.05 else 1)
 PY
+# all three on the real 2 x 2: every rank's bytes = prediction, and node 0's
+# link carries less than a third of plain stage 3's (flat rings at N = 4:
+# 3/4 of each buffer; here 0.5 of the forward gathers, 0 of the backward
+# ones, 4 bits of half the gradients)
+exact "$T/zpp" "qwZ+hpZ+qgZ" && ok || bad "qwZ+hpZ+qgZ: bytes differ from the prediction"
+python3 - "$T/plain/comm.csv" "$T/zpp/comm.csv" <<'PY' && ok || bad "qwZ+hpZ+qgZ: node 0's link is not below a third of plain's"
+import sys
+def node0(p):
+    return sum(float(l.split()[8]) for l in open(p) if not l.startswith("#") and l.split()[2] == "all"
+               and l.split()[1] in ("allgather", "reduce_scatter", "alltoall") and int(l.split()[0]) < 2)
+a, b = node0(sys.argv[1]), node0(sys.argv[2])
+print("2 x 2, 3 steps: node 0's link %.0f bytes plain, %.0f with qwZ+hpZ+qgZ (%.4f)" % (a, b, b / a))
+sys.exit(0 if 0 < b < a / 3 else 1)
+PY
+# an fp16 overflow survives the 4-bit blocks (a block holding an inf or NaN
+# gets a NaN scale): at a loss scale of 2^30 the first steps are skipped,
+# as they are without qgZ
+echo '{"fp16": {"enabled": true, "initial_scale_power": 30}}' > "$T/ls.json"
+sh "$HERE/mpirun.sh" 4 "$ZS" train --config "$T/ls.json" $MODEL --stage 3 --steps 2 \
+    --ranks-per-node 2 --quantized-gradients --quiet --report "$T/ov.json" > "$T/ov.log" 2>&1 \
+    </dev/null || bad "qgZ fp16: the run failed: $(tail -2 "$T/ov.log")"
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if d["skipped_steps"] == [True, True] and d["loss_scales"][0] > 1e9 else 1)' "$T/ov.json" &&
+    ok || bad "qgZ: an fp16 overflow at loss scale 2^30 was not seen"
 "$ZS" train $MODEL $COMMON --quantized-gradients --phantom --world-size 4 --quiet --csv "$T/ph" \
     > "$T/ph.log" 2>&1 || bad "phantom qgZ failed: $(tail -1 "$T/ph.log")"
 strip() { awk '$1 !~ /^#/ && $3 != "report" && $3 != "all" { print $1, $2, $3, $4, $5, $7, $9 }' "$1"; }

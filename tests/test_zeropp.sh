@@ -31,6 +31,17 @@ exact() { # dir label: traffic and inter-node bytes = predicted
 run q-flat 4 --stage 3 --steps 3 --ranks-per-node 2 --quantized-weights --precision bf16
 run d-bf16 4 --stage 3 --steps 3 --ranks-per-node 2 --precision bf16
 exact "$T/q-flat" q-flat && ok || bad "q-flat: bytes differ from the prediction"
+# the encoded parts are counted (comm_buffers) from a forward gather's start
+# to its wait: every category's peak = the prediction, and on rank 0 the
+# first gather (unit 0, the token and position embeddings: 38 x 24 + 10 x
+# 24 = 1152 elements, all in rank 0's shard of 15648 / 4) adds
+# 1152 + 4 x ceil(1152 / 256) = 1172 bytes to comm_buffers, where dense
+# stage 3 adds nothing
+awk '$1 !~ /^#/ && $4 != -1 && $3 != $4 { b++ } END { exit b > 0 }' "$T/q-flat/memory.csv" && ok ||
+    bad "qwZ: a memory category differs from the prediction"
+first() { awk '$1 !~ /^#/ { v[n++] = $7 } END { print v[1] - v[0] }' "$1/timeline.csv"; }
+[ "$(first "$T/q-flat")" = 1172 ] && [ "$(first "$T/d-bf16")" = 0 ] && ok ||
+    bad "qwZ's first encoded gather: comm_buffers +$(first "$T/q-flat") (dense +$(first "$T/d-bf16")), not 1172 and 0"
 "$ZS" train $MODEL --stage 3 --steps 2 --ranks-per-node 8 --quantized-weights --hierarchical \
     --phantom --world-size 64 --quiet --csv "$T/ph64" > "$T/ph64.log" 2>&1 &&
     exact "$T/ph64" "phantom N=64 K=8 qwZ hierarchical" && ok || bad "phantom N=64 qwZ hierarchical: $(tail -1 "$T/ph64.log")"

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "zerosim/backend.h"
+#include "zerosim/mem.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -233,6 +234,11 @@ const zs_comm_sum_row *zs_comm_sums(zs_comm_t c, size_t *n);
  * (allgather_small, allreduce_max_int, gather_root, send_to_root) always take
  * host buffers. Set it back to NULL before releasing the backend. */
 int zs_comm_set_backend(zs_comm_t c, zs_backend_t be);
+/* The accounting allocator the collectives' own temporaries are counted in
+ * (category comm_buffers): qwZ's encoded parts, from the start of each
+ * forward gather to its wait. NULL (the default): host memory outside
+ * the accounting. Not owned. */
+void zs_comm_set_mem(zs_comm_t c, zs_mem_t mem);
 
 /* Reduce-scatter (sum) of the range [0, total) of send, where rank r
  * receives counts[r] elements starting at sum of counts before r into recv.

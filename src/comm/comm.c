@@ -73,6 +73,7 @@ struct zs_comm {
     void *hier_tmp;
     size_t hier_tmp_cap;
     int qwz;                 /* ZeRO++ qwZ: forward allgathers in int8 blocks */
+    zs_mem_t mem;            /* qwZ's encoded parts are counted here (NULL: not) */
     /* ZeRO++ hpZ: the secondary group, K consecutive ranks inside a node
      * (zs_comm_set_hpz); NULL: off */
     struct zs_comm *hpz;
@@ -105,6 +106,8 @@ typedef struct {   /* a pending non-blocking call */
     /* qwZ: the parts in int8 blocks (qbuf), to dequantize on wait into dst
      * (n ranks' counts and displacements, elements of type qt) */
     void *qbuf, *qdst;
+    zs_mem_t qmem;           /* qbuf counted in it (comm_buffers, qbytes), or NULL */
+    size_t qbytes;
     int *qcounts, *qdispls, *ecounts, *edispls;
     zs_comm_type qt;
     struct zs_ring *ring;    /* a reduce-scatter's ring, or NULL */
@@ -1744,11 +1747,25 @@ int zs_comm_allgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const 
     return zs_comm_wait(c, &req);
 }
 
+/* qwZ's encoded parts: back to the allocator they came from. */
+static void zs_comm_qbuf_free(zs_comm_pending *p)
+{
+    if (p->qmem)
+        zs_mem_free(p->qmem, ZS_MEM_COMM_BUFFERS, p->qbuf, p->qbytes);
+    else
+        free(p->qbuf);
+    p->qbuf = NULL;
+    p->qmem = NULL;
+}
+
+void zs_comm_set_mem(zs_comm_t c, zs_mem_t mem) { c->mem = mem; }
+
 /* qwZ: each rank's part in int8 blocks (zs_comm_q8_bytes of its count),
  * gathered as bytes; every part, this rank's too, is decoded into buf on
  * wait, so that every rank computes with the same parameters. Recorded as
- * an allgather of the encoded bytes. The encoded buffer is host memory
- * outside the accounting, as the staging buffers are. */
+ * an allgather of the encoded bytes. The encoded buffer is counted in
+ * comm_buffers of c's allocator (zs_comm_set_mem) from here to the wait;
+ * without one it is host memory outside the accounting. */
 static int zs_comm_iallgather_q8(zs_comm_t c, void *buf, const int *counts, const int *displs,
                                  zs_comm_type t, int layer, zs_comm_pending *p, void **request)
 {
@@ -1764,21 +1781,32 @@ static int zs_comm_iallgather_q8(zs_comm_t c, void *buf, const int *counts, cons
         p->r.inter_bytes = q.inter_bytes / 4;
         p->r.inter_api_bytes = q.inter_api_bytes / 4;
     }
+    if (qtotal > (size_t)INT_MAX && N > 1 && !c->phantom) {
+        free(p);
+        ZS_FAIL("a quantized allgather of %zu bytes is more than one MPI call can carry", qtotal);
+    }
+    /* the encoded parts: counted in comm_buffers until the wait (a phantom
+     * run counts them too, without storage) */
+    if (c->mem) {
+        if (zs_mem_alloc(c->mem, ZS_MEM_COMM_BUFFERS, qtotal, &p->qbuf)) {
+            free(p);
+            return -1;
+        }
+        p->qmem = c->mem;
+        p->qbytes = qtotal;
+    }
     if (N == 1 || c->phantom) {
         p->req = MPI_REQUEST_NULL;
         *request = p;
         return 0;
     }
-    if (qtotal > (size_t)INT_MAX) {
-        free(p);
-        ZS_FAIL("a quantized allgather of %zu bytes is more than one MPI call can carry", qtotal);
-    }
     p->t0 = MPI_Wtime();
     p->seq = zs_comm_enter(c);
-    p->qbuf = malloc(qtotal + 1);
+    if (!p->qmem)
+        p->qbuf = malloc(qtotal + 1);
     p->qcounts = malloc((size_t)N * 4 * sizeof(int));
     if (!p->qbuf || !p->qcounts) {
-        free(p->qbuf);
+        zs_comm_qbuf_free(p);
         free(p->qcounts);
         free(p);
         ZS_FAIL("out of host memory for a quantized allgather of %zu bytes", qtotal);
@@ -1809,7 +1837,7 @@ static int zs_comm_iallgather_q8(zs_comm_t c, void *buf, const int *counts, cons
         rc = rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "MPI_Iallgatherv of quantized parameters");
     }
     if (rc) {
-        free(p->qbuf);
+        zs_comm_qbuf_free(p);
         free(p->qcounts);
         free(p);
         return rc;
@@ -1916,7 +1944,7 @@ int zs_comm_wait(zs_comm_t c, void **request)
         if (!rc && p->host && p->to_dev)
             zs_backend_copy_h2d(c->be, p->dev, p->host, p->host_bytes);
         size_t es = zs_comm_type_size(p->qt);
-        for (int r = 0; !rc && p->qbuf && r < c->size; r++) /* qwZ: every part, decoded */
+        for (int r = 0; !rc && p->qbuf && p->qcounts && r < c->size; r++) /* qwZ: every part */
             zs_q8_decode((const unsigned char *)p->qbuf + p->qdispls[r], (size_t)p->ecounts[r],
                          p->qt, (char *)p->qdst + (size_t)p->edispls[r] * es);
         p->r.seconds = MPI_Wtime() - p->t0;
@@ -1925,7 +1953,7 @@ int zs_comm_wait(zs_comm_t c, void **request)
         zs_comm_record_add(c, &p->r);
     zs_ring_free(p->ring);
     free(p->host);
-    free(p->qbuf);
+    zs_comm_qbuf_free(p);
     free(p->qcounts);
     free(p);
     return rc;
@@ -2388,8 +2416,10 @@ int zs_comm_set_quantized_gradients(zs_comm_t c, int on)
 }
 
 /* 4-bit blocks: a part of n elements becomes ceil(n/256) fp32 scales
- * (max |x| / 7 of each block) followed by ceil(n/2) bytes, two signed
- * nibbles round(x / scale) in [-7, 7] each, the first in the low half. */
+ * (max |x| / 7 of each block; NaN for a block holding an inf or NaN, so
+ * that the loss scaler still sees the overflow) followed by ceil(n/2)
+ * bytes, two signed nibbles round(x / scale) in [-7, 7] each, the first in
+ * the low half. */
 size_t zs_comm_q4_bytes(size_t n) { return (n + 1) / 2 + 4 * ((n + ZS_QBLOCK - 1) / ZS_QBLOCK); }
 
 static void zs_q4_encode(const float *x, size_t n, unsigned char *out)
@@ -2400,9 +2430,12 @@ static void zs_q4_encode(const float *x, size_t n, unsigned char *out)
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * ZS_QBLOCK, hi = lo + ZS_QBLOCK < n ? lo + ZS_QBLOCK : n;
         float m = 0.0f;
-        for (size_t i = lo; i < hi; i++)
+        int bad = 0; /* an inf or NaN (an fp16 overflow) stays one after decoding */
+        for (size_t i = lo; i < hi; i++) {
             m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
-        float sc = m / 7.0f;
+            bad |= !isfinite(x[i]);
+        }
+        float sc = bad ? NAN : m / 7.0f;
         memcpy(out + 4 * b, &sc, sizeof sc);
         for (size_t i = lo; i < hi; i++) {
             long r = sc > 0.0f ? lrintf(x[i] / sc) : 0;

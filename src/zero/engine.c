@@ -549,6 +549,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
 
     if (zs_engine_alloc_buffers(e) || zs_engine_swap_open(e))
         goto fail;
+    zs_comm_set_mem(comm, mem); /* the collectives' temporaries (qwZ) */
     int nb = e->sh->nbuckets, ng = e->stage == 3 ? e->sh->gfirst[e->U - 1] + e->sh->gn[e->U - 1] : 0;
     e->bucket_buf = calloc((size_t)nb + 1, sizeof(void *));
     e->counts = calloc((size_t)N, sizeof(int));
@@ -636,6 +637,8 @@ void zs_engine_destroy(zs_engine *e)
                         (e->sh->buckets[k].hi - e->sh->buckets[k].lo) * e->ps);
     if (e->comm && e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, NULL, 0);
+    if (e->comm)
+        zs_comm_set_mem(e->comm, NULL);
     for (int i = 0; e->sh && i < ZS_BUF_N; i++)
         if (e->buf[i])
             zs_mem_free_tier(mem, e->sh->buf[i].tier, e->sh->buf[i].cat, e->buf[i],

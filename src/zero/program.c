@@ -853,6 +853,22 @@ double zs_step_gather_own_bytes(const zs_step_shape *s, const zs_step_program *p
     return b;
 }
 
+/* qwZ: the encoded bytes of unit u's forward gathers, every rank's part
+ * of each range (zs_comm_q8_bytes), as the collective allocates them. */
+static size_t zs_step_q8_unit_bytes(const zs_step_shape *s, int u)
+{
+    int N = s->part.world;
+    int *cnt = malloc((size_t)N * sizeof(int));
+    size_t b = 0;
+    for (int g = s->gfirst[u]; cnt && g < s->gfirst[u] + s->gn[u]; g++) {
+        zs_step_counts(s, s->granges[g].lo, s->granges[g].hi, cnt, NULL);
+        for (int r = 0; r < N; r++)
+            b += zs_comm_q8_bytes((size_t)cnt[r]);
+    }
+    free(cnt);
+    return b;
+}
+
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c)
 {
     memset(c, 0, sizeof *c);
@@ -869,11 +885,21 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
     /* initialisation: its staging buffer comes after every other one */
     c->peak[s->buf[ZS_BUF_INIT].cat] += s->buf[ZS_BUF_INIT].bytes;
 
-    size_t live = 0, bucket_bytes = 0, gp = 0, gb = 0;
+    size_t live = 0, bucket_bytes = 0, gp = 0, gb = 0, qtmp = 0;
     int fwd = 0, bwd = 0;
     double ps = (double)s->ps;
+    int qwz = s->stage == 3 && s->cfg.quantized_weights;
     for (size_t i = 0; i < p->n; i++) {
         const zs_step_op *o = &p->ops[i];
+        /* qwZ: a forward gather's encoded parts live in comm_buffers from
+         * its start to its wait */
+        if (qwz && o->phase == ZS_PHASE_FORWARD &&
+            (o->kind == ZS_SOP_GATHER || o->kind == ZS_SOP_WAIT)) {
+            size_t q = zs_step_q8_unit_bytes(s, o->unit);
+            qtmp = o->kind == ZS_SOP_GATHER ? qtmp + q : qtmp - q;
+            if (bucket_bytes + qtmp > gb)
+                gb = bucket_bytes + qtmp;
+        }
         switch (o->kind) {
         case ZS_SOP_GATHER:
             live += o->elems;
@@ -912,8 +938,8 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
             break;
         case ZS_SOP_BUCKET_ALLOC:
             bucket_bytes += o->elems * s->ps;
-            if (bucket_bytes > gb)
-                gb = bucket_bytes;
+            if (bucket_bytes + qtmp > gb)
+                gb = bucket_bytes + qtmp;
             break;
         case ZS_SOP_REDUCE:
             c->rs_calls += 1;
