@@ -56,6 +56,21 @@ run p2d2bf 4 --pp 2 --precision bf16 --csv "$T/p2d2bf" && same p2d2bf ref2bf && 
 g=$("$ZS" train $M --pp 2 --print-program --world-size 2 |
     awk '/^# pipeline stage 1/ { exit } $2 == "step" && $3 == "gather" { print $9 }')
 [ "$g" = 2560 ] && ok || bad "stage 0's gather after the optimizer: '$g' elements, expected 2560"
+# zerosim plan --pp --stage 3: the most loaded stage (the first here: the
+# embeddings and the gathered units) holds what that stage's ranks
+# measured in the run above, category by category
+"$ZS" plan --arch gpt --layers 4 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 \
+    --grad-accum 4 --dp 2 --pp 2 --stage 3 --precision bf16 --json >"$T/plan.json" ||
+    bad "zerosim plan --pp 2 --stage 3"
+ms=$(sed -n 's/.*"most_loaded_stage": \([0-9]*\).*/\1/p' "$T/plan.json")
+[ "$ms" = 0 ] && ok || bad "plan --pp 2 --stage 3: the most loaded stage is $ms, expected 0"
+sed -n '/"bytes_per_category"/,/}/p' "$T/plan.json" >"$T/plan.cat"
+for cat in params grads optimizer_m optimizer_v optimizer_master activations comm_buffers workspace; do
+    m=$(awk -v c="$cat" '$1 == 0 && $2 == c { print $3 }' "$T/p2d2bf/memory.csv")
+    p=$(sed -n "s/.*\"$cat\": \([0-9]*\).*/\1/p" "$T/plan.cat")
+    [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "plan --pp 2 --stage 3 stage 0 $cat: run $m, plan $p"
+done
+
 # ZeRO++ with the pipeline is refused with one line (the configuration
 # alone decides)
 for k in '"zero_hpz_partition_size": 2' '"zero_quantized_weights": true' \
