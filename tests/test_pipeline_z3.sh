@@ -50,6 +50,14 @@ run p2 2 --pp 2 --csv "$T/p2" && same p2 ref1 && acct p2
 run p4bf-gpipe 4 --pp 4 --pp-schedule gpipe --precision bf16 --grad-accum 4 &&
     run ref1bf 1 --precision bf16 && same p4bf-gpipe ref1bf
 run p2d2bf 4 --pp 2 --precision bf16 --csv "$T/p2d2bf" && same p2d2bf ref2bf && acct p2d2bf
+# fp16 with two steps skipped for overflow (initial scale 2^18): a skipped
+# step runs neither the optimizer nor the first stage's gather of its
+# embeddings, and its prediction leaves that gather out
+echo '{"fp16": {"enabled": true, "initial_scale_power": 18}}' >"$T/fp16.json"
+F="--precision fp16 --config $T/fp16.json --steps 5"
+run ref2h 2 $F && run p2d2h 4 --pp 2 $F --csv "$T/p2d2h" && same p2d2h ref2h && acct p2d2h
+grep -A1 '"skipped_steps"' "$T/p2d2h.json" | grep -q true && ok ||
+    bad "fp16 at initial scale 2^18: no step was skipped, the case is not tested"
 # the first stage's extra gather: the embeddings (unit 0: V·C + T·C =
 # 2048 + 512 elements) once per applied step, on top of the forward and
 # backward gathers of its units; the plan of the stage agrees (below)
