@@ -5,13 +5,15 @@
 # Usage: gnuplot -e "datadir='plots/data'; outdir='plots'" plots/gantt.gp
 if (!exists("datadir")) datadir = "plots/data"
 if (!exists("outdir")) outdir = "plots"
+# name: the data file and the picture (gantt; pipeline_gantt for a --pp run)
+if (!exists("name")) name = "gantt"
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
     set terminal pngcairo size 1000,520 font "Sans,11" noenhanced
 } else {
     set terminal png size 1000,520 noenhanced
 }
-set output outdir . "/gantt.png"
-file = datadir . "/gantt.dat"
+set output outdir . "/" . name . ".png"
+file = datadir . "/" . name . ".dat"
 ranks = system(sprintf("awk '!/^#/ && $1 + 1 > n {n = $1 + 1} END {print n + 0}' '%s'", file)) + 0
 run = system(sprintf("awk '/^# run /{sub(/^# run /, \"\"); print; exit}' '%s'", file))
 array C[8] = ["#5d7fc0", "#ec7063", "#f5b041", "#d5d8dc", "#85c1e9", "#52be80", "#a569bd", "#7f8c8d"]

@@ -6,7 +6,7 @@
  *
  * usage: gantt_data TRACE STEP > gantt.dat
  * Columns: rank lane start_ms end_ms kind (kind: 0 forward, 1 backward,
- * 2 recompute, 3 wait, 4 other compute, 5 allgather, 6 reduce-scatter,
+ * 2 recompute, 3 wait (a gather's, or a pipeline receive), 4 other compute, 5 allgather, 6 reduce-scatter,
  * 7 other collectives).
  */
 #include <jansson.h>
@@ -18,6 +18,8 @@ static int kind_of(const char *cat, const char *name, int recompute)
 {
     if (cat && !strcmp(cat, "comm"))
         return !strcmp(name, "allgather") ? 5 : !strcmp(name, "reduce_scatter") ? 6 : 7;
+    if (!strncmp(name, "recv_", 5)) /* a pipeline stage waiting for its neighbour */
+        return 3;
     if (!strncmp(name, "recompute", 9) || (recompute && !strncmp(name, "forward", 7)))
         return 2;
     if (!strncmp(name, "forward", 7))

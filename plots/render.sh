@@ -27,6 +27,10 @@ if [ -s "$DATA/gantt.dat" ]; then
     "$GP" -e "datadir='$DATA'; outdir='$OUT'" "$HERE/gantt.gp"
     echo "render.sh: wrote $OUT/gantt.png"
 fi
+if [ -s "$DATA/pipeline_gantt.dat" ]; then
+    "$GP" -e "datadir='$DATA'; outdir='$OUT'; name='pipeline_gantt'" "$HERE/gantt.gp"
+    echo "render.sh: wrote $OUT/pipeline_gantt.png"
+fi
 if [ -s "$DATA/plan_memory.dat" ]; then
     "$GP" -e "datadir='$DATA'; outdir='$OUT'" "$HERE/plan_memory.gp"
     echo "render.sh: wrote $OUT/plan_memory.png"

@@ -2,7 +2,8 @@
 # A tiny sweep (ZeRO stages 0-3 on N = 1 and 2 ranks) through
 # examples/sweep.sh and plots/render.sh gives three PNG files, and in every
 # run rank 0's measured model-state memory equals its prediction exactly; a
-# traced stage-3 run gives the Gantt chart (plots/gantt_data, gantt.gp).
+# traced stage-3 run gives the Gantt chart (plots/gantt_data, gantt.gp), and
+# a traced --pp 2 run the pipeline's.
 # Skipped (77) without gnuplot.
 set -u
 srcdir=${srcdir:-$(dirname "$0")/..}
@@ -30,10 +31,20 @@ kinds=$(awk '!/^#/ {print $5}' "$T/data/gantt.dat" | sort -u | tr '\n' ' ')
 case "$kinds" in *"0 1 "*5*6*) ;; *) bad "gantt.dat lacks forward, backward, allgather or reduce-scatter: kinds $kinds";; esac
 "$GANTT" "$T/trace.json" 7 >/dev/null 2>"$T/err" && bad "gantt_data accepted a step the trace lacks"
 grep -q "has no spans of step 7" "$T/err" || bad "gantt_data, missing step: $(cat "$T/err")"
+# a pipeline's step (--pp 2, 1F1B): both stages forward and backward, and
+# their receives of activations and gradients are drawn as waits (kind 3)
+sh "$srcdir/tests/mpirun.sh" 2 "${ZEROSIM:-./zerosim}" train --layers 2 --hidden 32 --heads 2 \
+    --seq 16 --vocab 32 --micro-batch 2 --grad-accum 4 --steps 2 --pp 2 --quiet \
+    --trace "$T/pp.json" </dev/null || bad "the traced --pp 2 run failed"
+"$GANTT" "$T/pp.json" 1 >"$T/data/pipeline_gantt.dat" || bad "gantt_data of the --pp run failed"
+got=$(awk '!/^#/ && $2 == 0 && $5 <= 1 { print $1 ":" $5 }' "$T/data/pipeline_gantt.dat" | sort -u | tr '\n' ' ')
+[ "$got" = "0:0 0:1 1:0 1:1 " ] || bad "pipeline_gantt.dat: (rank:kind) forward and backward $got"
+grep -v '^#' "$T/data/pipeline_gantt.dat" | awk '$2 == 0 && $5 == 3 { n++ } END { exit !n }' ||
+    bad "pipeline_gantt.dat: no receive drawn as a wait"
 
 sh "$srcdir/plots/render.sh" "$T/data" "$T/png" || { echo "FAIL: plots/render.sh"; exit 1; }
 
-for p in memory_vs_n traffic timeline gantt; do
+for p in memory_vs_n traffic timeline gantt pipeline_gantt; do
     f="$T/png/$p.png"
     if [ ! -s "$f" ]; then bad "$p.png missing or empty"; continue; fi
     sig=$(od -An -tx1 -N8 "$f" | tr -d ' \n')
@@ -52,5 +63,5 @@ if [ -n "$off" ]; then
     grep '^#' "$T/data/memory_vs_n.dat"
     echo "$off"
 fi
-[ "$fails" -eq 0 ] && echo "plots: 4 PNGs, 8 runs, model states as predicted, a Gantt chart"
+[ "$fails" -eq 0 ] && echo "plots: 5 PNGs, 8 runs, model states as predicted, two Gantt charts"
 [ "$fails" -eq 0 ]
