@@ -5,8 +5,11 @@
 # rounds of each round's median steady step (the first step left out).
 # One thread per rank, fp32, AdamW, clipping at 1.0 on both sides.
 #
-# Also the model's FLOP rate against this core's SGEMM rate (measured by
-# `zerosim bench --quick` on one rank). Training FLOPs per step:
+# Also the model's FLOP rate against this core's SGEMM rate, measured by
+# `zerosim bench --quick` on one rank right before each zerosim round (this
+# machine's speed drifts from minute to minute; the figure is the median
+# over the rounds of each round's rate over its own SGEMM rate, and the
+# SGEMM column the median of those measurements). Training FLOPs per step:
 #   tokens * (6 * params + 12 * layers * seq * hidden)
 # (PaLM's count: the attention's two matrix products counted over the full
 # T x T, as in the published MFU figures, though both sides skip some of it.)
@@ -78,13 +81,14 @@ for line in open('$T/pt.out'):
         print(statistics.median(float(x) for x in line.split()[2:]))"
 }
 
-# the SGEMM rate of one rank
-"$ZS" bench --quick --out "$T/cal.json" >/dev/null 2>&1
-gemm=$(python3 -c "import json; print(json.load(open('$T/cal.json'))['gemm_flops'])" 2>/dev/null || echo nan)
-echo "SGEMM rate of one rank (zerosim bench --quick): $(python3 -c "print('%.1f' % ($gemm / 1e9))") GFLOP/s"
-echo
+# the SGEMM rate of one rank, now
+sgemm_rate() {
+    "$ZS" bench --quick --out "$T/cal.json" >/dev/null 2>&1 || { echo nan; return; }
+    python3 -c "import json; print(json.load(open('$T/cal.json'))['gemm_flops'])" 2>/dev/null || echo nan
+}
+echo "CPU kernels: $(OPENBLAS_NUM_THREADS=1 "$ZS" bench --quick 2>/dev/null | sed -n 's/.*CPU kernels in \([a-z0-9]*\).*/\1/p')"
 
-printf '%-24s %-22s %10s %10s %7s %10s %9s\n' "shape L,C,T,V,B" "ranks" "zerosim" "PyTorch" "ratio" "GFLOP/s" "of SGEMM"
+printf '%-24s %-22s %10s %10s %7s %10s %8s %9s\n' "shape L,C,T,V,B" "ranks" "zerosim" "PyTorch" "ratio" "GFLOP/s" "SGEMM" "of SGEMM"
 for row in "1 0 single 4 128 2 64 256 4" \
            "1 0 single 4 256 4 128 512 8" \
            "2 0 ddp 4 256 4 128 512 8" \
@@ -95,7 +99,9 @@ for row in "1 0 single 4 128 2 64 256 4" \
     shift 3
     : >"$T/zs.list"
     : >"$T/pt.list"
+    : >"$T/gemm.list"
     for r in $(seq 1 "$ROUNDS"); do
+        sgemm_rate >>"$T/gemm.list"
         zerosim_round "$n" "$stage" "$@" >>"$T/zs.list"
         [ $have_torch = 1 ] && torch_round "$n" "$mode" "$@" >>"$T/pt.list"
     done
@@ -107,20 +113,24 @@ for row in "1 0 single 4 128 2 64 256 4" \
         ddp) what="2, stage 0 vs DDP" ;;
         zero1) what="2, stage 1 vs ZeRO-1" ;;
     esac
-    python3 - "$zs" "$pt" "$L" "$C" "$TT" "$V" "$B" "$gemm" "$what" <<'PY'
-import sys
+    python3 - "$zs" "$pt" "$L" "$C" "$TT" "$V" "$B" "$what" "$T/zs.list" "$T/gemm.list" <<'PY'
+import statistics, sys
 zs, pt = float(sys.argv[1]), float(sys.argv[2])
 L, C, T, V, B = map(int, sys.argv[3:8])
-gemm = float(sys.argv[8])
+steps = [float(x) for x in open(sys.argv[9])]
+gemms = [float(x) for x in open(sys.argv[10])]
 params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 flops = B * T * (6 * params + 12 * L * T * C)
 rate = flops / zs / 1e9
 ratio = zs / pt if pt == pt and pt > 0 else float("nan")
-print("%-24s %-22s %9.3fs %9.3fs %7.2f %10.1f %8.0f%%" % (
-    "%d,%d,%d,%d,%d" % (L, C, T, V, B), sys.argv[9], zs, pt, ratio, rate,
-    100 * flops / zs / gemm))
+# each round's rate over the SGEMM rate measured just before it
+of = statistics.median(flops / s / g for s, g in zip(steps, gemms))
+print("%-24s %-22s %9.3fs %9.3fs %7.2f %10.1f %8.1f %8.0f%%" % (
+    "%d,%d,%d,%d,%d" % (L, C, T, V, B), sys.argv[8], zs, pt, ratio, rate,
+    statistics.median(gemms) / 1e9, 100 * of))
 PY
 done
 echo
-echo "ratio = zerosim / PyTorch (below 1: zerosim is faster); 'of SGEMM': the model's FLOP rate"
-echo "over one rank's SGEMM rate (for two ranks, the rate of each rank over the same SGEMM rate)."
+echo "ratio = zerosim / PyTorch (below 1: zerosim is faster); SGEMM: one rank's SGEMM rate (GFLOP/s,"
+echo "median of the rounds); 'of SGEMM': the model's FLOP rate over the SGEMM rate measured right"
+echo "before it, median of the rounds (for two ranks, the rate of each rank)."

@@ -40,19 +40,26 @@ $RUN "$N" "${BENCH_COMM:-./bench/bench_comm}"
 
 # 3. activation checkpointing: step time with sqrt checkpointing relative to
 #    without, one rank, a 16-layer GPT (expected: about one extra forward
-#    pass, 1.2-1.4x), runs interleaved, best of 3 medians each.
+#    pass, 1.2-1.4x). Five rounds, each an "off" run and a "sqrt" run back to
+#    back; the ratio is the median of the five rounds' ratios (each round's
+#    pair ran within seconds of each other, so a slow minute of this shared
+#    machine falls on both), with the rounds' range beside it.
 CK="--layers 16 --hidden 64 --heads 4 --seq 32 --vocab 64 --micro-batch 8 --steps 13"
 : >"$T/ck-off"; : >"$T/ck-sqrt"
-for rep in 1 2 3; do
+for rep in 1 2 3 4 5; do
     for ck in off sqrt; do
         OPENBLAS_NUM_THREADS=1 "$ZS" train $CK --checkpoint-activations "$ck" --silent --report "$T/ck.json"
         median_step "$T/ck.json" >>"$T/ck-$ck"
     done
 done
 echo
-printf "# %-22s %14s %10s\n" checkpointing step_seconds vs_off
-a=$(best "$T/ck-off"); b=$(best "$T/ck-sqrt")
-awk -v a="$a" -v b="$b" 'BEGIN {printf "  %-22s %14.6f %10.3f\n  %-22s %14.6f %10.3f\n", "off", a, 1, "sqrt (4 segments)", b, b/a}'
+printf "# %-22s %14s %10s %14s\n" checkpointing step_seconds vs_off "rounds' range"
+paste "$T/ck-off" "$T/ck-sqrt" | awk '{ print $2 / $1 }' | sort -g >"$T/ck-ratio"
+mid() { sort -g "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+awk -v a="$(mid "$T/ck-off")" -v b="$(mid "$T/ck-sqrt")" -v r="$(mid "$T/ck-ratio")" \
+    -v lo="$(head -1 "$T/ck-ratio")" -v hi="$(tail -1 "$T/ck-ratio")" 'BEGIN {
+    printf "  %-22s %14.6f %10.3f\n", "off", a, 1
+    printf "  %-22s %14.6f %10.3f %8.3f-%.3f\n", "sqrt (4 segments)", b, r, lo, hi }'
 
 # 4. tensor parallelism beside data parallelism on the same model and the
 #    same global batch at N ranks: TP = N (one data-parallel rank) against

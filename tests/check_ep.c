@@ -109,7 +109,28 @@ START_TEST(test_ep_equals_ep1)
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     ep_run(&a, &full, be, mem, &batch, NULL);
+    zs_comm_clear_records(world);
     ep_run(&b, &ep, be, mem, &batch, N > 1 ? world : NULL);
+    /* the all-to-alls in the ledger against zs_model_moe_alltoall_bytes and
+     * a hand count: 2 MoE blocks x 4 calls; 12 tokens, capacity
+     * ceil(12 / 4 x 0.75) = 3 (top-1) or ceil(12 / 4 x 2 x 0.5) = 3 (top-2),
+     * an (E, Cap, C) buffer of 4 x 3 x 16 x 4 = 768 bytes, of which each
+     * rank sends (N - 1) / N */
+    size_t nrec;
+    const zs_comm_record *rec = zs_comm_records(world, &nrec);
+    double sent = 0.0;
+    int a2a = 0, calls;
+    for (size_t i = 0; i < nrec; i++)
+        if (rec[i].op == ZS_OP_ALLTOALL) {
+            sent += rec[i].wire_bytes;
+            a2a++;
+        }
+    double pred = zs_model_moe_alltoall_bytes(&ep, B, &calls);
+    ck_assert_int_eq(a2a, N > 1 ? 8 : 0);
+    ck_assert_int_eq(calls, N > 1 ? 8 : 0);
+    ck_assert_msg(sent == pred && pred == 8.0 * (N - 1) * 768.0 / N,
+                  "rank %d: all-to-all bytes %.0f, predicted %.0f, by hand %.0f", me, sent, pred,
+                  8.0 * (N - 1) * 768.0 / N);
     ck_assert_msg(memcmp(&a.loss, &b.loss, sizeof a.loss) == 0, "rank %d loss %.9g vs %.9g", me,
                   a.loss, b.loss);
     zs_moe_stats st;

@@ -32,6 +32,18 @@ if [ "$built" = yes ]; then
             { bad "--backend cuda without a GPU: unclear error"; cat "$T/err"; }
         echo "(no GPU here: $(cat "$T/err"))"
     fi
+    # the CUDA libraries are in the module only, loaded on first use: a CPU
+    # process does not pay their start-up (half a second of cuBLASLt's
+    # initialisers), and a missing module is one line
+    if command -v ldd >/dev/null 2>&1 && [ -f .libs/libzerosim.so ]; then
+        ldd .libs/libzerosim.so | grep -q -E "libcuda|libcublas|libnccl" &&
+            bad "libzerosim links the CUDA libraries: $(ldd .libs/libzerosim.so | grep -E 'cuda|cublas|nccl')" || ok
+        ldd .libs/zerosim_cuda.so | grep -q libcublas && ok || bad "zerosim_cuda.so does not link cuBLAS"
+    fi
+    export ZEROSIM_CUDA_MODULE="$T/none.so"
+    one_line_error "--backend cuda, module missing" \
+        "cannot load the CUDA backend's module ($T/none.so)" train --backend cuda --steps 1
+    unset ZEROSIM_CUDA_MODULE
 else
     "$ZS" --version | grep -q "backends: cpu)" && ok || bad "--version should list cpu only"
     one_line_error "--backend cuda without CUDA" "--with-cuda" train --backend cuda --steps 1

@@ -121,4 +121,11 @@ refuse "capacity-factor" --moe-experts 4 --capacity-factor 0
 refuse "needs a mixture of experts" --ep 2
 refuse "GPT" --model mlp --moe-experts 4
 refuse "not implemented yet" --moe-experts 4 --ep 2
+# with tensor parallelism (2 ranks: the mesh must hold --tp 2 first)
+if sh "$HERE/mpirun.sh" 2 "$ZS" train --steps 1 --quiet --moe-experts 4 --tp 2 >"$T/o" 2>&1 </dev/null; then
+    bad "accepted: --moe-experts 4 --tp 2"
+else
+    grep -q "experts' MLPs are not split over the tensor-parallel group" "$T/o" &&
+        [ "$(wc -l <"$T/o")" -eq 1 ] && ok || bad "--moe-experts 4 --tp 2: $(cat "$T/o")"
+fi
 finish

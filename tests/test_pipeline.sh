@@ -161,7 +161,6 @@ refuse() { # WHAT N ARGS...
 }
 W="--print-program --world-size 2"
 refuse "more pipeline stages than the model's 4 blocks" 0 --pp 5 --print-program --world-size 5
-refuse "ZeRO stage 3 with --pp 2 is not supported" 0 --pp 2 --stage 3 $W
 refuse "pp-schedule must be gpipe or 1f1b" 0 --pp 2 --pp-schedule zigzag $W
 refuse "use --model gpt or --pp 1" 0 --pp 2 --model mlp $W
 refuse "(3D) is not supported yet" 0 --pp 2 --tp 2 --print-program --world-size 4

@@ -209,6 +209,15 @@ typedef struct {
     uint64_t route_hash;
 } zs_moe_stats;
 int zs_model_moe_stats(const zs_acts *a, int l, zs_moe_stats *out);
+/* Expert parallelism (moe_ep = Ep > 1): the all-to-alls one micro-batch of
+ * b sequences makes on each rank of the expert-parallel group, forward and
+ * backward: four per MoE block (dispatch and combine, forward and
+ * backward; a forward recomputed by activation checkpointing would add
+ * two, not counted here: training with ep is not wired yet), each sending
+ * (Ep - 1)/Ep of the (E, Cap, C) fp32 buffer to the other ranks. Returns
+ * the bytes this rank sends (the ledger's wire bytes) and sets *calls;
+ * 0 and 0 without expert parallelism. */
+double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls);
 /* Backward of unit l (call from the last unit down to 0). dloss is the
  * gradient of the objective with respect to the micro-batch's mean loss
  * (for example loss_scale / (grad_accum * world_size)). Gradients accumulate

@@ -258,6 +258,9 @@ typedef struct {
                                     buckets) at their most */
     size_t live_params;          /* stage 3: most gathered elements at once */
     size_t gathered_elems;       /* stage 3: elements gathered per step */
+    size_t gathered_applied_elems; /* of which only in applied steps (the
+                                      first pipeline stage's tied embedding) */
+    double gather_applied_calls;
     double gather_calls;         /* stage 3: allgather calls per step */
     double rs_calls, rs_bytes;   /* per dense step (full-buffer bytes) */
     double ag_calls, ag_bytes;   /* stages 0-2 per applied step, full bytes */

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef HAVE_CUDA
+#include <dlfcn.h>
+#endif
+
 #include "zerosim/error.h"
 
 /* Always-on sanity check for programming errors (like an assert that NDEBUG
@@ -29,6 +33,62 @@
  * registry
  * ------------------------------------------------------------------------- */
 
+#ifdef HAVE_CUDA
+/* The CUDA backend lives in a module of its own, zerosim_cuda.so, loaded on
+ * first use: linked into libzerosim, the CUDA libraries' start-up (cuBLASLt's
+ * initialisers, about half a second of CPU) delayed every process, also on
+ * the CPU backend. The module is looked for beside the libzerosim that is
+ * running (the build tree's .libs/, where libtool puts both), then in its
+ * zerosim/ folder (an installed one: $(pkglibdir) = $(libdir)/zerosim);
+ * ZEROSIM_CUDA_MODULE names another file. */
+static int zs_backend_cuda_load(struct zs_backend *be, int device, char *err, size_t errlen)
+{
+    static void *handle;
+    static int (*init)(struct zs_backend *, int, char *, size_t);
+    if (init == NULL) {
+        char paths[2][4096];
+        int n = 0;
+        const char *env = getenv("ZEROSIM_CUDA_MODULE");
+        if (env != NULL && *env != '\0') {
+            snprintf(paths[n++], sizeof paths[0], "%s", env);
+        } else {
+            Dl_info info;
+            const char *lib = dladdr((void *)zs_backend_list, &info) && info.dli_fname
+                                  ? info.dli_fname
+                                  : "";
+            const char *slash = strrchr(lib, '/');
+            int dir = slash ? (int)(slash - lib) : 0;
+            snprintf(paths[n++], sizeof paths[0], "%.*s%szerosim_cuda.so", dir, lib,
+                     slash ? "/" : "");
+            snprintf(paths[n++], sizeof paths[1], "%.*s%szerosim/zerosim_cuda.so", dir, lib,
+                     slash ? "/" : "");
+        }
+        const char *why = "";
+        for (int i = 0; i < n && handle == NULL; i++) {
+            handle = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+            if (handle == NULL && i == 0)
+                why = dlerror();
+        }
+        if (handle == NULL) {
+            snprintf(err, errlen,
+                     "--backend cuda: cannot load the CUDA backend's module (%s): %s; "
+                     "reinstall zerosim, or set ZEROSIM_CUDA_MODULE to its zerosim_cuda.so",
+                     paths[0], why);
+            return -1;
+        }
+        *(void **)&init = dlsym(handle, "zs_backend_cuda_init");
+        if (init == NULL) {
+            snprintf(err, errlen, "--backend cuda: %s is not zerosim's CUDA module (%s)",
+                     paths[0], dlerror());
+            dlclose(handle);
+            handle = NULL;
+            return -1;
+        }
+    }
+    return init(be, device, err, errlen);
+}
+#endif
+
 /* The backends compiled into this build. A new backend adds a row here and its
  * name to ZS_BACKEND_LIST (guarded by its configure conditional). */
 static const struct {
@@ -38,7 +98,7 @@ static const struct {
     { "cpu", zs_backend_cpu_init },
     { "cpu-staged", zs_backend_cpu_staged_init }, /* tests; not in the list */
 #ifdef HAVE_CUDA
-    { "cuda", zs_backend_cuda_init },
+    { "cuda", zs_backend_cuda_load },
 #endif
 };
 #ifdef HAVE_CUDA

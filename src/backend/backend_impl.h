@@ -214,7 +214,8 @@ struct zs_backend {
 int zs_backend_cpu_init(struct zs_backend *be, int device, char *err, size_t errlen);
 /* cpu.c: the CPU backend with host_accessible = 0, for tests (unlisted). */
 int zs_backend_cpu_staged_init(struct zs_backend *be, int device, char *err, size_t errlen);
-/* cuda.cu, only in builds configured with CUDA. */
+/* cuda.cu, only in builds configured with CUDA: the module zerosim_cuda.so,
+ * which backend.c loads with dlopen and looks this symbol up in. */
 #ifdef __cplusplus
 extern "C"
 #endif

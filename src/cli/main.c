@@ -1063,12 +1063,26 @@ static int zs_print_program(const zs_run_config *cfg, int world, FILE *f)
     return zs_print_program_one(cfg, world, f);
 }
 
+static int zs_print_notices_stage(const zs_run_config *cfg, int dp_world, FILE *f);
+
 /* Rank 0's notices before training: stage-3 units larger than
  * stage3_max_live_parameters, which are gathered alone. */
 static int zs_print_notices(const zs_run_config *cfg, int dp_world, FILE *f)
 {
     if (cfg->stage != 3)
         return 0;
+    int rc = 0;
+    for (int st = 0; st < (cfg->pp > 1 ? cfg->pp : 1) && !rc; st++) {
+        zs_run_config c = *cfg; /* a pipeline: each stage's units */
+        if (cfg->pp > 1 && (rc = zs_pp_stage_config(&c, st)))
+            break;
+        rc = zs_print_notices_stage(&c, dp_world, f);
+    }
+    return rc;
+}
+
+static int zs_print_notices_stage(const zs_run_config *cfg, int dp_world, FILE *f)
+{
     zs_model *m;
     ZS_TRY(zs_model_create(&cfg->model, &m));
     zs_step_shape s;

@@ -1981,10 +1981,11 @@ static int check_pipeline(const zs_run_config *c)
     if (c->pp > c->model.n_layer)
         return fail("--pp %d is more pipeline stages than the model's %d blocks (model.layers): "
                     "every stage needs at least one block", c->pp, c->model.n_layer);
-    if (c->stage == 3)
-        return fail("ZeRO stage 3 with --pp %d is not supported (the last stage's copy of the "
-                    "tied embedding is not partitioned; DeepSpeed refuses stages 2 and 3 with "
-                    "its pipeline): use --stage 0, 1 or 2", c->pp);
+    if (c->stage == 3 && (c->quantized_weights || c->quantized_gradients ||
+                          c->hpz_partition_size > 1))
+        return fail("ZeRO++ (zero_quantized_weights, zero_quantized_gradients, "
+                    "zero_hpz_partition_size) with --pp %d is not supported yet: turn them off or "
+                    "use --pp 1", c->pp);
     if (c->tp > 1)
         return fail("--tp %d with --pp %d (3D) is not supported yet: use --tp 1 or --pp 1",
                     c->tp, c->pp);

@@ -295,6 +295,16 @@ static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
     return BT * E + 10 * ecc;
 }
 
+double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls)
+{
+    *calls = 0;
+    if (c->kind != ZS_MODEL_GPT || gpt_n_moe(c) == 0 || c->moe_ep <= 1)
+        return 0.0;
+    *calls = 4 * gpt_n_moe(c);
+    double Ep = c->moe_ep, ecc = (double)c->moe_experts * gpt_moe_cap(c, b) * c->n_embd;
+    return *calls * (Ep - 1.0) / Ep * ecc * 4.0;
+}
+
 /* Activation slot s (0 <= s < K, gpt_slots) holds blocks s, s + K, s + 2K,
  * ... (without checkpointing K = L: block s alone). What the slot must hold:
  * bit 1 when one of its blocks is dense (fch, fch_gelu), bit 2 when one is

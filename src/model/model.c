@@ -73,8 +73,9 @@ static int zs_model_moe_validate(const zs_model_config *c)
         ZS_FAIL("--aux-loss-coeff (moe.loss_coeff) must be a number >= 0, got %g",
                 c->moe_aux_coeff);
     if (c->tp > 1)
-        ZS_FAIL("a mixture of experts with tensor parallelism is not implemented: use --tp 1 "
-                "with --moe-experts");
+        ZS_FAIL("a mixture of experts with tensor parallelism is not implemented (the experts' "
+                "MLPs are not split over the tensor-parallel group): use --tp 1 with "
+                "--moe-experts");
     int Ep = c->moe_ep > 1 ? c->moe_ep : 1;
     if (Ep > 256)
         ZS_FAIL("expert-parallel groups of more than 256 ranks are not supported (--ep %d)", Ep);

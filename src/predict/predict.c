@@ -235,8 +235,10 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
             (c.gathered_elems - fwd) * sh.ps + (size_t)q;
         p->ag_calls_per_step = p->ag_calls_per_skipped_step = c.gather_calls;
     } else if (sh.stage == 3) {
-        p->ag_bytes_per_step = p->ag_bytes_per_skipped_step = c.gathered_elems * sh.ps;
-        p->ag_calls_per_step = p->ag_calls_per_skipped_step = c.gather_calls;
+        p->ag_bytes_per_step = c.gathered_elems * sh.ps;
+        p->ag_bytes_per_skipped_step = (c.gathered_elems - c.gathered_applied_elems) * sh.ps;
+        p->ag_calls_per_step = c.gather_calls;
+        p->ag_calls_per_skipped_step = c.gather_calls - c.gather_applied_calls;
     } else {
         p->ag_bytes_per_step = (size_t)c.ag_bytes;
         p->ag_calls_per_step = c.ag_calls;

@@ -850,9 +850,10 @@ static const void *zs_entry_params(const zs_engine *e, int u, int id)
     if (e->stage < 3)
         return (const char *)e->params + (pe->offset - e->base) * e->ps;
     const zs_step_shape *s = e->sh;
+    size_t lo = pe->offset - e->base; /* the ranges are the stage's offsets */
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++)
-        if (pe->offset >= s->granges[i].lo && pe->offset + pe->numel <= s->granges[i].hi)
-            return (const char *)e->gbuf[i] + (pe->offset - s->granges[i].lo) * e->ps;
+        if (lo >= s->granges[i].lo && lo + pe->numel <= s->granges[i].hi)
+            return (const char *)e->gbuf[i] + (lo - s->granges[i].lo) * e->ps;
     return NULL; /* unreachable: every used entry is in a gathered range */
 }
 
@@ -1466,9 +1467,15 @@ static int zs_engine_exec_pp(zs_engine *e, const zs_step_op *o)
         ZS_TRY(zs_engine_recv(e, last, e->tied_grad, o->elems, ZS_CT_F32, ZS_TAG_TIED_GRAD,
                               o->unit));
         return zs_engine_commit_entry(e, 0, e->tied_grad);
-    case ZS_SOP_TIED_SYNC: /* the first stage's updated working copy (entry 0 at 0) */
-        if (r == 0)
+    case ZS_SOP_TIED_SYNC: /* the first stage's updated working copy (entry 0 at 0;
+                            * stage 3: gathered by the ops before this one) */
+        if (r == 0 && e->stage < 3)
             return zs_engine_send(e, last, e->params, o->elems, e->ct, ZS_TAG_TIED, o->unit);
+        if (r == 0) { /* complete before the release of the gathered range frees it */
+            ZS_TRY(zs_engine_send(e, last, zs_entry_params(e, 0, 0), o->elems, e->ct,
+                                  ZS_TAG_TIED, o->unit));
+            return zs_engine_wait_sends(e);
+        }
         return zs_comm_recv(e->pp, 0, e->tied, o->elems, e->ct, ZS_TAG_TIED, o->unit);
     default:
         ZS_FAIL("internal: step op %d is not a pipeline message", (int)o->kind);
@@ -1915,8 +1922,23 @@ static int zs_engine_param_hash_pp(zs_engine *e, char hex[17])
     }
     if (!rc)
         rc = zs_comm_send_to_root(e->world, holder, copy, (int)e->sh->tied_elems, e->ct);
+    if (e->stage == 3) { /* the first stage's data-parallel ranks hold its parts */
+        size_t beg;
+        for (int q = 0; q < D && !rc; q++) {
+            size_t n = zs_partition_overlap(p, q, 0, e->sh->tied_elems, &beg);
+            if (!n || (wr != 0 && wr != q))
+                continue;
+            if (wr == q && q > 0) /* its shard starts at beg */
+                rc = zs_comm_send_to_root(e->world, q, e->params, (int)n, e->ct);
+            else if (wr == 0 && q > 0)
+                rc = zs_comm_send_to_root(e->world, q, own + beg * e->ps, (int)n, e->ct);
+            else
+                zs_backend_copy_d2h(e->be, own, e->params, n * e->ps);
+        }
+    }
     if (!rc && wr == 0) {
-        zs_backend_copy_d2h(e->be, own, e->params, tb);
+        if (e->stage != 3)
+            zs_backend_copy_d2h(e->be, own, e->params, tb);
         if (memcmp(own, copy, tb) != 0)
             rc = zs_error_set("internal: the last pipeline stage's copy of the tied token "
                               "embedding differs from the first stage's");

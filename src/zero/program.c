@@ -177,16 +177,21 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
         ZS_FAIL("out of host memory planning parameter gathers");
     for (int u = 0; u < s->U; u++) {
         s->gfirst[u] = n;
+        if (u < s->ufirst || u > s->ulast)
+            continue; /* another pipeline stage's unit */
         size_t lo = s->unit_lo[u], hi = lo + s->unit_n[u];
         ZS_TRY(zs_range_push(&s->granges, &n, &cap, (zs_step_range){.lo = lo, .hi = hi, .unit = u}));
         int ids[ZS_MAX_USES_PUBLIC];
         int k = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
         for (int i = 0; i < k; i++) {
             const zs_param_entry *pe = &lay->entries[ids[i]];
-            if (pe->layer != u)
+            /* ranges are the stage's offsets; an entry before the stage is
+             * the last pipeline stage's own copy of the tied embedding */
+            if (pe->layer != u && pe->offset >= s->base)
                 ZS_TRY(zs_range_push(&s->granges, &n, &cap,
-                                     (zs_step_range){.lo = pe->offset,
-                                                     .hi = pe->offset + pe->numel, .unit = u}));
+                                     (zs_step_range){.lo = pe->offset - s->base,
+                                                     .hi = pe->offset - s->base + pe->numel,
+                                                     .unit = u}));
         }
         s->gn[u] = n - s->gfirst[u];
         for (int i = s->gfirst[u]; i < n; i++)
@@ -818,8 +823,15 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
             zs_emit(&b, ZS_SOP_ALLGATHER, -1, i, ZS_SOPF_APPLIED,
                     i + 1 < s->npieces ? s->ag_piece
                                        : s->part.padded - (size_t)i * s->ag_piece);
+    /* the first stage sends its updated embedding to the last; stage 3
+     * gathers it first (unit 0: the token and position embeddings) */
+    int gather_tied = s->pp > 1 && s->tied_elems && s->pp_rank == 0 && st == 3;
+    if (gather_tied)
+        zs_b_gather_unit(&b, 0, -1, ZS_SOPF_APPLIED);
     if (s->pp > 1 && s->tied_elems)
         zs_emit_pp(&b, ZS_SOP_TIED_SYNC, 0, ZS_SOPF_APPLIED, s->tied_elems);
+    if (gather_tied)
+        zs_b_release(&b, 0);
     free(b.live);
     free(b.touched);
     if (b.fail) {
@@ -906,6 +918,10 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
             if (live > c->live_params)
                 c->live_params = live;
             c->gathered_elems += o->elems;
+            if (o->flags & ZS_SOPF_APPLIED) {
+                c->gathered_applied_elems += o->elems;
+                c->gather_applied_calls += s->gn[o->unit];
+            }
             c->gather_calls += s->gn[o->unit];
             break;
         case ZS_SOP_RELEASE:
