@@ -1,8 +1,9 @@
 #!/bin/sh
 # zerosim bench with nodes (--ranks-per-node K): alpha and beta fitted
 # inside a node and between nodes separately, and the calibration carries
-# both (intra_* from the node's ranks, inter_* from one rank per node), with
-# each level's samples; the planner reads it. 4 ranks as 2 nodes of 2 on
+# both (intra_* from the node's ranks, inter_* from one rank per node,
+# inter_link_bandwidth the node's K ranks together), with each level's
+# samples; the planner reads it. 4 ranks as 2 nodes of 2 on
 # one host (the figures are shared memory's both times: on the emulated
 # cluster, scripts/cluster.sh run ... zerosim bench, they differ; see
 # docs/cluster.md). A K that does not divide the ranks: one line, exit 2.
@@ -16,6 +17,10 @@ num() { sed -n "s/^ *\"$1\": \([-0-9.e+]*\),\{0,1\}$/\1/p" "$cal" | head -1; }
 for k in intra_bandwidth inter_bandwidth; do
     awk -v v="$(num $k)" 'BEGIN { exit !(v + 0 > 0) }' && ok || bad "$k is not positive: $(num $k)"
 done
+# the node's link: its 2 ranks crossed at once, each at inter_bandwidth
+awk -v l="$(num inter_link_bandwidth)" -v b="$(num inter_bandwidth)" \
+    'BEGIN { d = l - 2 * b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-6 * l) }' && ok ||
+    bad "inter_link_bandwidth $(num inter_link_bandwidth) is not 2 x inter_bandwidth $(num inter_bandwidth)"
 for k in intra_reduce_scatter intra_allgather inter_reduce_scatter inter_allgather; do
     grep -q "\"$k\": {" "$cal" && ok || bad "$k fit missing"
 done

@@ -11,6 +11,15 @@
  * slowest link. A collective given as (total bytes over `calls` calls) pays
  * α per step of every call and β on the total.
  *
+ * Between nodes, β is per device: inter_bandwidth, each device with a link
+ * of its own (the defaults: a NIC per GPU). When the calibration gives
+ * inter_link_bandwidth L, the bytes/s a node's link carries for all its
+ * ranks together, the link is shared instead: a collective in which s of a
+ * node's ranks send across at once gets L/s per sender. The flat ring has
+ * s = 1 (only the last rank of a node sends to the next node, and has the
+ * link to itself); a group between nodes (link 2: qgZ's second level, one
+ * group per local index, all at once) has s = the ranks of a node.
+ *
  * Compute is flops_per_step / gemm_flops, plus optimizer_elems /
  * optimizer_elems_per_s when the optimizer's rate is given. Without overlap
  * the step time is compute + optimizer + communication; with overlap it is
@@ -51,6 +60,9 @@ typedef struct {
     int ranks;        /* the group's ranks; 0: the world's N */
     int link;         /* 0: the world's link (inter-node when it spans
                          nodes), 1: inside a node, 2: between nodes */
+    int senders;      /* how many of a node's ranks send across the link at
+                         once; 0: by link (a ring over the world: 1, a
+                         group between nodes: the ranks of a node) */
 } zs_steptime_coll;
 
 /* The kernels of a GPT that are not GEMMs, by how their time scales; a
@@ -79,12 +91,19 @@ typedef struct {
     double intra_bandwidth;   /* β inside a node, bytes/s per device */
     double inter_latency_s;   /* α between nodes */
     double inter_bandwidth;   /* β between nodes, bytes/s per device */
+    double inter_link_bandwidth; /* bytes/s of one node's link, all its ranks
+                                    together (0: not given, each device has
+                                    inter_bandwidth of its own) */
     /* Optional refinements (0 = not given). zerosim bench measures each
      * collective on its own: inside one node these replace α and β for
      * that kind. The optimizer's rate (elements per second of AdamW on one
      * device) adds optimizer_elems / rate to the step. */
     double coll_latency_s[ZS_COLL_NKINDS];
     double coll_bandwidth[ZS_COLL_NKINDS];
+    int coll_fits_span_nodes; /* 1: those fits were made over ranks on more
+                                 than one node (a bench file with "nodes" >
+                                 1): they are not a node's inside, so a group
+                                 inside a node uses the intra-node α and β */
     double optimizer_elems_per_s;
     /* Seconds per unit of each kind of non-GEMM work (0 = not given). When
      * every one is given and the input counts the work, compute is
@@ -127,7 +146,8 @@ typedef struct {
     double comm_s;                  /* sum over the collectives */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */
     double total_s;
-    double alpha_s, beta;           /* the link constants used */
+    double alpha_s, beta;           /* the link constants used (beta: per
+                                       device, as inter_bandwidth) */
     int inter_node;                 /* 1 when the inter-node link was used */
 } zs_steptime_result;
 
@@ -143,13 +163,15 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out);
 
 /* Read a calibration JSON object with any of the keys "gemm_flops",
  * "intra_latency_s", "intra_bandwidth", "inter_latency_s",
- * "inter_bandwidth", "optimizer_elems_per_s", "host_bandwidth",
+ * "inter_bandwidth", "inter_link_bandwidth", "optimizer_elems_per_s", "host_bandwidth",
  * "nvme_bandwidth", "host_optimizer_elems_per_s" (numbers) and
  * "reduce_scatter", "allgather" (objects with "latency_s" and "bandwidth"),
  * "work_s" (an object with "attention", "gelu", "block_elementwise", "head",
  * "grads", "memory_pass": all of them when it is there);
- * keys that are missing keep the value in *c, other keys are ignored. Returns 0 or non-zero with a message naming the
- * file and the key. */
+ * keys that are missing keep the value in *c, other keys are ignored. A file
+ * of zerosim bench with more than one node ("nodes") but no
+ * "inter_link_bandwidth" is refused (an older bench: measure again).
+ * Returns 0 or non-zero with a message naming the file and the key. */
 int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c);
 
 #ifdef __cplusplus

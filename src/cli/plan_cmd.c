@@ -60,8 +60,13 @@ static const char *const zs_plan_usage =
     "  --flops RATE             FLOP/s per device (312e12)\n"
     "  --bw-intra B --lat-intra S   bytes/s and seconds inside a node (150e9, 5e-6)\n"
     "  --bw-inter B --lat-inter S   bytes/s and seconds between nodes (25e9, 10e-6)\n"
+    "  --bw-link B              bytes/s of a node's link shared by its devices (not\n"
+    "                           set: each device has --bw-inter of its own); a\n"
+    "                           collective with s of a node's ranks crossing at\n"
+    "                           once gets B/s each (flat ring: s = 1)\n"
     "  --calibration FILE       JSON from zerosim bench: gemm_flops, intra_latency_s,\n"
-    "                           intra_bandwidth, inter_latency_s, inter_bandwidth\n"
+    "                           intra_bandwidth, inter_latency_s, inter_bandwidth,\n"
+    "                           inter_link_bandwidth\n"
     "                           (the flags above override the file)\n"
     "  --overlap                step time: communication hides wholly behind\n"
     "                           compute (the best case; --overlap-comm is what the\n"
@@ -121,7 +126,7 @@ enum {
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION,
-    P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_LAST
+    P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -149,6 +154,7 @@ static const struct option zs_plan_options[] = {
     {"bw-intra", required_argument, NULL, P_BW_INTRA},
     {"lat-intra", required_argument, NULL, P_LAT_INTRA},
     {"bw-inter", required_argument, NULL, P_BW_INTER},
+    {"bw-link", required_argument, NULL, P_BW_LINK},
     {"lat-inter", required_argument, NULL, P_LAT_INTER},
     {"calibration", required_argument, NULL, P_CALIB},
     {"overlap", no_argument, NULL, P_OVERLAP},
@@ -394,6 +400,7 @@ static int zs_plan_apply(zs_plan_cli *cl)
         {P_BW_INTRA, offsetof(zs_steptime_calib, intra_bandwidth), 0},
         {P_LAT_INTRA, offsetof(zs_steptime_calib, intra_latency_s), 1},
         {P_BW_INTER, offsetof(zs_steptime_calib, inter_bandwidth), 0},
+        {P_BW_LINK, offsetof(zs_steptime_calib, inter_link_bandwidth), 0},
         {P_LAT_INTER, offsetof(zs_steptime_calib, inter_latency_s), 1},
         {P_BW_HOST, offsetof(zs_steptime_calib, host_bandwidth), 0},
         {P_BW_NVME, offsetof(zs_steptime_calib, nvme_bandwidth), 0},
@@ -670,6 +677,11 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     fprintf(f, "  communication: %s link, alpha %.3g s, beta %.4g bytes/s; ring collective "
             "(N-1) alpha + (N-1)/N S/beta per call\n", t->inter_node ? "inter-node" : "intra-node",
             t->alpha_s, t->beta);
+    if (t->inter_node && in->cal.inter_link_bandwidth > 0)
+        fprintf(f, "  node link: %.4g bytes/s shared by the node's ranks that cross it at once "
+                "(s): beta = link / s (flat ring s = 1, a group between nodes s = %d)\n",
+                in->cal.inter_link_bandwidth,
+                in->devices_per_node < in->dp ? in->devices_per_node : in->dp);
     (void)cl;
 }
 
@@ -733,6 +745,13 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
         json_object_set_new(e, "op", json_string(zs_coll_kind_name(r->colls[i].kind)));
         json_object_set_new(e, "full_bytes", zs_json_bytes(r->colls[i].bytes));
         json_object_set_new(e, "calls", json_real(r->colls[i].calls));
+        /* its group and link: "world" (between nodes when the ranks span
+         * nodes), "node" (inside one), "nodes" (one rank per node) */
+        static const char *const links[] = {"world", "node", "nodes"};
+        int lk = r->colls[i].link;
+        json_object_set_new(e, "ranks", json_integer(r->colls[i].ranks > 0 ? r->colls[i].ranks
+                                                                            : in->dp));
+        json_object_set_new(e, "link", json_string(lk >= 0 && lk <= 2 ? links[lk] : "?"));
         json_array_append_new(cs, e);
     }
     json_object_set_new(o, "collectives", cs);
@@ -777,6 +796,8 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(t, "alpha_s", json_real(r->time.alpha_s));
     json_object_set_new(t, "beta_bytes_per_s", json_real(r->time.beta));
     json_object_set_new(t, "inter_node", json_boolean(r->time.inter_node));
+    if (in->cal.inter_link_bandwidth > 0)
+        json_object_set_new(t, "inter_link_bandwidth", json_real(in->cal.inter_link_bandwidth));
     json_object_set_new(o, "step_time", t);
     return o;
 }

@@ -50,6 +50,7 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
     ZS_TRY(zs_steptime_check("the intra-node bandwidth", c->intra_bandwidth, 0));
     ZS_TRY(zs_steptime_check("the inter-node latency", c->inter_latency_s, 1));
     ZS_TRY(zs_steptime_check("the inter-node bandwidth", c->inter_bandwidth, 0));
+    ZS_TRY(zs_steptime_check("the node link's bandwidth", c->inter_link_bandwidth, 1));
     ZS_TRY(zs_steptime_check("the FLOPs per step", in->flops_per_step, 1));
 
     double N = in->world;
@@ -70,9 +71,17 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
         if (k->link) /* a group inside a node, or across nodes: its own link */
             a = inter ? c->inter_latency_s : c->intra_latency_s,
             b = inter ? c->inter_bandwidth : c->intra_bandwidth;
-        if (!inter && c->coll_bandwidth[k->kind] > 0) { /* measured on its own */
+        /* measured on its own, over the world: a group inside a node only
+         * when that world was one node */
+        if (!inter && c->coll_bandwidth[k->kind] > 0 &&
+            !(k->link == 1 && c->coll_fits_span_nodes)) {
             a = c->coll_latency_s[k->kind];
             b = c->coll_bandwidth[k->kind];
+        }
+        if (inter && c->inter_link_bandwidth > 0) { /* the node's link, shared by its senders */
+            int K = in->devices_per_node < in->world ? in->devices_per_node : in->world;
+            int s = k->senders > 0 ? k->senders : k->link == 2 ? K : 1;
+            b = c->inter_link_bandwidth / s;
         }
         double t = n > 1 ? rounds * (k->calls * (n - 1) * a + (n - 1) / n * k->bytes / b) : 0.0;
         out->coll_s[k->kind] += t;
@@ -124,6 +133,7 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
         {"intra_bandwidth", offsetof(zs_steptime_calib, intra_bandwidth), 0},
         {"inter_latency_s", offsetof(zs_steptime_calib, inter_latency_s), 1},
         {"inter_bandwidth", offsetof(zs_steptime_calib, inter_bandwidth), 0},
+        {"inter_link_bandwidth", offsetof(zs_steptime_calib, inter_link_bandwidth), 0},
         {"optimizer_elems_per_s", offsetof(zs_steptime_calib, optimizer_elems_per_s), 0},
         {"host_bandwidth", offsetof(zs_steptime_calib, host_bandwidth), 0},
         {"nvme_bandwidth", offsetof(zs_steptime_calib, nvme_bandwidth), 0},
@@ -158,6 +168,16 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
         tmp.coll_latency_s[per_op[i]] = a;
         tmp.coll_bandwidth[per_op[i]] = b;
     }
+    json_t *nodes = json_object_get(root, "nodes");
+    if (json_is_integer(nodes) && json_integer_value(nodes) > 1 &&
+        json_object_get(root, "world_size") && !json_object_get(root, "inter_link_bandwidth")) {
+        /* an older bench between nodes: its per-rank β alone cannot say
+         * how fast a rank that has the link to itself goes */
+        json_decref(root);
+        ZS_FAIL("calibration %s: written by an older zerosim bench (no \"inter_link_bandwidth\", "
+                "the bandwidth of a node's link): run zerosim bench again", path);
+    }
+    tmp.coll_fits_span_nodes = json_is_integer(nodes) && json_integer_value(nodes) > 1;
     json_t *w = json_object_get(root, "work_s");
     if (!w && json_object_get(root, "world_size")) {
         /* written by a zerosim bench from before the kernel classes: its

@@ -1,0 +1,102 @@
+#!/bin/sh
+# The planner's step time with a node link shared by the node's ranks
+# (inter_link_bandwidth in a hand-written calibration, or --bw-link),
+# against the closed form computed here by hand:
+#  * a flat ring across nodes: only the last rank of a node crosses, with
+#    the whole link: per call (N-1) alpha, and (N-1)/N S / L;
+#  * a group between nodes (qgZ's second level, one group per local index,
+#    all K at once): (n-1)/n S / (L/K);
+#  * without the link's bandwidth, every rank has beta of its own (as before);
+#  * one node: the link's bandwidth changes nothing;
+#  * a group inside a node does not use a bench's per-collective fits when
+#    they were made over more than one node;
+#  * an older zerosim bench file between nodes (no inter_link_bandwidth) is
+#    refused with one line.
+. "$(dirname "$0")/testlib.sh"
+
+js() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-9 * (b < 0 ? -b : b) + 1e-15) }'; }
+
+# 1. stage 2, 1e6 fp32 parameters, 4 ranks as 2 nodes of 2: one
+#    reduce-scatter and one allgather of 4e6 bytes, each 3/4 of it per rank.
+#    With alpha 1e-3 and L 1e6 B/s: 2 x 3 x 1e-3 + 2 x 3e6 / 1e6 = 6.006 s;
+#    per-rank beta 0.25e6 without the link: 0.006 + 24 = 24.006 s.
+cat > "$T/link.json" <<'EOF'
+{"gemm_flops": 1e12, "intra_latency_s": 0, "intra_bandwidth": 1e9,
+ "inter_latency_s": 1e-3, "inter_bandwidth": 0.25e6, "inter_link_bandwidth": 1e6}
+EOF
+cat > "$T/nolink.json" <<'EOF'
+{"gemm_flops": 1e12, "intra_latency_s": 0, "intra_bandwidth": 1e9,
+ "inter_latency_s": 1e-3, "inter_bandwidth": 0.25e6}
+EOF
+P="--params 1e6 --stage 2 --dp 4 --ranks-per-node 2 --json"
+"$ZS" plan $P --calibration "$T/link.json" > "$T/a.json" 2> "$T/e" || bad "plan: $(cat "$T/e")"
+"$ZS" plan $P --calibration "$T/nolink.json" > "$T/b.json" 2> "$T/e" || bad "plan: $(cat "$T/e")"
+c=$(js "$T/a.json" "d['step_time']['comm_s']")
+close "$c" 6.006 && ok || bad "flat ring with the node's link: comm $c s, by hand 6.006 s"
+c=$(js "$T/b.json" "d['step_time']['comm_s']")
+close "$c" 24.006 && ok || bad "flat ring, beta per rank: comm $c s, by hand 24.006 s"
+# --bw-link overrides the file
+"$ZS" plan $P --calibration "$T/nolink.json" --bw-link 2e6 > "$T/c.json" || bad "--bw-link"
+c=$(js "$T/c.json" "d['step_time']['comm_s']")
+close "$c" 3.006 && ok || bad "--bw-link 2e6: comm $c s, by hand 3.006 s"
+
+# 2. stage 3 with qgZ and hpZ (K = 2), a small GPT: every collective's time
+#    by hand from its bytes, group and link (inside a node 0 s latency and
+#    1e9 B/s; the world's ring across nodes L; qgZ's group between nodes
+#    L / 2, its two local indices crossing at once). The file also has a
+#    bench's world-wide allgather fit made over 2 nodes (absurdly slow
+#    here): the groups inside a node must not use it, but the intra-node
+#    alpha and beta.
+sed 's/}$/, "nodes": 2, "allgather": {"latency_s": 5, "bandwidth": 1}}/' "$T/link.json" > "$T/link2.json"
+G="--arch gpt --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 128 --micro-batch 2 --stage 3 \
+--quantized-gradients --hpz-partition-size 2 --quantized-weights --dp 4 --ranks-per-node 2 --json"
+"$ZS" plan $G --calibration "$T/link2.json" > "$T/z.json" 2> "$T/e" || bad "plan ZeRO++: $(cat "$T/e")"
+want=$(python3 - "$T/z.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t, kinds = 0.0, set()
+for c in d["collectives"]:
+    n, S, calls = c["ranks"], c["full_bytes"], c["calls"]
+    a, b = {"node": (0.0, 1e9), "world": (1e-3, 1e6), "nodes": (1e-3, 1e6 / 2)}[c["link"]]
+    t += calls * (n - 1) * a + (n - 1) / n * S / b
+    kinds.add((c["op"], c["link"]))
+# the plan has all four: qgZ's two levels, the forward gathers, hpZ's
+assert kinds == {("alltoall", "node"), ("alltoall", "nodes"), ("allgather", "world"),
+                 ("allgather", "node")}, kinds
+print(repr(t))
+EOF
+) || bad "the ZeRO++ plan's collectives: $want"
+c=$(js "$T/z.json" "d['step_time']['comm_s']")
+close "$c" "$want" && ok || bad "ZeRO++ with the node's link: comm $c s, by hand $want s"
+
+# 3. one node: the link's bandwidth moves nothing
+for o in "--dp 4 --ranks-per-node 4" "--dp 4"; do
+    a=$("$ZS" plan --params 1e6 --stage 2 $o --calibration "$T/link.json" --json |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['step_time']['total_s'])")
+    b=$("$ZS" plan --params 1e6 --stage 2 $o --calibration "$T/nolink.json" --json |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['step_time']['total_s'])")
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "one node ($o): $a with the link, $b without"
+done
+
+# 4. an older bench between nodes: refused with one line
+cat > "$T/old.json" <<'EOF'
+{"zerosim_calibration": "0.1", "world_size": 4, "gemm_flops": 1e10, "nodes": 2,
+ "ranks_per_node": 2, "inter_latency_s": 1e-3, "inter_bandwidth": 1e6,
+ "work_s": {"attention": 0, "gelu": 0, "block_elementwise": 0, "head": 0, "grads": 0,
+ "memory_pass": 0}}
+EOF
+if "$ZS" plan $P --calibration "$T/old.json" > "$T/o" 2> "$T/e"; then
+    bad "an older bench file between nodes was accepted"
+else
+    [ "$(wc -l < "$T/e")" = 1 ] && grep -q "inter_link_bandwidth.*run zerosim bench again" "$T/e" &&
+        ok || bad "older bench file: $(cat "$T/e")"
+fi
+# a link bandwidth that is not a positive number
+sed 's/"inter_link_bandwidth": 1e6/"inter_link_bandwidth": 0/' "$T/link.json" > "$T/zero.json"
+if "$ZS" plan $P --calibration "$T/zero.json" > "$T/o" 2> "$T/e"; then
+    bad "inter_link_bandwidth 0 was accepted"
+else
+    grep -q '"inter_link_bandwidth" must be a positive number' "$T/e" && ok || bad "0: $(cat "$T/e")"
+fi
+finish
