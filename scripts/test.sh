@@ -9,8 +9,10 @@ set -u
 cd "$(dirname "$0")/.."
 sh scripts/build.sh || exit 1
 export OPENBLAS_NUM_THREADS=1
+t0=$(date +%s)
 make -j2 check
 rc=$?
+echo "make check took $(($(date +%s) - t0)) s (load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null))"
 # the slowest shell tests (testlib's finish prints each one's seconds), for
 # keeping make check within its budget of about 10 minutes on 2 cores
 echo "slowest tests (seconds):"
