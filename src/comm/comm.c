@@ -977,11 +977,10 @@ void zs_comm_free(zs_comm_t s)
     free(s);
 }
 
-int zs_comm_set_hierarchical(zs_comm_t c, int on)
+/* K when the group's ranks are nodes of K consecutive ranks each (K
+ * dividing the group), else 0: the shape two-level collectives need. */
+static int zs_comm_node_blocks(zs_comm_t c)
 {
-    zs_comm_hier_free(c);
-    if (!on)
-        return 0;
     int N = c->size, K = 0;
     for (int q = 0; q < N; q++)
         K += zs_comm_node_of(c, q) == zs_comm_node_of(c, 0);
@@ -989,7 +988,16 @@ int zs_comm_set_hierarchical(zs_comm_t c, int on)
     for (int q = 0; q < N && regular; q++) /* blocks of K, a node each */
         regular = zs_comm_node_of(c, q) == zs_comm_node_of(c, q - q % K) &&
                   (q < K || zs_comm_node_of(c, q) != zs_comm_node_of(c, q - K));
-    if (!regular)
+    return regular ? K : 0;
+}
+
+int zs_comm_set_hierarchical(zs_comm_t c, int on)
+{
+    zs_comm_hier_free(c);
+    if (!on)
+        return 0;
+    int N = c->size, K = zs_comm_node_blocks(c);
+    if (!K)
         ZS_FAIL("hierarchical collectives need the %s group's %d ranks in nodes of equal size, "
                 "each of consecutive ranks (--ranks-per-node K, K dividing the group)",
                 zs_comm_group_name(c->group), N);
@@ -2384,14 +2392,8 @@ int zs_comm_set_quantized_gradients(zs_comm_t c, int on)
         return 0;
     if (c->staged)
         ZS_FAIL("zero_quantized_gradients (qgZ) runs on host buffers only: use --backend cpu");
-    int N = c->size, K = 0;
-    for (int q = 0; q < N; q++)
-        K += zs_comm_node_of(c, q) == zs_comm_node_of(c, 0);
-    int regular = N % K == 0;
-    for (int q = 0; q < N && regular; q++) /* blocks of K, a node each */
-        regular = zs_comm_node_of(c, q) == zs_comm_node_of(c, q - q % K) &&
-                  (q < K || zs_comm_node_of(c, q) != zs_comm_node_of(c, q - K));
-    if (!regular)
+    int N = c->size, K = zs_comm_node_blocks(c);
+    if (!K)
         ZS_FAIL("zero_quantized_gradients (qgZ) needs the %s group's %d ranks in nodes of equal "
                 "size, each of consecutive ranks (--ranks-per-node K, K dividing the group)",
                 zs_comm_group_name(c->group), N);

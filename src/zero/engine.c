@@ -700,6 +700,26 @@ static void zs_hpz_counts(const zs_engine *e, size_t lo, size_t hi, int *counts,
     }
 }
 
+/* Gather range i over a group of nranks: its counts and displacements
+ * (filled by the caller) and its buffer, counted as params. */
+static int zs_gather_range_alloc(zs_engine *e, int i, int nranks)
+{
+    const zs_step_range *r = &e->sh->granges[i];
+    e->gcounts[i] = malloc((size_t)nranks * sizeof(int));
+    e->gdispls[i] = malloc((size_t)nranks * sizeof(int));
+    if (!e->gcounts[i] || !e->gdispls[i])
+        ZS_FAIL("out of host memory for a parameter gather");
+    return zs_mem_alloc(e->mem, ZS_MEM_PARAMS, (r->hi - r->lo) * e->ps, &e->gbuf[i]);
+}
+
+/* Unit u's gathered parameters are live from their start. */
+static void zs_gather_count_live(zs_engine *e, int u)
+{
+    e->live += e->sh->gelems[u];
+    if (e->live > e->live_peak)
+        e->live_peak = e->live;
+}
+
 /* hpZ: unit u's backward gather, inside the secondary group, from the
  * secondary partition (the same bytes the forward gather brought). */
 static int zs_gather_start_hpz(zs_engine *e, int u)
@@ -709,13 +729,8 @@ static int zs_gather_start_hpz(zs_engine *e, int u)
     e->gstart[u] = zs_clock();
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
         const zs_step_range *r = &s->granges[i];
-        size_t n = r->hi - r->lo;
-        e->gcounts[i] = malloc((size_t)K * sizeof(int));
-        e->gdispls[i] = malloc((size_t)K * sizeof(int));
-        if (!e->gcounts[i] || !e->gdispls[i])
-            ZS_FAIL("out of host memory for a parameter gather");
+        ZS_TRY(zs_gather_range_alloc(e, i, K));
         zs_hpz_counts(e, r->lo, r->hi, e->gcounts[i], e->gdispls[i]);
-        ZS_TRY(zs_mem_alloc(e->mem, ZS_MEM_PARAMS, n * e->ps, &e->gbuf[i]));
         int cnt = e->gcounts[i][me], dsp = e->gdispls[i][me];
         if (cnt && !e->phantom)
             zs_backend_copy_d2d(e->be, (char *)e->gbuf[i] + (size_t)dsp * e->ps,
@@ -726,9 +741,7 @@ static int zs_gather_start_hpz(zs_engine *e, int u)
                                            e->ct, u, &e->greq[i]));
         e->glast = i;
     }
-    e->live += s->gelems[u];
-    if (e->live > e->live_peak)
-        e->live_peak = e->live;
+    zs_gather_count_live(e, u);
     return 0;
 }
 
@@ -758,13 +771,8 @@ static int zs_gather_start(zs_engine *e, int u, zs_comm_phase phase)
     e->gstart[u] = zs_clock();
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++) {
         const zs_step_range *r = &s->granges[i];
-        size_t n = r->hi - r->lo;
-        e->gcounts[i] = malloc((size_t)N * sizeof(int));
-        e->gdispls[i] = malloc((size_t)N * sizeof(int));
-        if (!e->gcounts[i] || !e->gdispls[i])
-            ZS_FAIL("out of host memory for a parameter gather");
+        ZS_TRY(zs_gather_range_alloc(e, i, N));
         zs_step_counts(s, r->lo, r->hi, e->gcounts[i], e->gdispls[i]);
-        ZS_TRY(zs_mem_alloc(e->mem, ZS_MEM_PARAMS, n * e->ps, &e->gbuf[i]));
         int me = p->rank, cnt = e->gcounts[i][me], dsp = e->gdispls[i][me];
         /* this rank's part of the range, in its shard (only when it has one) */
         size_t at = cnt ? r->lo + (size_t)dsp - p->shard_begin : 0;
@@ -792,9 +800,7 @@ static int zs_gather_start(zs_engine *e, int u, zs_comm_phase phase)
                                            e->ct, u, &e->greq[i]));
         e->glast = i;
     }
-    e->live += s->gelems[u];
-    if (e->live > e->live_peak)
-        e->live_peak = e->live;
+    zs_gather_count_live(e, u);
     return 0;
 }
 
