@@ -77,6 +77,50 @@ START_TEST(test_capacity_out_of_memory)
 }
 END_TEST
 
+/* Freed blocks of 1 MiB and more are kept and handed out again, zeroed,
+ * outside the ledger and its capacity. */
+START_TEST(test_block_cache)
+{
+    const size_t big = (size_t)2 << 20;
+    unsetenv("ZEROSIM_ALLOC_CACHE");
+    zs_mem_t m = zs_mem_create(be, 3 * big / 2 + 4096, 0);
+    void *a, *b, *c;
+    ck_assert_int_eq(zs_mem_alloc(m, ZS_MEM_COMM_BUFFERS, big, &a), 0);
+    memset(a, 0x5a, big);
+    zs_mem_free(m, ZS_MEM_COMM_BUFFERS, a, big);
+    zs_mem_stats s;
+    zs_mem_get_stats(m, &s);
+    ck_assert_uint_eq(s.total_current, 0);
+#if defined(__SANITIZE_ADDRESS__)
+    ck_assert_uint_eq(zs_mem_cached_bytes(m), 0); /* off, so ASan sees every free */
+#else
+    ck_assert_uint_eq(zs_mem_cached_bytes(m), big);
+    ck_assert_int_eq(zs_mem_alloc(m, ZS_MEM_COMM_BUFFERS, big, &b), 0);
+    ck_assert_ptr_eq(b, a); /* the same block, zero-filled again */
+    ck_assert_uint_eq(zs_mem_cached_bytes(m), 0);
+    const unsigned char *p = b;
+    for (size_t i = 0; i < big; i++)
+        ck_assert_int_eq(p[i], 0);
+    zs_mem_free(m, ZS_MEM_COMM_BUFFERS, b, big);
+#endif
+    /* the capacity counts the ledger: a block of another size still fits
+     * beside the cached one */
+    ck_assert_int_eq(zs_mem_alloc(m, ZS_MEM_GRADS, 3 * big / 2, &c), 0);
+    zs_mem_get_stats(m, &s);
+    ck_assert_uint_eq(s.total_current, 3 * big / 2);
+    zs_mem_free(m, ZS_MEM_GRADS, c, 3 * big / 2);
+    zs_mem_destroy(m); /* frees what the cache holds (valgrind, LSan) */
+
+    setenv("ZEROSIM_ALLOC_CACHE", "off", 1);
+    m = zs_mem_create(be, 0, 0);
+    ck_assert_int_eq(zs_mem_alloc(m, ZS_MEM_COMM_BUFFERS, big, &a), 0);
+    zs_mem_free(m, ZS_MEM_COMM_BUFFERS, a, big);
+    ck_assert_uint_eq(zs_mem_cached_bytes(m), 0);
+    zs_mem_destroy(m);
+    unsetenv("ZEROSIM_ALLOC_CACHE");
+}
+END_TEST
+
 START_TEST(test_category_names)
 {
     ck_assert_str_eq(zs_mem_category_name(ZS_MEM_PARAMS), "params");
@@ -119,6 +163,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_current_and_peak);
     tcase_add_test(tc, test_capacity_out_of_memory);
+    tcase_add_test(tc, test_block_cache);
     tcase_add_test(tc, test_category_names);
     tcase_add_test(tc, test_parse_size);
     suite_add_tcase(s, tc);
