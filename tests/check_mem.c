@@ -99,8 +99,10 @@ START_TEST(test_block_cache)
     ck_assert_ptr_eq(b, a); /* the same block, zero-filled again */
     ck_assert_uint_eq(zs_mem_cached_bytes(m), 0);
     const unsigned char *p = b;
+    size_t nonzero = 0;
     for (size_t i = 0; i < big; i++)
-        ck_assert_int_eq(p[i], 0);
+        nonzero += p[i] != 0;
+    ck_assert_uint_eq(nonzero, 0);
     zs_mem_free(m, ZS_MEM_COMM_BUFFERS, b, big);
 #endif
     /* the capacity counts the ledger: a block of another size still fits
