@@ -1989,9 +1989,6 @@ static int check_pipeline(const zs_run_config *c)
     if (c->tp > 1)
         return fail("--tp %d with --pp %d (3D) is not supported yet: use --tp 1 or --pp 1",
                     c->tp, c->pp);
-    if (c->model.ckpt_blocks > 0)
-        return fail("activation checkpointing with --pp %d is not supported yet: use "
-                    "--checkpoint-activations off or --pp 1", c->pp);
     if (c->model.moe_experts > 0)
         return fail("mixture of experts (--moe-experts) with --pp %d is not supported yet: use "
                     "--pp 1", c->pp);
