@@ -84,6 +84,25 @@ for cfg in 1:1.0:none 2:0.5:every:1; do
     [ "$first" != "$last" ] && ok || bad "top-$k: parameters did not change"
 done
 
+# phantom = real: the same run as top-2, stage 3 with checkpointing above,
+# on 2 simulated ranks: the same peak bytes per category and rank, and the
+# same bytes and calls per op and group
+MOE="--moe-experts 4 --moe-every 2 --moe-top-k 2 --capacity-factor 0.5 --min-capacity 1 --aux-loss-coeff 0.05"
+mkdir -p "$T/ph"
+if "$ZS" train $MODEL $MOE --checkpoint-activations every:1 --stage 3 --ep 2 --phantom \
+    --world-size 2 --steps 3 --quiet --csv "$T/ph" >"$T/ph/log" 2>&1; then
+    for f in memory comm_groups; do
+        a=$(awk '$1 !~ /^#/ && $2 != "total" { print $1, $2, $3 }' "$T/k2-s3-ep2/$f.csv")
+        [ "$f" = comm_groups ] && a=$(awk '$1 !~ /^#/ && $3 != "scalars" { print $1, $2, $3, $4, $5 }' "$T/k2-s3-ep2/$f.csv")
+        b=$(awk '$1 !~ /^#/ && $2 != "total" { print $1, $2, $3 }' "$T/ph/$f.csv")
+        [ "$f" = comm_groups ] && b=$(awk '$1 !~ /^#/ && $3 != "scalars" { print $1, $2, $3, $4, $5 }' "$T/ph/$f.csv")
+        [ -n "$a" ] && [ "$a" = "$b" ] && ok || { bad "phantom $f differs from the real run's"; echo "$a" >"$T/a"; echo "$b" >"$T/b"; diff "$T/a" "$T/b"; }
+    done
+    check_csv phantom "$T/ph" && ok || bad "phantom --ep 2: accounting"
+else
+    bad "phantom --ep 2 failed"; cat "$T/ph/log"
+fi
+
 # what is not byte-identical to --ep 1 is refused with one line
 MOE="--moe-experts 4 --moe-every 2 --min-capacity 1"
 refuse() { # n pattern args...
@@ -103,7 +122,7 @@ refuse 4 "runs on 2 data-parallel ranks only" --ep 4
 refuse 2 "runs in fp32 only" --ep 2 --precision bf16
 refuse 2 "does not support --deterministic" --ep 2 --deterministic
 refuse 2 "does not support --grad-reduce step" --ep 2 --grad-reduce step
-refuse 2 "does not support --compression" --ep 2 --compression int8
+refuse 2 "does not support --compression" --ep 2 --stage 1 --compression int8
 refuse 2 "does not support checkpoints" --ep 2 --save-dir "$T/ck"
 refuse 2 "must divide the data-parallel size" --ep 4 --moe-experts 8
 
