@@ -159,7 +159,9 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_ALLTOALL && r->qgz_pred)
         return r->qgz_pred[q] * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
-        return r->a2a_pred[q] * r->compressed_steps;
+        return r->a2a_pred[q] * r->compressed_steps + pr->ep_a2a_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLTOALL && pr->ep_a2a_calls_per_step > 0) /* the experts' dispatch */
+        return pr->ep_a2a_bytes_per_step * r->steps;
     if (o == ZS_OP_D2H)
         return r->pred.d2h_bytes_per_step * r->steps +
                r->pred.d2h_bytes_per_applied_step * r->steps_applied;

@@ -440,8 +440,8 @@ static int zs_train_gather_ckpt(zs_comm_t comm, const zs_engine *e, zs_train_res
  * statistics in r->mem and, on rank 0, the comms table. Collective over
  * comm (a phantom comm makes it one simulated rank). */
 static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
-                         zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_backend_t be,
-                         const zs_step_shape *shape, zs_train_result *r)
+                         zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_comm_t ep,
+                         zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
 {
     int rank = zs_comm_rank(comm);
     zs_train_options lo = *o;
@@ -467,6 +467,11 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
                           "--init-from, --dump-steps, --export or --val-data yet: run without "
                           "them or with --pp 1", cfg->pp);
+    else if (cfg->ep > 1 && (o->resume || o->save_dir || o->init_from || o->n_dump_steps ||
+                             o->export_path || o->val_data))
+        rc = zs_error_set("--ep %d does not support checkpoints (--save-dir, --resume), "
+                          "--init-from, --dump-steps, --export or --val-data yet: run without "
+                          "them or with --ep 1", cfg->ep);
     else if (o->resume)
         rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &ck, &first);
     int n = cfg->steps - first;
@@ -483,6 +488,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_engine_set_tp(e, tp);
     if (!rc)
         rc = zs_engine_set_pp(e, pp, comm);
+    if (!rc)
+        rc = zs_engine_set_ep(e, ep);
     if (!rc && o->init_from && !zs_backend_is_phantom(be))
         rc = zs_oracle_init_from(e, cfg, o->init_from);
     zs_oracle_val *val = NULL;
@@ -677,6 +684,26 @@ done:
     return rc;
 }
 
+/* Expert parallelism: this rank's expert-parallel group (DeepSpeed's
+ * groups, zs_mesh_ep_group_ranks), a split of comm tagged ep, and its rank
+ * in it in local->model.moe_ep_rank. */
+static int zs_train_ep_comm(zs_comm_t comm, const zs_run_config *cfg, zs_run_config *local,
+                            zs_comm_t *out)
+{
+    int W = zs_comm_size(comm), me = zs_comm_rank(comm), T = cfg->tp > 1 ? cfg->tp : 1;
+    int n = zs_mesh_ep_ngroups(W, T, cfg->pp, cfg->ep, 0), members[256];
+    for (int g = 0; g < n; g++) {
+        int k = zs_mesh_ep_group_ranks(W, T, cfg->pp, cfg->ep, 0, g, members);
+        for (int i = 0; i < k; i++)
+            if (members[i] == me) {
+                local->model.moe_ep_rank = i;
+                ZS_TRY(zs_comm_split(comm, g, i, k, i, ZS_GROUP_EP, out));
+                return zs_comm_set_world_ranks(*out, members);
+            }
+    }
+    ZS_FAIL("internal: rank %d is in no expert-parallel group of %d", me, cfg->ep);
+}
+
 int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
              zs_train_result *r)
 {
@@ -706,6 +733,9 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
     zs_comm_t pp = mesh && cfg->pp > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL;
+    zs_comm_t ep = NULL;
+    if (!rc && cfg->ep > 1)
+        rc = zs_train_ep_comm(comm, cfg, &local, &ep);
     if (!rc)
         rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
     if (!rc)
@@ -716,6 +746,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(tp, be);
     if (!rc && pp)
         rc = zs_comm_set_backend(pp, be);
+    if (!rc && ep)
+        rc = zs_comm_set_backend(ep, be);
     if (!rc) /* after the backend: qwZ needs host buffers */
         rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
     if (!rc && cfg->stage == 3)
@@ -723,7 +755,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     if (!rc)
         rc = zs_comm_set_quantized_gradients(dp, cfg->quantized_gradients);
     if (!zs_train_agree(comm, rc, r)) {
-        rc = zs_train_rank(&local, o, comm, dp, tp, pp, be, NULL, r);
+        rc = zs_train_rank(&local, o, comm, dp, tp, pp, ep, be, NULL, r);
         if (!rc) {
             rc = zs_train_gather_stats(comm, r);
             rc = zs_train_agree(comm, rc, r);
@@ -735,6 +767,10 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         zs_comm_set_backend(tp, NULL);
     if (pp)
         zs_comm_set_backend(pp, NULL);
+    if (ep) {
+        zs_comm_set_backend(ep, NULL);
+        zs_comm_free(ep);
+    }
     if (dp != comm)
         zs_comm_set_backend(dp, NULL);
     zs_comm_set_backend(comm, NULL);
@@ -889,6 +925,9 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     for (int st = 0; st < P && !rc; st++) {
         zs_run_config sc = *cfg;
         zs_model *m = NULL;
+        /* expert parallelism: the engine's arrays keep the --ep 1 layout */
+        sc.model.moe_ep = 1;
+        sc.model.moe_ep_rank = 0;
         if (P > 1)
             rc = zs_pp_stage_config(&sc, st);
         if (!rc)
@@ -958,11 +997,16 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         if (!rc)
             rc = zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                                  cfg->quantized_gradients);
+        zs_comm_t ep = NULL;
+        if (!rc && cfg->ep > 1)
+            rc = zs_train_ep_comm(comm, cfg, &local, &ep);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
-                               mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, be,
+                               mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, be,
                                &shapes[stage], rq);
+        if (ep)
+            zs_comm_free(ep);
         if (comm) {
             zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
             zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);

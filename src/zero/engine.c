@@ -74,7 +74,16 @@ struct zs_engine {
     const zs_step_shape *sh;    /* what a step allocates and does */
     zs_step_program prog;
     int stage, det;
-    zs_model *model;
+    zs_model *model;            /* the model that computes (with expert
+                                   parallelism: this rank's experts only) */
+    /* expert parallelism (cfg.model.moe_ep > 1): the flat arrays keep the
+     * --ep 1 layout (every expert), laid out by fmodel; the model computes
+     * this rank's experts, a slice of each stacked expert entry, whose
+     * gradients it has summed over the expert-parallel group; the other
+     * experts' gradients stay zero on this rank (zs_engine_slice) */
+    zs_model *fmodel;
+    const zs_layout *clay;      /* the computing model's layout */
+    int ep_size, ep_rank;
     zs_data *data;
     const zs_layout *lay;
     int U;                      /* units */
@@ -385,7 +394,8 @@ static int zs_engine_init_params(zs_engine *e)
         size_t g = plo + off; /* index of this piece in the (stage's) flat array */
         /* a pipeline stage's part of the layout starts at base; its padding is 0 */
         size_t valid = p->num_params > g ? (p->num_params - g < n ? p->num_params - g : n) : 0;
-        zs_model_init_slice(e->model, e->base + g, e->base + g + valid, buf, e->cfg.seed);
+        zs_model_init_slice(e->fmodel ? e->fmodel : e->model, e->base + g, e->base + g + valid,
+                            buf, e->cfg.seed);
         memset(buf + valid, 0, (n - valid) * sizeof(float));
         int rc0 = 0;
         if (e->param_nvme && !e->mixed) {
@@ -501,18 +511,27 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     }
     /* a phantom run feeds no data (building the GPT's Markov chain would be
      * most of its time) */
+    /* expert parallelism: the engine's own configuration and layout are
+     * --ep 1's; the computing model is this rank's */
+    e->ep_size = cfg->model.moe_ep > 1 ? cfg->model.moe_ep : 1;
+    e->ep_rank = e->ep_size > 1 ? cfg->model.moe_ep_rank : 0;
+    e->cfg.model.moe_ep = 1;
+    e->cfg.model.moe_ep_rank = 0;
     if (zs_model_create(&cfg->model, &e->model) ||
+        (e->ep_size > 1 && zs_model_create(&e->cfg.model, &e->fmodel)) ||
         (!e->phantom && (cfg->data_file
                              ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
                              : zs_data_create(&cfg->model, cfg->seed, &e->data))))
         goto fail;
-    e->lay = zs_model_layout(e->model);
+    zs_model *lm = e->fmodel ? e->fmodel : e->model; /* lays out the flat arrays */
+    e->lay = zs_model_layout(lm);
+    e->clay = zs_model_layout(e->model);
     e->U = e->lay->n_layers;
     int N = zs_comm_size(comm);
     if (shape) {
         e->sh = shape;
     } else {
-        if (zs_step_shape_build(cfg, e->model, N, &e->own_shape))
+        if (zs_step_shape_build(&e->cfg, lm, N, &e->own_shape))
             goto fail;
         e->sh = &e->own_shape;
     }
@@ -538,7 +557,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
         e->sec_lo = (size_t)zs_comm_rank(e->hpz) * e->sec_n;
     }
     if (zs_step_shape_check_run(e->sh) ||
-        zs_step_program_build(e->sh, e->model, e->part.rank, &e->prog))
+        zs_step_program_build(e->sh, lm, e->part.rank, &e->prog))
         goto fail;
 
     /* fixed point: fp16 values are exact with 24 fractional bits; fp32 and
@@ -683,6 +702,7 @@ void zs_engine_destroy(zs_engine *e)
     zs_step_shape_free(&e->own_shape);
     zs_data_destroy(e->data);
     zs_model_destroy(e->model);
+    zs_model_destroy(e->fmodel);
     free(e);
 }
 
@@ -865,6 +885,16 @@ static const void *zs_entry_params(const zs_engine *e, int u, int id)
 
 /* ---- views --------------------------------------------------------------- */
 
+/* The part of entry id that the computing model uses: all of it, or with
+ * expert parallelism this rank's experts of a stacked expert entry (the
+ * ep_rank-th of ep_size equal slices); its first element in *first. */
+static size_t zs_engine_slice(const zs_engine *e, int id, size_t *first)
+{
+    size_t n = e->clay->entries[id].numel;
+    *first = n < e->lay->entries[id].numel ? (size_t)e->ep_rank * n : 0;
+    return n;
+}
+
 /* P[id] for every entry unit u uses; with grads, G[id] = zeroed staging. */
 static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 {
@@ -873,12 +903,13 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
     size_t pos = 0;
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &e->lay->entries[ids[i]];
-        const void *src = zs_entry_params(e, u, ids[i]);
+        size_t so, numel = zs_engine_slice(e, ids[i], &so);
+        const void *src = (const char *)zs_entry_params(e, u, ids[i]) + so * e->ps;
         size_t rows, cols;
         int fake = e->qat.format != ZS_QUANT_NONE &&
                    zs_quant_entry_matrix(&e->cfg.model, pe, &rows, &cols);
         if (e->mixed || fake) {
-            zs_backend_convert_to_f32(e->be, e->stage_p + pos, src, e->pt, pe->numel);
+            zs_backend_convert_to_f32(e->be, e->stage_p + pos, src, e->pt, numel);
             e->P[ids[i]] = e->stage_p + pos;
             /* QAT: forward and backward see the weights quantized and
              * dequantized; their gradient goes to the fp32 master weights
@@ -891,9 +922,9 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
         }
         if (want_grads) {
             e->G[ids[i]] = e->stage_g + pos;
-            zs_backend_memset0(e->be, e->stage_g + pos, pe->numel * 4);
+            zs_backend_memset0(e->be, e->stage_g + pos, numel * 4);
         }
-        pos += pe->numel;
+        pos += numel;
     }
 }
 
@@ -906,9 +937,10 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 static int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
 {
     const zs_param_entry *pe = &e->lay->entries[id];
-    size_t lo = pe->offset - e->base, hi = lo + pe->numel;
+    size_t so, numel = zs_engine_slice(e, id, &so);
+    size_t lo = pe->offset - e->base + so, hi = lo + numel;
     if (e->stage <= 1) {
-        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, pe->numel);
+        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, numel);
         return 0;
     }
     for (int k = 0; k < e->sh->nbuckets; k++) {
@@ -1773,6 +1805,13 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
     return 0;
 }
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
+
+int zs_engine_set_ep(zs_engine *e, zs_comm_t ep)
+{
+    if (e->ep_size > 1 && !ep)
+        ZS_FAIL("expert parallelism (--ep %d) needs its communicator", e->ep_size);
+    return zs_model_set_ep_comm(e->model, e->ep_size > 1 ? ep : NULL);
+}
 
 int zs_engine_set_pp(zs_engine *e, zs_comm_t pp, zs_comm_t world)
 {
