@@ -172,7 +172,6 @@ refuse "needs --virtual-stages of at least 2" 0 --pp 2 $I $W
 refuse "is for the interleaved schedule" 0 --pp 2 --virtual-stages 2 $W
 refuse "is not run yet" 0 --pp 2 $I --virtual-stages 2 $W
 refuse "use --model gpt or --pp 1" 0 --pp 2 --model mlp $W
-refuse "(3D) is not supported yet" 0 --pp 2 --tp 2 --print-program --world-size 4
 refuse "does not support checkpoints" 2 --pp 2 --save-dir "$T/ck"
 [ ! -e "$T/ck" ] && ok || bad "a refused --pp run left $T/ck behind"
 

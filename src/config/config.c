@@ -2027,9 +2027,6 @@ static int check_pipeline(const zs_run_config *c)
         return fail("ZeRO++ (zero_quantized_weights, zero_quantized_gradients, "
                     "zero_hpz_partition_size) with --pp %d is not supported yet: turn them off or "
                     "use --pp 1", c->pp);
-    if (c->tp > 1)
-        return fail("--tp %d with --pp %d (3D) is not supported yet: use --tp 1 or --pp 1",
-                    c->tp, c->pp);
     if (c->model.moe_experts > 0)
         return fail("mixture of experts (--moe-experts) with --pp %d is not supported yet: use "
                     "--pp 1", c->pp);

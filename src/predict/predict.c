@@ -273,20 +273,24 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
     int T = cfg->model.tp > 1 ? cfg->model.tp : 1;
     if (T > 1 && cfg->model.kind == ZS_MODEL_GPT) {
         double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;
-        double L = cfg->model.n_layer;
+        /* this pipeline stage's share (the whole model without one): the
+         * embedding's all-reduce on the first stage, four per block, the
+         * head's backward and the loss's on the last */
+        double first = sh.ufirst == 0, last = sh.ulast == sh.U - 1;
+        double L = (double)(sh.ulast - sh.ufirst + 1) - first - last;
         double rec = c.recompute_units / (double)cfg->grad_accum; /* blocks per micro-batch */
         double GA = cfg->grad_accum, ring = (double)(T - 1) / T;
         if (cfg->model.sequence_parallel) {
             /* all-gather + reduce-scatter pairs in place of the all-reduces;
              * the loss's maxima and sums and the LayerNorms' gradients
              * (their positions are split) are all-reduced */
-            double pairs = BT * C * (2.0 + 4.0 * L + 2.0 * rec);
+            double pairs = BT * C * (first + last + 4.0 * L + 2.0 * rec);
             p->tp_rs_bytes_per_step = GA * 4.0 * pairs * ring;
             p->tp_ag_bytes_per_step = GA * 4.0 * pairs * ring;
-            double ar = 3.0 * BT + C * (4.0 * L + 2.0);
+            double ar = 3.0 * BT * last + C * (4.0 * L + 2.0 * last);
             p->tp_allreduce_bytes_per_step = GA * 4.0 * ar * 2.0 * ring;
         } else {
-            double floats = BT * C * (2.0 + 4.0 * L + 2.0 * rec) + 3.0 * BT;
+            double floats = BT * C * (first + last + 4.0 * L + 2.0 * rec) + 3.0 * BT * last;
             p->tp_allreduce_bytes_per_step = GA * 4.0 * floats * 2.0 * ring;
         }
     }
