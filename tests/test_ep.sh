@@ -103,6 +103,25 @@ else
     bad "phantom --ep 2 failed"; cat "$T/ph/log"
 fi
 
+# plan = real: zerosim plan --ep 2 of the same run gives rank 0's peak
+# bytes per category and the all-to-alls per step (its full bytes, of
+# which each rank sends half; the run took 3 steps)
+if "$ZS" plan --arch gpt --layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 \
+    --grad-accum 2 --moe-experts 4 --moe-every 2 --moe-top-k 2 --capacity-factor 0.5 \
+    --checkpoint-activations every:1 --stage 3 --dp 2 --ep 2 --json >"$T/plan.json" 2>&1; then
+    a=$(sed -n '/"bytes_per_category"/,/}/p' "$T/plan.json" | tr -d ' ",{}' | grep : |
+        sed 's/^bytes_per_category://' | grep . | tr ':' ' ')
+    b=$(awk '$1 == 0 && $2 != "total" && $2 != "optimizer" { print $2, $3 }' "$T/k2-s3-ep2/memory.csv")
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || { bad "plan's bytes per category differ from the run's"; echo "$a" >"$T/a"; echo "$b" >"$T/b"; diff "$T/a" "$T/b"; }
+    pa=$(sed -n '/"op": "alltoall"/,/}/p' "$T/plan.json" | tr -d ' ",' | awk -F: '$1 == "full_bytes" || $1 == "calls" { printf "%s ", $2 }')
+    ra=$(awk '$1 == 0 && $2 == "ep" && $3 == "alltoall" { printf "%d %.1f ", $5 * 2 / 3, $4 / 3 }' "$T/k2-s3-ep2/comm_groups.csv")
+    [ -n "$pa" ] && [ "$pa" = "$ra" ] && ok || bad "plan's all-to-alls '$pa', the run's '$ra'"
+else
+    bad "plan --ep 2 failed"; cat "$T/plan.json"
+fi
+if "$ZS" plan --params 1e9 --ep 2 >"$T/o" 2>&1; then bad "plan --params --ep accepted"
+else grep -q "use them with --arch gpt" "$T/o" && ok || bad "plan --params --ep: $(cat "$T/o")"; fi
+
 # what is not byte-identical to --ep 1 is refused with one line
 MOE="--moe-experts 4 --moe-every 2 --min-capacity 1"
 refuse() { # n pattern args...
