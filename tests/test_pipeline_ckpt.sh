@@ -7,7 +7,7 @@
 # recomputed before its backward. Checked: per-step param hashes equal the
 # run without a pipeline and without checkpointing (fp32 and bf16, GPipe
 # and 1F1B, ZeRO stages 0-3, P = 2 and 4, one and two data-parallel
-# ranks); every category measured = predicted; the activation and
+# ranks, and with --tp 2, sequence parallelism too); every category measured = predicted; the activation and
 # checkpoint bytes against hand counts and against the same run without
 # checkpointing (the saving); the recomputed units from the step program;
 # zerosim plan against the run.
@@ -62,6 +62,13 @@ run b 2 --pp 2 --stage 2 --pp-schedule gpipe --precision bf16 --checkpoint-activ
 run c 4 --pp 4 --stage 3 --checkpoint-activations every:4 && same c ref1 && acct c
 run d 4 --pp 2 --stage 0 --checkpoint-activations every:2 && same d ref2 && acct d
 run nock 2 --pp 2 --stage 1 && same nock ref1
+# 3D (--tp with --pp): against the same --tp run without a pipeline or
+# checkpointing, with and without sequence parallelism
+run t2 2 --tp 2
+run t2sp 2 --tp 2 --sequence-parallel
+run t2c 4 --tp 2 --pp 2 --stage 1 --checkpoint-activations every:2 && same t2c t2 && acct t2c
+run t2spc 4 --tp 2 --pp 2 --stage 2 --sequence-parallel --checkpoint-activations every:1 &&
+    same t2spc t2sp && acct t2spc
 
 # by hand, run a: B = 2, T = 16, C = 32, NH = 4, V = 64, BT = 32; a block
 # keeps 16·BT·C + 4·BT + B·NH·T² = 18560 floats (74240 bytes), B·T·C is

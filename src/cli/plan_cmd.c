@@ -54,6 +54,8 @@ static const char *const zs_plan_usage =
     "                           memory of every stage, the most loaded decides the\n"
     "                           fit; --pp-schedule gpipe|1f1b, --pp-partition\n"
     "                           uniform|parameters as zerosim train's\n"
+    "  --virtual-stages v       with --pp-schedule interleaved (validated, not\n"
+    "                           planned yet)\n"
     "  --sequence-parallel      with --tp: sequence parallelism (megatron convention:\n"
     "                           Korthikanti et al.'s activations sbh/t (34 + 5as/h))\n"
     "  --devices-per-node N     devices per node (8); aliases --gpus-per-node,\n"
@@ -128,7 +130,7 @@ enum {
     P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP,
-    P_PP, P_PP_SCHEDULE, P_PP_PARTITION,
+    P_PP, P_PP_SCHEDULE, P_PP_PARTITION, P_VIRTUAL_STAGES,
     P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_LAST
 };
 
@@ -197,6 +199,7 @@ static const struct option zs_plan_options[] = {
     {"pp", required_argument, NULL, P_PP},
     {"pp-schedule", required_argument, NULL, P_PP_SCHEDULE},
     {"pp-partition", required_argument, NULL, P_PP_PARTITION},
+    {"virtual-stages", required_argument, NULL, P_VIRTUAL_STAGES},
     {NULL, 0, NULL, 0},
 };
 
@@ -451,8 +454,10 @@ static int zs_plan_apply(zs_plan_cli *cl)
         ZS_TRY(zs_plan_int(P_TP, v[P_TP], 1, 1 << 16, &c->tp));
     if (v[P_PP])
         ZS_TRY(zs_plan_int(P_PP, v[P_PP], 1, 1 << 16, &c->pp));
+    if (v[P_VIRTUAL_STAGES])
+        ZS_TRY(zs_plan_int(P_VIRTUAL_STAGES, v[P_VIRTUAL_STAGES], 1, 4096, &c->virtual_stages));
     if (v[P_PP_SCHEDULE] && zs_pp_schedule_parse(v[P_PP_SCHEDULE], &c->pp_schedule))
-        ZS_FAIL("--pp-schedule must be gpipe or 1f1b, got \"%s\"", v[P_PP_SCHEDULE]);
+        ZS_FAIL("--pp-schedule must be gpipe, 1f1b or interleaved, got \"%s\"", v[P_PP_SCHEDULE]);
     if (v[P_PP_PARTITION] && zs_pp_partition_parse(v[P_PP_PARTITION], &c->pp_partition))
         ZS_FAIL("--pp-partition must be uniform or parameters, got \"%s\"", v[P_PP_PARTITION]);
     in->sequence_parallel = v[P_SP] != NULL;
