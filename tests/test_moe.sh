@@ -120,7 +120,7 @@ refuse "moe-experts" --moe-experts 1
 refuse "capacity-factor" --moe-experts 4 --capacity-factor 0
 refuse "needs a mixture of experts" --ep 2
 refuse "GPT" --model mlp --moe-experts 4
-refuse "not implemented yet" --moe-experts 4 --ep 2
+refuse "must divide the data-parallel size" --moe-experts 4 --ep 2
 # with tensor parallelism (2 ranks: the mesh must hold --tp 2 first)
 if sh "$HERE/mpirun.sh" 2 "$ZS" train --steps 1 --quiet --moe-experts 4 --tp 2 >"$T/o" 2>&1 </dev/null; then
     bad "accepted: --moe-experts 4 --tp 2"

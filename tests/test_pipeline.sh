@@ -163,7 +163,6 @@ W="--print-program --world-size 2"
 refuse "more pipeline stages than the model's 4 blocks" 0 --pp 5 --print-program --world-size 5
 refuse "pp-schedule must be gpipe or 1f1b" 0 --pp 2 --pp-schedule zigzag $W
 refuse "use --model gpt or --pp 1" 0 --pp 2 --model mlp $W
-refuse "(3D) is not supported yet" 0 --pp 2 --tp 2 --print-program --world-size 4
 refuse "does not support checkpoints" 2 --pp 2 --save-dir "$T/ck"
 [ ! -e "$T/ck" ] && ok || bad "a refused --pp run left $T/ck behind"
 

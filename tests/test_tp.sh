@@ -108,7 +108,6 @@ err 2 "do not divide" $M --tp 4 --heads 4
 err 3 "do not divide" $M --tp 2
 err 2 "heads" --layers 2 --hidden 30 --heads 3 --seq 8 --vocab 64 --tp 2
 err 2 "vocab" --layers 2 --hidden 32 --heads 4 --seq 8 --vocab 63 --tp 2
-err 4 "(3D) is not supported yet" $M --tp 2 --pp 2
 err 2 "model.seq" --layers 2 --hidden 32 --heads 4 --seq 15 --vocab 64 --tp 2 --sequence-parallel
 err 1 "needs --tp 2" $M --sequence-parallel
 err 2 "implemented for the GPT" --model mlp --tp 2

@@ -171,6 +171,12 @@ size_t zs_model_scratch_bytes(const zs_model_config *c, int b);
 /* Bytes of the activation checkpoints (category checkpoints): with
  * checkpointing, the input of every segment but the first. */
 size_t zs_model_checkpoint_bytes(const zs_model_config *c, int b);
+/* A pipeline stage with activation checkpointing: the blocks' working
+ * activations, shared by the micro-batches in flight (category activations,
+ * allocated once); each micro-batch in flight holds
+ * zs_model_activation_bytes and zs_model_checkpoint_bytes of its own.
+ * 0 otherwise. */
+size_t zs_model_shared_activation_bytes(const zs_model_config *c, int b);
 /* Activation checkpointing: the number of segments and the units of segment
  * s ([*first, *last], GPT blocks are units 1..L). Without checkpointing there
  * is one segment. */
@@ -178,7 +184,8 @@ int zs_model_segments(const zs_model_config *c);
 void zs_model_segment_units(const zs_model_config *c, int s, int *first, int *last);
 
 /* Pipeline: activations for another micro-batch in flight that share
- * `share`'s backward scratch (only the saved activations are allocated). */
+ * `share`'s backward scratch and working slots (only the saved activations
+ * and, with checkpointing, the checkpoints are allocated). */
 int zs_model_acts_create_slot(const zs_model *m, zs_mem_t mem, int b, const zs_acts *share,
                               zs_acts **out);
 /* Pipeline: the stage's input and output activation (B,T,C) of unit l's

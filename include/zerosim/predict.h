@@ -100,6 +100,11 @@ typedef struct {
     double p2p_send_bytes_per_step, p2p_recv_bytes_per_step;
     double tied_send_bytes_per_applied_step, tied_recv_bytes_per_applied_step;
     int act_slots, in_flight;
+    /* expert parallelism (moe.ep_size > 1): the model's all-to-alls over
+     * the expert-parallel group per step, this rank's wire bytes: two per
+     * forward (recomputed ones included) and two per backward of each MoE
+     * block and micro-batch (zs_model_moe_alltoall_bytes per call) */
+    double ep_a2a_bytes_per_step, ep_a2a_calls_per_step;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

@@ -69,6 +69,14 @@ const zs_partition *zs_engine_partition(const zs_engine *e);
 /* Tensor parallelism (cfg->model.tp > 1): the tensor-parallel group, whose
  * ledger context and backend the caller sets; before the first step. */
 int zs_engine_set_tp(zs_engine *e, struct zs_comm *tp);
+/* Expert parallelism (cfg->model.moe_ep > 1): the expert-parallel group
+ * (its size moe_ep, this rank moe_ep_rank in it), over which the model
+ * sends tokens to their experts; before the first step. The flat arrays
+ * keep the --ep 1 layout with every expert: the model computes this rank's
+ * experts, summing their gradients over the group in rank order, and the
+ * other experts' gradients are zero on this rank, so the data-parallel
+ * reduction adds each expert's sum to zeros. */
+int zs_engine_set_ep(zs_engine *e, struct zs_comm *ep);
 /* Pipeline parallelism (cfg->pp > 1): the pipeline group and the world
  * (the global norm sums along all ranks in order); before the first step. */
 int zs_engine_set_pp(zs_engine *e, struct zs_comm *pp, struct zs_comm *world);

@@ -43,6 +43,9 @@ static const char *const zs_plan_usage =
     "  --moe-experts E          with --arch gpt: E experts in every --moe-every K-th\n"
     "                           block (1), --moe-top-k 1|2, --capacity-factor F\n"
     "                           (docs/moe.md); the count splits dense and expert\n"
+    "  --ep P                   with --moe-experts: experts dealt over expert-parallel\n"
+    "                           groups of P devices; adds their all-to-alls (states as\n"
+    "                           zerosim keeps them: every expert, as --ep 1; docs/moe.md)\n"
     "cluster:\n"
     "  --dp N[,N...]            data-parallel devices (1)\n"
     "  --tp T                   tensor-parallel devices per data-parallel rank (1;\n"
@@ -124,7 +127,7 @@ enum {
     P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
     P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
     P_GRAD_REDUCE, P_OVERLAP_COMM,
-    P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR,
+    P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION,
     P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_LAST
 };
@@ -144,6 +147,7 @@ static const struct option zs_plan_options[] = {
     {"moe-every", required_argument, NULL, P_MOE_EVERY},
     {"moe-top-k", required_argument, NULL, P_MOE_TOP_K},
     {"capacity-factor", required_argument, NULL, P_CAPACITY_FACTOR},
+    {"ep", required_argument, NULL, P_EP},
     {"dp", required_argument, NULL, P_DP},
     {"devices-per-node", required_argument, NULL, P_DPN},
     {"gpus-per-node", required_argument, NULL, P_DPN},
@@ -346,12 +350,14 @@ static int zs_plan_apply(zs_plan_cli *cl)
         if (v[P_CAPACITY_FACTOR])
             ZS_TRY(zs_plan_real(P_CAPACITY_FACTOR, v[P_CAPACITY_FACTOR],
                                 &c->model.moe_capacity_factor, 0));
+        if (v[P_EP])
+            ZS_TRY(zs_plan_int(P_EP, v[P_EP], 1, 4096, &c->ep));
     } else if (!v[P_HELP]) {
         ZS_FAIL("no model: give --params COUNT, or --arch gpt with --layers, --hidden, --heads, "
                 "--vocab and --seq");
     }
     if (!in->has_arch && (v[P_MOE_EXPERTS] || v[P_MOE_EVERY] || v[P_MOE_TOP_K] ||
-                          v[P_CAPACITY_FACTOR]))
+                          v[P_CAPACITY_FACTOR] || v[P_EP]))
         ZS_FAIL("--moe-experts and its options describe a GPT: use them with --arch gpt");
     if (v[P_LARGEST]) {
         if (in->has_arch)
@@ -502,6 +508,9 @@ static void zs_plan_human_size(char *buf, size_t n, double count)
         snprintf(buf, n, "%.0f", count);
 }
 
+/* The ring factor (N-1)/N of a group of N ranks (0 for one). */
+static double zs_plan_ring(int n) { return n > 1 ? (n - 1.0) / n : 0.0; }
+
 static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_input *in,
                               const zs_plan_result *r, int want_max, size_t max_params,
                               int max_layers)
@@ -618,7 +627,7 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     for (int i = 0; i < r->ncolls; i++)
         fprintf(f, " %s %.3f GB (%.0f call%s)%s", zs_coll_kind_name(r->colls[i].kind),
                 gb((r->colls[i].kind == ZS_COLL_ALLREDUCE ? 2.0 : 1.0) * r->colls[i].bytes *
-                   (in->dp > 1 ? (in->dp - 1.0) / in->dp : 0.0)),
+                   zs_plan_ring(r->colls[i].ranks > 0 ? r->colls[i].ranks : in->dp)),
                 r->colls[i].calls, r->colls[i].calls == 1 ? "" : "s",
                 i + 1 < r->ncolls ? "," : "");
     fprintf(f, "%s; total %.0f bytes (%.3f GB)\n", r->ncolls ? "" : " none", r->traffic_bytes,

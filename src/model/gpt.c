@@ -246,10 +246,33 @@ static int gpt_slots(const zs_model_config *c)
     return c->ckpt_blocks > 0 && c->ckpt_blocks < c->n_layer ? c->ckpt_blocks : c->n_layer;
 }
 
+/* A pipeline stage with activation checkpointing: each micro-batch in
+ * flight keeps its input (encoded), its last block's output, the head's
+ * activations on the last stage and, as checkpoints, the output of every
+ * block of the stage that ends a segment (but the stage's last block);
+ * the blocks' own activations live in min(K, blocks of the stage) working
+ * slots shared by the micro-batches (block l uses slot (l - b0) mod K), and
+ * every segment of the stage is recomputed before its backward. */
+static int gpt_pp_ckpt(const zs_model_config *c) { return c->pp_on && gpt_slots(c) < c->n_layer; }
+
+/* The stage's blocks that end a segment, its last block left out. */
+static size_t gpt_pp_ckpt_count(const zs_model_config *c)
+{
+    int b0, b1, head, K = gpt_slots(c);
+    size_t n = 0;
+    gpt_stage(c, &b0, &b1, &head);
+    for (int l = b0; l < b1; l++)
+        n += (l + 1) % K == 0;
+    return n;
+}
+
 static size_t gpt_checkpoint_bytes(const zs_model_config *c, int b)
 {
+    size_t BTlC = (size_t)b * gpt_seq_local(c) * (size_t)c->n_embd;
+    if (c->pp_on)
+        return gpt_pp_ckpt(c) ? 4 * gpt_pp_ckpt_count(c) * BTlC : 0;
     int K = gpt_slots(c), nseg = (c->n_layer + K - 1) / K;
-    return 4 * (size_t)(nseg - 1) * (size_t)b * gpt_seq_local(c) * (size_t)c->n_embd;
+    return 4 * (size_t)(nseg - 1) * BTlC;
 }
 
 /* With tensor parallelism (P ranks) the attention's and the MLP's inner
@@ -260,6 +283,14 @@ static size_t gpt_checkpoint_bytes(const zs_model_config *c, int b)
  * LayerNorm outputs are kept gathered (all T positions) for the linear
  * layers' backward: BTl·C + L·(2·BT·C + 2·BTl·C + 12·BT·C/P + 4·BTl +
  * B·NH/P·T²) + BT·C + 2·BTl + BT·(V/P + 1), BTl = B·T/P. */
+static size_t gpt_block_floats(const zs_model_config *c, int b)
+{
+    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t NH = (size_t)c->n_head, BT = B * T, BTl = B * gpt_seq_local(c);
+    return gpt_sp(c) ? 2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl + B * NH / P * T * T
+                     : 4 * BT * C + 12 * BT * C / P + 4 * BT + B * NH / P * T * T;
+}
+
 static size_t gpt_activation_floats(const zs_model_config *c, int b)
 {
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
@@ -269,10 +300,10 @@ static size_t gpt_activation_floats(const zs_model_config *c, int b)
         int b0, b1, head;
         gpt_stage(c, &b0, &b1, &head);
         size_t nb = b1 >= b0 ? (size_t)(b1 - b0 + 1) : 0;
-        size_t blockf = gpt_sp(c) ? 2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
-                                        B * NH / P * T * T
-                                  : 4 * BT * C + 12 * BT * C / P + 4 * BT + B * NH / P * T * T;
-        return BTl * C + nb * blockf + (head ? BT * C + 2 * BTl + BT * (V / P + 1) : 0);
+        size_t headf = head ? BT * C + 2 * BTl + BT * (V / P + 1) : 0;
+        if (gpt_pp_ckpt(c)) /* its input and last output; the blocks' are shared */
+            return 2 * BTl * C + headf;
+        return BTl * C + nb * gpt_block_floats(c, b) + headf;
     }
     if (gpt_sp(c))
         return BTl * C + L * (2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
@@ -316,6 +347,18 @@ static int gpt_slot_kinds(const zs_model_config *c, int s)
     for (int l = s; l < c->n_layer; l += gpt_slots(c))
         k |= zs_model_block_is_moe(c, l) ? 2 : 1;
     return k;
+}
+
+/* A pipeline stage with checkpointing: the working slots of its blocks,
+ * shared by the micro-batches in flight (0 otherwise). */
+static size_t gpt_shared_activation_bytes(const zs_model_config *c, int b)
+{
+    if (!gpt_pp_ckpt(c))
+        return 0;
+    int b0, b1, head, K = gpt_slots(c);
+    gpt_stage(c, &b0, &b1, &head);
+    size_t nw = (size_t)(b1 - b0 + 1 < K ? b1 - b0 + 1 : K);
+    return 4 * nw * gpt_block_floats(c, b);
 }
 
 static size_t gpt_activation_bytes(const zs_model_config *c, int b)
@@ -385,7 +428,27 @@ static void gpt_bind_acts(zs_acts *a)
     a->encoded = p; p += BTl * C;
     int b0, b1, head;
     gpt_stage(c, &b0, &b1, &head);
-    if (c->pp_on) { /* the stage's blocks, each its own slot; its input is encoded */
+    if (gpt_pp_ckpt(c)) { /* working slots, checkpoints and the last output */
+        int K = gpt_slots(c), nw = b1 - b0 + 1 < K ? b1 - b0 + 1 : K;
+        float *last = p, *ck = a->ckpt;
+        p += BTl * C;
+        for (int j = 0; j < nw; j++) {
+            float *w = a->work + (size_t)j * gpt_block_floats(c, (int)B);
+            for (int l = b0 + j; l <= b1; l += K) {
+                size_t o = 0;
+                for (int k = 0; k < 13; o += sz[k], k++)
+                    (*views[k])[l] = w + o;
+            }
+        }
+        for (int l = b0; l < b1; l++)
+            if ((l + 1) % K == 0) {
+                a->res3[l] = ck;
+                ck += BTl * C;
+            }
+        a->res3[b1] = last;
+        if (b0 >= 1)
+            a->res3[b0 - 1] = a->encoded;
+    } else if (c->pp_on) { /* the stage's blocks, each its own slot; its input is encoded */
         for (int l = b0; l <= b1; l++)
             for (int k = 0; k < 13; k++) {
                 (*views[k])[l] = p;
@@ -910,6 +973,7 @@ const zs_model_ops zs_gpt_ops = {
     .activation_bytes = gpt_activation_bytes,
     .scratch_bytes = gpt_scratch_bytes,
     .checkpoint_bytes = gpt_checkpoint_bytes,
+    .shared_activation_bytes = gpt_shared_activation_bytes,
     .bind_acts = gpt_bind_acts,
     .forward_unit = gpt_forward_unit,
     .backward_unit = gpt_backward_unit,

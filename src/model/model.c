@@ -352,6 +352,12 @@ size_t zs_model_checkpoint_bytes(const zs_model_config *c, int b)
     return ops->checkpoint_bytes ? ops->checkpoint_bytes(c, b) : 0;
 }
 
+size_t zs_model_shared_activation_bytes(const zs_model_config *c, int b)
+{
+    const zs_model_ops *ops = zs_model_ops_for(c->kind);
+    return ops->shared_activation_bytes ? ops->shared_activation_bytes(c, b) : 0;
+}
+
 /* Blocks per segment: all of them without checkpointing. */
 static int zs_model_seg_blocks(const zs_model_config *c)
 {
@@ -384,7 +390,8 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
     a->m = m;
     a->mem = mem;
     a->b = b;
-    a->saved_bytes = m->ops->activation_bytes(&m->cfg, b);
+    size_t own = m->ops->activation_bytes(&m->cfg, b);
+    a->saved_bytes = own + zs_model_shared_activation_bytes(&m->cfg, b);
     a->scratch_bytes = m->ops->scratch_bytes(&m->cfg, b);
     a->ckpt_bytes = zs_model_checkpoint_bytes(&m->cfg, b);
     if (zs_mem_alloc(mem, ZS_MEM_ACTIVATIONS, a->saved_bytes, (void **)&a->saved) ||
@@ -393,6 +400,8 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
         zs_model_acts_destroy(a);
         return -1;
     }
+    if (a->saved_bytes > own) /* the shared working slots follow slot 0's own */
+        a->work = (float *)((char *)a->saved + own);
     m->ops->bind_acts(a);
     if (!a->view_arrays) { /* both models bind their views through one array */
         zs_model_acts_destroy(a);
@@ -429,7 +438,10 @@ int zs_model_acts_create_slot(const zs_model *m, zs_mem_t mem, int b, const zs_a
     a->saved_bytes = m->ops->activation_bytes(&m->cfg, b);
     a->scratch = share->scratch; /* not this slot's: scratch_bytes stays 0 */
     a->shared_scratch = 1;
-    if (zs_mem_alloc(mem, ZS_MEM_ACTIVATIONS, a->saved_bytes, (void **)&a->saved)) {
+    a->work = share->work;
+    a->ckpt_bytes = zs_model_checkpoint_bytes(&m->cfg, b); /* a pipeline stage's: per slot */
+    if (zs_mem_alloc(mem, ZS_MEM_ACTIVATIONS, a->saved_bytes, (void **)&a->saved) ||
+        zs_mem_alloc(mem, ZS_MEM_CHECKPOINTS, a->ckpt_bytes, (void **)&a->ckpt)) {
         zs_model_acts_destroy(a);
         return -1;
     }

@@ -14,6 +14,8 @@ typedef struct {
     size_t (*activation_bytes)(const zs_model_config *c, int b);
     size_t (*scratch_bytes)(const zs_model_config *c, int b);
     size_t (*checkpoint_bytes)(const zs_model_config *c, int b);
+    /* optional: activations shared by a pipeline stage's slots (NULL: none) */
+    size_t (*shared_activation_bytes)(const zs_model_config *c, int b);
     void (*bind_acts)(zs_acts *a);   /* carve views out of the two blocks */
     void (*forward_unit)(zs_model *m, zs_backend_t be, int l, float *const *P,
                          zs_acts *a, const zs_batch *batch);
@@ -54,6 +56,8 @@ struct zs_acts {
     size_t ckpt_bytes;
     size_t scratch_bytes;
     int shared_scratch;      /* pipeline slot: scratch is another's */
+    float *work;             /* pipeline with checkpointing: the blocks' working
+                                slots, in slot 0's saved block (after its own) */
     float *losses;           /* (B,T) or (B): per-position losses */
     size_t n_losses;
     /* GPT views; per-block arrays have n_layer entries */

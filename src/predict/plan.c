@@ -365,6 +365,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                 zs_ring_bytes(pr.rs_bytes_per_step, N) +
                 zs_ring_bytes((size_t)((double)pr.ag_bytes_per_step - hz), N) +
                 pr.qgz_inter_bytes_node0;
+        if (pr.ep_a2a_calls_per_step > 0) /* the experts' dispatch and combine, over ep */
+            zs_plan_add_group(r, ZS_COLL_ALLTOALL,
+                              pr.ep_a2a_bytes_per_step * c.ep / (c.ep - 1.0),
+                              pr.ep_a2a_calls_per_step, c.ep, c.ep <= node_ranks ? 1 : 0);
         if (pr.tp_allreduce_bytes_per_step > 0) { /* over the TP group of T ranks */
             int T = c.tp;
             double full = pr.tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));

@@ -142,9 +142,36 @@ double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, in
     return bytes * (zs_step_reduce_once(cfg) ? 1 : cfg->grad_accum);
 }
 
-int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
+/* Expert parallelism: the model's all-to-alls in one step of program prog
+ * (units 1..L are the GPT's blocks): two per forward or backward of a MoE
+ * block, each zs_model_moe_alltoall_bytes / its calls. */
+static void zs_predict_ep(const zs_model_config *mc, int b, const zs_step_program *prog,
+                          zs_prediction *p)
+{
+    int calls;
+    double bytes = zs_model_moe_alltoall_bytes(mc, b, &calls);
+    if (calls == 0)
+        return;
+    for (size_t i = 0; i < prog->n; i++) {
+        const zs_step_op *o = &prog->ops[i];
+        if ((o->kind != ZS_SOP_FORWARD && o->kind != ZS_SOP_BACKWARD) || o->unit < 1 ||
+            o->unit > mc->n_layer || !zs_model_block_is_moe(mc, o->unit - 1))
+            continue;
+        p->ep_a2a_calls_per_step += 2;
+        p->ep_a2a_bytes_per_step += 2.0 * bytes / calls;
+    }
+}
+
+int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
 {
     memset(p, 0, sizeof *p);
+    /* expert parallelism: the engine's arrays keep the --ep 1 layout
+     * (zerosim/zero.h, zs_engine_set_ep); the model's all-to-alls are added
+     * below */
+    zs_run_config ep1 = *ecfg;
+    ep1.model.moe_ep = 1;
+    ep1.model.moe_ep_rank = 0;
+    const zs_run_config *cfg = &ep1;
     zs_model *m;
     ZS_TRY(zs_model_create(&cfg->model, &m));
     zs_step_shape sh;
@@ -246,23 +273,28 @@ int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p)
     int T = cfg->model.tp > 1 ? cfg->model.tp : 1;
     if (T > 1 && cfg->model.kind == ZS_MODEL_GPT) {
         double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;
-        double L = cfg->model.n_layer;
+        /* this pipeline stage's share (the whole model without one): the
+         * embedding's all-reduce on the first stage, four per block, the
+         * head's backward and the loss's on the last */
+        double first = sh.ufirst == 0, last = sh.ulast == sh.U - 1;
+        double L = (double)(sh.ulast - sh.ufirst + 1) - first - last;
         double rec = c.recompute_units / (double)cfg->grad_accum; /* blocks per micro-batch */
         double GA = cfg->grad_accum, ring = (double)(T - 1) / T;
         if (cfg->model.sequence_parallel) {
             /* all-gather + reduce-scatter pairs in place of the all-reduces;
              * the loss's maxima and sums and the LayerNorms' gradients
              * (their positions are split) are all-reduced */
-            double pairs = BT * C * (2.0 + 4.0 * L + 2.0 * rec);
+            double pairs = BT * C * (first + last + 4.0 * L + 2.0 * rec);
             p->tp_rs_bytes_per_step = GA * 4.0 * pairs * ring;
             p->tp_ag_bytes_per_step = GA * 4.0 * pairs * ring;
-            double ar = 3.0 * BT + C * (4.0 * L + 2.0);
+            double ar = 3.0 * BT * last + C * (4.0 * L + 2.0 * last);
             p->tp_allreduce_bytes_per_step = GA * 4.0 * ar * 2.0 * ring;
         } else {
-            double floats = BT * C * (2.0 + 4.0 * L + 2.0 * rec) + 3.0 * BT;
+            double floats = BT * C * (first + last + 4.0 * L + 2.0 * rec) + 3.0 * BT * last;
             p->tp_allreduce_bytes_per_step = GA * 4.0 * floats * 2.0 * ring;
         }
     }
+    zs_predict_ep(&ecfg->model, ecfg->micro_batch, &prog, p);
     for (size_t i = 0; sh.comp && i < prog.n; i++) /* one exchange per reduce op */
         if (prog.ops[i].kind == ZS_SOP_REDUCE)
             p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, prog.ops[i].index, 0);

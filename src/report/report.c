@@ -141,25 +141,27 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
         return pr->p2p_recv_bytes_per_step * r->steps +
                pr->tied_recv_bytes_per_applied_step * r->steps_applied;
     int N = r->dp_size > 0 ? r->dp_size : r->world_size, dense = r->steps - r->compressed_steps;
-    if (o == ZS_OP_ALLREDUCE && r->pred.tp_allreduce_bytes_per_step > 0)
-        return r->pred.tp_allreduce_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLREDUCE && pr->tp_allreduce_bytes_per_step > 0)
+        return pr->tp_allreduce_bytes_per_step * r->steps;
     if (o == ZS_OP_REDUCE_SCATTER)
         return zs_ring_bytes(pr->rs_bytes_per_step, N) * dense +
-               r->pred.tp_rs_bytes_per_step * r->steps;
+               pr->tp_rs_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLGATHER && r->hpz > 1) { /* hpZ: the backward gathers in K */
         size_t h = pr->ag_hpz_bytes_per_step;
         return (zs_ring_bytes(pr->ag_bytes_per_step - h, N) + zs_ring_bytes(h, r->hpz)) *
                    r->steps +
-               r->pred.tp_ag_bytes_per_step * r->steps;
+               pr->tp_ag_bytes_per_step * r->steps;
     }
     if (o == ZS_OP_ALLGATHER)
         return zs_ring_bytes(pr->ag_bytes_per_step, N) * r->steps_applied +
                zs_ring_bytes(pr->ag_bytes_per_skipped_step, N) * r->skipped_steps +
-               r->pred.tp_ag_bytes_per_step * r->steps;
+               pr->tp_ag_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && r->qgz_pred)
         return r->qgz_pred[q] * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
-        return r->a2a_pred[q] * r->compressed_steps;
+        return r->a2a_pred[q] * r->compressed_steps + pr->ep_a2a_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLTOALL && pr->ep_a2a_calls_per_step > 0) /* the experts' dispatch */
+        return pr->ep_a2a_bytes_per_step * r->steps;
     if (o == ZS_OP_D2H)
         return r->pred.d2h_bytes_per_step * r->steps +
                r->pred.d2h_bytes_per_applied_step * r->steps_applied;
@@ -280,6 +282,7 @@ static int zs_crosses(const zs_train_result *r, int q, zs_comm_group g)
  * -1 when there is no prediction (all-to-all, scalars). */
 static double zs_op_pred_inter(const zs_train_result *r, int q, int o)
 {
+    const zs_prediction *pr = zs_pred_of(r, q); /* its pipeline stage's TP traffic */
     int N = r->dp_size > 0 ? r->dp_size : r->world_size, dense = r->steps - r->compressed_steps;
     double dpx = zs_crosses(r, q, ZS_GROUP_DP), tpx = zs_crosses(r, q, ZS_GROUP_TP);
     int K, M;
@@ -293,24 +296,24 @@ static double zs_op_pred_inter(const zs_train_result *r, int q, int o)
         if (o == ZS_OP_ALLGATHER && r->hpz > 1) /* the backward gathers stay in the node */
             B -= (double)r->pred.ag_hpz_bytes_per_step * r->steps;
         return B * (M - 1) / N +
-               tpx * (o == ZS_OP_REDUCE_SCATTER ? r->pred.tp_rs_bytes_per_step
-                                                : r->pred.tp_ag_bytes_per_step) * r->steps;
+               tpx * (o == ZS_OP_REDUCE_SCATTER ? pr->tp_rs_bytes_per_step
+                                                : pr->tp_ag_bytes_per_step) * r->steps;
     }
-    if (o == ZS_OP_ALLREDUCE && r->pred.tp_allreduce_bytes_per_step > 0)
-        return tpx * r->pred.tp_allreduce_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLREDUCE && pr->tp_allreduce_bytes_per_step > 0)
+        return tpx * pr->tp_allreduce_bytes_per_step * r->steps;
     if (o == ZS_OP_REDUCE_SCATTER)
         return dpx * zs_ring_bytes(r->pred.rs_bytes_per_step, N) * dense +
-               tpx * r->pred.tp_rs_bytes_per_step * r->steps;
+               tpx * pr->tp_rs_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLGATHER && r->hpz > 1)
         return dpx * zs_ring_bytes(r->pred.ag_bytes_per_step - r->pred.ag_hpz_bytes_per_step, N) *
                    r->steps +
-               tpx * r->pred.tp_ag_bytes_per_step * r->steps;
+               tpx * pr->tp_ag_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && r->qgz_pred)
         return r->qgz_pred[r->world_size + q] * r->steps;
     if (o == ZS_OP_ALLGATHER)
         return dpx * (zs_ring_bytes(r->pred.ag_bytes_per_step, N) * r->steps_applied +
                       zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps) +
-               tpx * r->pred.tp_ag_bytes_per_step * r->steps;
+               tpx * pr->tp_ag_bytes_per_step * r->steps;
     if (o == ZS_OP_D2H || o == ZS_OP_H2D || o == ZS_OP_NVME_READ || o == ZS_OP_NVME_WRITE)
         return 0.0; /* inside the node */
     return -1.0;

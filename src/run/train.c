@@ -440,8 +440,8 @@ static int zs_train_gather_ckpt(zs_comm_t comm, const zs_engine *e, zs_train_res
  * statistics in r->mem and, on rank 0, the comms table. Collective over
  * comm (a phantom comm makes it one simulated rank). */
 static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
-                         zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_backend_t be,
-                         const zs_step_shape *shape, zs_train_result *r)
+                         zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_comm_t ep,
+                         zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
 {
     int rank = zs_comm_rank(comm);
     zs_train_options lo = *o;
@@ -467,6 +467,11 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
                           "--init-from, --dump-steps, --export or --val-data yet: run without "
                           "them or with --pp 1", cfg->pp);
+    else if (cfg->ep > 1 && (o->resume || o->save_dir || o->init_from || o->n_dump_steps ||
+                             o->export_path || o->val_data))
+        rc = zs_error_set("--ep %d does not support checkpoints (--save-dir, --resume), "
+                          "--init-from, --dump-steps, --export or --val-data yet: run without "
+                          "them or with --ep 1", cfg->ep);
     else if (o->resume)
         rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &ck, &first);
     int n = cfg->steps - first;
@@ -483,6 +488,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_engine_set_tp(e, tp);
     if (!rc)
         rc = zs_engine_set_pp(e, pp, comm);
+    if (!rc)
+        rc = zs_engine_set_ep(e, ep);
     if (!rc && o->init_from && !zs_backend_is_phantom(be))
         rc = zs_oracle_init_from(e, cfg, o->init_from);
     zs_oracle_val *val = NULL;
@@ -569,7 +576,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                 zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
     }
     /* the whole model's (a pipeline stage holds its part) */
-    r->num_params = cfg->pp > 1 ? zs_model_count_params(&cfg->model) : zs_engine_num_params(e);
+    r->num_params = cfg->pp > 1 ? zs_model_layout(zs_engine_model(e))->num_params
+                                : zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
     r->padded_params = zs_engine_partition(e)->padded;
@@ -676,6 +684,26 @@ done:
     return rc;
 }
 
+/* Expert parallelism: this rank's expert-parallel group (DeepSpeed's
+ * groups, zs_mesh_ep_group_ranks), a split of comm tagged ep, and its rank
+ * in it in local->model.moe_ep_rank. */
+static int zs_train_ep_comm(zs_comm_t comm, const zs_run_config *cfg, zs_run_config *local,
+                            zs_comm_t *out)
+{
+    int W = zs_comm_size(comm), me = zs_comm_rank(comm), T = cfg->tp > 1 ? cfg->tp : 1;
+    int n = zs_mesh_ep_ngroups(W, T, cfg->pp, cfg->ep, 0), members[256];
+    for (int g = 0; g < n; g++) {
+        int k = zs_mesh_ep_group_ranks(W, T, cfg->pp, cfg->ep, 0, g, members);
+        for (int i = 0; i < k; i++)
+            if (members[i] == me) {
+                local->model.moe_ep_rank = i;
+                ZS_TRY(zs_comm_split(comm, g, i, k, i, ZS_GROUP_EP, out));
+                return zs_comm_set_world_ranks(*out, members);
+            }
+    }
+    ZS_FAIL("internal: rank %d is in no expert-parallel group of %d", me, cfg->ep);
+}
+
 int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
              zs_train_result *r)
 {
@@ -705,6 +733,9 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
     zs_comm_t pp = mesh && cfg->pp > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL;
+    zs_comm_t ep = NULL;
+    if (!rc && cfg->ep > 1)
+        rc = zs_train_ep_comm(comm, cfg, &local, &ep);
     if (!rc)
         rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
     if (!rc)
@@ -715,6 +746,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(tp, be);
     if (!rc && pp)
         rc = zs_comm_set_backend(pp, be);
+    if (!rc && ep)
+        rc = zs_comm_set_backend(ep, be);
     if (!rc) /* after the backend: qwZ needs host buffers */
         rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
     if (!rc && cfg->stage == 3)
@@ -722,7 +755,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     if (!rc)
         rc = zs_comm_set_quantized_gradients(dp, cfg->quantized_gradients);
     if (!zs_train_agree(comm, rc, r)) {
-        rc = zs_train_rank(&local, o, comm, dp, tp, pp, be, NULL, r);
+        rc = zs_train_rank(&local, o, comm, dp, tp, pp, ep, be, NULL, r);
         if (!rc) {
             rc = zs_train_gather_stats(comm, r);
             rc = zs_train_agree(comm, rc, r);
@@ -734,6 +767,10 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         zs_comm_set_backend(tp, NULL);
     if (pp)
         zs_comm_set_backend(pp, NULL);
+    if (ep) {
+        zs_comm_set_backend(ep, NULL);
+        zs_comm_free(ep);
+    }
     if (dp != comm)
         zs_comm_set_backend(dp, NULL);
     zs_comm_set_backend(comm, NULL);
@@ -824,21 +861,24 @@ static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp,
 }
 
 /* With nodes, a rank's inter-node bytes depend on whether its ring
- * neighbour in each group is on another node: split each class by those
- * bits (one per group), so the class's first rank stands for all. */
+ * neighbour in each group is on another node (and with a pipeline,
+ * whether the next rank of the global norm's chain, tp ranks on, is, and
+ * its neighbour in the world, whose scalars it all-gathers):
+ * split each class by those bits (one per group), so the class's first
+ * rank stands for all. */
 static int zs_phantom_node_classes(int world, int tp, int pp, int k, int *cls)
 {
     if (k <= 0 || k >= world)
         return 0;
     static const zs_comm_group axes[] = {ZS_GROUP_DP, ZS_GROUP_TP, ZS_GROUP_PP};
-    int *first = malloc((size_t)world * 8 * sizeof(int));
+    int *first = malloc((size_t)world * 32 * sizeof(int));
     int *members = malloc((size_t)world * sizeof(int));
     if (!first || !members) {
         free(first);
         free(members);
         ZS_FAIL("out of host memory grouping %d simulated ranks", world);
     }
-    for (int i = 0; i < world * 8; i++)
+    for (int i = 0; i < world * 32; i++)
         first[i] = -1;
     for (int q = 0; q < world; q++) {
         int bits = 0;
@@ -850,7 +890,11 @@ static int zs_phantom_node_classes(int world, int tp, int pp, int k, int *cls)
                 if (members[i] == q && members[(i + 1) % n] / k != q / k)
                     bits |= 1 << a;
         }
-        int *f = &first[cls[q] * 8 + bits];
+        if (pp > 1 && q + tp < world && (q + tp) / k != q / k)
+            bits |= 8;
+        if (pp > 1 && (q + 1) % world / k != q / k)
+            bits |= 16;
+        int *f = &first[cls[q] * 32 + bits];
         if (*f < 0)
             *f = q;
         cls[q] = *f;
@@ -873,31 +917,51 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     po.hash_every_step = 0;   /* nor does a hash of no parameters */
     /* one shape for every simulated rank, and one run per class of ranks
      * (ZEROSIM_PHANTOM_EVERY_RANK=1 runs every rank, for checking) */
-    zs_model *m = NULL;
-    zs_step_shape shape;
+    int T = cfg->tp > 1 ? cfg->tp : 1, P = cfg->pp > 1 ? cfg->pp : 1, D = world / (T * P);
+    int nshapes = 0; /* one shape per pipeline stage */
+    zs_step_shape *shapes = calloc((size_t)P, sizeof *shapes);
     int *cls = malloc((size_t)world * sizeof(int));
-    int rc = cls ? 0 : zs_error_set("out of host memory for %d simulated ranks", world);
-    if (!rc && cfg->pp > 1)
-        rc = zs_error_set("phantom runs (--phantom) with --pp %d are not supported yet: use "
-                          "zerosim plan, or --pp 1", cfg->pp);
-    if (!rc)
-        rc = zs_model_create(&cfg->model, &m);
-    if (!rc && (rc = zs_step_shape_build(cfg, m, world / ((cfg->tp > 1 ? cfg->tp : 1) * cfg->pp),
-                                         &shape)) == 0) {
+    int rc = cls && shapes ? 0 : zs_error_set("out of host memory for %d simulated ranks", world);
+    for (int st = 0; st < P && !rc; st++) {
+        zs_run_config sc = *cfg;
+        zs_model *m = NULL;
+        /* expert parallelism: the engine's arrays keep the --ep 1 layout */
+        sc.model.moe_ep = 1;
+        sc.model.moe_ep_rank = 0;
+        if (P > 1)
+            rc = zs_pp_stage_config(&sc, st);
+        if (!rc)
+            rc = zs_model_create(&sc.model, &m);
+        if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
+            nshapes++;
+        zs_model_destroy(m);
+    }
+    if (!rc) {
         const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
         if (every && strcmp(every, "1") == 0)
             for (int q = 0; q < world; q++)
                 cls[q] = q;
         else
-            rc = zs_phantom_classes(&shape, world, cfg->tp > 1 ? cfg->tp : 1, cfg->pp, cls);
+            rc = zs_phantom_classes(&shapes[0], world, T, P, cls);
+        /* a pipeline stage's ranks run its own program: no class spans two
+         * stages (compression, whose classes go by data-parallel rank, is
+         * refused with --pp); and the global norm's chain (zs_engine_norm_pp)
+         * has no receive on the first stage's data-parallel rank 0 and no
+         * send on the last stage's last: classes of their own */
+        if (!rc && P > 1 && !(every && strcmp(every, "1") == 0))
+            for (int q = 0; q < world; q++) {
+                zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
+                int rep = 0; /* the data-parallel rank of the class's first rank */
+                if (c.pp == 0 && c.dp > 0)
+                    rep = 1;
+                else if (c.pp == P - 1 && c.dp == D - 1)
+                    rep = D - 1;
+                cls[q] = zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = rep,
+                                                                      .pp = c.pp});
+            }
         if (!rc)
-            rc = zs_phantom_node_classes(world, cfg->tp > 1 ? cfg->tp : 1, cfg->pp,
-                                         cfg->ranks_per_node, cls);
-        if (rc)
-            zs_step_shape_free(&shape);
+            rc = zs_phantom_node_classes(world, T, P, cfg->ranks_per_node, cls);
     }
-    int have_shape = !rc && m;
-    int T = cfg->tp > 1 ? cfg->tp : 1;
     double row[ZS_NM + ZS_NC];
     for (int q = 0; q < world && !rc; q++) {
         if (cls[q] != q) /* filled with its class's first rank */
@@ -916,8 +980,11 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
             rc = zs_error_set("out of host memory creating simulated rank %d", q);
         else if ((rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node)) != 0)
             ;
-        else if (T * cfg->pp > 1 && (rc = zs_mesh_create(comm, T, cfg->pp, &mesh)) == 0)
+        else if (T * P > 1 && (rc = zs_mesh_create(comm, T, P, &mesh)) == 0)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
+        int stage = mesh && P > 1 ? zs_mesh_self(mesh).pp : 0;
+        if (!rc && P > 1)
+            rc = zs_pp_stage_config(&local, stage);
         if (!rc)
             rc = zs_comm_set_hierarchical(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                           cfg->hierarchical);
@@ -930,10 +997,16 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         if (!rc)
             rc = zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                                  cfg->quantized_gradients);
+        zs_comm_t ep = NULL;
+        if (!rc && cfg->ep > 1)
+            rc = zs_train_ep_comm(comm, cfg, &local, &ep);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                               mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL, NULL, be, &shape,
-                               rq);
+                               mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
+                               mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, be,
+                               &shapes[stage], rq);
+        if (ep)
+            zs_comm_free(ep);
         if (comm) {
             zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
             zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
@@ -953,16 +1026,16 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
             zs_comm_finalize(comm);
         zs_backend_release(be);
     }
-    if (have_shape)
-        zs_step_shape_free(&shape);
-    zs_model_destroy(m);
+    for (int st = 0; st < nshapes; st++)
+        zs_step_shape_free(&shapes[st]);
+    free(shapes);
     free(cls);
     /* a class's first rank stands for its traffic, not for its node */
     for (int q = 0; q < world && r->node_of; q++)
         r->node_of[q] = cfg->ranks_per_node > 0 ? q / cfg->ranks_per_node : 0;
     r->nodes = cfg->ranks_per_node > 0 ? world / cfg->ranks_per_node : 1;
     if (!rc)
-        rc = zs_train_node_shape(r, T, cfg->pp);
+        rc = zs_train_node_shape(r, T, P);
     for (int st = 0; st < r->steps; st++) /* computed from nothing: not numbers */
         r->info[st].loss = r->info[st].grad_norm = NAN;
     r->seconds = zs_now() - t0; /* all simulated ranks */

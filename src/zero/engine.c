@@ -74,7 +74,16 @@ struct zs_engine {
     const zs_step_shape *sh;    /* what a step allocates and does */
     zs_step_program prog;
     int stage, det;
-    zs_model *model;
+    zs_model *model;            /* the model that computes (with expert
+                                   parallelism: this rank's experts only) */
+    /* expert parallelism (cfg.model.moe_ep > 1): the flat arrays keep the
+     * --ep 1 layout (every expert), laid out by fmodel; the model computes
+     * this rank's experts, a slice of each stacked expert entry, whose
+     * gradients it has summed over the expert-parallel group; the other
+     * experts' gradients stay zero on this rank (zs_engine_slice) */
+    zs_model *fmodel;
+    const zs_layout *clay;      /* the computing model's layout */
+    int ep_size, ep_rank;
     zs_data *data;
     const zs_layout *lay;
     int U;                      /* units */
@@ -385,7 +394,8 @@ static int zs_engine_init_params(zs_engine *e)
         size_t g = plo + off; /* index of this piece in the (stage's) flat array */
         /* a pipeline stage's part of the layout starts at base; its padding is 0 */
         size_t valid = p->num_params > g ? (p->num_params - g < n ? p->num_params - g : n) : 0;
-        zs_model_init_slice(e->model, e->base + g, e->base + g + valid, buf, e->cfg.seed);
+        zs_model_init_slice(e->fmodel ? e->fmodel : e->model, e->base + g, e->base + g + valid,
+                            buf, e->cfg.seed);
         memset(buf + valid, 0, (n - valid) * sizeof(float));
         int rc0 = 0;
         if (e->param_nvme && !e->mixed) {
@@ -501,18 +511,27 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     }
     /* a phantom run feeds no data (building the GPT's Markov chain would be
      * most of its time) */
+    /* expert parallelism: the engine's own configuration and layout are
+     * --ep 1's; the computing model is this rank's */
+    e->ep_size = cfg->model.moe_ep > 1 ? cfg->model.moe_ep : 1;
+    e->ep_rank = e->ep_size > 1 ? cfg->model.moe_ep_rank : 0;
+    e->cfg.model.moe_ep = 1;
+    e->cfg.model.moe_ep_rank = 0;
     if (zs_model_create(&cfg->model, &e->model) ||
+        (e->ep_size > 1 && zs_model_create(&e->cfg.model, &e->fmodel)) ||
         (!e->phantom && (cfg->data_file
                              ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
                              : zs_data_create(&cfg->model, cfg->seed, &e->data))))
         goto fail;
-    e->lay = zs_model_layout(e->model);
+    zs_model *lm = e->fmodel ? e->fmodel : e->model; /* lays out the flat arrays */
+    e->lay = zs_model_layout(lm);
+    e->clay = zs_model_layout(e->model);
     e->U = e->lay->n_layers;
     int N = zs_comm_size(comm);
     if (shape) {
         e->sh = shape;
     } else {
-        if (zs_step_shape_build(cfg, e->model, N, &e->own_shape))
+        if (zs_step_shape_build(&e->cfg, lm, N, &e->own_shape))
             goto fail;
         e->sh = &e->own_shape;
     }
@@ -538,7 +557,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
         e->sec_lo = (size_t)zs_comm_rank(e->hpz) * e->sec_n;
     }
     if (zs_step_shape_check_run(e->sh) ||
-        zs_step_program_build(e->sh, e->model, e->part.rank, &e->prog))
+        zs_step_program_build(e->sh, lm, e->part.rank, &e->prog))
         goto fail;
 
     /* fixed point: fp16 values are exact with 24 fractional bits; fp32 and
@@ -683,6 +702,7 @@ void zs_engine_destroy(zs_engine *e)
     zs_step_shape_free(&e->own_shape);
     zs_data_destroy(e->data);
     zs_model_destroy(e->model);
+    zs_model_destroy(e->fmodel);
     free(e);
 }
 
@@ -865,6 +885,16 @@ static const void *zs_entry_params(const zs_engine *e, int u, int id)
 
 /* ---- views --------------------------------------------------------------- */
 
+/* The part of entry id that the computing model uses: all of it, or with
+ * expert parallelism this rank's experts of a stacked expert entry (the
+ * ep_rank-th of ep_size equal slices); its first element in *first. */
+static size_t zs_engine_slice(const zs_engine *e, int id, size_t *first)
+{
+    size_t n = e->clay->entries[id].numel;
+    *first = n < e->lay->entries[id].numel ? (size_t)e->ep_rank * n : 0;
+    return n;
+}
+
 /* P[id] for every entry unit u uses; with grads, G[id] = zeroed staging. */
 static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 {
@@ -873,12 +903,13 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
     size_t pos = 0;
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &e->lay->entries[ids[i]];
-        const void *src = zs_entry_params(e, u, ids[i]);
+        size_t so, numel = zs_engine_slice(e, ids[i], &so);
+        const void *src = (const char *)zs_entry_params(e, u, ids[i]) + so * e->ps;
         size_t rows, cols;
         int fake = e->qat.format != ZS_QUANT_NONE &&
                    zs_quant_entry_matrix(&e->cfg.model, pe, &rows, &cols);
         if (e->mixed || fake) {
-            zs_backend_convert_to_f32(e->be, e->stage_p + pos, src, e->pt, pe->numel);
+            zs_backend_convert_to_f32(e->be, e->stage_p + pos, src, e->pt, numel);
             e->P[ids[i]] = e->stage_p + pos;
             /* QAT: forward and backward see the weights quantized and
              * dequantized; their gradient goes to the fp32 master weights
@@ -891,9 +922,9 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
         }
         if (want_grads) {
             e->G[ids[i]] = e->stage_g + pos;
-            zs_backend_memset0(e->be, e->stage_g + pos, pe->numel * 4);
+            zs_backend_memset0(e->be, e->stage_g + pos, numel * 4);
         }
-        pos += pe->numel;
+        pos += numel;
     }
 }
 
@@ -906,9 +937,10 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 static int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
 {
     const zs_param_entry *pe = &e->lay->entries[id];
-    size_t lo = pe->offset - e->base, hi = lo + pe->numel;
+    size_t so, numel = zs_engine_slice(e, id, &so);
+    size_t lo = pe->offset - e->base + so, hi = lo + numel;
     if (e->stage <= 1) {
-        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, pe->numel);
+        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, numel);
         return 0;
     }
     for (int k = 0; k < e->sh->nbuckets; k++) {
@@ -1188,23 +1220,64 @@ static double zs_sumsq_from(double s, const void *x, zs_dtype t, size_t n)
     return s;
 }
 
+/* Tensor parallelism on TP rank > 0, inside one norm block: the squares of
+ * the gradient's [g, g + n) (whole-layout offsets, this rank's shard from
+ * shard offset pos) entry by entry, replicated entries left out, each
+ * entry's part of the block summed from 0 and added to the block's sum, as
+ * zs_engine_tp_sumsq groups them. run[2] carries an entry's open part
+ * across ranks; blk_end ends the block. */
+static void zs_engine_tp_chain(zs_engine *e, size_t g, size_t n, size_t pos, size_t blk_lo,
+                               size_t blk_end, double run[3])
+{
+    const zs_layout *lay = e->lay;
+    int i = 0, hi_i = lay->n_entries - 1;
+    while (i < hi_i) { /* the last entry starting at or before g */
+        int mid = i + (hi_i - i + 1) / 2;
+        if (lay->entries[mid].offset <= g)
+            i = mid;
+        else
+            hi_i = mid - 1;
+    }
+    for (; i < lay->n_entries && lay->entries[i].offset < g + n; i++) {
+        const zs_param_entry *pe = &lay->entries[i];
+        size_t eo = pe->offset, ee = eo + pe->numel;
+        size_t x = eo > g ? eo : g, y = ee < g + n ? ee : g + n;
+        if (x >= y || zs_model_tp_replicated(e->model, eo))
+            continue;
+        if (x == (eo > blk_lo ? eo : blk_lo))
+            run[2] = 0.0; /* the entry's part of the block starts here */
+        run[2] = zs_sumsq_from(run[2], (const char *)e->gshard + (pos + x - g) * e->ps, e->pt,
+                               y - x);
+        if (y == (ee < blk_end ? ee : blk_end)) { /* and ends here */
+            run[1] += run[2];
+            run[2] = 0.0;
+        }
+    }
+}
+
 /* Pipeline: the global sum of squares exactly as the whole model on the
  * same data-parallel ranks sums it: blocks of that model's partition
  * (each its shard, or ZS_DET_BLOCK elements), each summed in order from
- * 0, the block sums added in order. The ranks hold consecutive ranges of
- * the layout in world rank order (stage by stage, each stage's shards in
- * data-parallel order), so a chain along the world carries the running
- * total and the open block's partial sum from each rank to the next. */
+ * 0, the block sums added in order. The ranks of one TP rank hold
+ * consecutive ranges of its layout in world rank order (stage by stage,
+ * each stage's shards in data-parallel order; with tensor parallelism
+ * every T-th world rank), so a chain along them carries the running total
+ * and the open block's partial sum from each rank to the next (and, on TP
+ * ranks > 0, whose replicated entries do not count, the open entry's).
+ * The TP ranks' totals are then added in TP rank order, as a run with one
+ * stage adds them. */
 static int zs_engine_norm_pp(zs_engine *e, double *sumsq)
 {
     const zs_partition *p = &e->part;
     zs_partition ref;
-    zs_partition_make(&ref, zs_model_count_params(&e->cfg.model), p->world, 0, e->det);
+    zs_partition_make(&ref, e->lay->num_params, p->world, 0, e->det);
     size_t blk = e->det ? ZS_DET_BLOCK : ref.shard;
-    int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world);
-    double run[2] = {0.0, 0.0}; /* total of the closed blocks, the open block's sum */
-    if (wr > 0)
-        ZS_TRY(zs_comm_recv_small(e->world, wr - 1, run, 2));
+    int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world), T = e->tp_size;
+    int nrun = T > 1 ? 3 : 2, entries = T > 1 && e->tp_rank > 0;
+    /* total of the closed blocks, the open block's sum, the open entry's */
+    double run[3] = {0.0, 0.0, 0.0};
+    if (wr >= T)
+        ZS_TRY(zs_comm_recv_small(e->world, wr - T, run, nrun));
     size_t lo = p->shard_begin, hi = lo + p->shard;
     if (hi > p->num_params)
         hi = p->num_params; /* the stage's padding is not the model's */
@@ -1213,20 +1286,26 @@ static int zs_engine_norm_pp(zs_engine *e, double *sumsq)
         size_t n = end - g < hi - pos ? end - g : hi - pos;
         if (g == k * blk)
             run[1] = 0.0; /* a block starts here */
-        run[1] = zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->ps, e->pt, n);
+        if (entries)
+            zs_engine_tp_chain(e, g, n, pos - lo, k * blk, end, run);
+        else
+            run[1] = zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->ps, e->pt,
+                                   n);
         if (g + n == end) { /* it ends here */
             run[0] += run[1];
             run[1] = 0.0;
         }
         pos += n;
     }
-    if (wr + 1 < W)
-        ZS_TRY(zs_comm_send_small(e->world, wr + 1, run, 2));
+    if (wr + T < W)
+        ZS_TRY(zs_comm_send_small(e->world, wr + T, run, nrun));
     double mine = run[0] + run[1], *all = malloc((size_t)W * sizeof(double));
     if (!all)
         ZS_FAIL("out of host memory for the global norm");
     int rc = zs_comm_allgather_small(e->world, &mine, all, 1, ZS_CT_F64);
-    *sumsq = all[W - 1];
+    *sumsq = 0.0;
+    for (int q = 0; q < T; q++) /* the end of each TP rank's chain */
+        *sumsq += all[W - T + q];
     free(all);
     return rc;
 }
@@ -1727,6 +1806,13 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
 }
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
 
+int zs_engine_set_ep(zs_engine *e, zs_comm_t ep)
+{
+    if (e->ep_size > 1 && !ep)
+        ZS_FAIL("expert parallelism (--ep %d) needs its communicator", e->ep_size);
+    return zs_model_set_ep_comm(e->model, e->ep_size > 1 ? ep : NULL);
+}
+
 int zs_engine_set_pp(zs_engine *e, zs_comm_t pp, zs_comm_t world)
 {
     if (e->pp_size > 1 && (!pp || !world || zs_comm_size(pp) != e->pp_size))
@@ -1876,15 +1962,110 @@ static int zs_engine_param_hash_tp(zs_engine *e, char hex[17])
     return rc;
 }
 
+/* 3D: the hash of the tp = 1 order, as zs_engine_param_hash_tp's. World
+ * rank 0 collects every rank's part [lo, hi) of its stage (at the stage's
+ * base in its TP rank's layout: every T-th world rank holds the next range
+ * of that layout), then puts the TP shards into the tp = 1 order; like the
+ * TP hash it holds the whole model once in host memory. */
+static int zs_engine_hash_3d(zs_engine *e, size_t lo, size_t hi, char hex[17])
+{
+    int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world), T = e->tp_size;
+    size_t n = e->lay->num_params, total = zs_model_count_params(&e->cfg.model);
+    float *buf = malloc(ZS_HASH_CHUNK * sizeof(float));
+    float *all = wr == 0 ? calloc((size_t)T * n + 1, sizeof(float)) : NULL;
+    float *full = wr == 0 ? malloc(total * sizeof(float) + 1) : NULL;
+    int rc = 0;
+    if (!buf || (wr == 0 && (!all || !full)))
+        rc = zs_error_set("out of host memory hashing %zu parameters", total);
+    for (int q = 0; q < W && !rc; q++) {
+        uint64_t part[2] = {e->base + lo, hi > lo ? hi - lo : 0}; /* where, how many */
+        if (q > 0)
+            rc = zs_comm_send_to_root(e->world, q, part, 2, ZS_CT_U64);
+        if (!rc && part[0] + part[1] > n)
+            rc = zs_error_set("internal: rank %d's parameters [%llu, +%llu) are outside its "
+                              "tensor-parallel shard of %zu", q, (unsigned long long)part[0],
+                              (unsigned long long)part[1], n);
+        for (uint64_t off = 0; off < part[1] && !rc; off += ZS_HASH_CHUNK) {
+            size_t k = part[1] - off < ZS_HASH_CHUNK ? (size_t)(part[1] - off) : ZS_HASH_CHUNK;
+            if (wr == q)
+                rc = zs_engine_master_read(e, (size_t)off, k, buf);
+            if (!rc)
+                rc = zs_comm_send_to_root(e->world, q, buf, (int)k, ZS_CT_F32);
+            if (!rc && all)
+                memcpy(all + (size_t)(q % T) * n + part[0] + off, buf, k * sizeof(float));
+        }
+    }
+    if (!rc && all)
+        rc = zs_engine_tp_unshard(e, all, n, full);
+    if (!rc && full)
+        zs_param_hash(full, total, hex);
+    free(buf);
+    free(all);
+    free(full);
+    return rc;
+}
+
+/* The check that the last pipeline stage's copy of the tied embedding is
+ * the first stage's, byte for byte, for each TP rank q (its own rows of
+ * the vocabulary): world rank 0 compares them. */
+static int zs_engine_check_tied(zs_engine *e)
+{
+    const zs_partition *p = &e->part;
+    int wr = zs_comm_rank(e->world), D = p->world, T = e->tp_size;
+    size_t tb = e->sh->tied_elems * e->ps;
+    char *copy = malloc(tb + 1), *own = malloc(tb + 1);
+    int rc = 0;
+    if (!copy || !own)
+        rc = zs_error_set("out of host memory comparing the tied embedding's copies");
+    for (int q = 0; q < T && !rc; q++) {
+        int holder = q + T * D * (e->pp_size - 1); /* data-parallel rank 0 of the last stage */
+        if (wr == holder)
+            zs_backend_copy_d2h(e->be, copy, e->tied, tb);
+        rc = zs_comm_send_to_root(e->world, holder, copy, (int)e->sh->tied_elems, e->ct);
+        /* the first stage's: data-parallel rank 0 holds it (stage 3: each
+         * data-parallel rank its part) */
+        for (int d = 0; d < (e->stage == 3 ? D : 1) && !rc; d++) {
+            size_t beg = 0, k = e->stage == 3
+                                    ? zs_partition_overlap(p, d, 0, e->sh->tied_elems, &beg)
+                                    : e->sh->tied_elems;
+            int src = q + T * d;
+            if (!k || (wr != 0 && wr != src))
+                continue;
+            if (src == 0)
+                zs_backend_copy_d2h(e->be, own, e->params, k * e->ps);
+            else if (wr == src) /* stage 3: its shard starts at beg */
+                rc = zs_comm_send_to_root(e->world, src, e->params, (int)k, e->ct);
+            else
+                rc = zs_comm_send_to_root(e->world, src, own + beg * e->ps, (int)k, e->ct);
+        }
+        if (!rc && wr == 0 && memcmp(own, copy, tb) != 0)
+            rc = zs_error_set("internal: the last pipeline stage's copy of the tied token "
+                              "embedding differs from the first stage's (tensor-parallel rank "
+                              "%d)", q);
+    }
+    free(copy);
+    free(own);
+    return rc;
+}
+
 /* Pipeline: the hash over the stages' parameters one after the other (the
  * whole model's order), streamed to world rank 0 rank by rank in world
- * order; and the check that the last stage's copy of the tied embedding
- * is the first stage's, byte for byte. */
+ * order (with tensor parallelism, zs_engine_hash_3d); and the check that
+ * the last stage's copy of the tied embedding is the first stage's. */
 static int zs_engine_param_hash_pp(zs_engine *e, char hex[17])
 {
     const zs_partition *p = &e->part;
-    int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world), D = p->world;
+    int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world);
     zs_comm_set_context(e->world, ZS_PHASE_REPORT, -1);
+    /* this rank's part: its shard (stage 0: data-parallel rank 0 all of it) */
+    size_t lo = e->stage == 0 ? 0 : p->shard_begin;
+    size_t hi = e->stage == 0 ? (p->rank == 0 ? p->num_params : 0) : lo + p->shard;
+    if (hi > p->num_params)
+        hi = p->num_params;
+    if (e->tp) {
+        ZS_TRY(zs_engine_hash_3d(e, lo, hi, hex));
+        return zs_engine_check_tied(e);
+    }
     float *buf = malloc(ZS_HASH_CHUNK * sizeof(float));
     XXH3_state_t *st = wr == 0 ? XXH3_createState() : NULL;
     int rc = 0;
@@ -1892,11 +2073,6 @@ static int zs_engine_param_hash_pp(zs_engine *e, char hex[17])
         rc = zs_error_set("out of host memory hashing the parameters");
     if (st)
         XXH3_64bits_reset(st);
-    /* this rank's part: its shard (stage 0: data-parallel rank 0 all of it) */
-    size_t lo = e->stage == 0 ? 0 : p->shard_begin;
-    size_t hi = e->stage == 0 ? (p->rank == 0 ? p->num_params : 0) : lo + p->shard;
-    if (hi > p->num_params)
-        hi = p->num_params;
     uint64_t mine = hi > lo ? hi - lo : 0;
     for (int q = 0; q < W && !rc; q++) {
         uint64_t cnt = mine;
@@ -1914,47 +2090,10 @@ static int zs_engine_param_hash_pp(zs_engine *e, char hex[17])
     }
     if (!rc && st)
         snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
-    /* the copies of the tied embedding */
-    int holder = D * (e->pp_size - 1); /* data-parallel rank 0 of the last stage */
-    size_t tb = e->sh->tied_elems * e->ps;
-    char *copy = wr == 0 ? malloc(tb + 1) : NULL, *own = wr == 0 ? malloc(tb + 1) : NULL;
-    if (!rc && wr == 0 && (!copy || !own))
-        rc = zs_error_set("out of host memory comparing the tied embedding's copies");
-    if (!rc && wr == holder) {
-        if (!(copy = malloc(tb + 1)))
-            rc = zs_error_set("out of host memory comparing the tied embedding's copies");
-        else
-            zs_backend_copy_d2h(e->be, copy, e->tied, tb);
-    }
-    if (!rc)
-        rc = zs_comm_send_to_root(e->world, holder, copy, (int)e->sh->tied_elems, e->ct);
-    if (e->stage == 3) { /* the first stage's data-parallel ranks hold its parts */
-        size_t beg;
-        for (int q = 0; q < D && !rc; q++) {
-            size_t n = zs_partition_overlap(p, q, 0, e->sh->tied_elems, &beg);
-            if (!n || (wr != 0 && wr != q))
-                continue;
-            if (wr == q && q > 0) /* its shard starts at beg */
-                rc = zs_comm_send_to_root(e->world, q, e->params, (int)n, e->ct);
-            else if (wr == 0 && q > 0)
-                rc = zs_comm_send_to_root(e->world, q, own + beg * e->ps, (int)n, e->ct);
-            else
-                zs_backend_copy_d2h(e->be, own, e->params, n * e->ps);
-        }
-    }
-    if (!rc && wr == 0) {
-        if (e->stage != 3)
-            zs_backend_copy_d2h(e->be, own, e->params, tb);
-        if (memcmp(own, copy, tb) != 0)
-            rc = zs_error_set("internal: the last pipeline stage's copy of the tied token "
-                              "embedding differs from the first stage's");
-    }
-    free(copy);
-    free(own);
     if (st)
         XXH3_freeState(st);
     free(buf);
-    return rc;
+    return rc ? rc : zs_engine_check_tied(e);
 }
 
 int zs_engine_param_hash(zs_engine *e, char hex[17])

@@ -242,7 +242,8 @@ static void zs_shape_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_X, ZS_MEM_WORKSPACE, s->x_bytes);
     int mb = s->cfg.micro_batch;
     ZS_SETBUF(ZS_BUF_ACTS, ZS_MEM_ACTIVATIONS,
-              (size_t)s->slots * zs_model_activation_bytes(&s->cfg.model, mb));
+              (size_t)s->slots * zs_model_activation_bytes(&s->cfg.model, mb) +
+                  zs_model_shared_activation_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_TIED, ZS_MEM_PARAMS, s->pp_rank == s->pp - 1 ? s->tied_elems * ps : 0);
     ZS_SETBUF(ZS_BUF_TIED_GRAD, ZS_MEM_COMM_BUFFERS, s->tied_elems * 4);
     /* hpZ: this rank's 1/K of the parameters, refreshed by each forward
@@ -250,7 +251,9 @@ static void zs_shape_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_HPZ, ZS_MEM_PARAMS,
               st == 3 && s->cfg.hpz_partition_size > 1
                   ? P / (size_t)s->cfg.hpz_partition_size * ps : 0);
-    ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS, zs_model_checkpoint_bytes(&s->cfg.model, mb));
+    /* a pipeline stage keeps the checkpoints of each micro-batch in flight */
+    ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS,
+              (size_t)s->slots * zs_model_checkpoint_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_SCRATCH, ZS_MEM_WORKSPACE, zs_model_scratch_bytes(&s->cfg.model, mb));
     ZS_SETBUF(ZS_BUF_INIT, ZS_MEM_WORKSPACE, s->mixed ? ZS_INIT_CHUNK * 4 : 0);
     /* offload_optimizer (ZeRO-Offload): the fp32 master (in fp32 runs too:
@@ -633,10 +636,23 @@ static void zs_b_forward_units(zs_builder *b, int first, int last, unsigned flag
 }
 
 /* Activation checkpointing: when unit u ends a segment that is recomputed
- * before its backward (every segment but the last), its first unit; else -1. */
-static int zs_recomputed_first(const zs_model_config *mc, int u)
+ * before its backward (every segment but the last), its first unit; else -1.
+ * A pipeline stage recomputes every segment's part in the stage, the last
+ * one too (the micro-batches in flight share the blocks' activations). */
+static int zs_recomputed_first(const zs_step_shape *s, int u)
 {
+    const zs_model_config *mc = &s->cfg.model;
     int nseg = zs_model_segments(mc);
+    if (s->pp > 1) {
+        int L = mc->n_layer, u0 = s->ufirst > 1 ? s->ufirst : 1, u1 = s->ulast < L ? s->ulast : L;
+        for (int sg = 0; nseg > 1 && u >= u0 && u <= u1 && sg < nseg; sg++) {
+            int first, last;
+            zs_model_segment_units(mc, sg, &first, &last);
+            if (u >= first && u <= last)
+                return u == last || u == u1 ? (first > u0 ? first : u0) : -1;
+        }
+        return -1;
+    }
     for (int sg = 0; sg < nseg - 1; sg++) {
         int first, last;
         zs_model_segment_units(mc, sg, &first, &last);
@@ -716,7 +732,6 @@ static void zs_b_forward_micro(zs_builder *b, int a)
 static void zs_b_backward_micro(zs_builder *b, int a)
 {
     const zs_step_shape *s = b->s;
-    const zs_model_config *mc = &s->cfg.model;
     int st = s->stage, GA = s->cfg.grad_accum, once = s->reduce_step;
     int fixacc = once && s->det && GA > 1;
     int pipe = s->pp > 1, first = s->pp_rank == 0, last = s->pp_rank == s->pp - 1;
@@ -734,12 +749,12 @@ static void zs_b_backward_micro(zs_builder *b, int a)
     if (!last)
         zs_emit_pp(b, ZS_SOP_RECV_GRAD, s->ulast, 0, s->io_elems);
     for (int u = s->ulast; u >= s->ufirst; u--) {
-        int rfirst = zs_recomputed_first(mc, u);
+        int rfirst = zs_recomputed_first(s, u);
         if (rfirst >= 0)
             zs_b_forward_units(b, rfirst, u, ZS_SOPF_RECOMPUTE);
         /* no prefetch of a unit whose segment is recomputed first */
         if (st == 3)
-            zs_b_gather_unit(b, u, zs_recomputed_first(mc, u - 1) >= 0 ? -1 : u - 1, 0);
+            zs_b_gather_unit(b, u, zs_recomputed_first(s, u - 1) >= 0 ? -1 : u - 1, 0);
         if (st >= 2)
             zs_b_bucket_allocs(b, u);
         if (pipe && u == 0)

@@ -1,0 +1,113 @@
+#!/bin/sh
+# Activation checkpointing with --pp: each micro-batch in flight keeps its
+# stage input, its last block's output (and the head's activations on the
+# last stage) and, as checkpoints, the outputs of the stage's blocks that
+# end a segment; the blocks' activations are one set of working slots
+# shared by the micro-batches, and every segment of the stage is
+# recomputed before its backward. Checked: per-step param hashes equal the
+# run without a pipeline and without checkpointing (fp32 and bf16, GPipe
+# and 1F1B, ZeRO stages 0-3, P = 2 and 4, one and two data-parallel
+# ranks); every category measured = predicted; the activation and
+# checkpoint bytes against hand counts and against the same run without
+# checkpointing (the saving); the recomputed units from the step program;
+# zerosim plan against the run.
+. "$(dirname "$0")/testlib.sh"
+
+M="--layers 6 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 4 --steps 3 --warmup 0 --quiet"
+
+# run NAME N ARGS...: train on N ranks, report in $T/NAME.json, csv in $T/NAME
+run() {
+    name=$1 n=$2
+    shift 2
+    if ! sh "$HERE/mpirun.sh" "$n" "$ZS" train $M "$@" --report "$T/$name.json" \
+         --csv "$T/$name" </dev/null >"$T/$name.log" 2>&1; then
+        bad "$name: zerosim train $* on $n ranks failed"
+        cat "$T/$name.log"
+        return 1
+    fi
+    hashes "$T/$name.json" >"$T/$name.h"
+}
+
+same() {
+    if [ -s "$T/$2.h" ] && grep -q '[0-9a-f]\{16\}' "$T/$2.h" && cmp -s "$T/$1.h" "$T/$2.h"; then
+        ok
+    else
+        bad "$1: per-step hashes $(cat "$T/$1.h") differ from $2's $(cat "$T/$2.h")"
+    fi
+}
+
+# every category and the traffic (collectives and point-to-point) measured = predicted
+acct() {
+    awk -v L="$1" '$1 !~ /^#/ && $2 != "total" && $3 != $4 {
+            printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ }
+         $1 !~ /^#/ { n++ } END { exit bad > 0 || n == 0 }' "$T/$1/memory.csv" && ok ||
+        bad "$1: memory"
+    awk -v L="$1" '$1 !~ /^#/ && $3 == "all" && ($2 == "reduce_scatter" || $2 == "allgather" ||
+                                                 $2 == "send" || $2 == "recv") {
+            if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
+            if ($2 == "send" || $2 == "recv") p2p++ }
+         END { exit bad > 0 || p2p == 0 }' "$T/$1/comm.csv" && ok || bad "$1: traffic"
+}
+
+# mem NAME RANK CATEGORY: measured peak bytes
+mem() { awk -v r="$2" -v c="$3" '$1 == r && $2 == c { print $3 }' "$T/$1/memory.csv"; }
+
+run ref1 1
+run ref1bf 1 --precision bf16
+run ref2 2
+
+run a 2 --pp 2 --stage 1 --checkpoint-activations every:2 && same a ref1 && acct a
+run b 2 --pp 2 --stage 2 --pp-schedule gpipe --precision bf16 --checkpoint-activations every:1 &&
+    same b ref1bf && acct b
+run c 4 --pp 4 --stage 3 --checkpoint-activations every:4 && same c ref1 && acct c
+run d 4 --pp 2 --stage 0 --checkpoint-activations every:2 && same d ref2 && acct d
+run nock 2 --pp 2 --stage 1 && same nock ref1
+
+# by hand, run a: B = 2, T = 16, C = 32, NH = 4, V = 64, BT = 32; a block
+# keeps 16·BT·C + 4·BT + B·NH·T² = 18560 floats (74240 bytes), B·T·C is
+# 4096 bytes. Stage 0 holds blocks 0-2, stage 1 blocks 3-5 and the head;
+# segments of 2 blocks: 0-1, 2-3, 4-5. 1F1B keeps 2 micro-batches in
+# flight on stage 0, 1 on stage 1.
+# stage 0: 2 x (input + last output) + min(2, 3) working blocks
+#        = 2·8192 + 2·74240 = 164864; checkpoints 2 x (block 1's output) = 8192
+# stage 1: input + last output + head (BT·C + 2·BT + BT·(V + 1) floats =
+#        12672 bytes) + 2 working blocks = 20864 + 148480 = 169344;
+#        checkpoints: block 3's output, 4096
+# without checkpointing: stage 0 2 x (4096 + 3·74240) = 453632, stage 1
+#        4096 + 3·74240 + 12672 = 239488
+for x in "a 0 activations 164864" "a 0 checkpoints 8192" "a 1 activations 169344" \
+         "a 1 checkpoints 4096" "nock 0 activations 453632" "nock 1 activations 239488" \
+         "nock 0 checkpoints 0"; do
+    set -- $x
+    got=$(mem "$1" "$2" "$3")
+    [ "$got" = "$4" ] && ok || bad "run $1 rank $2 $3: $got bytes, expected $4 by hand"
+done
+# the saving, on every rank: activations + checkpoints with < without
+for r in 0 1; do
+    w=$(($(mem a $r activations) + $(mem a $r checkpoints)))
+    wo=$(($(mem nock $r activations) + $(mem nock $r checkpoints)))
+    [ "$w" -lt "$wo" ] && ok || bad "rank $r: $w bytes of activations and checkpoints with checkpointing, $wo without"
+done
+
+# the recomputed units: every block of each stage once per micro-batch
+# (stage 0 of run a: 3 blocks x 4 micro-batches, stage 1: 3 x 4)
+rec=$("$ZS" train $M --pp 2 --checkpoint-activations every:2 --print-program --world-size 2 |
+      awk '/^# step program/ { if (st++) printf "%d ", n; n = 0 }
+           $1 ~ /^[0-9]+$/ && $5 == "forward" && /recompute/ { n++ }
+           END { printf "%d\n", n }')
+[ "$rec" = "12 12" ] && ok || bad "recomputed units per stage: $rec, expected 12 12"
+
+# zerosim plan: the most loaded stage's activations and checkpoints are
+# what that stage's ranks measured (run b, GPipe, bf16, stage 2)
+"$ZS" plan --arch gpt --layers 6 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 \
+    --grad-accum 4 --dp 1 --pp 2 --stage 2 --pp-schedule gpipe --precision bf16 \
+    --checkpoint-activations every:1 --json >"$T/plan.json" || bad "zerosim plan --pp 2 with checkpointing"
+ms=$(sed -n 's/.*"most_loaded_stage": \([0-9]*\).*/\1/p' "$T/plan.json")
+sed -n '/"bytes_per_category"/,/}/p' "$T/plan.json" >"$T/plan.cat"
+for cat in activations checkpoints params grads comm_buffers workspace; do
+    m=$(mem b "$ms" "$cat")
+    p=$(sed -n "s/.*\"$cat\": \([0-9]*\).*/\1/p" "$T/plan.cat")
+    [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "plan stage $ms $cat: run $m, plan $p"
+done
+
+finish
