@@ -12,6 +12,7 @@
  *    twice in a micro-batch, the live parameters stay under the bound;
  *  - the O(1) per-rank parts equal a rank-by-rank count. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -344,6 +345,60 @@ START_TEST(test_parts)
 }
 END_TEST
 
+/* The pipeline schedules' order (zs_pp_schedule_items): the interleaved
+ * one of P = 2, v = 2, m = 4 written out by hand from Megatron-LM's
+ * forward_backward_pipelining_with_interleaving (warm-ups 2(P - r - 1) +
+ * (v - 1)P = 4 and 2; forward k on chunk (k mod 4) / 2, micro-batch
+ * (k / 4)·2 + k mod 2; backwards over the chunks in reverse); its warm-ups
+ * at P = 4, v = 2 (10 8 6 4, all 16 when m = P); and for every schedule
+ * and shape, each (chunk, micro-batch) runs its forward once and its
+ * backward once, after its forward. */
+START_TEST(test_pp_schedules)
+{
+    /* F/B, chunk, micro-batch */
+    static const char *const hand[2] = {
+        "F00 F01 F10 F11 F02 B10 F03 B11 F12 B00 F13 B01 B12 B13 B02 B03 ",
+        "F00 F01 F10 B10 F11 B11 F02 B00 F03 B01 F12 B12 F13 B13 B02 B03 "};
+    zs_pp_item it[64];
+    for (int r = 0; r < 2; r++) {
+        char got[256] = "";
+        int n = zs_pp_schedule_items(ZS_PP_INTERLEAVED, 2, 2, r, 4, it);
+        ck_assert_int_eq(n, 16);
+        for (int i = 0; i < n; i++) {
+            char t[8];
+            snprintf(t, sizeof t, "%c%d%d ", it[i].backward ? 'B' : 'F', it[i].chunk, it[i].micro);
+            strcat(got, t);
+        }
+        ck_assert_str_eq(got, hand[r]);
+    }
+    static const int w4[4] = {10, 8, 6, 4};
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(zs_pp_interleaved_warmup(4, 2, r, 8), w4[r]);
+        ck_assert_int_eq(zs_pp_interleaved_warmup(4, 2, r, 4), 8);
+        ck_assert_int_eq(zs_pp_warmup(ZS_PP_1F1B, 4, r, 6), 3 - r);
+    }
+    static const struct { zs_pp_schedule s; int P, v, m; } shapes[] = {
+        {ZS_PP_GPIPE, 4, 1, 6}, {ZS_PP_1F1B, 4, 1, 6}, {ZS_PP_1F1B, 4, 1, 2},
+        {ZS_PP_INTERLEAVED, 2, 3, 4}, {ZS_PP_INTERLEAVED, 4, 2, 8}, {ZS_PP_INTERLEAVED, 4, 2, 4},
+        {ZS_PP_INTERLEAVED, 3, 4, 6}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int P = shapes[k].P, v = shapes[k].v, m = shapes[k].m;
+        for (int r = 0; r < P; r++) {
+            int n = zs_pp_schedule_items(shapes[k].s, P, v, r, m, it);
+            int seen[64] = {0}; /* [chunk·m + micro]: 1 forward, 2 and backward */
+            ck_assert_int_eq(n, 2 * m * v);
+            for (int i = 0; i < n; i++) {
+                int *x = &seen[it[i].chunk * m + it[i].micro];
+                ck_assert(it[i].chunk >= 0 && it[i].chunk < v && it[i].micro >= 0 &&
+                          it[i].micro < m);
+                ck_assert_int_eq(*x, it[i].backward ? 1 : 0);
+                *x += 1;
+            }
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("program");
@@ -354,6 +409,7 @@ int main(void)
     tcase_add_test(tc, test_ops_well_formed);
     tcase_add_test(tc, test_step_schedule);
     tcase_add_test(tc, test_parts);
+    tcase_add_test(tc, test_pp_schedules);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

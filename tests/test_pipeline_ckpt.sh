@@ -7,7 +7,7 @@
 # recomputed before its backward. Checked: per-step param hashes equal the
 # run without a pipeline and without checkpointing (fp32 and bf16, GPipe
 # and 1F1B, ZeRO stages 0-3, P = 2 and 4, one and two data-parallel
-# ranks); every category measured = predicted; the activation and
+# ranks, and with --tp 2, sequence parallelism too); every category measured = predicted; the activation and
 # checkpoint bytes against hand counts and against the same run without
 # checkpointing (the saving); the recomputed units from the step program;
 # zerosim plan against the run.
@@ -62,6 +62,13 @@ run b 2 --pp 2 --stage 2 --pp-schedule gpipe --precision bf16 --checkpoint-activ
 run c 4 --pp 4 --stage 3 --checkpoint-activations every:4 && same c ref1 && acct c
 run d 4 --pp 2 --stage 0 --checkpoint-activations every:2 && same d ref2 && acct d
 run nock 2 --pp 2 --stage 1 && same nock ref1
+# 3D (--tp with --pp): against the same --tp run without a pipeline or
+# checkpointing, with and without sequence parallelism
+run t2 2 --tp 2
+run t2sp 2 --tp 2 --sequence-parallel
+run t2c 4 --tp 2 --pp 2 --stage 1 --checkpoint-activations every:2 && same t2c t2 && acct t2c
+run t2spc 4 --tp 2 --pp 2 --stage 2 --sequence-parallel --checkpoint-activations every:1 &&
+    same t2spc t2sp && acct t2spc
 
 # by hand, run a: B = 2, T = 16, C = 32, NH = 4, V = 64, BT = 32; a block
 # keeps 16·BT·C + 4·BT + B·NH·T² = 18560 floats (74240 bytes), B·T·C is
@@ -96,6 +103,51 @@ rec=$("$ZS" train $M --pp 2 --checkpoint-activations every:2 --print-program --w
            $1 ~ /^[0-9]+$/ && $5 == "forward" && /recompute/ { n++ }
            END { printf "%d\n", n }')
 [ "$rec" = "12 12" ] && ok || bad "recomputed units per stage: $rec, expected 12 12"
+
+# phantom runs report what the real runs do: every category of every rank
+# and its timeline, every op but the report's (a real run hashes there)
+phantom_same() { # REAL N ARGS...
+    real=$1 n=$2
+    shift 2
+    if ! "$ZS" train --phantom --world-size "$n" $M "$@" --csv "$T/$real-ph" \
+         >"$T/$real-ph.log" 2>&1; then
+        bad "phantom $real failed"; cat "$T/$real-ph.log"; return
+    fi
+    for f in memory.csv timeline.csv; do
+        cmp -s "$T/$real/$f" "$T/$real-ph/$f" && ok ||
+            { bad "phantom $real: $f differs"; diff "$T/$real/$f" "$T/$real-ph/$f" | head -4; }
+    done
+    for d in "$real" "$real-ph"; do
+        awk '$1 !~ /^#/ && $2 != "gather" && $3 != "report" { print $1, $2, $3, $4, $5, $6 }' \
+            "$T/$d/comm.csv" >"$T/$d.ops"
+    done
+    cmp -s "$T/$real.ops" "$T/$real-ph.ops" && ok ||
+        { bad "phantom $real: traffic differs"; diff "$T/$real.ops" "$T/$real-ph.ops" | head -4; }
+}
+phantom_same a 2 --pp 2 --stage 1 --checkpoint-activations every:2
+phantom_same c 4 --pp 4 --stage 3 --checkpoint-activations every:4
+phantom_same t2spc 4 --tp 2 --pp 2 --stage 2 --sequence-parallel --checkpoint-activations every:1
+
+# GPT-3 175B (96 blocks, hidden 12288, 96 heads, seq 2048, vocab 51200) at
+# TP 8 x PP 16 x DP 8 = 1024 ranks, stage 1, bf16, micro-batch 1, m = 16,
+# phantom: stage 0 (rank 0; 6 blocks, 16 micro-batches in flight under
+# 1F1B). By hand, B·T·C = 25165824 floats; a block with TP 8 keeps
+# 4·BTC + 12·BTC/8 + 4·BT + B·(96/8)·T² = 188751872 floats. With
+# every:1: 16 x 2·BTC·4 + one working block (755007488 bytes) =
+# 3976232960 bytes of activations, 16 x 5 block outputs x BTC·4 =
+# 8053063680 of checkpoints; without: 16 x (BTC + 6 blocks) x 4 =
+# 74091331584
+G="--layers 96 --hidden 12288 --heads 96 --seq 2048 --vocab 51200 --micro-batch 1 --grad-accum 16 --precision bf16 --stage 1 --tp 8 --pp 16 --steps 1 --warmup 0"
+for ck in off every:1; do
+    "$ZS" train --phantom --world-size 1024 $G --checkpoint-activations $ck \
+        --csv "$T/g3-$ck" >"$T/g3.log" 2>&1 || { bad "GPT-3 phantom, $ck"; cat "$T/g3.log"; }
+done
+for x in "off activations 74091331584" "off checkpoints 0" "every:1 activations 3976232960" \
+         "every:1 checkpoints 8053063680"; do
+    set -- $x
+    got=$(awk -v c="$2" '$1 == 0 && $2 == c { print $3 }' "$T/g3-$1/memory.csv")
+    [ "$got" = "$3" ] && ok || bad "GPT-3 at 8 x 16 x 8, $1: rank 0 $2 $got bytes, expected $3"
+done
 
 # zerosim plan: the most loaded stage's activations and checkpoints are
 # what that stage's ranks measured (run b, GPipe, bf16, stage 2)

@@ -34,7 +34,7 @@ typedef enum { ZS_GRAD_REDUCE_MICRO = 0, ZS_GRAD_REDUCE_STEP = 1 } zs_grad_reduc
 
 /* Pipeline schedules (--pp-schedule): GPipe (all forwards, then all
  * backwards), 1F1B (PipeDream-Flush, Megatron-LM's default). */
-typedef enum { ZS_PP_GPIPE = 0, ZS_PP_1F1B = 1 } zs_pp_schedule;
+typedef enum { ZS_PP_GPIPE = 0, ZS_PP_1F1B = 1, ZS_PP_INTERLEAVED = 2 } zs_pp_schedule;
 /* How the blocks are cut into stages (--pp-partition, DeepSpeed's
  * PipelineModule partition_method names). */
 typedef enum { ZS_PP_UNIFORM = 0, ZS_PP_PARAMETERS = 1 } zs_pp_partition;
@@ -169,6 +169,7 @@ typedef struct {
     int tp, pp;
     int sequence_parallel;
     zs_pp_schedule pp_schedule; /* --pp-schedule (1f1b) */
+    int virtual_stages;           /* --virtual-stages: model chunks per rank (1) */
     zs_pp_partition pp_partition; /* --pp-partition (uniform) */
     /* --ranks-per-node K: K consecutive ranks make a node (0: the nodes MPI
      * reports; a phantom run is then one node); must divide the world */

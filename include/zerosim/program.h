@@ -145,6 +145,26 @@ int zs_pp_stage_config(zs_run_config *cfg, int stage);
 /* The non-interleaved schedules' warm-up forwards of stage `rank`
  * (Megatron-LM: min(P - rank - 1, m); GPipe: all m). */
 int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m);
+/* The interleaved schedule's warm-up forwards of rank `rank` with v model
+ * chunks a rank (Megatron-LM's forward_backward_pipelining_with_interleaving):
+ * all m·v when m = P, else min(2(P - rank - 1) + (v - 1)P, m·v). */
+int zs_pp_interleaved_warmup(int P, int v, int rank, int m);
+
+/* One step of a pipeline schedule on one rank: the forward or backward of
+ * micro-batch `micro` on the rank's model chunk `chunk` (0 unless
+ * interleaved; chunk c of rank r is virtual stage c·P + r). */
+typedef struct {
+    int backward;
+    int chunk;
+    int micro;
+} zs_pp_item;
+/* The 2·m·v items of rank `rank`'s schedule in order (v = 1 for GPipe and
+ * 1F1B): its warm-up forwards, then one forward and one backward at a time,
+ * then the remaining backwards. The interleaved schedule takes its k-th
+ * forward from chunk (k mod P·v) / P, micro-batch (k / P·v)·P + k mod P,
+ * and its k-th backward from the chunks in reverse (m must be a multiple
+ * of P). `out` holds 2·m·v items. Returns the count. */
+int zs_pp_schedule_items(zs_pp_schedule sched, int P, int v, int rank, int m, zs_pp_item *out);
 
 /* Build the shape of cfg's step (model m, built from cfg->model) on `world`
  * data-parallel ranks. Returns 0, or non-zero with a one-line message. */

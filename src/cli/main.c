@@ -126,7 +126,9 @@ static const char *const zs_usage =
     "  --pp P                   pipeline stages (1): the GPT's blocks cut into P\n"
     "                           contiguous stages (see docs/pipeline.md)\n"
     "  --pp-schedule gpipe|1f1b the pipeline's schedule (1f1b); micro-batches per\n"
-    "                           step = gradient_accumulation_steps\n"
+    "                           step = gradient_accumulation_steps; interleaved\n"
+    "                           (with --virtual-stages v) is validated, not run yet\n"
+    "  --virtual-stages v       model chunks per pipeline rank (1; interleaved)\n"
     "  --pp-partition uniform|parameters  blocks per stage by count, or balanced\n"
     "                           by parameters (DeepSpeed's partition_method; uniform)\n"
     "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
@@ -231,7 +233,7 @@ enum {
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT,
     OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
-    OPT_AUX_LOSS_COEFF, OPT_EP, OPT_PP_SCHEDULE, OPT_PP_PARTITION,
+    OPT_AUX_LOSS_COEFF, OPT_EP, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_VIRTUAL_STAGES,
     OPT_LAST
 };
 
@@ -291,6 +293,7 @@ static const struct option zs_long_options[] = {
     {"pp", required_argument, NULL, OPT_PP},
     {"pp-schedule", required_argument, NULL, OPT_PP_SCHEDULE},
     {"pp-partition", required_argument, NULL, OPT_PP_PARTITION},
+    {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
     {"sequence-parallel", no_argument, NULL, OPT_SP},
     {"ranks-per-node", required_argument, NULL, OPT_RPN},
     {"hierarchical", no_argument, NULL, OPT_HIER},
@@ -426,6 +429,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         {OPT_MOE_TOP_K, 1, 2, offsetof(zs_run_config, model.moe_top_k)},
         {OPT_MIN_CAPACITY, 0, 1 << 24, offsetof(zs_run_config, model.moe_min_capacity)},
         {OPT_EP, 1, 256, offsetof(zs_run_config, ep)},
+        {OPT_VIRTUAL_STAGES, 1, 4096, offsetof(zs_run_config, virtual_stages)},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if ((s = cli->val[ints[i].id])) {
@@ -479,7 +483,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     if (cli->val[OPT_SP])
         c->sequence_parallel = 1;
     if ((s = cli->val[OPT_PP_SCHEDULE]) && zs_pp_schedule_parse(s, &c->pp_schedule))
-        ZS_FAIL("--pp-schedule must be gpipe or 1f1b, got \"%s\"", s);
+        ZS_FAIL("--pp-schedule must be gpipe, 1f1b or interleaved, got \"%s\"", s);
     if ((s = cli->val[OPT_PP_PARTITION]) && zs_pp_partition_parse(s, &c->pp_partition))
         ZS_FAIL("--pp-partition must be uniform or parameters, got \"%s\"", s);
     if (cli->val[OPT_HIER])

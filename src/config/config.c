@@ -96,6 +96,7 @@ void zs_run_config_defaults(zs_run_config *c)
     c->precision = ZS_DTYPE_F32;
     c->tp = c->pp = 1;
     c->pp_schedule = ZS_PP_1F1B;
+    c->virtual_stages = 1;
     c->ep = 1;
     /* mixture of experts, off (moe_experts 0); DeepSpeed's MoE layer's
      * defaults: top-1, capacity factor 1, min_capacity 4; the aux loss
@@ -1947,12 +1948,17 @@ int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out)
         *out = ZS_PP_GPIPE;
     else if (!strcmp(s, "1f1b"))
         *out = ZS_PP_1F1B;
+    else if (!strcmp(s, "interleaved"))
+        *out = ZS_PP_INTERLEAVED;
     else
         return -1;
     return 0;
 }
 
-const char *zs_pp_schedule_name(zs_pp_schedule s) { return s == ZS_PP_GPIPE ? "gpipe" : "1f1b"; }
+const char *zs_pp_schedule_name(zs_pp_schedule s)
+{
+    return s == ZS_PP_GPIPE ? "gpipe" : s == ZS_PP_INTERLEAVED ? "interleaved" : "1f1b";
+}
 
 int zs_pp_partition_parse(const char *s, zs_pp_partition *out)
 {
@@ -1970,11 +1976,46 @@ const char *zs_pp_partition_name(zs_pp_partition p)
     return p == ZS_PP_PARAMETERS ? "parameters" : "uniform";
 }
 
+/* The interleaved schedule (--pp-schedule interleaved --virtual-stages v),
+ * as Megatron-LM's forward_backward_pipelining_with_interleaving asks it:
+ * v >= 2 chunks of equal blocks per rank, m a multiple of P. Its order is
+ * computed (zs_pp_schedule_items) but the engine does not run it yet. */
+static int check_interleaved(const zs_run_config *c)
+{
+    int v = c->virtual_stages, P = c->pp, L = c->model.n_layer, m = c->grad_accum;
+    if (v < 1)
+        return fail("--virtual-stages must be at least 1, got %d", v);
+    if (c->pp_schedule != ZS_PP_INTERLEAVED) {
+        if (v > 1)
+            return fail("--virtual-stages %d is for the interleaved schedule: add --pp-schedule "
+                        "interleaved or drop --virtual-stages", v);
+        return 0;
+    }
+    if (P < 2)
+        return fail("--pp-schedule interleaved needs --pp of at least 2, got %d", P);
+    if (v < 2)
+        return fail("--pp-schedule interleaved needs --virtual-stages of at least 2 (model chunks "
+                    "per pipeline rank), got %d", v);
+    if (c->pp_partition != ZS_PP_UNIFORM)
+        return fail("--pp-schedule interleaved cuts the blocks uniformly: drop --pp-partition %s",
+                    zs_pp_partition_name(c->pp_partition));
+    if (L % P != 0 || (L / P) % v != 0)
+        return fail("--virtual-stages %d does not divide the blocks per pipeline rank (%d blocks "
+                    "over --pp %d): every one of the %d chunks needs the same number of blocks",
+                    v, L, P, P * v);
+    if (m % P != 0)
+        return fail("--pp-schedule interleaved needs the micro-batches (--grad-accum, %d) to be a "
+                    "multiple of --pp %d, as Megatron-LM requires", m, P);
+    return fail("--pp-schedule interleaved (--virtual-stages %d) is not run yet: its order is "
+                "computed, the engine cannot hold a rank's %d chunks; use --pp-schedule 1f1b or "
+                "gpipe", v, v);
+}
+
 /* What the pipeline (--pp > 1) supports; one line saying why otherwise. */
 static int check_pipeline(const zs_run_config *c)
 {
     if (c->pp <= 1)
-        return 0;
+        return check_interleaved(c);
     if (c->model.kind != ZS_MODEL_GPT)
         return fail("pipeline parallelism (--pp %d) cuts the GPT's blocks into stages: use "
                     "--model gpt or --pp 1", c->pp);
@@ -1995,7 +2036,7 @@ static int check_pipeline(const zs_run_config *c)
     if (c->offload_optimizer != ZS_OFFLOAD_NONE)
         return fail("offload_optimizer with --pp %d is not supported: use --offload-optimizer "
                     "none or --pp 1", c->pp);
-    return 0;
+    return check_interleaved(c);
 }
 
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out)

@@ -548,6 +548,42 @@ int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m)
     return w < m ? w : m;
 }
 
+int zs_pp_interleaved_warmup(int P, int v, int rank, int m)
+{
+    int total = m * v, w = 2 * (P - rank - 1) + (v - 1) * P;
+    if (m == P) /* Megatron-LM: all warm-up when the micro-batches are P */
+        return total;
+    return w < total ? w : total;
+}
+
+/* The interleaved schedule's k-th forward (or backward) item. */
+static zs_pp_item zs_pp_interleaved_item(int P, int v, int k, int backward)
+{
+    int group = k / (P * v), in_group = k % (P * v), chunk = in_group / P;
+    return (zs_pp_item){.backward = backward, .chunk = backward ? v - 1 - chunk : chunk,
+                        .micro = group * P + in_group % P};
+}
+
+int zs_pp_schedule_items(zs_pp_schedule sched, int P, int v, int rank, int m, zs_pp_item *out)
+{
+    int il = sched == ZS_PP_INTERLEAVED, total = il ? m * v : m, n = 0;
+    int w = il ? zs_pp_interleaved_warmup(P, v, rank, m)
+               : P > 1 ? zs_pp_warmup(sched, P, rank, m) : 0;
+#define ZS_ITEM(k, bw)                                                                        \
+    (out[n++] = il ? zs_pp_interleaved_item(P, v, (k), (bw))                                  \
+                   : (zs_pp_item){.backward = (bw), .chunk = 0, .micro = (k)})
+    for (int k = 0; k < w; k++)
+        ZS_ITEM(k, 0);
+    for (int i = 0; i < total - w; i++) {
+        ZS_ITEM(w + i, 0);
+        ZS_ITEM(i, 1);
+    }
+    for (int i = total - w; i < total; i++)
+        ZS_ITEM(i, 1);
+#undef ZS_ITEM
+    return n;
+}
+
 const char *zs_step_op_name(zs_step_op_kind k) { return k < ZS_SOP_NKINDS ? zs_sop_names[k] : "?"; }
 
 typedef struct {              /* the builder's state */
@@ -806,15 +842,18 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
      * forward_backward_pipelining_without_interleaving) w warm-up forwards,
      * then one forward and one backward at a time, then the last w
      * backwards */
-    int w = s->pp > 1 ? zs_pp_warmup(s->cfg.pp_schedule, s->pp, s->pp_rank, GA) : 0;
-    for (int a = 0; a < w; a++)
-        zs_b_forward_micro(&b, a);
-    for (int i = 0; i < GA - w; i++) {
-        zs_b_forward_micro(&b, w + i);
-        zs_b_backward_micro(&b, i);
+    zs_pp_item *items = malloc(2 * (size_t)GA * sizeof *items);
+    if (!items)
+        b.fail = 1;
+    zs_pp_schedule sched = s->pp > 1 ? s->cfg.pp_schedule : ZS_PP_1F1B;
+    int nitems = items ? zs_pp_schedule_items(sched, s->pp, 1, s->pp_rank, GA, items) : 0;
+    for (int i = 0; i < nitems; i++) {
+        if (items[i].backward)
+            zs_b_backward_micro(&b, items[i].micro);
+        else
+            zs_b_forward_micro(&b, items[i].micro);
     }
-    for (int i = GA - w; i < GA; i++)
-        zs_b_backward_micro(&b, i);
+    free(items);
     b.micro = -1;
     b.phase = ZS_PHASE_STEP;
     zs_emit(&b, ZS_SOP_LOSS_SUM, -1, -1, 0, (size_t)s->cfg.grad_accum);
