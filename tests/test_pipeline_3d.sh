@@ -139,4 +139,50 @@ for args in "--pp 4 --stage 2" "--tp 2 --pp 2 --stage 1 --ranks-per-node 4"; do
     done
 done
 
+# GPT-3 175B as Narayanan et al. train it (96 layers, hidden 12288, 96
+# heads, seq 2048, vocab 51200) at TP 8 x PP 16 x DP 8 = 1024 ranks, ZeRO
+# stage 1, bf16, m = 16: a phantom run in seconds, within the host memory
+# test_phantom.sh allows (256 MiB), every category of every rank equal to
+# its stage's prediction; and zerosim plan with the same shape: the most
+# loaded stage's categories equal its phantom ranks', every stage's total
+# the sum of its ranks' categories, the point-to-point bytes per step
+G3="--layers 96 --hidden 12288 --heads 96 --seq 2048 --vocab 51200 --micro-batch 1 --grad-accum 16 --precision bf16 --stage 1"
+start=$(date +%s)
+if "$ZS" train --phantom --world-size 1024 --tp 8 --pp 16 $G3 --csv "$T/g3" >"$T/g3.log" 2>&1; then
+    secs=$(($(date +%s) - start))
+    rss=$(sed -n 's/.*peak host memory of this process: \([0-9]*\) bytes.*/\1/p' "$T/g3.log")
+    echo "GPT-3 3D phantom (1024 ranks): $secs s, peak RSS $rss bytes"
+    [ "$secs" -le 60 ] && ok || bad "GPT-3 3D phantom took $secs s"
+    [ -n "$rss" ] && [ "$rss" -lt 268435456 ] && ok || bad "GPT-3 3D phantom used $rss bytes of host memory"
+    awk '$1 !~ /^#/ && $2 != "total" { n++; if ($3 != $4) bad++ } $2 == "params" { r++ }
+         END { exit bad > 0 || r != 1024 }' "$T/g3/memory.csv" && ok ||
+        bad "GPT-3 3D phantom: a category differs from its prediction (or not 1024 ranks)"
+else
+    bad "GPT-3 3D phantom failed"; cat "$T/g3.log"
+fi
+if "$ZS" plan --arch gpt --tp 8 --pp 16 --dp 8 $G3 --json >"$T/g3plan.json"; then
+    ms=$(sed -n 's/.*"most_loaded_stage": \([0-9]*\).*/\1/p' "$T/g3plan.json")
+    sed -n '/"bytes_per_category"/,/}/p' "$T/g3plan.json" >"$T/g3plan.cat"
+    for cat in params grads optimizer_master optimizer_m optimizer_v activations checkpoints \
+               comm_buffers workspace; do
+        m=$(awk -v c="$cat" -v q=$((ms * 64)) '$1 == q && $2 == c { print $3 }' "$T/g3/memory.csv")
+        p=$(sed -n "s/.*\"$cat\": \([0-9]*\).*/\1/p" "$T/g3plan.cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "GPT-3 3D stage $ms $cat: phantom $m, plan $p"
+    done
+    # every stage's total: the sum of the categories of its first rank
+    sed -n '/"stage_totals"/,/\]/p' "$T/g3plan.json" | sed -n 's/^ *\([0-9][0-9]*\),*$/\1/p' >"$T/g3plan.tot"
+    awk '$1 !~ /^#/ && $1 % 64 == 0 && $2 !~ /^(total|optimizer)$/ { t[$1 / 64] += $3 }
+         END { for (s = 0; s < 16; s++) printf "%.0f\n", t[s] }' "$T/g3/memory.csv" >"$T/g3.tot"
+    [ "$(wc -l <"$T/g3plan.tot")" -eq 16 ] && cmp -s "$T/g3.tot" "$T/g3plan.tot" && ok ||
+        { bad "GPT-3 3D: stage totals differ (phantom, plan)"; paste "$T/g3.tot" "$T/g3plan.tot" | head; }
+    for op in send recv; do
+        m=$(awk -v o="$op" -v q=$((ms * 64)) '$1 == q && $2 == o && $3 == "all" { printf "%.0f", $5 / 2 }' \
+            "$T/g3/comm.csv")
+        p=$(sed -n "s/.*\"p2p_${op}_bytes_per_step\": \([0-9]*\).*/\1/p" "$T/g3plan.json")
+        [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "GPT-3 3D stage $ms $op per step: phantom $m, plan $p"
+    done
+else
+    bad "zerosim plan of GPT-3 at TP 8 x PP 16 x DP 8 failed"
+fi
+
 finish

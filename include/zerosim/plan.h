@@ -116,6 +116,13 @@ typedef struct {
      * bubble's stretch (the messages' own time is not modelled). */
     int pp, pp_stage;
     double pp_stage_total[ZS_PLAN_PP_SHOWN]; /* the first ZS_PLAN_PP_SHOWN stages */
+    /* the parameters each stage's devices hold (their TP shard of the
+     * stage's units, without padding or the last stage's tied copy) */
+    size_t pp_stage_params[ZS_PLAN_PP_SHOWN];
+    /* a GPT in the zerosim convention: the most parameters one device holds
+     * (its TP shard of its stage's units; the whole TP shard without a
+     * pipeline), without padding; 0 when not planned */
+    size_t device_params;
     double pp_send_bytes, pp_recv_bytes;
     double pp_bubble;             /* (P - 1)/(m + P - 1) */
 } zs_plan_result;

@@ -82,6 +82,11 @@ typedef struct {
      * block); the all-reduces are then the loss's 3·B·T and the LayerNorm
      * gradients' C·(4L + 2) */
     double tp_rs_bytes_per_step, tp_ag_bytes_per_step;
+    /* the calls per step of those all-reduces and of those pairs (each a
+     * reduce-scatter and an all-gather). With a pipeline (cfg.model's
+     * stage) all of these are the stage's: the embedding's on the first,
+     * the head's and the loss's on the last, the stage's blocks' */
+    double tp_allreduce_calls_per_step, tp_pair_calls_per_step;
     /* offload (zs_predict only): the host and nvme tiers per category, and
      * the bytes moved per applied step: device to host (the gradient
      * shard), host to device (the parameter shard), read from and written

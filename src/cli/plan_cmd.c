@@ -554,6 +554,10 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     if (in->device_memory)
         fprintf(f, ", %.2f GB (%.2f GiB) each", gb((double)in->device_memory),
                 (double)in->device_memory / 1073741824.0);
+    if ((c->tp > 1 || c->pp > 1) && r->device_params)
+        fprintf(f, "\nparameters per device: at most %zu (%.2f GB in %s), the TP shard of %s",
+                r->device_params, gb((double)r->device_params * zs_dtype_size(c->precision)),
+                zs_dtype_name(c->precision), c->pp > 1 ? "a stage's units" : "the model");
     fprintf(f, "\n\nmemory per device     %20s %12s\n", "bytes", "GB");
     for (int k = 0; k < ZS_MEM_NCAT; k++) {
         const char *name = zs_mem_category_name((zs_mem_category)k);
@@ -577,6 +581,9 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 zs_pp_partition_name(c->pp_partition), r->pp_stage);
         for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++)
             fprintf(f, " %.3f", gb(r->pp_stage_total[s]));
+        fprintf(f, "%s\n  parameters per device by stage:", r->pp > ZS_PLAN_PP_SHOWN ? " ..." : "");
+        for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++)
+            fprintf(f, " %zu", r->pp_stage_params[s]);
         fprintf(f, "%s\n  point to point per step: %.0f bytes sent, %.0f received; ideal bubble "
                    "(P-1)/(m+P-1) = %.3f (in the step time's compute)\n",
                 r->pp > ZS_PLAN_PP_SHOWN ? " ..." : "", r->pp_send_bytes, r->pp_recv_bytes,
@@ -716,14 +723,18 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(o, "dp", json_integer(in->dp));
     json_object_set_new(o, "tp", json_integer(in->cfg.tp > 1 ? in->cfg.tp : 1));
     json_object_set_new(o, "pp", json_integer(r->pp > 1 ? r->pp : 1));
+    if (r->device_params)
+        json_object_set_new(o, "params_per_device", json_integer((json_int_t)r->device_params));
     if (r->pp > 1) {
-        json_t *st = json_array();
-        for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++)
+        json_t *st = json_array(), *sp = json_array();
+        for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++) {
             json_array_append_new(st, zs_json_bytes(r->pp_stage_total[s]));
+            json_array_append_new(sp, json_integer((json_int_t)r->pp_stage_params[s]));
+        }
         json_object_set_new(o, "pipeline", json_pack(
-            "{s:s, s:s, s:i, s:o, s:o, s:o, s:f}", "schedule",
+            "{s:s, s:s, s:i, s:o, s:o, s:o, s:o, s:f}", "schedule",
             zs_pp_schedule_name(c->pp_schedule), "partition", zs_pp_partition_name(c->pp_partition),
-            "most_loaded_stage", r->pp_stage, "stage_totals", st,
+            "most_loaded_stage", r->pp_stage, "stage_totals", st, "stage_params", sp,
             "p2p_send_bytes_per_step", zs_json_bytes(r->pp_send_bytes),
             "p2p_recv_bytes_per_step", zs_json_bytes(r->pp_recv_bytes), "ideal_bubble",
             r->pp_bubble));

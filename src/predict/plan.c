@@ -110,8 +110,12 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
             double tot = 0.0;
             for (int k = 0; k < ZS_MEM_NCAT; k++)
                 tot += ps_.has[k] ? (double)ps_.bytes[k] : 0.0;
-            if (s < ZS_PLAN_PP_SHOWN)
+            if (s < ZS_PLAN_PP_SHOWN) {
                 r->pp_stage_total[s] = tot;
+                r->pp_stage_params[s] = ps_.num_params;
+            }
+            if (ps_.num_params > r->device_params)
+                r->device_params = ps_.num_params;
             if (tot > best) {
                 best = tot;
                 *pr = ps_;
@@ -124,6 +128,7 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
         r->pp_bubble = (double)(c->pp - 1) / (double)(c->grad_accum + c->pp - 1);
     } else if (in->has_arch) {
         ZS_TRY(zs_predict(c, in->dp, pr));
+        r->device_params = pr->num_params;
     }
     if (in->has_arch) {
         *have = 1;
@@ -373,13 +378,13 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             int T = c.tp;
             double full = pr.tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));
             r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLREDUCE, .bytes = full,
-                                                       .calls = GA * (4.0 * c.model.n_layer + 4)};
+                                                       .calls = pr.tp_allreduce_calls_per_step};
             r->traffic_bytes += pr.tp_allreduce_bytes_per_step;
         }
         if (pr.tp_rs_bytes_per_step > 0) { /* sequence parallelism's pairs */
             int T = c.tp;
             double full = pr.tp_rs_bytes_per_step * T / (T - 1.0);
-            double calls = GA * (4.0 * c.model.n_layer + 2);
+            double calls = pr.tp_pair_calls_per_step;
             r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_REDUCE_SCATTER,
                                                        .bytes = full, .calls = calls};
             r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLGATHER,

@@ -289,9 +289,12 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
             p->tp_ag_bytes_per_step = GA * 4.0 * pairs * ring;
             double ar = 3.0 * BT * last + C * (4.0 * L + 2.0 * last);
             p->tp_allreduce_bytes_per_step = GA * 4.0 * ar * 2.0 * ring;
+            p->tp_pair_calls_per_step = GA * (first + last + 4.0 * L + 2.0 * rec);
+            p->tp_allreduce_calls_per_step = GA * (4.0 * L + 4.0 * last);
         } else {
             double floats = BT * C * (first + last + 4.0 * L + 2.0 * rec) + 3.0 * BT * last;
             p->tp_allreduce_bytes_per_step = GA * 4.0 * floats * 2.0 * ring;
+            p->tp_allreduce_calls_per_step = GA * (first + 3.0 * last + 4.0 * L + 2.0 * rec);
         }
     }
     zs_predict_ep(&ecfg->model, ecfg->micro_batch, &prog, p);
