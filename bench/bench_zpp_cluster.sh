@@ -3,7 +3,7 @@
 # with ZeRO++ (qwZ, hpZ, qgZ, all three) on 2 nodes x 2 ranks whose link
 # is slow enough that inter-node traffic is the bottleneck.
 #
-#   sh bench/bench_zpp_cluster.sh [--rate 50mbit] [--rounds 3] [--steps 5]
+#   sh bench/bench_zpp_cluster.sh [--rate 50mbit] [--rounds 3] [--steps 5] [--keep DIR]
 #
 # Needs root and iproute2 (scripts/cluster.sh); exits 77 where namespaces
 # cannot be made. It brings up its own cluster (prefix zsb, subnet
@@ -21,13 +21,14 @@
 # the figures are this run's, not the link's alone).
 set -u
 ZS=${ZEROSIM:-./zerosim}
-RATE=50mbit ROUNDS=3 STEPS=5
+RATE=50mbit ROUNDS=3 STEPS=5 KEEP=
 while [ $# -gt 0 ]; do
     case $1 in
         --rate) RATE=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --steps) STEPS=$2; shift 2 ;;
-        *) echo "bench_zpp_cluster.sh: unknown option $1 (--rate R, --rounds N, --steps N)" >&2
+        --keep) KEEP=$2; shift 2 ;;
+        *) echo "bench_zpp_cluster.sh: unknown option $1 (--rate R, --rounds N, --steps N, --keep DIR)" >&2
            exit 2 ;;
     esac
 done
@@ -36,7 +37,9 @@ export ZS_CLUSTER_PREFIX=${ZS_CLUSTER_PREFIX:-zsb}
 export ZS_CLUSTER_NET=${ZS_CLUSTER_NET:-10.78.0}
 CL="sh scripts/cluster.sh"
 T=$(mktemp -d)
-trap '$CL down > /dev/null 2>&1; rm -rf "$T"' EXIT
+# --keep DIR: the calibration, every run's report and log and the plans are
+# copied there at exit (for reading where the time goes)
+trap '$CL down > /dev/null 2>&1; [ -n "$KEEP" ] && mkdir -p "$KEEP" && cp -r "$T"/. "$KEEP"; rm -rf "$T"' EXIT
 $CL up --nodes 2 --rate "$RATE" || exit $?
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 $CL run --ranks-per-node 2 "$ZS" bench --quick --out "$T/cal.json" > "$T/cal.log" 2>&1 ||

@@ -2,8 +2,13 @@
 # The planner's step time with a node link shared by the node's ranks
 # (inter_link_bandwidth in a hand-written calibration, or --bw-link),
 # against the closed form computed here by hand:
-#  * a flat ring across nodes: only the last rank of a node crosses, with
-#    the whole link: per call (N-1) alpha, and (N-1)/N S / L;
+#  * a flat ring across nodes (the reduce-scatter): only the last rank of a
+#    node crosses, with the whole link: per call (N-1) alpha, and (N-1)/N S / L;
+#  * the allgather (MPI_Iallgatherv, linear in Open MPI): every rank's part
+#    to every rank at once, so the link carries the node's K parts to the
+#    N-K ranks of other nodes: per call alpha, and K(N-K)/N S / L;
+#  * the step's three small collectives (loss, overflow flag, norm): alpha
+#    each; stage 3 (overlap_comm): the larger of compute and communication;
 #  * a group between nodes (qgZ's second level, one group per local index,
 #    all K at once): (n-1)/n S / (L/K);
 #  * without the link's bandwidth, every rank has beta of its own (as before);
@@ -18,9 +23,10 @@ js() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
 close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-9 * (b < 0 ? -b : b) + 1e-15) }'; }
 
 # 1. stage 2, 1e6 fp32 parameters, 4 ranks as 2 nodes of 2: one
-#    reduce-scatter and one allgather of 4e6 bytes, each 3/4 of it per rank.
-#    With alpha 1e-3 and L 1e6 B/s: 2 x 3 x 1e-3 + 2 x 3e6 / 1e6 = 6.006 s;
-#    per-rank beta 0.25e6 without the link: 0.006 + 24 = 24.006 s.
+#    reduce-scatter and one allgather of 4e6 bytes. With alpha 1e-3 and L
+#    1e6 B/s: the ring 3 x 1e-3 + 3e6 / 1e6 = 3.003 s, the allgather 1e-3 +
+#    2 x 2 / 4 x 4e6 / 1e6 = 4.001 s: 7.004 s; per-rank beta 0.25e6 without
+#    the link, both rings: 0.006 + 24 = 24.006 s.
 cat > "$T/link.json" <<'EOF'
 {"gemm_flops": 1e12, "intra_latency_s": 0, "intra_bandwidth": 1e9,
  "inter_latency_s": 1e-3, "inter_bandwidth": 0.25e6, "inter_link_bandwidth": 1e6}
@@ -33,13 +39,18 @@ P="--params 1e6 --stage 2 --dp 4 --ranks-per-node 2 --json"
 "$ZS" plan $P --calibration "$T/link.json" > "$T/a.json" 2> "$T/e" || bad "plan: $(cat "$T/e")"
 "$ZS" plan $P --calibration "$T/nolink.json" > "$T/b.json" 2> "$T/e" || bad "plan: $(cat "$T/e")"
 c=$(js "$T/a.json" "d['step_time']['comm_s']")
-close "$c" 6.006 && ok || bad "flat ring with the node's link: comm $c s, by hand 6.006 s"
+close "$c" 7.004 && ok || bad "ring and linear allgather with the node's link: comm $c s, by hand 7.004 s"
 c=$(js "$T/b.json" "d['step_time']['comm_s']")
 close "$c" 24.006 && ok || bad "flat ring, beta per rank: comm $c s, by hand 24.006 s"
-# --bw-link overrides the file
+# the small collectives: 3 x alpha between nodes, added (stage 2: no overlap)
+c=$(js "$T/a.json" "d['step_time']['scalars_s']")
+close "$c" 0.003 && ok || bad "small collectives: $c s, by hand 0.003 s"
+c=$(js "$T/a.json" "d['step_time']['total_s'] - d['step_time']['compute_s'] - d['step_time']['optimizer_s']")
+close "$c" 7.007 && ok || bad "stage 2 total less compute and optimizer: $c s, by hand 7.004 + 0.003 s"
+# --bw-link overrides the file: 0.003 + 1.5 + 0.001 + 2 = 3.504 s
 "$ZS" plan $P --calibration "$T/nolink.json" --bw-link 2e6 > "$T/c.json" || bad "--bw-link"
 c=$(js "$T/c.json" "d['step_time']['comm_s']")
-close "$c" 3.006 && ok || bad "--bw-link 2e6: comm $c s, by hand 3.006 s"
+close "$c" 3.504 && ok || bad "--bw-link 2e6: comm $c s, by hand 3.504 s"
 
 # 2. stage 3 with qgZ and hpZ (K = 2), a small GPT: every collective's time
 #    by hand from its bytes, group and link (inside a node 0 s latency and
@@ -59,7 +70,10 @@ t, kinds = 0.0, set()
 for c in d["collectives"]:
     n, S, calls = c["ranks"], c["full_bytes"], c["calls"]
     a, b = {"node": (0.0, 1e9), "world": (1e-3, 1e6), "nodes": (1e-3, 1e6 / 2)}[c["link"]]
-    t += calls * (n - 1) * a + (n - 1) / n * S / b
+    if c["op"] == "allgather" and c["link"] == "world":  # linear: K(N-K)/N of S on the link
+        t += calls * a + 2 * (n - 2) / n * S / 1e6
+    else:
+        t += calls * (n - 1) * a + (n - 1) / n * S / b
     kinds.add((c["op"], c["link"]))
 # the plan has all four: qgZ's two levels, the forward gathers, hpZ's
 assert kinds == {("alltoall", "node"), ("alltoall", "nodes"), ("allgather", "world"),
@@ -69,6 +83,14 @@ EOF
 ) || bad "the ZeRO++ plan's collectives: $want"
 c=$(js "$T/z.json" "d['step_time']['comm_s']")
 close "$c" "$want" && ok || bad "ZeRO++ with the node's link: comm $c s, by hand $want s"
+# stage 3 runs with overlap_comm (its default): the larger of compute and
+# communication, then the small collectives and the optimizer
+c=$(js "$T/z.json" "max(d['step_time']['compute_s'], d['step_time']['comm_s']) + 0.003 + d['step_time']['optimizer_s'] - d['step_time']['total_s']")
+close "$c" 0 && ok || bad "stage 3's total is not max(compute, comm) + 3 alpha + optimizer (off by $c s)"
+[ "$(js "$T/z.json" "d['step_time']['overlapped']")" = True ] && ok || bad "stage 3 not overlapped"
+"$ZS" plan $G --calibration "$T/link2.json" --overlap-comm off > "$T/zo.json" 2> "$T/e" || bad "--overlap-comm off: $(cat "$T/e")"
+c=$(js "$T/zo.json" "d['step_time']['compute_s'] + d['step_time']['comm_s'] + 0.003 + d['step_time']['optimizer_s'] - d['step_time']['total_s']")
+close "$c" 0 && ok || bad "stage 3 with overlap_comm off is not the sum (off by $c s)"
 
 # 3. one node: the link's bandwidth moves nothing
 for o in "--dp 4 --ranks-per-node 4" "--dp 4"; do

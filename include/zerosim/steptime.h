@@ -20,11 +20,19 @@
  * link to itself); a group between nodes (link 2: qgZ's second level, one
  * group per local index, all at once) has s = the ranks of a node.
  *
+ * A linear allgather (zs_steptime_coll.linear: Open MPI's MPI_Iallgatherv,
+ * every rank's part sent to every other rank at once) over a shared node
+ * link of L bytes/s with K ranks per node costs α + K(N-K)/N · S / L per
+ * call: the link carries each of the node's K parts to the N-K ranks on
+ * other nodes (S for 2 nodes of 2, where the ring's crossing rank sends
+ * 3/4 S).
+ *
  * Compute is flops_per_step / gemm_flops, plus optimizer_elems /
- * optimizer_elems_per_s when the optimizer's rate is given. Without overlap
- * the step time is compute + optimizer + communication; with overlap it is
- * max(compute, communication) + optimizer (the optimizer step follows the
- * last reduction).
+ * optimizer_elems_per_s when the optimizer's rate is given. The step's
+ * small collectives (scalar_calls) cost α each. Without overlap the step
+ * time is compute + communication + scalars + optimizer; with overlap it
+ * is max(compute, communication) + scalars + optimizer (the optimizer step
+ * follows the last reduction and the scalars).
  *
  * The model is small on purpose: it is meant to be tuned against measured
  * runs (`zerosim bench` writes the calibration file read here).
@@ -63,6 +71,13 @@ typedef struct {
     int senders;      /* how many of a node's ranks send across the link at
                          once; 0: by link (a ring over the world: 1, a
                          group between nodes: the ranks of a node) */
+    int linear;       /* 1: every rank sends its part straight to every
+                         other rank, all at once (the engine's allgather is
+                         MPI_Iallgatherv, linear in Open MPI's libnbc). Over
+                         a node link shared by K ranks (inter_link_bandwidth)
+                         the link carries the node's parts to the other
+                         nodes, K(N-K)/N of S, and the call pays one α;
+                         elsewhere it is costed as the ring */
 } zs_steptime_coll;
 
 /* The kernels of a GPT that are not GEMMs, by how their time scales; a
@@ -126,6 +141,11 @@ typedef struct {
     double gemm_flops_per_step;
     double work[ZS_WORK_NKINDS];
     double optimizer_elems;         /* optimizer elements per device per step */
+    double scalar_calls;            /* small collectives over the world per step
+                                       (the loss, the overflow flag, the
+                                       gradient norm): one α of the world's
+                                       link each, after the backward, never
+                                       hidden */
     int overlap;                    /* 1: communication hides behind compute */
     /* offload: bytes per device per step between device and host, and to
      * and from files; the host optimizer's elements (the device's
@@ -144,6 +164,8 @@ typedef struct {
                                        nvme_bandwidth and the host optimizer
                                        (each 0 unless its rate is given) */
     double comm_s;                  /* sum over the collectives */
+    double scalars_s;               /* the small collectives (scalar_calls α) */
+    int overlapped;                 /* 1: compute and communication overlapped */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */
     double total_s;
     double alpha_s, beta;           /* the link constants used (beta: per

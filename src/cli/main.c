@@ -1209,10 +1209,11 @@ static int zs_cmd_train(int argc, char **argv)
                     zs_model_count_params(&cfg.model), r.param_hash);
     } else if (!rc && rank == 0) {
         if (o.log && phantom) {
-            fprintf(o.log, "phantom run: %zu parameters (padded %zu) on %d simulated ranks, "
-                    "%.2f s; nothing was stored, computed or sent, so there are no losses "
-                    "and no param_hash; memory and traffic below are what a real run "
-                    "records\n", r.num_params, r.padded_params, world, r.seconds);
+            fprintf(o.log, "phantom run: %zu parameters%s (padded %zu%s) on %d simulated "
+                    "ranks, %.2f s; nothing was stored, computed or sent, so there are no "
+                    "losses and no param_hash; memory and traffic below are what a real run "
+                    "records\n", r.num_params, cfg.tp > 1 ? " on each tensor-parallel rank" : "",
+                    r.padded_params, cfg.pp > 1 ? " on pipeline stage 0" : "", world, r.seconds);
             fprintf(o.log, "peak accounted memory on rank 0: %zu bytes; peak host memory of "
                     "this process: %zu bytes\n", r.mem.total_peak, zs_report_peak_rss());
         } else if (o.log) {

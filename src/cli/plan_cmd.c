@@ -660,13 +660,18 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     else if (r->traffic_bytes > 0)
         fprintf(f, "  inter-node: none (the %d devices fit in one node)\n", in->dp);
     const zs_steptime_result *t = &r->time;
+    fprintf(f, "step time: compute %.4g s + communication %.4g s", t->compute_s, t->comm_s);
+    if (t->scalars_s > 0)
+        fprintf(f, " + small collectives %.4g s", t->scalars_s);
     if (t->optimizer_s > 0)
-        fprintf(f, "step time: compute %.4g s + communication %.4g s + optimizer %.4g s = %.4g s%s\n",
-                t->compute_s, t->comm_s, t->optimizer_s, t->total_s,
-                in->overlap ? " (overlapped: the larger of the first two)" : "");
-    else
-        fprintf(f, "step time: compute %.4g s + communication %.4g s = %.4g s%s\n", t->compute_s,
-                t->comm_s, t->total_s, in->overlap ? " (overlapped: the larger of the two)" : "");
+        fprintf(f, " + optimizer %.4g s", t->optimizer_s);
+    fprintf(f, " = %.4g s%s\n", t->total_s,
+            !t->overlapped ? ""
+            : in->overlap  ? " (overlapped: the larger of the first two)"
+                           : " (stage 3 with overlap_comm: the larger of the first two)");
+    if (t->scalars_s > 0)
+        fprintf(f, "  small collectives: the loss, the overflow flag and the gradient norm, 3 per "
+                "step at alpha %.3g s each\n", t->alpha_s);
     if (r->d2h_bytes > 0)
         fprintf(f, "  offload: %.4g s in the step (copies at %.4g B/s%s%s), not overlapped\n",
                 t->offload_s, in->cal.host_bandwidth,
@@ -814,6 +819,8 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_t *t = json_object();
     json_object_set_new(t, "compute_s", json_real(r->time.compute_s));
     json_object_set_new(t, "comm_s", json_real(r->time.comm_s));
+    json_object_set_new(t, "scalars_s", json_real(r->time.scalars_s));
+    json_object_set_new(t, "overlapped", json_boolean(r->time.overlapped));
     json_object_set_new(t, "optimizer_s", json_real(r->time.optimizer_s));
     json_object_set_new(t, "total_s", json_real(r->time.total_s));
     json_object_set_new(t, "flops_per_step", json_real(r->flops_per_step));

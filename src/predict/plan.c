@@ -500,9 +500,24 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             passes += RA * Pp + RA * S + S;
         work[ZS_WORK_PASS] = passes;
     }
+    /* the engine's allgathers are MPI_Iallgatherv (linear in Open MPI's
+     * libnbc): on a shared node link they are costed as such (steptime.h);
+     * two-level ones (--hierarchical) are not modelled here */
+    for (int i = 0; in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical && i < r->ncolls; i++)
+        if (r->colls[i].kind == ZS_COLL_ALLGATHER && r->colls[i].ranks == 0)
+            r->colls[i].linear = 1;
     zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
                             .colls = r->colls, .ncolls = r->ncolls,
-                            .flops_per_step = r->flops_per_step, .overlap = in->overlap,
+                            .flops_per_step = r->flops_per_step,
+                            /* --overlap; or stage 3 with overlap_comm (its
+                             * default): each unit's gather is prefetched
+                             * behind the previous unit's compute and the
+                             * reduce-scatters run behind the backward */
+                            .overlap = in->overlap || (in->convention == ZS_PLAN_ZEROSIM &&
+                                                       st == 3 && zs_step_overlap(&c)),
+                            /* the loss, the overflow flag and the gradient
+                             * norm: three small collectives per step */
+                            .scalar_calls = in->convention == ZS_PLAN_ZEROSIM ? 3.0 : 0.0,
                             .optimizer_elems = st == 0 ? Pp : Pp / N,
                             .gemm_flops_per_step = gemm,
                             .host_bytes = r->d2h_bytes + r->h2d_bytes,

@@ -84,6 +84,10 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
             b = c->inter_link_bandwidth / s;
         }
         double t = n > 1 ? rounds * (k->calls * (n - 1) * a + (n - 1) / n * k->bytes / b) : 0.0;
+        int K = in->devices_per_node;
+        if (k->linear && inter && c->inter_link_bandwidth > 0 && k->kind == ZS_COLL_ALLGATHER &&
+            K < n && (int)n % K == 0) /* the node's parts to the other nodes' ranks, at once */
+            t = k->calls * a + K * (n - K) / n * k->bytes / c->inter_link_bandwidth;
         out->coll_s[k->kind] += t;
         out->comm_s += t;
     }
@@ -111,8 +115,12 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
         out->offload_s += in->nvme_bytes / c->nvme_bandwidth;
     if (c->host_optimizer_elems_per_s > 0)
         out->offload_s += in->host_optimizer_elems / c->host_optimizer_elems_per_s;
+    ZS_TRY(zs_steptime_check("the small collectives per step", in->scalar_calls, 1));
+    if (in->world > 1)
+        out->scalars_s = in->scalar_calls * out->alpha_s;
+    out->overlapped = in->overlap != 0;
     out->total_s = (in->overlap ? fmax(out->compute_s, out->comm_s) : out->compute_s + out->comm_s) +
-                   out->optimizer_s + out->offload_s;
+                   out->scalars_s + out->optimizer_s + out->offload_s;
     return 0;
 }
 

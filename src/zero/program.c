@@ -596,6 +596,8 @@ typedef struct {              /* the builder's state */
     size_t nlive;             /* elements gathered */
     char *touched;            /* [nbuckets] bucket has its buffer */
     int pending;              /* overlap: the bucket in flight, or -1 */
+    int fwd_micro;            /* the micro-batch whose forward ran last, with no
+                                 backward since; or -1 */
     int fail;
 } zs_builder;
 
@@ -751,6 +753,7 @@ static void zs_b_forward_micro(zs_builder *b, int a)
 {
     const zs_step_shape *s = b->s;
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp - 1;
+    b->fwd_micro = a;
     b->micro = a;
     b->phase = ZS_PHASE_FORWARD;
     if (first || last)
@@ -782,15 +785,22 @@ static void zs_b_backward_micro(zs_builder *b, int a)
      * 3, and stages 0 and 1 with overlap_comm (in the reducing
      * micro-batches; not when fixed point accumulates locally) */
     int inside = st >= 2 || (s->overlap && !fixacc && (!once || a == GA - 1));
+    /* a pipeline stage whose last forward was this micro-batch's, with no
+     * backward since (the last stage under 1F1B), still holds its last
+     * segment's activations in the working slots: not recomputed */
+    int fresh = pipe && b->fwd_micro == a, L = s->cfg.model.n_layer;
+    int ublock = s->ulast < L ? s->ulast : L; /* the stage's last block */
+    b->fwd_micro = -1;
     if (!last)
         zs_emit_pp(b, ZS_SOP_RECV_GRAD, s->ulast, 0, s->io_elems);
     for (int u = s->ulast; u >= s->ufirst; u--) {
-        int rfirst = zs_recomputed_first(s, u);
+        int rfirst = fresh && u == ublock ? -1 : zs_recomputed_first(s, u);
         if (rfirst >= 0)
             zs_b_forward_units(b, rfirst, u, ZS_SOPF_RECOMPUTE);
         /* no prefetch of a unit whose segment is recomputed first */
+        int rnext = fresh && u - 1 == ublock ? -1 : zs_recomputed_first(s, u - 1);
         if (st == 3)
-            zs_b_gather_unit(b, u, zs_recomputed_first(s, u - 1) >= 0 ? -1 : u - 1, 0);
+            zs_b_gather_unit(b, u, rnext >= 0 ? -1 : u - 1, 0);
         if (st >= 2)
             zs_b_bucket_allocs(b, u);
         if (pipe && u == 0)
@@ -821,7 +831,7 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
 {
     (void)rank; /* the shape is this rank's pipeline stage's */
     memset(p, 0, sizeof *p);
-    zs_builder b = {.s = s, .m = m, .p = p, .micro = -1, .pending = -1};
+    zs_builder b = {.s = s, .m = m, .p = p, .micro = -1, .pending = -1, .fwd_micro = -1};
     b.live = calloc((size_t)s->U, 1);
     b.touched = calloc((size_t)s->nbuckets + 1, 1);
     if (!b.live || !b.touched) {
