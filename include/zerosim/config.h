@@ -239,11 +239,6 @@ void zs_config_print_keys(FILE *f);
  * size N / (tp x pp)), then the other fields. Fills in missing
  * batch fields. Returns 0 or non-zero with a message naming the key. */
 int zs_run_config_finalize(zs_run_config *c, int world_size);
-/* Expert parallelism in a run that computes (not a phantom one): refuses,
- * with one line saying why, what would not give --ep 1's bytes (more than
- * 2 data-parallel ranks dp, bf16/fp16, deterministic mode, the step
- * schedule with accumulation, compression, qgZ, QAT). 0 when ep_size is 1. */
-int zs_run_config_check_ep(const zs_run_config *c, int dp);
 
 /* The resolved configuration as JSON text (DeepSpeed's key names where they
  * exist, plus "auto": what each "auto" became, and "no_effect": the keys

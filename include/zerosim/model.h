@@ -65,6 +65,14 @@ typedef struct {
     double moe_capacity_factor;
     double moe_aux_coeff;
     int moe_ep, moe_ep_rank;
+    /* With moe_ep > 1: 0 sums each expert's weight gradients over the
+     * sources in rank order on the expert's rank (the gradients of its own
+     * E/Ep experts); 1 sends each source's part back to the source with one
+     * more all-to-all per MoE block backward, so that every rank holds the
+     * gradients of every expert from its own tokens, byte for byte those
+     * of moe_ep = 1 (the caller's gradient views of the stacked expert
+     * entries then hold all E experts; the parameter views E/Ep). */
+    int moe_ep_home;
     /* MLP */
     int input_dim;
     int n_classes;
@@ -225,6 +233,10 @@ int zs_model_moe_stats(const zs_acts *a, int l, zs_moe_stats *out);
  * the bytes this rank sends (the ledger's wire bytes) and sets *calls;
  * 0 and 0 without expert parallelism. */
 double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls);
+/* With moe_ep_home: the all-to-all of each MoE block's backward that sends
+ * the experts' gradients back to their sources, the bytes one call sends
+ * ((Ep - 1)/Ep of E experts' parameters in fp32); 0 without. */
+double zs_model_moe_home_bytes(const zs_model_config *c);
 /* Backward of unit l (call from the last unit down to 0). dloss is the
  * gradient of the objective with respect to the micro-batch's mean loss
  * (for example loss_scale / (grad_accum * world_size)). Gradients accumulate

@@ -962,8 +962,6 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         cfg->micro_batch = 1;
     if (zs_run_config_finalize(cfg, world))
         goto fail;
-    if (!*phantom_world && zs_run_config_check_ep(cfg, world / (cfg->tp * cfg->pp)))
-        goto fail;
     if (cli.val[OPT_HOST_MEMORY] && zs_parse_size(cli.val[OPT_HOST_MEMORY], &o->host_memory)) {
         if (err)
             fprintf(err, "zerosim: --host-memory: %s\n", zs_error_msg());

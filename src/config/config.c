@@ -2055,42 +2055,6 @@ const char *zs_grad_reduce_name(zs_grad_reduce g)
     return g == ZS_GRAD_REDUCE_STEP ? "step" : "micro-batch";
 }
 
-/* Expert parallelism in training: what gives the same bytes as --ep 1.
- * The model sums each expert's gradient over the expert-parallel group
- * (in rank order, in fp32); the data-parallel reduction then adds that sum
- * to the other ranks' zeros. --ep 1 instead adds the ranks' own gradients
- * in the reduction's order: the same sum only with one addition (2 ranks),
- * each rank's gradient kept as is (fp32, not fixed point or compressed)
- * and one micro-batch's gradient per reduction (docs/moe.md). */
-int zs_run_config_check_ep(const zs_run_config *c, int dp)
-{
-    if (c->ep <= 1)
-        return 0;
-    const char *why = "(docs/moe.md, \"Expert parallelism\")";
-    if (dp != 2)
-        return fail("expert parallelism in training (--ep %d) runs on 2 data-parallel ranks only, "
-                    "this run has %d: with more, the expert gradients summed over the "
-                    "expert-parallel group are added in another order than --ep 1 adds them and "
-                    "the parameters would not be byte-identical %s", c->ep, dp, why);
-    if (c->precision != ZS_DTYPE_F32)
-        return fail("expert parallelism in training (--ep %d) runs in fp32 only: with --precision "
-                    "bf16 or fp16 the summed expert gradient would be rounded once instead of "
-                    "each rank's, unlike --ep 1; use --precision fp32 %s", c->ep, why);
-    if (c->deterministic)
-        return fail("expert parallelism in training (--ep %d) does not support --deterministic: "
-                    "the fixed-point sum of each rank's gradient is not the fixed point of the "
-                    "expert-parallel sum %s", c->ep, why);
-    if (c->grad_accum > 1 && c->grad_reduce == ZS_GRAD_REDUCE_STEP && c->stage <= 1)
-        return fail("expert parallelism in training (--ep %d) does not support --grad-reduce step "
-                    "with gradient accumulation: the expert-parallel sums would be accumulated "
-                    "in another order than --ep 1's; use --grad-reduce micro-batch %s", c->ep, why);
-    if (c->compression.kind != ZS_COMP_NONE || c->quantized_gradients || c->qat)
-        return fail("expert parallelism in training (--ep %d) does not support --compression, "
-                    "quantized gradients (qgZ) or --qat: each would see the expert-parallel sum "
-                    "instead of each rank's gradient; run without them %s", c->ep, why);
-    return 0;
-}
-
 int zs_run_config_finalize(zs_run_config *c, int world_size)
 {
     if (world_size < 1)

@@ -380,6 +380,22 @@ static size_t gpt_activation_bytes(const zs_model_config *c, int b)
  * dfch_gelu (4BT*C/P each), preatt and datt (B*NH/P*T*T each),
  * logits/dlogits (BT*V/P); with tensor parallelism also the loss's row
  * maxima and sums (3BT). */
+/* Expert parallelism with moe_ep_home: the floats of every expert's
+ * parameters (E (8C^2 + 5C)), each of the two home buffers; 0 without. */
+static size_t gpt_home_floats(const zs_model_config *c)
+{
+    if (c->moe_ep <= 1 || !c->moe_ep_home || gpt_n_moe(c) == 0)
+        return 0;
+    size_t C = (size_t)c->n_embd;
+    return (size_t)c->moe_experts * (8 * C * C + 5 * C);
+}
+
+double zs_model_moe_home_bytes(const zs_model_config *c)
+{
+    double n = (double)gpt_home_floats(c);
+    return n > 0 ? n * 4.0 * (c->moe_ep - 1.0) / c->moe_ep : 0.0;
+}
+
 static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
 {
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
@@ -391,7 +407,8 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
     size_t moe = 0;
     if (gpt_n_moe(c) > 0) {
         size_t ecc = (size_t)c->moe_experts * (size_t)gpt_moe_cap(c, b) * C;
-        moe = 2 * ecc + BT * (size_t)c->moe_experts + (ecc > BT * C ? 8 * (ecc - BT * C) : 0);
+        moe = 2 * ecc + BT * (size_t)c->moe_experts + (ecc > BT * C ? 8 * (ecc - BT * C) : 0) +
+              2 * gpt_home_floats(c); /* the experts' gradients by source, out and in */
     }
     int b0, b1, head; /* a pipeline stage without the head has no logits */
     gpt_stage(c, &b0, &b1, &head);
@@ -525,6 +542,8 @@ static void gpt_bind_acts(zs_acts *a)
     if (nmoe) {
         a->s_me1 = s; s += ecc;
         a->s_me2 = s; s += ecc;
+        a->s_gsrc = s; s += gpt_home_floats(c);
+        a->s_grecv = s; s += gpt_home_floats(c);
         a->s_gl = s;
     }
 }
@@ -668,24 +687,59 @@ static void gpt_experts_backward(zs_model *m, zs_backend_t be, int l, float *con
 {
     const zs_model_config *c = &m->cfg;
     int C = c->n_embd, Ep = c->moe_ep > 1 ? c->moe_ep : 1, El = gpt_local_experts(c);
-    size_t rc = (size_t)cap * C;
+    size_t rc = (size_t)cap * C, CC = (size_t)C * C;
+    int home = gpt_home_floats(c) > 0;
+    /* with moe_ep_home, source q's gradients of this rank's experts go to
+     * its chunk of s_gsrc, laid out as the stacked entries: fc.w (El 4C C),
+     * fc.b (El 4C), proj.w (El C 4C), proj.b (El C) */
+    size_t chunk = (size_t)El * (8 * CC + 5 * (size_t)C);
     zs_backend_memset0(be, din, (size_t)Ep * El * rc * 4);
-    for (int q = 0; q < Ep; q++)
+    if (home)
+        zs_backend_memset0(be, a->s_gsrc, (size_t)Ep * chunk * 4);
+    for (int q = 0; q < Ep; q++) {
+        float *gfw = G[blk(c, l, M_FCW)], *gfb = G[blk(c, l, M_FCB)];
+        float *gpw = G[blk(c, l, M_FCPW)], *gpb = G[blk(c, l, M_FCPB)];
+        if (home) {
+            gfw = a->s_gsrc + (size_t)q * chunk;
+            gfb = gfw + (size_t)El * 4 * CC;
+            gpw = gfb + (size_t)El * 4 * C;
+            gpb = gpw + (size_t)El * 4 * CC;
+        }
         for (int j = 0; j < El; j++) {
             size_t blkrow = (size_t)q * El + j;
             float *dg = a->s_dfch_gelu, *dh = a->s_dfch;
             zs_backend_memset0(be, dg, 4 * rc * 4);
-            zs_linear_backward(be, dg, G[blk(c, l, M_FCPW)] + (size_t)j * 4 * C * C,
-                               G[blk(c, l, M_FCPB)] + (size_t)j * C, dout + blkrow * rc,
-                               a->m_gelu[l] + blkrow * 4 * rc,
-                               P[blk(c, l, M_FCPW)] + (size_t)j * 4 * C * C, cap, 4 * C, C);
+            zs_linear_backward(be, dg, gpw + (size_t)j * 4 * CC, gpb + (size_t)j * C,
+                               dout + blkrow * rc, a->m_gelu[l] + blkrow * 4 * rc,
+                               P[blk(c, l, M_FCPW)] + (size_t)j * 4 * CC, cap, 4 * C, C);
             zs_backend_memset0(be, dh, 4 * rc * 4);
             zs_backend_gelu_backward(be, dh, a->m_fch[l] + blkrow * 4 * rc, dg, 4 * rc);
-            zs_linear_backward(be, din + blkrow * rc, G[blk(c, l, M_FCW)] + (size_t)j * 4 * C * C,
-                               G[blk(c, l, M_FCB)] + (size_t)j * 4 * C, dh,
-                               a->m_xin[l] + blkrow * rc,
-                               P[blk(c, l, M_FCW)] + (size_t)j * 4 * C * C, cap, C, 4 * C);
+            zs_linear_backward(be, din + blkrow * rc, gfw + (size_t)j * 4 * CC,
+                               gfb + (size_t)j * 4 * C, dh, a->m_xin[l] + blkrow * rc,
+                               P[blk(c, l, M_FCW)] + (size_t)j * 4 * CC, cap, C, 4 * C);
         }
+    }
+    if (!home)
+        return;
+    /* each source's chunk home; from owner o come its experts' gradients
+     * from this rank's tokens: experts o El .. o El + El - 1 of each entry */
+    int cnt[256], dis[256];
+    for (int q = 0; q < Ep; q++) {
+        cnt[q] = (int)(chunk * 4);
+        dis[q] = (int)((size_t)q * chunk * 4);
+    }
+    if (m->ep && zs_comm_alltoallv_bytes(m->ep, a->s_gsrc, cnt, dis, a->s_grecv, cnt, dis, l + 1))
+        m->tp_failed = 1;
+    if (!m->ep)
+        zs_backend_copy_d2d(be, a->s_grecv, a->s_gsrc, (size_t)Ep * chunk * 4);
+    const size_t part[4] = {(size_t)El * 4 * CC, (size_t)El * 4 * C, (size_t)El * 4 * CC,
+                            (size_t)El * C};
+    const int ent[4] = {M_FCW, M_FCB, M_FCPW, M_FCPB};
+    for (int o = 0; o < Ep; o++) {
+        const float *src = a->s_grecv + (size_t)o * chunk;
+        for (int k = 0; k < 4; src += part[k], k++)
+            zs_backend_axpy(be, G[blk(c, l, ent[k])] + (size_t)o * part[k], 1.0f, src, part[k]);
+    }
 }
 
 /* The router of block l: logits, softmax (host), routing; the gates are

@@ -76,6 +76,9 @@ struct zs_acts {
     float **m_gates, **m_xin, **m_fch, **m_gelu, **m_out;
     float *s_gl;             /* scratch: logits, then their gradient (BT,E) */
     float *s_me1, *s_me2;    /* scratch: (E,Cap,C) each */
+    float *s_gsrc, *s_grecv; /* scratch, expert parallelism with moe_ep_home:
+                                the experts' gradients by source, sent and
+                                received (E experts' parameters each) */
     zs_moe_routing *moe;     /* host routing of the current MoE block */
     zs_moe_stats *moe_stats; /* [n_layer]: of each block's last forward */
     double moe_aux;          /* aux coefficient x sum of l_aux, last forward */

@@ -144,7 +144,8 @@ double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, in
 
 /* Expert parallelism: the model's all-to-alls in one step of program prog
  * (units 1..L are the GPT's blocks): two per forward or backward of a MoE
- * block, each zs_model_moe_alltoall_bytes / its calls. */
+ * block, each zs_model_moe_alltoall_bytes / its calls, and with
+ * moe_ep_home one more per backward (zs_model_moe_home_bytes). */
 static void zs_predict_ep(const zs_model_config *mc, int b, const zs_step_program *prog,
                           zs_prediction *p)
 {
@@ -159,6 +160,10 @@ static void zs_predict_ep(const zs_model_config *mc, int b, const zs_step_progra
             continue;
         p->ep_a2a_calls_per_step += 2;
         p->ep_a2a_bytes_per_step += 2.0 * bytes / calls;
+        if (o->kind == ZS_SOP_BACKWARD && mc->moe_ep_home) { /* the gradients home */
+            p->ep_a2a_calls_per_step += 1;
+            p->ep_a2a_bytes_per_step += zs_model_moe_home_bytes(mc);
+        }
     }
 }
 
@@ -168,15 +173,16 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
     /* expert parallelism: the engine's arrays keep the --ep 1 layout
      * (zerosim/zero.h, zs_engine_set_ep); the model's all-to-alls are added
      * below */
-    zs_run_config ep1 = *ecfg;
+    zs_run_config ep1 = *ecfg, sc = *ecfg;
     ep1.model.moe_ep = 1;
     ep1.model.moe_ep_rank = 0;
+    sc.model.moe_ep_home = sc.model.moe_ep > 1; /* the engine's model */
     const zs_run_config *cfg = &ep1;
     zs_model *m;
     ZS_TRY(zs_model_create(&cfg->model, &m));
     zs_step_shape sh;
     zs_step_program prog;
-    if (zs_step_shape_build(cfg, m, world, &sh)) {
+    if (zs_step_shape_build(&sc, m, world, &sh)) {
         zs_model_destroy(m);
         return -1;
     }
@@ -297,7 +303,7 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
             p->tp_allreduce_calls_per_step = GA * (first + 3.0 * last + 4.0 * L + 2.0 * rec);
         }
     }
-    zs_predict_ep(&ecfg->model, ecfg->micro_batch, &prog, p);
+    zs_predict_ep(&sc.model, ecfg->micro_batch, &prog, p);
     for (size_t i = 0; sh.comp && i < prog.n; i++) /* one exchange per reduce op */
         if (prog.ops[i].kind == ZS_SOP_REDUCE)
             p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, prog.ops[i].index, 0);

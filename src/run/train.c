@@ -925,13 +925,17 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     for (int st = 0; st < P && !rc; st++) {
         zs_run_config sc = *cfg;
         zs_model *m = NULL;
-        /* expert parallelism: the engine's arrays keep the --ep 1 layout */
-        sc.model.moe_ep = 1;
-        sc.model.moe_ep_rank = 0;
         if (P > 1)
             rc = zs_pp_stage_config(&sc, st);
+        /* expert parallelism: the engine's arrays keep the --ep 1 layout,
+         * its model's buffers are those of --ep with the gradients sent
+         * home (zs_engine_set_ep) */
+        zs_model_config lm = sc.model;
+        lm.moe_ep = 1;
+        lm.moe_ep_rank = 0;
+        sc.model.moe_ep_home = cfg->ep > 1;
         if (!rc)
-            rc = zs_model_create(&sc.model, &m);
+            rc = zs_model_create(&lm, &m);
         if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
             nshapes++;
         zs_model_destroy(m);

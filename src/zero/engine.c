@@ -78,9 +78,10 @@ struct zs_engine {
                                    parallelism: this rank's experts only) */
     /* expert parallelism (cfg.model.moe_ep > 1): the flat arrays keep the
      * --ep 1 layout (every expert), laid out by fmodel; the model computes
-     * this rank's experts, a slice of each stacked expert entry, whose
-     * gradients it has summed over the expert-parallel group; the other
-     * experts' gradients stay zero on this rank (zs_engine_slice) */
+     * this rank's experts, a slice of each stacked expert entry
+     * (zs_engine_slice), and sends each expert's gradients from each
+     * source's tokens back to the source (moe_ep_home), so the gradient
+     * views cover every expert and hold --ep 1's bytes */
     zs_model *fmodel;
     const zs_layout *clay;      /* the computing model's layout */
     int ep_size, ep_rank;
@@ -517,7 +518,11 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->ep_rank = e->ep_size > 1 ? cfg->model.moe_ep_rank : 0;
     e->cfg.model.moe_ep = 1;
     e->cfg.model.moe_ep_rank = 0;
-    if (zs_model_create(&cfg->model, &e->model) ||
+    zs_model_config cm = cfg->model; /* each expert's gradients sent home */
+    cm.moe_ep_home = e->ep_size > 1;
+    zs_run_config scfg = *cfg; /* the shape: ep's buffers, --ep 1's layout */
+    scfg.model = cm;
+    if (zs_model_create(&cm, &e->model) ||
         (e->ep_size > 1 && zs_model_create(&e->cfg.model, &e->fmodel)) ||
         (!e->phantom && (cfg->data_file
                              ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
@@ -531,7 +536,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     if (shape) {
         e->sh = shape;
     } else {
-        if (zs_step_shape_build(&e->cfg, lm, N, &e->own_shape))
+        if (zs_step_shape_build(&scfg, lm, N, &e->own_shape))
             goto fail;
         e->sh = &e->own_shape;
     }
@@ -920,11 +925,11 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
         } else {
             e->P[ids[i]] = (float *)src;
         }
-        if (want_grads) {
+        if (want_grads) { /* every expert's (moe_ep_home) */
             e->G[ids[i]] = e->stage_g + pos;
-            zs_backend_memset0(e->be, e->stage_g + pos, numel * 4);
+            zs_backend_memset0(e->be, e->stage_g + pos, pe->numel * 4);
         }
-        pos += numel;
+        pos += pe->numel;
     }
 }
 
@@ -937,10 +942,9 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 static int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
 {
     const zs_param_entry *pe = &e->lay->entries[id];
-    size_t so, numel = zs_engine_slice(e, id, &so);
-    size_t lo = pe->offset - e->base + so, hi = lo + numel;
+    size_t lo = pe->offset - e->base, hi = lo + pe->numel;
     if (e->stage <= 1) {
-        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, numel);
+        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, pe->numel);
         return 0;
     }
     for (int k = 0; k < e->sh->nbuckets; k++) {
