@@ -156,5 +156,13 @@ refuse() { # n pattern args...
 refuse 2 "does not support checkpoints" --ep 2 --save-dir "$T/ck"
 refuse 2 "must divide the data-parallel size" --ep 4 --moe-experts 8
 refuse 4 "must be divisible by the expert-parallel size" --ep 4 --moe-experts 6
+# an all-to-all past one MPI call's 2 GiB (a phantom run: 2 x 64 experts of
+# hidden 1024 send back 4,297,588,736 bytes of gradients) is one line, not
+# a wrapped count
+if "$ZS" train --phantom --world-size 4 --ep 2 --layers 2 --hidden 1024 --heads 16 --seq 256 \
+        --vocab 1024 --moe-experts 128 --micro-batch 1 --precision bf16 >"$T/out" 2>"$T/err"; then
+    bad "accepted an all-to-all of more than 2 GiB"
+elif [ "$(grep -c "more than one MPI all-to-all carries" "$T/err")" -eq 1 ]; then ok
+else bad "all-to-all over 2 GiB: $(cat "$T/err")"; fi
 
 finish

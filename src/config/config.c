@@ -2129,6 +2129,9 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     c->model.sequence_parallel = c->sequence_parallel;
     if (c->ep < 1)
         return fail("moe.ep_size (--ep) must be at least 1, got %d", c->ep);
+    if (c->ep > 256)
+        return fail("moe.ep_size (--ep) %d is more than the 256 ranks an expert-parallel group "
+                    "may have here: use --ep 256 or less", c->ep);
     if (c->ep > 1 && c->model.moe_experts == 0)
         return fail("expert parallelism (--ep %d) needs a mixture of experts: give "
                     "--moe-experts (moe.num_experts)", c->ep);

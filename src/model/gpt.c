@@ -29,6 +29,7 @@
 #include "zerosim/error.h"
 #include "zerosim/layers.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,8 @@ enum { /* entries of one block, in layout order */
  * dimension (expert e's rows are the e-th slice of each). Entry kinds of
  * such a block are numbered from B_NENT on. */
 enum { M_GATEW = B_NENT, M_FCW, M_FCB, M_FCPW, M_FCPB, M_KIND_END };
+/* the most ranks of an expert-parallel group (the all-to-alls' count arrays) */
+#define ZS_MOE_MAX_EP 256
 #define M_NENT (B_LN2B + 1 + (M_KIND_END - M_GATEW)) /* entries of a MoE block */
 
 int zs_model_block_is_moe(const zs_model_config *c, int l)
@@ -647,8 +650,15 @@ static void gpt_moe_alltoall(zs_model *m, zs_backend_t be, float *recv, const fl
         zs_backend_copy_d2d(be, recv, send, ecc * 4);
         return;
     }
-    int cnt[256], dis[256];
+    int cnt[ZS_MOE_MAX_EP], dis[ZS_MOE_MAX_EP];
     size_t chunk = ecc / (size_t)Ep * 4;
+    if (Ep > ZS_MOE_MAX_EP || (size_t)Ep * chunk > (size_t)INT_MAX) {
+        zs_error_set("expert parallelism: the all-to-all of %zu bytes per rank is more than one "
+                     "MPI call carries (2 GiB): use a larger --ep or a smaller micro-batch",
+                     (size_t)Ep * chunk);
+        m->tp_failed = 1;
+        return;
+    }
     for (int q = 0; q < Ep; q++) {
         cnt[q] = (int)chunk;
         dis[q] = (int)((size_t)q * chunk);
@@ -723,7 +733,14 @@ static void gpt_experts_backward(zs_model *m, zs_backend_t be, int l, float *con
         return;
     /* each source's chunk home; from owner o come its experts' gradients
      * from this rank's tokens: experts o El .. o El + El - 1 of each entry */
-    int cnt[256], dis[256];
+    int cnt[ZS_MOE_MAX_EP], dis[ZS_MOE_MAX_EP];
+    if (Ep > ZS_MOE_MAX_EP || (size_t)Ep * chunk * 4 > (size_t)INT_MAX) {
+        zs_error_set("expert parallelism: the experts' gradients, %zu bytes per rank, are more "
+                     "than one MPI all-to-all carries (2 GiB): use a larger --ep",
+                     (size_t)Ep * chunk * 4);
+        m->tp_failed = 1;
+        return;
+    }
     for (int q = 0; q < Ep; q++) {
         cnt[q] = (int)(chunk * 4);
         dis[q] = (int)((size_t)q * chunk * 4);
