@@ -101,7 +101,7 @@ lab_num gpt3_tp_fits "$(fits gpt3_tp)"
 # traffic per device per step (GB) and the planner's step time (s)
 for n in gpt3_s3 gpt3_tp; do
     lab_num "${n}_traffic" "$(sed -n 's/.*; total [0-9]* bytes (\([0-9.]*\) GB).*/\1/p' "$OUT/plan_$n.txt")"
-    lab_num "${n}_step" "$(sed -n 's/^step time: .* = \([0-9.]*\) s$/\1/p' "$OUT/plan_$n.txt")"
+    lab_num "${n}_step" "$(sed -n 's/^step time: .* = \([0-9.]*\) s\( (.*)\)\{0,1\}$/\1/p' "$OUT/plan_$n.txt")"
     lab_num "${n}_compute" "$(sed -n 's/^step time: compute \([0-9.]*\) s .*/\1/p' "$OUT/plan_$n.txt")"
 done
 
