@@ -77,11 +77,11 @@ START_TEST(test_capacity_out_of_memory)
 }
 END_TEST
 
-/* Freed blocks of 1 MiB and more are kept and handed out again, zeroed,
+/* Freed blocks of 4 MiB and more are kept and handed out again, zeroed,
  * outside the ledger and its capacity. */
 START_TEST(test_block_cache)
 {
-    const size_t big = (size_t)2 << 20;
+    const size_t big = (size_t)8 << 20;
     unsetenv("ZEROSIM_ALLOC_CACHE");
     zs_mem_t m = zs_mem_create(be, 3 * big / 2 + 4096, 0);
     void *a, *b, *c;
