@@ -16,26 +16,9 @@
 M="--layers 4 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 4 --steps 3 --warmup 0 --quiet"
 
 # run NAME N ARGS...: train on N ranks, report in $T/NAME.json, tables in $T/NAME/
-run() {
-    name=$1 n=$2
-    shift 2
-    if ! sh "$HERE/mpirun.sh" "$n" "$ZS" train $M "$@" --report "$T/$name.json" --csv "$T/$name" \
-         </dev/null >"$T/$name.log" 2>&1; then
-        bad "$name: zerosim train $* on $n ranks failed"
-        cat "$T/$name.log"
-        return 1
-    fi
-    hashes "$T/$name.json" >"$T/$name.h"
-}
+run() { train_hashes "$@"; }
 
-# same NAME REF: NAME's per-step hashes equal REF's
-same() {
-    if [ -s "$T/$2.h" ] && grep -q '[0-9a-f]\{16\}' "$T/$2.h" && cmp -s "$T/$1.h" "$T/$2.h"; then
-        ok
-    else
-        bad "$1: per-step hashes $(cat "$T/$1.h") differ from $2's $(cat "$T/$2.h")"
-    fi
-}
+same() { same_hashes "$@"; }
 
 # acct NAME: every category of every rank measured = predicted, and every
 # traffic op with a prediction (reduce-scatter, allgather, the TP
