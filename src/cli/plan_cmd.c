@@ -701,7 +701,9 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 in->has_arch ? (r->recompute ? "(8 Psi + 16 L C T), with recompute"
                                                          : "(6 Psi + 12 L C T)")
                              : "6 Psi",
-                r->pp > 1 ? " x the stage's share of Psi / (1 - bubble)" : "",
+                r->pp > 1   ? " x the stage's share of Psi / (1 - bubble)"
+                : c->tp > 1  ? " x the TP shard's share of Psi"
+                             : "",
                 in->cal.gemm_flops);
     else
         fprintf(f, "  compute: not modelled (give --seq with --params, or --arch gpt)\n");

@@ -453,9 +453,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         per_token *= 4.0 / 3.0;
     r->flops_per_step = r->tokens_per_step * per_token;
     /* a pipeline: the most loaded stage's share of the parameters'
-     * compute, stretched by the bubble */
+     * compute, stretched by the bubble; tensor parallelism: the TP shard's
+     * share (no bubble without a pipeline) */
     double pp_scale = 1.0;
-    if (r->pp > 1 && Psi > 0)
+    if ((r->pp > 1 || c.tp > 1) && Psi > 0)
         pp_scale = (double)pr.num_params / Psi / (1.0 - r->pp_bubble);
     r->flops_per_step *= pp_scale;
     r->traffic_bytes += r->pp_send_bytes;
