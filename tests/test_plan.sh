@@ -381,6 +381,18 @@ if sh "$HERE/mpirun.sh" 4 "$ZS" train --config "$T/c12.json" --compression topk:
 else
     bad "plan --config case failed"; cat "$T/log"
 fi
+# ---- tensor parallelism without a pipeline: a device computes its TP
+# shard's share of the model (as in 3D), the FLOPs of --tp 1 times
+# params_per_device / params
+G="--arch gpt --layers 4 --hidden 512 --heads 8 --seq 32 --vocab 1024 --micro-batch 16 --dp 2 --stage 1 --json"
+"$ZS" plan $G > "$T/t1.json" && "$ZS" plan $G --tp 2 > "$T/t2.json" || bad "plan --tp 2"
+python3 - "$T/t1.json" "$T/t2.json" <<'PY' && ok || bad "plan --tp 2's FLOPs are not the TP shard's share"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+want = a["step_time"]["flops_per_step"] * b["params_per_device"] / b["params"]
+got = b["step_time"]["flops_per_step"]
+sys.exit(not (b["params_per_device"] < b["params"] and abs(got - want) <= 1e-9 * want))
+PY
 # ---- Korthikanti et al. (arXiv 2205.05198), activation bytes per layer with
 # their counting, on their shapes (Table 3: 175B, 530B, 1T; t = 8, b = 1,
 # s = 2048), times the layers; and the parameter count of a GPT equals

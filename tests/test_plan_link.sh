@@ -92,6 +92,41 @@ close "$c" 0 && ok || bad "stage 3's total is not max(compute, comm) + 3 alpha +
 c=$(js "$T/zo.json" "d['step_time']['compute_s'] + d['step_time']['comm_s'] + 0.003 + d['step_time']['optimizer_s'] - d['step_time']['total_s']")
 close "$c" 0 && ok || bad "stage 3 with overlap_comm off is not the sum (off by $c s)"
 
+# 2b. stage 3 with overlap_comm when the cores make the copies inside a node
+#     (intra_copies_use_cores, what zerosim bench writes; a bench file
+#     without the key counts as true): one node of 4, all its collectives
+#     over shared memory, so nothing hides: compute + comm + 3 alpha +
+#     optimizer; false (a GPU's copy engines): the larger of the two;
+#     2 nodes of 2, the flat world's collectives cross the network link and
+#     still hide. Compute is kept above communication (--seq) so that the
+#     sum and the larger differ.
+S3="--params 1e6 --stage 3 --dp 4 --seq 4096 --json"
+for v in true false absent; do
+    case $v in
+        absent) printf '{"world_size": 4, "gemm_flops": 1e12, "intra_latency_s": 1e-3, "intra_bandwidth": 1e9, "inter_latency_s": 1e-3, "inter_bandwidth": 1e9, "work_s": {"attention": 0, "gelu": 0, "block_elementwise": 0, "head": 0, "grads": 0, "memory_pass": 0}}\n' ;;
+        *) printf '{"gemm_flops": 1e12, "intra_latency_s": 1e-3, "intra_bandwidth": 1e9, "inter_latency_s": 1e-3, "inter_bandwidth": 1e9, "intra_copies_use_cores": %s}\n' "$v" ;;
+    esac > "$T/cores-$v.json"
+    "$ZS" plan $S3 --calibration "$T/cores-$v.json" > "$T/c.json" 2> "$T/e" || bad "plan ($v): $(cat "$T/e")"
+    if [ "$v" = false ]; then f="max(t['compute_s'], t['comm_s'])"; else f="t['compute_s'] + t['comm_s']"; fi
+    c=$(js "$T/c.json" "(lambda t: $f + 0.003 + t['optimizer_s'] - t['total_s'])(d['step_time'])")
+    close "$c" 0 && ok || bad "stage 3, one node, intra_copies_use_cores $v: total off by $c s"
+    e=$(js "$T/c.json" "(lambda t: t['comm_exposed_s'] - (0 if '$v' == 'false' else t['comm_s']))(d['step_time'])")
+    close "$e" 0 && ok || bad "stage 3, one node, intra_copies_use_cores $v: exposed off by $e s"
+    "$ZS" plan $S3 --ranks-per-node 2 --calibration "$T/cores-$v.json" > "$T/c2.json" 2> "$T/e" ||
+        bad "plan ($v, 2 nodes): $(cat "$T/e")"
+    c=$(js "$T/c2.json" "(lambda t: max(t['compute_s'], t['comm_s']) + 0.003 + t['optimizer_s'] - t['total_s'])(d['step_time'])")
+    close "$c" 0 && ok || bad "stage 3 across 2 nodes, intra_copies_use_cores $v: not the larger (off by $c s)"
+done
+c=$(js "$T/c.json" "d['step_time']['compute_s'] - d['step_time']['comm_s']")
+awk -v c="$c" 'BEGIN { exit !(c > 0) }' && ok || bad "the case does not tell the sum from the larger (compute - comm $c)"
+sed 's/: false/: 1/' "$T/cores-false.json" > "$T/cores-bad.json"
+if "$ZS" plan $S3 --calibration "$T/cores-bad.json" > "$T/o" 2> "$T/e"; then
+    bad "intra_copies_use_cores 1 was accepted"
+else
+    [ "$(wc -l < "$T/e")" = 1 ] && grep -q '"intra_copies_use_cores" must be true or false' "$T/e" &&
+        ok || bad "intra_copies_use_cores 1: $(cat "$T/e")"
+fi
+
 # 3. one node: the link's bandwidth moves nothing
 for o in "--dp 4 --ranks-per-node 4" "--dp 4"; do
     a=$("$ZS" plan --params 1e6 --stage 2 $o --calibration "$T/link.json" --json |

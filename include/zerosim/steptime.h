@@ -32,7 +32,13 @@
  * small collectives (scalar_calls) cost α each. Without overlap the step
  * time is compute + communication + scalars + optimizer; with overlap it
  * is max(compute, communication) + scalars + optimizer (the optimizer step
- * follows the last reduction and the scalars).
+ * follows the last reduction and the scalars). Overlap as the links allow
+ * (overlap 2, stage 3's overlap_comm) hides only what can move while the
+ * cores compute: when the calibration says the copies inside a node are
+ * made by the ranks' own cores (intra_copies_use_cores: CPU ranks over
+ * shared memory, which is what zerosim bench measures), the collectives
+ * inside a node add to compute and only those across a network link hide,
+ * max(compute, inter-node communication) + intra-node communication.
  *
  * The model is small on purpose: it is meant to be tuned against measured
  * runs (`zerosim bench` writes the calibration file read here).
@@ -120,6 +126,12 @@ typedef struct {
                                  1): they are not a node's inside, so a group
                                  inside a node uses the intra-node α and β */
     double optimizer_elems_per_s;
+    int intra_copies_use_cores; /* 1: a collective inside a node is memory
+                                   copies made by the ranks' own cores (CPU
+                                   ranks over shared memory, as zerosim bench
+                                   measures them), so it cannot run behind
+                                   their compute; 0: it can (a GPU's copy
+                                   engines, NVLink) */
     /* Seconds per unit of each kind of non-GEMM work (0 = not given). When
      * every one is given and the input counts the work, compute is
      * gemm_flops_per_step at the GEMM rate plus the work at these rates. */
@@ -146,7 +158,10 @@ typedef struct {
                                        gradient norm): one α of the world's
                                        link each, after the backward, never
                                        hidden */
-    int overlap;                    /* 1: communication hides behind compute */
+    int overlap;                    /* 0: communication after compute; 1: all
+                                       of it hides behind compute (the best
+                                       case); 2: what the links allow hides
+                                       (see intra_copies_use_cores) */
     /* offload: bytes per device per step between device and host, and to
      * and from files; the host optimizer's elements (the device's
      * optimizer_elems are then 0). Serial with the rest of the step. */
@@ -164,6 +179,11 @@ typedef struct {
                                        nvme_bandwidth and the host optimizer
                                        (each 0 unless its rate is given) */
     double comm_s;                  /* sum over the collectives */
+    double comm_inter_s;            /* of which over links between nodes */
+    double comm_exposed_s;          /* of comm_s, what overlap cannot hide:
+                                       all of it without overlap, the
+                                       intra-node part when the cores make
+                                       those copies */
     double scalars_s;               /* the small collectives (scalar_calls α) */
     int overlapped;                 /* 1: compute and communication overlapped */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */

@@ -674,6 +674,9 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
     for (int k = 0; k < ZS_WORK_NKINDS; k++)
         json_object_set_new(wj, zs_work_kind_name((zs_work_kind)k), json_real(work_s[k]));
     json_object_set_new(root, "work_s", wj);
+    /* the ranks are processes on CPUs: their collectives inside a node are
+     * copies through shared memory made by the same cores that compute */
+    json_object_set_new(root, "intra_copies_use_cores", json_true());
     if (N > 1 && levels) { /* each level fitted on its own */
         double ia = K > 1 ? 0.5 * (in_rs.alpha + in_ag.alpha) : a;
         double ib = K > 1 ? 2.0 / (1.0 / in_rs.beta + 1.0 / in_ag.beta) : b;

@@ -668,7 +668,12 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     fprintf(f, " = %.4g s%s\n", t->total_s,
             !t->overlapped ? ""
             : in->overlap  ? " (overlapped: the larger of the first two)"
-                           : " (stage 3 with overlap_comm: the larger of the first two)");
+            : t->comm_exposed_s <= 0 ? " (stage 3 with overlap_comm: the larger of the first two)"
+            : t->comm_inter_s > 0
+                ? " (stage 3 with overlap_comm: compute hides the communication between nodes, "
+                  "not the copies inside a node, which the ranks' cores make)"
+                : " (stage 3 with overlap_comm: nothing hidden, the ranks' cores make the "
+                  "copies inside a node)");
     if (t->scalars_s > 0)
         fprintf(f, "  small collectives: the loss, the overflow flag and the gradient norm, 3 per "
                 "step at alpha %.3g s each\n", t->alpha_s);
@@ -696,7 +701,9 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 in->has_arch ? (r->recompute ? "(8 Psi + 16 L C T), with recompute"
                                                          : "(6 Psi + 12 L C T)")
                              : "6 Psi",
-                r->pp > 1 ? " x the stage's share of Psi / (1 - bubble)" : "",
+                r->pp > 1   ? " x the stage's share of Psi / (1 - bubble)"
+                : c->tp > 1  ? " x the TP shard's share of Psi"
+                             : "",
                 in->cal.gemm_flops);
     else
         fprintf(f, "  compute: not modelled (give --seq with --params, or --arch gpt)\n");
@@ -821,6 +828,7 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(t, "comm_s", json_real(r->time.comm_s));
     json_object_set_new(t, "scalars_s", json_real(r->time.scalars_s));
     json_object_set_new(t, "overlapped", json_boolean(r->time.overlapped));
+    json_object_set_new(t, "comm_exposed_s", json_real(r->time.comm_exposed_s));
     json_object_set_new(t, "optimizer_s", json_real(r->time.optimizer_s));
     json_object_set_new(t, "total_s", json_real(r->time.total_s));
     json_object_set_new(t, "flops_per_step", json_real(r->flops_per_step));

@@ -453,9 +453,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         per_token *= 4.0 / 3.0;
     r->flops_per_step = r->tokens_per_step * per_token;
     /* a pipeline: the most loaded stage's share of the parameters'
-     * compute, stretched by the bubble */
+     * compute, stretched by the bubble; tensor parallelism: the TP shard's
+     * share (no bubble without a pipeline) */
     double pp_scale = 1.0;
-    if (r->pp > 1 && Psi > 0)
+    if ((r->pp > 1 || c.tp > 1) && Psi > 0)
         pp_scale = (double)pr.num_params / Psi / (1.0 - r->pp_bubble);
     r->flops_per_step *= pp_scale;
     r->traffic_bytes += r->pp_send_bytes;
@@ -509,12 +510,17 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
                             .colls = r->colls, .ncolls = r->ncolls,
                             .flops_per_step = r->flops_per_step,
-                            /* --overlap; or stage 3 with overlap_comm (its
-                             * default): each unit's gather is prefetched
-                             * behind the previous unit's compute and the
-                             * reduce-scatters run behind the backward */
-                            .overlap = in->overlap || (in->convention == ZS_PLAN_ZEROSIM &&
-                                                       st == 3 && zs_step_overlap(&c)),
+                            /* --overlap (all of it hides); or stage 3
+                             * with overlap_comm (its default): each unit's
+                             * gather is prefetched behind the previous
+                             * unit's compute and the reduce-scatters run
+                             * behind the backward, as far as the links
+                             * allow (steptime.h) */
+                            .overlap = in->overlap ? 1
+                                       : in->convention == ZS_PLAN_ZEROSIM && st == 3 &&
+                                               zs_step_overlap(&c)
+                                           ? 2
+                                           : 0,
                             /* the loss, the overflow flag and the gradient
                              * norm: three small collectives per step */
                             .scalar_calls = in->convention == ZS_PLAN_ZEROSIM ? 3.0 : 0.0,
