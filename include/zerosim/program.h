@@ -171,6 +171,9 @@ int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m);
  * chunks a rank (Megatron-LM's forward_backward_pipelining_with_interleaving):
  * all m·v when m = P, else min(2(P - rank - 1) + (v - 1)P, m·v). */
 int zs_pp_interleaved_warmup(int P, int v, int rank, int m);
+/* The ideal bubble fraction of a step: (P - 1)/(v·m + P - 1), v = 1 but
+ * for the interleaved schedule (Narayanan et al.). */
+double zs_pp_ideal_bubble(int P, int v, int m);
 
 /* One step of a pipeline schedule on one rank: the forward or backward of
  * micro-batch `micro` on the rank's model chunk `chunk` (0 unless

@@ -672,6 +672,11 @@ int zs_pp_chunk_model(const zs_run_config *cfg, int chunk, zs_model_config *out)
     return 0;
 }
 
+double zs_pp_ideal_bubble(int P, int v, int m)
+{
+    return (double)(P - 1) / ((double)v * m + P - 1);
+}
+
 int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m)
 {
     if (sched == ZS_PP_GPIPE)
@@ -1144,11 +1149,11 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_FORWARD:
             if (o->flags & ZS_SOPF_RECOMPUTE)
                 c->recompute_units += 1;
-            else if (o->unit == s->ufirst && ++fwd - bwd > c->in_flight)
-                c->in_flight = fwd - bwd;
+            else if (o->unit == s->cfirst[o->chunk] && ++fwd - bwd > c->in_flight)
+                c->in_flight = fwd - bwd; /* (chunk, micro-batch) pairs */
             break;
         case ZS_SOP_BACKWARD:
-            if (o->unit == s->ufirst)
+            if (o->unit == s->cfirst[o->chunk])
                 bwd++;
             break;
         case ZS_SOP_SEND_ACT:
