@@ -9,7 +9,13 @@
  *  - each rank's dense gradients are byte-identical;
  *  - the gradients of a rank's experts are byte-identical to the sum, in
  *    rank order, of every rank's gradients of those experts at ep = 1
- *    (what a data-parallel reduction of the ep = 1 model adds up).
+ *    (what a data-parallel reduction of the ep = 1 model adds up);
+ *  - with the gradients kept by source (ZS_MOE_EP_BY_SOURCE), source q's
+ *    block of a rank's experts is byte-identical to rank q's ep = 1
+ *    gradients of those experts, in every MoE block (so a reduction over
+ *    the expert-data-parallel group that takes each source separately, in
+ *    fixed point or in ep = 1's order, can give ep = 1's bytes), the
+ *    gradients are those of the default mode, and no all-to-all is added.
  * Check runs without fork (CK_NOFORK); failures are agreed across ranks. */
 #include <check.h>
 #include <stdio.h>
@@ -29,6 +35,8 @@ typedef struct {
     zs_model *m;
     zs_acts *a;
     float *params, *grads, **P, **G;
+    float *src[8];  /* ZS_MOE_EP_BY_SOURCE: each block's source blocks */
+    size_t chunk;   /* floats of one source's block */
     double loss;
 } ep_model;
 
@@ -73,8 +81,20 @@ static void ep_run(ep_model *f, const zs_model_config *c, zs_backend_t be, zs_me
     for (int u = 0; u < lay->n_layers; u++)
         zs_model_forward_unit(f->m, be, u, f->P, f->a, batch);
     f->loss = zs_model_loss(f->a, be);
-    for (int u = lay->n_layers - 1; u >= 0; u--)
+    for (int u = lay->n_layers - 1; u >= 0; u--) {
         zs_model_backward_unit(f->m, be, u, f->P, f->G, f->a, batch, 1.0f);
+        /* units 1..L are the blocks; with every block MoE each one's
+         * source blocks are there until the next block's backward */
+        size_t chunk;
+        const float *s = zs_model_moe_source_grads(f->m, f->a, &chunk);
+        ck_assert_int_eq(s != NULL, c->moe_ep > 1 && c->moe_ep_home == ZS_MOE_EP_BY_SOURCE);
+        if (s && u >= 1 && u <= c->n_layer && u - 1 < 8) {
+            size_t n = chunk * (size_t)c->moe_ep;
+            f->chunk = chunk;
+            f->src[u - 1] = malloc(n * sizeof(float));
+            memcpy(f->src[u - 1], s, n * sizeof(float));
+        }
+    }
     ck_assert_int_eq(zs_model_tp_failed(f->m), 0);
 }
 
@@ -86,6 +106,8 @@ static void ep_free(ep_model *f)
     free(f->grads);
     free(f->P);
     free(f->G);
+    for (int i = 0; i < 8; i++)
+        free(f->src[i]);
 }
 
 START_TEST(test_ep_equals_ep1)
@@ -172,6 +194,51 @@ START_TEST(test_ep_equals_ep1)
         free(sum);
     }
     ck_assert_int_eq(experts, 4 * full.n_layer);
+
+    /* the gradients kept by source */
+    ep_model s;
+    memset(&s, 0, sizeof s);
+    zs_model_config bys = ep;
+    bys.moe_ep_home = ZS_MOE_EP_BY_SOURCE;
+    zs_comm_clear_records(world);
+    ep_run(&s, &bys, be, mem, &batch, N > 1 ? world : NULL);
+    rec = zs_comm_records(world, &nrec);
+    a2a = 0;
+    for (size_t i = 0; i < nrec; i++)
+        a2a += rec[i].op == ZS_OP_ALLTOALL;
+    ck_assert_int_eq(a2a, N > 1 ? 8 : 0);
+    ck_assert_msg(memcmp(&s.loss, &b.loss, sizeof s.loss) == 0, "rank %d: by-source loss", me);
+    ck_assert_msg(memcmp(s.grads, b.grads, lb->num_params * 4) == 0,
+                  "rank %d: the by-source gradients differ from the default mode's", me);
+    int blocks = 0;
+    for (int l = 0; l < full.n_layer && N > 1; l++) {
+        /* source q's block: this rank's slices of fc.w, fc.b, proj.w,
+         * proj.b, against rank q's ep = 1 gradients of them */
+        ck_assert_ptr_nonnull(s.src[l]);
+        size_t pos = 0;
+        for (int i = 0; i < la->n_entries; i++) {
+            const zs_param_entry *ea = &la->entries[i], *eb = &lb->entries[i];
+            int blk;
+            if (!strstr(ea->name, "moe.experts") || sscanf(ea->name, "h%d.", &blk) != 1 ||
+                blk != l)
+                continue;
+            size_t n = eb->numel, at = (size_t)me * n;
+            float *all = malloc(ea->numel * (size_t)N * 4);
+            ck_assert_int_eq(zs_comm_allgather_small(world, a.grads + ea->offset, all,
+                                                     (int)ea->numel, ZS_CT_F32), 0);
+            for (int q = 0; q < N; q++)
+                ck_assert_msg(memcmp(s.src[l] + (size_t)q * s.chunk + pos,
+                                     all + (size_t)q * ea->numel + at, n * 4) == 0,
+                              "rank %d: block %d, %s: source %d's gradients are not its ep = 1 "
+                              "gradients", me, l, ea->name, q);
+            free(all);
+            pos += n;
+            blocks++;
+        }
+        ck_assert_uint_eq(pos, s.chunk);
+    }
+    ck_assert_int_eq(blocks, N > 1 ? 4 * full.n_layer : 0);
+    ep_free(&s);
     ep_free(&a);
     ep_free(&b);
     free(batch.tokens);

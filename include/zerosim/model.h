@@ -72,7 +72,7 @@ typedef struct {
      * gradients of every expert from its own tokens, byte for byte those
      * of moe_ep = 1 (the caller's gradient views of the stacked expert
      * entries then hold all E experts; the parameter views E/Ep). */
-    int moe_ep_home;
+    int moe_ep_home; /* 0, ZS_MOE_EP_HOME or ZS_MOE_EP_BY_SOURCE (below) */
     /* MLP */
     int input_dim;
     int n_classes;
@@ -237,6 +237,20 @@ double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls);
  * the experts' gradients back to their sources, the bytes one call sends
  * ((Ep - 1)/Ep of E experts' parameters in fp32); 0 without. */
 double zs_model_moe_home_bytes(const zs_model_config *c);
+/* moe_ep_home values: ZS_MOE_EP_HOME sends the gradients home (above);
+ * ZS_MOE_EP_BY_SOURCE keeps them on the expert's rank: each source's
+ * gradients of this rank's E/Ep experts are computed from zero into a
+ * block of their own (one GEMM per source and expert, as moe_ep = 1
+ * computes them on the source, byte for byte) and then added into G in
+ * source order; no all-to-all more. A reduction that must give moe_ep =
+ * 1's bytes (per-source fixed point, or the sources summed in moe_ep = 1's
+ * order) reads the blocks with zs_model_moe_source_grads. */
+enum { ZS_MOE_EP_HOME = 1, ZS_MOE_EP_BY_SOURCE = 2 };
+/* With ZS_MOE_EP_BY_SOURCE, after a MoE block's backward and until the
+ * next one's: Ep blocks of *chunk floats, source q's from q * *chunk, each
+ * laid out as this rank's slices of the block's stacked expert entries
+ * (fc.w, fc.b, proj.w, proj.b, E/Ep experts each). NULL otherwise. */
+const float *zs_model_moe_source_grads(const zs_model *m, const zs_acts *a, size_t *chunk);
 /* Backward of unit l (call from the last unit down to 0). dloss is the
  * gradient of the objective with respect to the micro-batch's mean loss
  * (for example loss_scale / (grad_accum * world_size)). Gradients accumulate

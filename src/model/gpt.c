@@ -383,8 +383,10 @@ static size_t gpt_activation_bytes(const zs_model_config *c, int b)
  * dfch_gelu (4BT*C/P each), preatt and datt (B*NH/P*T*T each),
  * logits/dlogits (BT*V/P); with tensor parallelism also the loss's row
  * maxima and sums (3BT). */
-/* Expert parallelism with moe_ep_home: the floats of every expert's
- * parameters (E (8C^2 + 5C)), each of the two home buffers; 0 without. */
+/* Expert parallelism with moe_ep_home: the floats of the experts' gradients
+ * by source, s_gsrc (every expert's parameters, E (8C^2 + 5C): Ep sources
+ * times this rank's E/Ep experts), and of what comes home, s_grecv (the
+ * same; ZS_MOE_EP_HOME only); 0 without. */
 static size_t gpt_home_floats(const zs_model_config *c)
 {
     if (c->moe_ep <= 1 || !c->moe_ep_home || gpt_n_moe(c) == 0)
@@ -393,10 +395,26 @@ static size_t gpt_home_floats(const zs_model_config *c)
     return (size_t)c->moe_experts * (8 * C * C + 5 * C);
 }
 
+static size_t gpt_recv_floats(const zs_model_config *c)
+{
+    return c->moe_ep_home == ZS_MOE_EP_HOME ? gpt_home_floats(c) : 0;
+}
+
 double zs_model_moe_home_bytes(const zs_model_config *c)
 {
-    double n = (double)gpt_home_floats(c);
+    double n = (double)gpt_recv_floats(c);
     return n > 0 ? n * 4.0 * (c->moe_ep - 1.0) / c->moe_ep : 0.0;
+}
+
+const float *zs_model_moe_source_grads(const zs_model *m, const zs_acts *a, size_t *chunk)
+{
+    const zs_model_config *c = &m->cfg;
+    *chunk = 0;
+    if (c->moe_ep_home != ZS_MOE_EP_BY_SOURCE || gpt_home_floats(c) == 0)
+        return NULL;
+    size_t C = (size_t)c->n_embd;
+    *chunk = (size_t)gpt_local_experts(c) * (8 * C * C + 5 * C);
+    return a->s_gsrc;
 }
 
 static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
@@ -411,7 +429,8 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
     if (gpt_n_moe(c) > 0) {
         size_t ecc = (size_t)c->moe_experts * (size_t)gpt_moe_cap(c, b) * C;
         moe = 2 * ecc + BT * (size_t)c->moe_experts + (ecc > BT * C ? 8 * (ecc - BT * C) : 0) +
-              2 * gpt_home_floats(c); /* the experts' gradients by source, out and in */
+              gpt_home_floats(c) + gpt_recv_floats(c); /* the experts' gradients by
+                                                           source, and home */
     }
     int b0, b1, head; /* a pipeline stage without the head has no logits */
     gpt_stage(c, &b0, &b1, &head);
@@ -546,7 +565,7 @@ static void gpt_bind_acts(zs_acts *a)
         a->s_me1 = s; s += ecc;
         a->s_me2 = s; s += ecc;
         a->s_gsrc = s; s += gpt_home_floats(c);
-        a->s_grecv = s; s += gpt_home_floats(c);
+        a->s_grecv = s; s += gpt_recv_floats(c);
         a->s_gl = s;
     }
 }
@@ -731,6 +750,19 @@ static void gpt_experts_backward(zs_model *m, zs_backend_t be, int l, float *con
     }
     if (!home)
         return;
+    if (c->moe_ep_home == ZS_MOE_EP_BY_SOURCE) {
+        /* the sources' gradients kept (zs_model_moe_source_grads), and
+         * added into G in source order */
+        const size_t part[4] = {(size_t)El * 4 * CC, (size_t)El * 4 * C, (size_t)El * 4 * CC,
+                                (size_t)El * C};
+        const int ent[4] = {M_FCW, M_FCB, M_FCPW, M_FCPB};
+        for (int q = 0; q < Ep; q++) {
+            const float *src = a->s_gsrc + (size_t)q * chunk;
+            for (int k = 0; k < 4; src += part[k], k++)
+                zs_backend_axpy(be, G[blk(c, l, ent[k])], 1.0f, src, part[k]);
+        }
+        return;
+    }
     /* each source's chunk home; from owner o come its experts' gradients
      * from this rank's tokens: experts o El .. o El + El - 1 of each entry */
     int cnt[ZS_MOE_MAX_EP], dis[ZS_MOE_MAX_EP];

@@ -160,7 +160,7 @@ static void zs_predict_ep(const zs_model_config *mc, int b, const zs_step_progra
             continue;
         p->ep_a2a_calls_per_step += 2;
         p->ep_a2a_bytes_per_step += 2.0 * bytes / calls;
-        if (o->kind == ZS_SOP_BACKWARD && mc->moe_ep_home) { /* the gradients home */
+        if (o->kind == ZS_SOP_BACKWARD && mc->moe_ep_home == ZS_MOE_EP_HOME) { /* home */
             p->ep_a2a_calls_per_step += 1;
             p->ep_a2a_bytes_per_step += zs_model_moe_home_bytes(mc);
         }
@@ -176,7 +176,7 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
     zs_run_config ep1 = *ecfg, sc = *ecfg;
     ep1.model.moe_ep = 1;
     ep1.model.moe_ep_rank = 0;
-    sc.model.moe_ep_home = sc.model.moe_ep > 1; /* the engine's model */
+    sc.model.moe_ep_home = sc.model.moe_ep > 1 ? ZS_MOE_EP_HOME : 0; /* the engine's model */
     const zs_run_config *cfg = &ep1;
     zs_model *m;
     ZS_TRY(zs_model_create(&cfg->model, &m));

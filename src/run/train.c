@@ -933,7 +933,7 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         zs_model_config lm = sc.model;
         lm.moe_ep = 1;
         lm.moe_ep_rank = 0;
-        sc.model.moe_ep_home = cfg->ep > 1;
+        sc.model.moe_ep_home = cfg->ep > 1 ? ZS_MOE_EP_HOME : 0;
         if (!rc)
             rc = zs_model_create(&lm, &m);
         if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)

@@ -528,7 +528,7 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     e->cfg.model.moe_ep = 1;
     e->cfg.model.moe_ep_rank = 0;
     zs_model_config cm = cfg->model; /* each expert's gradients sent home */
-    cm.moe_ep_home = e->ep_size > 1;
+    cm.moe_ep_home = e->ep_size > 1 ? ZS_MOE_EP_HOME : 0;
     zs_run_config scfg = *cfg; /* the shape: ep's buffers, --ep 1's layout */
     scfg.model = cm;
     if (zs_model_create(&cm, &e->model) ||
