@@ -146,14 +146,13 @@ W="--print-program --world-size 2"
 refuse "more pipeline stages than the model's 4 blocks" 0 --pp 5 --print-program --world-size 5
 refuse "pp-schedule must be gpipe, 1f1b or interleaved" 0 --pp 2 --pp-schedule zigzag $W
 # the interleaved schedule: validated as Megatron-LM asks (v of at least 2
-# dividing the blocks per rank, m a multiple of P), then refused (not run yet)
+# dividing the blocks per rank, m a multiple of P; runs in test_pipeline_int.sh)
 I="--pp-schedule interleaved"
 refuse "does not divide the blocks per pipeline rank" 0 --pp 2 $I --virtual-stages 4 $W
 refuse "to be a multiple of --pp 4" 0 --pp 4 $I --virtual-stages 2 --grad-accum 6 --layers 8 \
     --print-program --world-size 4
 refuse "needs --virtual-stages of at least 2" 0 --pp 2 $I $W
 refuse "is for the interleaved schedule" 0 --pp 2 --virtual-stages 2 $W
-refuse "is not run yet" 0 --pp 2 $I --virtual-stages 2 $W
 refuse "use --model gpt or --pp 1" 0 --pp 2 --model mlp $W
 refuse "does not support checkpoints" 2 --pp 2 --save-dir "$T/ck"
 [ ! -e "$T/ck" ] && ok || bad "a refused --pp run left $T/ck behind"

@@ -144,7 +144,17 @@ typedef struct zs_step_shape_s {
     size_t base;
     size_t tied_elems;
     size_t io_elems;     /* one boundary activation (fp32 elements) */
-    int slots;           /* activations kept: micro-batches in flight */
+    int slots;           /* activations kept: micro-batches in flight (the
+                            sum over the chunks) */
+    /* the rank's model chunks (v with the interleaved schedule, else 1):
+     * chunk c holds units [cfirst[c], clast[c]] (virtual stage c·P +
+     * pp_rank), global layout offsets [cglo[c], cglo[c] + cn[c]) at
+     * clo[c] in the rank's flat arrays (the chunks one after the other,
+     * the padding after the last); uchunk[u] is unit u's chunk, -1 when
+     * another rank holds it; cslots[c] the chunk's activation slots */
+    int nchunks;
+    int *cfirst, *clast, *uchunk, *cslots;
+    size_t *clo, *cglo, *cn;
     /* expert parallelism in DeepSpeed's layout (zs_step_ep_split): the
      * model's expert entries (layout.num_expert elements, after the dense
      * ones) live in an expert store padded to xpadded, a multiple of the
@@ -153,6 +163,15 @@ typedef struct zs_step_shape_s {
     int xsplit, xworld;
     size_t xnum, xpadded, xshard, xpiece;
 } zs_step_shape;
+
+/* The flat-array offset of layout entry `id` on this rank (*lo), or 0
+ * when the rank does not hold the entry's unit (the last pipeline stage's
+ * copy of the tied embedding) or the entry is not in the flat arrays (an
+ * expert entry of DeepSpeed's layout); 1 when it does. */
+int zs_step_entry_local(const zs_step_shape *s, const zs_layout *lay, int id, size_t *lo);
+/* The global layout offset of the rank's flat-array offset `local` (below
+ * part.num_params) and how many elements from there stay in its chunk. */
+size_t zs_step_local_global(const zs_step_shape *s, size_t local, size_t *run);
 
 /* Whether a run with expert parallelism (cfg->model.moe_ep > 1) over world
  * data-parallel ranks uses DeepSpeed's layout (each rank's arrays hold the
@@ -190,6 +209,10 @@ void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_ca
  * counts the tied embedding it multiplies by). 0, or non-zero with a
  * message (P more than the blocks). */
 int zs_pp_stage_config(zs_run_config *cfg, int stage);
+/* The interleaved schedule: chunk `chunk`'s model configuration on the
+ * rank cfg->model is the stage of (zs_pp_stage_config): virtual stage
+ * chunk·P + pp_stage of a P·v-stage uniform pipeline. */
+int zs_pp_chunk_model(const zs_run_config *cfg, int chunk, zs_model_config *out);
 /* The non-interleaved schedules' warm-up forwards of stage `rank`
  * (Megatron-LM: min(P - rank - 1, m); GPipe: all m). */
 int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m);
@@ -197,6 +220,9 @@ int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m);
  * chunks a rank (Megatron-LM's forward_backward_pipelining_with_interleaving):
  * all m·v when m = P, else min(2(P - rank - 1) + (v - 1)P, m·v). */
 int zs_pp_interleaved_warmup(int P, int v, int rank, int m);
+/* The ideal bubble fraction of a step: (P - 1)/(v·m + P - 1), v = 1 but
+ * for the interleaved schedule (Narayanan et al.). */
+double zs_pp_ideal_bubble(int P, int v, int m);
 
 /* One step of a pipeline schedule on one rank: the forward or backward of
  * micro-batch `micro` on the rank's model chunk `chunk` (0 unless
@@ -297,6 +323,7 @@ typedef enum {
 typedef struct {
     zs_step_op_kind kind;
     int micro;           /* micro-batch, -1 in the optimizer's part */
+    int chunk;           /* the rank's model chunk (interleaved; else 0) */
     int unit;            /* -1 when none */
     int index;           /* bucket or piece, -1 when none */
     unsigned flags;

@@ -54,8 +54,8 @@ static const char *const zs_plan_usage =
     "                           memory of every stage, the most loaded decides the\n"
     "                           fit; --pp-schedule gpipe|1f1b, --pp-partition\n"
     "                           uniform|parameters as zerosim train's\n"
-    "  --virtual-stages v       with --pp-schedule interleaved (validated, not\n"
-    "                           planned yet)\n"
+    "  --virtual-stages v       with --pp-schedule interleaved: model chunks per\n"
+    "                           pipeline rank (chunk c of rank r is stage c*P + r)\n"
     "  --sequence-parallel      with --tp: sequence parallelism (megatron convention:\n"
     "                           Korthikanti et al.'s activations sbh/t (34 + 5as/h))\n"
     "  --devices-per-node N     devices per node (8); aliases --gpus-per-node,\n"
@@ -576,18 +576,24 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 in->has_arch ? "" : in->largest_layer ? ": --largest-layer"
                                                       : ": give --largest-layer to count them");
     if (r->pp > 1) {
-        fprintf(f, "pipeline: %d stages (%s, %s); the table is stage %d's, the most loaded; "
-                   "totals by stage (GB):", r->pp, zs_pp_schedule_name(c->pp_schedule),
-                zs_pp_partition_name(c->pp_partition), r->pp_stage);
+        int il = c->pp_schedule == ZS_PP_INTERLEAVED;
+        if (il)
+            fprintf(f, "pipeline: %d stages (interleaved, %d model chunks a rank); the table is "
+                       "stage %d's, the most loaded; totals by stage (GB):",
+                    r->pp, c->virtual_stages, r->pp_stage);
+        else
+            fprintf(f, "pipeline: %d stages (%s, %s); the table is stage %d's, the most loaded; "
+                       "totals by stage (GB):", r->pp, zs_pp_schedule_name(c->pp_schedule),
+                    zs_pp_partition_name(c->pp_partition), r->pp_stage);
         for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++)
             fprintf(f, " %.3f", gb(r->pp_stage_total[s]));
         fprintf(f, "%s\n  parameters per device by stage:", r->pp > ZS_PLAN_PP_SHOWN ? " ..." : "");
         for (int s = 0; s < r->pp && s < ZS_PLAN_PP_SHOWN; s++)
             fprintf(f, " %zu", r->pp_stage_params[s]);
         fprintf(f, "%s\n  point to point per step: %.0f bytes sent, %.0f received; ideal bubble "
-                   "(P-1)/(m+P-1) = %.3f (in the step time's compute)\n",
+                   "(P-1)/(%sm+P-1) = %.3f (in the step time's compute)\n",
                 r->pp > ZS_PLAN_PP_SHOWN ? " ..." : "", r->pp_send_bytes, r->pp_recv_bytes,
-                r->pp_bubble);
+                il ? "v*" : "", r->pp_bubble);
     }
     if (r->fits == 1)
         fprintf(f, "fits: yes, %.3f GB of %.3f GB (%.3f GB free)\n", gb(r->total),

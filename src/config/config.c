@@ -1978,8 +1978,7 @@ const char *zs_pp_partition_name(zs_pp_partition p)
 
 /* The interleaved schedule (--pp-schedule interleaved --virtual-stages v),
  * as Megatron-LM's forward_backward_pipelining_with_interleaving asks it:
- * v >= 2 chunks of equal blocks per rank, m a multiple of P. Its order is
- * computed (zs_pp_schedule_items) but the engine does not run it yet. */
+ * v >= 2 chunks of equal blocks per rank, m a multiple of P. */
 static int check_interleaved(const zs_run_config *c)
 {
     int v = c->virtual_stages, P = c->pp, L = c->model.n_layer, m = c->grad_accum;
@@ -2006,9 +2005,7 @@ static int check_interleaved(const zs_run_config *c)
     if (m % P != 0)
         return fail("--pp-schedule interleaved needs the micro-batches (--grad-accum, %d) to be a "
                     "multiple of --pp %d, as Megatron-LM requires", m, P);
-    return fail("--pp-schedule interleaved (--virtual-stages %d) is not run yet: its order is "
-                "computed, the engine cannot hold a rank's %d chunks; use --pp-schedule 1f1b or "
-                "gpipe", v, v);
+    return 0;
 }
 
 /* What the pipeline (--pp > 1) supports; one line saying why otherwise. */

@@ -125,7 +125,8 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
         r->pp = c->pp;
         r->pp_send_bytes = pr->p2p_send_bytes_per_step + pr->tied_send_bytes_per_applied_step;
         r->pp_recv_bytes = pr->p2p_recv_bytes_per_step + pr->tied_recv_bytes_per_applied_step;
-        r->pp_bubble = (double)(c->pp - 1) / (double)(c->grad_accum + c->pp - 1);
+        r->pp_bubble = zs_pp_ideal_bubble(
+            c->pp, c->pp_schedule == ZS_PP_INTERLEAVED ? c->virtual_stages : 1, c->grad_accum);
     } else if (in->has_arch) {
         ZS_TRY(zs_predict(c, in->dp, pr));
         r->device_params = pr->num_params + pr->expert_params;

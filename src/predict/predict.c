@@ -280,8 +280,9 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
         /* this pipeline stage's share (the whole model without one): the
          * embedding's all-reduce on the first stage, four per block, the
          * head's backward and the loss's on the last */
-        double first = sh.ufirst == 0, last = sh.ulast == sh.U - 1;
-        double L = (double)(sh.ulast - sh.ufirst + 1) - first - last;
+        double first = sh.uchunk[0] >= 0, last = sh.uchunk[sh.U - 1] >= 0, L = -first - last;
+        for (int k = 0; k < sh.nchunks; k++) /* the rank's units (its chunks') */
+            L += (double)(sh.clast[k] - sh.cfirst[k] + 1);
         double rec = c.recompute_units / (double)cfg->grad_accum; /* blocks per micro-batch */
         double GA = cfg->grad_accum, ring = (double)(T - 1) / T;
         if (cfg->model.sequence_parallel) {

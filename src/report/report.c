@@ -6,6 +6,7 @@
 #include "zerosim/error.h"
 #include "zerosim/optim.h"
 #include "zerosim/predict.h"
+#include "zerosim/program.h"
 #include "zerosim/mesh.h"
 
 #include <errno.h>
@@ -192,10 +193,16 @@ static void zs_pp_idle(const zs_train_result *r, int q, double *wait_s, double *
         *step_s += r->info[i].seconds;
 }
 
-/* The ideal bubble fraction of a non-interleaved schedule: (P-1)/(m+P-1). */
+/* The model chunks a rank holds: v with the interleaved schedule, else 1. */
+static int zs_pp_chunks(const zs_run_config *cfg)
+{
+    return cfg->pp_schedule == ZS_PP_INTERLEAVED ? cfg->virtual_stages : 1;
+}
+
+/* The ideal bubble fraction: (P-1)/(m+P-1), interleaved (P-1)/(v·m+P-1). */
 static double zs_pp_ideal(const zs_run_config *cfg)
 {
-    return (double)(cfg->pp - 1) / (double)(cfg->grad_accum + cfg->pp - 1);
+    return zs_pp_ideal_bubble(cfg->pp, zs_pp_chunks(cfg), cfg->grad_accum);
 }
 
 static json_t *zs_report_pipeline(const zs_run_config *cfg, const zs_train_result *r)
@@ -213,15 +220,23 @@ static json_t *zs_report_pipeline(const zs_run_config *cfg, const zs_train_resul
                              "recv_wait_seconds", zs_json_real(w), "step_seconds",
                              zs_json_real(t), "idle_fraction", zs_json_real(t > 0 ? w / t : NAN)));
     }
-    return json_pack("{s:i, s:s, s:i, s:o, s:o}", "stages", cfg->pp, "schedule",
+    return json_pack("{s:i, s:s, s:i, s:i, s:o, s:o}", "stages", cfg->pp, "schedule",
                      zs_pp_schedule_name(cfg->pp_schedule), "micro_batches", cfg->grad_accum,
-                     "ideal_bubble_fraction", zs_json_real(zs_pp_ideal(cfg)), "ranks", ranks);
+                     "virtual_stages", zs_pp_chunks(cfg), "ideal_bubble_fraction",
+                     zs_json_real(zs_pp_ideal(cfg)), "ranks", ranks);
 }
 
 static void zs_report_print_pipeline(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
 {
-    fprintf(f, "\npipeline: %d stages, %s, %d micro-batches; ideal bubble (P-1)/(m+P-1) = %.3f\n",
-            cfg->pp, zs_pp_schedule_name(cfg->pp_schedule), cfg->grad_accum, zs_pp_ideal(cfg));
+    if (zs_pp_chunks(cfg) > 1)
+        fprintf(f, "\npipeline: %d stages, interleaved, %d model chunks a rank, %d micro-batches; "
+                   "ideal bubble (P-1)/(v*m+P-1) = %.3f\n",
+                cfg->pp, zs_pp_chunks(cfg), cfg->grad_accum, zs_pp_ideal(cfg));
+    else
+        fprintf(f, "\npipeline: %d stages, %s, %d micro-batches; ideal bubble (P-1)/(m+P-1) = "
+                   "%.3f\n",
+                cfg->pp, zs_pp_schedule_name(cfg->pp_schedule), cfg->grad_accum,
+                zs_pp_ideal(cfg));
     fprintf(f, "%5s %6s %8s %10s %14s %12s %9s\n", "rank", "stage", "slots", "in_flight",
             "recv_wait_s", "steps_s", "idle");
     int T = r->tp_size > 0 ? r->tp_size : 1;

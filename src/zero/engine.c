@@ -154,8 +154,12 @@ struct zs_engine {
     float **P, **G;
 
     zs_acts *acts;              /* slot 0 (the only one without a pipeline) */
-    zs_acts **slots;            /* [nslots] pipeline: one per micro-batch in flight */
+    zs_acts **slots;            /* [nslots] pipeline: one per micro-batch in flight,
+                                   chunk by chunk (slot0[c]: chunk c's first) */
     int nslots;
+    int *slot0;
+    zs_model **cmodel;          /* [nchunks] the interleaved schedule's model
+                                   chunks (cmodel[0] is model) */
     zs_batch batch;
 
     /* pipeline (cfg.pp > 1): this stage's groups, its flat arrays' offset
@@ -167,6 +171,7 @@ struct zs_engine {
     void *tied;
     float *tied_grad;
     void **sends;
+    int *send_slot;             /* [nsends] interleaved: the slot each sends from */
     int nsends, capsends;
     void *tied_req;             /* last stage: the tied gradient's send */
     double recv_wait_s;         /* seconds spent in the step's receives */
@@ -417,8 +422,12 @@ static int zs_engine_init_params(zs_engine *e)
         size_t g = plo + off; /* index of this piece in the (stage's) flat array */
         /* a pipeline stage's part of the layout starts at base; its padding is 0 */
         size_t valid = p->num_params > g ? (p->num_params - g < n ? p->num_params - g : n) : 0;
-        zs_model_init_slice(e->fmodel && !e->xsplit ? e->fmodel : e->model, e->base + g,
-                            e->base + g + valid, buf, e->cfg.seed);
+        for (size_t d = 0, run; d < valid; d += run) { /* chunk by chunk */
+            size_t at = zs_step_local_global(e->sh, g + d, &run);
+            run = run < valid - d ? run : valid - d;
+            zs_model_init_slice(e->fmodel && !e->xsplit ? e->fmodel : e->model, at, at + run, buf + d,
+                                e->cfg.seed);
+        }
         memset(buf + valid, 0, (n - valid) * sizeof(float));
         int rc0 = 0;
         if (e->param_nvme && !e->mixed) {
@@ -651,19 +660,34 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     }
 
     /* activations and the micro-batch */
-    int mb = cfg->micro_batch;
-    if (zs_model_acts_create(e->model, mem, mb, &e->acts))
-        goto fail;
+    int mb = cfg->micro_batch, nc = e->sh->nchunks;
     e->nslots = e->sh->slots;
     e->slots = calloc((size_t)e->nslots, sizeof *e->slots);
-    if (!e->slots) {
+    e->slot0 = calloc((size_t)nc, sizeof *e->slot0);
+    e->cmodel = calloc((size_t)nc, sizeof *e->cmodel);
+    if (!e->slots || !e->slot0 || !e->cmodel) {
         zs_error_set("out of host memory creating the engine");
         goto fail;
     }
-    e->slots[0] = e->acts;
-    for (int i = 1; i < e->nslots; i++)
-        if (zs_model_acts_create_slot(e->model, mem, mb, e->acts, &e->slots[i]))
+    e->cmodel[0] = e->model;
+    for (int c = 1; c < nc; c++) {
+        zs_model_config cc;
+        if (zs_pp_chunk_model(&scfg, c, &cc) || zs_model_create(&cc, &e->cmodel[c]))
             goto fail;
+    }
+    for (int c = 1; c < nc; c++)
+        e->slot0[c] = e->slot0[c - 1] + e->sh->cslots[c - 1];
+    /* the last chunk's first slot owns the scratch and the working slots
+     * (the largest: it has the head), the others share them */
+    int own = e->slot0[nc - 1];
+    if (zs_model_acts_create(e->cmodel[nc - 1], mem, mb, &e->acts))
+        goto fail;
+    e->slots[own] = e->acts;
+    for (int c = 0; c < nc; c++)
+        for (int i = e->slot0[c]; i < e->slot0[c] + e->sh->cslots[c]; i++)
+            if (i != own &&
+                zs_model_acts_create_slot(e->cmodel[c], mem, mb, e->acts, &e->slots[i]))
+                goto fail;
     e->batch.b = mb;
     size_t ntok = e->sh->tok_bytes / sizeof(int32_t);
     e->h_tokens = calloc(ntok, sizeof(int32_t));
@@ -732,13 +756,16 @@ void zs_engine_destroy(zs_engine *e)
     free(e->sdispl);
     free(e->rcount);
     free(e->rdispl);
-    for (int i = 1; e->slots && i < e->nslots; i++)
-        zs_model_acts_destroy(e->slots[i]);
+    for (int i = 0; e->slots && i < e->nslots; i++)
+        if (e->slots[i] != e->acts)
+            zs_model_acts_destroy(e->slots[i]);
     free(e->slots);
+    free(e->slot0);
     zs_model_acts_destroy(e->acts);
     for (int i = 0; i < e->nsends; i++) /* after an error: let them finish */
         zs_comm_wait(e->pp, &e->sends[i]);
     free(e->sends);
+    free(e->send_slot);
     if (e->tied_req)
         zs_comm_wait(e->pp, &e->tied_req);
     free(e->P);
@@ -753,6 +780,9 @@ void zs_engine_destroy(zs_engine *e)
     zs_step_program_free(&e->prog);
     zs_step_shape_free(&e->own_shape);
     zs_data_destroy(e->data);
+    for (int c = 1; e->cmodel && e->sh && c < e->sh->nchunks; c++)
+        zs_model_destroy(e->cmodel[c]);
+    free(e->cmodel);
     zs_model_destroy(e->model);
     zs_model_destroy(e->fmodel);
     free(e);
@@ -923,14 +953,14 @@ static void zs_gather_release(zs_engine *e, int u)
 static const void *zs_entry_params(const zs_engine *e, int u, int id)
 {
     const zs_param_entry *pe = &e->lay->entries[id];
-    if (e->pp_size > 1 && pe->offset < e->base) /* the last stage's tied copy */
-        return e->tied;
+    const zs_step_shape *s = e->sh;
+    size_t lo; /* the ranges are the rank's offsets */
     if (e->xsplit && pe->offset >= e->xbase) /* an expert entry: the store */
         return (const char *)e->xparams + (pe->offset - e->xbase) * e->ps;
+    if (!zs_step_entry_local(s, e->lay, id, &lo)) /* the last stage's tied copy */
+        return e->tied;
     if (e->stage < 3)
-        return (const char *)e->params + (pe->offset - e->base) * e->ps;
-    const zs_step_shape *s = e->sh;
-    size_t lo = pe->offset - e->base; /* the ranges are the stage's offsets */
+        return (const char *)e->params + lo * e->ps;
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u]; i++)
         if (lo >= s->granges[i].lo && lo + pe->numel <= s->granges[i].hi)
             return (const char *)e->gbuf[i] + (lo - s->granges[i].lo) * e->ps;
@@ -991,7 +1021,10 @@ static void zs_engine_view_unit(zs_engine *e, int u, int want_grads)
 static int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
 {
     const zs_param_entry *pe = &e->lay->entries[id];
-    size_t lo = pe->offset - e->base, hi = lo + pe->numel;
+    size_t lo = 0;
+    if (!zs_step_entry_local(e->sh, e->lay, id, &lo))
+        ZS_FAIL("internal: a gradient of an entry this rank does not hold (%d)", id);
+    size_t hi = lo + pe->numel;
     if (e->stage <= 1) {
         zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->ps, e->pt, src, pe->numel);
         return 0;
@@ -1043,9 +1076,6 @@ static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
     size_t xlo = SIZE_MAX, xn = 0;
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &e->lay->entries[ids[i]];
-        /* the last stage's tied copy: its gradient goes to the first stage */
-        if (e->pp_size > 1 && pe->offset < e->base)
-            continue;
         if (e->xsplit && pe->offset >= e->xbase) { /* an expert entry: the store */
             size_t at = pe->offset - e->xbase;
             xlo = at < xlo ? at : xlo;
@@ -1057,6 +1087,10 @@ static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
                                           e->G[ids[i]], pe->numel);
             continue;
         }
+        /* the last stage's tied copy: its gradient goes to the first stage */
+        size_t lo;
+        if (!zs_step_entry_local(e->sh, e->lay, ids[i], &lo))
+            continue;
         ZS_TRY(zs_engine_commit_entry(e, ids[i], e->G[ids[i]]));
     }
     if (xn && e->det)
@@ -1455,29 +1489,36 @@ static int zs_engine_norm_pp(zs_engine *e, double *sumsq)
     int nrun = T > 1 ? 3 : 2, entries = T > 1 && e->tp_rank > 0;
     /* total of the closed blocks, the open block's sum, the open entry's */
     double run[3] = {0.0, 0.0, 0.0};
-    if (wr >= T)
-        ZS_TRY(zs_comm_recv_small(e->world, wr - T, run, nrun));
+    const zs_step_shape *s = e->sh;
     size_t lo = p->shard_begin, hi = lo + p->shard;
     if (hi > p->num_params)
         hi = p->num_params; /* the stage's padding is not the model's */
-    for (size_t pos = lo; pos < hi && !e->phantom;) {
-        size_t g = e->base + pos, k = g / blk, end = (k + 1) * blk;
-        size_t n = end - g < hi - pos ? end - g : hi - pos;
-        if (g == k * blk)
-            run[1] = 0.0; /* a block starts here */
-        if (entries)
-            zs_engine_tp_chain(e, g, n, pos - lo, k * blk, end, run);
-        else
-            run[1] = zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->ps, e->pt,
-                                   n);
-        if (g + n == end) { /* it ends here */
-            run[0] += run[1];
-            run[1] = 0.0;
+    /* with v model chunks a rank the chain goes round the world v times:
+     * every rank's part of chunk 0, then of chunk 1, ... */
+    for (int c = 0; c < s->nchunks; c++) {
+        if (wr >= T || c > 0)
+            ZS_TRY(zs_comm_recv_small(e->world, (wr - T + W) % W, run, nrun));
+        size_t clo = s->clo[c] > lo ? s->clo[c] : lo;
+        size_t chi = s->clo[c] + s->cn[c] < hi ? s->clo[c] + s->cn[c] : hi;
+        for (size_t pos = clo; pos < chi && !e->phantom;) {
+            size_t g = s->cglo[c] + (pos - s->clo[c]), k = g / blk, end = (k + 1) * blk;
+            size_t n = end - g < chi - pos ? end - g : chi - pos;
+            if (g == k * blk)
+                run[1] = 0.0; /* a block starts here */
+            if (entries)
+                zs_engine_tp_chain(e, g, n, pos - lo, k * blk, end, run);
+            else
+                run[1] = zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->ps,
+                                       e->pt, n);
+            if (g + n == end) { /* it ends here */
+                run[0] += run[1];
+                run[1] = 0.0;
+            }
+            pos += n;
         }
-        pos += n;
+        if (wr + T < W || c + 1 < s->nchunks)
+            ZS_TRY(zs_comm_send_small(e->world, (wr + T) % W, run, nrun));
     }
-    if (wr + T < W)
-        ZS_TRY(zs_comm_send_small(e->world, wr + T, run, nrun));
     double mine = run[0] + run[1], *all = malloc((size_t)W * sizeof(double));
     if (!all)
         ZS_FAIL("out of host memory for the global norm");
@@ -1743,10 +1784,16 @@ static int zs_engine_optimizer_swapped(zs_engine *e)
 
 /* ---- the pipeline's messages ---------------------------------------------- */
 
-/* The activations of op o's micro-batch. */
+/* The activations of op o's micro-batch (on its model chunk). */
+static int zs_engine_slot_index(const zs_engine *e, const zs_step_op *o)
+{
+    int c = o->chunk;
+    return e->slot0[c] + (o->micro > 0 ? o->micro : 0) % e->sh->cslots[c];
+}
+
 static zs_acts *zs_engine_slot(zs_engine *e, const zs_step_op *o)
 {
-    return e->slots[(o->micro > 0 ? o->micro : 0) % e->nslots];
+    return e->slots[zs_engine_slot_index(e, o)];
 }
 
 enum { ZS_TAG_ACT = 7101, ZS_TAG_GRAD, ZS_TAG_TIED_GRAD, ZS_TAG_TIED };
@@ -1754,19 +1801,44 @@ enum { ZS_TAG_ACT = 7101, ZS_TAG_GRAD, ZS_TAG_TIED_GRAD, ZS_TAG_TIED };
 /* Send n elements to pipeline rank `to`; the buffer stays as it is until
  * zs_engine_wait_sends. */
 static int zs_engine_send(zs_engine *e, int to, const void *buf, size_t n, zs_comm_type t,
-                          int tag, int unit)
+                          int tag, int unit, int slot)
 {
     if (e->nsends == e->capsends) {
         int cap = e->capsends ? 2 * e->capsends : 8;
         void **p = realloc(e->sends, (size_t)cap * sizeof *p);
-        if (!p)
+        int *q = p ? realloc(e->send_slot, (size_t)cap * sizeof *q) : NULL;
+        if (p)
+            e->sends = p;
+        if (!q)
             ZS_FAIL("out of host memory for the pipeline's sends");
-        e->sends = p;
+        e->send_slot = q;
         e->capsends = cap;
     }
     ZS_TRY(zs_comm_isend(e->pp, to, buf, n, t, tag, unit, &e->sends[e->nsends]));
-    e->nsends++;
+    e->send_slot[e->nsends++] = slot;
     return 0;
+}
+
+/* The interleaved schedule: complete the pending sends from activation
+ * slot `slot` only, before an op writes into it. Each of them was
+ * received, or its receive is posted, before the slot's next use (the
+ * activation's before this micro-batch's gradient came back; the
+ * gradient's before the slot holds the next micro-batch), so no rank
+ * waits on a neighbour that waits on it, as waiting for every send
+ * before each compute would on the ring P - 1 -> 0. */
+static int zs_engine_wait_slot(zs_engine *e, int slot)
+{
+    int rc = 0, k = 0;
+    for (int i = 0; i < e->nsends; i++) {
+        if (e->send_slot[i] != slot) {
+            e->sends[k] = e->sends[i];
+            e->send_slot[k++] = e->send_slot[i];
+        } else if (zs_comm_wait(e->pp, &e->sends[i]) && !rc) {
+            rc = -1;
+        }
+    }
+    e->nsends = k;
+    return rc;
 }
 
 /* Complete the pending sends: before a unit's compute or a receive
@@ -1793,25 +1865,41 @@ static int zs_engine_recv(zs_engine *e, int from, void *buf, size_t n, zs_comm_t
 static int zs_engine_exec_pp(zs_engine *e, const zs_step_op *o)
 {
     zs_acts *a = zs_engine_slot(e, o);
-    int r = e->pp_rank, last = e->pp_size - 1;
+    int r = e->pp_rank, last = e->pp_size - 1, P = e->pp_size;
+    int prev = (r + P - 1) % P, next = (r + 1) % P; /* a ring with model chunks */
+    int il = e->sh->nchunks > 1;
     size_t n;
     float *x;
     switch (o->kind) {
     case ZS_SOP_RECV_ACT: /* into the stage's input: the previous unit's output */
         x = zs_model_unit_output(a, o->unit - 1, &n);
-        return zs_engine_recv(e, r - 1, x, n, ZS_CT_F32, ZS_TAG_ACT, o->unit);
+        return zs_engine_recv(e, prev, x, n, ZS_CT_F32, ZS_TAG_ACT, o->unit);
     case ZS_SOP_SEND_ACT:
         x = zs_model_unit_output(a, o->unit, &n);
-        return zs_engine_send(e, r + 1, x, n, ZS_CT_F32, ZS_TAG_ACT, o->unit);
+        return zs_engine_send(e, next, x, n, ZS_CT_F32, ZS_TAG_ACT, o->unit,
+                              zs_engine_slot_index(e, o));
     case ZS_SOP_RECV_GRAD:
-        ZS_TRY(zs_engine_wait_sends(e)); /* the last gradient sent came from there */
+        if (!il) /* the last gradient sent came from there */
+            ZS_TRY(zs_engine_wait_sends(e));
         x = zs_model_input_grad(a, &n);
-        return zs_engine_recv(e, r + 1, x, n, ZS_CT_F32, ZS_TAG_GRAD, o->unit);
+        return zs_engine_recv(e, next, x, n, ZS_CT_F32, ZS_TAG_GRAD, o->unit);
     case ZS_SOP_SEND_GRAD:
         x = zs_model_input_grad(a, &n);
-        return zs_engine_send(e, r - 1, x, n, ZS_CT_F32, ZS_TAG_GRAD, o->unit);
+        if (il) { /* sent from the slot's input, which this backward has done with */
+            size_t ni;
+            float *in = zs_model_unit_output(a, o->unit - 1, &ni);
+            zs_backend_copy_d2d(e->be, in, x, n * 4);
+            x = in;
+        }
+        return zs_engine_send(e, prev, x, n, ZS_CT_F32, ZS_TAG_GRAD, o->unit,
+                              zs_engine_slot_index(e, o));
     case ZS_SOP_TIED_SEND: /* the head's staged gradient of entry 0, copied: the first
                             * stage takes it only at its embedding's backward */
+        if (il) { /* one buffer a micro-batch: see ZS_BUF_TIED_GRAD */
+            float *tg = e->tied_grad + (size_t)o->micro * o->elems;
+            zs_backend_copy_d2d(e->be, tg, e->G[0], o->elems * 4);
+            return zs_engine_send(e, 0, tg, o->elems, ZS_CT_F32, ZS_TAG_TIED_GRAD, o->unit, -1);
+        }
         ZS_TRY(zs_comm_wait(e->pp, &e->tied_req));
         zs_backend_copy_d2d(e->be, e->tied_grad, e->G[0], o->elems * 4);
         return zs_comm_isend(e->pp, 0, e->tied_grad, o->elems, ZS_CT_F32, ZS_TAG_TIED_GRAD,
@@ -1823,10 +1911,10 @@ static int zs_engine_exec_pp(zs_engine *e, const zs_step_op *o)
     case ZS_SOP_TIED_SYNC: /* the first stage's updated working copy (entry 0 at 0;
                             * stage 3: gathered by the ops before this one) */
         if (r == 0 && e->stage < 3)
-            return zs_engine_send(e, last, e->params, o->elems, e->ct, ZS_TAG_TIED, o->unit);
+            return zs_engine_send(e, last, e->params, o->elems, e->ct, ZS_TAG_TIED, o->unit, -1);
         if (r == 0) { /* complete before the release of the gathered range frees it */
             ZS_TRY(zs_engine_send(e, last, zs_entry_params(e, 0, 0), o->elems, e->ct,
-                                  ZS_TAG_TIED, o->unit));
+                                  ZS_TAG_TIED, o->unit, -1));
             return zs_engine_wait_sends(e);
         }
         return zs_comm_recv(e->pp, 0, e->tied, o->elems, e->ct, ZS_TAG_TIED, o->unit);
@@ -1865,14 +1953,18 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     case ZS_SOP_RELEASE: zs_gather_release(e, u); break;
     case ZS_SOP_FORWARD:
         zs_engine_view_unit(e, u, 0);
-        zs_model_forward_unit(e->model, e->be, u, e->P, zs_engine_slot(e, o), &e->batch);
-        if (zs_model_tp_failed(e->model))
+        zs_model_forward_unit(e->cmodel[e->sh->uchunk[u]], e->be, u, e->P, zs_engine_slot(e, o),
+                              &e->batch);
+        if (zs_model_tp_failed(e->cmodel[e->sh->uchunk[u]]))
             return -1;
         break;
     case ZS_SOP_LOSS:
         e->loss_local[o->micro] = zs_model_loss(zs_engine_slot(e, o), e->be);
         break;
-    case ZS_SOP_ZERO_GRADS: zs_backend_memset0(e->be, e->gfull, p->padded * e->ps); break;
+    case ZS_SOP_ZERO_GRADS: /* chunk `index`'s part (all of it with one chunk) */
+        zs_backend_memset0(e->be, (char *)e->gfull + e->sh->clo[o->index] * e->ps,
+                           o->elems * e->ps);
+        break;
     case ZS_SOP_BUCKET_ALLOC: {
         const zs_step_range *b = &e->sh->buckets[o->index];
         if (!e->bucket_buf[o->index])
@@ -1882,9 +1974,9 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     }
     case ZS_SOP_BACKWARD:
         zs_engine_view_unit(e, u, 1);
-        zs_model_backward_unit(e->model, e->be, u, e->P, e->G, zs_engine_slot(e, o), &e->batch,
-                               e->dloss);
-        if (zs_model_tp_failed(e->model))
+        zs_model_backward_unit(e->cmodel[e->sh->uchunk[u]], e->be, u, e->P, e->G,
+                               zs_engine_slot(e, o), &e->batch, e->dloss);
+        if (zs_model_tp_failed(e->cmodel[e->sh->uchunk[u]]))
             return -1;
         ZS_TRY(zs_engine_commit_grads(e, u, zs_engine_slot(e, o)));
         break;
@@ -2029,7 +2121,11 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
                      o->kind != ZS_SOP_ALLGATHER && o->kind != ZS_SOP_LOSS_SUM &&
                      o->kind != ZS_SOP_RELEASE && o->kind != ZS_SOP_BUCKET_ALLOC;
         double t0 = traced ? zs_clock() : 0.0;
-        if (e->nsends && (o->kind == ZS_SOP_FORWARD || o->kind == ZS_SOP_BACKWARD))
+        if (e->nsends && e->sh->nchunks > 1 &&
+            (o->kind == ZS_SOP_FORWARD || o->kind == ZS_SOP_BACKWARD ||
+             o->kind == ZS_SOP_RECV_ACT || o->kind == ZS_SOP_SEND_GRAD))
+            ZS_TRY(zs_engine_wait_slot(e, zs_engine_slot_index(e, o)));
+        else if (e->nsends && (o->kind == ZS_SOP_FORWARD || o->kind == ZS_SOP_BACKWARD))
             ZS_TRY(zs_engine_wait_sends(e)); /* they may send from what this writes */
         ZS_TRY(zs_engine_exec(e, o, &stop));
         ZS_TRY(zs_engine_progress(e));
@@ -2075,7 +2171,8 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
 {
     if (e->tp_size > 1 && !tp)
         ZS_FAIL("tensor parallelism (--tp %d) needs its communicator", e->tp_size);
-    ZS_TRY(zs_model_set_tp_comm(e->model, e->tp_size > 1 ? tp : NULL));
+    for (int c = 0; c < e->sh->nchunks; c++)
+        ZS_TRY(zs_model_set_tp_comm(e->cmodel[c], e->tp_size > 1 ? tp : NULL));
     e->tp = e->tp_size > 1 ? tp : NULL;
     return 0;
 }
@@ -2297,7 +2394,7 @@ static int zs_engine_param_hash_tp(zs_engine *e, char hex[17])
  * base in its TP rank's layout: every T-th world rank holds the next range
  * of that layout), then puts the TP shards into the tp = 1 order; like the
  * TP hash it holds the whole model once in host memory. */
-static int zs_engine_hash_3d(zs_engine *e, size_t lo, size_t hi, char hex[17])
+static int zs_engine_hash_3d(zs_engine *e, size_t lo0, size_t hi0, char hex[17])
 {
     int wr = zs_comm_rank(e->world), W = zs_comm_size(e->world), T = e->tp_size;
     size_t n = e->lay->num_params, total = zs_model_count_params(&e->cfg.model);
@@ -2307,8 +2404,12 @@ static int zs_engine_hash_3d(zs_engine *e, size_t lo, size_t hi, char hex[17])
     int rc = 0;
     if (!buf || (wr == 0 && (!all || !full)))
         rc = zs_error_set("out of host memory hashing %zu parameters", total);
-    for (int q = 0; q < W && !rc; q++) {
-        uint64_t part[2] = {e->base + lo, hi > lo ? hi - lo : 0}; /* where, how many */
+    const zs_step_shape *s = e->sh;
+    for (int i = 0; i < W * s->nchunks && !rc; i++) {
+        int q = i % W, c = i / W; /* each rank's part of chunk c */
+        size_t lo = s->clo[c] > lo0 ? s->clo[c] : lo0;
+        size_t hi = s->clo[c] + s->cn[c] < hi0 ? s->clo[c] + s->cn[c] : hi0;
+        uint64_t part[2] = {s->cglo[c] + (lo - s->clo[c]), hi > lo ? hi - lo : 0}; /* where, how many */
         if (q > 0)
             rc = zs_comm_send_to_root(e->world, q, part, 2, ZS_CT_U64);
         if (!rc && part[0] + part[1] > n)
@@ -2318,7 +2419,7 @@ static int zs_engine_hash_3d(zs_engine *e, size_t lo, size_t hi, char hex[17])
         for (uint64_t off = 0; off < part[1] && !rc; off += ZS_HASH_CHUNK) {
             size_t k = part[1] - off < ZS_HASH_CHUNK ? (size_t)(part[1] - off) : ZS_HASH_CHUNK;
             if (wr == q)
-                rc = zs_engine_master_read(e, (size_t)off, k, buf);
+                rc = zs_engine_master_read(e, lo - lo0 + (size_t)off, k, buf);
             if (!rc)
                 rc = zs_comm_send_to_root(e->world, q, buf, (int)k, ZS_CT_F32);
             if (!rc && all)
@@ -2403,15 +2504,18 @@ static int zs_engine_param_hash_pp(zs_engine *e, char hex[17])
         rc = zs_error_set("out of host memory hashing the parameters");
     if (st)
         XXH3_64bits_reset(st);
-    uint64_t mine = hi > lo ? hi - lo : 0;
-    for (int q = 0; q < W && !rc; q++) {
-        uint64_t cnt = mine;
+    const zs_step_shape *s = e->sh;
+    for (int i = 0; i < W * s->nchunks && !rc; i++) {
+        int q = i % W, c = i / W; /* each rank's part of chunk c, in the model's order */
+        size_t a = s->clo[c] > lo ? s->clo[c] : lo;
+        size_t b = s->clo[c] + s->cn[c] < hi ? s->clo[c] + s->cn[c] : hi;
+        uint64_t cnt = b > a ? b - a : 0;
         if (q > 0)
             rc = zs_comm_send_to_root(e->world, q, &cnt, 1, ZS_CT_U64);
         for (uint64_t off = 0; off < cnt && !rc; off += ZS_HASH_CHUNK) {
             size_t n = cnt - off < ZS_HASH_CHUNK ? (size_t)(cnt - off) : ZS_HASH_CHUNK;
             if (wr == q)
-                rc = zs_engine_master_read(e, (size_t)off, n, buf);
+                rc = zs_engine_master_read(e, a - lo + (size_t)off, n, buf);
             if (!rc)
                 rc = zs_comm_send_to_root(e->world, q, buf, (int)n, ZS_CT_F32);
             if (!rc && st)

@@ -123,27 +123,35 @@ static int zs_shape_buckets(zs_step_shape *s)
 {
     size_t B = s->cfg.reduce_bucket_size ? s->cfg.reduce_bucket_size : s->part.padded;
     int cap = 0;
-    size_t hi = s->part.padded, lo = hi; /* the open bucket is [lo, hi) */
-    int ready = s->ulast;
-    for (int u = s->ulast; u >= s->ufirst; u--) {
-        size_t uo = s->unit_lo[u];
-        size_t un = (u == s->ulast ? s->part.padded : s->unit_lo[u + 1]) - uo;
-        if (lo < hi && (hi - lo) + un > B) {
+    /* chunk by chunk from the last (the interleaved schedule's chunks run
+     * their backwards apart, so no bucket spans two); the padding goes
+     * with the last chunk's last unit */
+    for (int c = s->nchunks - 1; c >= 0; c--) {
+        int ul = s->clast[c];
+        size_t hi = c + 1 < s->nchunks ? s->clo[c + 1] : s->part.padded;
+        size_t lo = hi; /* the open bucket is [lo, hi) */
+        int ready = ul;
+        for (int u = ul; u >= s->cfirst[c]; u--) {
+            size_t uo = s->unit_lo[u];
+            size_t un = (u == ul ? (c + 1 < s->nchunks ? s->clo[c + 1] : s->part.padded)
+                                 : s->unit_lo[u + 1]) - uo;
+            if (lo < hi && (hi - lo) + un > B) {
+                ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
+                                     (zs_step_range){.lo = lo, .hi = hi, .unit = ready}));
+                hi = lo;
+            }
+            lo = uo;
+            ready = u;
+            while (hi - lo > B) {
+                ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
+                                     (zs_step_range){.lo = hi - B, .hi = hi, .unit = u}));
+                hi -= B;
+            }
+        }
+        if (hi > lo)
             ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
                                  (zs_step_range){.lo = lo, .hi = hi, .unit = ready}));
-            hi = lo;
-        }
-        lo = uo;
-        ready = u;
-        while (hi - lo > B) {
-            ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
-                                 (zs_step_range){.lo = hi - B, .hi = hi, .unit = u}));
-            hi -= B;
-        }
     }
-    if (hi > lo)
-        ZS_TRY(zs_range_push(&s->buckets, &s->nbuckets, &cap,
-                             (zs_step_range){.lo = lo, .hi = hi, .unit = ready}));
     for (int i = 0; i < s->nbuckets; i++) {
         const zs_step_range *b = &s->buckets[i];
         if (b->hi - b->lo > s->max_bucket)
@@ -177,7 +185,7 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
         ZS_FAIL("out of host memory planning parameter gathers");
     for (int u = 0; u < s->U; u++) {
         s->gfirst[u] = n;
-        if (u < s->ufirst || u > s->ulast)
+        if (s->uchunk[u] < 0)
             continue; /* another pipeline stage's unit */
         size_t lo = s->unit_lo[u], hi = lo + s->unit_n[u];
         ZS_TRY(zs_range_push(&s->granges, &n, &cap, (zs_step_range){.lo = lo, .hi = hi, .unit = u}));
@@ -185,12 +193,12 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
         int k = zs_model_unit_uses(m, u, ids, ZS_MAX_USES_PUBLIC);
         for (int i = 0; i < k; i++) {
             const zs_param_entry *pe = &lay->entries[ids[i]];
-            /* ranges are the stage's offsets; an entry before the stage is
+            /* ranges are the rank's offsets; an entry it does not hold is
              * the last pipeline stage's own copy of the tied embedding */
-            if (pe->layer != u && pe->offset >= s->base)
+            size_t elo;
+            if (pe->layer != u && zs_step_entry_local(s, lay, ids[i], &elo))
                 ZS_TRY(zs_range_push(&s->granges, &n, &cap,
-                                     (zs_step_range){.lo = pe->offset - s->base,
-                                                     .hi = pe->offset - s->base + pe->numel,
+                                     (zs_step_range){.lo = elo, .hi = elo + pe->numel,
                                                      .unit = u}));
         }
         s->gn[u] = n - s->gfirst[u];
@@ -241,20 +249,36 @@ static void zs_shape_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_TARGETS, ZS_MEM_WORKSPACE, s->tok_bytes);
     ZS_SETBUF(ZS_BUF_X, ZS_MEM_WORKSPACE, s->x_bytes);
     int mb = s->cfg.micro_batch;
-    ZS_SETBUF(ZS_BUF_ACTS, ZS_MEM_ACTIVATIONS,
-              (size_t)s->slots * zs_model_activation_bytes(&s->cfg.model, mb) +
-                  zs_model_shared_activation_bytes(&s->cfg.model, mb));
+    /* each chunk's slots; the working slots and the scratch are shared by
+     * the chunks: the largest (the chunk with the head) */
+    size_t acts = 0, ckpt = 0, shared = 0, scratch = 0;
+    for (int c = 0; c < s->nchunks; c++) {
+        zs_model_config cm = s->cfg.model;
+        if (s->nchunks > 1 && zs_pp_chunk_model(&s->cfg, c, &cm))
+            continue; /* unreachable: the chunks were built from it */
+        size_t sh = zs_model_shared_activation_bytes(&cm, mb), sc = zs_model_scratch_bytes(&cm, mb);
+        acts += (size_t)s->cslots[c] * zs_model_activation_bytes(&cm, mb);
+        ckpt += (size_t)s->cslots[c] * zs_model_checkpoint_bytes(&cm, mb);
+        shared = sh > shared ? sh : shared;
+        scratch = sc > scratch ? sc : scratch;
+    }
+    ZS_SETBUF(ZS_BUF_ACTS, ZS_MEM_ACTIVATIONS, acts + shared);
     ZS_SETBUF(ZS_BUF_TIED, ZS_MEM_PARAMS, s->pp_rank == s->pp - 1 ? s->tied_elems * ps : 0);
-    ZS_SETBUF(ZS_BUF_TIED_GRAD, ZS_MEM_COMM_BUFFERS, s->tied_elems * 4);
+    /* the interleaved schedule's last rank keeps each micro-batch's until
+     * the step ends: the first rank takes it only at its embedding's
+     * backward, after the last rank's head has run further micro-batches
+     * whose messages the first rank needs first */
+    ZS_SETBUF(ZS_BUF_TIED_GRAD, ZS_MEM_COMM_BUFFERS,
+              s->tied_elems * 4 *
+                  (s->nchunks > 1 && s->pp_rank == s->pp - 1 ? (size_t)s->cfg.grad_accum : 1));
     /* hpZ: this rank's 1/K of the parameters, refreshed by each forward
      * gather, read by the backward gathers inside its secondary group */
     ZS_SETBUF(ZS_BUF_HPZ, ZS_MEM_PARAMS,
               st == 3 && s->cfg.hpz_partition_size > 1
                   ? P / (size_t)s->cfg.hpz_partition_size * ps : 0);
     /* a pipeline stage keeps the checkpoints of each micro-batch in flight */
-    ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS,
-              (size_t)s->slots * zs_model_checkpoint_bytes(&s->cfg.model, mb));
-    ZS_SETBUF(ZS_BUF_SCRATCH, ZS_MEM_WORKSPACE, zs_model_scratch_bytes(&s->cfg.model, mb));
+    ZS_SETBUF(ZS_BUF_CKPT, ZS_MEM_CHECKPOINTS, ckpt);
+    ZS_SETBUF(ZS_BUF_SCRATCH, ZS_MEM_WORKSPACE, scratch);
     ZS_SETBUF(ZS_BUF_INIT, ZS_MEM_WORKSPACE, s->mixed ? ZS_INIT_CHUNK * 4 : 0);
     /* offload_optimizer (ZeRO-Offload): the fp32 master (in fp32 runs too:
      * the device keeps the working copy), m and v live on the host, or in
@@ -373,6 +397,90 @@ void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_ca
     *ag_bytes = ring * (double)s->xpadded * (double)s->ps;
 }
 
+/* The rank's model chunks and their activation slots: one chunk (the
+ * whole model, or the pipeline stage's units) unless interleaved. */
+static int zs_shape_chunks(zs_step_shape *s, const zs_run_config *cfg, const zs_layout *lay)
+{
+    int il = s->pp > 1 && cfg->pp_schedule == ZS_PP_INTERLEAVED && cfg->virtual_stages > 1;
+    int v = il ? cfg->virtual_stages : 1, m = cfg->grad_accum;
+    s->nchunks = v;
+    s->cfirst = calloc((size_t)v, sizeof(int));
+    s->clast = calloc((size_t)v, sizeof(int));
+    s->cslots = calloc((size_t)v, sizeof(int));
+    s->clo = calloc((size_t)v, sizeof(size_t));
+    s->cglo = calloc((size_t)v, sizeof(size_t));
+    s->cn = calloc((size_t)v, sizeof(size_t));
+    s->uchunk = malloc((size_t)s->U * sizeof(int));
+    s->unit_lo = calloc((size_t)s->U, sizeof(size_t));
+    s->unit_n = calloc((size_t)s->U, sizeof(size_t));
+    if (!s->cfirst || !s->clast || !s->cslots || !s->clo || !s->cglo || !s->cn || !s->uchunk ||
+        !s->unit_lo || !s->unit_n)
+        ZS_FAIL("out of host memory planning the step");
+    for (int c = 0; c < v; c++) {
+        zs_model_config cm = cfg->model;
+        if (il)
+            ZS_TRY(zs_pp_chunk_model(cfg, c, &cm));
+        s->cfirst[c] = s->pp > 1 ? cm.pp_first : 0;
+        s->clast[c] = s->pp > 1 ? cm.pp_last : s->U - 1;
+        s->cglo[c] = lay->layer_offset[s->cfirst[c]];
+        s->cn[c] = lay->layer_offset[s->clast[c]] + lay->layer_numel[s->clast[c]] - s->cglo[c];
+        s->clo[c] = c ? s->clo[c - 1] + s->cn[c - 1] : 0;
+    }
+    s->ufirst = s->cfirst[0];
+    s->ulast = s->clast[v - 1];
+    s->base = s->cglo[0];
+    for (int u = 0; u < s->U; u++)
+        s->uchunk[u] = -1;
+    for (int c = 0; c < v; c++)
+        for (int u = s->cfirst[c]; u <= s->clast[c]; u++)
+            s->uchunk[u] = c;
+    if (s->pp <= 1) {
+        s->cslots[0] = s->slots = 1;
+        return 0;
+    }
+    /* the most micro-batches of each chunk forwarded and not yet backwarded */
+    zs_pp_item *items = malloc(2 * (size_t)m * (size_t)v * sizeof *items);
+    int *live = calloc((size_t)v, sizeof(int));
+    if (!items || !live) {
+        free(items);
+        free(live);
+        ZS_FAIL("out of host memory planning the pipeline's schedule");
+    }
+    int n = zs_pp_schedule_items(cfg->pp_schedule, s->pp, v, s->pp_rank, m, items);
+    s->slots = 0;
+    for (int i = 0; i < n; i++) {
+        int c = items[i].chunk;
+        live[c] += items[i].backward ? -1 : 1;
+        if (live[c] > s->cslots[c])
+            s->cslots[c] = live[c];
+    }
+    for (int c = 0; c < v; c++)
+        s->slots += s->cslots[c];
+    free(items);
+    free(live);
+    return 0;
+}
+
+size_t zs_step_local_global(const zs_step_shape *s, size_t local, size_t *run)
+{
+    int c = 0;
+    while (c + 1 < s->nchunks && local >= s->clo[c + 1])
+        c++;
+    *run = s->clo[c] + s->cn[c] > local ? s->clo[c] + s->cn[c] - local : 0;
+    return s->cglo[c] + (local - s->clo[c]);
+}
+
+int zs_step_entry_local(const zs_step_shape *s, const zs_layout *lay, int id, size_t *lo)
+{
+    const zs_param_entry *pe = &lay->entries[id];
+    /* an expert entry of DeepSpeed's layout is in the expert store */
+    if (pe->layer < 0 || pe->layer >= s->U || s->uchunk[pe->layer] < 0 ||
+        pe->offset >= lay->num_params)
+        return 0;
+    *lo = s->unit_lo[pe->layer] + (pe->offset - lay->layer_offset[pe->layer]);
+    return 1;
+}
+
 int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
                         zs_step_shape *s)
 {
@@ -401,23 +509,23 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
             ZS_FAIL("internal: a pipeline stage's shape needs its units (zs_pp_stage_config)");
         s->pp = cfg->pp;
         s->pp_rank = mc->pp_stage;
-        s->ufirst = mc->pp_first;
-        s->ulast = mc->pp_last;
-        s->base = lay->layer_offset[s->ufirst];
-        total = lay->layer_offset[s->ulast] + lay->layer_numel[s->ulast] - s->base;
         if (s->pp_rank == 0 || s->pp_rank == s->pp - 1)
             s->tied_elems = lay->entries[0].numel;
         s->io_elems = zs_model_boundary_elems(mc, cfg->micro_batch);
-        int w = zs_pp_warmup(cfg->pp_schedule, s->pp, s->pp_rank, cfg->grad_accum);
-        s->slots = cfg->pp_schedule == ZS_PP_GPIPE ? w : w + 1;
-        if (s->slots > cfg->grad_accum)
-            s->slots = cfg->grad_accum;
     }
+    if (zs_shape_chunks(s, cfg, lay)) {
+        zs_step_shape_free(s);
+        return -1;
+    }
+    total = 0;
+    for (int c = 0; c < s->nchunks; c++)
+        total += s->cn[c];
     zs_partition_make(&s->part, total, world, 0, s->det);
     if (lay->num_expert > 0) { /* DeepSpeed's layout: the expert store */
         int ep = cfg->model.moe_ep;
         if (!cfg->model.moe_ep_split || ep <= 1 || world % ep)
-            ZS_FAIL("internal: an expert store without expert parallelism over %d ranks", world);
+            return zs_error_set("internal: an expert store without expert parallelism over "
+                                "%d ranks", world);
         size_t q = (size_t)(world / ep) * (s->det ? ZS_DET_BLOCK : 1);
         s->xsplit = 1;
         s->xworld = world / ep;
@@ -426,14 +534,11 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
         s->xshard = s->xpadded / (size_t)s->xworld;
         s->xpiece = s->xnum < ZS_INIT_CHUNK ? s->xnum : ZS_INIT_CHUNK;
     }
-    s->unit_lo = calloc((size_t)s->U, sizeof(size_t));
-    s->unit_n = calloc((size_t)s->U, sizeof(size_t));
-    if (!s->unit_lo || !s->unit_n) {
-        zs_step_shape_free(s);
-        ZS_FAIL("out of host memory planning the step");
-    }
-    for (int u = s->ufirst; u <= s->ulast; u++) {
-        s->unit_lo[u] = lay->layer_offset[u] - s->base;
+    for (int u = 0; u < s->U; u++) {
+        int c = s->uchunk[u];
+        if (c < 0)
+            continue;
+        s->unit_lo[u] = s->clo[c] + lay->layer_offset[u] - s->cglo[c];
         s->unit_n[u] = lay->layer_numel[u];
         size_t e = zs_model_unit_elems(m, u);
         if (e > s->stage_elems)
@@ -495,6 +600,13 @@ void zs_step_shape_free(zs_step_shape *s)
 {
     free(s->unit_lo);
     free(s->unit_n);
+    free(s->cfirst);
+    free(s->clast);
+    free(s->uchunk);
+    free(s->cslots);
+    free(s->clo);
+    free(s->cglo);
+    free(s->cn);
     free(s->buckets);
     free(s->granges);
     free(s->gfirst);
@@ -575,6 +687,13 @@ int zs_pp_stage_config(zs_run_config *cfg, int stage)
                 "at least one block", P, L);
     if (stage < 0 || stage >= P)
         ZS_FAIL("internal: pipeline stage %d of %d", stage, P);
+    if (cfg->pp_schedule == ZS_PP_INTERLEAVED && cfg->virtual_stages > 1 && P > 1) {
+        zs_model_config first; /* the rank's first chunk: virtual stage `stage` */
+        mc->pp_stage = stage;
+        ZS_TRY(zs_pp_chunk_model(cfg, 0, &first));
+        *mc = first;
+        return 0;
+    }
     int b0, b1; /* 0-based blocks of the stage */
     if (cfg->pp_partition == ZS_PP_PARAMETERS && P > 1) {
         zs_model_config whole = *mc;
@@ -622,6 +741,27 @@ int zs_pp_stage_config(zs_run_config *cfg, int stage)
     mc->pp_first = stage == 0 ? 0 : b0 + 1;
     mc->pp_last = stage == P - 1 ? L + 1 : b1 + 1;
     return 0;
+}
+
+int zs_pp_chunk_model(const zs_run_config *cfg, int chunk, zs_model_config *out)
+{
+    zs_run_config v = *cfg; /* a uniform pipeline of P·v stages */
+    int P = cfg->pp, rank = cfg->model.pp_stage;
+    v.pp = P * cfg->virtual_stages;
+    v.pp_schedule = ZS_PP_1F1B;
+    v.pp_partition = ZS_PP_UNIFORM;
+    v.virtual_stages = 1;
+    if (chunk < 0 || chunk >= cfg->virtual_stages)
+        ZS_FAIL("internal: model chunk %d of %d", chunk, cfg->virtual_stages);
+    ZS_TRY(zs_pp_stage_config(&v, chunk * P + rank));
+    *out = v.model;
+    out->pp_stage = rank;
+    return 0;
+}
+
+double zs_pp_ideal_bubble(int P, int v, int m)
+{
+    return (double)(P - 1) / ((double)v * m + P - 1);
 }
 
 int zs_pp_warmup(zs_pp_schedule sched, int P, int rank, int m)
@@ -675,6 +815,7 @@ typedef struct {              /* the builder's state */
     const zs_model *m;
     zs_step_program *p;
     int micro;
+    int chunk;                /* the model chunk of the ops emitted */
     zs_comm_phase phase;
     char *live;               /* [U] stage 3: unit gathered */
     size_t nlive;             /* elements gathered */
@@ -682,6 +823,7 @@ typedef struct {              /* the builder's state */
     int pending;              /* overlap: the bucket in flight, or -1 */
     int fwd_micro;            /* the micro-batch whose forward ran last, with no
                                  backward since; or -1 */
+    int fwd_chunk;            /* and its chunk */
     int fail;
 } zs_builder;
 
@@ -701,7 +843,8 @@ static void zs_emit(zs_builder *b, zs_step_op_kind k, int unit, int index, unsig
         p->ops = t;
         p->cap = nc;
     }
-    p->ops[p->n++] = (zs_step_op){.kind = k, .micro = b->micro, .unit = unit, .index = index,
+    p->ops[p->n++] = (zs_step_op){.kind = k, .micro = b->micro, .chunk = b->chunk,
+                                  .unit = unit, .index = index,
                                   .flags = flags, .phase = b->phase, .group = ZS_GROUP_DP,
                                   .elems = elems};
 }
@@ -761,12 +904,13 @@ static void zs_b_forward_units(zs_builder *b, int first, int last, unsigned flag
  * before its backward (every segment but the last), its first unit; else -1.
  * A pipeline stage recomputes every segment's part in the stage, the last
  * one too (the micro-batches in flight share the blocks' activations). */
-static int zs_recomputed_first(const zs_step_shape *s, int u)
+static int zs_recomputed_first(const zs_step_shape *s, int c, int u)
 {
     const zs_model_config *mc = &s->cfg.model;
     int nseg = zs_model_segments(mc);
     if (s->pp > 1) {
-        int L = mc->n_layer, u0 = s->ufirst > 1 ? s->ufirst : 1, u1 = s->ulast < L ? s->ulast : L;
+        int L = mc->n_layer, uf = s->cfirst[c], ul = s->clast[c];
+        int u0 = uf > 1 ? uf : 1, u1 = ul < L ? ul : L;
         for (int sg = 0; nseg > 1 && u >= u0 && u <= u1 && sg < nseg; sg++) {
             int first, last;
             zs_model_segment_units(mc, sg, &first, &last);
@@ -794,9 +938,10 @@ static void zs_b_bucket_allocs(zs_builder *b, int u)
     int n = zs_model_unit_uses(b->m, u, ids, ZS_MAX_USES_PUBLIC);
     for (int i = 0; i < n; i++) {
         const zs_param_entry *pe = &lay->entries[ids[i]];
-        if (pe->offset < s->base || pe->offset >= s->base + s->part.num_params)
+        size_t lo;
+        if (!zs_step_entry_local(s, lay, ids[i], &lo))
             continue; /* the last stage's copy of the tied embedding */
-        size_t lo = pe->offset - s->base, hi = lo + pe->numel;
+        size_t hi = lo + pe->numel;
         for (int k = 0; k < s->nbuckets; k++) {
             const zs_step_range *bk = &s->buckets[k];
             if (b->touched[k] || (hi < bk->hi ? hi : bk->hi) <= (lo > bk->lo ? lo : bk->lo))
@@ -833,38 +978,46 @@ static void zs_b_reduce(zs_builder *b, int k, int async)
 /* Forward of micro-batch a on this stage: load it (the first stage needs
  * the tokens, the last the targets), its input from the previous stage,
  * the units, the loss on the last stage, its output to the next. */
-static void zs_b_forward_micro(zs_builder *b, int a)
+static void zs_b_forward_micro(zs_builder *b, int c, int a)
 {
     const zs_step_shape *s = b->s;
-    int first = s->pp_rank == 0, last = s->pp_rank == s->pp - 1;
+    int first = s->pp_rank == 0 && c == 0, last = s->pp_rank == s->pp - 1 && c == s->nchunks - 1;
     b->fwd_micro = a;
+    b->fwd_chunk = c;
     b->micro = a;
+    b->chunk = c;
     b->phase = ZS_PHASE_FORWARD;
     if (first || last)
         zs_emit(b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
     if (!first)
-        zs_emit_pp(b, ZS_SOP_RECV_ACT, s->ufirst, 0, s->io_elems);
-    zs_b_forward_units(b, s->ufirst, s->ulast, 0);
+        zs_emit_pp(b, ZS_SOP_RECV_ACT, s->cfirst[c], 0, s->io_elems);
+    zs_b_forward_units(b, s->cfirst[c], s->clast[c], 0);
     if (last)
         zs_emit(b, ZS_SOP_LOSS, -1, -1, 0, 1);
     else
-        zs_emit_pp(b, ZS_SOP_SEND_ACT, s->ulast, 0, s->io_elems);
+        zs_emit_pp(b, ZS_SOP_SEND_ACT, s->clast[c], 0, s->io_elems);
 }
 
 /* Backward of micro-batch a on this stage, and its gradient reduction. */
-static void zs_b_backward_micro(zs_builder *b, int a)
+static void zs_b_backward_micro(zs_builder *b, int c, int a)
 {
     const zs_step_shape *s = b->s;
     int st = s->stage, GA = s->cfg.grad_accum, once = s->reduce_step;
     int fixacc = once && s->det && GA > 1;
-    int pipe = s->pp > 1, first = s->pp_rank == 0, last = s->pp_rank == s->pp - 1;
+    int pipe = s->pp > 1, first = s->pp_rank == 0 && c == 0;
+    int last = s->pp_rank == s->pp - 1 && c == s->nchunks - 1;
+    int uf = s->cfirst[c], ul = s->clast[c];
     b->micro = a;
+    b->chunk = c;
     b->phase = ZS_PHASE_BACKWARD;
     /* in a pipeline another micro-batch may have been loaded since */
     if (pipe && (first || last))
         zs_emit(b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
+    /* the chunk's part of the full gradient (all of it with one chunk;
+     * the padding with the last) */
     if (st <= 1 && (!once || fixacc || a == 0))
-        zs_emit(b, ZS_SOP_ZERO_GRADS, -1, -1, 0, s->part.padded);
+        zs_emit(b, ZS_SOP_ZERO_GRADS, -1, c, 0,
+                (c + 1 < s->nchunks ? s->clo[c + 1] : s->part.padded) - s->clo[c]);
     /* buckets reduced inside the backward, as each is ready: stages 2 and
      * 3, and stages 0 and 1 with overlap_comm (in the reducing
      * micro-batches; not when fixed point accumulates locally) */
@@ -872,17 +1025,17 @@ static void zs_b_backward_micro(zs_builder *b, int a)
     /* a pipeline stage whose last forward was this micro-batch's, with no
      * backward since (the last stage under 1F1B), still holds its last
      * segment's activations in the working slots: not recomputed */
-    int fresh = pipe && b->fwd_micro == a, L = s->cfg.model.n_layer;
-    int ublock = s->ulast < L ? s->ulast : L; /* the stage's last block */
+    int fresh = pipe && b->fwd_micro == a && b->fwd_chunk == c, L = s->cfg.model.n_layer;
+    int ublock = ul < L ? ul : L; /* the chunk's last block */
     b->fwd_micro = -1;
     if (!last)
-        zs_emit_pp(b, ZS_SOP_RECV_GRAD, s->ulast, 0, s->io_elems);
-    for (int u = s->ulast; u >= s->ufirst; u--) {
-        int rfirst = fresh && u == ublock ? -1 : zs_recomputed_first(s, u);
+        zs_emit_pp(b, ZS_SOP_RECV_GRAD, ul, 0, s->io_elems);
+    for (int u = ul; u >= uf; u--) {
+        int rfirst = fresh && u == ublock ? -1 : zs_recomputed_first(s, c, u);
         if (rfirst >= 0)
             zs_b_forward_units(b, rfirst, u, ZS_SOPF_RECOMPUTE);
         /* no prefetch of a unit whose segment is recomputed first */
-        int rnext = fresh && u - 1 == ublock ? -1 : zs_recomputed_first(s, u - 1);
+        int rnext = fresh && u - 1 == ublock ? -1 : zs_recomputed_first(s, c, u - 1);
         if (st == 3)
             zs_b_gather_unit(b, u, rnext >= 0 ? -1 : u - 1, 0);
         if (st >= 2)
@@ -892,7 +1045,7 @@ static void zs_b_backward_micro(zs_builder *b, int a)
         zs_emit(b, ZS_SOP_BACKWARD, u, -1, 0, zs_model_unit_elems(b->m, u));
         if (pipe && last && u == s->U - 1)
             zs_emit_pp(b, ZS_SOP_TIED_SEND, u, 0, s->tied_elems);
-        if (pipe && !first && u == s->ufirst)
+        if (pipe && !first && u == uf)
             zs_emit_pp(b, ZS_SOP_SEND_GRAD, u, 0, s->io_elems);
         if (st == 3)
             zs_b_release(b, u);
@@ -903,11 +1056,13 @@ static void zs_b_backward_micro(zs_builder *b, int a)
     }
     zs_b_reduce_wait(b);
     for (int k = 0; fixacc && k < s->nbuckets; k++)
-        zs_emit(b, ZS_SOP_ACCUM_FIXED, s->buckets[k].unit, k, 0,
-                s->buckets[k].hi - s->buckets[k].lo);
+        if (s->uchunk[s->buckets[k].unit] == c)
+            zs_emit(b, ZS_SOP_ACCUM_FIXED, s->buckets[k].unit, k, 0,
+                    s->buckets[k].hi - s->buckets[k].lo);
     if (!inside && st <= 1 && (!once || a == GA - 1))
         for (int k = 0; k < s->nbuckets; k++)
-            zs_b_reduce(b, k, 0);
+            if (s->uchunk[s->buckets[k].unit] == c)
+                zs_b_reduce(b, k, 0);
 }
 
 int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
@@ -915,7 +1070,8 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
 {
     (void)rank; /* the shape is this rank's pipeline stage's */
     memset(p, 0, sizeof *p);
-    zs_builder b = {.s = s, .m = m, .p = p, .micro = -1, .pending = -1, .fwd_micro = -1};
+    zs_builder b = {.s = s, .m = m, .p = p, .micro = -1, .pending = -1, .fwd_micro = -1,
+                    .fwd_chunk = -1};
     b.live = calloc((size_t)s->U, 1);
     b.touched = calloc((size_t)s->nbuckets + 1, 1);
     if (!b.live || !b.touched) {
@@ -936,19 +1092,21 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
      * forward_backward_pipelining_without_interleaving) w warm-up forwards,
      * then one forward and one backward at a time, then the last w
      * backwards */
-    zs_pp_item *items = malloc(2 * (size_t)GA * sizeof *items);
+    zs_pp_item *items = malloc(2 * (size_t)GA * (size_t)s->nchunks * sizeof *items);
     if (!items)
         b.fail = 1;
     zs_pp_schedule sched = s->pp > 1 ? s->cfg.pp_schedule : ZS_PP_1F1B;
-    int nitems = items ? zs_pp_schedule_items(sched, s->pp, 1, s->pp_rank, GA, items) : 0;
+    int nitems =
+        items ? zs_pp_schedule_items(sched, s->pp, s->nchunks, s->pp_rank, GA, items) : 0;
     for (int i = 0; i < nitems; i++) {
         if (items[i].backward)
-            zs_b_backward_micro(&b, items[i].micro);
+            zs_b_backward_micro(&b, items[i].chunk, items[i].micro);
         else
-            zs_b_forward_micro(&b, items[i].micro);
+            zs_b_forward_micro(&b, items[i].chunk, items[i].micro);
     }
     free(items);
     b.micro = -1;
+    b.chunk = 0;
     b.phase = ZS_PHASE_STEP;
     zs_emit(&b, ZS_SOP_LOSS_SUM, -1, -1, 0, (size_t)s->cfg.grad_accum);
     zs_emit(&b, ZS_SOP_CHECK, -1, -1, 0, s->part.shard);
@@ -1078,11 +1236,11 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_FORWARD:
             if (o->flags & ZS_SOPF_RECOMPUTE)
                 c->recompute_units += 1;
-            else if (o->unit == s->ufirst && ++fwd - bwd > c->in_flight)
-                c->in_flight = fwd - bwd;
+            else if (o->unit == s->cfirst[o->chunk] && ++fwd - bwd > c->in_flight)
+                c->in_flight = fwd - bwd; /* (chunk, micro-batch) pairs */
             break;
         case ZS_SOP_BACKWARD:
-            if (o->unit == s->ufirst)
+            if (o->unit == s->cfirst[o->chunk])
                 bwd++;
             break;
         case ZS_SOP_SEND_ACT:
@@ -1163,17 +1321,30 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
                "%d units, %d buckets, %zu ops%s\n",
             s->stage, s->part.world, s->part.num_params, s->part.padded, s->part.shard, s->U,
             s->nbuckets, p->n, s->reduce_step ? ", gradients reduced once per step" : "");
-    if (s->pp > 1)
+    if (s->pp > 1 && s->nchunks > 1) {
+        fprintf(f, "# pipeline rank %d of %d (interleaved, %d chunks): warm-up %d, %d activation "
+                   "slots;",
+                s->pp_rank, s->pp, s->nchunks,
+                zs_pp_interleaved_warmup(s->pp, s->nchunks, s->pp_rank, s->cfg.grad_accum),
+                s->slots);
+        for (int c = 0; c < s->nchunks; c++)
+            fprintf(f, " chunk %d (virtual stage %d): units %d..%d, %d slot%s%s", c,
+                    c * s->pp + s->pp_rank, s->cfirst[c], s->clast[c], s->cslots[c],
+                    s->cslots[c] == 1 ? "" : "s", c + 1 < s->nchunks ? ";" : "\n");
+    } else if (s->pp > 1) {
         fprintf(f, "# pipeline stage %d of %d (%s, %s): units %d..%d, warm-up %d, %d activation "
                    "slot%s\n",
                 s->pp_rank, s->pp, zs_pp_schedule_name(s->cfg.pp_schedule),
                 zs_pp_partition_name(s->cfg.pp_partition), s->ufirst, s->ulast,
                 zs_pp_warmup(s->cfg.pp_schedule, s->pp, s->pp_rank, s->cfg.grad_accum), s->slots,
                 s->slots == 1 ? "" : "s");
+    }
     for (size_t i = 0; i < p->n; i++) {
         const zs_step_op *o = &p->ops[i];
         fprintf(f, "%5zu %-8s", i, zs_comm_phase_name(o->phase));
-        if (o->micro >= 0)
+        if (o->micro >= 0 && s->nchunks > 1)
+            fprintf(f, " c%d mb %-3d", o->chunk, o->micro);
+        else if (o->micro >= 0)
             fprintf(f, " mb %-3d", o->micro);
         else
             fprintf(f, " %-6s", "");
@@ -1234,8 +1405,9 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
         case ZS_SOP_SEND_GRAD:
             fprintf(f, " unit %d: %zu fp32 elements %s pipeline stage %d (%s)", o->unit, o->elems,
                     o->kind == ZS_SOP_RECV_ACT || o->kind == ZS_SOP_RECV_GRAD ? "from" : "to",
-                    s->pp_rank + (o->kind == ZS_SOP_SEND_ACT || o->kind == ZS_SOP_RECV_GRAD ? 1
-                                                                                           : -1),
+                    (s->pp_rank + s->pp +
+                     (o->kind == ZS_SOP_SEND_ACT || o->kind == ZS_SOP_RECV_GRAD ? 1 : -1)) %
+                        s->pp,
                     zs_comm_group_name(o->group));
             break;
         case ZS_SOP_TIED_SEND:
