@@ -1,15 +1,19 @@
 #!/bin/sh
 # Training with expert parallelism (docs/moe.md, "Expert parallelism"):
-# --ep P (each rank computes E/P of the 4 experts, tokens sent to them and
-# the experts' gradients sent home with all-to-alls) gives the same
-# parameter hashes after every step as --ep 1 on the same ranks: 2 ranks
-# with --ep 2 in stages 0-3, 4 ranks with --ep 2 and --ep 4, top-1 and
-# top-2, dropped tokens, clipping, accumulation, activation checkpointing,
-# bf16, deterministic mode, the step schedule (ZS_TEST_FULL=1 adds fp16 and
+# --ep P (each rank computes E/P of the 4 experts, tokens sent to them with
+# all-to-alls) gives the same parameter hashes after every step as --ep 1
+# on the same ranks, in both of the engine's layouts (zs_step_ep_split):
+# DeepSpeed's (each rank's arrays hold its E/P experts, their gradients
+# reduced and their states partitioned over the expert-data-parallel
+# group: 2 ranks in fp32 stages 0-2, 4 ranks in deterministic mode with
+# --ep 2 and --ep 4, bf16) and --ep 1's (every expert on every rank, the
+# gradients sent home: stage 3, 4 ranks without deterministic mode); top-1
+# and top-2, dropped tokens, clipping, accumulation, activation
+# checkpointing, the step schedule (ZS_TEST_FULL=1 adds fp16 and
 # compression); every category of memory and every collective's bytes
-# equal the prediction on each rank, the all-to-alls a hand count in the
-# ledger's group ep; phantom = plan = real run; what is not supported is
-# refused with one line.
+# equal the prediction on each rank, the all-to-alls and DeepSpeed's
+# layout's model states and edp collectives a hand count; phantom = plan =
+# real run; what is not supported is refused with one line.
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --grad-clip 0.5"
@@ -40,7 +44,8 @@ run() {
         { bad "$label failed"; cat "$T/$label/log"; return 1; }
 }
 
-# Each case: name, ranks N, --ep P, top-k, capacity factor, checkpointing,
+# Each case: name, ranks N, --ep P, layout (ds: DeepSpeed's, home: --ep 1's
+# with the gradients sent home; stage 3 is always home), top-k, capacity factor, checkpointing,
 # stages, other options. --ep 1 runs once per case at its first stage
 # (stages 0-3 are byte-identical, tests/test_moe.sh); --ep P runs at each.
 # The capacity is 4 in every case (16 tokens per micro-batch, 4 experts:
@@ -48,17 +53,21 @@ run() {
 # 4*4*16*4 = 1024 bytes and every expert's parameters 4 (8*16^2 + 5*16) =
 # 8512 floats = 34048 bytes, of which each all-to-all sends (P-1)/P; per
 # micro-batch and MoE block (2 of 4 blocks) 4 dispatch calls (+2 for block
-# 1 when every:1 recomputes it) and 1 call sending the gradients home.
-CASES="a:2:2:1:1.0:none:0_1_2_3:
-b:2:2:2:0.5:every:1:0_3:
-c:4:2:1:1.0:none:1_2:--precision_bf16
-d:4:4:2:0.5:every:1:3:--deterministic
-e:4:4:1:1.0:none:0:--grad-reduce_step"
+# 1 when every:1 recomputes it) and, in --ep 1's layout, 1 call sending the
+# gradients home.
+CASES="a:2:2:ds:1:1.0:none:0_1_2_3:
+b:2:2:ds:2:0.5:every:1:0_3:
+c:4:2:home:1:1.0:none:1_2:--precision_bf16
+h:4:2:ds:2:0.5:every:1:0_2:--deterministic
+i:4:4:ds:1:1.0:none:1:--deterministic_--precision_bf16
+d:4:4:home:2:0.5:every:1:3:--deterministic
+e:4:4:home:1:1.0:none:0:--grad-reduce_step"
 [ "${ZS_TEST_FULL:-0}" = 1 ] && CASES="$CASES
-f:4:2:2:0.5:none:0_1_2_3:--precision_fp16
-g:4:4:1:1.0:every:1:2:--compression_int8"
+f:4:2:home:2:0.5:none:0_1_2_3:--precision_fp16
+j:4:2:ds:2:0.5:none:0_1_2:--precision_fp16_--deterministic
+g:4:4:home:1:1.0:every:1:2:--compression_int8"
 for case in $CASES; do
-    IFS=: read -r name n P k f ck1 rest <<EOC
+    IFS=: read -r name n P lay k f ck1 rest <<EOC
 $case
 EOC
     if [ "$ck1" = every ]; then ck="every:${rest%%:*}"; rest=${rest#*:}; else ck=none; fi
@@ -82,18 +91,51 @@ EOC
             bad "case $name (N=$n --ep $P $extra) stage $stage: hashes $h2 differ from --ep 1's $ref"
         check_csv "$l2" "$T/$l2" && ok || bad "case $name stage $stage --ep $P: accounting"
         d=16 && [ "$ck" = none ] || d=20
-        want="0 ep alltoall $((3 * (d + 4))) $((3 * (P - 1) * (d * 1024 + 4 * 34048) / P)).000"
+        h=4 && [ "$lay" = home ] || [ "$stage" = 3 ] || h=0
+        want="0 ep alltoall $((3 * (d + h))) $((3 * (P - 1) * (d * 1024 + h * 34048) / P)).000"
         got=$(awk '$1 == 0 && $2 == "ep" && $3 == "alltoall" { print $1, $2, $3, $4, $5 }' \
             "$T/$l2/comm_groups.csv")
         [ "$got" = "$want" ] && ok || bad "case $name stage $stage: all-to-alls '$got', by hand '$want'"
     done
-    # the model states: --ep 1's (the engine keeps every expert), at the first stage
+    # the model states at the first stage: in --ep 1's layout --ep 1's (the
+    # engine keeps every expert); in DeepSpeed's each rank's parameters are
+    # the dense ones and its experts: 26,448 - 2 blocks x 4 experts x 2,128
+    # = 9,424 dense, padded to a multiple of N (x 1024 in deterministic
+    # mode), and P of 4 experts (2 x 2,128 x 4/P), padded to a multiple of
+    # N/P (x 1024), each in working precision
     first=${stages%% *}
+    ps=4 && case $extra in *bf16*|*fp16*) ps=2 ;; esac
+    q=$n && case $extra in *deterministic*) q=$((n * 1024)) ;; esac
+    qx=$((n / P)) && case $extra in *deterministic*) qx=$((n / P * 1024)) ;; esac
+    x=$((2 * 2128 * 4 / P))
+    hand=$(( ((9424 + q - 1) / q * q + (x + qx - 1) / qx * qx) * ps ))
     for c in params grads optimizer; do
         a=$(awk -v c=$c '$1 == 0 && $2 == c { print $3 }' "$T/$l1/memory.csv")
         b=$(awk -v c=$c '$1 == 0 && $2 == c { print $3 }' "$T/$name-s$first/memory.csv")
-        [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "case $name: $c $b vs --ep 1's $a"
+        if [ "$lay" = home ]; then
+            [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "case $name: $c $b vs --ep 1's $a"
+        elif [ "$c" = params ]; then
+            [ "$b" = "$hand" ] && [ "$b" -lt "$a" ] && ok ||
+                bad "case $name: params $b, by hand $hand (--ep 1's $a)"
+        fi
     done
+    # case a (stage 0, fp32, 2 ranks): the optimizer's m and v of all of
+    # it (2 x 71,744 bytes), and the gradients: the dense full buffer and
+    # shard (9,424 and 4,712 floats) and the experts' (8,512 floats)
+    if [ "$name" = a ]; then
+        b=$(awk '$1 == 0 && ($2 == "grads" || $2 == "optimizer") { printf "%s ", $3 }' "$T/a-s0/memory.csv")
+        [ "$b" = "$(( (9424 + 4712 + 8512) * 4 )) $((2 * hand)) " ] && ok ||
+            bad "case a: grads and optimizer '$b', by hand $(( (9424 + 4712 + 8512) * 4 )) $((2 * hand))"
+    fi
+    # DeepSpeed's layout in deterministic mode with edp groups of 2 (case
+    # h): per step one reduce-scatter of the experts' fixed-point gradients
+    # (8 bytes each, 4,256 padded to 10,240) and one allgather of their
+    # gradients (stage 0) or updated parameters, half of each sent
+    if [ "$name" = h ]; then
+        got=$(awk '$1 == 0 && $2 == "edp" { printf "%s %s %s ", $3, $4, $5 }' "$T/$name-s$first/comm_groups.csv")
+        want="reduce_scatter 3 $((3 * 10240 * 8 / 2)).000 allgather 3 $((3 * 10240 * 4 / 2)).000 "
+        [ "$got" = "$want" ] && ok || bad "case h: edp collectives '$got', by hand '$want'"
+    fi
     [ -z "$(awk '$2 == "alltoall"' "$T/$l1/comm_groups.csv")" ] && ok ||
         bad "case $name: --ep 1 made all-to-alls"
     h0=$(echo "$ref" | cut -d, -f1 | tr -d '"[:')

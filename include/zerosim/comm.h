@@ -55,6 +55,7 @@ typedef enum {
  * mesh splits it. */
 typedef enum {
     ZS_GROUP_DP = 0, ZS_GROUP_TP, ZS_GROUP_PP, ZS_GROUP_EP,
+    ZS_GROUP_EDP,        /* expert-data-parallel: the experts' reduction */
     ZS_GROUP_NGROUPS
 } zs_comm_group;
 

@@ -73,6 +73,12 @@ typedef struct {
      * of moe_ep = 1 (the caller's gradient views of the stacked expert
      * entries then hold all E experts; the parameter views E/Ep). */
     int moe_ep_home; /* 0, ZS_MOE_EP_HOME or ZS_MOE_EP_BY_SOURCE (below) */
+    /* With moe_ep > 1: 1 lays the stacked expert entries out after every
+     * other entry, outside num_params (zs_layout.num_expert), so that the
+     * flat array [0, num_params) is the dense model that ZeRO partitions
+     * over the data-parallel group, and the experts the part it partitions
+     * over the expert-data-parallel group (DeepSpeed's layout). */
+    int moe_ep_split;
     /* MLP */
     int input_dim;
     int n_classes;
@@ -89,6 +95,9 @@ size_t zs_model_count_expert_params(const zs_model_config *c);
 
 /* Check shapes; 0 or non-zero with a one-line message naming the field. */
 int zs_model_config_validate(const zs_model_config *c);
+/* 1 when entry i of the model's layout is a stacked expert entry of a MoE
+ * block (fc.w, fc.b, proj.w, proj.b of the experts; not the router). */
+int zs_model_entry_is_expert(const zs_model_config *c, int i);
 
 typedef struct {
     char name[48];
@@ -101,6 +110,9 @@ typedef struct {
     zs_param_entry *entries;
     int n_entries;
     size_t num_params;       /* Ψ, unpadded */
+    size_t num_expert;       /* moe_ep_split: the experts' elements, laid out
+                                at [num_params, num_params + num_expert) and
+                                not counted in num_params or layer_numel */
     int n_layers;
     size_t *layer_offset;    /* [n_layers] first element of each layer */
     size_t *layer_numel;     /* [n_layers] */

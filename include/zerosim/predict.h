@@ -110,6 +110,15 @@ typedef struct {
      * forward (recomputed ones included) and two per backward of each MoE
      * block and micro-batch (zs_model_moe_alltoall_bytes per call) */
     double ep_a2a_bytes_per_step, ep_a2a_calls_per_step;
+    /* expert parallelism in DeepSpeed's layout (zs_step_ep_split): the
+     * expert store's collectives over the expert-data-parallel group, this
+     * rank's wire bytes (zs_step_expert_traffic): the reduce-scatter every
+     * step, the allgather every step (stage 0: the gradients) or every
+     * applied step (stages 1, 2: the updated parameters) */
+    double edp_rs_bytes_per_step, edp_ag_bytes_per_step, edp_ag_bytes_per_applied_step;
+    int edp_rs_calls_per_step, edp_ag_calls_per_step;
+    /* the experts' parameters of this rank's store (0 without one) */
+    size_t expert_params;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

@@ -70,6 +70,20 @@ typedef enum {
                             sent and as received */
     ZS_BUF_HPZ,          /* ZeRO++ hpZ (stage 3): the secondary partition,
                             padded / K parameters in working precision */
+    /* expert parallelism in DeepSpeed's layout (zs_step_ep_split): the
+     * experts' store, partitioned over the expert-data-parallel group */
+    ZS_BUF_XPARAMS,      /* this rank's experts, all of them (stages 0-2) */
+    ZS_BUF_XMASTER,      /* their fp32 master (mixed precision): stage 0
+                            full, else the shard */
+    ZS_BUF_XM, ZS_BUF_XV,/* their optimizer moments, as the master */
+    ZS_BUF_XGACC,        /* their gradients of the step, accumulated: in
+                            int64 fixed point, each source apart
+                            (deterministic), else in working precision */
+    ZS_BUF_XGRAD,        /* deterministic: the reduced gradient (stage 0
+                            full, else the shard) */
+    ZS_BUF_XRECV,        /* deterministic, edp > 1: the reduce-scatter's part */
+    ZS_BUF_XTMP,         /* deterministic: one piece of a source's gradients
+                            in working precision and in fixed point */
     ZS_BUF_N
 } zs_buf_id;
 
@@ -141,15 +155,50 @@ typedef struct zs_step_shape_s {
     int nchunks;
     int *cfirst, *clast, *uchunk, *cslots;
     size_t *clo, *cglo, *cn;
+    /* expert parallelism in DeepSpeed's layout (zs_step_ep_split): the
+     * model's expert entries (layout.num_expert elements, after the dense
+     * ones) live in an expert store padded to xpadded, a multiple of the
+     * expert-data-parallel size xworld (times ZS_DET_BLOCK in deterministic
+     * mode); each rank of an edp group owns xshard of it */
+    int xsplit, xworld;
+    size_t xnum, xpadded, xshard, xpiece;
 } zs_step_shape;
 
 /* The flat-array offset of layout entry `id` on this rank (*lo), or 0
  * when the rank does not hold the entry's unit (the last pipeline stage's
- * copy of the tied embedding); 1 when it does. */
+ * copy of the tied embedding) or the entry is not in the flat arrays (an
+ * expert entry of DeepSpeed's layout); 1 when it does. */
 int zs_step_entry_local(const zs_step_shape *s, const zs_layout *lay, int id, size_t *lo);
 /* The global layout offset of the rank's flat-array offset `local` (below
  * part.num_params) and how many elements from there stay in its chunk. */
 size_t zs_step_local_global(const zs_step_shape *s, size_t local, size_t *run);
+
+/* Whether a run with expert parallelism (cfg->model.moe_ep > 1) over world
+ * data-parallel ranks uses DeepSpeed's layout (each rank's arrays hold the
+ * dense parameters and its E/P experts; the experts' gradients reduced and
+ * their states partitioned over the expert-data-parallel group), which is
+ * byte-identical to --ep 1 only where zerosim can sum each expert's
+ * gradients in --ep 1's way: deterministic mode (each source's gradients
+ * turned into fixed point apart: integer sums in any order), or 2 ranks in
+ * fp32 (one addition, and without the step schedule's grouping). Stages
+ * 0-2, without offload, compression or ZeRO++ (the global norm of a MoE
+ * model is an exact sum: the same for any layout).
+ * Returns 1, or 0 with the first reason in *why (NULL allowed): the
+ * engine then keeps --ep 1's layout and sends the gradients home. */
+int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why);
+/* Expert parallelism: the configuration a step shape is built from (its
+ * model's buffers: the gradients sent home, or kept by source in
+ * DeepSpeed's layout) and the model configuration that lays out the flat
+ * arrays (--ep 1's, or the computing model's with its experts after the
+ * dense entries); the run's own without expert parallelism. */
+void zs_step_ep_configs(const zs_run_config *cfg, int world, zs_run_config *shape_cfg,
+                        zs_model_config *layout);
+/* The expert store's collectives in one step (zs_step_ep_split): over the
+ * expert-data-parallel group, the reduce-scatter of the fixed-point
+ * gradients and the allgather of the gradients (stage 0) or of the updated
+ * parameters (stages 1, 2); bytes per rank (ring volume) and calls. */
+void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_calls,
+                            double *ag_bytes, int *ag_calls);
 
 /* Pipeline: set cfg->model's stage fields (pp_on, pp_stage, pp_first,
  * pp_last) for stage `stage` of cfg->pp, the embeddings on the first

@@ -71,12 +71,20 @@ const zs_partition *zs_engine_partition(const zs_engine *e);
 int zs_engine_set_tp(zs_engine *e, struct zs_comm *tp);
 /* Expert parallelism (cfg->model.moe_ep > 1): the expert-parallel group
  * (its size moe_ep, this rank moe_ep_rank in it), over which the model
- * sends tokens to their experts; before the first step. The flat arrays
- * keep the --ep 1 layout with every expert: the model computes this rank's
- * experts, summing their gradients over the group in rank order, and the
- * other experts' gradients are zero on this rank, so the data-parallel
- * reduction adds each expert's sum to zeros. */
-int zs_engine_set_ep(zs_engine *e, struct zs_comm *ep);
+ * sends tokens to their experts, and the expert-data-parallel group (the
+ * data-parallel ranks with the same moe_ep_rank, this rank's index there
+ * its data-parallel rank / moe_ep); before the first step. Where
+ * zs_step_ep_split says so (zerosim/program.h), DeepSpeed's layout: the
+ * flat arrays hold the dense parameters, partitioned over the data-
+ * parallel group, and an expert store holds this rank's E/moe_ep experts,
+ * partitioned over edp, where the gradients of each source are turned
+ * into fixed point apart (ZS_MOE_EP_BY_SOURCE) and reduced once per step.
+ * Elsewhere the flat arrays keep the --ep 1 layout with every expert and
+ * the model sends each source's expert gradients home (ZS_MOE_EP_HOME);
+ * edp is then not used (NULL allowed). */
+int zs_engine_set_ep(zs_engine *e, struct zs_comm *ep, struct zs_comm *edp);
+/* 1 when the engine uses DeepSpeed's layout for the experts. */
+int zs_engine_ep_split(const zs_engine *e);
 /* Pipeline parallelism (cfg->pp > 1): the pipeline group and the world
  * (the global norm sums along all ranks in order); before the first step. */
 int zs_engine_set_pp(zs_engine *e, struct zs_comm *pp, struct zs_comm *world);

@@ -85,6 +85,12 @@ static int gpt_entry_block(const zs_model_config *c, int i, int *k)
     return lo;
 }
 
+int zs_model_entry_is_expert(const zs_model_config *c, int i)
+{
+    int k;
+    return c->kind == ZS_MODEL_GPT && gpt_entry_block(c, i, &k) >= 0 && k > M_GATEW;
+}
+
 /* Capacity of a MoE block for micro-batches of b sequences. */
 static int gpt_moe_cap(const zs_model_config *c, int b)
 {

@@ -239,8 +239,13 @@ int zs_model_create(const zs_model_config *c, zs_model **out)
     }
     size_t off = 0;
     int prev = -1;
+    /* moe_ep_split: the expert entries go after all others */
+    int split = c->kind == ZS_MODEL_GPT && c->moe_ep > 1 && c->moe_ep_split;
     for (int i = 0; i < lay->n_entries; i++) {
         zs_param_entry *e = &lay->entries[i];
+        m->uses[e->layer][m->uses_count[e->layer]++] = i;
+        if (split && zs_model_entry_is_expert(c, i))
+            continue;
         if (e->layer != prev) {
             lay->layer_offset[e->layer] = off;
             prev = e->layer;
@@ -248,9 +253,14 @@ int zs_model_create(const zs_model_config *c, zs_model **out)
         e->offset = off;
         off += e->numel;
         lay->layer_numel[e->layer] += e->numel;
-        m->uses[e->layer][m->uses_count[e->layer]++] = i;
     }
     lay->num_params = off;
+    for (int i = 0; split && i < lay->n_entries; i++)
+        if (zs_model_entry_is_expert(c, i)) {
+            lay->entries[i].offset = off;
+            off += lay->entries[i].numel;
+        }
+    lay->num_expert = off - lay->num_params;
     /* tensor parallelism: where each entry starts in the tp = 1 layout */
     m->full_offset = calloc((size_t)lay->n_entries, sizeof(size_t));
     if (!m->full_offset) {
@@ -325,7 +335,7 @@ void zs_model_init_slice(const zs_model *m, size_t lo, size_t hi, float *out, ui
 {
     const zs_layout *lay = &m->layout;
     for (size_t k = lo; k < hi; k++) /* padding beyond the parameters is 0 */
-        if (k >= lay->num_params)
+        if (k >= lay->num_params + lay->num_expert)
             out[k - lo] = 0.0f;
     for (int i = 0; i < lay->n_entries; i++) {
         const zs_param_entry *e = &lay->entries[i];

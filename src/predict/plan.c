@@ -129,7 +129,7 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
             c->pp, c->pp_schedule == ZS_PP_INTERLEAVED ? c->virtual_stages : 1, c->grad_accum);
     } else if (in->has_arch) {
         ZS_TRY(zs_predict(c, in->dp, pr));
-        r->device_params = pr->num_params;
+        r->device_params = pr->num_params + pr->expert_params;
     }
     if (in->has_arch) {
         *have = 1;
@@ -375,6 +375,17 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             zs_plan_add_group(r, ZS_COLL_ALLTOALL,
                               pr.ep_a2a_bytes_per_step * c.ep / (c.ep - 1.0),
                               pr.ep_a2a_calls_per_step, c.ep, c.ep <= node_ranks ? 1 : 0);
+        if (pr.edp_rs_calls_per_step + pr.edp_ag_calls_per_step > 0) {
+            /* DeepSpeed's layout: the expert store over the edp group of
+             * N / ep ranks (every ep-th rank: across nodes) */
+            int M = N / c.ep;
+            double f = (M - 1.0) / M;
+            zs_plan_add_group(r, ZS_COLL_REDUCE_SCATTER, pr.edp_rs_bytes_per_step / f,
+                              pr.edp_rs_calls_per_step, M, 0);
+            zs_plan_add_group(r, ZS_COLL_ALLGATHER,
+                              (pr.edp_ag_bytes_per_step + pr.edp_ag_bytes_per_applied_step) / f,
+                              pr.edp_ag_calls_per_step, M, 0);
+        }
         if (pr.tp_allreduce_bytes_per_step > 0) { /* over the TP group of T ranks */
             int T = c.tp;
             double full = pr.tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));

@@ -173,10 +173,8 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
     /* expert parallelism: the engine's arrays keep the --ep 1 layout
      * (zerosim/zero.h, zs_engine_set_ep); the model's all-to-alls are added
      * below */
-    zs_run_config ep1 = *ecfg, sc = *ecfg;
-    ep1.model.moe_ep = 1;
-    ep1.model.moe_ep_rank = 0;
-    sc.model.moe_ep_home = sc.model.moe_ep > 1 ? ZS_MOE_EP_HOME : 0; /* the engine's model */
+    zs_run_config ep1 = *ecfg, sc;
+    zs_step_ep_configs(ecfg, world, &sc, &ep1.model);
     const zs_run_config *cfg = &ep1;
     zs_model *m;
     ZS_TRY(zs_model_create(&cfg->model, &m));
@@ -305,6 +303,16 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
         }
     }
     zs_predict_ep(&sc.model, ecfg->micro_batch, &prog, p);
+    if (sh.xsplit) { /* DeepSpeed's layout: the expert store over edp */
+        double ag;
+        zs_step_expert_traffic(&sh, &p->edp_rs_bytes_per_step, &p->edp_rs_calls_per_step, &ag,
+                               &p->edp_ag_calls_per_step);
+        if (sh.stage == 0)
+            p->edp_ag_bytes_per_step = ag;
+        else
+            p->edp_ag_bytes_per_applied_step = ag;
+        p->expert_params = sh.xnum;
+    }
     for (size_t i = 0; sh.comp && i < prog.n; i++) /* one exchange per reduce op */
         if (prog.ops[i].kind == ZS_SOP_REDUCE)
             p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, prog.ops[i].index, 0);

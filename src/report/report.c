@@ -123,9 +123,11 @@ static double zs_op_bytes(const zs_train_result *r, int q, int o, double *calls,
     if (!mesh && o == ZS_OP_ALLGATHER && r->hpz > 1) { /* hpZ: backward gathers in K */
         double h = r->comm[q][o][ZS_PHASE_BACKWARD].bytes;
         b = zs_ring_bytes((size_t)(*api - h), dp) + zs_ring_bytes((size_t)h, r->hpz);
-    } else if (!mesh && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
-        b = zs_ring_bytes((size_t)*api, dp);
-    else if (o == ZS_OP_ALLREDUCE && !mesh)
+    } else if (!mesh && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS)) {
+        /* the expert store's calls run over the edp group: as recorded */
+        const zs_comm_sum *x = r->comm_group ? &r->comm_group[q][ZS_GROUP_EDP][o] : NULL;
+        b = zs_ring_bytes((size_t)(*api - (x ? x->bytes : 0.0)), dp) + (x ? x->wire : 0.0);
+    } else if (o == ZS_OP_ALLREDUCE && !mesh)
         b = 2 * zs_ring_bytes((size_t)*api, r->world_size);
     return b;
 }
@@ -146,7 +148,7 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
         return pr->tp_allreduce_bytes_per_step * r->steps;
     if (o == ZS_OP_REDUCE_SCATTER)
         return zs_ring_bytes(pr->rs_bytes_per_step, N) * dense +
-               pr->tp_rs_bytes_per_step * r->steps;
+               (pr->tp_rs_bytes_per_step + pr->edp_rs_bytes_per_step) * r->steps;
     if (o == ZS_OP_ALLGATHER && r->hpz > 1) { /* hpZ: the backward gathers in K */
         size_t h = pr->ag_hpz_bytes_per_step;
         return (zs_ring_bytes(pr->ag_bytes_per_step - h, N) + zs_ring_bytes(h, r->hpz)) *
@@ -156,7 +158,8 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_ALLGATHER)
         return zs_ring_bytes(pr->ag_bytes_per_step, N) * r->steps_applied +
                zs_ring_bytes(pr->ag_bytes_per_skipped_step, N) * r->skipped_steps +
-               pr->tp_ag_bytes_per_step * r->steps;
+               (pr->tp_ag_bytes_per_step + pr->edp_ag_bytes_per_step) * r->steps +
+               pr->edp_ag_bytes_per_applied_step * r->steps_applied;
     if (o == ZS_OP_ALLTOALL && r->qgz_pred)
         return r->qgz_pred[q] * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
@@ -263,8 +266,10 @@ static double zs_op_inter(const zs_train_result *r, int q, int o)
     int dp = r->dp_size > 0 ? r->dp_size : r->world_size, mesh = dp != r->world_size;
     int hier = r->hierarchical && (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER);
     if (!mesh && !hier &&
-        (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS))
-        b = zs_ring_bytes((size_t)api, dp);
+        (o == ZS_OP_REDUCE_SCATTER || o == ZS_OP_ALLGATHER || o == ZS_OP_SCALARS)) {
+        const zs_comm_sum *x = r->comm_group ? &r->comm_group[q][ZS_GROUP_EDP][o] : NULL;
+        b = zs_ring_bytes((size_t)(api - (x ? x->inter_api : 0.0)), dp) + (x ? x->inter : 0.0);
+    }
     else if (o == ZS_OP_ALLREDUCE && !mesh)
         b = 2 * zs_ring_bytes((size_t)api, r->world_size);
     return b;

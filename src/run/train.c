@@ -441,7 +441,7 @@ static int zs_train_gather_ckpt(zs_comm_t comm, const zs_engine *e, zs_train_res
  * comm (a phantom comm makes it one simulated rank). */
 static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
                          zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_comm_t ep,
-                         zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
+                         zs_comm_t edp, zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
 {
     int rank = zs_comm_rank(comm);
     zs_train_options lo = *o;
@@ -489,7 +489,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     if (!rc)
         rc = zs_engine_set_pp(e, pp, comm);
     if (!rc)
-        rc = zs_engine_set_ep(e, ep);
+        rc = zs_engine_set_ep(e, ep, edp);
     if (!rc && o->init_from && !zs_backend_is_phantom(be))
         rc = zs_oracle_init_from(e, cfg, o->init_from);
     zs_oracle_val *val = NULL;
@@ -687,21 +687,39 @@ done:
 /* Expert parallelism: this rank's expert-parallel group (DeepSpeed's
  * groups, zs_mesh_ep_group_ranks), a split of comm tagged ep, and its rank
  * in it in local->model.moe_ep_rank. */
-static int zs_train_ep_comm(zs_comm_t comm, const zs_run_config *cfg, zs_run_config *local,
-                            zs_comm_t *out)
+static int zs_train_ep_group(zs_comm_t comm, const zs_run_config *cfg, int edp, int *index,
+                             zs_comm_t *out)
 {
     int W = zs_comm_size(comm), me = zs_comm_rank(comm), T = cfg->tp > 1 ? cfg->tp : 1;
-    int n = zs_mesh_ep_ngroups(W, T, cfg->pp, cfg->ep, 0), members[256];
+    int n = zs_mesh_ep_ngroups(W, T, cfg->pp, cfg->ep, edp);
+    int *members = malloc((size_t)zs_mesh_ep_group_size(W, T, cfg->pp, cfg->ep, edp) * sizeof(int));
+    if (!members)
+        ZS_FAIL("out of host memory for the expert-parallel groups");
     for (int g = 0; g < n; g++) {
-        int k = zs_mesh_ep_group_ranks(W, T, cfg->pp, cfg->ep, 0, g, members);
+        int k = zs_mesh_ep_group_ranks(W, T, cfg->pp, cfg->ep, edp, g, members);
         for (int i = 0; i < k; i++)
             if (members[i] == me) {
-                local->model.moe_ep_rank = i;
-                ZS_TRY(zs_comm_split(comm, g, i, k, i, ZS_GROUP_EP, out));
-                return zs_comm_set_world_ranks(*out, members);
+                *index = i;
+                int rc = zs_comm_split(comm, g, i, k, i, edp ? ZS_GROUP_EDP : ZS_GROUP_EP, out);
+                if (!rc)
+                    rc = zs_comm_set_world_ranks(*out, members);
+                free(members);
+                return rc;
             }
     }
+    free(members);
     ZS_FAIL("internal: rank %d is in no expert-parallel group of %d", me, cfg->ep);
+}
+
+/* ... and its expert-data-parallel group (tagged edp; the ranks of the
+ * data-parallel group with the same index in their ep groups), which the
+ * engine's DeepSpeed layout reduces the experts over. */
+static int zs_train_ep_comm(zs_comm_t comm, const zs_run_config *cfg, zs_run_config *local,
+                            zs_comm_t *out, zs_comm_t *edp)
+{
+    int i;
+    ZS_TRY(zs_train_ep_group(comm, cfg, 0, &local->model.moe_ep_rank, out));
+    return zs_train_ep_group(comm, cfg, 1, &i, edp);
 }
 
 int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
@@ -733,9 +751,9 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
     zs_comm_t pp = mesh && cfg->pp > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL;
-    zs_comm_t ep = NULL;
+    zs_comm_t ep = NULL, edp = NULL;
     if (!rc && cfg->ep > 1)
-        rc = zs_train_ep_comm(comm, cfg, &local, &ep);
+        rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
     if (!rc)
         rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
     if (!rc)
@@ -748,6 +766,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(pp, be);
     if (!rc && ep)
         rc = zs_comm_set_backend(ep, be);
+    if (!rc && edp)
+        rc = zs_comm_set_backend(edp, be);
     if (!rc) /* after the backend: qwZ needs host buffers */
         rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
     if (!rc && cfg->stage == 3)
@@ -755,7 +775,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     if (!rc)
         rc = zs_comm_set_quantized_gradients(dp, cfg->quantized_gradients);
     if (!zs_train_agree(comm, rc, r)) {
-        rc = zs_train_rank(&local, o, comm, dp, tp, pp, ep, be, NULL, r);
+        rc = zs_train_rank(&local, o, comm, dp, tp, pp, ep, edp, be, NULL, r);
         if (!rc) {
             rc = zs_train_gather_stats(comm, r);
             rc = zs_train_agree(comm, rc, r);
@@ -770,6 +790,10 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     if (ep) {
         zs_comm_set_backend(ep, NULL);
         zs_comm_free(ep);
+    }
+    if (edp) {
+        zs_comm_set_backend(edp, NULL);
+        zs_comm_free(edp);
     }
     if (dp != comm)
         zs_comm_set_backend(dp, NULL);
@@ -927,13 +951,11 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         zs_model *m = NULL;
         if (P > 1)
             rc = zs_pp_stage_config(&sc, st);
-        /* expert parallelism: the engine's arrays keep the --ep 1 layout,
-         * its model's buffers are those of --ep with the gradients sent
-         * home (zs_engine_set_ep) */
-        zs_model_config lm = sc.model;
-        lm.moe_ep = 1;
-        lm.moe_ep_rank = 0;
-        sc.model.moe_ep_home = cfg->ep > 1 ? ZS_MOE_EP_HOME : 0;
+        /* expert parallelism: the engine's layout and its model's buffers
+         * (zs_engine_set_ep) */
+        zs_model_config lm;
+        zs_run_config pc = sc;
+        zs_step_ep_configs(&pc, D, &sc, &lm);
         if (!rc)
             rc = zs_model_create(&lm, &m);
         if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
@@ -1001,16 +1023,18 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
         if (!rc)
             rc = zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                                  cfg->quantized_gradients);
-        zs_comm_t ep = NULL;
+        zs_comm_t ep = NULL, edp = NULL;
         if (!rc && cfg->ep > 1)
-            rc = zs_train_ep_comm(comm, cfg, &local, &ep);
+            rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
         if (!rc)
             rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
                                mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
-                               mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, be,
+                               mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, edp, be,
                                &shapes[stage], rq);
         if (ep)
             zs_comm_free(ep);
+        if (edp)
+            zs_comm_free(edp);
         if (comm) {
             zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
             zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);

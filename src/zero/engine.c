@@ -85,6 +85,17 @@ struct zs_engine {
     zs_model *fmodel;
     const zs_layout *clay;      /* the computing model's layout */
     int ep_size, ep_rank;
+    /* DeepSpeed's layout (sh->xsplit, zs_step_ep_split): the flat arrays
+     * hold the dense entries only (the computing model's layout puts its
+     * experts after num_params); the expert store holds this rank's
+     * experts, element i of it the layout's num_params + i, partitioned
+     * over the expert-data-parallel group edp (this rank xrank of it);
+     * fmodel only gives the --ep 1 order of the hash */
+    int xsplit, xrank;
+    zs_comm_t edp;
+    size_t xbase;
+    void *xparams, *xgacc, *xgrad, *xrecv, *xtmp;
+    float *xmaster, *xm, *xv;
     zs_data *data;
     const zs_layout *lay;
     int U;                      /* units */
@@ -277,6 +288,17 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->tied = e->buf[ZS_BUF_TIED];
     e->tied_grad = e->buf[ZS_BUF_TIED_GRAD];
     e->sec = e->buf[ZS_BUF_HPZ];
+    e->xparams = e->buf[ZS_BUF_XPARAMS];
+    e->xmaster = e->sh->buf[ZS_BUF_XMASTER].bytes ? e->buf[ZS_BUF_XMASTER]
+                 : e->sh->stage == 0 ? e->xparams
+                                     : (float *)e->xparams + (size_t)e->xrank * e->sh->xshard;
+    e->xm = e->buf[ZS_BUF_XM];
+    e->xv = e->buf[ZS_BUF_XV];
+    e->xgacc = e->buf[ZS_BUF_XGACC];
+    e->xgrad = e->buf[ZS_BUF_XGRAD];
+    e->xrecv = e->buf[ZS_BUF_XRECV];
+    e->xtmp = e->buf[ZS_BUF_XTMP];
+    e->xbase = e->lay->num_params;
     if (e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, e->buf[ZS_BUF_RING], e->sh->buf[ZS_BUF_RING].bytes);
     /* offload: the host's gradient shard is the reduced shard itself, or
@@ -403,7 +425,7 @@ static int zs_engine_init_params(zs_engine *e)
         for (size_t d = 0, run; d < valid; d += run) { /* chunk by chunk */
             size_t at = zs_step_local_global(e->sh, g + d, &run);
             run = run < valid - d ? run : valid - d;
-            zs_model_init_slice(e->fmodel ? e->fmodel : e->model, at, at + run, buf + d,
+            zs_model_init_slice(e->fmodel && !e->xsplit ? e->fmodel : e->model, at, at + run, buf + d,
                                 e->cfg.seed);
         }
         memset(buf + valid, 0, (n - valid) * sizeof(float));
@@ -436,6 +458,27 @@ static int zs_engine_init_params(zs_engine *e)
                 zs_mem_free(e->mem, ib->cat, tmp, ib->bytes);
             return -1;
         }
+    }
+    /* DeepSpeed's layout: the expert store, drawn where the whole model
+     * draws it (the computing model lays it out after num_params), and the
+     * master's part of it */
+    const zs_step_shape *s = e->sh;
+    size_t xlo = e->stage == 0 ? 0 : (size_t)e->xrank * s->xshard;
+    size_t xn = e->stage == 0 ? s->xpadded : s->xshard;
+    for (size_t off = 0; e->xsplit && off < s->xpadded && !e->phantom; off += chunk) {
+        size_t n = s->xpadded - off < chunk ? s->xpadded - off : chunk;
+        size_t valid = s->xnum > off ? (s->xnum - off < n ? s->xnum - off : n) : 0;
+        zs_model_init_slice(e->model, e->xbase + off, e->xbase + off + valid, buf, e->cfg.seed);
+        memset(buf + valid, 0, (n - valid) * sizeof(float));
+        if (!e->mixed) {
+            zs_backend_copy_h2d(e->be, (float *)e->xparams + off, buf, n * 4);
+            continue;
+        }
+        zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
+        zs_backend_convert_from_f32(e->be, (char *)e->xparams + off * e->ps, e->pt, tmp, n);
+        size_t a = off > xlo ? off : xlo, b = off + n < xlo + xn ? off + n : xlo + xn;
+        if (a < b)
+            zs_backend_copy_h2d(e->be, e->xmaster + (a - xlo), buf + (a - off), (b - a) * 4);
     }
     /* the last pipeline stage's copy of the tied embedding: the same values
      * the first stage draws for it */
@@ -525,19 +568,23 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
      * --ep 1's; the computing model is this rank's */
     e->ep_size = cfg->model.moe_ep > 1 ? cfg->model.moe_ep : 1;
     e->ep_rank = e->ep_size > 1 ? cfg->model.moe_ep_rank : 0;
+    e->xsplit = e->ep_size > 1 && zs_step_ep_split(cfg, zs_comm_size(comm), NULL);
+    e->xrank = zs_comm_rank(comm) / e->ep_size;
     e->cfg.model.moe_ep = 1;
     e->cfg.model.moe_ep_rank = 0;
-    zs_model_config cm = cfg->model; /* each expert's gradients sent home */
-    cm.moe_ep_home = e->ep_size > 1 ? ZS_MOE_EP_HOME : 0;
-    zs_run_config scfg = *cfg; /* the shape: ep's buffers, --ep 1's layout */
-    scfg.model = cm;
+    /* the shape: ep's buffers, the layout (zs_step_ep_configs) */
+    zs_run_config scfg;
+    zs_model_config lay_cfg;
+    zs_step_ep_configs(cfg, zs_comm_size(comm), &scfg, &lay_cfg);
+    zs_model_config cm = scfg.model; /* the computing model */
     if (zs_model_create(&cm, &e->model) ||
         (e->ep_size > 1 && zs_model_create(&e->cfg.model, &e->fmodel)) ||
         (!e->phantom && (cfg->data_file
                              ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
                              : zs_data_create(&cfg->model, cfg->seed, &e->data))))
         goto fail;
-    zs_model *lm = e->fmodel ? e->fmodel : e->model; /* lays out the flat arrays */
+    /* lays out the flat arrays */
+    zs_model *lm = e->fmodel && !e->xsplit ? e->fmodel : e->model;
     e->lay = zs_model_layout(lm);
     e->clay = zs_model_layout(e->model);
     e->U = e->lay->n_layers;
@@ -908,6 +955,8 @@ static const void *zs_entry_params(const zs_engine *e, int u, int id)
     const zs_param_entry *pe = &e->lay->entries[id];
     const zs_step_shape *s = e->sh;
     size_t lo; /* the ranges are the rank's offsets */
+    if (e->xsplit && pe->offset >= e->xbase) /* an expert entry: the store */
+        return (const char *)e->xparams + (pe->offset - e->xbase) * e->ps;
     if (!zs_step_entry_local(s, e->lay, id, &lo)) /* the last stage's tied copy */
         return e->tied;
     if (e->stage < 3)
@@ -993,18 +1042,139 @@ static int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
     return 0;
 }
 
-static int zs_engine_commit_grads(zs_engine *e, int u)
+/* DeepSpeed's layout, deterministic mode: unit u's expert gradients, the
+ * store's [xlo, xlo + n), from each source apart, as --ep 1 commits them on
+ * the source (stored in working precision from zero, then turned into
+ * fixed point), added into the step's fixed-point accumulator: integer sums
+ * in any order give --ep 1's reduction's bytes. */
+static int zs_engine_commit_experts(zs_engine *e, size_t xlo, size_t n, const zs_acts *a)
+{
+    size_t chunk, piece = e->sh->xpiece;
+    const float *src = zs_model_moe_source_grads(e->model, a, &chunk);
+    if (chunk != n || (!src && !e->phantom))
+        ZS_FAIL("internal: a MoE block's gradients by source are %zu floats, its experts %zu",
+                chunk, n);
+    int64_t *fix = e->xtmp;
+    void *wp = (char *)e->xtmp + piece * 8;
+    for (int q = 0; q < e->ep_size; q++)
+        for (size_t off = 0; off < n; off += piece) {
+            size_t k = n - off < piece ? n - off : piece;
+            zs_backend_memset0(e->be, wp, k * e->ps);
+            zs_backend_accumulate_f32(e->be, wp, e->pt, src ? src + (size_t)q * chunk + off : NULL,
+                                      k);
+            e->fix_overflows +=
+                zs_backend_to_fixed(e->be, fix, wp, e->pt, k, e->frac_bits, e->fix_limit);
+            zs_backend_add_i64(e->be, (int64_t *)e->xgacc + xlo + off, fix, k);
+        }
+    return 0;
+}
+
+static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
 {
     int ids[ZS_MAX_USES_PUBLIC];
     int n = zs_model_unit_uses(e->model, u, ids, ZS_MAX_USES_PUBLIC);
+    size_t xlo = SIZE_MAX, xn = 0;
     for (int i = 0; i < n; i++) {
+        const zs_param_entry *pe = &e->lay->entries[ids[i]];
+        if (e->xsplit && pe->offset >= e->xbase) { /* an expert entry: the store */
+            size_t at = pe->offset - e->xbase;
+            xlo = at < xlo ? at : xlo;
+            xn += pe->numel;
+            /* without deterministic mode (2 ranks): the model's sum over
+             * the sources, added into the step's gradient */
+            if (!e->det)
+                zs_backend_accumulate_f32(e->be, (char *)e->xgacc + at * e->ps, e->pt,
+                                          e->G[ids[i]], pe->numel);
+            continue;
+        }
         /* the last stage's tied copy: its gradient goes to the first stage */
         size_t lo;
         if (!zs_step_entry_local(e->sh, e->lay, ids[i], &lo))
             continue;
         ZS_TRY(zs_engine_commit_entry(e, ids[i], e->G[ids[i]]));
     }
+    if (xn && e->det)
+        ZS_TRY(zs_engine_commit_experts(e, xlo, xn, a));
     return 0;
+}
+
+/* DeepSpeed's layout: this rank's shard of the experts' reduced gradient
+ * (without deterministic mode the edp group is one rank: the accumulator). */
+static void *zs_engine_xgrad_shard(const zs_engine *e)
+{
+    if (!e->det)
+        return e->xgacc;
+    return (char *)e->xgrad + (e->stage == 0 ? (size_t)e->xrank * e->sh->xshard : 0) * e->ps;
+}
+
+/* Counts and displacements of the expert store's parts over edp. */
+static int zs_engine_xcounts(const zs_engine *e, int **cnt, int **dsp)
+{
+    int M = e->sh->xworld;
+    *cnt = malloc((size_t)M * sizeof(int));
+    *dsp = malloc((size_t)M * sizeof(int));
+    if (!*cnt || !*dsp || e->sh->xpadded > (size_t)INT_MAX) {
+        free(*cnt);
+        free(*dsp);
+        ZS_FAIL("the expert store (%zu elements) is too large for one MPI call",
+                e->sh->xpadded);
+    }
+    for (int q = 0; q < M; q++) {
+        (*cnt)[q] = (int)e->sh->xshard;
+        (*dsp)[q] = (int)((size_t)q * e->sh->xshard);
+    }
+    return 0;
+}
+
+/* DeepSpeed's layout, after the last backward (deterministic mode): the
+ * experts' fixed-point gradients of the step reduce-scattered over edp and
+ * turned back into working precision in this rank's shard; stage 0 then
+ * gathers the shards (every rank updates all of its experts). */
+static int zs_engine_reduce_experts(zs_engine *e)
+{
+    const zs_step_shape *s = e->sh;
+    if (!e->det)
+        return 0;
+    int *cnt, *dsp, rc = 0;
+    ZS_TRY(zs_engine_xcounts(e, &cnt, &dsp));
+    const int64_t *sum = (const int64_t *)e->xgacc; /* edp of one: all of it */
+    if (s->xworld > 1) {
+        rc = zs_comm_reduce_scatter(e->edp, e->xgacc, e->xrecv, cnt, ZS_CT_I64, 0);
+        sum = e->xrecv;
+    }
+    if (!rc)
+        zs_backend_from_fixed(e->be, zs_engine_xgrad_shard(e), e->pt, sum, s->xshard,
+                              e->frac_bits);
+    if (!rc && e->stage == 0 && s->xworld > 1)
+        rc = zs_comm_allgatherv_inplace(e->edp, e->xgrad, cnt, dsp, e->ct, 0);
+    free(cnt);
+    free(dsp);
+    return rc;
+}
+
+/* DeepSpeed's layout: the optimizer over the experts (stage 0: all of this
+ * rank's; else its shard, then the updated shards gathered over edp). */
+static int zs_engine_step_experts(zs_engine *e)
+{
+    const zs_step_shape *s = e->sh;
+    const zs_run_config *c = &e->cfg;
+    if (e->stage == 0) {
+        zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->xmaster, e->xm, e->xv,
+                      e->det ? e->xgrad : e->xgacc, e->pt, e->mixed ? e->xparams : NULL, e->pt, 0,
+                      s->xpadded);
+        return 0;
+    }
+    void *pshard = (char *)e->xparams + (size_t)e->xrank * s->xshard * e->ps;
+    zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->xmaster, e->xm, e->xv,
+                  zs_engine_xgrad_shard(e), e->pt, e->mixed ? pshard : NULL, e->pt, 0, s->xshard);
+    if (s->xworld <= 1)
+        return 0;
+    int *cnt, *dsp;
+    ZS_TRY(zs_engine_xcounts(e, &cnt, &dsp));
+    int rc = zs_comm_allgatherv_inplace(e->edp, e->xparams, cnt, dsp, e->ct, 0);
+    free(cnt);
+    free(dsp);
+    return rc;
 }
 
 /* The compressed exchange of bucket k (in place of its reduce-scatter):
@@ -1186,6 +1356,8 @@ static void zs_engine_load_batch(zs_engine *e, uint64_t first)
 static int zs_engine_check(zs_engine *e)
 {
     const zs_partition *p = &e->part;
+    if (e->xsplit)
+        ZS_TRY(zs_engine_reduce_experts(e));
     if (e->det && !e->once) { /* the step schedule converted each part as it came */
         double t0 = zs_clock();
         zs_backend_from_fixed(e->be, e->gshard, e->pt, e->gacc, p->shard, e->frac_bits);
@@ -1195,6 +1367,9 @@ static int zs_engine_check(zs_engine *e)
     /* overflow: fixed-point range, or inf/NaN in the reduced gradients */
     int flags = (e->fix_overflows > 0) | (zs_backend_count_nonfinite(e->be, e->gshard, e->pt,
                                                                       p->shard) > 0) << 1;
+    if (e->xsplit && zs_backend_count_nonfinite(e->be, zs_engine_xgrad_shard(e), e->pt,
+                                                e->sh->xshard) > 0)
+        flags |= 2;
     ZS_TRY(zs_comm_allreduce_max_int(e->comm, &flags));
     if (e->tp) /* the tensor-parallel shards differ: agree over the group too */
         ZS_TRY(zs_comm_allreduce_max_int(e->tp, &flags));
@@ -1355,6 +1530,93 @@ static int zs_engine_norm_pp(zs_engine *e, double *sumsq)
     return rc;
 }
 
+/* ---- an exact sum of squares --------------------------------------------- */
+
+/* Mixture-of-experts runs sum the gradient's squares exactly: a float
+ * squared is exact in double (48 significant bits) and is added as an
+ * integer into base-2^32 digits from 2^-352 (the smallest float squared is
+ * 2^-298, the largest below 2^256), so the global norm does not depend on
+ * which rank holds which gradient or in which order they are added
+ * (DeepSpeed's layout holds the experts elsewhere than --ep 1). */
+#define ZS_XSQ_DIGITS 24
+#define ZS_XSQ_LOW 352
+typedef struct {
+    int64_t d[ZS_XSQ_DIGITS];
+    size_t n; /* additions since the last carry */
+} zs_xsq;
+
+static void zs_xsq_carry(zs_xsq *a)
+{
+    for (int i = 0; i < ZS_XSQ_DIGITS - 1; i++) {
+        a->d[i + 1] += a->d[i] >> 32;
+        a->d[i] &= 0xffffffffLL;
+    }
+    a->n = 0;
+}
+
+static void zs_xsq_add(zs_xsq *a, float f)
+{
+    if (f == 0.0f)
+        return;
+    int ex;
+    double m = frexp((double)f, &ex); /* |f| = |m| 2^ex, |m| in [0.5, 1) */
+    uint64_t M = (uint64_t)(fabs(m) * 16777216.0), sq = M * M; /* f^2 = sq 2^(2 ex - 48) */
+    int k = 2 * ex - 48 + ZS_XSQ_LOW, i = k / 32, sh = k % 32;
+    uint64_t lo = (sq & 0xffffffffULL) << sh, hi = (sq >> 32) << sh;
+    a->d[i] += (int64_t)(lo & 0xffffffffULL);
+    a->d[i + 1] += (int64_t)(lo >> 32) + (int64_t)(hi & 0xffffffffULL);
+    a->d[i + 2] += (int64_t)(hi >> 32);
+    if (++a->n == ((size_t)1 << 28))
+        zs_xsq_carry(a);
+}
+
+/* Add the squares of n typed values of device memory x. */
+static void zs_xsq_add_buf(zs_engine *e, zs_xsq *a, const void *x, size_t n)
+{
+    enum { PIECE = 1 << 14 };
+    float f[PIECE];
+    uint16_t h[PIECE];
+    for (size_t off = 0; off < n && !e->phantom; off += PIECE) {
+        size_t k = n - off < PIECE ? n - off : PIECE;
+        if (e->pt == ZS_DTYPE_F32) {
+            zs_backend_copy_d2h(e->be, f, (const float *)x + off, k * 4);
+        } else {
+            zs_backend_copy_d2h(e->be, h, (const uint16_t *)x + off, k * 2);
+            for (size_t j = 0; j < k; j++)
+                f[j] = zs_half_to_f32(h[j], e->pt);
+        }
+        for (size_t j = 0; j < k; j++)
+            zs_xsq_add(a, f[j]);
+    }
+}
+
+/* The exact sum of squares of every rank's gradient shard (and expert
+ * shard), the same on every rank. */
+static int zs_engine_norm_exact(zs_engine *e, double *sumsq)
+{
+    zs_xsq a;
+    memset(&a, 0, sizeof a);
+    zs_xsq_add_buf(e, &a, e->gshard, e->part.shard);
+    if (e->xsplit)
+        zs_xsq_add_buf(e, &a, zs_engine_xgrad_shard(e), e->sh->xshard);
+    zs_xsq_carry(&a);
+    int N = e->part.world;
+    int64_t *all = malloc((size_t)N * ZS_XSQ_DIGITS * sizeof(int64_t));
+    if (!all)
+        ZS_FAIL("out of host memory for the global norm");
+    int rc = zs_comm_allgather_small(e->comm, a.d, all, ZS_XSQ_DIGITS, ZS_CT_I64);
+    memset(&a, 0, sizeof a);
+    for (int q = 0; q < N && !rc; q++) /* below 2^32 each: N of them fit */
+        for (int i = 0; i < ZS_XSQ_DIGITS; i++)
+            a.d[i] += all[(size_t)q * ZS_XSQ_DIGITS + i];
+    free(all);
+    zs_xsq_carry(&a);
+    *sumsq = 0.0; /* the digits are canonical: the same double on every rank */
+    for (int i = ZS_XSQ_DIGITS - 1; i >= 0; i--)
+        *sumsq += ldexp((double)a.d[i], 32 * i - ZS_XSQ_LOW);
+    return rc;
+}
+
 static int zs_engine_norm(zs_engine *e, int *skip)
 {
     const zs_partition *p = &e->part;
@@ -1384,6 +1646,8 @@ static int zs_engine_norm(zs_engine *e, int *skip)
         sumsq = 0.0;
         for (int q = 0; q < e->tp_size; q++)
             sumsq += parts[q];
+    } else if (!e->overflow && e->cfg.model.moe_experts > 0) {
+        ZS_TRY(zs_engine_norm_exact(e, &sumsq));
     } else if (!e->overflow) {
         size_t nblk = p->shard / e->norm_block;
         for (size_t i = 0; i < nblk; i++)
@@ -1673,6 +1937,8 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
             zs_backend_memset0(e->be, e->gfix, p->padded * 8);
         if (!e->once) /* the step schedule's shard is part of gfull */
             zs_backend_memset0(e->be, e->gshard, p->shard * e->ps);
+        if (e->xgacc)
+            zs_backend_memset0(e->be, e->xgacc, e->sh->buf[ZS_BUF_XGACC].bytes);
         e->fix_overflows = 0;
         break;
     case ZS_SOP_LOAD: {
@@ -1712,7 +1978,7 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
                                zs_engine_slot(e, o), &e->batch, e->dloss);
         if (zs_model_tp_failed(e->cmodel[e->sh->uchunk[u]]))
             return -1;
-        ZS_TRY(zs_engine_commit_grads(e, u));
+        ZS_TRY(zs_engine_commit_grads(e, u, zs_engine_slot(e, o)));
         break;
     case ZS_SOP_ACCUM_FIXED: { /* this micro-batch's bucket, added in fixed point */
         const zs_step_range *b = &e->sh->buckets[o->index];
@@ -1792,6 +2058,8 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
             zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->master, e->m, e->v,
                           e->gshard, e->pt, e->mixed ? pshard : NULL, e->pt, 0, p->shard);
         }
+        if (e->xsplit)
+            ZS_TRY(zs_engine_step_experts(e));
         break;
     case ZS_SOP_RECV_ACT:
     case ZS_SOP_SEND_ACT:
@@ -1888,7 +2156,10 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
 /* ---- results ---------------------------------------------------------------- */
 
 const zs_model *zs_engine_model(const zs_engine *e) { return e->model; }
-size_t zs_engine_num_params(const zs_engine *e) { return e->part.num_params; }
+size_t zs_engine_num_params(const zs_engine *e)
+{
+    return e->part.num_params + (e->xsplit ? e->sh->xnum * (size_t)e->ep_size : 0);
+}
 double zs_engine_loss_floor(const zs_engine *e)
 {
     return e->data ? zs_data_loss_floor(e->data) : NAN;
@@ -1907,10 +2178,16 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
 }
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
 
-int zs_engine_set_ep(zs_engine *e, zs_comm_t ep)
+int zs_engine_ep_split(const zs_engine *e) { return e->xsplit; }
+
+int zs_engine_set_ep(zs_engine *e, zs_comm_t ep, zs_comm_t edp)
 {
     if (e->ep_size > 1 && !ep)
         ZS_FAIL("expert parallelism (--ep %d) needs its communicator", e->ep_size);
+    if (e->xsplit && (!edp || zs_comm_size(edp) != e->sh->xworld || zs_comm_rank(edp) != e->xrank))
+        ZS_FAIL("internal: expert parallelism's expert-data-parallel group is not of %d ranks "
+                "with this rank at %d", e->sh->xworld, e->xrank);
+    e->edp = edp;
     return zs_model_set_ep_comm(e->model, e->ep_size > 1 ? ep : NULL);
 }
 
@@ -2014,12 +2291,61 @@ static int zs_engine_tp_unshard(const zs_engine *e, const float *all, size_t n, 
     return rc;
 }
 
+/* DeepSpeed's layout: the whole model in --ep 1 order (fmodel's layout),
+ * on data-parallel rank 0 into full: the dense entries as gathered without
+ * experts, and each expert entry the classes' slices one after the other;
+ * data-parallel rank r holds part r / P of class r % P's store (P = ep). */
+static int zs_engine_get_ep1_params(zs_engine *e, float *full)
+{
+    const zs_partition *p = &e->part;
+    const zs_step_shape *s = e->sh;
+    const zs_layout *flay = zs_model_layout(e->fmodel);
+    int N = p->world, P = e->ep_size, lead = p->rank == 0;
+    size_t XS = s->xshard;
+    float *dense = lead ? malloc(p->padded * sizeof(float) + 1) : NULL;
+    float *mine = malloc(XS * sizeof(float) + 1);
+    float *all = lead ? malloc((size_t)N * XS * sizeof(float) + 1) : NULL;
+    int rc = 0;
+    if (!mine || (lead && (!dense || !all)))
+        rc = zs_error_set("out of host memory gathering the parameters");
+    if (!rc)
+        rc = zs_engine_get_params(e, dense);
+    if (!rc) { /* the master's part: stage 0 holds the whole store */
+        const float *m = e->xmaster + (e->stage == 0 ? (size_t)e->xrank * XS : 0);
+        zs_backend_copy_d2h(e->be, mine, m, XS * 4);
+        if ((size_t)N * XS > (size_t)INT_MAX)
+            rc = zs_error_set("the expert stores (%zu elements) are too large to gather",
+                              (size_t)N * XS);
+        else
+            rc = zs_comm_gather_root(e->comm, mine, (int)XS, all, ZS_CT_F32);
+    }
+    for (int i = 0; lead && !rc && i < flay->n_entries; i++) {
+        const zs_param_entry *ce = &e->lay->entries[i], *fe = &flay->entries[i];
+        if (ce->offset < e->xbase) {
+            memcpy(full + fe->offset, dense + ce->offset, ce->numel * sizeof(float));
+            continue;
+        }
+        for (int k = 0; k < P; k++)
+            for (size_t t = 0; t < ce->numel; t++) {
+                size_t j = ce->offset - e->xbase + t; /* in class k's store */
+                full[fe->offset + (size_t)k * ce->numel + t] =
+                    all[((j / XS) * (size_t)P + (size_t)k) * XS + j % XS];
+            }
+    }
+    free(dense);
+    free(mine);
+    free(all);
+    return rc;
+}
+
 /* Tensor parallelism: the parameters in the order of the tp = 1 model.
  * Data-parallel rank 0 of each TP rank gathers its TP shard, TP rank 0 of
  * those gathers them all and puts each element where the tp = 1 layout has
  * it (replicated parameters from TP rank 0). */
 int zs_engine_get_full_params(zs_engine *e, float *full)
 {
+    if (e->xsplit)
+        return zs_engine_get_ep1_params(e, full);
     if (!e->tp)
         return zs_engine_get_params(e, full);
     const zs_partition *p = &e->part;
@@ -2215,6 +2541,19 @@ int zs_engine_param_hash(zs_engine *e, char hex[17])
         zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
         hex[0] = '\0';
         return zs_engine_param_hash_tp(e, hex);
+    }
+    if (e->xsplit && !e->phantom) { /* over the --ep 1 order, on rank 0 */
+        zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
+        hex[0] = '\0';
+        size_t total = zs_model_layout(e->fmodel)->num_params;
+        float *full = e->part.rank == 0 ? malloc(total * sizeof(float) + 1) : NULL;
+        if (e->part.rank == 0 && !full)
+            ZS_FAIL("out of host memory hashing %zu parameters", total);
+        int rc = zs_engine_get_ep1_params(e, full);
+        if (!rc && full)
+            zs_param_hash(full, total, hex);
+        free(full);
+        return rc;
     }
     const zs_partition *p = &e->part;
     zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);

@@ -322,7 +322,79 @@ static void zs_shape_buffers(zs_step_shape *s)
             b[ZS_BUF_SWAP].tier = ZS_TIER_HOST;
         }
     }
+    /* expert parallelism in DeepSpeed's layout: the experts' store */
+    if (s->xsplit) {
+        size_t XP = s->xpadded, XS = s->xshard, xopt = st == 0 ? XP : XS;
+        ZS_SETBUF(ZS_BUF_XPARAMS, ZS_MEM_PARAMS, XP * ps);
+        ZS_SETBUF(ZS_BUF_XMASTER, ZS_MEM_OPT_MASTER, s->mixed ? xopt * 4 : 0);
+        ZS_SETBUF(ZS_BUF_XM, ZS_MEM_OPT_M, xopt * 4);
+        ZS_SETBUF(ZS_BUF_XV, ZS_MEM_OPT_V, s->cfg.optimizer == ZS_OPT_ADAMW ? xopt * 4 : 0);
+        ZS_SETBUF(ZS_BUF_XGACC, ZS_MEM_GRADS, XP * (s->det ? 8 : ps));
+        ZS_SETBUF(ZS_BUF_XGRAD, ZS_MEM_GRADS, s->det ? (st == 0 ? XP : XS) * ps : 0);
+        ZS_SETBUF(ZS_BUF_XRECV, ZS_MEM_COMM_BUFFERS, s->det && s->xworld > 1 ? XS * 8 : 0);
+        ZS_SETBUF(ZS_BUF_XTMP, ZS_MEM_WORKSPACE, s->det ? s->xpiece * (8 + ps) : 0);
+    }
 #undef ZS_SETBUF
+}
+
+int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why)
+{
+    const char *w = NULL;
+    int ep = cfg->model.moe_ep;
+    if (ep <= 1)
+        w = "no expert parallelism";
+    else if (cfg->stage > 2)
+        w = "stage 3 gathers the parameters unit by unit over one group";
+    else if (cfg->offload_optimizer != ZS_OFFLOAD_NONE || cfg->offload_param != ZS_OFFLOAD_NONE)
+        w = "offload";
+    else if (cfg->compression.kind != ZS_COMP_NONE)
+        w = "gradient compression";
+    else if (cfg->hpz_partition_size > 1 || cfg->quantized_weights || cfg->quantized_gradients)
+        w = "ZeRO++";
+    else if (cfg->pp > 1 || cfg->model.tp > 1)
+        w = "pipeline or tensor parallelism";
+    else if (!cfg->deterministic &&
+             (world != 2 || cfg->precision != ZS_DTYPE_F32 ||
+              (zs_step_reduce_once(cfg) && cfg->grad_accum > 1)))
+        w = "without --deterministic only 2 ranks in fp32 (micro-batch schedule) sum each "
+            "expert's gradients as --ep 1 does";
+    if (why)
+        *why = w;
+    return w == NULL;
+}
+
+void zs_step_ep_configs(const zs_run_config *cfg, int world, zs_run_config *shape_cfg,
+                        zs_model_config *layout)
+{
+    *shape_cfg = *cfg;
+    *layout = cfg->model;
+    if (cfg->model.moe_ep <= 1)
+        return;
+    if (zs_step_ep_split(cfg, world, NULL)) {
+        shape_cfg->model.moe_ep_home = ZS_MOE_EP_BY_SOURCE;
+        shape_cfg->model.moe_ep_split = 1;
+        *layout = shape_cfg->model;
+        return;
+    }
+    shape_cfg->model.moe_ep_home = ZS_MOE_EP_HOME;
+    layout->moe_ep = 1;
+    layout->moe_ep_rank = 0;
+}
+
+void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_calls,
+                            double *ag_bytes, int *ag_calls)
+{
+    *rs_bytes = *ag_bytes = 0.0;
+    *rs_calls = *ag_calls = 0;
+    if (!s->xsplit || s->xworld <= 1)
+        return; /* one rank per edp group: nothing to exchange */
+    double M = s->xworld, ring = (M - 1.0) / M;
+    if (s->det) {
+        *rs_calls = 1;
+        *rs_bytes = ring * (double)s->xpadded * 8.0;
+    }
+    *ag_calls = 1;
+    *ag_bytes = ring * (double)s->xpadded * (double)s->ps;
 }
 
 /* The rank's model chunks and their activation slots: one chunk (the
@@ -401,7 +473,9 @@ size_t zs_step_local_global(const zs_step_shape *s, size_t local, size_t *run)
 int zs_step_entry_local(const zs_step_shape *s, const zs_layout *lay, int id, size_t *lo)
 {
     const zs_param_entry *pe = &lay->entries[id];
-    if (pe->layer < 0 || pe->layer >= s->U || s->uchunk[pe->layer] < 0)
+    /* an expert entry of DeepSpeed's layout is in the expert store */
+    if (pe->layer < 0 || pe->layer >= s->U || s->uchunk[pe->layer] < 0 ||
+        pe->offset >= lay->num_params)
         return 0;
     *lo = s->unit_lo[pe->layer] + (pe->offset - lay->layer_offset[pe->layer]);
     return 1;
@@ -447,6 +521,19 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     for (int c = 0; c < s->nchunks; c++)
         total += s->cn[c];
     zs_partition_make(&s->part, total, world, 0, s->det);
+    if (lay->num_expert > 0) { /* DeepSpeed's layout: the expert store */
+        int ep = cfg->model.moe_ep;
+        if (!cfg->model.moe_ep_split || ep <= 1 || world % ep)
+            return zs_error_set("internal: an expert store without expert parallelism over "
+                                "%d ranks", world);
+        size_t q = (size_t)(world / ep) * (s->det ? ZS_DET_BLOCK : 1);
+        s->xsplit = 1;
+        s->xworld = world / ep;
+        s->xnum = lay->num_expert;
+        s->xpadded = (s->xnum + q - 1) / q * q;
+        s->xshard = s->xpadded / (size_t)s->xworld;
+        s->xpiece = s->xnum < ZS_INIT_CHUNK ? s->xnum : ZS_INIT_CHUNK;
+    }
     for (int u = 0; u < s->U; u++) {
         int c = s->uchunk[u];
         if (c < 0)
