@@ -350,7 +350,8 @@ END_TEST
  * forward_backward_pipelining_with_interleaving (warm-ups 2(P - r - 1) +
  * (v - 1)P = 4 and 2; forward k on chunk (k mod 4) / 2, micro-batch
  * (k / 4)·2 + k mod 2; backwards over the chunks in reverse); its warm-ups
- * at P = 4, v = 2 (10 8 6 4, all 16 when m = P); and for every schedule
+ * at P = 4, v = 2 (10 8 6 4, all 16 when m = P); the buffers its tied
+ * gradients need (zs_pp_interleaved_tied_bufs); and for every schedule
  * and shape, each (chunk, micro-batch) runs its forward once and its
  * backward once, after its forward. */
 START_TEST(test_pp_schedules)
@@ -371,6 +372,15 @@ START_TEST(test_pp_schedules)
         }
         ck_assert_str_eq(got, hand[r]);
     }
+    /* the last rank's buffers for the head's gradients of the tied
+     * embedding: with one, rank 1 (P = 2, v = 2, m = 4) waits at B11's
+     * tied send for rank 0 to take micro-batch 0's, which rank 0 does at
+     * B00, after its B11, which needs the gradient that rank 1's B11 sends
+     * after that wait: a deadlock; two suffice. In general P (not m) */
+    ck_assert_int_eq(zs_pp_interleaved_tied_bufs(2, 2, 4), 2);
+    ck_assert_int_eq(zs_pp_interleaved_tied_bufs(2, 4, 8), 2);
+    ck_assert_int_eq(zs_pp_interleaved_tied_bufs(4, 2, 8), 4);
+    ck_assert_int_eq(zs_pp_interleaved_tied_bufs(16, 2, 64), 16);
     static const int w4[4] = {10, 8, 6, 4};
     for (int r = 0; r < 4; r++) {
         ck_assert_int_eq(zs_pp_interleaved_warmup(4, 2, r, 8), w4[r]);

@@ -6,7 +6,8 @@
 # byte-identical parameters after every step to the same run with --pp 1
 # on the same data-parallel ranks (param_hashes of the whole model), fp32
 # and bf16, ZeRO stages 0-3, P = 2 and 4, v = 2 and 4, one and two
-# data-parallel ranks, with activation checkpointing, and 3D with --tp 2;
+# data-parallel ranks, with activation checkpointing, fp16 with skipped
+# steps, and 3D with --tp 2;
 # every rank's memory by category and its reductions, gathers and
 # point-to-point bytes equal the prediction, and the activations and the
 # messages of P = 2 by hand.
@@ -61,6 +62,15 @@ run s3bf 2 refbf --pp 2 $I --virtual-stages 2 --stage 3 --precision bf16
 # two data-parallel ranks a stage
 run d2s1 4 ref2 --pp 2 $I --virtual-stages 2 --stage 1
 run d2s3 4 ref2 --pp 2 $I --virtual-stages 2 --stage 3
+# fp16 with two of five steps skipped for overflow (initial scale 2^18):
+# stage 3's first rank gathers and sends the tied embedding only in
+# applied steps
+echo '{"fp16": {"enabled": true, "initial_scale_power": 18}}' >"$T/fp16.json"
+F="--precision fp16 --config $T/fp16.json --steps 5 --stage 3"
+train_hashes f16ref 1 $F
+grep -A3 '"skipped_steps"' "$T/f16ref.json" | grep -q true && ok ||
+    bad "fp16 at initial scale 2^18: no step was skipped, the case is not tested"
+run f16 2 f16ref --pp 2 $I --virtual-stages 2 $F
 # 3D: TP 2 x PP 2, against the same --tp 2 run without a pipeline
 run tp 4 reftp --pp 2 $I --virtual-stages 2 --stage 1 --tp 2
 M=$M8
@@ -154,5 +164,42 @@ phantom_same() { # REAL N ARGS...: the phantom run of REAL's arguments
 phantom_same s1bf 2 --pp 2 $I --virtual-stages 2 --stage 1 --precision bf16
 phantom_same d2s3 4 --pp 2 $I --virtual-stages 2 --stage 3
 phantom_same tp 4 --pp 2 $I --virtual-stages 2 --stage 1 --tp 2
+
+# GPT-3 175B (96 layers, hidden 12288, 96 heads, seq 2048, vocab 51200) at
+# TP 8 x PP 16 x DP 8 = 1024 ranks, stage 1, bf16, m = 16, v = 2 (three
+# blocks a chunk): the phantom run's ranks equal their predictions, and the
+# plan's most loaded stage (the last: the head, and its 16 buffers of the
+# tied embedding's gradient) equals its phantom ranks, category by
+# category, with its point-to-point bytes per step
+G3="--layers 96 --hidden 12288 --heads 96 --seq 2048 --vocab 51200 --micro-batch 1 --grad-accum 16 --precision bf16 --stage 1 $I --virtual-stages 2"
+if "$ZS" train --phantom --world-size 1024 --tp 8 --pp 16 $G3 --csv "$T/g3" >"$T/g3.log" 2>&1 &&
+   "$ZS" plan --arch gpt --tp 8 --pp 16 --dp 8 $G3 --json >"$T/g3plan.json"; then
+    awk '$1 !~ /^#/ && $2 != "total" { if ($3 != $4) bad++ } $2 == "params" { r++ }
+         END { exit bad > 0 || r != 1024 }' "$T/g3/memory.csv" && ok ||
+        bad "GPT-3 interleaved phantom: a category differs from its prediction (or not 1024 ranks)"
+    ms=$(sed -n 's/.*"most_loaded_stage": \([0-9]*\).*/\1/p' "$T/g3plan.json")
+    [ "$ms" = 15 ] && ok || bad "GPT-3 interleaved plan: the most loaded stage is $ms, expected 15"
+    sed -n '/"bytes_per_category"/,/}/p' "$T/g3plan.json" >"$T/g3plan.cat"
+    for cat in params grads optimizer_master optimizer_m optimizer_v activations checkpoints \
+               comm_buffers workspace; do
+        m=$(awk -v c="$cat" -v q=$((ms * 64)) '$1 == q && $2 == c { print $3 }' "$T/g3/memory.csv")
+        p=$(sed -n "s/.*\"$cat\": \([0-9]*\).*/\1/p" "$T/g3plan.cat")
+        [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "GPT-3 interleaved stage $ms $cat: phantom $m, plan $p"
+    done
+    # the tied gradient's buffers by hand: 16 of 6400 x 12288 fp32 rows
+    # (the TP rank's V/8 rows), beside the bucket and the ring's buffers
+    tb=$((16 * 6400 * 12288 * 4))
+    cb=$(sed -n 's/.*"comm_buffers": \([0-9]*\).*/\1/p' "$T/g3plan.cat")
+    [ -n "$cb" ] && [ "$cb" -ge "$tb" ] && [ "$cb" -lt $((tb + tb / 4)) ] && ok ||
+        bad "GPT-3 interleaved stage 15 comm_buffers $cb, not the 16 tied buffers $tb and a little"
+    for op in send recv; do
+        m=$(awk -v o="$op" -v q=$((ms * 64)) '$1 == q && $2 == o && $3 == "all" { printf "%.0f", $5 / 2 }' \
+            "$T/g3/comm.csv")
+        p=$(sed -n "s/.*\"p2p_${op}_bytes_per_step\": \([0-9]*\).*/\1/p" "$T/g3plan.json")
+        [ -n "$m" ] && [ "$m" = "$p" ] && ok || bad "GPT-3 interleaved stage $ms $op per step: phantom $m, plan $p"
+    done
+else
+    bad "GPT-3 interleaved: the phantom run or the plan failed"; cat "$T/g3.log"
+fi
 
 finish

@@ -146,6 +146,9 @@ typedef struct zs_step_shape_s {
     size_t io_elems;     /* one boundary activation (fp32 elements) */
     int slots;           /* activations kept: micro-batches in flight (the
                             sum over the chunks) */
+    int tied_bufs;       /* last rank, interleaved: buffers for the head's
+                            gradients of the tied embedding in flight
+                            (zs_pp_interleaved_tied_bufs); else 1 */
     /* the rank's model chunks (v with the interleaved schedule, else 1):
      * chunk c holds units [cfirst[c], clast[c]] (virtual stage c·P +
      * pp_rank), global layout offsets [cglo[c], cglo[c] + cn[c]) at
@@ -223,6 +226,14 @@ int zs_pp_interleaved_warmup(int P, int v, int rank, int m);
 /* The ideal bubble fraction of a step: (P - 1)/(v·m + P - 1), v = 1 but
  * for the interleaved schedule (Narayanan et al.). */
 double zs_pp_ideal_bubble(int P, int v, int m);
+/* The interleaved schedule's messages run between the P ranks as the
+ * engine runs them (receives wait for their send; sends do not wait, but
+ * an activation slot is written only after its sends were received, and
+ * the last rank reuses one of its k buffers of the head's gradient of the
+ * tied embedding only after rank 0 received what it held): the least k
+ * for which every rank finishes, or -1 when none of 1..m does (a
+ * deadlock whatever the buffers). */
+int zs_pp_interleaved_tied_bufs(int P, int v, int m);
 
 /* One step of a pipeline schedule on one rank: the forward or backward of
  * micro-batch `micro` on the rank's model chunk `chunk` (0 unless

@@ -1895,10 +1895,13 @@ static int zs_engine_exec_pp(zs_engine *e, const zs_step_op *o)
                               zs_engine_slot_index(e, o));
     case ZS_SOP_TIED_SEND: /* the head's staged gradient of entry 0, copied: the first
                             * stage takes it only at its embedding's backward */
-        if (il) { /* one buffer a micro-batch: see ZS_BUF_TIED_GRAD */
-            float *tg = e->tied_grad + (size_t)o->micro * o->elems;
+        if (il) { /* buffer micro mod k, once rank 0 took what it held (ZS_BUF_TIED_GRAD) */
+            int k = o->micro % e->sh->tied_bufs;
+            float *tg = e->tied_grad + (size_t)k * o->elems;
+            ZS_TRY(zs_engine_wait_slot(e, -2 - k));
             zs_backend_copy_d2d(e->be, tg, e->G[0], o->elems * 4);
-            return zs_engine_send(e, 0, tg, o->elems, ZS_CT_F32, ZS_TAG_TIED_GRAD, o->unit, -1);
+            return zs_engine_send(e, 0, tg, o->elems, ZS_CT_F32, ZS_TAG_TIED_GRAD, o->unit,
+                                  -2 - k);
         }
         ZS_TRY(zs_comm_wait(e->pp, &e->tied_req));
         zs_backend_copy_d2d(e->be, e->tied_grad, e->G[0], o->elems * 4);

@@ -264,13 +264,10 @@ static void zs_shape_buffers(zs_step_shape *s)
     }
     ZS_SETBUF(ZS_BUF_ACTS, ZS_MEM_ACTIVATIONS, acts + shared);
     ZS_SETBUF(ZS_BUF_TIED, ZS_MEM_PARAMS, s->pp_rank == s->pp - 1 ? s->tied_elems * ps : 0);
-    /* the interleaved schedule's last rank keeps each micro-batch's until
-     * the step ends: the first rank takes it only at its embedding's
-     * backward, after the last rank's head has run further micro-batches
-     * whose messages the first rank needs first */
-    ZS_SETBUF(ZS_BUF_TIED_GRAD, ZS_MEM_COMM_BUFFERS,
-              s->tied_elems * 4 *
-                  (s->nchunks > 1 && s->pp_rank == s->pp - 1 ? (size_t)s->cfg.grad_accum : 1));
+    /* the interleaved schedule's last rank keeps tied_bufs of them in
+     * flight: the first rank takes each only at its embedding's backward,
+     * after messages that the last rank sends later */
+    ZS_SETBUF(ZS_BUF_TIED_GRAD, ZS_MEM_COMM_BUFFERS, s->tied_elems * 4 * (size_t)s->tied_bufs);
     /* hpZ: this rank's 1/K of the parameters, refreshed by each forward
      * gather, read by the backward gathers inside its secondary group */
     ZS_SETBUF(ZS_BUF_HPZ, ZS_MEM_PARAMS,
@@ -434,10 +431,15 @@ static int zs_shape_chunks(zs_step_shape *s, const zs_run_config *cfg, const zs_
     for (int c = 0; c < v; c++)
         for (int u = s->cfirst[c]; u <= s->clast[c]; u++)
             s->uchunk[u] = c;
+    s->tied_bufs = 1;
     if (s->pp <= 1) {
         s->cslots[0] = s->slots = 1;
         return 0;
     }
+    if (il && s->pp_rank == s->pp - 1 &&
+        (s->tied_bufs = zs_pp_interleaved_tied_bufs(s->pp, v, m)) < 1)
+        ZS_FAIL("internal: the interleaved schedule's messages deadlock at --pp %d "
+                "--virtual-stages %d with %d micro-batches", s->pp, v, m);
     /* the most micro-batches of each chunk forwarded and not yet backwarded */
     zs_pp_item *items = malloc(2 * (size_t)m * (size_t)v * sizeof *items);
     int *live = calloc((size_t)v, sizeof(int));
@@ -757,6 +759,190 @@ int zs_pp_chunk_model(const zs_run_config *cfg, int chunk, zs_model_config *out)
     *out = v.model;
     out->pp_stage = rank;
     return 0;
+}
+
+/* ---- the interleaved schedule's messages, simulated ---------------------- */
+
+enum { ZS_SIM_RECV, ZS_SIM_SEND, ZS_SIM_WAIT_SLOT, ZS_SIM_WAIT_TIED };
+enum { ZS_SIM_ACT, ZS_SIM_GRAD, ZS_SIM_TIED };
+
+typedef struct {
+    int kind, ch, arg; /* arg: the slot (WAIT_SLOT, SEND), micro-batch (WAIT_TIED) */
+} zs_sim_ev;
+
+typedef struct {
+    int P, v, m, k;
+    zs_sim_ev **ev;    /* [P] each rank's events */
+    int *nev, *pc;     /* [P] */
+    int *posted, *got; /* [channel] sends posted, receives done */
+    int **pch, **pidx, **pslot, *npend; /* [P][..] each rank's pending sends */
+} zs_sim;
+
+static int zs_sim_ch(const zs_sim *x, int from, int to, int tag)
+{
+    return (from * x->P + to) * 3 + tag;
+}
+
+/* Rank r's events of its schedule, in the engine's order of ops. */
+static int zs_sim_events(zs_sim *x, int r, const zs_pp_item *it, int n, const int *slot0,
+                         const int *cslots)
+{
+    int P = x->P, PV = x->P * x->v, prev = (r + P - 1) % P, next = (r + 1) % P, e = 0;
+    zs_sim_ev *ev = x->ev[r];
+#define ZS_EV(k, c, a) (ev[e++] = (zs_sim_ev){.kind = (k), .ch = (c), .arg = (a)})
+    for (int i = 0; i < n; i++) {
+        int c = it[i].chunk, a = it[i].micro, vs = c * P + r;
+        int slot = slot0[c] + a % cslots[c];
+        if (!it[i].backward) { /* recv_act, forward, send_act */
+            ZS_EV(ZS_SIM_WAIT_SLOT, -1, slot);
+            if (vs > 0)
+                ZS_EV(ZS_SIM_RECV, zs_sim_ch(x, prev, r, ZS_SIM_ACT), 0);
+            if (vs < PV - 1)
+                ZS_EV(ZS_SIM_SEND, zs_sim_ch(x, r, next, ZS_SIM_ACT), slot);
+            continue;
+        }
+        if (vs < PV - 1) /* recv_grad, backward, [tied], send_grad */
+            ZS_EV(ZS_SIM_RECV, zs_sim_ch(x, next, r, ZS_SIM_GRAD), 0);
+        ZS_EV(ZS_SIM_WAIT_SLOT, -1, slot);
+        if (vs == PV - 1) {
+            ZS_EV(ZS_SIM_WAIT_TIED, zs_sim_ch(x, r, 0, ZS_SIM_TIED), a);
+            ZS_EV(ZS_SIM_SEND, zs_sim_ch(x, r, 0, ZS_SIM_TIED), -1);
+        }
+        if (vs == 0)
+            ZS_EV(ZS_SIM_RECV, zs_sim_ch(x, P - 1, 0, ZS_SIM_TIED), 0);
+        if (vs > 0)
+            ZS_EV(ZS_SIM_SEND, zs_sim_ch(x, r, prev, ZS_SIM_GRAD), slot);
+    }
+#undef ZS_EV
+    return e;
+}
+
+/* One event of rank r, if it can run now: 1, else 0. */
+static int zs_sim_step(zs_sim *x, int r)
+{
+    const zs_sim_ev *ev = &x->ev[r][x->pc[r]];
+    int n = x->npend[r], k = 0;
+    switch (ev->kind) {
+    case ZS_SIM_RECV:
+        if (x->posted[ev->ch] <= x->got[ev->ch])
+            return 0;
+        x->got[ev->ch]++;
+        break;
+    case ZS_SIM_SEND:
+        x->pch[r][n] = ev->ch;
+        x->pidx[r][n] = x->posted[ev->ch]++;
+        x->pslot[r][n] = ev->arg;
+        x->npend[r]++;
+        break;
+    case ZS_SIM_WAIT_TIED: /* the k-th last send on the channel was received */
+        if (ev->arg >= x->k && x->got[ev->ch] <= ev->arg - x->k)
+            return 0;
+        break;
+    case ZS_SIM_WAIT_SLOT:
+        for (int i = 0; i < n; i++)
+            if (x->pslot[r][i] == ev->arg && x->got[x->pch[r][i]] <= x->pidx[r][i])
+                return 0;
+        for (int i = 0; i < n; i++) /* the ones received: done */
+            if (x->got[x->pch[r][i]] <= x->pidx[r][i]) {
+                x->pch[r][k] = x->pch[r][i];
+                x->pidx[r][k] = x->pidx[r][i];
+                x->pslot[r][k++] = x->pslot[r][i];
+            }
+        x->npend[r] = k;
+        break;
+    }
+    x->pc[r]++;
+    return 1;
+}
+
+/* 1 when every rank finishes with k tied buffers, 0 when they deadlock,
+ * -1 out of memory. */
+static int zs_sim_run(int P, int v, int m, int k)
+{
+    int n = 2 * m * v, ok = -1;
+    zs_sim x = {.P = P, .v = v, .m = m, .k = k};
+    zs_pp_item *it = malloc((size_t)n * sizeof *it);
+    int *live = calloc((size_t)v, sizeof(int)), *cslots = calloc((size_t)v, sizeof(int));
+    int *slot0 = calloc((size_t)v, sizeof(int));
+    x.ev = calloc((size_t)P, sizeof *x.ev);
+    x.pch = calloc((size_t)P, sizeof *x.pch);
+    x.pidx = calloc((size_t)P, sizeof *x.pidx);
+    x.pslot = calloc((size_t)P, sizeof *x.pslot);
+    x.nev = calloc((size_t)P, sizeof(int));
+    x.pc = calloc((size_t)P, sizeof(int));
+    x.npend = calloc((size_t)P, sizeof(int));
+    x.posted = calloc((size_t)P * P * 3, sizeof(int));
+    x.got = calloc((size_t)P * P * 3, sizeof(int));
+    if (!it || !live || !cslots || !slot0 || !x.ev || !x.pch || !x.pidx || !x.pslot || !x.nev ||
+        !x.pc || !x.npend || !x.posted || !x.got)
+        goto out;
+    for (int r = 0; r < P; r++) {
+        x.ev[r] = malloc((size_t)(5 * n) * sizeof(zs_sim_ev));
+        x.pch[r] = malloc((size_t)(2 * n) * sizeof(int));
+        x.pidx[r] = malloc((size_t)(2 * n) * sizeof(int));
+        x.pslot[r] = malloc((size_t)(2 * n) * sizeof(int));
+        if (!x.ev[r] || !x.pch[r] || !x.pidx[r] || !x.pslot[r])
+            goto out;
+        zs_pp_schedule_items(ZS_PP_INTERLEAVED, P, v, r, m, it);
+        memset(live, 0, (size_t)v * sizeof(int)); /* the slots, as zs_shape_chunks counts them */
+        memset(cslots, 0, (size_t)v * sizeof(int));
+        for (int i = 0; i < n; i++) {
+            int c = it[i].chunk;
+            live[c] += it[i].backward ? -1 : 1;
+            cslots[c] = live[c] > cslots[c] ? live[c] : cslots[c];
+        }
+        for (int c = 1; c < v; c++)
+            slot0[c] = slot0[c - 1] + cslots[c - 1];
+        x.nev[r] = zs_sim_events(&x, r, it, n, slot0, cslots);
+    }
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int r = 0; r < P; r++)
+            while (x.pc[r] < x.nev[r] && zs_sim_step(&x, r))
+                moved = 1;
+    }
+    ok = 1;
+    for (int r = 0; r < P; r++)
+        if (x.pc[r] < x.nev[r])
+            ok = 0;
+out:
+    for (int r = 0; x.ev && r < P; r++) {
+        free(x.ev[r]);
+        free(x.pch ? x.pch[r] : NULL);
+        free(x.pidx ? x.pidx[r] : NULL);
+        free(x.pslot ? x.pslot[r] : NULL);
+    }
+    free(x.ev);
+    free(x.pch);
+    free(x.pidx);
+    free(x.pslot);
+    free(x.nev);
+    free(x.pc);
+    free(x.npend);
+    free(x.posted);
+    free(x.got);
+    free(it);
+    free(live);
+    free(cslots);
+    free(slot0);
+    return ok;
+}
+
+int zs_pp_interleaved_tied_bufs(int P, int v, int m)
+{
+    if (zs_sim_run(P, v, m, m) != 1)
+        return -1;
+    int lo = 1, hi = m; /* more buffers never make a rank wait longer */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, ok = zs_sim_run(P, v, m, mid);
+        if (ok < 0)
+            return -1;
+        if (ok)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
 }
 
 double zs_pp_ideal_bubble(int P, int v, int m)
