@@ -13,7 +13,7 @@
 # compression); every category of memory and every collective's bytes
 # equal the prediction on each rank, the all-to-alls and DeepSpeed's
 # layout's model states and edp collectives a hand count; phantom = plan =
-# real run; what is not supported is refused with one line.
+# real run in both layouts; what is not supported is refused with one line.
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --grad-clip 0.5"
@@ -177,6 +177,26 @@ if "$ZS" plan --arch gpt --layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --m
     [ -n "$pa" ] && [ "$pa" = "$ra" ] && ok || bad "plan's all-to-alls '$pa', the run's '$ra'"
 else
     bad "plan --ep 2 failed"; cat "$T/plan.json"
+fi
+# DeepSpeed's layout (case h, stage 2: 4 ranks, --ep 2, deterministic):
+# plan = phantom = real, per category, and per group and op
+PH="--layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --moe-experts 4 --moe-every 2 --moe-top-k 2 --capacity-factor 0.5 --checkpoint-activations every:1 --stage 2 --deterministic --ep 2"
+mkdir -p "$T/phh"
+if "$ZS" train $PH --min-capacity 1 --phantom --world-size 4 --steps 3 --quiet --csv "$T/phh" \
+        >"$T/phh/log" 2>&1 &&
+    "$ZS" plan --arch gpt $PH --dp 4 --json >"$T/planh.json" 2>&1; then
+    a=$(awk '$1 !~ /^#/ && $2 != "total" { print $1, $2, $3 }' "$T/h-s2/memory.csv")
+    b=$(awk '$1 !~ /^#/ && $2 != "total" { print $1, $2, $3 }' "$T/phh/memory.csv")
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "case h: phantom memory differs from the real run's"
+    a=$(awk '$1 !~ /^#/ && $3 != "scalars" { print $1, $2, $3, $4, $5 }' "$T/h-s2/comm_groups.csv")
+    b=$(awk '$1 !~ /^#/ && $3 != "scalars" { print $1, $2, $3, $4, $5 }' "$T/phh/comm_groups.csv")
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "case h: phantom traffic differs from the real run's"
+    a=$(sed -n '/"bytes_per_category"/,/}/p' "$T/planh.json" | tr -d ' ",{}' | grep : |
+        sed 's/^bytes_per_category://' | grep . | tr ':' ' ')
+    b=$(awk '$1 == 0 && $2 != "total" && $2 != "optimizer" { print $2, $3 }' "$T/h-s2/memory.csv")
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || { bad "case h: the plan's bytes per category differ from the run's"; echo "$a" >"$T/a"; echo "$b" >"$T/b"; diff "$T/a" "$T/b"; }
+else
+    bad "case h: phantom or plan failed"; cat "$T/phh/log" "$T/planh.json"
 fi
 if "$ZS" plan --params 1e9 --ep 2 >"$T/o" 2>&1; then bad "plan --params --ep accepted"
 else grep -q "use them with --arch gpt" "$T/o" && ok || bad "plan --params --ep: $(cat "$T/o")"; fi

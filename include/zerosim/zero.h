@@ -83,8 +83,10 @@ int zs_engine_set_tp(zs_engine *e, struct zs_comm *tp);
  * the model sends each source's expert gradients home (ZS_MOE_EP_HOME);
  * edp is then not used (NULL allowed). */
 int zs_engine_set_ep(zs_engine *e, struct zs_comm *ep, struct zs_comm *edp);
-/* 1 when the engine uses DeepSpeed's layout for the experts. */
+/* 1 when the engine uses DeepSpeed's layout for the experts; the expert
+ * store's padded elements then (0 otherwise). */
 int zs_engine_ep_split(const zs_engine *e);
+size_t zs_engine_expert_padded(const zs_engine *e);
 /* Pipeline parallelism (cfg->pp > 1): the pipeline group and the world
  * (the global norm sums along all ranks in order); before the first step. */
 int zs_engine_set_pp(zs_engine *e, struct zs_comm *pp, struct zs_comm *world);

@@ -330,6 +330,25 @@ typedef struct {
     const char *val[OPT_LAST];
 } zs_cli;
 
+/* With --ep: which of the engine's two layouts the run took, and why
+ * (zs_step_ep_split, zerosim/program.h). */
+static void zs_print_ep_layout(FILE *f, const zs_run_config *cfg, int world)
+{
+    if (cfg->ep <= 1)
+        return;
+    int T = cfg->tp > 1 ? cfg->tp : 1, P = cfg->pp > 1 ? cfg->pp : 1, D = world / (T * P);
+    const char *why = NULL;
+    if (zs_step_ep_split(cfg, D, &why))
+        fprintf(f, "expert parallelism --ep %d: DeepSpeed's layout, each rank the dense "
+                "parameters and %d of %d experts per MoE block, their states over "
+                "expert-data-parallel groups of %d\n", cfg->ep,
+                cfg->model.moe_experts / cfg->ep, cfg->model.moe_experts, D / cfg->ep);
+    else
+        fprintf(f, "expert parallelism --ep %d: --ep 1's layout, every expert's states on "
+                "every rank and the expert gradients sent home (DeepSpeed's layout: not with "
+                "%s)\n", cfg->ep, why);
+}
+
 static int zs_opt_name_is(int id, const char **name)
 {
     for (const struct option *o = zs_long_options; o->name; o++)
@@ -1216,6 +1235,7 @@ static int zs_cmd_train(int argc, char **argv)
                     r.padded_params, cfg.pp > 1 ? " on pipeline stage 0" : "", world, r.seconds);
             fprintf(o.log, "peak accounted memory on rank 0: %zu bytes; peak host memory of "
                     "this process: %zu bytes\n", r.mem.total_peak, zs_report_peak_rss());
+            zs_print_ep_layout(o.log, &cfg, world);
         } else if (o.log) {
             int k = r.steps < 10 ? r.steps : 10;
             double last = 0.0;
@@ -1244,6 +1264,7 @@ static int zs_cmd_train(int argc, char **argv)
                         zs_weights_format_name((zs_weights_format)o.export_format));
             fprintf(o.log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
                     r.param_hash, r.mem.total_peak);
+            zs_print_ep_layout(o.log, &cfg, world);
             for (int i = 0; i < r.moe_n; i++) { /* routing, rank 0's last micro-batch */
                 const zs_moe_stats *st = &r.moe[i];
                 fprintf(o.log, "moe block %d: %d tokens, capacity %d, routed", r.moe_block[i],

@@ -580,7 +580,8 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                                 : zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
-    r->padded_params = zs_engine_partition(e)->padded;
+    /* DeepSpeed's layout for --ep: the dense arrays and the expert store */
+    r->padded_params = zs_engine_partition(e)->padded + zs_engine_expert_padded(e);
     r->loss_floor = zs_engine_loss_floor(e);
     size_t rec0 = 0;
     if (o->trace) {

@@ -2182,6 +2182,7 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
 
 int zs_engine_ep_split(const zs_engine *e) { return e->xsplit; }
+size_t zs_engine_expert_padded(const zs_engine *e) { return e->xsplit ? e->sh->xpadded : 0; }
 
 int zs_engine_set_ep(zs_engine *e, zs_comm_t ep, zs_comm_t edp)
 {

@@ -341,7 +341,7 @@ int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why)
     if (ep <= 1)
         w = "no expert parallelism";
     else if (cfg->stage > 2)
-        w = "stage 3 gathers the parameters unit by unit over one group";
+        w = "stage 3 (its gathers cover one group)";
     else if (cfg->offload_optimizer != ZS_OFFLOAD_NONE || cfg->offload_param != ZS_OFFLOAD_NONE)
         w = "offload";
     else if (cfg->compression.kind != ZS_COMP_NONE)
@@ -353,8 +353,8 @@ int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why)
     else if (!cfg->deterministic &&
              (world != 2 || cfg->precision != ZS_DTYPE_F32 ||
               (zs_step_reduce_once(cfg) && cfg->grad_accum > 1)))
-        w = "without --deterministic only 2 ranks in fp32 (micro-batch schedule) sum each "
-            "expert's gradients as --ep 1 does";
+        w = "more than 2 ranks, bf16/fp16 or the step schedule's accumulation without "
+            "--deterministic (floats summed over edp are not --ep 1's order)";
     if (why)
         *why = w;
     return w == NULL;
