@@ -162,12 +162,12 @@ struct zs_engine {
                                    chunks (cmodel[0] is model) */
     zs_batch batch;
 
-    /* pipeline (cfg.pp > 1): this stage's groups, its flat arrays' offset
-     * in the whole layout, the tied embedding's copy (last stage) and the
-     * head's gradient of it (first stage), and the sends not yet complete */
+    /* pipeline (cfg.pp > 1): this stage's groups (its flat arrays' ranges
+     * of the whole layout are the shape's chunks), the tied embedding's
+     * copy (last stage) and the head's gradient of it (first stage), and
+     * the sends not yet complete */
     zs_comm_t pp, world;
     int pp_size, pp_rank;
-    size_t base;
     void *tied;
     float *tied_grad;
     void **sends;
@@ -598,7 +598,6 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     }
     /* a pipeline stage's arrays hold its part of the layout only */
     zs_partition_make(&e->part, e->sh->part.num_params, N, zs_comm_rank(comm), e->det);
-    e->base = e->sh->base;
     e->pp_size = e->sh->pp;
     e->pp_rank = e->sh->pp_rank;
     if (e->pp_size > 1 && !zs_backend_host_accessible(be) && !e->phantom) {
