@@ -2123,6 +2123,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
                      o->kind != ZS_SOP_ALLGATHER && o->kind != ZS_SOP_LOSS_SUM &&
                      o->kind != ZS_SOP_RELEASE && o->kind != ZS_SOP_BUCKET_ALLOC;
         double t0 = traced ? zs_clock() : 0.0;
+        /* interleaved: only the sends from the slot this op writes */
         if (e->nsends && e->sh->nchunks > 1 &&
             (o->kind == ZS_SOP_FORWARD || o->kind == ZS_SOP_BACKWARD ||
              o->kind == ZS_SOP_RECV_ACT || o->kind == ZS_SOP_SEND_GRAD))
