@@ -1,10 +1,11 @@
 #!/bin/sh
 # Pipeline against data parallelism on the same model and the same global
-# batch: P = 2 stages (1F1B and GPipe) against DP = 2 (ZeRO stage 1), two
-# ranks each. For each run: the mean step time after the first step, and
+# batch: P = 2 stages (1F1B, GPipe and interleaved with 2 model chunks a
+# rank) against DP = 2 (ZeRO stage 1), two ranks each. For each run: the mean step time after the first step, and
 # for the pipeline each stage's measured idle fraction (seconds waiting in
 # receives over the steps' time, the report's "pipeline" key) beside the
-# ideal (P - 1)/(m + P - 1). The model: 8 blocks, hidden 128, 4 heads,
+# ideal (P - 1)/(m + P - 1) (interleaved: (P - 1)/(v·m + P - 1)). M must
+# be even (the interleaved schedule needs m a multiple of P). The model: 8 blocks, hidden 128, 4 heads,
 # seq 64, vocab 256 (the two stages nearly balanced). DP = 2 runs m/2
 # micro-batches of the same size per rank, so both see 8 micro-batches a
 # step. Timings on a shared machine are noise: run it idle.
@@ -33,9 +34,11 @@ idle() { # report: each rank's idle fraction
 run dp2 --grad-accum $((M / 2))
 run pp2-1f1b --pp 2 --pp-schedule 1f1b --grad-accum "$M"
 run pp2-gpipe --pp 2 --pp-schedule gpipe --grad-accum "$M"
+run pp2-int2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --grad-accum "$M"
 echo "# $STEPS steps, 2 ranks, $M micro-batches of 4 per step; ideal bubble (P-1)/(m+P-1) = $(awk -v m="$M" 'BEGIN { printf "%.3f", 1 / (m + 1) }')"
 echo "# run        mean_step_s  idle_stage0 idle_stage1"
 echo "dp2          $(mean_step "$T/dp2.json")  -     -"
-for r in pp2-1f1b pp2-gpipe; do
+for r in pp2-1f1b pp2-gpipe pp2-int2; do
     echo "$r     $(mean_step "$T/$r.json")  $(idle "$T/$r.json")"
 done
+echo "# interleaved (2 chunks): ideal bubble (P-1)/(v*m+P-1) = $(awk -v m="$M" 'BEGIN { printf "%.3f", 1 / (2 * m + 1) }')"

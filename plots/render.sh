@@ -31,6 +31,10 @@ if [ -s "$DATA/pipeline_gantt.dat" ]; then
     "$GP" -e "datadir='$DATA'; outdir='$OUT'; name='pipeline_gantt'" "$HERE/gantt.gp"
     echo "render.sh: wrote $OUT/pipeline_gantt.png"
 fi
+if [ -s "$DATA/pipeline_int_gantt.dat" ]; then
+    "$GP" -e "datadir='$DATA'; outdir='$OUT'; name='pipeline_int_gantt'" "$HERE/gantt.gp"
+    echo "render.sh: wrote $OUT/pipeline_int_gantt.png"
+fi
 if [ -s "$DATA/plan_memory.dat" ]; then
     "$GP" -e "datadir='$DATA'; outdir='$OUT'" "$HERE/plan_memory.gp"
     echo "render.sh: wrote $OUT/plan_memory.png"
