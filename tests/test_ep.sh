@@ -5,9 +5,9 @@
 # on the same ranks, in both of the engine's layouts (zs_step_ep_split):
 # DeepSpeed's (each rank's arrays hold its E/P experts, their gradients
 # reduced and their states partitioned over the expert-data-parallel
-# group: 2 ranks in fp32 stages 0-2, 4 ranks in deterministic mode with
-# --ep 2 and --ep 4, bf16) and --ep 1's (every expert on every rank, the
-# gradients sent home: stage 3, 4 ranks without deterministic mode); top-1
+# group: 2 ranks in fp32 stages 0-3, 4 ranks in deterministic mode with
+# --ep 2 and --ep 4, bf16, stage 3) and --ep 1's (every expert on every
+# rank, the gradients sent home: 4 ranks without deterministic mode); top-1
 # and top-2, dropped tokens, clipping, accumulation, activation
 # checkpointing, the step schedule (ZS_TEST_FULL=1 adds fp16 and
 # compression); every category of memory and every collective's bytes
@@ -45,7 +45,7 @@ run() {
 }
 
 # Each case: name, ranks N, --ep P, layout (ds: DeepSpeed's, home: --ep 1's
-# with the gradients sent home; stage 3 is always home), top-k, capacity factor, checkpointing,
+# with the gradients sent home), top-k, capacity factor, checkpointing,
 # stages, other options. --ep 1 runs once per case at its first stage
 # (stages 0-3 are byte-identical, tests/test_moe.sh); --ep P runs at each.
 # The capacity is 4 in every case (16 tokens per micro-batch, 4 experts:
@@ -58,9 +58,9 @@ run() {
 CASES="a:2:2:ds:1:1.0:none:0_1_2_3:
 b:2:2:ds:2:0.5:every:1:0_3:
 c:4:2:home:1:1.0:none:1_2:--precision_bf16
-h:4:2:ds:2:0.5:every:1:0_2:--deterministic
+h:4:2:ds:2:0.5:every:1:0_2_3:--deterministic
 i:4:4:ds:1:1.0:none:1:--deterministic_--precision_bf16
-d:4:4:home:2:0.5:every:1:3:--deterministic
+d:4:4:ds:2:0.5:every:1:3:--deterministic
 e:4:4:home:1:1.0:none:0:--grad-reduce_step"
 [ "${ZS_TEST_FULL:-0}" = 1 ] && CASES="$CASES
 f:4:2:home:2:0.5:none:0_1_2_3:--precision_fp16
@@ -91,14 +91,15 @@ EOC
             bad "case $name (N=$n --ep $P $extra) stage $stage: hashes $h2 differ from --ep 1's $ref"
         check_csv "$l2" "$T/$l2" && ok || bad "case $name stage $stage --ep $P: accounting"
         d=16 && [ "$ck" = none ] || d=20
-        h=4 && [ "$lay" = home ] || [ "$stage" = 3 ] || h=0
+        h=4 && [ "$lay" = home ] || h=0
         want="0 ep alltoall $((3 * (d + h))) $((3 * (P - 1) * (d * 1024 + h * 34048) / P)).000"
         got=$(awk '$1 == 0 && $2 == "ep" && $3 == "alltoall" { print $1, $2, $3, $4, $5 }' \
             "$T/$l2/comm_groups.csv")
         [ "$got" = "$want" ] && ok || bad "case $name stage $stage: all-to-alls '$got', by hand '$want'"
     done
     # the model states at the first stage: in --ep 1's layout --ep 1's (the
-    # engine keeps every expert); in DeepSpeed's each rank's parameters are
+    # engine keeps every expert); in DeepSpeed's (stage 3: fewer bytes of
+    # parameters than --ep 1's) each rank's parameters are
     # the dense ones and its experts: 26,448 - 2 blocks x 4 experts x 2,128
     # = 9,424 dense, padded to a multiple of N (x 1024 in deterministic
     # mode), and P of 4 experts (2 x 2,128 x 4/P), padded to a multiple of
@@ -114,6 +115,8 @@ EOC
         b=$(awk -v c=$c '$1 == 0 && $2 == c { print $3 }' "$T/$name-s$first/memory.csv")
         if [ "$lay" = home ]; then
             [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "case $name: $c $b vs --ep 1's $a"
+        elif [ "$c" = params ] && [ "$first" = 3 ]; then # shards and gathers
+            [ -n "$b" ] && [ "$b" -lt "$a" ] && ok || bad "case $name: params $b, --ep 1's $a"
         elif [ "$c" = params ]; then
             [ "$b" = "$hand" ] && [ "$b" -lt "$a" ] && ok ||
                 bad "case $name: params $b, by hand $hand (--ep 1's $a)"
@@ -135,6 +138,12 @@ EOC
         got=$(awk '$1 == 0 && $2 == "edp" { printf "%s %s %s ", $3, $4, $5 }' "$T/$name-s$first/comm_groups.csv")
         want="reduce_scatter 3 $((3 * 10240 * 8 / 2)).000 allgather 3 $((3 * 10240 * 4 / 2)).000 "
         [ "$got" = "$want" ] && ok || bad "case h: edp collectives '$got', by hand '$want'"
+        # stage 3: no parameters gathered back after the step; instead each
+        # forward (4 per step, and 2 recomputed by every:1) and backward (4)
+        # of a MoE block gathers its 2 experts (4,256 floats), half sent
+        got=$(awk '$1 == 0 && $2 == "edp" { printf "%s %s %s ", $3, $4, $5 }' "$T/h-s3/comm_groups.csv")
+        want="reduce_scatter 3 $((3 * 10240 * 8 / 2)).000 allgather 30 $((30 * 4256 * 4 / 2)).000 "
+        [ "$got" = "$want" ] && ok || bad "case h stage 3: edp collectives '$got', by hand '$want'"
     fi
     [ -z "$(awk '$2 == "alltoall"' "$T/$l1/comm_groups.csv")" ] && ok ||
         bad "case $name: --ep 1 made all-to-alls"

@@ -85,7 +85,7 @@ typedef struct {
      * activations + checkpoints; total = every modelled category */
     double params, grads, optimizer, activations, total;
     int activations_modelled; /* 0 for a bare parameter count */
-    zs_steptime_coll colls[2 * ZS_COLL_NKINDS]; /* data-parallel ones, then tensor-parallel */
+    zs_steptime_coll colls[3 * ZS_COLL_NKINDS]; /* data-parallel ones, then tensor-parallel */
     int ncolls;
     double traffic_bytes;     /* per device per step, ring volume */
     /* ZeRO++ on (qwZ, hpZ or qgZ; zerosim convention, a GPT): the bytes
@@ -94,6 +94,12 @@ typedef struct {
      * (N-1)/N of each buffer across; hpZ's backward gathers and qgZ's
      * first level stay inside; qgZ's second level crosses) */
     int zeropp;
+    /* --hierarchical with more than one node of more than one device: each
+     * data-parallel reduce-scatter and allgather as two groups, the node's
+     * K devices (link 1) then the M nodes (link 2, S/K each); then
+     * inter_node_bytes is per device: (M-1)/N of each buffer, as the
+     * ledger counts it for every rank */
+    int hierarchical;
     double inter_node_bytes;
     double flops_per_step;    /* per device; 0 = not modelled */
     double tokens_per_step;   /* per device */

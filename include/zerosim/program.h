@@ -72,7 +72,9 @@ typedef enum {
                             padded / K parameters in working precision */
     /* expert parallelism in DeepSpeed's layout (zs_step_ep_split): the
      * experts' store, partitioned over the expert-data-parallel group */
-    ZS_BUF_XPARAMS,      /* this rank's experts, all of them (stages 0-2) */
+    ZS_BUF_XPARAMS,      /* this rank's experts, all of them (stages 0-2) or
+                            its shard (stage 3) */
+    ZS_BUF_XGATHER,      /* stage 3: one unit's experts, gathered over edp */
     ZS_BUF_XMASTER,      /* their fp32 master (mixed precision): stage 0
                             full, else the shard */
     ZS_BUF_XM, ZS_BUF_XV,/* their optimizer moments, as the master */
@@ -165,6 +167,8 @@ typedef struct zs_step_shape_s {
      * mode); each rank of an edp group owns xshard of it */
     int xsplit, xworld;
     size_t xnum, xpadded, xshard, xpiece;
+    size_t *xulo, *xun;  /* [U] unit u's experts: [xulo, xulo + xun) of the store */
+    size_t xgmax;        /* the most of one unit */
 } zs_step_shape;
 
 /* The flat-array offset of layout entry `id` on this rank (*lo), or 0
@@ -184,7 +188,7 @@ size_t zs_step_local_global(const zs_step_shape *s, size_t local, size_t *run);
  * gradients in --ep 1's way: deterministic mode (each source's gradients
  * turned into fixed point apart: integer sums in any order), or 2 ranks in
  * fp32 (one addition, and without the step schedule's grouping). Stages
- * 0-2, without offload, compression or ZeRO++ (the global norm of a MoE
+ * 0-3, without offload, compression or ZeRO++ (the global norm of a MoE
  * model is an exact sum: the same for any layout).
  * Returns 1, or 0 with the first reason in *why (NULL allowed): the
  * engine then keeps --ep 1's layout and sends the gradients home. */
@@ -199,9 +203,16 @@ void zs_step_ep_configs(const zs_run_config *cfg, int world, zs_run_config *shap
 /* The expert store's collectives in one step (zs_step_ep_split): over the
  * expert-data-parallel group, the reduce-scatter of the fixed-point
  * gradients and the allgather of the gradients (stage 0) or of the updated
- * parameters (stages 1, 2); bytes per rank (ring volume) and calls. */
+ * parameters (stages 1, 2; stage 3 keeps its shard); bytes per rank (ring
+ * volume) and calls. */
 void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_calls,
                             double *ag_bytes, int *ag_calls);
+/* Stage 3: the allgathers over edp of a MoE unit's experts before each of
+ * its forwards (recomputed ones included) and backwards in program p;
+ * bytes per rank (ring volume) and calls per step. */
+struct zs_step_program_s;
+void zs_step_expert_gathers(const zs_step_shape *s, const struct zs_step_program_s *p,
+                            double *bytes, int *calls);
 
 /* Pipeline: set cfg->model's stage fields (pp_on, pp_stage, pp_first,
  * pp_last) for stage `stage` of cfg->pp, the embeddings on the first

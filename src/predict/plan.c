@@ -231,6 +231,49 @@ static void zs_plan_add_group(zs_plan_result *r, zs_coll_kind k, double bytes, d
     r->traffic_bytes += (double)(ranks - 1) / ranks * bytes;
 }
 
+/* --hierarchical (zs_comm_set_hierarchical): the data-parallel
+ * reduce-scatters and allgathers over the N devices become two rings, inside
+ * each node of K over the whole buffer S, then across the M nodes among one
+ * local index over S/K: (K-1)/K S + (M-1)/N S per device and call, the
+ * flat ring's (N-1)/N S, so the traffic stays; (M-1)/N S crosses. The
+ * inner reduce-scatter is M rings (one per node block of K chunks), and
+ * neither level overlaps compute (both complete when called). */
+static int zs_plan_hierarchical(zs_plan_result *r, const zs_run_config *c, int N, int K)
+{
+    if (c->tp > 1 || c->pp > 1 || c->ep > 1 || r->zeropp)
+        ZS_FAIL("--hierarchical is planned without --tp, --pp, --ep and ZeRO++ (qwZ, hpZ, "
+                "qgZ): drop --hierarchical or those");
+    if (N % K)
+        ZS_FAIL("--hierarchical needs the %d devices in whole nodes of %d: use a multiple of %d",
+                N, K, K);
+    int M = N / K;
+    if (K < 2 || M < 2) /* one level is the whole: the flat rings run */
+        return 0;
+    zs_steptime_coll flat[3 * ZS_COLL_NKINDS];
+    int n = r->ncolls;
+    memcpy(flat, r->colls, (size_t)n * sizeof flat[0]);
+    r->ncolls = 0;
+    r->hierarchical = 1;
+    for (int i = 0; i < n; i++) {
+        const zs_steptime_coll *k = &flat[i];
+        if ((k->kind != ZS_COLL_REDUCE_SCATTER && k->kind != ZS_COLL_ALLGATHER) || k->ranks ||
+            k->link) {
+            r->colls[r->ncolls++] = *k;
+            continue;
+        }
+        /* the reduce-scatter's inner level is one ring per node block, M
+         * of them: M (K-1) latencies a call */
+        r->colls[r->ncolls++] =
+            (zs_steptime_coll){.kind = k->kind, .bytes = k->bytes, .calls = k->calls,
+                               .rings = k->kind == ZS_COLL_REDUCE_SCATTER ? M : 1,
+                               .ranks = K, .link = 1};
+        r->colls[r->ncolls++] = (zs_steptime_coll){.kind = k->kind, .bytes = k->bytes / K,
+                                                   .calls = k->calls, .ranks = M, .link = 2};
+        r->inter_node_bytes += (M - 1.0) / N * k->bytes;
+    }
+    return 0;
+}
+
 int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -513,9 +556,11 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             passes += RA * Pp + RA * S + S;
         work[ZS_WORK_PASS] = passes;
     }
+    if (c.hierarchical && in->convention == ZS_PLAN_ZEROSIM)
+        ZS_TRY(zs_plan_hierarchical(r, &c, N, node_ranks));
     /* the engine's allgathers are MPI_Iallgatherv (linear in Open MPI's
      * libnbc): on a shared node link they are costed as such (steptime.h);
-     * two-level ones (--hierarchical) are not modelled here */
+     * the two levels of --hierarchical are rings */
     for (int i = 0; in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical && i < r->ncolls; i++)
         if (r->colls[i].kind == ZS_COLL_ALLGATHER && r->colls[i].ranks == 0)
             r->colls[i].linear = 1;
@@ -527,10 +572,11 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                              * gather is prefetched behind the previous
                              * unit's compute and the reduce-scatters run
                              * behind the backward, as far as the links
-                             * allow (steptime.h) */
+                             * allow (steptime.h); the two-level
+                             * collectives complete when called */
                             .overlap = in->overlap ? 1
                                        : in->convention == ZS_PLAN_ZEROSIM && st == 3 &&
-                                               zs_step_overlap(&c)
+                                               zs_step_overlap(&c) && !r->hierarchical
                                            ? 2
                                            : 0,
                             /* the loss, the overflow flag and the gradient

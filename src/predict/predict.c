@@ -311,6 +311,11 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
             p->edp_ag_bytes_per_step = ag;
         else
             p->edp_ag_bytes_per_applied_step = ag;
+        double gb; /* stage 3: the units' gathers */
+        int gc;
+        zs_step_expert_gathers(&sh, &prog, &gb, &gc);
+        p->edp_ag_bytes_per_step += gb;
+        p->edp_ag_calls_per_step += gc;
         p->expert_params = sh.xnum;
     }
     for (size_t i = 0; sh.comp && i < prog.n; i++) /* one exchange per reduce op */

@@ -94,6 +94,9 @@ struct zs_engine {
     int xsplit, xrank;
     zs_comm_t edp;
     size_t xbase;
+    void *xgather;              /* stage 3: unit xg_unit's experts, from xg_lo */
+    int xg_unit;
+    size_t xg_lo;
     void *xparams, *xgacc, *xgrad, *xrecv, *xtmp;
     float *xmaster, *xm, *xv;
     zs_data *data;
@@ -290,8 +293,10 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->sec = e->buf[ZS_BUF_HPZ];
     e->xparams = e->buf[ZS_BUF_XPARAMS];
     e->xmaster = e->sh->buf[ZS_BUF_XMASTER].bytes ? e->buf[ZS_BUF_XMASTER]
-                 : e->sh->stage == 0 ? e->xparams
-                                     : (float *)e->xparams + (size_t)e->xrank * e->sh->xshard;
+                 : e->sh->stage == 0 || e->sh->stage == 3
+                     ? e->xparams /* all of them, or stage 3's shard */
+                     : (float *)e->xparams + (size_t)e->xrank * e->sh->xshard;
+    e->xgather = e->buf[ZS_BUF_XGATHER];
     e->xm = e->buf[ZS_BUF_XM];
     e->xv = e->buf[ZS_BUF_XV];
     e->xgacc = e->buf[ZS_BUF_XGACC];
@@ -470,13 +475,16 @@ static int zs_engine_init_params(zs_engine *e)
         size_t valid = s->xnum > off ? (s->xnum - off < n ? s->xnum - off : n) : 0;
         zs_model_init_slice(e->model, e->xbase + off, e->xbase + off + valid, buf, e->cfg.seed);
         memset(buf + valid, 0, (n - valid) * sizeof(float));
+        /* the stored part: all of it, or stage 3's shard [xlo, xlo + xn) */
+        size_t a = off > xlo ? off : xlo, b = off + n < xlo + xn ? off + n : xlo + xn;
+        size_t plo = e->stage == 3 ? a : off, pn = e->stage == 3 ? (b > a ? b - a : 0) : n;
+        size_t pat = e->stage == 3 ? plo - xlo : off; /* where in xparams */
         if (!e->mixed) {
-            zs_backend_copy_h2d(e->be, (float *)e->xparams + off, buf, n * 4);
+            zs_backend_copy_h2d(e->be, (float *)e->xparams + pat, buf + (plo - off), pn * 4);
             continue;
         }
-        zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
-        zs_backend_convert_from_f32(e->be, (char *)e->xparams + off * e->ps, e->pt, tmp, n);
-        size_t a = off > xlo ? off : xlo, b = off + n < xlo + xn ? off + n : xlo + xn;
+        zs_backend_copy_h2d(e->be, tmp, buf + (plo - off), pn * 4);
+        zs_backend_convert_from_f32(e->be, (char *)e->xparams + pat * e->ps, e->pt, tmp, pn);
         if (a < b)
             zs_backend_copy_h2d(e->be, e->xmaster + (a - xlo), buf + (a - off), (b - a) * 4);
     }
@@ -954,6 +962,8 @@ static const void *zs_entry_params(const zs_engine *e, int u, int id)
     const zs_param_entry *pe = &e->lay->entries[id];
     const zs_step_shape *s = e->sh;
     size_t lo; /* the ranges are the rank's offsets */
+    if (e->xsplit && pe->offset >= e->xbase && e->stage == 3) /* gathered */
+        return (const char *)e->xgather + (pe->offset - e->xbase - e->xg_lo) * e->ps;
     if (e->xsplit && pe->offset >= e->xbase) /* an expert entry: the store */
         return (const char *)e->xparams + (pe->offset - e->xbase) * e->ps;
     if (!zs_step_entry_local(s, e->lay, id, &lo)) /* the last stage's tied copy */
@@ -976,6 +986,42 @@ static size_t zs_engine_slice(const zs_engine *e, int id, size_t *first)
     size_t n = e->clay->entries[id].numel;
     *first = n < e->lay->entries[id].numel ? (size_t)e->ep_rank * n : 0;
     return n;
+}
+
+/* DeepSpeed's layout at stage 3: unit u's experts, [lo, lo + n) of the
+ * store, gathered over edp (every member's part of the range) into
+ * xgather before its forward or backward; blocking. */
+static int zs_engine_gather_experts(zs_engine *e, int u)
+{
+    const zs_step_shape *s = e->sh;
+    if (!e->xsplit || e->stage != 3 || s->xun[u] == 0)
+        return 0;
+    size_t lo = s->xulo[u], n = s->xun[u], XS = s->xshard;
+    int M = s->xworld, me = e->xrank, rc = 0;
+    int *cnt = calloc((size_t)M, sizeof(int)), *dsp = calloc((size_t)M, sizeof(int));
+    if (!cnt || !dsp || me >= M) {
+        free(cnt);
+        free(dsp);
+        ZS_FAIL("out of host memory gathering a unit's experts");
+    }
+    for (int q = 0; q < M; q++) {
+        size_t a = (size_t)q * XS > lo ? (size_t)q * XS : lo;
+        size_t b = (size_t)(q + 1) * XS < lo + n ? (size_t)(q + 1) * XS : lo + n;
+        cnt[q] = b > a ? (int)(b - a) : 0;
+        dsp[q] = b > a ? (int)(a - lo) : 0;
+    }
+    if (cnt[me]) { /* this rank's part in place */
+        size_t at = lo + (size_t)dsp[me] - (size_t)me * XS; /* in its shard */
+        zs_backend_copy_d2d(e->be, (char *)e->xgather + (size_t)dsp[me] * e->ps,
+                            (const char *)e->xparams + at * e->ps, (size_t)cnt[me] * e->ps);
+    }
+    if (M > 1)
+        rc = zs_comm_allgatherv_inplace(e->edp, e->xgather, cnt, dsp, e->ct, u);
+    free(cnt);
+    free(dsp);
+    e->xg_unit = u;
+    e->xg_lo = lo;
+    return rc;
 }
 
 /* P[id] for every entry unit u uses; with grads, G[id] = zeroed staging. */
@@ -1163,10 +1209,12 @@ static int zs_engine_step_experts(zs_engine *e)
                       s->xpadded);
         return 0;
     }
-    void *pshard = (char *)e->xparams + (size_t)e->xrank * s->xshard * e->ps;
+    /* stages 1, 2: this rank's part of all of its experts; 3: its shard */
+    void *pshard = (char *)e->xparams +
+                   (e->stage == 3 ? 0 : (size_t)e->xrank * s->xshard) * e->ps;
     zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->xmaster, e->xm, e->xv,
                   zs_engine_xgrad_shard(e), e->pt, e->mixed ? pshard : NULL, e->pt, 0, s->xshard);
-    if (s->xworld <= 1)
+    if (s->xworld <= 1 || e->stage == 3)
         return 0;
     int *cnt, *dsp;
     ZS_TRY(zs_engine_xcounts(e, &cnt, &dsp));
@@ -1954,6 +2002,7 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
     case ZS_SOP_WAIT: ZS_TRY(zs_gather_wait(e, u, o->phase)); break;
     case ZS_SOP_RELEASE: zs_gather_release(e, u); break;
     case ZS_SOP_FORWARD:
+        ZS_TRY(zs_engine_gather_experts(e, u));
         zs_engine_view_unit(e, u, 0);
         zs_model_forward_unit(e->cmodel[e->sh->uchunk[u]], e->be, u, e->P, zs_engine_slot(e, o),
                               &e->batch);
@@ -1975,6 +2024,7 @@ static int zs_engine_exec(zs_engine *e, const zs_step_op *o, int *stop)
         break;
     }
     case ZS_SOP_BACKWARD:
+        ZS_TRY(zs_engine_gather_experts(e, u));
         zs_engine_view_unit(e, u, 1);
         zs_model_backward_unit(e->cmodel[e->sh->uchunk[u]], e->be, u, e->P, e->G,
                                zs_engine_slot(e, o), &e->batch, e->dloss);

@@ -322,7 +322,9 @@ static void zs_shape_buffers(zs_step_shape *s)
     /* expert parallelism in DeepSpeed's layout: the experts' store */
     if (s->xsplit) {
         size_t XP = s->xpadded, XS = s->xshard, xopt = st == 0 ? XP : XS;
-        ZS_SETBUF(ZS_BUF_XPARAMS, ZS_MEM_PARAMS, XP * ps);
+        ZS_SETBUF(ZS_BUF_XPARAMS, ZS_MEM_PARAMS, (st == 3 ? XS : XP) * ps);
+        /* stage 3: a MoE unit's experts, gathered over edp for its compute */
+        ZS_SETBUF(ZS_BUF_XGATHER, ZS_MEM_PARAMS, st == 3 ? s->xgmax * ps : 0);
         ZS_SETBUF(ZS_BUF_XMASTER, ZS_MEM_OPT_MASTER, s->mixed ? xopt * 4 : 0);
         ZS_SETBUF(ZS_BUF_XM, ZS_MEM_OPT_M, xopt * 4);
         ZS_SETBUF(ZS_BUF_XV, ZS_MEM_OPT_V, s->cfg.optimizer == ZS_OPT_ADAMW ? xopt * 4 : 0);
@@ -340,8 +342,6 @@ int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why)
     int ep = cfg->model.moe_ep;
     if (ep <= 1)
         w = "no expert parallelism";
-    else if (cfg->stage > 2)
-        w = "stage 3 (its gathers cover one group)";
     else if (cfg->offload_optimizer != ZS_OFFLOAD_NONE || cfg->offload_param != ZS_OFFLOAD_NONE)
         w = "offload";
     else if (cfg->compression.kind != ZS_COMP_NONE)
@@ -378,6 +378,24 @@ void zs_step_ep_configs(const zs_run_config *cfg, int world, zs_run_config *shap
     layout->moe_ep_rank = 0;
 }
 
+void zs_step_expert_gathers(const zs_step_shape *s, const zs_step_program *p, double *bytes,
+                            int *calls)
+{
+    *bytes = 0.0;
+    *calls = 0;
+    if (!s->xsplit || s->stage != 3 || s->xworld <= 1)
+        return;
+    double ring = (s->xworld - 1.0) / s->xworld;
+    for (size_t i = 0; i < p->n; i++) {
+        const zs_step_op *o = &p->ops[i];
+        if ((o->kind != ZS_SOP_FORWARD && o->kind != ZS_SOP_BACKWARD) || o->unit < 0 ||
+            o->unit >= s->U || s->xun[o->unit] == 0)
+            continue;
+        *bytes += ring * (double)s->xun[o->unit] * (double)s->ps;
+        (*calls)++;
+    }
+}
+
 void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_calls,
                             double *ag_bytes, int *ag_calls)
 {
@@ -390,6 +408,8 @@ void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_ca
         *rs_calls = 1;
         *rs_bytes = ring * (double)s->xpadded * 8.0;
     }
+    if (s->stage == 3)
+        return; /* no parameters to bring back: the gathers (zs_step_expert_gathers) */
     *ag_calls = 1;
     *ag_bytes = ring * (double)s->xpadded * (double)s->ps;
 }
@@ -534,6 +554,22 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
         s->xpadded = (s->xnum + q - 1) / q * q;
         s->xshard = s->xpadded / (size_t)s->xworld;
         s->xpiece = s->xnum < ZS_INIT_CHUNK ? s->xnum : ZS_INIT_CHUNK;
+        /* each unit's experts: one range of the store */
+        s->xulo = calloc((size_t)s->U, sizeof(size_t));
+        s->xun = calloc((size_t)s->U, sizeof(size_t));
+        if (!s->xulo || !s->xun) {
+            zs_step_shape_free(s);
+            ZS_FAIL("out of host memory planning the step");
+        }
+        for (int i = lay->n_entries - 1; i >= 0; i--) {
+            const zs_param_entry *pe = &lay->entries[i];
+            if (pe->offset < lay->num_params || pe->layer < 0 || pe->layer >= s->U)
+                continue;
+            s->xulo[pe->layer] = pe->offset - lay->num_params;
+            s->xun[pe->layer] += pe->numel;
+            if (s->xun[pe->layer] > s->xgmax)
+                s->xgmax = s->xun[pe->layer];
+        }
     }
     for (int u = 0; u < s->U; u++) {
         int c = s->uchunk[u];
@@ -613,6 +649,8 @@ void zs_step_shape_free(zs_step_shape *s)
     free(s->gfirst);
     free(s->gn);
     free(s->gelems);
+    free(s->xulo);
+    free(s->xun);
     memset(s, 0, sizeof *s);
 }
 
