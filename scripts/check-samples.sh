@@ -94,7 +94,8 @@ runnable() {
         sub(/(\.\/)?zerosim @@/, "\"$ZS\" ", c)
         sub(/^(\.\/)?zerosim /, "\"$ZS\" ", c)
         if (extra != "") c = c " " extra
-        print c tail " </dev/null 2>&1"
+        if (tail ~ /^ \|/) print c " </dev/null 2>&1" tail   # a pipe: its first command
+        else print c tail " </dev/null 2>&1"
     }'
 }
 

@@ -85,7 +85,7 @@ typedef struct {
      * activations + checkpoints; total = every modelled category */
     double params, grads, optimizer, activations, total;
     int activations_modelled; /* 0 for a bare parameter count */
-    zs_steptime_coll colls[2 * ZS_COLL_NKINDS]; /* data-parallel ones, then tensor-parallel */
+    zs_steptime_coll colls[3 * ZS_COLL_NKINDS]; /* data-parallel ones, then tensor-parallel */
     int ncolls;
     double traffic_bytes;     /* per device per step, ring volume */
     /* ZeRO++ on (qwZ, hpZ or qgZ; zerosim convention, a GPT): the bytes
@@ -94,6 +94,22 @@ typedef struct {
      * (N-1)/N of each buffer across; hpZ's backward gathers and qgZ's
      * first level stay inside; qgZ's second level crosses) */
     int zeropp;
+    /* --hierarchical with more than one node of more than one device: each
+     * data-parallel reduce-scatter and allgather as two groups, the node's
+     * K devices (link 1) then the M nodes (link 2, S/K each); then
+     * inter_node_bytes is per device: (M-1)/N of each buffer, as the
+     * ledger counts it for every rank */
+    int hierarchical;
+    /* --tp or --pp (zerosim convention, a GPT, without --ep, ZeRO++ or
+     * --hierarchical): the most loaded stage's devices laid out as zerosim
+     * mesh lays them, K to a node. inter_frac: the share of them whose
+     * data-parallel ring, tensor-parallel ring (each sends to its next
+     * member) and pipeline peers (the stages before and after) are on
+     * another node; inter_part: the bytes per device and step that cross
+     * for each (the ring volume, or the point-to-point sends, times the
+     * share); inter_node_bytes is then their sum, per device */
+    int mesh_inter;
+    double inter_frac[3], inter_part[3];
     double inter_node_bytes;
     double flops_per_step;    /* per device; 0 = not modelled */
     double tokens_per_step;   /* per device */

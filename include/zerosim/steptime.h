@@ -71,6 +71,10 @@ typedef struct {
     zs_coll_kind kind;
     double bytes;     /* full-buffer bytes, summed over the calls of a step */
     double calls;     /* calls per step (each pays the latency term) */
+    int rings;        /* rings run one after another in each call, each
+                         paying the latency term (the two-level
+                         reduce-scatter's inner level: one per node block);
+                         0: one */
     int ranks;        /* the group's ranks; 0: the world's N */
     int link;         /* 0: the world's link (inter-node when it spans
                          nodes), 1: inside a node, 2: between nodes */

@@ -84,6 +84,10 @@ static const char *const zs_plan_usage =
     "  --micro-batch N --grad-accum N   samples per micro-batch, micro-batches per step\n"
     "  --checkpoint-activations off|every:K|sqrt   (--arch gpt)\n"
     "  --compression none|topk:F|int8|sign   --no-error-feedback   --deterministic\n"
+    "  --hierarchical           two-level reduce-scatter and allgather, inside each\n"
+    "                           node then across nodes, as zerosim train --hierarchical\n"
+    "                           (zerosim.hierarchical_collectives): both levels'\n"
+    "                           traffic and time\n"
     "  --quantized-weights --hpz-partition-size K --quantized-gradients   ZeRO++ (stage\n"
     "                           3, a GPT): qwZ, hpZ, qgZ as zerosim train runs them;\n"
     "                           the bytes across each node's link per step\n"
@@ -131,7 +135,7 @@ enum {
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION, P_VIRTUAL_STAGES,
-    P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_LAST
+    P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_HIER, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
@@ -173,6 +177,7 @@ static const struct option zs_plan_options[] = {
     {"checkpoint-activations", required_argument, NULL, P_CKPT},
     {"compression", required_argument, NULL, P_COMP},
     {"quantized-weights", no_argument, NULL, P_QWZ},
+    {"hierarchical", no_argument, NULL, P_HIER},
     {"hpz-partition-size", required_argument, NULL, P_HPZ},
     {"quantized-gradients", no_argument, NULL, P_QGZ},
     {"no-error-feedback", no_argument, NULL, P_NO_EF},
@@ -465,6 +470,8 @@ static int zs_plan_apply(zs_plan_cli *cl)
         return -1;
     if (v[P_QWZ])
         c->quantized_weights = 1;
+    if (v[P_HIER])
+        c->hierarchical = 1;
     if (v[P_QGZ])
         c->quantized_gradients = 1;
     if (v[P_HPZ])
@@ -643,7 +650,10 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
     }
     fprintf(f, "\ntraffic per device per step (ring volume):");
     for (int i = 0; i < r->ncolls; i++)
-        fprintf(f, " %s %.3f GB (%.0f call%s)%s", zs_coll_kind_name(r->colls[i].kind),
+        fprintf(f, " %s%s %.3f GB (%.0f call%s)%s", zs_coll_kind_name(r->colls[i].kind),
+                r->colls[i].link == 1   ? " inside nodes"
+                : r->colls[i].link == 2 ? " across nodes"
+                                        : "",
                 gb((r->colls[i].kind == ZS_COLL_ALLREDUCE ? 2.0 : 1.0) * r->colls[i].bytes *
                    zs_plan_ring(r->colls[i].ranks > 0 ? r->colls[i].ranks : in->dp)),
                 r->colls[i].calls, r->colls[i].calls == 1 ? "" : "s",
@@ -657,6 +667,20 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 in->cfg.hpz_partition_size > 1 ? " hpZ" : "",
                 in->cfg.quantized_gradients ? " qgZ" : "", r->inter_node_bytes,
                 in->dp < in->devices_per_node ? in->dp : in->devices_per_node);
+    else if (r->mesh_inter)
+        fprintf(f, "  inter-node (tp %d x dp %d x pp %d as zerosim mesh lays them, %d per node; "
+                "the most loaded stage's devices): the DP ring crosses on %.0f%% of them, the TP "
+                "ring on %.0f%%, the pipeline peers on %.0f%%: %.0f bytes per device per step "
+                "across (DP %.0f, TP %.0f, PP %.0f), %.0f intra-node\n",
+                c->tp > 1 ? c->tp : 1, in->dp, c->pp > 1 ? c->pp : 1, in->devices_per_node,
+                100 * r->inter_frac[0], 100 * r->inter_frac[1], 100 * r->inter_frac[2],
+                r->inter_node_bytes, r->inter_part[0], r->inter_part[1], r->inter_part[2],
+                r->traffic_bytes - r->inter_node_bytes);
+    else if (r->hierarchical) /* the ledger's count for the two levels */
+        fprintf(f, "  inter-node (hierarchical, %d per node, %d nodes): every device sends "
+                "(M-1)/N of each reduce-scatter and allgather across, %.0f bytes per step, and "
+                "%.0f intra-node\n", in->devices_per_node, in->dp / in->devices_per_node,
+                r->inter_node_bytes, r->traffic_bytes - r->inter_node_bytes);
     else if (in->dp > in->devices_per_node && r->traffic_bytes > 0) /* the ring model of the ledger */
         fprintf(f, "  inter-node (flat ring, %d per node): the last device of each node sends all "
                 "of its %.0f bytes across, the others none: %.0f bytes per device on average, "
@@ -782,6 +806,20 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     if (r->zeropp)
         json_object_set_new(o, "inter_node_bytes_per_node_per_step",
                             zs_json_bytes(round(r->inter_node_bytes)));
+    if (r->hierarchical || r->mesh_inter)
+        json_object_set_new(o, "inter_node_bytes_per_device_per_step",
+                            zs_json_bytes(round(r->inter_node_bytes)));
+    if (r->mesh_inter) {
+        static const char *const axis[] = {"dp", "tp", "pp"};
+        json_t *parts = json_object(), *fr = json_object();
+        for (int a = 0; a < 3; a++) {
+            json_object_set_new(parts, axis[a], json_real(r->inter_part[a]));
+            json_object_set_new(fr, axis[a], json_real(r->inter_frac[a]));
+        }
+        json_object_set_new(o, "inter_node_bytes_by_group", parts);
+        json_object_set_new(o, "inter_node_share_by_group", fr);
+    }
+    json_object_set_new(o, "hierarchical", json_boolean(r->hierarchical));
     json_t *cs = json_array();
     for (int i = 0; i < r->ncolls; i++) {
         json_t *e = json_object();

@@ -83,7 +83,8 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
             int s = k->senders > 0 ? k->senders : k->link == 2 ? K : 1;
             b = c->inter_link_bandwidth / s;
         }
-        double t = n > 1 ? rounds * (k->calls * (n - 1) * a + (n - 1) / n * k->bytes / b) : 0.0;
+        double lat = k->calls * (k->rings > 1 ? k->rings : 1) * (n - 1) * a;
+        double t = n > 1 ? rounds * (lat + (n - 1) / n * k->bytes / b) : 0.0;
         int K = in->devices_per_node;
         if (k->linear && inter && c->inter_link_bandwidth > 0 && k->kind == ZS_COLL_ALLGATHER &&
             K < n && (int)n % K == 0) /* the node's parts to the other nodes' ranks, at once */
