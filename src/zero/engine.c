@@ -479,6 +479,8 @@ static int zs_engine_init_params(zs_engine *e)
         size_t a = off > xlo ? off : xlo, b = off + n < xlo + xn ? off + n : xlo + xn;
         size_t plo = e->stage == 3 ? a : off, pn = e->stage == 3 ? (b > a ? b - a : 0) : n;
         size_t pat = e->stage == 3 ? plo - xlo : off; /* where in xparams */
+        if (pn == 0)
+            continue; /* stage 3: none of this piece is in the shard */
         if (!e->mixed) {
             zs_backend_copy_h2d(e->be, (float *)e->xparams + pat, buf + (plo - off), pn * 4);
             continue;
