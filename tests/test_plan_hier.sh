@@ -11,6 +11,10 @@
 #    (M-1) alpha_x + (M-1)/M (S/K) / beta_x across;
 #  * what it does not plan (--tp, ZeRO++) and nodes that are not whole are
 #    refused with one line.
+# And the inter-node bytes of a plan with --tp and --pp (ranks as zerosim
+# mesh lays them): per group, the most loaded stage's average equals a
+# phantom run's ledger over the same devices (its prediction for the DP and
+# TP rings, its measured bytes for the pipeline's sends).
 . "$(dirname "$0")/testlib.sh"
 
 js() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
@@ -80,6 +84,47 @@ awk -v c="$c" 'BEGIN { d = c - 2.0063; exit !(d < 1e-9 && d > -1e-9) }' && ok ||
 c=$(js "$T/t3.json" "(lambda t: t['compute_s'] + t['comm_s'] + t['scalars_s'] + t['optimizer_s'] - t['total_s'] if not t['overlapped'] else 'overlapped')(d['step_time'])")
 awk -v c="$c" 'BEGIN { exit !(c + 0 == c && c < 1e-9 && c > -1e-9) }' && ok ||
     bad "stage 3 hierarchical: not the sum of compute and communication ($c)"
+
+# TP x DP x PP: 16 ranks as tp 2 x dp 4 x pp 2 with 4 per node (DP rings
+# cross on half the devices, TP never, the pipeline always), and tp 4 x dp
+# 2 x pp 2 with 2 per node (TP rings cross too)
+M3="--layers 4 --hidden 32 --heads 4 --seq 8 --vocab 64 --micro-batch 2 --grad-accum 4 --stage 1"
+for shape in "2 2 4" "4 2 2"; do
+    set -- $shape
+    tp=$1 pp=$2 k=$3 dp=$((16 / ($1 * $2)))
+    if "$ZS" train --phantom --world-size 16 --tp $tp --pp $pp $M3 --steps 2 --warmup 0 \
+            --ranks-per-node $k --quiet --csv "$T/m$tp" > "$T/m$tp.log" 2>&1 &&
+       "$ZS" plan --arch gpt $M3 --tp $tp --pp $pp --dp $dp --ranks-per-node $k --json \
+            > "$T/m$tp.json" 2> "$T/e"; then
+        r=$(python3 - "$T/m$tp.json" "$T/m$tp/comm.csv" $tp $dp <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+T, D = int(sys.argv[3]), int(sys.argv[4])
+s = plan["pipeline"]["most_loaded_stage"]
+devs = range(s * T * D, (s + 1) * T * D)
+pred = {"dp": 0.0, "tp": 0.0, "pp": 0.0}
+for line in open(sys.argv[2]):
+    f = line.split()
+    if f[0].startswith("#") or f[2] != "all" or int(f[0]) not in devs:
+        continue
+    if f[1] in ("reduce_scatter", "allgather"):
+        pred["dp"] += float(f[9])
+    elif f[1] == "allreduce":
+        pred["tp"] += float(f[9])
+    elif f[1] == "send":
+        pred["pp"] += float(f[8])   # measured: the ledger predicts no split for sends
+per = {k: v / len(devs) / 2 for k, v in pred.items()}   # 2 steps
+got = plan["inter_node_bytes_by_group"]
+ok = all(abs(per[k] - got[k]) <= 0.5 for k in per) and per["dp"] > 0 and per["pp"] > 0
+ok = ok and (per["tp"] > 0) == (T == 4)
+print("ok" if ok else "ledger %r plan %r" % (per, got))
+PY
+)
+        [ "$r" = ok ] && ok || bad "tp $tp x dp $dp x pp $pp, $k per node: $r"
+    else
+        bad "tp $tp pp $pp: $(tail -2 "$T/m$tp.log") $(cat "$T/e")"
+    fi
+done
 
 # refused, one line each
 err() { # WHAT ARGS...: a one-line error naming WHAT

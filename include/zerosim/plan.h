@@ -100,6 +100,16 @@ typedef struct {
      * inter_node_bytes is per device: (M-1)/N of each buffer, as the
      * ledger counts it for every rank */
     int hierarchical;
+    /* --tp or --pp (zerosim convention, a GPT, without --ep, ZeRO++ or
+     * --hierarchical): the most loaded stage's devices laid out as zerosim
+     * mesh lays them, K to a node. inter_frac: the share of them whose
+     * data-parallel ring, tensor-parallel ring (each sends to its next
+     * member) and pipeline peers (the stages before and after) are on
+     * another node; inter_part: the bytes per device and step that cross
+     * for each (the ring volume, or the point-to-point sends, times the
+     * share); inter_node_bytes is then their sum, per device */
+    int mesh_inter;
+    double inter_frac[3], inter_part[3];
     double inter_node_bytes;
     double flops_per_step;    /* per device; 0 = not modelled */
     double tokens_per_step;   /* per device */

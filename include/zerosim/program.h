@@ -137,13 +137,13 @@ typedef struct zs_step_shape_s {
     zs_buf_spec buf[ZS_BUF_N];
     zs_run_config cfg;
     /* pipeline (cfg.pp > 1; else pp = 1, the whole model): the shape of
-     * stage pp_rank, units [ufirst, ulast]; its flat arrays hold the
-     * global layout's [base, base + part.num_params), unit_lo relative to
-     * base. The GPT's head (last stage) also reads the tied token
+     * stage pp_rank, units ufirst .. ulast (its first chunk's first, its
+     * last chunk's last); its flat arrays hold its chunks' ranges of the
+     * global layout (below), unit_lo the offset of each unit it holds in
+     * them. The GPT's head (last stage) also reads the tied token
      * embedding (tied_elems, at global offset 0), kept as a copy of the
      * first stage's; both of those stages have tied_elems set. */
     int pp, pp_rank, ufirst, ulast;
-    size_t base;
     size_t tied_elems;
     size_t io_elems;     /* one boundary activation (fp32 elements) */
     int slots;           /* activations kept: micro-batches in flight (the

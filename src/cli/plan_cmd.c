@@ -667,6 +667,15 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 in->cfg.hpz_partition_size > 1 ? " hpZ" : "",
                 in->cfg.quantized_gradients ? " qgZ" : "", r->inter_node_bytes,
                 in->dp < in->devices_per_node ? in->dp : in->devices_per_node);
+    else if (r->mesh_inter)
+        fprintf(f, "  inter-node (tp %d x dp %d x pp %d as zerosim mesh lays them, %d per node; "
+                "the most loaded stage's devices): the DP ring crosses on %.0f%% of them, the TP "
+                "ring on %.0f%%, the pipeline peers on %.0f%%: %.0f bytes per device per step "
+                "across (DP %.0f, TP %.0f, PP %.0f), %.0f intra-node\n",
+                c->tp > 1 ? c->tp : 1, in->dp, c->pp > 1 ? c->pp : 1, in->devices_per_node,
+                100 * r->inter_frac[0], 100 * r->inter_frac[1], 100 * r->inter_frac[2],
+                r->inter_node_bytes, r->inter_part[0], r->inter_part[1], r->inter_part[2],
+                r->traffic_bytes - r->inter_node_bytes);
     else if (r->hierarchical) /* the ledger's count for the two levels */
         fprintf(f, "  inter-node (hierarchical, %d per node, %d nodes): every device sends "
                 "(M-1)/N of each reduce-scatter and allgather across, %.0f bytes per step, and "
@@ -797,9 +806,19 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     if (r->zeropp)
         json_object_set_new(o, "inter_node_bytes_per_node_per_step",
                             zs_json_bytes(round(r->inter_node_bytes)));
-    if (r->hierarchical)
+    if (r->hierarchical || r->mesh_inter)
         json_object_set_new(o, "inter_node_bytes_per_device_per_step",
                             zs_json_bytes(round(r->inter_node_bytes)));
+    if (r->mesh_inter) {
+        static const char *const axis[] = {"dp", "tp", "pp"};
+        json_t *parts = json_object(), *fr = json_object();
+        for (int a = 0; a < 3; a++) {
+            json_object_set_new(parts, axis[a], json_real(r->inter_part[a]));
+            json_object_set_new(fr, axis[a], json_real(r->inter_frac[a]));
+        }
+        json_object_set_new(o, "inter_node_bytes_by_group", parts);
+        json_object_set_new(o, "inter_node_share_by_group", fr);
+    }
     json_object_set_new(o, "hierarchical", json_boolean(r->hierarchical));
     json_t *cs = json_array();
     for (int i = 0; i < r->ncolls; i++) {

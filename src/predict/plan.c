@@ -1,6 +1,7 @@
 /* zerosim — the planner (see zerosim/plan.h). */
 #include "zerosim/plan.h"
 #include "zerosim/error.h"
+#include "zerosim/mesh.h"
 #include "zerosim/model.h"
 #include "zerosim/predict.h"
 #include "zerosim/program.h"
@@ -274,6 +275,68 @@ static int zs_plan_hierarchical(zs_plan_result *r, const zs_run_config *c, int N
     return 0;
 }
 
+/* TP and PP beside data parallelism: which of the most loaded stage's
+ * devices send across nodes, with the ranks laid out as zerosim mesh lays
+ * them (tensor-parallel fastest, then data, then pipeline) and K
+ * consecutive ranks a node. A device's ring in a group crosses when its
+ * next member (the one it sends to) is on another node, and then all of
+ * that ring's volume crosses, as the ledger counts it; a pipeline device's
+ * sends cross in the share of its neighbouring stages' peers (the one
+ * before and the one after) on other nodes. The collectives (the first
+ * ndp of r->colls data-parallel, the rest tensor-parallel) get the link
+ * their rings use. */
+static int zs_plan_mesh_inter(zs_plan_result *r, const zs_run_config *c, const zs_prediction *pr,
+                              int D, int K, int ndp)
+{
+    int T = c->tp > 1 ? c->tp : 1, P = c->pp > 1 ? c->pp : 1, W = T * D * P;
+    int s = P > 1 ? r->pp_stage : 0, first = s * T * D, n = T * D;
+    unsigned char *cross = calloc((size_t)W, 1);
+    int *m = malloc((size_t)W * sizeof *m);
+    if (!cross || !m) {
+        free(cross);
+        free(m);
+        ZS_FAIL("out of host memory for the node map of %d devices", W);
+    }
+    static const zs_comm_group axes[] = {ZS_GROUP_DP, ZS_GROUP_TP};
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < zs_mesh_ngroups(W, T, P, axes[a]); k++) {
+            int g = zs_mesh_group_ranks(W, T, P, axes[a], k, m);
+            for (int i = 0; i < g; i++)
+                if (m[(i + 1) % g] / K != m[i] / K)
+                    cross[m[i]] |= (unsigned char)(1u << a);
+        }
+    double dp = 0, tp = 0, pp = 0, peers = 0;
+    for (int q = first; q < first + n; q++) {
+        dp += cross[q] & 1;
+        tp += cross[q] >> 1 & 1;
+        if (s > 0)
+            peers++, pp += (q - n) / K != q / K;
+        if (s < P - 1)
+            peers++, pp += (q + n) / K != q / K;
+    }
+    free(cross);
+    free(m);
+    r->mesh_inter = 1;
+    r->inter_frac[0] = dp / n;
+    r->inter_frac[1] = tp / n;
+    r->inter_frac[2] = peers > 0 ? pp / peers : 0.0;
+    r->inter_part[0] = r->inter_frac[0] * (zs_ring_bytes(pr->rs_bytes_per_step, D) +
+                                           zs_ring_bytes(pr->ag_bytes_per_step, D));
+    r->inter_part[1] = r->inter_frac[1] * (pr->tp_allreduce_bytes_per_step +
+                                           pr->tp_rs_bytes_per_step + pr->tp_ag_bytes_per_step);
+    r->inter_part[2] = r->inter_frac[2] * r->pp_send_bytes;
+    r->inter_node_bytes = r->inter_part[0] + r->inter_part[1] + r->inter_part[2];
+    /* the step time: each group's collectives on its own link, across
+     * nodes where any of the stage's rings crosses (a ring runs at its
+     * slowest link), else inside the node */
+    for (int i = 0; i < r->ncolls; i++) {
+        int tpc = ndp >= 0 && i >= ndp;
+        if (r->colls[i].link == 0)
+            r->colls[i].link = r->inter_frac[tpc ? 1 : 0] > 0 ? 2 : 1;
+    }
+    return 0;
+}
+
 int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -369,7 +432,7 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     r->host_fits = in->host_memory ? r->host_per_node <= (double)in->host_memory : -1;
 
     /* traffic: the collectives of one step */
-    int N = in->dp, st = c.stage;
+    int N = in->dp, st = c.stage, ndp = -1; /* ndp: the data-parallel collectives, before TP's */
     double GA = c.grad_accum, Psi = (double)r->num_params, Pp = (double)r->padded;
     double p = (double)zs_dtype_size(c.precision), g = (double)zs_dtype_size(in->grad_precision);
     /* gradient reductions per step: one per micro-batch, or one (stages 0
@@ -429,11 +492,13 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                               (pr.edp_ag_bytes_per_step + pr.edp_ag_bytes_per_applied_step) / f,
                               pr.edp_ag_calls_per_step, M, 0);
         }
+        ndp = r->ncolls;
         if (pr.tp_allreduce_bytes_per_step > 0) { /* over the TP group of T ranks */
             int T = c.tp;
             double full = pr.tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));
             r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLREDUCE, .bytes = full,
-                                                       .calls = pr.tp_allreduce_calls_per_step};
+                                                       .calls = pr.tp_allreduce_calls_per_step,
+                                                       .ranks = T};
             r->traffic_bytes += pr.tp_allreduce_bytes_per_step;
         }
         if (pr.tp_rs_bytes_per_step > 0) { /* sequence parallelism's pairs */
@@ -441,9 +506,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             double full = pr.tp_rs_bytes_per_step * T / (T - 1.0);
             double calls = pr.tp_pair_calls_per_step;
             r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_REDUCE_SCATTER,
-                                                       .bytes = full, .calls = calls};
+                                                       .bytes = full, .calls = calls, .ranks = T};
             r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLGATHER,
-                                                       .bytes = full, .calls = calls};
+                                                       .bytes = full, .calls = calls, .ranks = T};
             r->traffic_bytes += pr.tp_rs_bytes_per_step + pr.tp_ag_bytes_per_step;
         }
     } else if (in->convention == ZS_PLAN_ZEROSIM) {
@@ -558,6 +623,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     }
     if (c.hierarchical && in->convention == ZS_PLAN_ZEROSIM)
         ZS_TRY(zs_plan_hierarchical(r, &c, N, node_ranks));
+    if (in->convention == ZS_PLAN_ZEROSIM && have && (c.tp > 1 || c.pp > 1) && c.ep <= 1 &&
+        !r->zeropp && !r->hierarchical)
+        ZS_TRY(zs_plan_mesh_inter(r, &c, &pr, N, in->devices_per_node, ndp));
     /* the engine's allgathers are MPI_Iallgatherv (linear in Open MPI's
      * libnbc): on a shared node link they are costed as such (steptime.h);
      * the two levels of --hierarchical are rings */

@@ -165,12 +165,12 @@ struct zs_engine {
                                    chunks (cmodel[0] is model) */
     zs_batch batch;
 
-    /* pipeline (cfg.pp > 1): this stage's groups, its flat arrays' offset
-     * in the whole layout, the tied embedding's copy (last stage) and the
-     * head's gradient of it (first stage), and the sends not yet complete */
+    /* pipeline (cfg.pp > 1): this stage's groups (its flat arrays' ranges
+     * of the whole layout are the shape's chunks), the tied embedding's
+     * copy (last stage) and the head's gradient of it (first stage), and
+     * the sends not yet complete */
     zs_comm_t pp, world;
     int pp_size, pp_rank;
-    size_t base;
     void *tied;
     float *tied_grad;
     void **sends;
@@ -479,6 +479,8 @@ static int zs_engine_init_params(zs_engine *e)
         size_t a = off > xlo ? off : xlo, b = off + n < xlo + xn ? off + n : xlo + xn;
         size_t plo = e->stage == 3 ? a : off, pn = e->stage == 3 ? (b > a ? b - a : 0) : n;
         size_t pat = e->stage == 3 ? plo - xlo : off; /* where in xparams */
+        if (pn == 0)
+            continue; /* stage 3: none of this piece is in the shard */
         if (!e->mixed) {
             zs_backend_copy_h2d(e->be, (float *)e->xparams + pat, buf + (plo - off), pn * 4);
             continue;
@@ -606,7 +608,6 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
     }
     /* a pipeline stage's arrays hold its part of the layout only */
     zs_partition_make(&e->part, e->sh->part.num_params, N, zs_comm_rank(comm), e->det);
-    e->base = e->sh->base;
     e->pp_size = e->sh->pp;
     e->pp_rank = e->sh->pp_rank;
     if (e->pp_size > 1 && !zs_backend_host_accessible(be) && !e->phantom) {
@@ -2174,6 +2175,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
                      o->kind != ZS_SOP_ALLGATHER && o->kind != ZS_SOP_LOSS_SUM &&
                      o->kind != ZS_SOP_RELEASE && o->kind != ZS_SOP_BUCKET_ALLOC;
         double t0 = traced ? zs_clock() : 0.0;
+        /* interleaved: only the sends from the slot this op writes */
         if (e->nsends && e->sh->nchunks > 1 &&
             (o->kind == ZS_SOP_FORWARD || o->kind == ZS_SOP_BACKWARD ||
              o->kind == ZS_SOP_RECV_ACT || o->kind == ZS_SOP_SEND_GRAD))

@@ -445,7 +445,6 @@ static int zs_shape_chunks(zs_step_shape *s, const zs_run_config *cfg, const zs_
     }
     s->ufirst = s->cfirst[0];
     s->ulast = s->clast[v - 1];
-    s->base = s->cglo[0];
     for (int u = 0; u < s->U; u++)
         s->uchunk[u] = -1;
     for (int c = 0; c < v; c++)
