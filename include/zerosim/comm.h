@@ -236,9 +236,19 @@ const zs_comm_sum_row *zs_comm_sums(zs_comm_t c, size_t *n);
  * host buffers. Set it back to NULL before releasing the backend. */
 int zs_comm_set_backend(zs_comm_t c, zs_backend_t be);
 /* The accounting allocator the collectives' own temporaries are counted in
- * (category comm_buffers): qwZ's encoded parts, from the start of each
- * forward gather to its wait. NULL (the default): host memory outside
- * the accounting. Not owned. */
+ * (category comm_buffers; a phantom run's too, without storage): qwZ's
+ * encoded parts, from the start of each forward gather to its wait; the
+ * two-level (hierarchical) reduce-scatter's node sums (the parts of this
+ * rank's local index on every node, sized for the largest such column of
+ * any local index, so that every rank holds the same) and, where the
+ * registered ring scratch is smaller than 2 * max(counts) elements, a
+ * scratch of that size, for the call; qgZ's fp32 copy of the buffer, node
+ * sums, result and encoded all-to-all buffers, for the call (sizes in
+ * src/comm/comm.c, zs_comm_qgz). NULL (the default): host memory outside
+ * the accounting. Staged (device buffers), the hierarchical
+ * reduce-scatter's node sums are counted on the device and computed in a
+ * host temporary outside the accounting, like the staging copies. Not
+ * owned. */
 void zs_comm_set_mem(zs_comm_t c, zs_mem_t mem);
 
 /* Reduce-scatter (sum) of the range [0, total) of send, where rank r

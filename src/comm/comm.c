@@ -66,12 +66,18 @@ struct zs_comm {
      * consecutive ranks; the node's ranks (hier_node, K) and the ranks of
      * this local index on every node (hier_cross, M); NULL for a phantom,
      * or where one level is trivial (K or M is 1: the flat ring moves the
-     * same bytes). A host temporary and ring scratch, outside the
-     * accounting like the staging buffers. */
+     * same bytes). The reduce-scatter's temporary (and its ring scratch
+     * where the registered one is too small) are counted in comm_buffers
+     * of `mem` for the call (hier_use, hier_scr: set by
+     * zs_comm_hier_counted); without `mem`, or staged (the host algorithm
+     * over host copies), a host temporary outside the accounting like the
+     * staging buffers (hier_tmp). */
     int hier, hier_k, hier_m;
     struct zs_comm *hier_node, *hier_cross;
     void *hier_tmp;
     size_t hier_tmp_cap;
+    void *hier_use, *hier_scr;
+    int hier_in;             /* inside zs_comm_hier_counted */
     int qwz;                 /* ZeRO++ qwZ: forward allgathers in int8 blocks */
     zs_mem_t mem;            /* qwZ's encoded parts are counted here (NULL: not) */
     /* ZeRO++ hpZ: the secondary group, K consecutive ranks inside a node
@@ -1437,7 +1443,8 @@ static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv
  * then the nodes' in ring order (the flat ring's order differs: equal
  * bytes where sums are exact, as in deterministic mode's integers). */
 static int zs_comm_hier_reduce_scatter(zs_comm_t c, const void *send, void *recv,
-                                       const int *counts, zs_comm_type t)
+                                       const int *counts, zs_comm_type t, void *scratch,
+                                       size_t scratch_bytes)
 {
     int K = c->hier_k, M = c->hier_m, i = c->rank % K;
     size_t es = zs_comm_type_size(t), mine = 0, maxc = 0, off = 0;
@@ -1451,12 +1458,18 @@ static int zs_comm_hier_reduce_scatter(zs_comm_t c, const void *send, void *recv
     for (int q = 0; q < c->size; q++)
         if ((size_t)counts[q] > maxc)
             maxc = (size_t)counts[q];
-    size_t need = (mine + 2 * maxc) * es + 1; /* the temporary, and the rings' scratch */
-    if (zs_comm_grow(&c->hier_tmp, &c->hier_tmp_cap, need)) {
-        free(cnt);
-        return -1;
+    char *tmp, *scr;
+    if (c->hier_in && !c->staged) { /* counted (zs_comm_hier_counted) */
+        tmp = c->hier_use;
+        scr = scratch && 2 * maxc * es <= scratch_bytes ? scratch : c->hier_scr;
+    } else { /* the temporary, and the rings' scratch, outside the accounting */
+        if (zs_comm_grow(&c->hier_tmp, &c->hier_tmp_cap, (mine + 2 * maxc) * es + 1)) {
+            free(cnt);
+            return -1;
+        }
+        tmp = c->hier_tmp;
+        scr = tmp + mine * es;
     }
-    char *tmp = c->hier_tmp, *scr = tmp + mine * es;
     int rc = 0;
     size_t pos = 0;
     for (int m = 0; m < M && !rc; m++) { /* inside the node, block by block */
@@ -1594,7 +1607,7 @@ static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv
                                        size_t scratch_bytes)
 {
     if (c->hier_node)
-        return zs_comm_hier_reduce_scatter(c, send, recv, counts, t);
+        return zs_comm_hier_reduce_scatter(c, send, recv, counts, t, scratch, scratch_bytes);
     if (zs_comm_ring_fits(c, counts, t, scratch, scratch_bytes)) {
         zs_ring *R;
         ZS_TRY(zs_ring_start(c, send, recv, counts, t, scratch, &R));
@@ -1635,8 +1648,54 @@ static int zs_comm_reduce_scatter_staged(zs_comm_t c, const void *send, void *re
 /* zs_comm_reduce_scatter's exchange, not recorded: a copy on one rank,
  * staged through the host for device buffers, else the host algorithm. */
 static int zs_comm_reduce_scatter_run(zs_comm_t c, const void *send, void *recv,
+                                      const int *counts, zs_comm_type t, size_t total);
+
+/* The two-level reduce-scatter's temporaries, counted in comm_buffers of
+ * c's allocator (zs_comm_set_mem) from its start to its end, a phantom's
+ * too (without storage): the node sums of this rank's column (the parts
+ * mK + i of its local index i on every node m), sized for the largest
+ * column of any local index so that every rank holds the same; and, where
+ * the registered ring scratch is smaller than 2 * max(counts) elements,
+ * a scratch of that size. Without an allocator: zs_comm_reduce_scatter_run. */
+static int zs_comm_hier_counted(zs_comm_t c, const void *send, void *recv, const int *counts,
+                                zs_comm_type t, size_t total)
+{
+    int K = c->hier_k, M = c->hier_m;
+    size_t es = zs_comm_type_size(t), col = 0, maxc = 0;
+    for (int i = 0; i < K; i++) {
+        size_t n = 0;
+        for (int m = 0; m < M; m++)
+            n += (size_t)counts[m * K + i];
+        if (n > col)
+            col = n;
+    }
+    for (int q = 0; q < c->size; q++)
+        if ((size_t)counts[q] > maxc)
+            maxc = (size_t)counts[q];
+    size_t tb = col * es, sb = 0;
+    if (!(c->scratch && 2 * maxc * es <= c->scratch_bytes))
+        sb = 2 * maxc * es;
+    void *tmp = NULL, *scr = NULL;
+    ZS_TRY(zs_mem_alloc(c->mem, ZS_MEM_COMM_BUFFERS, tb, &tmp));
+    int rc = zs_mem_alloc(c->mem, ZS_MEM_COMM_BUFFERS, sb, &scr);
+    if (!rc) {
+        c->hier_use = tmp;
+        c->hier_scr = scr;
+        c->hier_in = 1;
+        rc = zs_comm_reduce_scatter_run(c, send, recv, counts, t, total);
+        c->hier_in = 0;
+        c->hier_use = c->hier_scr = NULL;
+    }
+    zs_mem_free(c->mem, ZS_MEM_COMM_BUFFERS, scr, sb);
+    zs_mem_free(c->mem, ZS_MEM_COMM_BUFFERS, tmp, tb);
+    return rc;
+}
+
+static int zs_comm_reduce_scatter_run(zs_comm_t c, const void *send, void *recv,
                                       const int *counts, zs_comm_type t, size_t total)
 {
+    if (c->mem && c->hier && c->hier_k > 1 && c->hier_m > 1 && !c->hier_in)
+        return zs_comm_hier_counted(c, send, recv, counts, t, total);
     if (c->phantom)
         return 0;
     if (c->size == 1) {
@@ -2464,15 +2523,41 @@ static void zs_q4_decode_add(const unsigned char *in, size_t n, float *acc)
     }
 }
 
+/* A collective's temporary of `bytes`: counted in comm_buffers of c's
+ * allocator (zs_comm_set_mem) where it has one (a phantom's without
+ * storage), else host memory (none for a phantom). */
+static int zs_comm_tmp_alloc(zs_comm_t c, size_t bytes, void **out, const char *what)
+{
+    if (c->mem)
+        return zs_mem_alloc(c->mem, ZS_MEM_COMM_BUFFERS, bytes, out);
+    *out = NULL;
+    if (c->phantom)
+        return 0;
+    *out = malloc(bytes + 1);
+    if (!*out)
+        ZS_FAIL("out of host memory for %s (%zu bytes)", what, bytes);
+    return 0;
+}
+
+static void zs_comm_tmp_free(zs_comm_t c, void *p, size_t bytes)
+{
+    if (c->mem)
+        zs_mem_free(c->mem, ZS_MEM_COMM_BUFFERS, p, bytes);
+    else
+        free(p);
+}
+
 /* One level of qgZ on sub (S ranks): to each member d, the parts
  * seg[d][0..P) (ne[d][p] elements each, fp32, in `src` at off[d][p]) in
  * 4-bit blocks; from each member, this member's parts, decoded and added in
  * member order into acc (P parts of my_ne[p] elements at my_off[p]).
  * Recorded as an all-to-all of the encoded bytes on sub (phantom: only
- * recorded; the buffers are not touched). */
-static int zs_qgz_level(zs_comm_t sub, int P, const float *src, const size_t *ne,
+ * recorded; the buffers are not touched). The encoded send and receive
+ * buffers are temporaries of c (zs_comm_tmp_alloc) of sbytes and rbytes,
+ * at least what this rank sends and receives. */
+static int zs_qgz_level(zs_comm_t c, zs_comm_t sub, int P, const float *src, const size_t *ne,
                         const size_t *off, const size_t *my_ne, const size_t *my_off, float *acc,
-                        int layer)
+                        int layer, size_t sbytes, size_t rbytes)
 {
     int S = sub->size, rc = 0;
     int *sc = calloc(4 * (size_t)S, sizeof(int));
@@ -2498,36 +2583,38 @@ static int zs_qgz_level(zs_comm_t sub, int P, const float *src, const size_t *ne
         ZS_FAIL("a qgZ all-to-all of %zu bytes is more than one MPI call can carry",
                 st > rt ? st : rt);
     }
-    if (sub->phantom) {
+    if (st > sbytes || rt > rbytes) {
+        free(sc);
+        ZS_FAIL("internal: qgZ's all-to-all needs %zu and %zu bytes, has %zu and %zu", st, rt,
+                sbytes, rbytes);
+    }
+    void *sv = NULL, *rv = NULL;
+    rc = zs_comm_tmp_alloc(c, sbytes, &sv, "qgZ's all-to-all");
+    if (!rc)
+        rc = zs_comm_tmp_alloc(c, rbytes, &rv, "qgZ's all-to-all");
+    if (!rc && sub->phantom)
         rc = zs_comm_alltoallv_bytes(sub, NULL, sc, sd, NULL, rcn, rd, layer);
-        free(sc);
-        return rc;
-    }
-    unsigned char *sb = malloc(st + 1), *rb = malloc(rt + 1);
-    if (!sb || !rb) {
-        free(sb);
-        free(rb);
-        free(sc);
-        ZS_FAIL("out of host memory for qgZ's all-to-all of %zu bytes", st + rt);
-    }
-    for (int d = 0; d < S; d++) {
-        unsigned char *o = sb + sd[d];
-        for (int p = 0; p < P; p++) {
-            size_t n = ne[(size_t)d * P + p];
-            zs_q4_encode(src + off[(size_t)d * P + p], n, o);
-            o += zs_comm_q4_bytes(n);
+    else if (!rc) {
+        unsigned char *sb = sv, *rb = rv;
+        for (int d = 0; d < S; d++) {
+            unsigned char *o = sb + sd[d];
+            for (int p = 0; p < P; p++) {
+                size_t n = ne[(size_t)d * P + p];
+                zs_q4_encode(src + off[(size_t)d * P + p], n, o);
+                o += zs_comm_q4_bytes(n);
+            }
+        }
+        rc = zs_comm_alltoallv_bytes(sub, sb, sc, sd, rb, rcn, rd, layer);
+        for (int d = 0; !rc && d < S; d++) { /* in member order */
+            const unsigned char *in = rb + rd[d];
+            for (int p = 0; p < P; p++) {
+                zs_q4_decode_add(in, my_ne[p], acc + my_off[p]);
+                in += zs_comm_q4_bytes(my_ne[p]);
+            }
         }
     }
-    rc = zs_comm_alltoallv_bytes(sub, sb, sc, sd, rb, rcn, rd, layer);
-    for (int d = 0; !rc && d < S; d++) { /* in member order */
-        const unsigned char *in = rb + rd[d];
-        for (int p = 0; p < P; p++) {
-            zs_q4_decode_add(in, my_ne[p], acc + my_off[p]);
-            in += zs_comm_q4_bytes(my_ne[p]);
-        }
-    }
-    free(sb);
-    free(rb);
+    zs_comm_tmp_free(c, rv, rbytes);
+    zs_comm_tmp_free(c, sv, sbytes);
     free(sc);
     return rc;
 }
@@ -2538,11 +2625,19 @@ static int zs_qgz_level(zs_comm_t sub, int P, const float *src, const size_t *ne
  * (every m) in 4-bit blocks; this rank sums, in local order, what it gets:
  * the node's sum of the parts of its local index on every node. Across:
  * to node m the node sum of part mK + i in 4-bit blocks; this rank sums,
- * in node order, the M node sums of its own part, into recv (type t). */
+ * in node order, the M node sums of its own part, into recv (type t).
+ * Its temporaries (zs_comm_tmp_alloc: comm_buffers where c has an
+ * allocator), sized alike on every rank (col: the largest column
+ * sum_m counts[mK + i'] of any local index i', col4 its largest sum of
+ * encoded sizes, maxc the largest part): the fp32 copy of the buffer
+ * (total elements) and the node sums (col) through the first level, with
+ * its send buffer (every part encoded) and receive buffer (K * col4
+ * bytes); then the node sums, the result (maxc) and the second level's
+ * send (col4) and receive (M times the largest encoded part) buffers. */
 static int zs_comm_qgz(zs_comm_t c, const void *send, void *recv, const int *counts,
                        zs_comm_type t, int layer)
 {
-    int N = c->size, K = c->qg_k, M = c->qg_m, i = c->rank % K, j = c->rank / K;
+    int N = c->size, K = c->qg_k, M = c->qg_m, i = c->rank % K;
     size_t total = zs_comm_total(c, counts), mineall = 0;
     size_t *displ = malloc((size_t)N * sizeof(size_t));
     size_t *ne = malloc(((size_t)K * M + 2 * (size_t)M + (size_t)K * M) * sizeof(size_t));
@@ -2552,44 +2647,65 @@ static int zs_comm_qgz(zs_comm_t c, const void *send, void *recv, const int *cou
         ZS_FAIL("out of host memory for qgZ");
     }
     size_t *off = ne + (size_t)K * M, *my_ne = off + (size_t)K * M, *my_off = my_ne + M;
-    size_t at = 0;
+    size_t at = 0, col = 0, col4 = 0, maxc = 0, maxq4 = 0, all4 = 0;
     for (int r = 0; r < N; r++) {
         displ[r] = at;
         at += (size_t)counts[r];
+        size_t q4 = zs_comm_q4_bytes((size_t)counts[r]);
+        all4 += q4;
+        if ((size_t)counts[r] > maxc)
+            maxc = (size_t)counts[r];
+        if (q4 > maxq4)
+            maxq4 = q4;
     }
-    for (int d = 0; d < K; d++) /* inside: to local d, parts mK + d */
+    for (int d = 0; d < K; d++) { /* inside: to local d, parts mK + d */
+        size_t n = 0, n4 = 0;
         for (int m = 0; m < M; m++) {
             ne[(size_t)d * M + m] = (size_t)counts[m * K + d];
             off[(size_t)d * M + m] = displ[m * K + d];
+            n += (size_t)counts[m * K + d];
+            n4 += zs_comm_q4_bytes((size_t)counts[m * K + d]);
         }
+        if (n > col)
+            col = n;
+        if (n4 > col4)
+            col4 = n4;
+    }
     for (int m = 0; m < M; m++) {
         my_ne[m] = (size_t)counts[m * K + i];
         my_off[m] = mineall;
         mineall += my_ne[m];
     }
-    float *x = NULL, *acc = NULL, *fin = NULL;
-    int rc = 0;
-    if (!c->phantom) {
-        x = malloc((total + 1) * sizeof(float));
-        acc = calloc(mineall + 1, sizeof(float));
-        fin = calloc((size_t)counts[c->rank] + 1, sizeof(float));
-        if (!x || !acc || !fin)
-            rc = zs_error_set("out of host memory for qgZ's reduction of %zu elements", total);
-        for (size_t e = 0; !rc && e < total; e++)
+    void *xv = NULL, *av = NULL, *fv = NULL;
+    size_t xb = total * sizeof(float), ab = col * sizeof(float), fb = maxc * sizeof(float);
+    int rc = zs_comm_tmp_alloc(c, xb, &xv, "qgZ's reduction");
+    if (!rc)
+        rc = zs_comm_tmp_alloc(c, ab, &av, "qgZ's reduction");
+    float *x = xv, *acc = av;
+    if (!rc && !c->phantom) {
+        if (ab)
+            memset(acc, 0, ab);
+        for (size_t e = 0; e < total; e++)
             x[e] = zs_q_load(send, e, t);
     }
     if (!rc)
-        rc = zs_qgz_level(c->qg_node, M, x, ne, off, my_ne, my_off, acc, layer);
+        rc = zs_qgz_level(c, c->qg_node, M, x, ne, off, my_ne, my_off, acc, layer, all4,
+                          (size_t)K * col4);
+    zs_comm_tmp_free(c, xv, xb);
+    if (!rc)
+        rc = zs_comm_tmp_alloc(c, fb, &fv, "qgZ's reduction");
+    float *fin = fv;
     if (!rc) { /* across: to node m, the node sum of part mK + i */
         size_t one = (size_t)counts[c->rank], zero = 0;
-        rc = zs_qgz_level(c->qg_cross, 1, acc, my_ne, my_off, &one, &zero, fin, layer);
+        if (!c->phantom && fb)
+            memset(fin, 0, fb);
+        rc = zs_qgz_level(c, c->qg_cross, 1, acc, my_ne, my_off, &one, &zero, fin, layer, col4,
+                          (size_t)M * maxq4);
     }
     for (size_t e = 0; !rc && !c->phantom && e < (size_t)counts[c->rank]; e++)
         zs_q_store(recv, e, t, fin[e]);
-    (void)j;
-    free(x);
-    free(acc);
-    free(fin);
+    zs_comm_tmp_free(c, fv, fb);
+    zs_comm_tmp_free(c, av, ab);
     free(displ);
     free(ne);
     return rc;

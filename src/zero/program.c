@@ -1430,6 +1430,27 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
     int fwd = 0, bwd = 0;
     double ps = (double)s->ps;
     int qwz = s->stage == 3 && s->cfg.quantized_weights;
+    /* a reduce-scatter's own temporaries (zerosim/comm.h), counted in
+     * comm_buffers while it runs (it completes on return): over the
+     * data-parallel group of W ranks in nodes of K (--ranks-per-node; one
+     * node where it is 0), here where that group is the world (no --tp,
+     * --pp). qgZ: an fp32 copy of the bucket, the node sums of the largest
+     * column (the parts mK + i of one local index i on every node m), the
+     * first all-to-all's encoded send (every part) and receive (K times the
+     * largest column's encoded bytes); then the node sums, the largest
+     * part in fp32 and the second all-to-all's send (the largest column's
+     * encoded bytes) and receive (M times the largest encoded part).
+     * --hierarchical (K and M above 1): the node sums of the largest
+     * column; the ring's scratch is the registered one (ZS_BUF_RING) */
+    int W = s->part.world, K = s->cfg.ranks_per_node;
+    int flat = s->cfg.tp <= 1 && s->cfg.pp <= 1 && !s->comp;
+    int qgz = flat && s->stage == 3 && s->cfg.quantized_gradients;
+    if (qgz && (K <= 0 || K >= W))
+        K = W;
+    int hier = flat && !qgz && s->cfg.hierarchical && K > 1 && K < W && W % K == 0;
+    int *rcnt = qgz || hier ? malloc((size_t)W * sizeof(int)) : NULL;
+    if (!rcnt)
+        qgz = hier = 0;
     for (size_t i = 0; i < p->n; i++) {
         const zs_step_op *o = &p->ops[i];
         /* qwZ: a forward gather's encoded parts live in comm_buffers from
@@ -1489,6 +1510,36 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
         case ZS_SOP_REDUCE:
             c->rs_calls += 1;
             c->rs_bytes += (double)o->elems * (s->det ? 8.0 : ps);
+            if (qgz || hier) {
+                const zs_step_range *bk = &s->buckets[o->index];
+                zs_step_counts(s, bk->lo, bk->hi, rcnt, NULL);
+                int M = W / K;
+                size_t col = 0, col4 = 0, maxc = 0, maxq4 = 0, all4 = 0, tmp;
+                for (int li = 0; li < K; li++) {
+                    size_t n = 0, n4 = 0;
+                    for (int m = 0; m < M; m++) {
+                        n += (size_t)rcnt[m * K + li];
+                        n4 += zs_comm_q4_bytes((size_t)rcnt[m * K + li]);
+                    }
+                    col = n > col ? n : col;
+                    col4 = n4 > col4 ? n4 : col4;
+                }
+                for (int q = 0; q < W; q++) {
+                    size_t q4 = zs_comm_q4_bytes((size_t)rcnt[q]);
+                    all4 += q4;
+                    maxq4 = q4 > maxq4 ? q4 : maxq4;
+                    maxc = (size_t)rcnt[q] > maxc ? (size_t)rcnt[q] : maxc;
+                }
+                if (qgz) {
+                    size_t first = (o->elems + col) * 4 + all4 + (size_t)K * col4;
+                    size_t second = (col + maxc) * 4 + col4 + (size_t)M * maxq4;
+                    tmp = first > second ? first : second;
+                } else {
+                    tmp = col * (s->det ? 8 : s->ps);
+                }
+                if (bucket_bytes + qtmp + tmp > gb)
+                    gb = bucket_bytes + qtmp + tmp;
+            }
             if (s->stage >= 2 && !(o->flags & ZS_SOPF_ASYNC))
                 bucket_bytes -= o->elems * s->ps;
             break;
@@ -1524,6 +1575,7 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
             gp = live * s->ps;
     }
     c->peak[ZS_MEM_PARAMS] += gp;
+    free(rcnt);
     c->peak[ZS_MEM_COMM_BUFFERS] += gb;
     /* offload, the shard on the host: every reduction round (all buckets of
      * a micro-batch, or of the step) sends this rank's part of each bucket
