@@ -110,3 +110,17 @@ num save_tensor_bytes "$(commas "$(io tensor_bytes_written)")"
 [ "$(io tensor_bytes_written)" = "$(io tensor_bytes_written_predicted)" ] ||
     { echo "numbers.sh: the save's tensor bytes differ from the prediction" >&2; exit 1; }
 num save_header_bytes $(( $(io bytes_written) - $(io tensor_bytes_written) ))
+
+# docs/cluster.md: comm_buffers with the hierarchical reduce-scatter's and
+# qgZ's temporaries (tests/test_comm_temps.sh), the test model on 4 phantom
+# ranks, 2 per node: stage 1 flat and --hierarchical (fp32), stage 3 bf16
+# plain and qgZ
+TM="--layers 2 --hidden 24 --heads 4 --seq 10 --vocab 38 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --phantom --world-size 4 --ranks-per-node 2 --quiet"
+"$ZS" train $TM --stage 1 --csv "$T/tf" --report "$T/tf.json" >/dev/null
+"$ZS" train $TM --stage 1 --hierarchical --csv "$T/th" >/dev/null
+"$ZS" train $TM --stage 3 --precision bf16 --csv "$T/tp" >/dev/null
+"$ZS" train $TM --stage 3 --precision bf16 --quantized-gradients --csv "$T/tq" >/dev/null
+num hier_padded "$(commas "$(sed -n 's/^  "padded_params": \([0-9]*\),*$/\1/p' "$T/tf.json")")"
+num hier_tmp_bytes "$(commas $(( $(cat_bytes th comm_buffers) - $(cat_bytes tf comm_buffers) )))"
+num qgz_comm_buffers "$(commas "$(cat_bytes tq comm_buffers)")"
+num plain_comm_buffers "$(commas "$(cat_bytes tp comm_buffers)")"
