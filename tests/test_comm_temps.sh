@@ -12,8 +12,9 @@
 # padded/2 fp32 elements on every rank (2 columns of padded/4): the
 # hierarchical run's comm_buffers are the flat run's plus 2 x padded bytes.
 # Phantom runs, 64 ranks of 8 per node (--hierarchical at stages 2
-# deterministic and 3, all three ZeRO++ techniques): every rank measured =
-# predicted.
+# deterministic and 3, all three ZeRO++ techniques), and --hierarchical
+# with --tp 2 (8 ranks) and --tp 2 --pp 2 (16 ranks), 4 per node: every
+# rank measured = predicted.
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 24 --heads 4 --seq 10 --vocab 38 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0"
@@ -75,5 +76,15 @@ for args in "ph3:--stage 3 --hierarchical" "ph2d:--stage 2 --deterministic --hie
     "$ZS" train $MODEL ${args#*:} --ranks-per-node 8 --phantom --world-size 64 --quiet \
         --csv "$T/$l" > "$T/$l.log" 2>&1 && exact "$T/$l" "phantom $l" 64 && ok ||
         bad "phantom N=64 K=8 ${args#*:}: accounting differs from the prediction $(tail -1 "$T/$l.log")"
+done
+# with a mesh: the data-parallel group's nodes as zerosim mesh lays the
+# ranks out (--tp 2 at 4 per node: data-parallel nodes of 2; --tp 2 --pp 2:
+# each stage's group)
+for args in "mtp:--stage 2 --tp 2 --world-size 8:8" "mtpp:--stage 1 --tp 2 --pp 2 --world-size 16:16"; do
+    l=${args%%:*} a=${args#*:}
+    # shellcheck disable=SC2086
+    "$ZS" train $MODEL ${a%:*} --hierarchical --ranks-per-node 4 --phantom --quiet \
+        --csv "$T/$l" > "$T/$l.log" 2>&1 && exact "$T/$l" "phantom $l" "${a##*:}" && ok ||
+        bad "phantom ${a%:*} --hierarchical: accounting differs from the prediction $(tail -1 "$T/$l.log")"
 done
 finish

@@ -1410,6 +1410,31 @@ static size_t zs_step_q8_unit_bytes(const zs_step_shape *s, int u)
     return b;
 }
 
+/* The data-parallel group's node size as the run finds it (zerosim/comm.h:
+ * K when its W members are nodes of K consecutive members, else 0), its
+ * ranks laid out as zerosim mesh lays them (tensor-parallel fastest, then
+ * data, then pipeline: zerosim/mesh.h), this shape's pipeline stage and
+ * tensor-parallel rank 0, --ranks-per-node world ranks to a node (0: one
+ * node, as on one host). */
+static int zs_dp_node_blocks(const zs_step_shape *s, int W)
+{
+    long R = s->cfg.ranks_per_node, T = s->cfg.tp > 1 ? s->cfg.tp : 1;
+    long base = T * (long)W * (s->pp > 1 ? s->pp_rank : 0);
+    if (R <= 0)
+        return W;
+#define ZS_DP_NODE(d) ((base + T * (long)(d)) / R)
+    int K = 0;
+    for (int d = 0; d < W; d++)
+        K += ZS_DP_NODE(d) == ZS_DP_NODE(0);
+    if (W % K)
+        return 0;
+    for (int d = 0; d < W; d++)
+        if (ZS_DP_NODE(d) != ZS_DP_NODE(d - d % K) || (d >= K && ZS_DP_NODE(d) == ZS_DP_NODE(d - K)))
+            return 0;
+#undef ZS_DP_NODE
+    return K;
+}
+
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c)
 {
     memset(c, 0, sizeof *c);
@@ -1432,9 +1457,8 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
     int qwz = s->stage == 3 && s->cfg.quantized_weights;
     /* a reduce-scatter's own temporaries (zerosim/comm.h), counted in
      * comm_buffers while it runs (it completes on return): over the
-     * data-parallel group of W ranks in nodes of K (--ranks-per-node; one
-     * node where it is 0), here where that group is the world (no --tp,
-     * --pp). qgZ: an fp32 copy of the bucket, the node sums of the largest
+     * data-parallel group of W ranks in nodes of K (zs_dp_node_blocks).
+     * qgZ: an fp32 copy of the bucket, the node sums of the largest
      * column (the parts mK + i of one local index i on every node m), the
      * first all-to-all's encoded send (every part) and receive (K times the
      * largest column's encoded bytes); then the node sums, the largest
@@ -1442,12 +1466,9 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
      * encoded bytes) and receive (M times the largest encoded part).
      * --hierarchical (K and M above 1): the node sums of the largest
      * column; the ring's scratch is the registered one (ZS_BUF_RING) */
-    int W = s->part.world, K = s->cfg.ranks_per_node;
-    int flat = s->cfg.tp <= 1 && s->cfg.pp <= 1 && !s->comp;
-    int qgz = flat && s->stage == 3 && s->cfg.quantized_gradients;
-    if (qgz && (K <= 0 || K >= W))
-        K = W;
-    int hier = flat && !qgz && s->cfg.hierarchical && K > 1 && K < W && W % K == 0;
+    int W = s->part.world, K = zs_dp_node_blocks(s, W);
+    int qgz = !s->comp && K > 0 && s->stage == 3 && s->cfg.quantized_gradients;
+    int hier = !s->comp && !qgz && s->cfg.hierarchical && K > 1 && K < W;
     int *rcnt = qgz || hier ? malloc((size_t)W * sizeof(int)) : NULL;
     if (!rcnt)
         qgz = hier = 0;
