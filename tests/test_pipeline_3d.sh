@@ -86,24 +86,6 @@ done
 # phantom runs with --pp report what the real runs above do: every
 # category of every rank (and its timeline), every op of every phase but
 # the report's (a real run hashes there); stage 0 above covered by hand
-phantom_same() { # REAL N ARGS...: the phantom run of REAL's arguments
-    real=$1 n=$2
-    shift 2
-    if ! "$ZS" train --phantom --world-size "$n" $M "$@" --csv "$T/$real-ph" \
-         >"$T/$real-ph.log" 2>&1; then
-        bad "phantom $real failed"; cat "$T/$real-ph.log"; return
-    fi
-    for f in memory.csv timeline.csv; do
-        cmp -s "$T/$real/$f" "$T/$real-ph/$f" && ok ||
-            { bad "phantom $real: $f differs"; diff "$T/$real/$f" "$T/$real-ph/$f" | head -4; }
-    done
-    for d in "$real" "$real-ph"; do
-        awk '$1 !~ /^#/ && $2 != "gather" && $3 != "report" { print $1, $2, $3, $4, $5, $6 }' \
-            "$T/$d/comm.csv" >"$T/$d.ops"
-    done
-    cmp -s "$T/$real.ops" "$T/$real-ph.ops" && ok ||
-        { bad "phantom $real: traffic differs"; diff "$T/$real.ops" "$T/$real-ph.ops" | head -4; }
-}
 run p2d2 4 --pp 2 --stage 1 --ranks-per-node 2
 phantom_same p2d2 4 --pp 2 --stage 1 --ranks-per-node 2
 phantom_same t2d2p2-s3 8 --tp 2 --pp 2 --stage 3

@@ -95,24 +95,6 @@ rec=$("$ZS" train $M --pp 2 --checkpoint-activations every:2 --print-program --w
 
 # phantom runs report what the real runs do: every category of every rank
 # and its timeline, every op but the report's (a real run hashes there)
-phantom_same() { # REAL N ARGS...
-    real=$1 n=$2
-    shift 2
-    if ! "$ZS" train --phantom --world-size "$n" $M "$@" --csv "$T/$real-ph" \
-         >"$T/$real-ph.log" 2>&1; then
-        bad "phantom $real failed"; cat "$T/$real-ph.log"; return
-    fi
-    for f in memory.csv timeline.csv; do
-        cmp -s "$T/$real/$f" "$T/$real-ph/$f" && ok ||
-            { bad "phantom $real: $f differs"; diff "$T/$real/$f" "$T/$real-ph/$f" | head -4; }
-    done
-    for d in "$real" "$real-ph"; do
-        awk '$1 !~ /^#/ && $2 != "gather" && $3 != "report" { print $1, $2, $3, $4, $5, $6 }' \
-            "$T/$d/comm.csv" >"$T/$d.ops"
-    done
-    cmp -s "$T/$real.ops" "$T/$real-ph.ops" && ok ||
-        { bad "phantom $real: traffic differs"; diff "$T/$real.ops" "$T/$real-ph.ops" | head -4; }
-}
 phantom_same a 2 --pp 2 --stage 1 --checkpoint-activations every:2
 phantom_same c 4 --pp 4 --stage 3 --checkpoint-activations every:4
 phantom_same t2spc 4 --tp 2 --pp 2 --stage 2 --sequence-parallel --checkpoint-activations every:1

@@ -143,24 +143,6 @@ grep -q '"ideal_bubble": 0.111' "$T/plan.json" && ok ||
 
 # phantom runs report what the real runs do: every category of every rank
 # (and its timeline), every op of every phase but the report's
-phantom_same() { # REAL N ARGS...: the phantom run of REAL's arguments
-    real=$1 n=$2
-    shift 2
-    if ! "$ZS" train --phantom --world-size "$n" $M "$@" --csv "$T/$real-ph" \
-         >"$T/$real-ph.log" 2>&1; then
-        bad "phantom $real failed"; cat "$T/$real-ph.log"; return
-    fi
-    for f in memory.csv timeline.csv; do
-        cmp -s "$T/$real/$f" "$T/$real-ph/$f" && ok ||
-            { bad "phantom $real: $f differs"; diff "$T/$real/$f" "$T/$real-ph/$f" | head -4; }
-    done
-    for d in "$real" "$real-ph"; do
-        awk '$1 !~ /^#/ && $2 != "gather" && $3 != "report" { print $1, $2, $3, $4, $5, $6 }' \
-            "$T/$d/comm.csv" >"$T/$d.ops"
-    done
-    cmp -s "$T/$real.ops" "$T/$real-ph.ops" && ok ||
-        { bad "phantom $real: traffic differs"; diff "$T/$real.ops" "$T/$real-ph.ops" | head -4; }
-}
 phantom_same s1bf 2 --pp 2 $I --virtual-stages 2 --stage 1 --precision bf16
 phantom_same d2s3 4 --pp 2 $I --virtual-stages 2 --stage 3
 phantom_same tp 4 --pp 2 $I --virtual-stages 2 --stage 1 --tp 2

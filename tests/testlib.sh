@@ -31,6 +31,28 @@ train_hashes() {
     fi
     hashes "$T/$name.json" >"$T/$name.h"
 }
+# phantom_same REAL N ARGS...: the phantom run of zerosim train $M ARGS on N
+# ranks reports what the real run $T/REAL (its --csv folder) did: every
+# category of every rank and its timeline, every op of every phase but the
+# report's (a real run hashes there) (the pipeline tests)
+phantom_same() {
+    real=$1 n=$2
+    shift 2
+    if ! "$ZS" train --phantom --world-size "$n" $M "$@" --csv "$T/$real-ph" \
+         >"$T/$real-ph.log" 2>&1; then
+        bad "phantom $real failed"; cat "$T/$real-ph.log"; return
+    fi
+    for f in memory.csv timeline.csv; do
+        cmp -s "$T/$real/$f" "$T/$real-ph/$f" && ok ||
+            { bad "phantom $real: $f differs"; diff "$T/$real/$f" "$T/$real-ph/$f" | head -4; }
+    done
+    for d in "$real" "$real-ph"; do
+        awk '$1 !~ /^#/ && $2 != "gather" && $3 != "report" { print $1, $2, $3, $4, $5, $6 }' \
+            "$T/$d/comm.csv" >"$T/$d.ops"
+    done
+    cmp -s "$T/$real.ops" "$T/$real-ph.ops" && ok ||
+        { bad "phantom $real: traffic differs"; diff "$T/$real.ops" "$T/$real-ph.ops" | head -4; }
+}
 # same_hashes NAME REF: NAME's per-step hashes equal REF's
 same_hashes() {
     if [ -s "$T/$2.h" ] && grep -q '[0-9a-f]\{16\}' "$T/$2.h" && cmp -s "$T/$1.h" "$T/$2.h"; then
