@@ -18,13 +18,6 @@
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 24 --heads 4 --seq 10 --vocab 38 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0"
-run() { # label args...
-    label=$1
-    shift
-    sh "$HERE/mpirun.sh" 4 "$ZS" train $MODEL --ranks-per-node 2 "$@" --quiet --csv "$T/$label" \
-        --report "$T/$label.json" > "$T/$label.log" 2>&1 </dev/null ||
-        bad "$label: the run failed: $(tail -2 "$T/$label.log")"
-}
 exact() { # dir label [ranks]: every rank's comm_buffers and model states = predicted
     awk -v L="$2" -v R="${3:-4}" '
         $1 ~ /^#/ { next }
@@ -42,13 +35,13 @@ more() { # a b label: every rank's comm_buffers in a above b's
 }
 
 for st in 1 2 3; do
-    run "s$st-flat" --stage $st
-    run "s$st-hier" --stage $st --hierarchical
+    run_2x2 "s$st-flat" --stage $st
+    run_2x2 "s$st-hier" --stage $st --hierarchical
     exact "$T/s$st-hier" "stage $st hierarchical" && ok || bad "stage $st hierarchical: accounting differs from the prediction"
     more "s$st-hier" "s$st-flat" "stage $st" && ok || bad "stage $st: the hierarchical temporaries are not counted"
 done
-run det-flat --stage 3 --deterministic
-run det-hier --stage 3 --deterministic --hierarchical
+run_2x2 det-flat --stage 3 --deterministic
+run_2x2 det-hier --stage 3 --deterministic --hierarchical
 exact "$T/det-hier" "deterministic hierarchical" && ok || bad "deterministic hierarchical: accounting differs from the prediction"
 more det-hier det-flat deterministic && ok || bad "deterministic: the hierarchical temporaries are not counted"
 
@@ -61,9 +54,9 @@ for q in 0 1 2 3; do
 done
 [ -z "$bad_q" ] && ok || bad "stage 1: the node sums are not padded/2 fp32 elements"
 
-run bf16 --stage 3 --precision bf16
-run qgz --stage 3 --precision bf16 --quantized-gradients
-run zpp --stage 3 --precision bf16 --quantized-gradients --quantized-weights --hpz-partition-size 2
+run_2x2 bf16 --stage 3 --precision bf16
+run_2x2 qgz --stage 3 --precision bf16 --quantized-gradients
+run_2x2 zpp --stage 3 --precision bf16 --quantized-gradients --quantized-weights --hpz-partition-size 2
 for l in qgz zpp; do
     exact "$T/$l" "$l" && ok || bad "$l: accounting differs from the prediction"
 done

@@ -13,13 +13,6 @@
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 2 --hidden 24 --heads 4 --seq 10 --vocab 38 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0"
-run() { # label args...
-    label=$1
-    shift
-    sh "$HERE/mpirun.sh" 4 "$ZS" train $MODEL --ranks-per-node 2 "$@" --quiet --csv "$T/$label" \
-        --report "$T/$label.json" > "$T/$label.log" 2>&1 </dev/null ||
-        bad "$label: the run failed: $(tail -2 "$T/$label.log")"
-}
 exact() {
     awk -v L="$2" '
         $1 ~ /^#/ || $3 != "all" || $10 == -1 { next }
@@ -29,14 +22,14 @@ exact() {
 # series FILE NAME: a per-step array of a report on one line
 series() { python3 -c "import json,sys; print(' '.join(repr(x) for x in json.load(open(sys.argv[1]))[sys.argv[2]]))" "$1" "$2"; }
 
-run det-flat --stage 3 --deterministic
-run det-hier --stage 3 --deterministic --hierarchical
+run_2x2 det-flat --stage 3 --deterministic
+run_2x2 det-hier --stage 3 --deterministic --hierarchical
 a=$(key "$T/det-flat.json" param_hash) b=$(key "$T/det-hier.json" param_hash)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "deterministic: hierarchical hash $b, flat $a"
 
-run s3-flat --stage 3
+run_2x2 s3-flat --stage 3
 for st in 2 3; do
-    run "s$st-hier" --stage $st --hierarchical
+    run_2x2 "s$st-hier" --stage $st --hierarchical
 done
 h3=$(key "$T/s3-hier.json" param_hash)
 [ -n "$h3" ] && [ "$(key "$T/s2-hier.json" param_hash)" = "$h3" ] && ok ||

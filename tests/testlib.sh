@@ -53,6 +53,15 @@ phantom_same() {
     cmp -s "$T/$real.ops" "$T/$real-ph.ops" && ok ||
         { bad "phantom $real: traffic differs"; diff "$T/$real.ops" "$T/$real-ph.ops" | head -4; }
 }
+# run_2x2 LABEL ARGS...: zerosim train $MODEL ARGS on 4 ranks as 2 nodes of 2,
+# quiet, its --csv folder $T/LABEL and report $T/LABEL.json (the node tests)
+run_2x2() {
+    label=$1
+    shift
+    sh "$HERE/mpirun.sh" 4 "$ZS" train $MODEL --ranks-per-node 2 "$@" --quiet --csv "$T/$label" \
+        --report "$T/$label.json" > "$T/$label.log" 2>&1 </dev/null ||
+        bad "$label: the run failed: $(tail -2 "$T/$label.log")"
+}
 # same_hashes NAME REF: NAME's per-step hashes equal REF's
 same_hashes() {
     if [ -s "$T/$2.h" ] && grep -q '[0-9a-f]\{16\}' "$T/$2.h" && cmp -s "$T/$1.h" "$T/$2.h"; then
