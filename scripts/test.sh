@@ -20,6 +20,14 @@ for f in tests/*.sh.log; do
     s=$(sed -n 's/^[0-9]* passed, [0-9]* failed (\([0-9]*\) s)$/\1/p' "$f" | tail -1)
     [ -n "$s" ] && echo "$s ${f%.log}"
 done | sort -rn | head -8 | sed 's/^/  /'
+# what each failing test said, here at the end where a short excerpt of
+# this output still shows it
+for f in tests/*.log; do
+    if grep -q '^:test-result: \(FAIL\|ERROR\)' "${f%.log}.trs" 2>/dev/null; then
+        echo "${f%.log} failed; its FAIL lines and last lines:"
+        { grep '^FAIL' "$f" | head -10; tail -5 "$f"; } | sed 's/^/  | /'
+    fi
+done
 summary=$(sed -n 's/^# \(PASS\|FAIL\|ERROR\|SKIP\): *\([0-9]*\)/\1 \2/p' test-suite.log 2>/dev/null)
 p=$(echo "$summary" | awk '$1=="PASS"{print $2}')
 f=$(echo "$summary" | awk '$1=="FAIL"||$1=="ERROR"{s+=$2} END{print s+0}')

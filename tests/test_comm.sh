@@ -2,6 +2,9 @@
 # The comm layer's Check suite under MPI with 1, 2, 3 and 4 ranks.
 set -u
 HERE=$(dirname "$0")
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export OMPI_MCA_orte_tmpdir_base="$T" # as tests/testlib.sh says why
 fails=0
 for n in 1 2 3 4; do
     echo "== $n ranks"

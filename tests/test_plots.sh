@@ -13,6 +13,7 @@ if [ "$GP" = no ] || ! command -v "$GP" >/dev/null 2>&1; then
 fi
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+export OMPI_MCA_orte_tmpdir_base="$T" # as tests/testlib.sh says why
 fails=0
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 

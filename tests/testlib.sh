@@ -10,6 +10,11 @@ HERE=$(dirname "$0")
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export OPENBLAS_NUM_THREADS=1
+# Open MPI's session directory under this test's own folder: Open MPI 4.1
+# creates /tmp/ompi.HOST.UID with a check-then-mkdir that fails ("File
+# exists", orte_init failed) when two processes that start at once, from
+# tests that make -j2 runs side by side, both find it missing
+export OMPI_MCA_orte_tmpdir_base="$T"
 fails=0
 passes=0
 ok() { passes=$((passes + 1)); }
