@@ -7,7 +7,7 @@
 # them: its TCP transport between nodes, shared memory inside one. No ssh:
 # mpirun's rsh agent is a small script that runs `ip netns exec`.
 #
-#   scripts/cluster.sh up [--nodes K] [--rate RATE] [--delay D]
+#   scripts/cluster.sh up [--nodes K] [--rate RATE] [--queue Q] [--delay D]
 #   scripts/cluster.sh run [--ranks-per-node R] [--] PROGRAM ARGS...
 #   scripts/cluster.sh down
 #   scripts/cluster.sh status
@@ -18,7 +18,9 @@
 #         through shared memory between two ranks on the machine this was
 #         written on, see docs/cluster.md), and a one-way delay D (tc's
 #         units, 1ms) only where the kernel has the netem qdisc; without it
-#         --delay is refused with one line. Nothing changes outside the
+#         --delay is refused with one line. Q (100ms) is the longest a
+#         packet waits in a link's queue (tbf's latency): the queue holds Q
+#         of traffic at RATE, and packets beyond it are dropped. Nothing changes outside the
 #         namespaces it makes but /etc/netns/<node>/hosts (read by `ip netns
 #         exec`) and the state folder. Exits 77 when namespaces cannot be
 #         made here (not root, no iproute2, no permission).
@@ -73,17 +75,20 @@ cmd_down() {
 }
 
 cmd_up() {
-    K=2 RATE=${ZS_CLUSTER_RATE:-2gbit} DELAY=
+    K=2 RATE=${ZS_CLUSTER_RATE:-2gbit} DELAY= QUEUE=100ms
     while [ $# -gt 0 ]; do
         case $1 in
             --nodes) K=$2; shift 2 ;;
             --rate) RATE=$2; shift 2 ;;
             --delay) DELAY=$2; shift 2 ;;
-            *) die "up: unknown option $1 (--nodes K, --rate RATE, --delay D)" ;;
+            --queue) QUEUE=$2; shift 2 ;;
+            *) die "up: unknown option $1 (--nodes K, --rate RATE, --queue Q, --delay D)" ;;
         esac
     done
     case $K in ''|*[!0-9]*) die "up: --nodes needs a number from 1 to 200, got \"$K\"" ;; esac
     [ "$K" -ge 1 ] && [ "$K" -le 200 ] || die "up: --nodes needs a number from 1 to 200, got $K"
+    echo "$QUEUE" | grep -Eq '^[0-9]+([.][0-9]+)?(ms|us)$' ||
+        die "up: --queue must be a time in ms or us (20ms), got \"$QUEUE\""
     [ -e "$STATE/made" ] && die "a cluster is already up ($STATE): run $me down first"
     if [ "$(id -u)" != 0 ]; then echo "$me: needs root to make network namespaces" >&2; exit 77; fi
     for t in ip tc unshare mpirun; do
@@ -104,7 +109,7 @@ cmd_up() {
     fi
     echo "$K" > "$STATE/nodes"
     echo "$RATE" > "$STATE/rate"
-    echo "$me: up: $K nodes ($P-n0 .. $P-n$((K - 1)), $NET.1 ..), each link $RATE both ways${DELAY:+, delay $DELAY}"
+    echo "$me: up: $K nodes ($P-n0 .. $P-n$((K - 1)), $NET.1 ..), each link $RATE both ways, queue $QUEUE${DELAY:+, delay $DELAY}"
 }
 
 # tc on one end: the rate (and the delay, netem, where there is one)
@@ -114,9 +119,9 @@ shape() { # netns dev
         tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$DELAY" 2> "$STATE/err" || {
             echo "$me: --delay $DELAY needs the netem qdisc, which this kernel does not have ($(cat "$STATE/err")): bring the cluster up without --delay" >&2
             return 1; }
-        tc -n "$1" qdisc add dev "$2" parent 1:1 handle 10: tbf rate "$RATE" burst "$burst" latency 100ms
+        tc -n "$1" qdisc add dev "$2" parent 1:1 handle 10: tbf rate "$RATE" burst "$burst" latency "$QUEUE"
     else
-        tc -n "$1" qdisc add dev "$2" root tbf rate "$RATE" burst "$burst" latency 100ms
+        tc -n "$1" qdisc add dev "$2" root tbf rate "$RATE" burst "$burst" latency "$QUEUE"
     fi
 }
 

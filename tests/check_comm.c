@@ -15,14 +15,17 @@
 
 static zs_comm_t comm;
 
-/* Counts per rank for pattern k: uneven, some zero, some > one segment. */
+/* Counts per rank for pattern k: uneven, some zero, some > one segment;
+ * pattern 4 (fp32 through the ring only) has more segments than the ring
+ * keeps in flight at once. */
 static void make_counts(int k, int N, int *counts)
 {
-    static const int pat[4][8] = {
+    static const int pat[5][8] = {
         {5, 0, 7, 3, 1, 2, 9, 4},
         {0, 0, 11, 0, 0, 1, 0, 0},
         {300000, 1, 0, 200001, 7, 131073, 5, 2},
         {1, 1, 1, 1, 1, 1, 1, 1},
+        {600001, 0, 3, 524289, 1, 2, 0, 9},
     };
     for (int q = 0; q < N; q++)
         counts[q] = pat[k][q % 8];
@@ -87,6 +90,7 @@ START_TEST(test_reduce_scatter)
         for (int ti = 0; ti < 5; ti++)
             for (int ring = 0; ring < 2; ring++)
                 check_rs(k, types[ti], ring);
+    check_rs(4, ZS_CT_F32, 1);
 }
 END_TEST
 

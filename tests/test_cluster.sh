@@ -47,4 +47,16 @@ sh "$CL" down > "$T/down.log" 2>&1 && [ "$(left)" -eq 0 ] && [ ! -e "$T/state" ]
 sh "$CL" up --nodes 2 --rate 12parsecs > "$T/u2.log" 2>&1 && bad "up with a bad rate succeeded"
 [ "$(left)" -eq 0 ] && [ ! -e "$T/state/made" ] && grep -q "rate must be" "$T/u2.log" && ok ||
     bad "a failed up left: $(ip netns list | grep "^$P-" | tr '\n' ' ') $(cat "$T/u2.log")"
+# --queue: a time refused with one line before anything is made; a good one
+# becomes each link's tbf latency
+sh "$CL" up --nodes 2 --queue 5s > "$T/u3.log" 2>&1 && bad "up with --queue 5s succeeded"
+[ "$(left)" -eq 0 ] && [ "$(wc -l < "$T/u3.log")" -eq 1 ] && grep -q "queue must be" "$T/u3.log" && ok ||
+    bad "up --queue 5s: $(cat "$T/u3.log")"
+if sh "$CL" up --nodes 2 --rate 50mbit --queue 20ms > "$T/u4.log" 2>&1; then
+    sh "$CL" status > "$T/st.log" 2>&1
+    [ "$(grep -c 'rate 50Mbit .*lat 20ms' "$T/st.log")" -eq 2 ] && ok || bad "--queue 20ms: $(cat "$T/st.log")"
+    sh "$CL" down > /dev/null 2>&1
+else
+    bad "up --queue 20ms failed: $(cat "$T/u4.log")"
+fi
 finish

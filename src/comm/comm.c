@@ -1272,15 +1272,26 @@ static void zs_comm_add(void *acc, const void *own, int n, zs_comm_type t)
  * cache (bench/bench_zero.sh: 128Ki fp32 elements did as well as whole
  * chunks at 2 ranks and better than 8Ki). */
 #define ZS_RING_SEGMENT ((size_t)131072)
+/* Segments of a step in flight at once in each direction. One at a time,
+ * the link waited a round trip per segment (Open MPI's rendezvous for each
+ * message, then the sum) and a 50 Mbit/s TCP link between emulated nodes
+ * carried 3.3-3.9 MB/s of a ring step's 1.67 MB where four in flight carry
+ * 5.9 (docs/cluster.md); through shared memory the window changes nothing
+ * measurable. */
+#define ZS_RING_WINDOW 4
 
 /* Ring reduce-scatter: at step s, rank r passes the partial sum of chunk
  * (r-s-1) mod N to rank r+1 and adds its own part of chunk (r-s-2) mod N to
  * what it receives from rank r-1; after N-1 steps it holds chunk r. The
  * partial sum of chunk j starts at rank j+1 and travels the ring in order.
  * Each step goes in segments, so that a received piece is summed while it
- * is still in cache; the neighbours' segment counts match in each direction.
+ * is still in cache, up to ZS_RING_WINDOW of them posted at once; the
+ * neighbours' segment counts match in each direction, and MPI matches a
+ * pair's messages of one tag in the order they were posted. A step starts
+ * when the previous one has ended, all its sends included: its receive
+ * buffer is the one the step before last sent from.
  *
- * The ring is a state machine: zs_ring_start posts the first segment's
+ * The ring is a state machine: zs_ring_start posts the first segments'
  * messages, zs_ring_advance moves it on as far as the arrived messages
  * allow. The blocking call drives it in a loop; the engine drives a
  * bucket's reduction between the kernels of the backward (overlap_comm).
@@ -1294,11 +1305,11 @@ typedef struct zs_ring {
     char *recv, *buf[2];
     size_t *displ, *count; /* N offsets and N counts */
     int s;                 /* ring step, 0 .. N-2 */
-    size_t g;              /* segment of the step */
+    size_t gp, gs, ng;     /* the step's next segment to post, to sum; its segments */
     size_t ns, nr;         /* elements the step sends and receives */
     const char *out, *own;
     char *in;
-    MPI_Request rq[2];
+    MPI_Request rq[2 * ZS_RING_WINDOW]; /* segment g's pair at 2 * (g % window) */
     int done;
 } zs_ring;
 
@@ -1308,28 +1319,42 @@ static size_t zs_ring_seg(size_t n, size_t g)
     return so >= n ? 0 : (n - so < ZS_RING_SEGMENT ? n - so : ZS_RING_SEGMENT);
 }
 
-/* Post segment g of step s. */
+/* Post segment R->gp of the step into the window's free slot. */
 static int zs_ring_post(zs_comm_t c, zs_ring *R)
 {
-    int N = R->N, r = R->r, s = R->s;
-    if (R->g == 0) { /* a new step */
-        int sc = ((r - s - 1) % N + N) % N, rcv = ((r - s - 2) % N + N) % N;
-        R->in = s == N - 2 ? R->recv : R->buf[s % 2];
-        R->own = R->send + R->displ[rcv] * R->es;
-        R->ns = R->count[sc];
-        R->nr = R->count[rcv];
-    }
-    size_t so = R->g * ZS_RING_SEGMENT, sn = zs_ring_seg(R->ns, R->g),
-           rn = zs_ring_seg(R->nr, R->g);
-    R->rq[0] = R->rq[1] = MPI_REQUEST_NULL;
+    int N = R->N, r = R->r;
+    size_t g = R->gp++, so = g * ZS_RING_SEGMENT, sn = zs_ring_seg(R->ns, g),
+           rn = zs_ring_seg(R->nr, g);
+    MPI_Request *q = &R->rq[2 * (g % ZS_RING_WINDOW)];
+    q[0] = q[1] = MPI_REQUEST_NULL;
     int rc = MPI_SUCCESS;
     if (rn)
         rc = MPI_Irecv(R->in + so * R->es, (int)rn, zs_mpi_type(R->t), (r + N - 1) % N, 7001,
-                       c->comm, &R->rq[0]);
+                       c->comm, &q[0]);
     if (rc == MPI_SUCCESS && sn)
         rc = MPI_Isend(R->out + so * R->es, (int)sn, zs_mpi_type(R->t), (r + 1) % N, 7001,
-                       c->comm, &R->rq[1]);
+                       c->comm, &q[1]);
     return rc == MPI_SUCCESS ? 0 : zs_mpi_fail(rc, "ring reduce-scatter");
+}
+
+/* Start step R->s: its buffers, and its first segments posted (one, maybe
+ * empty, where the step has nothing to move). */
+static int zs_ring_step(zs_comm_t c, zs_ring *R)
+{
+    int N = R->N, r = R->r, s = R->s;
+    int sc = ((r - s - 1) % N + N) % N, rcv = ((r - s - 2) % N + N) % N;
+    R->in = s == N - 2 ? R->recv : R->buf[s % 2];
+    R->own = R->send + R->displ[rcv] * R->es;
+    R->ns = R->count[sc];
+    R->nr = R->count[rcv];
+    size_t n = R->ns > R->nr ? R->ns : R->nr;
+    R->ng = n ? (n + ZS_RING_SEGMENT - 1) / ZS_RING_SEGMENT : 1;
+    R->gp = R->gs = 0;
+    for (int i = 0; i < 2 * ZS_RING_WINDOW; i++)
+        R->rq[i] = MPI_REQUEST_NULL;
+    while (R->gp < R->ng && R->gp < ZS_RING_WINDOW)
+        ZS_TRY(zs_ring_post(c, R));
+    return 0;
 }
 
 static void zs_ring_free(zs_ring *R)
@@ -1365,7 +1390,7 @@ static int zs_ring_start(zs_comm_t c, const void *send, void *recv, const int *c
     R->buf[0] = scratch;
     R->buf[1] = scratch ? (char *)scratch + maxc * R->es : NULL;
     R->out = R->send + d[(c->rank + N - 1) % N] * R->es; /* step 0 sends own data */
-    if (zs_ring_post(c, R)) {
+    if (zs_ring_step(c, R)) {
         zs_ring_free(R);
         return -1;
     }
@@ -1377,24 +1402,26 @@ static int zs_ring_start(zs_comm_t c, const void *send, void *recv, const int *c
 static int zs_ring_advance(zs_comm_t c, zs_ring *R)
 {
     while (!R->done) {
-        int flag = 0, rc = MPI_Testall(2, R->rq, &flag, MPI_STATUSES_IGNORE);
+        MPI_Request *q = &R->rq[2 * (R->gs % ZS_RING_WINDOW)];
+        int flag = 0, rc = MPI_Testall(2, q, &flag, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS)
             return zs_mpi_fail(rc, "ring reduce-scatter");
         if (!flag)
             return 0;
-        size_t so = R->g * ZS_RING_SEGMENT, rn = zs_ring_seg(R->nr, R->g);
+        size_t so = R->gs * ZS_RING_SEGMENT, rn = zs_ring_seg(R->nr, R->gs);
         if (rn)
             zs_comm_add(R->in + so * R->es, R->own + so * R->es, (int)rn, R->t);
-        R->g++;
-        if (R->g * ZS_RING_SEGMENT >= R->ns && R->g * ZS_RING_SEGMENT >= R->nr) {
+        R->gs++;
+        if (R->gp < R->ng)
+            ZS_TRY(zs_ring_post(c, R));
+        if (R->gs == R->ng) {
             R->out = R->in; /* the next step passes on what this one summed */
-            R->g = 0;
             if (++R->s == R->N - 1) {
                 R->done = 1;
                 return 0;
             }
+            ZS_TRY(zs_ring_step(c, R));
         }
-        ZS_TRY(zs_ring_post(c, R));
     }
     return 0;
 }
