@@ -638,7 +638,9 @@ int zs_engine_create_shared(const zs_run_config *cfg, zs_backend_t be, zs_mem_t 
 
     if (zs_engine_alloc_buffers(e) || zs_engine_swap_open(e))
         goto fail;
-    zs_comm_set_mem(comm, mem); /* the collectives' temporaries (qwZ) */
+    /* the collectives' temporaries in the ledger: qwZ's parts, the two-level
+     * reduce-scatter's node sums, qgZ's buffers (zerosim/comm.h) */
+    zs_comm_set_mem(comm, mem);
     int nb = e->sh->nbuckets, ng = e->stage == 3 ? e->sh->gfirst[e->U - 1] + e->sh->gn[e->U - 1] : 0;
     e->bucket_buf = calloc((size_t)nb + 1, sizeof(void *));
     e->counts = calloc((size_t)N, sizeof(int));
