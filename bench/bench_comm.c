@@ -81,7 +81,9 @@ int main(int argc, char **argv)
     void *scratch = malloc(2 * maxbytes / (size_t)N + 64);
     zs_comm_set_scratch(c, scratch, 2 * maxbytes / (size_t)N + 64);
     if (me == 0)
-        printf("# reduce-scatter: %s\n", zs_comm_uses_ring(c) ? "ring of MPI_Sendrecv" : "MPI_Reduce_scatter");
+        printf("# reduce-scatter: %s\n", zs_comm_uses_ring(c)
+                                              ? "the engine's ring (MPI_Isend/MPI_Irecv, 4 segments in flight)"
+                                              : "MPI_Reduce_scatter");
     for (size_t bytes = 1 << 16; bytes <= maxbytes; bytes *= 4) {
         size_t n = bytes / 4 / (size_t)N * (size_t)N;
         float *a = calloc(n, sizeof(float)), *b = calloc(n / (size_t)N, sizeof(float));
