@@ -55,6 +55,16 @@ typedef struct {
     size_t rs_bytes_per_step;
     size_t ag_bytes_per_step;    /* for a step that is not skipped */
     size_t ag_bytes_per_skipped_step;
+    /* stage 3 with ranks_per_node K (1 < K < N, whole nodes), neither
+     * hierarchical nor tp/pp: the engine's gathers are linear
+     * (MPI_Iallgatherv) and a unit's parts are its overlaps with each
+     * rank's shard, often one or two ranks' alone. Per gather call, the
+     * busiest direction of any node's link: max over nodes of its ranks'
+     * parts times the N-K ranks elsewhere (out), or the other ranks' parts
+     * times K (in); summed over the step's calls, bytes (qwZ's forward
+     * parts encoded; hpZ's backward gathers stay inside a node). 0:
+     * not computed */
+    double ag_link_bytes_per_step;
     /* ZeRO++ hpZ (zs_predict): the part of ag_bytes_per_step gathered in
      * the backward phase, inside the secondary group of
      * zero_hpz_partition_size ranks (its ring: (K-1)/K of each buffer) */

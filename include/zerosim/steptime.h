@@ -88,6 +88,12 @@ typedef struct {
                          the link carries the node's parts to the other
                          nodes, K(N-K)/N of S, and the call pays one α;
                          elsewhere it is costed as the ring */
+    double link_bytes; /* linear over a node link: the bytes of the busiest
+                          link direction, summed over the calls, where the
+                          parts are not equal (zerosim's stage 3 gathers a
+                          unit's part of each rank's flat shard:
+                          zs_prediction.ag_link_bytes_per_step); 0: equal
+                          parts, K(N-K)/N of S */
 } zs_steptime_coll;
 
 /* The kernels of a GPT that are not GEMMs, by how their time scales; a

@@ -833,6 +833,10 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
         json_object_set_new(e, "ranks", json_integer(r->colls[i].ranks > 0 ? r->colls[i].ranks
                                                                             : in->dp));
         json_object_set_new(e, "link", json_string(lk >= 0 && lk <= 2 ? links[lk] : "?"));
+        /* a linear allgather's busiest node-link direction, over its calls
+         * (zs_steptime_coll.link_bytes); absent: equal parts */
+        if (r->colls[i].link_bytes > 0)
+            json_object_set_new(e, "link_bytes", zs_json_bytes(r->colls[i].link_bytes));
         json_array_append_new(cs, e);
     }
     json_object_set_new(o, "collectives", cs);

@@ -380,7 +380,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             ZS_FAIL("zero_hpz_partition_size %d must divide the %d devices per node (hpZ's "
                     "groups stay inside a node)", c.hpz_partition_size, node_ranks);
         c.ranks_per_node = node_ranks; /* qgZ's two levels */
-    }
+    } else if (c.stage == 3 && in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical &&
+               c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
+        c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
     ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
@@ -466,12 +468,17 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         if (r->zeropp && hz > 0) { /* hpZ: the backward gathers inside the node */
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (double)pr.ag_bytes_per_step - hz,
                              pr.ag_calls_per_step - pr.ag_hpz_calls_per_step, N);
+            if ((double)pr.ag_bytes_per_step - hz > 0)
+                r->colls[r->ncolls - 1].link_bytes = pr.ag_link_bytes_per_step;
             zs_plan_add_group(r, ZS_COLL_ALLGATHER, hz, pr.ag_hpz_calls_per_step,
                               c.hpz_partition_size, 1);
-        } else
+        } else {
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
                              (double)pr.ag_bytes_per_step * (st == 0 ? g / p : 1.0),
                              pr.ag_calls_per_step, N);
+            if (st == 3 && pr.ag_bytes_per_step > 0)
+                r->colls[r->ncolls - 1].link_bytes = pr.ag_link_bytes_per_step;
+        }
         if (r->zeropp && M > 1) /* node 0's link: its last device's rings, qgZ's second level */
             r->inter_node_bytes =
                 zs_ring_bytes(pr.rs_bytes_per_step, N) +

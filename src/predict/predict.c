@@ -6,6 +6,7 @@
 #include "zerosim/program.h"
 #include "zerosim/zero.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,6 +143,42 @@ double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, in
     return bytes * (zs_step_reduce_once(cfg) ? 1 : cfg->grad_accum);
 }
 
+/* zs_prediction.ag_link_bytes_per_step: each gather call's parts (its
+ * range's overlap with every rank's shard), the busiest direction of any
+ * node's link, summed. */
+static int zs_predict_gather_link(const zs_step_shape *sh, const zs_step_program *prog,
+                                  const zs_run_config *cfg, int world, int K, zs_prediction *p)
+{
+    int *cnt = malloc(2 * (size_t)world * sizeof(int));
+    if (!cnt)
+        ZS_FAIL("out of host memory predicting %d ranks", world);
+    double sum = 0.0;
+    for (size_t i = 0; i < prog->n; i++) {
+        const zs_step_op *o = &prog->ops[i];
+        if (o->kind != ZS_SOP_GATHER ||
+            (cfg->hpz_partition_size > 1 && o->phase != ZS_PHASE_FORWARD))
+            continue;
+        int q8 = cfg->quantized_weights && o->phase == ZS_PHASE_FORWARD;
+        for (int g = sh->gfirst[o->unit]; g < sh->gfirst[o->unit] + sh->gn[o->unit]; g++) {
+            zs_step_counts(sh, sh->granges[g].lo, sh->granges[g].hi, cnt, cnt + world);
+            double total = 0.0, worst = 0.0;
+            for (int q = 0; q < world; q++)
+                total += q8 ? (double)zs_comm_q8_bytes((size_t)cnt[q]) : (double)cnt[q] * sh->ps;
+            for (int m = 0; m < world / K; m++) {
+                double mine = 0.0;
+                for (int q = m * K; q < (m + 1) * K; q++)
+                    mine += q8 ? (double)zs_comm_q8_bytes((size_t)cnt[q]) : (double)cnt[q] * sh->ps;
+                double out = mine * (world - K), in = (total - mine) * K;
+                worst = fmax(worst, fmax(out, in));
+            }
+            sum += worst;
+        }
+    }
+    free(cnt);
+    p->ag_link_bytes_per_step = sum;
+    return 0;
+}
+
 /* Expert parallelism: the model's all-to-alls in one step of program prog
  * (units 1..L are the GPT's blocks): two per forward or backward of a MoE
  * block, each zs_model_moe_alltoall_bytes / its calls, and with
@@ -274,6 +311,15 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
         p->ag_bytes_per_step = (size_t)c.ag_bytes;
         p->ag_calls_per_step = c.ag_calls;
     }
+    int K = cfg->ranks_per_node;
+    if (sh.stage == 3 && K > 1 && K < world && world % K == 0 && !cfg->hierarchical &&
+        cfg->model.tp <= 1 && cfg->pp <= 1)
+        if (zs_predict_gather_link(&sh, &prog, cfg, world, K, p)) {
+            zs_step_program_free(&prog);
+            zs_step_shape_free(&sh);
+            zs_model_destroy(m);
+            return -1;
+        }
     int T = cfg->model.tp > 1 ? cfg->model.tp : 1;
     if (T > 1 && cfg->model.kind == ZS_MODEL_GPT) {
         double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;

@@ -88,7 +88,8 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
         int K = in->devices_per_node;
         if (k->linear && inter && c->inter_link_bandwidth > 0 && k->kind == ZS_COLL_ALLGATHER &&
             K < n && (int)n % K == 0) /* the node's parts to the other nodes' ranks, at once */
-            t = k->calls * a + K * (n - K) / n * k->bytes / c->inter_link_bandwidth;
+            t = k->calls * a + (k->link_bytes > 0 ? k->link_bytes : K * (n - K) / n * k->bytes) /
+                                   c->inter_link_bandwidth;
         out->coll_s[k->kind] += t;
         out->comm_s += t;
         if (inter)
