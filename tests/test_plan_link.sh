@@ -99,11 +99,13 @@ close "$c" 0 && ok || bad "stage 3 with overlap_comm off is not the sum (off by 
 #     flat shard. A 2-layer GPT (hidden 64, vocab 128, seq 32): wte 8192,
 #     wpe 2048, two blocks of 12 C^2 + 13 C = 49984, the final LayerNorm
 #     128 parameters, 110336 in all, shards of 27584 on 4 ranks, nodes {0,
-#     1} and {2, 3}. Each pass gathers the embeddings [0, 10240), the two
+#     1} and {2, 3}. Each pass gathers the embeddings [0, 10240), the
 #     blocks, the LayerNorm and (the tied head) wte again: 5 calls forward,
-#     5 backward. Per call the busiest direction of a node's link carries
-#     the larger of its ranks' parts times the 2 ranks elsewhere and the
-#     other node's parts times 2.
+#     then 5 backward in reverse. A call loads each node's link out (its
+#     ranks' parts times the 2 ranks elsewhere) and in (the other node's
+#     parts times 2); two calls are in flight (call i starts when call i-2
+#     has ended), each direction carries the loads in order, a call ends
+#     when its loads have gone: the gathers' bytes are the last end.
 S3="--arch gpt --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 128 --micro-batch 2 --stage 3 \
 --dp 4 --ranks-per-node 2 --json"
 "$ZS" plan $S3 --calibration "$T/link.json" > "$T/s3.json" 2> "$T/e" || bad "plan stage 3: $(cat "$T/e")"
@@ -113,16 +115,20 @@ blk = 12 * C * C + 13 * C
 P = V * C + T * C + L * blk + 2 * C
 shard = P // 4
 def part(q, lo, hi):
-    return max(0, min(hi, (q + 1) * shard) - max(lo, q * shard))
-ranges = [(0, V * C + T * C)] + [(V * C + T * C + i * blk, V * C + T * C + (i + 1) * blk)
-                                for i in range(L)] + [(P - 2 * C, P), (0, V * C)]
-worst = 0
-for lo, hi in ranges:
+    return 4 * max(0, min(hi, (q + 1) * shard) - max(lo, q * shard))
+emb, head = (0, V * C + T * C), [(P - 2 * C, P), (0, V * C)]
+blocks = [(emb[1] + i * blk, emb[1] + (i + 1) * blk) for i in range(L)]
+calls = [emb] + blocks + head + head + blocks[::-1] + [emb]
+busy, ends = [0.0] * 4, []
+for i, (lo, hi) in enumerate(calls):
     parts = [part(q, lo, hi) for q in range(4)]
-    tot = sum(parts)
-    worst += max(max(sum(parts[m * 2:m * 2 + 2]) * 2, (tot - sum(parts[m * 2:m * 2 + 2])) * 2)
-                 for m in range(2))
-print(2 * 4 * worst)  # forward and backward, fp32
+    loads = [2 * (parts[0] + parts[1]), 2 * (parts[2] + parts[3])]  # node 0 out, node 1 out
+    loads += [loads[1], loads[0]]                                   # node 0 in, node 1 in
+    start = ends[i - 2] if i >= 2 else 0.0
+    for r in range(4):
+        busy[r] = max(busy[r], start) + loads[r]
+    ends.append(max(busy))
+print(int(max(ends)))
 EOF
 )
 lb=$(js "$T/s3.json" "[c for c in d['collectives'] if c['op'] == 'allgather'][0].get('link_bytes', 0)")

@@ -143,16 +143,30 @@ double zs_predict_alltoall_bytes(const zs_run_config *cfg, size_t num_params, in
     return bytes * (zs_step_reduce_once(cfg) ? 1 : cfg->grad_accum);
 }
 
-/* zs_prediction.ag_link_bytes_per_step: each gather call's parts (its
- * range's overlap with every rank's shard), the busiest direction of any
- * node's link, summed. */
+/* zs_prediction.ag_link_bytes_per_step. Each gather call's parts (its
+ * range's overlap with every rank's shard) load every node's link, out
+ * (its ranks' parts to the N-K ranks elsewhere) and in (the others' parts
+ * to its K ranks), each direction at the link's rate. The engine keeps two
+ * gathers in flight (a unit's and the next one's, posted in program
+ * order): call i starts when call i-2 has ended, each direction carries
+ * the calls' loads in order, and a call ends when all of its loads have
+ * gone. The step's gathers end after as many bytes of one direction's time
+ * as this gives, between the largest direction's sum (perfect overlap) and
+ * the sum of each call's largest load (none). */
 static int zs_predict_gather_link(const zs_step_shape *sh, const zs_step_program *prog,
                                   const zs_run_config *cfg, int world, int K, zs_prediction *p)
 {
+    int M = world / K;
     int *cnt = malloc(2 * (size_t)world * sizeof(int));
-    if (!cnt)
+    double *busy = calloc(2 * (size_t)M, sizeof(double)), *load = malloc(2 * (size_t)M * sizeof(double));
+    if (!cnt || !busy || !load) {
+        free(cnt);
+        free(busy);
+        free(load);
         ZS_FAIL("out of host memory predicting %d ranks", world);
-    double sum = 0.0;
+    }
+    double end[2] = {0.0, 0.0}; /* the last two calls' ends, end[i % 2] */
+    size_t calls = 0;
     for (size_t i = 0; i < prog->n; i++) {
         const zs_step_op *o = &prog->ops[i];
         if (o->kind != ZS_SOP_GATHER ||
@@ -161,21 +175,32 @@ static int zs_predict_gather_link(const zs_step_shape *sh, const zs_step_program
         int q8 = cfg->quantized_weights && o->phase == ZS_PHASE_FORWARD;
         for (int g = sh->gfirst[o->unit]; g < sh->gfirst[o->unit] + sh->gn[o->unit]; g++) {
             zs_step_counts(sh, sh->granges[g].lo, sh->granges[g].hi, cnt, cnt + world);
-            double total = 0.0, worst = 0.0;
-            for (int q = 0; q < world; q++)
-                total += q8 ? (double)zs_comm_q8_bytes((size_t)cnt[q]) : (double)cnt[q] * sh->ps;
-            for (int m = 0; m < world / K; m++) {
+            double total = 0.0;
+            for (int m = 0; m < M; m++) {
                 double mine = 0.0;
                 for (int q = m * K; q < (m + 1) * K; q++)
                     mine += q8 ? (double)zs_comm_q8_bytes((size_t)cnt[q]) : (double)cnt[q] * sh->ps;
-                double out = mine * (world - K), in = (total - mine) * K;
-                worst = fmax(worst, fmax(out, in));
+                load[2 * m] = mine * (world - K);
+                load[2 * m + 1] = mine; /* its ranks' parts; in: the others', below */
+                total += mine;
             }
-            sum += worst;
+            double start = calls >= 2 ? end[calls % 2] : 0.0, fin = start;
+            for (int m = 0; m < M; m++) {
+                load[2 * m + 1] = (total - load[2 * m + 1]) * K;
+                for (int d = 0; d < 2; d++) {
+                    double *b = &busy[2 * m + d];
+                    *b = fmax(*b, start) + load[2 * m + d];
+                    fin = fmax(fin, *b);
+                }
+            }
+            end[calls % 2] = fin;
+            calls++;
         }
     }
     free(cnt);
-    p->ag_link_bytes_per_step = sum;
+    free(busy);
+    free(load);
+    p->ag_link_bytes_per_step = fmax(end[0], end[1]); /* call i + 2 ends after call i */
     return 0;
 }
 
