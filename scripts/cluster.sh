@@ -20,10 +20,11 @@
 #         units, 1ms) only where the kernel has the netem qdisc; without it
 #         --delay is refused with one line. Q (100ms) is the longest a
 #         packet waits in a link's queue (tbf's latency): the queue holds Q
-#         of traffic at RATE, and packets beyond it are dropped. Nothing changes outside the
-#         namespaces it makes but /etc/netns/<node>/hosts (read by `ip netns
-#         exec`) and the state folder. Exits 77 when namespaces cannot be
-#         made here (not root, no iproute2, no permission).
+#         of traffic at RATE, and packets beyond it are dropped. Nothing
+#         changes outside the namespaces it makes but /etc/netns/<node>/hosts
+#         (read by `ip netns exec`) and the state folder. Exits 77 when
+#         namespaces cannot be made here (not root, no iproute2, no
+#         permission).
 # run     mpirun with R ranks per node (1) on all K nodes, ranks in node
 #         order (ranks 0..R-1 on the first node, ...); mpirun itself runs
 #         in the first node. Its exit status is mpirun's.

@@ -1445,17 +1445,31 @@ static int zs_ring_finish(zs_comm_t c, zs_ring *R, long long seq)
     }
 }
 
-/* 1 when the host algorithm on c is the ring (with the scratch given). */
-static int zs_comm_ring_fits(zs_comm_t c, const int *counts, zs_comm_type t, const void *scratch,
-                             size_t scratch_bytes)
+/* The largest of c's counts. */
+static size_t zs_comm_max_count(zs_comm_t c, const int *counts)
 {
     size_t maxc = 0;
     for (int r = 0; r < c->size; r++)
         if ((size_t)counts[r] > maxc)
             maxc = (size_t)counts[r];
+    return maxc;
+}
+
+/* 1 when scratch holds a ring's two buffers of maxc elements of es bytes. */
+static int zs_comm_scratch_holds(const void *scratch, size_t scratch_bytes, size_t maxc, size_t es)
+{
+    return scratch && 2 * maxc * es <= scratch_bytes;
+}
+
+/* 1 when the host algorithm on c is the ring (with the scratch given). */
+static int zs_comm_ring_fits(zs_comm_t c, const int *counts, zs_comm_type t, const void *scratch,
+                             size_t scratch_bytes)
+{
     /* two ranks receive straight into recv; more need the scratch */
     return !c->force_mpi_rs &&
-           (c->size == 2 || (scratch && 2 * maxc * zs_comm_type_size(t) <= scratch_bytes));
+           (c->size == 2 || zs_comm_scratch_holds(scratch, scratch_bytes,
+                                                  zs_comm_max_count(c, counts),
+                                                  zs_comm_type_size(t)));
 }
 
 static int zs_comm_reduce_scatter_host(zs_comm_t c, const void *send, void *recv,
@@ -1474,7 +1488,7 @@ static int zs_comm_hier_reduce_scatter(zs_comm_t c, const void *send, void *recv
                                        size_t scratch_bytes)
 {
     int K = c->hier_k, M = c->hier_m, i = c->rank % K;
-    size_t es = zs_comm_type_size(t), mine = 0, maxc = 0, off = 0;
+    size_t es = zs_comm_type_size(t), mine = 0, maxc = zs_comm_max_count(c, counts), off = 0;
     int *cnt = malloc((size_t)M * sizeof(int));
     if (!cnt)
         ZS_FAIL("out of host memory in a hierarchical reduce-scatter");
@@ -1482,13 +1496,10 @@ static int zs_comm_hier_reduce_scatter(zs_comm_t c, const void *send, void *recv
         cnt[m] = counts[m * K + i];
         mine += (size_t)cnt[m];
     }
-    for (int q = 0; q < c->size; q++)
-        if ((size_t)counts[q] > maxc)
-            maxc = (size_t)counts[q];
     char *tmp, *scr;
     if (c->hier_in && !c->staged) { /* counted (zs_comm_hier_counted) */
         tmp = c->hier_use;
-        scr = scratch && 2 * maxc * es <= scratch_bytes ? scratch : c->hier_scr;
+        scr = zs_comm_scratch_holds(scratch, scratch_bytes, maxc, es) ? scratch : c->hier_scr;
     } else { /* the temporary, and the rings' scratch, outside the accounting */
         if (zs_comm_grow(&c->hier_tmp, &c->hier_tmp_cap, (mine + 2 * maxc) * es + 1)) {
             free(cnt);
@@ -1688,7 +1699,7 @@ static int zs_comm_hier_counted(zs_comm_t c, const void *send, void *recv, const
                                 zs_comm_type t, size_t total)
 {
     int K = c->hier_k, M = c->hier_m;
-    size_t es = zs_comm_type_size(t), col = 0, maxc = 0;
+    size_t es = zs_comm_type_size(t), col = 0, maxc = zs_comm_max_count(c, counts);
     for (int i = 0; i < K; i++) {
         size_t n = 0;
         for (int m = 0; m < M; m++)
@@ -1696,11 +1707,9 @@ static int zs_comm_hier_counted(zs_comm_t c, const void *send, void *recv, const
         if (n > col)
             col = n;
     }
-    for (int q = 0; q < c->size; q++)
-        if ((size_t)counts[q] > maxc)
-            maxc = (size_t)counts[q];
+    /* zs_comm_hier_reduce_scatter takes the registered scratch when it holds the ring */
     size_t tb = col * es, sb = 0;
-    if (!(c->scratch && 2 * maxc * es <= c->scratch_bytes))
+    if (!zs_comm_scratch_holds(c->scratch, c->scratch_bytes, maxc, es))
         sb = 2 * maxc * es;
     void *tmp = NULL, *scr = NULL;
     ZS_TRY(zs_mem_alloc(c->mem, ZS_MEM_COMM_BUFFERS, tb, &tmp));
