@@ -32,6 +32,14 @@ typedef enum {
  * or once per step after local accumulation (DeepSpeed's schedule). */
 typedef enum { ZS_GRAD_REDUCE_MICRO = 0, ZS_GRAD_REDUCE_STEP = 1 } zs_grad_reduce;
 
+/* Which layout expert parallelism takes (--ep-layout, "moe.ep_layout"):
+ * auto keeps every run byte-identical to --ep 1, taking DeepSpeed's layout
+ * (experts partitioned over the expert-data-parallel group) where the
+ * reduction's order allows it and --ep 1's elsewhere; deepspeed takes
+ * DeepSpeed's layout wherever the engine has it, byte-identical to --ep 1
+ * only where auto would have taken it too (zs_step_ep_split). */
+typedef enum { ZS_EP_LAYOUT_AUTO = 0, ZS_EP_LAYOUT_DEEPSPEED = 1 } zs_ep_layout;
+
 /* Pipeline schedules (--pp-schedule): GPipe (all forwards, then all
  * backwards), 1F1B (PipeDream-Flush, Megatron-LM's default). */
 typedef enum { ZS_PP_GPIPE = 0, ZS_PP_1F1B = 1, ZS_PP_INTERLEAVED = 2 } zs_pp_schedule;
@@ -194,6 +202,7 @@ typedef struct {
      * ep data-parallel ranks (docs/moe.md); finalize copies it into
      * model.moe_ep. The MoE model's own fields are in model.moe_*. */
     int ep;
+    zs_ep_layout ep_layout;
 
     /* zerosim.grad_reduce / --grad-reduce (stages 0 and 1) */
     zs_grad_reduce grad_reduce;
@@ -252,6 +261,9 @@ const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_
 /* "micro-batch" or "step" into *out; non-zero for anything else. */
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);
 int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out);
+/* "auto" or "deepspeed" into *out; non-zero for anything else. */
+int zs_ep_layout_parse(const char *s, zs_ep_layout *out);
+const char *zs_ep_layout_name(zs_ep_layout l);
 const char *zs_pp_schedule_name(zs_pp_schedule s);
 int zs_pp_partition_parse(const char *s, zs_pp_partition *out);
 const char *zs_pp_partition_name(zs_pp_partition p);

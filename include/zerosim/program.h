@@ -190,9 +190,20 @@ size_t zs_step_local_global(const zs_step_shape *s, size_t local, size_t *run);
  * fp32 (one addition, and without the step schedule's grouping). Stages
  * 0-3, without offload, compression or ZeRO++ (the global norm of a MoE
  * model is an exact sum: the same for any layout).
+ * With --ep-layout deepspeed (cfg->ep_layout) the order of the sums does
+ * not decide: DeepSpeed's layout wherever the engine has it, the experts'
+ * gradients summed over edp as floats where zs_step_ep_exact is 0.
  * Returns 1, or 0 with the first reason in *why (NULL allowed): the
  * engine then keeps --ep 1's layout and sends the gradients home. */
 int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why);
+/* 0, or -1 with the error set where --ep-layout deepspeed asks for
+ * DeepSpeed's layout in a run that cannot take it (offload, compression,
+ * ZeRO++, pipeline or tensor parallelism). */
+int zs_step_ep_check(const zs_run_config *cfg, int world);
+/* 1 when DeepSpeed's layout gives --ep 1's bytes over world data-parallel
+ * ranks: deterministic mode, or 2 ranks in fp32 without the step
+ * schedule's accumulation. */
+int zs_step_ep_exact(const zs_run_config *cfg, int world);
 /* Expert parallelism: the configuration a step shape is built from (its
  * model's buffers: the gradients sent home, or kept by source in
  * DeepSpeed's layout) and the model configuration that lays out the flat
@@ -201,8 +212,8 @@ int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why);
 void zs_step_ep_configs(const zs_run_config *cfg, int world, zs_run_config *shape_cfg,
                         zs_model_config *layout);
 /* The expert store's collectives in one step (zs_step_ep_split): over the
- * expert-data-parallel group, the reduce-scatter of the fixed-point
- * gradients and the allgather of the gradients (stage 0) or of the updated
+ * expert-data-parallel group, the reduce-scatter of the gradients (fixed
+ * point in deterministic mode, else the working precision) and the allgather of the gradients (stage 0) or of the updated
  * parameters (stages 1, 2; stage 3 keeps its shard); bytes per rank (ring
  * volume) and calls. */
 void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_calls,

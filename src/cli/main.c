@@ -156,6 +156,10 @@ static const char *const zs_usage =
     "  --aux-loss-coeff A       weight of the load-balancing loss (0.01)\n"
     "  --ep P                   expert-parallel size: experts dealt over groups of\n"
     "                           P data-parallel ranks (1)\n"
+    "  --ep-layout auto|deepspeed  auto: byte-identical to --ep 1, the experts' states\n"
+    "                           over the expert-data-parallel group where the sums'\n"
+    "                           order allows (deterministic mode, or 2 ranks in fp32);\n"
+    "                           deepspeed: there always (auto)\n"
     "run:\n"
     "  --backend cpu|cuda       compute backend (cpu); cuda in builds configured with\n"
     "                           CUDA (see --version), each rank on GPU (local rank)\n"
@@ -233,7 +237,7 @@ enum {
     OPT_INIT_FROM, OPT_EXPORT, OPT_FORMAT, OPT_OUT, OPT_DATA, OPT_VAL_DATA, OPT_VAL_EVERY,
     OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT,
     OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
-    OPT_AUX_LOSS_COEFF, OPT_EP, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_VIRTUAL_STAGES,
+    OPT_AUX_LOSS_COEFF, OPT_EP, OPT_EP_LAYOUT, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_VIRTUAL_STAGES,
     OPT_LAST
 };
 
@@ -320,6 +324,7 @@ static const struct option zs_long_options[] = {
     {"min-capacity", required_argument, NULL, OPT_MIN_CAPACITY},
     {"aux-loss-coeff", required_argument, NULL, OPT_AUX_LOSS_COEFF},
     {"ep", required_argument, NULL, OPT_EP},
+    {"ep-layout", required_argument, NULL, OPT_EP_LAYOUT},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -341,8 +346,12 @@ static void zs_print_ep_layout(FILE *f, const zs_run_config *cfg, int world)
     if (zs_step_ep_split(cfg, D, &why))
         fprintf(f, "expert parallelism --ep %d: DeepSpeed's layout, each rank the dense "
                 "parameters and %d of %d experts per MoE block, their states over "
-                "expert-data-parallel groups of %d\n", cfg->ep,
-                cfg->model.moe_experts / cfg->ep, cfg->model.moe_experts, D / cfg->ep);
+                "expert-data-parallel groups of %d%s\n", cfg->ep,
+                cfg->model.moe_experts / cfg->ep, cfg->model.moe_experts, D / cfg->ep,
+                zs_step_ep_exact(cfg, D) ? ""
+                                         : " (--ep-layout deepspeed: the experts' gradients "
+                                           "summed over edp as floats, not in --ep 1's order: "
+                                           "close to --ep 1, not byte-identical)");
     else
         fprintf(f, "expert parallelism --ep %d: --ep 1's layout, every expert's states on "
                 "every rank and the expert gradients sent home (DeepSpeed's layout: not with "
@@ -528,6 +537,8 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
             ZS_FAIL("--nvme-path needs a folder (at most %zu characters)", sizeof c->nvme_path - 1);
         snprintf(c->nvme_path, sizeof c->nvme_path, "%s", s);
     }
+    if ((s = cli->val[OPT_EP_LAYOUT]) && zs_ep_layout_parse(s, &c->ep_layout))
+        ZS_FAIL("--ep-layout must be \"auto\" or \"deepspeed\", got \"%s\"", s);
     if ((s = cli->val[OPT_GRAD_REDUCE]) && zs_grad_reduce_parse(s, &c->grad_reduce))
         ZS_FAIL("--grad-reduce must be \"micro-batch\" or \"step\", got \"%s\"", s);
     if ((s = cli->val[OPT_OVERLAP_COMM])) {

@@ -44,8 +44,9 @@ static const char *const zs_plan_usage =
     "                           block (1), --moe-top-k 1|2, --capacity-factor F\n"
     "                           (docs/moe.md); the count splits dense and expert\n"
     "  --ep P                   with --moe-experts: experts dealt over expert-parallel\n"
-    "                           groups of P devices; adds their all-to-alls (states as\n"
-    "                           zerosim keeps them: every expert, as --ep 1; docs/moe.md)\n"
+    "                           groups of P devices; adds their all-to-alls (states in\n"
+    "                           the layout zerosim train takes: docs/moe.md)\n"
+    "  --ep-layout auto|deepspeed  as zerosim train's (auto)\n"
     "cluster:\n"
     "  --dp N[,N...]            data-parallel devices (1)\n"
     "  --tp T                   tensor-parallel devices per data-parallel rank (1;\n"
@@ -133,7 +134,7 @@ enum {
     P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
     P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
     P_GRAD_REDUCE, P_OVERLAP_COMM,
-    P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP,
+    P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP, P_EP_LAYOUT,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION, P_VIRTUAL_STAGES,
     P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_HIER, P_LAST
 };
@@ -154,6 +155,7 @@ static const struct option zs_plan_options[] = {
     {"moe-top-k", required_argument, NULL, P_MOE_TOP_K},
     {"capacity-factor", required_argument, NULL, P_CAPACITY_FACTOR},
     {"ep", required_argument, NULL, P_EP},
+    {"ep-layout", required_argument, NULL, P_EP_LAYOUT},
     {"dp", required_argument, NULL, P_DP},
     {"devices-per-node", required_argument, NULL, P_DPN},
     {"gpus-per-node", required_argument, NULL, P_DPN},
@@ -360,12 +362,14 @@ static int zs_plan_apply(zs_plan_cli *cl)
                                 &c->model.moe_capacity_factor, 0));
         if (v[P_EP])
             ZS_TRY(zs_plan_int(P_EP, v[P_EP], 1, 4096, &c->ep));
+        if (v[P_EP_LAYOUT] && zs_ep_layout_parse(v[P_EP_LAYOUT], &c->ep_layout))
+            ZS_FAIL("--ep-layout must be \"auto\" or \"deepspeed\", got \"%s\"", v[P_EP_LAYOUT]);
     } else if (!v[P_HELP]) {
         ZS_FAIL("no model: give --params COUNT, or --arch gpt with --layers, --hidden, --heads, "
                 "--vocab and --seq");
     }
     if (!in->has_arch && (v[P_MOE_EXPERTS] || v[P_MOE_EVERY] || v[P_MOE_TOP_K] ||
-                          v[P_CAPACITY_FACTOR] || v[P_EP]))
+                          v[P_CAPACITY_FACTOR] || v[P_EP] || v[P_EP_LAYOUT]))
         ZS_FAIL("--moe-experts and its options describe a GPT: use them with --arch gpt");
     if (v[P_LARGEST]) {
         if (in->has_arch)

@@ -1386,9 +1386,20 @@ static int moe_loss_coeff(loader *ld, const char *path, const json_t *v)
     return read_number(ld, path, v, &R_NONNEG, &ld->c.model.moe_aux_coeff, &ll);
 }
 
+/* moe.ep_layout (zerosim's): "auto" or "deepspeed". */
+static int moe_ep_layout(loader *ld, const char *path, const json_t *v)
+{
+    const char *s = NULL;
+    ZS_TRY(read_string(ld, path, v, "\"auto\" or \"deepspeed\"", &s));
+    if (zs_ep_layout_parse(s, &ld->c.ep_layout))
+        return bad_value(ld, path, v, "\"auto\" or \"deepspeed\"");
+    return 0;
+}
+
 static const field moe_fields[] = {
     F_INT("num_experts", model.moe_experts, R_NONNEG_INT),
     F_INT("ep_size", ep, R_POS_INT),
+    F_FUNC("ep_layout", moe_ep_layout),
     F_INT("k", model.moe_top_k, R_POS_INT),
     F_FUNC("capacity_factor", moe_capacity_factor),
     F_INT("min_capacity", model.moe_min_capacity, R_NONNEG_INT),
@@ -1935,6 +1946,9 @@ char *zs_run_config_json(const zs_run_config *c)
                       c->model.moe_capacity_factor, "min_capacity", c->model.moe_min_capacity,
                       "expert_interval", c->model.moe_every, "loss_coeff",
                       c->model.moe_aux_coeff));
+    if (root && c->model.moe_experts > 0 && c->ep_layout != ZS_EP_LAYOUT_AUTO)
+        json_object_set_new(json_object_get(root, "moe"), "ep_layout",
+                            json_string(zs_ep_layout_name(c->ep_layout)));
     if (root && c->qat) /* only when on: the printed configurations stay as they were */
         json_object_set_new(root, "qat", json_string(zs_quant_format_name((zs_quant_format)c->qat)));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
@@ -2052,6 +2066,22 @@ const char *zs_grad_reduce_name(zs_grad_reduce g)
     return g == ZS_GRAD_REDUCE_STEP ? "step" : "micro-batch";
 }
 
+int zs_ep_layout_parse(const char *s, zs_ep_layout *out)
+{
+    if (!strcmp(s, "auto"))
+        *out = ZS_EP_LAYOUT_AUTO;
+    else if (!strcmp(s, "deepspeed"))
+        *out = ZS_EP_LAYOUT_DEEPSPEED;
+    else
+        return -1;
+    return 0;
+}
+
+const char *zs_ep_layout_name(zs_ep_layout l)
+{
+    return l == ZS_EP_LAYOUT_DEEPSPEED ? "deepspeed" : "auto";
+}
+
 int zs_run_config_finalize(zs_run_config *c, int world_size)
 {
     if (world_size < 1)
@@ -2135,6 +2165,9 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
     if (c->ep > 1 && (world_size / (c->tp * c->pp)) % c->ep)
         return fail("the expert-parallel size (--ep %d) must divide the data-parallel size (%d "
                     "ranks / (tp %d x pp %d))", c->ep, world_size / (c->tp * c->pp), c->tp, c->pp);
+    if (c->ep_layout == ZS_EP_LAYOUT_DEEPSPEED && c->ep <= 1)
+        return fail("moe.ep_layout (--ep-layout) \"deepspeed\" lays out expert parallelism: it "
+                    "needs --ep 2 or more (moe.ep_size)");
     c->model.moe_ep = c->ep;
     ZS_TRY(resolve_batch(c, world_size / (c->tp * c->pp)));
 

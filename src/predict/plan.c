@@ -384,6 +384,7 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
     ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
+    ZS_TRY(zs_step_ep_check(&c, in->dp));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
         ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");

@@ -467,13 +467,15 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
                           "--init-from, --dump-steps, --export or --val-data yet: run without "
                           "them or with --pp 1", cfg->pp);
+    else if (zs_step_ep_check(cfg, r->dp_size))
+        rc = -1;
     else if (cfg->ep > 1 && (o->init_from || o->n_dump_steps || o->export_path || o->val_data))
         rc = zs_error_set("--ep %d does not support --init-from, --dump-steps, --export or "
                           "--val-data yet: run without them or with --ep 1", cfg->ep);
     else if (cfg->ep > 1 && (o->resume || o->save_dir) && zs_step_ep_split(cfg, r->dp_size, NULL))
         /* --ep 1's layout saves and resumes as --ep 1 does */
-        rc = zs_error_set("--ep %d in DeepSpeed's layout (deterministic mode, or 2 ranks in "
-                          "fp32) does not support checkpoints (--save-dir, --resume) yet: run "
+        rc = zs_error_set("--ep %d in DeepSpeed's layout (deterministic mode, 2 ranks in fp32, "
+                          "or --ep-layout deepspeed) does not support checkpoints (--save-dir, --resume) yet: run "
                           "without them, or save and resume with --ep 1", cfg->ep);
     else if (o->resume)
         rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &ck, &first);

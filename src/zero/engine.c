@@ -1129,8 +1129,9 @@ static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
             size_t at = pe->offset - e->xbase;
             xlo = at < xlo ? at : xlo;
             xn += pe->numel;
-            /* without deterministic mode (2 ranks): the model's sum over
-             * the sources, added into the step's gradient */
+            /* without deterministic mode: the model's sum over the
+             * sources, added into the step's gradient (reduced over edp
+             * after the last backward where edp has more than one rank) */
             if (!e->det)
                 zs_backend_accumulate_f32(e->be, (char *)e->xgacc + at * e->ps, e->pt,
                                           e->G[ids[i]], pe->numel);
@@ -1148,10 +1149,11 @@ static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
 }
 
 /* DeepSpeed's layout: this rank's shard of the experts' reduced gradient
- * (without deterministic mode the edp group is one rank: the accumulator). */
+ * (without deterministic mode and with an edp group of one rank: the
+ * accumulator). */
 static void *zs_engine_xgrad_shard(const zs_engine *e)
 {
-    if (!e->det)
+    if (!e->det && e->sh->xworld <= 1)
         return e->xgacc;
     return (char *)e->xgrad + (e->stage == 0 ? (size_t)e->xrank * e->sh->xshard : 0) * e->ps;
 }
@@ -1175,25 +1177,30 @@ static int zs_engine_xcounts(const zs_engine *e, int **cnt, int **dsp)
     return 0;
 }
 
-/* DeepSpeed's layout, after the last backward (deterministic mode): the
- * experts' fixed-point gradients of the step reduce-scattered over edp and
- * turned back into working precision in this rank's shard; stage 0 then
- * gathers the shards (every rank updates all of its experts). */
+/* DeepSpeed's layout, after the last backward: the experts' gradients of
+ * the step reduce-scattered over edp into this rank's shard, in
+ * deterministic mode as fixed point turned back into working precision,
+ * else (--ep-layout deepspeed beyond what is exact) as floats; stage 0
+ * then gathers the shards (every rank updates all of its experts). */
 static int zs_engine_reduce_experts(zs_engine *e)
 {
     const zs_step_shape *s = e->sh;
-    if (!e->det)
-        return 0;
+    if (!e->det && s->xworld <= 1)
+        return 0; /* the accumulator is the gradient */
     int *cnt, *dsp, rc = 0;
     ZS_TRY(zs_engine_xcounts(e, &cnt, &dsp));
-    const int64_t *sum = (const int64_t *)e->xgacc; /* edp of one: all of it */
-    if (s->xworld > 1) {
-        rc = zs_comm_reduce_scatter(e->edp, e->xgacc, e->xrecv, cnt, ZS_CT_I64, 0);
-        sum = e->xrecv;
+    if (!e->det) {
+        rc = zs_comm_reduce_scatter(e->edp, e->xgacc, zs_engine_xgrad_shard(e), cnt, e->ct, 0);
+    } else {
+        const int64_t *sum = (const int64_t *)e->xgacc; /* edp of one: all of it */
+        if (s->xworld > 1) {
+            rc = zs_comm_reduce_scatter(e->edp, e->xgacc, e->xrecv, cnt, ZS_CT_I64, 0);
+            sum = e->xrecv;
+        }
+        if (!rc)
+            zs_backend_from_fixed(e->be, zs_engine_xgrad_shard(e), e->pt, sum, s->xshard,
+                                  e->frac_bits);
     }
-    if (!rc)
-        zs_backend_from_fixed(e->be, zs_engine_xgrad_shard(e), e->pt, sum, s->xshard,
-                              e->frac_bits);
     if (!rc && e->stage == 0 && s->xworld > 1)
         rc = zs_comm_allgatherv_inplace(e->edp, e->xgrad, cnt, dsp, e->ct, 0);
     free(cnt);
@@ -1209,7 +1216,8 @@ static int zs_engine_step_experts(zs_engine *e)
     const zs_run_config *c = &e->cfg;
     if (e->stage == 0) {
         zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->xmaster, e->xm, e->xv,
-                      e->det ? e->xgrad : e->xgacc, e->pt, e->mixed ? e->xparams : NULL, e->pt, 0,
+                      e->det || s->xworld > 1 ? e->xgrad : e->xgacc, e->pt,
+                      e->mixed ? e->xparams : NULL, e->pt, 0,
                       s->xpadded);
         return 0;
     }

@@ -329,11 +329,22 @@ static void zs_shape_buffers(zs_step_shape *s)
         ZS_SETBUF(ZS_BUF_XM, ZS_MEM_OPT_M, xopt * 4);
         ZS_SETBUF(ZS_BUF_XV, ZS_MEM_OPT_V, s->cfg.optimizer == ZS_OPT_ADAMW ? xopt * 4 : 0);
         ZS_SETBUF(ZS_BUF_XGACC, ZS_MEM_GRADS, XP * (s->det ? 8 : ps));
-        ZS_SETBUF(ZS_BUF_XGRAD, ZS_MEM_GRADS, s->det ? (st == 0 ? XP : XS) * ps : 0);
+        /* the reduced gradient (stage 0: all of it, gathered), unless edp
+         * is one rank without deterministic mode: the accumulator then */
+        ZS_SETBUF(ZS_BUF_XGRAD, ZS_MEM_GRADS,
+                  s->det || s->xworld > 1 ? (st == 0 ? XP : XS) * ps : 0);
         ZS_SETBUF(ZS_BUF_XRECV, ZS_MEM_COMM_BUFFERS, s->det && s->xworld > 1 ? XS * 8 : 0);
         ZS_SETBUF(ZS_BUF_XTMP, ZS_MEM_WORKSPACE, s->det ? s->xpiece * (8 + ps) : 0);
     }
 #undef ZS_SETBUF
+}
+
+int zs_step_ep_exact(const zs_run_config *cfg, int world)
+{
+    if (cfg->deterministic)
+        return 1;
+    return world == 2 && cfg->precision == ZS_DTYPE_F32 &&
+           !(zs_step_reduce_once(cfg) && cfg->grad_accum > 1);
 }
 
 int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why)
@@ -350,14 +361,22 @@ int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why)
         w = "ZeRO++";
     else if (cfg->pp > 1 || cfg->model.tp > 1)
         w = "pipeline or tensor parallelism";
-    else if (!cfg->deterministic &&
-             (world != 2 || cfg->precision != ZS_DTYPE_F32 ||
-              (zs_step_reduce_once(cfg) && cfg->grad_accum > 1)))
+    else if (cfg->ep_layout != ZS_EP_LAYOUT_DEEPSPEED && !zs_step_ep_exact(cfg, world))
         w = "more than 2 ranks, bf16/fp16 or the step schedule's accumulation without "
             "--deterministic (floats summed over edp are not --ep 1's order)";
     if (why)
         *why = w;
     return w == NULL;
+}
+
+int zs_step_ep_check(const zs_run_config *cfg, int world)
+{
+    const char *why = NULL;
+    if (cfg->ep_layout == ZS_EP_LAYOUT_DEEPSPEED && cfg->model.moe_ep > 1 &&
+        !zs_step_ep_split(cfg, world, &why))
+        ZS_FAIL("--ep-layout deepspeed (moe.ep_layout): DeepSpeed's layout is not implemented "
+                "with %s; run without it or with --ep-layout auto", why);
+    return 0;
 }
 
 void zs_step_ep_configs(const zs_run_config *cfg, int world, zs_run_config *shape_cfg,
@@ -368,7 +387,9 @@ void zs_step_ep_configs(const zs_run_config *cfg, int world, zs_run_config *shap
     if (cfg->model.moe_ep <= 1)
         return;
     if (zs_step_ep_split(cfg, world, NULL)) {
-        shape_cfg->model.moe_ep_home = ZS_MOE_EP_BY_SOURCE;
+        /* each source's gradients apart where the reduction must give
+         * --ep 1's bytes; else the model's one sum over the sources */
+        shape_cfg->model.moe_ep_home = zs_step_ep_exact(cfg, world) ? ZS_MOE_EP_BY_SOURCE : 0;
         shape_cfg->model.moe_ep_split = 1;
         *layout = shape_cfg->model;
         return;
@@ -404,10 +425,8 @@ void zs_step_expert_traffic(const zs_step_shape *s, double *rs_bytes, int *rs_ca
     if (!s->xsplit || s->xworld <= 1)
         return; /* one rank per edp group: nothing to exchange */
     double M = s->xworld, ring = (M - 1.0) / M;
-    if (s->det) {
-        *rs_calls = 1;
-        *rs_bytes = ring * (double)s->xpadded * 8.0;
-    }
+    *rs_calls = 1; /* fixed point, or floats (--ep-layout deepspeed) */
+    *rs_bytes = ring * (double)s->xpadded * (s->det ? 8.0 : (double)s->ps);
     if (s->stage == 3)
         return; /* no parameters to bring back: the gathers (zs_step_expert_gathers) */
     *ag_calls = 1;
