@@ -3,8 +3,8 @@
 # (4 ranks in bf16 without deterministic mode) the engine's arrays are
 # --ep 1's, so a checkpoint saved with --ep 2 after 2 of 4 steps resumes
 # with --ep 2, --ep 4 or --ep 1 to the parameter hashes and losses of the
-# run that never stopped, byte for byte; in DeepSpeed's layout saving is
-# refused with one line.
+# run that never stopped, byte for byte; in DeepSpeed's layout (below) a
+# checkpoint resumes in that layout on the same ranks and --ep.
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --warmup 0 --lr 1e-2 --moe-experts 4 --moe-every 2 --moe-top-k 2 --capacity-factor 0.5 --min-capacity 1 --precision bf16 --stage 1"
@@ -29,10 +29,49 @@ if run 4 --ep 2 --steps 4 --save-dir "$T/ck" --save-every 2 --report "$T/full.js
 else
     bad "the runs to save failed"; cat "$T/log"
 fi
-# DeepSpeed's layout (deterministic mode): one line
-if run 4 --ep 2 --deterministic --steps 1 --save-dir "$T/ck2" >"$T/out" 2>"$T/err"; then
-    bad "a save in DeepSpeed's layout was accepted"
-elif [ "$(grep -c "in DeepSpeed's layout .* does not support checkpoints" "$T/err")" -ge 1 ] &&
-    [ "$(grep -c "does not support checkpoints" "$T/err")" -le 4 ]; then ok
-else bad "a save in DeepSpeed's layout: $(cat "$T/err")"; fi
+# DeepSpeed's layout: each rank's file holds its shard of the expert
+# store's states; a save after 2 of 4 steps resumes at any stage, on the
+# same ranks and --ep, to the hashes and losses of the run that never
+# stopped (deterministic mode in fp32 saved at stage 2; --ep-layout
+# deepspeed in bf16 saved at stage 1: the master apart from the working
+# copy). A resume in the other layout, or with another --ep, is refused
+# with one line.
+for c in "det:--deterministic_--stage_2:0_3" "ds:--ep-layout_deepspeed:3"; do
+    name=${c%%:*} rest=${c#*:}
+    opts=$(echo "${rest%%:*}" | tr _ ' ') stages=$(echo "${rest#*:}" | tr _ ' ')
+    if run 4 --ep 2 $opts --steps 4 --save-dir "$T/$name" --save-every 2 \
+        --report "$T/$name.json" >"$T/log" 2>&1; then
+        grep -q "expert parallelism --ep 2: DeepSpeed's layout" "$T/log" && ok ||
+            bad "$name: the saving run did not take DeepSpeed's layout: $(cat "$T/log")"
+        want="$(arr "$T/$name.json" param_hashes 2)|$(arr "$T/$name.json" losses 2)"
+        for st in $stages; do
+            if run 4 --ep 2 $opts --stage "$st" --steps 4 --resume "$T/$name/global_step2" \
+                --report "$T/$name.r$st.json" >"$T/log" 2>&1; then
+                got="$(arr "$T/$name.r$st.json" param_hashes 0)|$(arr "$T/$name.r$st.json" losses 0)"
+                [ -n "$(arr "$T/$name.json" param_hashes 2)" ] && [ "$got" = "$want" ] && ok ||
+                    bad "$name: resumed at stage $st: '$got', the uninterrupted run's '$want'"
+            else
+                bad "$name: resume at stage $st failed"; cat "$T/log"
+            fi
+        done
+    else
+        bad "$name: the run to save failed"; cat "$T/log"
+    fi
+done
+# refused: DeepSpeed's layout's checkpoint resumed in --ep 1's layout or with
+# another --ep, and --ep 1's checkpoint resumed in DeepSpeed's layout
+refuse() { # label pattern args...
+    label=$1 pat=$2
+    shift 2
+    if run 4 --steps 4 "$@" >"$T/out" 2>"$T/err"; then
+        bad "$label: accepted"
+    elif [ "$(grep -c "$pat" "$T/err")" -ge 1 ] && [ "$(wc -l < "$T/err")" -le 4 ]; then ok
+    else bad "$label: $(cat "$T/err")"; fi
+}
+refuse "DeepSpeed's layout into --ep 1's" "saved in DeepSpeed's layout for --ep 2 on 4" \
+    --ep 2 --resume "$T/det/global_step2"
+refuse "DeepSpeed's layout with --ep 4" "resume with --ep 2 on 4 data-parallel ranks" \
+    --ep 4 --deterministic --resume "$T/det/global_step2"
+refuse "--ep 1's layout into DeepSpeed's" "saved in --ep 1's layout" \
+    --ep 2 --deterministic --resume "$T/ck/global_step2"
 finish

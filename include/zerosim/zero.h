@@ -171,6 +171,19 @@ void zs_engine_state_range(const zs_engine *e, zs_state_kind k, size_t *lo, size
  * range, widened to every parameter it holds a working copy of (stages 1-2
  * hold all of them). */
 void zs_engine_load_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n);
+/* DeepSpeed's layout (zs_engine_ep_split), the expert store's states in
+ * store elements (zs_engine_expert_padded of them, this rank's experts):
+ * the range this rank keeps optimizer states of (all in stage 0, else its
+ * shard over the expert-data-parallel group); its shard (what a checkpoint
+ * file of this rank holds); the range to load (the master widened to the
+ * working copy: all in stages 0-2); read and write as the dense states
+ * below. Empty (n = 0) without DeepSpeed's layout. */
+void zs_engine_expert_state_range(const zs_engine *e, size_t *lo, size_t *n);
+void zs_engine_expert_shard(const zs_engine *e, size_t *lo, size_t *n);
+void zs_engine_expert_load_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n);
+int zs_engine_read_expert_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, float *host);
+int zs_engine_write_expert_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n,
+                                 const float *host);
 /* Copy elements [lo, lo + n) of state k (inside its state range) to host. */
 int zs_engine_read_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, float *host);
 /* Set elements [lo, lo + n) of state k from host, where this rank holds

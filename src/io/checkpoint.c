@@ -21,6 +21,10 @@
 #define CK_MANIFEST "manifest.json"
 static const char *const ck_state_name[ZS_STATE_N] = {"master", "exp_avg", "exp_avg_sq",
                                                       "residual"};
+/* DeepSpeed's layout for --ep: the expert store's states, each file its
+ * rank's shard over the expert-data-parallel group */
+static const char *const ck_xstate_name[ZS_STATE_RESIDUAL] = {"expert_master", "expert_exp_avg",
+                                                              "expert_exp_avg_sq"};
 
 /* One saved shard file. */
 typedef struct {
@@ -40,6 +44,10 @@ struct zs_ckpt {
     int steps, world, dp, tp, stage;
     uint64_t num_params, padded;
     char param_hash[17];
+    /* saved in DeepSpeed's layout for --ep xep (0: not): the expert store's
+     * padded elements and each file's shard of them */
+    int xep;
+    uint64_t xpadded, xshard;
     zs_engine_counters counters;
     ck_file *files;
     int nfiles;
@@ -109,6 +117,11 @@ static int ck_agree(zs_comm_t w, int rc)
 /* The model's shape as JSON (what must match to load). */
 static json_t *ck_model_json(const zs_model_config *m)
 {
+    if (m->kind == ZS_MODEL_GPT && m->moe_experts > 0) /* a MoE model: its experts too */
+        return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "kind", "gpt", "n_layer",
+                         m->n_layer, "n_embd", m->n_embd, "n_head", m->n_head, "seq_len",
+                         m->seq_len, "vocab", m->vocab, "moe_experts", m->moe_experts,
+                         "moe_every", m->moe_every);
     if (m->kind == ZS_MODEL_GPT)
         return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind", "gpt", "n_layer", m->n_layer,
                          "n_embd", m->n_embd, "n_head", m->n_head, "seq_len", m->seq_len,
@@ -132,6 +145,10 @@ uint64_t zs_ckpt_tensor_bytes(const zs_engine *e)
                              (uint64_t)zs_engine_has_state(e, ZS_STATE_EXP_AVG_SQ));
     if (zs_engine_has_state(e, ZS_STATE_RESIDUAL))
         n += p->padded;
+    size_t xlo, xs;
+    zs_engine_expert_shard(e, &xlo, &xs);
+    for (int k = 0; k < ZS_STATE_RESIDUAL; k++)
+        n += zs_engine_has_state(e, (zs_state_kind)k) ? xs : 0;
     return 4 * n;
 }
 
@@ -177,6 +194,13 @@ static int ck_write_shard(const char *path, zs_engine *e, const zs_ckpt_place *p
         uint64_t n = k == ZS_STATE_RESIDUAL ? p->padded : p->shard;
         rc = zs_st_writer_add(&w, ck_state_name[k], ZS_ST_F32, 1, &n);
     }
+    size_t xlo, xs;
+    zs_engine_expert_shard(e, &xlo, &xs);
+    for (int k = 0; k < ZS_STATE_RESIDUAL && xs && !rc; k++) {
+        uint64_t n = xs;
+        if (zs_engine_has_state(e, (zs_state_kind)k))
+            rc = zs_st_writer_add(&w, ck_xstate_name[k], ZS_ST_F32, 1, &n);
+    }
     for (int k = 0; k < ZS_STATE_N && !rc; k++) {
         if (!zs_engine_has_state(e, (zs_state_kind)k))
             continue;
@@ -185,6 +209,16 @@ static int ck_write_shard(const char *path, zs_engine *e, const zs_ckpt_place *p
         for (size_t off = 0; off < n && !rc; off += ZS_INIT_CHUNK) {
             size_t m = n - off < ZS_INIT_CHUNK ? n - off : ZS_INIT_CHUNK;
             rc = zs_engine_read_state(e, (zs_state_kind)k, lo + off, m, buf);
+            if (!rc)
+                rc = zs_st_writer_data(&w, buf, m * 4);
+        }
+    }
+    for (int k = 0; k < ZS_STATE_RESIDUAL && xs && !rc; k++) {
+        if (!zs_engine_has_state(e, (zs_state_kind)k))
+            continue;
+        for (size_t off = 0; off < xs && !rc; off += ZS_INIT_CHUNK) {
+            size_t m = xs - off < ZS_INIT_CHUNK ? xs - off : ZS_INIT_CHUNK;
+            rc = zs_engine_read_expert_state(e, (zs_state_kind)k, xlo + off, m, buf);
             if (!rc)
                 rc = zs_st_writer_data(&w, buf, m * 4);
         }
@@ -241,6 +275,18 @@ static int ck_write_manifest(const char *path, int steps, const zs_run_config *c
         param_hash, "files", files);
     if (!m)
         ZS_FAIL("out of host memory writing %s", path);
+    /* DeepSpeed's layout for --ep: the expert store, each file its rank's
+     * shard over the expert-data-parallel group (store elements
+     * [edp rank x shard, + shard) of the experts of its ep position) */
+    if (zs_engine_ep_split(e)) {
+        size_t xlo, xs;
+        zs_engine_expert_shard(e, &xlo, &xs);
+        json_object_set_new(m, "experts",
+                            json_pack("{s:s, s:i, s:I, s:I}", "layout", "deepspeed", "ep",
+                                      cfg->model.moe_ep, "padded",
+                                      (json_int_t)zs_engine_expert_padded(e), "shard",
+                                      (json_int_t)xs));
+    }
     /* the token file (--data), or synthetic data: a resumed run must read the same */
     json_object_set_new(json_object_get(m, "data"), "file",
                         cfg->data_file ? json_string(cfg->data_file) : json_null());
@@ -541,6 +587,15 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
     if (!ph || strlen(ph) != 16)
         ZS_FAIL("%s: \"param_hash\" is missing; the manifest is damaged", ck->manifest);
     snprintf(ck->param_hash, sizeof ck->param_hash, "%s", ph);
+    json_t *xj = json_object_get(m, "experts");
+    if (xj) {
+        ZS_TRY(ck_int(ck, xj, "ep", 2, INT_MAX, &v));
+        ck->xep = (int)v;
+        ZS_TRY(ck_int(ck, xj, "padded", 1, INT64_MAX, &v));
+        ck->xpadded = (uint64_t)v;
+        ZS_TRY(ck_int(ck, xj, "shard", 1, INT64_MAX, &v));
+        ck->xshard = (uint64_t)v;
+    }
     return ck_parse_files(ck, m);
 }
 
@@ -727,10 +782,60 @@ static int ck_fill_mapped(zs_ckpt *ck, int k, const zs_model *m, const uint64_t 
     return 0;
 }
 
+/* DeepSpeed's layout: elements [lo, lo + n) of expert state k of the
+ * experts at ep position q, from the files of the ranks at that position
+ * (dp rank g P + q holds the edp shard g); the padding is zero. */
+static int ck_fill_experts(zs_ckpt *ck, int k, int q, uint64_t lo, size_t n, float *buf,
+                           zs_ckpt_io *io)
+{
+    memset(buf, 0, n * sizeof(float));
+    for (int i = 0; i < ck->nfiles; i++) {
+        ck_file *cf = &ck->files[i];
+        if (cf->dp % ck->xep != q)
+            continue;
+        uint64_t fb = (uint64_t)(cf->dp / ck->xep) * ck->xshard, fe = fb + ck->xshard;
+        uint64_t a = lo > fb ? lo : fb, b = lo + n < fe ? lo + n : fe;
+        if (a >= b)
+            continue;
+        ZS_TRY(ck_file_ready(ck, cf, io));
+        const zs_st_tensor *t = zs_st_find(&cf->f, ck_xstate_name[k]);
+        if (!t || t->dtype != ZS_ST_F32 || zs_st_numel(t) != ck->xshard)
+            ZS_FAIL("%s/%s: tensor \"%s\" is missing or has another size than the manifest "
+                    "says", ck->dir, cf->name, ck_xstate_name[k]);
+        ZS_TRY(zs_st_read(&cf->f, t, (a - fb) * 4, buf + (a - lo), (size_t)(b - a) * 4));
+        io->tensor_read += (b - a) * 4;
+        io->read += (b - a) * 4;
+    }
+    return 0;
+}
+
+/* A checkpoint in DeepSpeed's layout for --ep resumes in that layout alone,
+ * on the same data-parallel ranks and --ep (its experts' states are dealt
+ * over the expert-data-parallel groups); one in --ep 1's layout, outside
+ * it. */
+static int ck_check_ep_layout(const zs_ckpt *ck, const zs_engine *e, const zs_ckpt_place *pl)
+{
+    int split = zs_engine_ep_split(e);
+    int P = zs_model_get_config(zs_engine_model(e))->moe_ep;
+    if (ck->xep && (!split || ck->xep != P || ck->dp != pl->dp_size ||
+                    ck->xpadded != zs_engine_expert_padded(e)))
+        ZS_FAIL("%s: saved in DeepSpeed's layout for --ep %d on %d data-parallel ranks (the "
+                "experts' states dealt over its expert-data-parallel groups): resume with --ep "
+                "%d on %d data-parallel ranks, in that layout (the same --deterministic or "
+                "--ep-layout as the run that saved it)", ck->manifest, ck->xep, ck->dp, ck->xep,
+                ck->dp);
+    if (!ck->xep && split)
+        ZS_FAIL("%s: saved in --ep 1's layout (every expert in the flat arrays), and this run "
+                "takes DeepSpeed's layout for --ep %d: resume with --ep 1, or with the --ep, "
+                "--deterministic and --ep-layout that saved it", ck->manifest, P);
+    return 0;
+}
+
 static int ck_load_local(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_ckpt_io *io)
 {
     const zs_partition *p = zs_engine_partition(e);
     const zs_model *model = zs_engine_model(e);
+    ZS_TRY(ck_check_ep_layout(ck, e, pl));
     int same_tp = ck->tp == pl->tp_size;
     if (same_tp && p->num_params != ck->num_params)
         ZS_FAIL("%s: %" PRIu64 " parameters per tensor-parallel rank, this run has %zu; the "
@@ -758,6 +863,19 @@ static int ck_load_local(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_
         }
     }
     free(inv);
+    /* DeepSpeed's layout: the expert store of this rank's ep position */
+    for (int k = 0; k < ZS_STATE_RESIDUAL && ck->xep && !rc; k++) {
+        if (!zs_engine_has_state(e, (zs_state_kind)k))
+            continue;
+        size_t lo, n;
+        zs_engine_expert_load_range(e, (zs_state_kind)k, &lo, &n);
+        for (size_t off = 0; off < n && !rc; off += ZS_INIT_CHUNK) {
+            size_t m = n - off < ZS_INIT_CHUNK ? n - off : ZS_INIT_CHUNK;
+            rc = ck_fill_experts(ck, k, pl->dp_rank % ck->xep, lo + off, m, buf, io);
+            if (!rc)
+                rc = zs_engine_write_expert_state(e, (zs_state_kind)k, lo + off, m, buf);
+        }
+    }
     /* the residual is this rank's own: only on the same ranks */
     ck_file *mine = NULL;
     for (int i = 0; i < ck->nfiles; i++)

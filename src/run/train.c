@@ -472,11 +472,6 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     else if (cfg->ep > 1 && (o->init_from || o->n_dump_steps || o->export_path || o->val_data))
         rc = zs_error_set("--ep %d does not support --init-from, --dump-steps, --export or "
                           "--val-data yet: run without them or with --ep 1", cfg->ep);
-    else if (cfg->ep > 1 && (o->resume || o->save_dir) && zs_step_ep_split(cfg, r->dp_size, NULL))
-        /* --ep 1's layout saves and resumes as --ep 1 does */
-        rc = zs_error_set("--ep %d in DeepSpeed's layout (deterministic mode, 2 ranks in fp32, "
-                          "or --ep-layout deepspeed) does not support checkpoints (--save-dir, --resume) yet: run "
-                          "without them, or save and resume with --ep 1", cfg->ep);
     else if (o->resume)
         rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &ck, &first);
     int n = cfg->steps - first;

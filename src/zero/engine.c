@@ -401,6 +401,32 @@ static int zs_engine_master_read(zs_engine *e, size_t i, size_t n, float *host)
     return 0;
 }
 
+/* DeepSpeed's layout: store elements [off, off + n) of the master (n at
+ * most ZS_INIT_CHUNK) from host: the working copy where this rank holds
+ * it (all of its experts, stage 3 its shard over edp), rounded through
+ * tmp (the init staging buffer) in mixed precision, and the master's part
+ * (which aliases the working copy in fp32). */
+static void zs_engine_put_xmaster(zs_engine *e, size_t off, size_t n, const float *buf, void *tmp)
+{
+    const zs_step_shape *s = e->sh;
+    size_t xlo = e->stage == 0 ? 0 : (size_t)e->xrank * s->xshard;
+    size_t xn = e->stage == 0 ? s->xpadded : s->xshard;
+    /* the stored part: all of it, or stage 3's shard [xlo, xlo + xn) */
+    size_t a = off > xlo ? off : xlo, b = off + n < xlo + xn ? off + n : xlo + xn;
+    size_t plo = e->stage == 3 ? a : off, pn = e->stage == 3 ? (b > a ? b - a : 0) : n;
+    size_t pat = e->stage == 3 ? plo - xlo : off; /* where in xparams */
+    if (pn == 0)
+        return; /* stage 3: none of this piece is in the shard */
+    if (!e->mixed) {
+        zs_backend_copy_h2d(e->be, (float *)e->xparams + pat, buf + (plo - off), pn * 4);
+        return;
+    }
+    zs_backend_copy_h2d(e->be, tmp, buf + (plo - off), pn * 4);
+    zs_backend_convert_from_f32(e->be, (char *)e->xparams + pat * e->ps, e->pt, tmp, pn);
+    if (a < b)
+        zs_backend_copy_h2d(e->be, e->xmaster + (a - xlo), buf + (a - off), (b - a) * 4);
+}
+
 /* Initial parameters: the same fp32 values on every rank; each writes what
  * its stage holds, through a small host buffer (no host copy of the model). */
 static int zs_engine_init_params(zs_engine *e)
@@ -468,27 +494,12 @@ static int zs_engine_init_params(zs_engine *e)
      * draws it (the computing model lays it out after num_params), and the
      * master's part of it */
     const zs_step_shape *s = e->sh;
-    size_t xlo = e->stage == 0 ? 0 : (size_t)e->xrank * s->xshard;
-    size_t xn = e->stage == 0 ? s->xpadded : s->xshard;
     for (size_t off = 0; e->xsplit && off < s->xpadded && !e->phantom; off += chunk) {
         size_t n = s->xpadded - off < chunk ? s->xpadded - off : chunk;
         size_t valid = s->xnum > off ? (s->xnum - off < n ? s->xnum - off : n) : 0;
         zs_model_init_slice(e->model, e->xbase + off, e->xbase + off + valid, buf, e->cfg.seed);
         memset(buf + valid, 0, (n - valid) * sizeof(float));
-        /* the stored part: all of it, or stage 3's shard [xlo, xlo + xn) */
-        size_t a = off > xlo ? off : xlo, b = off + n < xlo + xn ? off + n : xlo + xn;
-        size_t plo = e->stage == 3 ? a : off, pn = e->stage == 3 ? (b > a ? b - a : 0) : n;
-        size_t pat = e->stage == 3 ? plo - xlo : off; /* where in xparams */
-        if (pn == 0)
-            continue; /* stage 3: none of this piece is in the shard */
-        if (!e->mixed) {
-            zs_backend_copy_h2d(e->be, (float *)e->xparams + pat, buf + (plo - off), pn * 4);
-            continue;
-        }
-        zs_backend_copy_h2d(e->be, tmp, buf + (plo - off), pn * 4);
-        zs_backend_convert_from_f32(e->be, (char *)e->xparams + pat * e->ps, e->pt, tmp, pn);
-        if (a < b)
-            zs_backend_copy_h2d(e->be, e->xmaster + (a - xlo), buf + (a - off), (b - a) * 4);
+        zs_engine_put_xmaster(e, off, n, buf, tmp);
     }
     /* the last pipeline stage's copy of the tied embedding: the same values
      * the first stage draws for it */
@@ -2659,6 +2670,83 @@ int zs_engine_param_hash(zs_engine *e, char hex[17])
 }
 
 /* ---- the state between steps ------------------------------------------------ */
+
+static size_t zs_clip(size_t lo, size_t n, size_t base, size_t len, size_t *a, size_t *b);
+
+/* DeepSpeed's layout: the store elements this rank keeps optimizer states
+ * of (master, moments): all of its experts in stage 0, else its shard over
+ * edp. */
+void zs_engine_expert_state_range(const zs_engine *e, size_t *lo, size_t *n)
+{
+    *lo = e->xsplit && e->stage != 0 ? (size_t)e->xrank * e->sh->xshard : 0;
+    *n = !e->xsplit ? 0 : e->stage == 0 ? e->sh->xpadded : e->sh->xshard;
+}
+
+void zs_engine_expert_shard(const zs_engine *e, size_t *lo, size_t *n)
+{
+    *lo = e->xsplit ? (size_t)e->xrank * e->sh->xshard : 0;
+    *n = e->xsplit ? e->sh->xshard : 0;
+}
+
+void zs_engine_expert_load_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n)
+{
+    zs_engine_expert_state_range(e, lo, n);
+    if (e->xsplit && k == ZS_STATE_MASTER && (e->stage == 1 || e->stage == 2)) {
+        *lo = 0; /* the working copy holds all of them */
+        *n = e->sh->xpadded;
+    }
+}
+
+static float *zs_engine_xstate_ptr(zs_engine *e, zs_state_kind k)
+{
+    return k == ZS_STATE_MASTER ? e->xmaster : k == ZS_STATE_EXP_AVG ? e->xm
+         : k == ZS_STATE_EXP_AVG_SQ ? e->xv : NULL;
+}
+
+int zs_engine_read_expert_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, float *host)
+{
+    size_t base, len;
+    zs_engine_expert_state_range(e, &base, &len);
+    if (k == ZS_STATE_RESIDUAL || !zs_engine_has_state(e, k) || lo < base || n > len ||
+        lo - base > len - n)
+        ZS_FAIL("internal: expert state %d elements [%zu, %zu) are not this rank's", (int)k, lo,
+                lo + n);
+    if (!e->phantom)
+        zs_backend_copy_d2h(e->be, host, zs_engine_xstate_ptr(e, k) + (lo - base), n * 4);
+    return 0;
+}
+
+int zs_engine_write_expert_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n,
+                                 const float *host)
+{
+    if (k == ZS_STATE_RESIDUAL || !zs_engine_has_state(e, k) || !e->xsplit ||
+        lo > e->sh->xpadded || n > e->sh->xpadded - lo)
+        ZS_FAIL("internal: expert state %d elements [%zu, %zu) are outside the store", (int)k,
+                lo, lo + n);
+    if (e->phantom)
+        return 0;
+    if (k != ZS_STATE_MASTER) {
+        size_t base, len, a, b;
+        zs_engine_expert_state_range(e, &base, &len);
+        if (zs_clip(lo, n, base, len, &a, &b))
+            zs_backend_copy_h2d(e->be, zs_engine_xstate_ptr(e, k) + (a - base), host + (a - lo),
+                                (b - a) * 4);
+        return 0;
+    }
+    /* the master and the working copy, rounded through the init staging
+     * buffer a piece at a time */
+    const zs_buf_spec *ib = &e->sh->buf[ZS_BUF_INIT];
+    void *tmp = NULL;
+    if (ib->bytes && zs_mem_alloc(e->mem, ib->cat, ib->bytes, &tmp))
+        ZS_FAIL("cannot stage the expert parameters being loaded: %s", zs_error_msg());
+    for (size_t off = 0; off < n; off += ZS_INIT_CHUNK) {
+        size_t m = n - off < ZS_INIT_CHUNK ? n - off : ZS_INIT_CHUNK;
+        zs_engine_put_xmaster(e, lo + off, m, host + off, tmp);
+    }
+    if (tmp)
+        zs_mem_free(e->mem, ib->cat, tmp, ib->bytes);
+    return 0;
+}
 
 int zs_engine_has_state(const zs_engine *e, zs_state_kind k)
 {
