@@ -18,22 +18,6 @@
 
 MODEL="--layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --grad-clip 0.5"
 
-# check_csv LABEL DIR: measured = predicted for every memory category
-# (activations included) and for reduce-scatter, allgather and all-to-all
-check_csv() {
-    awk -v L="$1" '
-        $1 ~ /^#/ || $2 == "total" { next }
-        { if ($3 != $4) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ }
-          n++ }
-        END { exit (bad > 0 || n < 11) }' "$2/memory.csv" || return 1
-    awk -v L="$1" '
-        $1 ~ /^#/ { next }
-        $3 == "all" && ($2 == "reduce_scatter" || $2 == "allgather" || $2 == "alltoall") {
-            if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
-            n++ }
-        END { exit (bad > 0 || n < 6) }' "$2/comm.csv"
-}
-
 # run N LABEL ARGS...: one N-rank run into $T/LABEL (report and CSV files)
 run() {
     n=$1 label=$2

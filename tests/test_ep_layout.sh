@@ -28,22 +28,6 @@ run() {
         { bad "$label failed"; cat "$T/$label/log"; return 1; }
 }
 
-# accounting LABEL: measured = predicted for every memory category and for
-# every reduce-scatter, allgather and all-to-all, on every rank
-accounting() {
-    awk -v L="$1" '
-        $1 ~ /^#/ || $2 == "total" { next }
-        { if ($3 != $4) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ }
-          n++ }
-        END { exit (bad > 0 || n < 11) }' "$T/$1/memory.csv" || return 1
-    awk -v L="$1" '
-        $1 ~ /^#/ { next }
-        $3 == "all" && ($2 == "reduce_scatter" || $2 == "allgather" || $2 == "alltoall") {
-            if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
-            n++ }
-        END { exit (bad > 0 || n < 6) }' "$T/$1/comm.csv"
-}
-
 losses() { sed -n '/"losses"/,/\]/p' "$1" | tr -d ' \n' | sed 's/^"losses":\[//; s/\].*//'; }
 
 # close A B TOL: every loss of A within TOL (relative) of B's
@@ -79,7 +63,7 @@ EOC
         else [ "$h" = "$ref" ] && ok || bad "$l: hashes $h differ from stage ${stages%% *}'s $ref"; fi
         close "$T/$l/r.json" "$T/$name-ep1/r.json" "$tol" && ok ||
             bad "$l: losses $(losses "$T/$l/r.json") not within $tol of --ep 1's $(losses "$T/$name-ep1/r.json")"
-        accounting "$l" && ok || bad "$l: accounting"
+        check_csv "$l" "$T/$l" && ok || bad "$l: accounting"
         # the model states by hand: stages 0-2 hold all dense parameters
         # and this rank's experts
         if [ "$s" != 3 ]; then

@@ -20,6 +20,22 @@ passes=0
 ok() { passes=$((passes + 1)); }
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
+# check_csv LABEL DIR: measured = predicted for every memory category
+# (activations included) and for reduce-scatter, allgather and all-to-all
+check_csv() {
+    awk -v L="$1" '
+        $1 ~ /^#/ || $2 == "total" { next }
+        { if ($3 != $4) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ }
+          n++ }
+        END { exit (bad > 0 || n < 11) }' "$2/memory.csv" || return 1
+    awk -v L="$1" '
+        $1 ~ /^#/ { next }
+        $3 == "all" && ($2 == "reduce_scatter" || $2 == "allgather" || $2 == "alltoall") {
+            if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
+            n++ }
+        END { exit (bad > 0 || n < 6) }' "$2/comm.csv"
+}
+
 # hashes FILE: the "param_hashes" array of a report, on one line
 hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
 # train_hashes NAME N ARGS...: zerosim train $M ARGS on N ranks, its report
