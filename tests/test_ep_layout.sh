@@ -132,6 +132,20 @@ refuse() { # pattern args...
 refuse "not implemented with gradient compression" --ep 2 --ep-layout deepspeed --stage 1 --compression int8
 refuse 'must be "auto" or "deepspeed"' --ep 2 --ep-layout megatron
 refuse "needs --ep 2 or more" --ep-layout deepspeed
+# the config file's moe.ep_layout: taken (the run says its layout), and a
+# bad value named in one line
+printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}, "moe": {"num_experts": 4, "ep_size": 2, "ep_layout": "%s"}}\n' deepspeed >"$T/c.json"
+"$ZS" train --config "$T/c.json" --phantom --world-size 4 --layers 2 --hidden 16 --heads 2 --seq 8 \
+    --vocab 17 --steps 1 >"$T/out" 2>&1 &&
+    grep -q "expert parallelism --ep 2: DeepSpeed's layout.*not byte-identical" "$T/out" && ok ||
+    bad "moe.ep_layout deepspeed in a config: $(tail -3 "$T/out")"
+printf '{"train_micro_batch_size_per_gpu": 2, "moe": {"num_experts": 4, "ep_size": 2, "ep_layout": "%s"}}\n' megatron >"$T/c.json"
+if "$ZS" train --config "$T/c.json" --phantom --world-size 4 --layers 2 --hidden 16 --heads 2 \
+    --seq 8 --vocab 17 --steps 1 >"$T/out" 2>"$T/err"; then bad "moe.ep_layout megatron accepted"
+else
+    [ "$(wc -l < "$T/err")" = 1 ] && grep -q 'moe.ep_layout" must be "auto" or "deepspeed", got "megatron"' "$T/err" &&
+        ok || bad "moe.ep_layout megatron: $(cat "$T/err")"
+fi
 if "$ZS" plan --arch gpt --layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 $PMOE \
         --stage 3 --dp 4 --ep 2 --ep-layout deepspeed --hpz-partition-size 2 >"$T/o" 2>&1; then
     bad "plan accepted --ep-layout deepspeed with hpZ"

@@ -1392,7 +1392,8 @@ static int moe_ep_layout(loader *ld, const char *path, const json_t *v)
     const char *s = NULL;
     ZS_TRY(read_string(ld, path, v, "\"auto\" or \"deepspeed\"", &s));
     if (zs_ep_layout_parse(s, &ld->c.ep_layout))
-        return bad_value(ld, path, v, "\"auto\" or \"deepspeed\"");
+        return fail("%s: \"%s\" must be \"auto\" or \"deepspeed\", got \"%.64s\"", ld->name, path,
+                    s);
     return 0;
 }
 
