@@ -74,4 +74,21 @@ refuse "DeepSpeed's layout with --ep 4" "resume with --ep 2 on 4 data-parallel r
     --ep 4 --deterministic --resume "$T/det/global_step2"
 refuse "--ep 1's layout into DeepSpeed's" "saved in --ep 1's layout" \
     --ep 2 --deterministic --resume "$T/ck/global_step2"
+# a save from before the manifest recorded the experts (no moe_* keys in
+# its model) still resumes; a checkpoint of another mixture is refused by
+# name; and eval reads dense models' parameters only (one line)
+cp -r "$T/ck/global_step2" "$T/old"
+sed -i '/"moe_e/d; s/\("vocab": [0-9]*\),$/\1/' "$T/old/manifest.json"
+if run 4 --ep 2 --steps 4 --resume "$T/old" --report "$T/old.json" >"$T/log" 2>&1; then
+    got="$(arr "$T/old.json" param_hashes 0)"
+    [ -n "$got" ] && [ "$got" = "$(arr "$T/full.json" param_hashes 2)" ] && ok ||
+        bad "a save without the moe keys resumed to '$got'"
+else
+    bad "a save without the moe keys was refused: $(tail -2 "$T/log")"
+fi
+refuse "another mixture" "the checkpoint's model has moe_experts 4, this run's 8" \
+    --ep 2 --moe-experts 8 --resume "$T/ck/global_step2"
+if "$ZS" eval --from "$T/ck/global_step2" >"$T/out" 2>"$T/err"; then bad "eval read a MoE checkpoint"
+else [ "$(wc -l < "$T/err")" = 1 ] && grep -q "holds a mixture of experts" "$T/err" && ok ||
+    bad "eval of a MoE checkpoint: $(cat "$T/err")"; fi
 finish

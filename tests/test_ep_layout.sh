@@ -4,10 +4,11 @@
 # bf16, without --deterministic): each rank holds the dense parameters and
 # its E/P experts, the experts' gradients summed over the
 # expert-data-parallel group as floats and their states partitioned over
-# it. Checked at 4 ranks (fp32, --ep 2, stages 0-3) and 8 ranks (bf16,
-# --ep 2, stages 1 and 3): stages 0-3 give the same parameter hashes after
-# every step (a fixed mesh), the losses stay within 1e-5 of --ep 1's (bf16:
-# 1e-3), every
+# it. Checked at 4 ranks (fp32, --ep 2, stages 0-3), 8 ranks (bf16,
+# --ep 2, stages 1 and 3) and 6 ranks (fp16, --ep 2, stages 0 and 1: the
+# expert store padded to a multiple of 3): stages 0-3 give the same parameter hashes after
+# every step (a fixed mesh), the losses stay within 1e-5 of --ep 1's (bf16,
+# fp16: 1e-3), every
 # memory category and collective equals the prediction on every rank, the
 # parameters and the edp collectives equal a hand count, phantom = plan =
 # real; a layout the engine does not have is refused with one line.
@@ -41,8 +42,8 @@ close() {
 
 # Cases: name, ranks N, stages, extra options. The experts' parameters per
 # rank, by hand: 2 MoE blocks x 4/P experts x 2,128 = 8,512 at P = 2,
-# padded to a multiple of N/P; the dense ones 9,424, padded to N.
-for case in "f:4:0_1_2_3:" "b:8:1_3:--precision_bf16"; do
+# padded to a multiple of N/P (xp); the dense ones 9,424, padded to N.
+for case in "f:4:0_1_2_3:" "b:8:1_3:--precision_bf16" "h:6:0_1:--precision_fp16"; do
     IFS=: read -r name n stages extra <<EOC
 $case
 EOC
@@ -50,7 +51,7 @@ EOC
     extra=$(echo "$extra" | tr _ ' ')
     # the losses' tolerance: fp32's sums in another order, or bf16's (whose
     # rounding is 2^-8 relative)
-    ps=4 tol=1e-5 && case $extra in *bf16*) ps=2 tol=1e-3 ;; esac
+    ps=4 tol=1e-5 && case $extra in *bf16*|*fp16*) ps=2 tol=1e-3 ;; esac
     run "$n" "$name-ep1" --stage 1 --ep 1 $extra || continue
     ref=""
     for s in $stages; do
@@ -64,10 +65,11 @@ EOC
         close "$T/$l/r.json" "$T/$name-ep1/r.json" "$tol" && ok ||
             bad "$l: losses $(losses "$T/$l/r.json") not within $tol of --ep 1's $(losses "$T/$name-ep1/r.json")"
         check_csv "$l" "$T/$l" && ok || bad "$l: accounting"
+        m=$((n / 2)) xp=$(( (8512 + n / 2 - 1) / (n / 2) * (n / 2) ))
         # the model states by hand: stages 0-2 hold all dense parameters
         # and this rank's experts
         if [ "$s" != 3 ]; then
-            hand=$(( ((9424 + n - 1) / n * n + 8512) * ps ))
+            hand=$(( ((9424 + n - 1) / n * n + xp) * ps ))
             got=$(awk '$1 == 0 && $2 == "params" { print $3 }' "$T/$l/memory.csv")
             [ "$got" = "$hand" ] && ok || bad "$l: params $got, by hand $hand"
         fi
@@ -76,10 +78,9 @@ EOC
         # gradients (stage 0) or updated parameters (1, 2), or at stage 3
         # a gather of a MoE block's 4,256 expert parameters per forward
         # and backward (8 per step); (M-1)/M of each sent
-        m=$((n / 2))
         if [ "$s" = 3 ]; then ag="24 $((24 * 4256 * ps * (m - 1) / m))"
-        else ag="3 $((3 * 8512 * ps * (m - 1) / m))"; fi
-        want="reduce_scatter 3 $((3 * 8512 * ps * (m - 1) / m)).000 allgather ${ag}.000 "
+        else ag="3 $((3 * xp * ps * (m - 1) / m))"; fi
+        want="reduce_scatter 3 $((3 * xp * ps * (m - 1) / m)).000 allgather ${ag}.000 "
         got=$(awk '$1 == 0 && $2 == "edp" { printf "%s %s %s ", $3, $4, $5 }' "$T/$l/comm_groups.csv")
         [ "$got" = "$want" ] && ok || bad "$l: edp collectives '$got', by hand '$want'"
     done
