@@ -161,8 +161,7 @@ fi
 if "$ZS" plan --arch gpt --layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 \
     --grad-accum 2 --moe-experts 4 --moe-every 2 --moe-top-k 2 --capacity-factor 0.5 \
     --checkpoint-activations every:1 --stage 3 --dp 2 --ep 2 --json >"$T/plan.json" 2>&1; then
-    a=$(sed -n '/"bytes_per_category"/,/}/p' "$T/plan.json" | tr -d ' ",{}' | grep : |
-        sed 's/^bytes_per_category://' | grep . | tr ':' ' ')
+    a=$(plan_categories "$T/plan.json")
     b=$(awk '$1 == 0 && $2 != "total" && $2 != "optimizer" { print $2, $3 }' "$T/b-s3/memory.csv")
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || { bad "plan's bytes per category differ from the run's"; echo "$a" >"$T/a"; echo "$b" >"$T/b"; diff "$T/a" "$T/b"; }
     pa=$(sed -n '/"op": "alltoall"/,/}/p' "$T/plan.json" | tr -d ' ",' | awk -F: '$1 == "full_bytes" || $1 == "calls" { printf "%s ", $2 }')
@@ -184,8 +183,7 @@ if "$ZS" train $PH --min-capacity 1 --phantom --world-size 4 --steps 3 --quiet -
     a=$(awk '$1 !~ /^#/ && $3 != "scalars" { print $1, $2, $3, $4, $5 }' "$T/h-s2/comm_groups.csv")
     b=$(awk '$1 !~ /^#/ && $3 != "scalars" { print $1, $2, $3, $4, $5 }' "$T/phh/comm_groups.csv")
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "case h: phantom traffic differs from the real run's"
-    a=$(sed -n '/"bytes_per_category"/,/}/p' "$T/planh.json" | tr -d ' ",{}' | grep : |
-        sed 's/^bytes_per_category://' | grep . | tr ':' ' ')
+    a=$(plan_categories "$T/planh.json")
     b=$(awk '$1 == 0 && $2 != "total" && $2 != "optimizer" { print $2, $3 }' "$T/h-s2/memory.csv")
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || { bad "case h: the plan's bytes per category differ from the run's"; echo "$a" >"$T/a"; echo "$b" >"$T/b"; diff "$T/a" "$T/b"; }
 else

@@ -36,6 +36,13 @@ check_csv() {
         END { exit (bad > 0 || n < 6) }' "$2/comm.csv"
 }
 
+# plan_categories FILE: a zerosim plan --json's bytes_per_category, one
+# "category bytes" line each (as rank 0's rows of a run's memory.csv)
+plan_categories() {
+    sed -n '/"bytes_per_category"/,/}/p' "$1" | tr -d ' ",{}' | grep : |
+        sed 's/^bytes_per_category://' | grep . | tr ':' ' '
+}
+
 # hashes FILE: the "param_hashes" array of a report, on one line
 hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
 # train_hashes NAME N ARGS...: zerosim train $M ARGS on N ranks, its report
