@@ -1159,12 +1159,18 @@ static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
     return 0;
 }
 
-/* DeepSpeed's layout: this rank's shard of the experts' reduced gradient
- * (without deterministic mode and with an edp group of one rank: the
- * accumulator). */
+/* DeepSpeed's layout: 1 when the experts' reduced gradient has a buffer of
+ * its own (the shape's ZS_BUF_XGRAD: deterministic mode, or an edp group
+ * of more than one rank), 0 when the step's accumulator is it. */
+static int zs_engine_xgrad_apart(const zs_engine *e)
+{
+    return e->sh->buf[ZS_BUF_XGRAD].bytes > 0;
+}
+
+/* DeepSpeed's layout: this rank's shard of the experts' reduced gradient. */
 static void *zs_engine_xgrad_shard(const zs_engine *e)
 {
-    if (!e->det && e->sh->xworld <= 1)
+    if (!zs_engine_xgrad_apart(e))
         return e->xgacc;
     return (char *)e->xgrad + (e->stage == 0 ? (size_t)e->xrank * e->sh->xshard : 0) * e->ps;
 }
@@ -1196,7 +1202,7 @@ static int zs_engine_xcounts(const zs_engine *e, int **cnt, int **dsp)
 static int zs_engine_reduce_experts(zs_engine *e)
 {
     const zs_step_shape *s = e->sh;
-    if (!e->det && s->xworld <= 1)
+    if (!zs_engine_xgrad_apart(e))
         return 0; /* the accumulator is the gradient */
     int *cnt, *dsp, rc = 0;
     ZS_TRY(zs_engine_xcounts(e, &cnt, &dsp));
@@ -1227,7 +1233,7 @@ static int zs_engine_step_experts(zs_engine *e)
     const zs_run_config *c = &e->cfg;
     if (e->stage == 0) {
         zs_optim_step(e->be, c, e->t, e->info->lr, e->mul, e->xmaster, e->xm, e->xv,
-                      e->det || s->xworld > 1 ? e->xgrad : e->xgacc, e->pt,
+                      zs_engine_xgrad_apart(e) ? e->xgrad : e->xgacc, e->pt,
                       e->mixed ? e->xparams : NULL, e->pt, 0,
                       s->xpadded);
         return 0;
