@@ -60,7 +60,7 @@ $CL up --nodes 2 --rate "$RATE" --queue "$QUEUE" || exit $?
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 $CL run --ranks-per-node 2 "$ZS" bench --quick --out "$T/cal.json" > "$T/cal.log" 2>&1 ||
     { echo "calibration failed:"; tail -5 "$T/cal.log"; exit 1; }
-grep "between nodes:\|inside a node:" "$T/cal.log" | sed 's/^/# /'
+grep "between nodes:\|inside a node:\|^the node link" "$T/cal.log" | sed 's/^/# /'
 
 r=1
 while [ "$r" -le "$ROUNDS" ]; do

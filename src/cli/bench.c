@@ -43,6 +43,7 @@
 #include <time.h>
 
 #define ZS_BENCH_REPS 5
+#define ZS_BENCH_STREAM 4 /* calls back to back in a sample of the node link */
 
 static const char *const zs_bench_usage =
     "usage: mpirun -np N zerosim bench [--out FILE] [--quick]\n"
@@ -56,13 +57,14 @@ static const char *const zs_bench_usage =
     "  --out FILE   write the calibration (JSON) to FILE\n"
     "  --quick      fewer and smaller samples (a rougher fit, for tests)\n"
     "  --ranks-per-node K  K consecutive ranks make a node (default: the nodes MPI\n"
-    "               reports). With more than one node, alpha and beta are fitted\n"
-    "               twice more: inside a node (each node's ranks, all nodes at once)\n"
-    "               and between nodes (the ranks of one local index, one per node,\n"
-    "               all local indices at once, sharing each node's link), and the\n"
-    "               calibration's intra_* and inter_* figures are those two\n"
-    "               (inter_link_bandwidth: K times inter_bandwidth, what each\n"
-    "               node's link carried for its K ranks together)\n"
+    "               reports). With more than one node, alpha and beta are also\n"
+    "               fitted inside a node (each node's ranks, all nodes at once) and\n"
+    "               between nodes (the ranks of one local index, one per node, all\n"
+    "               local indices at once), and the node link is fitted as a step\n"
+    "               loads it: the world's collectives back to back, in the\n"
+    "               planner's model of them. The calibration's intra_* figures are\n"
+    "               the first fit, inter_* the link's (inter_link_bandwidth: the\n"
+    "               link's bytes/s, inter_bandwidth 1/K of it)\n"
     "               (scripts/cluster.sh run ... zerosim bench on the emulated cluster)\n";
 
 static double zs_now(void)
@@ -383,10 +385,61 @@ static void zs_bench_fit_ab(zs_bench_fit *f, int N)
     f->beta = b > 0 ? 1.0 / b : INFINITY;
 }
 
+/* The node link in the planner's model of the world's flat collectives on
+ * M nodes of K consecutive ranks (src/predict/steptime.c): the ring
+ * reduce-scatter takes (N-1) alpha + (N-1)/N S / L (each node's last rank
+ * sends its whole ring volume through the node's link: one flow each way),
+ * the allgather, Open MPI's linear one, alpha + K(N-K)/N S / L (the node's
+ * K parts to each of the N-K ranks on other nodes). */
+typedef struct {
+    double alpha, bw; /* fitted: seconds per message round, link bytes/s */
+} zs_bench_link_r;
+
+static double zs_bench_link_bytes(int op, double S, int N, int K)
+{
+    return op == 0 ? S * (N - 1) / N : S * K * (N - K) / N;
+}
+
+static double zs_bench_link_rounds(int op, int N) { return op == 0 ? N - 1 : 1; }
+
+/* One fit of alpha and L over both collectives' samples, by least squares
+ * in relative error (each sample divided by its own time), so that the
+ * small buffers set alpha and the large ones L; L alone (through the
+ * origin) where alpha comes out negative. */
+static void zs_bench_fit_link(const zs_bench_fit *rs, const zs_bench_fit *ag, int N, int K,
+                              zs_bench_link_r *l)
+{
+    double suu = 0, suv = 0, svv = 0, su = 0, sv = 0;
+    for (int op = 0; op < 2; op++) {
+        const zs_bench_fit *f = op == 0 ? rs : ag;
+        for (int i = 0; i < f->n; i++) {
+            double u = zs_bench_link_rounds(op, N) / f->secs[i],
+                   v = zs_bench_link_bytes(op, f->bytes[i], N, K) / f->secs[i];
+            suu += u * u;
+            suv += u * v;
+            svv += v * v;
+            su += u;
+            sv += v;
+        }
+    }
+    double det = suu * svv - suv * suv;
+    double a = (su * svv - sv * suv) / det, b = (suu * sv - suv * su) / det;
+    if (!(a >= 0) || !(b > 0)) {
+        a = 0;
+        b = sv / svv;
+    }
+    l->alpha = a;
+    l->bw = b > 0 ? 1.0 / b : INFINITY;
+}
+
 /* The engine's reduce-scatter (its ring) and in-place allgather of fp32
- * buffers of each size. */
-static int zs_bench_collectives(zs_comm_t comm, zs_mem_t mem, int quick, zs_bench_fit *rs,
-                                zs_bench_fit *ag)
+ * buffers of each size. Each sample is the median of ZS_BENCH_REPS calls,
+ * each after a barrier; or, with stream, ZS_BENCH_STREAM calls back to
+ * back after one barrier (as a step issues them: the link never idles
+ * between them), their time divided among them. Either way the slowest
+ * rank's time. */
+static int zs_bench_collectives(zs_comm_t comm, zs_mem_t mem, int quick, int stream,
+                                zs_bench_fit *rs, zs_bench_fit *ag)
 {
     int N = zs_comm_size(comm);
     size_t lo = (size_t)1 << 14, hi = quick ? (size_t)1 << 20 : (size_t)1 << 24; /* elements */
@@ -413,21 +466,22 @@ static int zs_bench_collectives(zs_comm_t comm, zs_mem_t mem, int quick, zs_benc
         }
         double full = (double)(chunk * (size_t)N) * 4;
         for (int op = 0; op < 2 && !rc; op++) {
-            double t[ZS_BENCH_REPS];
-            for (int r = -1; r < ZS_BENCH_REPS && !rc; r++) {
+            double t[ZS_BENCH_REPS], t0 = 0;
+            int reps = stream ? 1 : ZS_BENCH_REPS, calls = stream ? ZS_BENCH_STREAM : 1;
+            for (int r = -1; r < reps && !rc; r++) { /* r = -1 warms up */
                 rc = zs_comm_barrier(comm);
-                double t0 = zs_now();
-                if (!rc && op == 0)
-                    rc = zs_comm_reduce_scatter(comm, buf, recv, counts, ZS_CT_F32, 0);
-                else if (!rc)
-                    rc = zs_comm_allgatherv_inplace(comm, buf, counts, displs, ZS_CT_F32, 0);
+                t0 = zs_now();
+                for (int i = 0; i < (r < 0 ? 1 : calls) && !rc; i++)
+                    rc = op == 0 ? zs_comm_reduce_scatter(comm, buf, recv, counts, ZS_CT_F32, 0)
+                                 : zs_comm_allgatherv_inplace(comm, buf, counts, displs,
+                                                              ZS_CT_F32, 0);
                 if (r >= 0)
-                    t[r] = zs_now() - t0;
+                    t[r] = (zs_now() - t0) / calls;
             }
             zs_bench_fit *f = op == 0 ? rs : ag;
             double med = 0;
             if (!rc)
-                rc = zs_bench_median_max(comm, t, ZS_BENCH_REPS, &med);
+                rc = zs_bench_median_max(comm, t, reps, &med);
             f->bytes[f->n] = full;
             f->secs[f->n++] = med;
         }
@@ -473,6 +527,48 @@ static void zs_bench_print_fit(const char *name, const zs_bench_fit *f, int N)
         double model = (N - 1) * f->alpha + f->bytes[i] * (N - 1) / N / f->beta;
         printf("  %14.0f %12.4f %12.4f %8.3f\n", f->bytes[i], f->secs[i] * 1e3, model * 1e3,
                model / f->secs[i]);
+    }
+}
+
+static json_t *zs_bench_link_json(const zs_bench_fit *rs, const zs_bench_fit *ag, int N, int K,
+                                  const zs_bench_link_r *l)
+{
+    json_t *samples = json_array();
+    for (int op = 0; op < 2; op++) {
+        const zs_bench_fit *f = op == 0 ? rs : ag;
+        for (int i = 0; i < f->n; i++) {
+            double x = zs_bench_link_bytes(op, f->bytes[i], N, K);
+            double model = zs_bench_link_rounds(op, N) * l->alpha + x / l->bw;
+            json_array_append_new(
+                samples, json_pack("{s:s, s:o, s:o, s:o, s:o}", "collective",
+                                   op == 0 ? "reduce_scatter" : "allgather", "bytes",
+                                   zs_bench_num(f->bytes[i]), "link_bytes", zs_bench_num(x),
+                                   "seconds", zs_bench_num(f->secs[i]), "model_seconds",
+                                   zs_bench_num(model)));
+        }
+    }
+    return json_pack("{s:o, s:o, s:i, s:o}", "latency_s", zs_bench_num(l->alpha), "bandwidth",
+                     zs_bench_num(l->bw), "calls_back_to_back", ZS_BENCH_STREAM, "samples",
+                     samples);
+}
+
+static void zs_bench_print_link(const zs_bench_fit *rs, const zs_bench_fit *ag, int N, int K,
+                                const zs_bench_link_r *l)
+{
+    printf("the node link, as a step loads it (the world's collectives, %d back to back): "
+           "alpha %.3g s per message round, link %.4g MB/s\n", ZS_BENCH_STREAM, l->alpha,
+           l->bw / 1e6);
+    printf("  %-14s %14s %12s %12s %12s %8s\n", "collective", "buffer bytes", "link bytes",
+           "measured ms", "model ms", "ratio");
+    for (int op = 0; op < 2; op++) {
+        const zs_bench_fit *f = op == 0 ? rs : ag;
+        for (int i = 0; i < f->n; i++) {
+            double x = zs_bench_link_bytes(op, f->bytes[i], N, K);
+            double model = zs_bench_link_rounds(op, N) * l->alpha + x / l->bw;
+            printf("  %-14s %14.0f %12.0f %12.4f %12.4f %8.3f\n",
+                   op == 0 ? "reduce-scatter" : "allgather", f->bytes[i], x, f->secs[i] * 1e3,
+                   model * 1e3, model / f->secs[i]);
+        }
     }
 }
 
@@ -571,11 +667,11 @@ static int zs_bench_levels(zs_comm_t comm, zs_mem_t mem, int quick, int K, int M
     if (!rc)
         rc = zs_comm_split(comm, r % K, r / K, M, r / K, ZS_GROUP_DP, &cross);
     if (!rc && K > 1)
-        rc = zs_bench_collectives(node, mem, quick, in_rs, in_ag);
+        rc = zs_bench_collectives(node, mem, quick, 0, in_rs, in_ag);
     if (!rc)
         rc = zs_comm_barrier(comm);
     if (!rc)
-        rc = zs_bench_collectives(cross, mem, quick, x_rs, x_ag);
+        rc = zs_bench_collectives(cross, mem, quick, 0, x_rs, x_ag);
     zs_comm_free(node);
     zs_comm_free(cross);
     return rc;
@@ -609,9 +705,17 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
     if (!rc)
         rc = zs_bench_compute(comm, be, mem, quick, &gemm, &gemm_spread, &adamw, work_s);
     if (!rc)
-        rc = zs_bench_collectives(comm, mem, quick, &rs, &ag);
+        rc = zs_bench_collectives(comm, mem, quick, 0, &rs, &ag);
     if (!rc && levels)
         rc = zs_bench_levels(comm, mem, quick, K, M, &in_rs, &in_ag, &x_rs, &x_ag);
+    zs_bench_fit l_rs, l_ag;
+    zs_bench_link_r link = {0, 0};
+    memset(&l_rs, 0, sizeof l_rs);
+    memset(&l_ag, 0, sizeof l_ag);
+    if (!rc && levels) {
+        rc = zs_bench_collectives(comm, mem, quick, 1, &l_rs, &l_ag);
+        zs_bench_fit_link(&l_rs, &l_ag, N, K, &link);
+    }
     zs_bench_offload_r off = {0};
     if (!rc)
         rc = zs_bench_offload(comm, quick, &off);
@@ -650,6 +754,7 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
             printf("between nodes (one rank per node, every local index at once)\n");
             zs_bench_print_fit("reduce-scatter between nodes", &x_rs, M);
             zs_bench_print_fit("allgather between nodes", &x_ag, M);
+            zs_bench_print_link(&l_rs, &l_ag, N, K, &link);
         }
     } else {
         printf("collectives: one rank sends nothing (run under mpirun -np N to measure them)\n");
@@ -682,13 +787,14 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
         double ib = K > 1 ? 2.0 / (1.0 / in_rs.beta + 1.0 / in_ag.beta) : b;
         json_object_set_new(root, "intra_latency_s", zs_bench_num(ia));
         json_object_set_new(root, "intra_bandwidth", zs_bench_num(ib));
-        json_object_set_new(root, "inter_latency_s",
-                            zs_bench_num(0.5 * (x_rs.alpha + x_ag.alpha)));
-        double xb = 2.0 / (1.0 / x_rs.beta + 1.0 / x_ag.beta);
-        json_object_set_new(root, "inter_bandwidth", zs_bench_num(xb));
-        /* the K local indices crossed at once, each at xb: the node's link
-         * carried K xb (a flat ring's one crossing rank has all of it) */
-        json_object_set_new(root, "inter_link_bandwidth", zs_bench_num(K * xb));
+        /* between nodes: the link as a step loads it (the groups of one
+         * rank per node, each after its own barrier, drift apart and leave
+         * the link to one group at times: their fits are kept as samples,
+         * not used); a rank of K sharing the link has 1/K of it */
+        json_object_set_new(root, "inter_latency_s", zs_bench_num(link.alpha));
+        json_object_set_new(root, "inter_bandwidth", zs_bench_num(link.bw / K));
+        json_object_set_new(root, "inter_link_bandwidth", zs_bench_num(link.bw));
+        json_object_set_new(root, "link", zs_bench_link_json(&l_rs, &l_ag, N, K, &link));
         json_object_set_new(root, "nodes", json_integer(M));
         json_object_set_new(root, "ranks_per_node", json_integer(K));
         json_object_set_new(root, "note",
