@@ -77,7 +77,7 @@ START_TEST(test_capacity_out_of_memory)
 }
 END_TEST
 
-/* Freed blocks of 4 MiB and more are kept and handed out again, zeroed,
+/* Freed blocks of 64 KiB and more are kept and handed out again, zeroed,
  * outside the ledger and its capacity. */
 START_TEST(test_block_cache)
 {

@@ -74,7 +74,7 @@ int zs_mem_alloc(zs_mem_t m, zs_mem_category c, size_t bytes, void **out);
  * NULL is ignored. */
 void zs_mem_free(zs_mem_t m, zs_mem_category c, void *ptr, size_t bytes);
 
-/* Bytes of freed blocks the allocator keeps for reuse (blocks of 4 MiB and
+/* Bytes of freed blocks the allocator keeps for reuse (blocks of 64 KiB and
  * more, outside the ledger, as a GPU framework's caching allocator keeps
  * them; none with ZEROSIM_ALLOC_CACHE=off, under AddressSanitizer, or on
  * the phantom backend). */

@@ -12,10 +12,13 @@
 /* Blocks of at least this many bytes are kept for reuse when freed: a
  * fresh block of that size comes from mmap, and its first touch costs a
  * page fault per page (about 150 ms for a 53 MB gradient bucket on this
- * project's 2-core machine, more than the bucket's reduce-scatter). At
- * 1 MiB, caching a 3.3 MB stage-3 bucket made a small model's stage-3 step
- * slower instead (0.042 s against 0.024 s, cause not found), so 4 MiB. */
-#define ZS_MEM_CACHE_MIN ((size_t)4 << 20)
+ * project's 2-core machine, more than the bucket's reduce-scatter). From
+ * 64 KiB: qgZ's temporaries (an fp32 copy of the bucket, the encoded
+ * parts: 0.1-3.3 MB in a small model, allocated at every reduce) took a
+ * 4-rank stage-3 step from 0.059 s to 0.096 s when they were not cached
+ * (2026-12-05; the 4 MiB threshold before it had been chosen for a
+ * slowdown at 1 MiB, 0.042 s against 0.024 s, that did not recur). */
+#define ZS_MEM_CACHE_MIN ((size_t)64 << 10)
 #define ZS_MEM_CACHE_N 32
 
 typedef struct {
