@@ -149,7 +149,7 @@ close "$c" "$byhand" && ok || bad "stage 3 with unequal parts: comm $c s, by han
 S3="--params 1e6 --stage 3 --dp 4 --seq 4096 --json"
 for v in true false absent; do
     case $v in
-        absent) printf '{"world_size": 4, "gemm_flops": 1e12, "intra_latency_s": 1e-3, "intra_bandwidth": 1e9, "inter_latency_s": 1e-3, "inter_bandwidth": 1e9, "work_s": {"attention": 0, "gelu": 0, "block_elementwise": 0, "head": 0, "grads": 0, "memory_pass": 0}}\n' ;;
+        absent) printf '{"world_size": 4, "gemm_flops": 1e12, "intra_latency_s": 1e-3, "intra_bandwidth": 1e9, "inter_latency_s": 1e-3, "inter_bandwidth": 1e9, "work_s": {"attention": 0, "gelu": 0, "block_elementwise": 0, "head": 0, "grads": 0, "memory_pass": 0, "quantize": 0}}\n' ;;
         *) printf '{"gemm_flops": 1e12, "intra_latency_s": 1e-3, "intra_bandwidth": 1e9, "inter_latency_s": 1e-3, "inter_bandwidth": 1e9, "intra_copies_use_cores": %s}\n' "$v" ;;
     esac > "$T/cores-$v.json"
     "$ZS" plan $S3 --calibration "$T/cores-$v.json" > "$T/c.json" 2> "$T/e" || bad "plan ($v): $(cat "$T/e")"
@@ -187,7 +187,7 @@ cat > "$T/old.json" <<'EOF'
 {"zerosim_calibration": "0.1", "world_size": 4, "gemm_flops": 1e10, "nodes": 2,
  "ranks_per_node": 2, "inter_latency_s": 1e-3, "inter_bandwidth": 1e6,
  "work_s": {"attention": 0, "gelu": 0, "block_elementwise": 0, "head": 0, "grads": 0,
- "memory_pass": 0}}
+ "memory_pass": 0, "quantize": 0}}
 EOF
 if "$ZS" plan $P --calibration "$T/old.json" > "$T/o" 2> "$T/e"; then
     bad "an older bench file between nodes was accepted"
@@ -202,4 +202,36 @@ if "$ZS" plan $P --calibration "$T/zero.json" > "$T/o" 2> "$T/e"; then
 else
     grep -q '"inter_link_bandwidth" must be a positive number' "$T/e" && ok || bad "0: $(cat "$T/e")"
 fi
+# 5. ZeRO++'s codecs, counted in elements encoded or decoded at the
+#    calibration's "quantize" rate (2e-9 s here). qgZ, one bucket of the
+#    whole model (P = 110,336 elements, parts of P/4), reduced per
+#    micro-batch (2): rank 0 encodes every part (P) and decodes its column,
+#    the parts 0 and 2, from both ranks of its node (2 x P/2); then encodes
+#    that column's node sums (P/2) and decodes the 2 node sums of its own
+#    part (2 x P/4): 3P per reduce, 2 x 3 x 110,336 = 662,016 elements.
+#    qwZ: each forward gather's parts decoded (F elements a step, half of
+#    plain stage 3's gathered elements: forward and backward gather the
+#    same units) and rank 0's own part encoded: between F and 2F.
+cat > "$T/k.json" <<'EOF'
+{"gemm_flops": 1e12, "intra_latency_s": 0, "intra_bandwidth": 1e9,
+ "inter_latency_s": 1e-3, "inter_bandwidth": 0.25e6, "inter_link_bandwidth": 1e6,
+ "work_s": {"attention": 1e-9, "gelu": 1e-9, "block_elementwise": 1e-9, "head": 1e-9,
+ "grads": 1e-9, "memory_pass": 1e-9, "quantize": 2e-9}}
+EOF
+Q="--arch gpt --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 128 --micro-batch 2 --grad-accum 2 \
+--stage 3 --dp 4 --ranks-per-node 2 --calibration $T/k.json --json"
+for o in plain qgz qwz; do
+    case $o in plain) f= ;; qgz) f=--quantized-gradients ;; qwz) f=--quantized-weights ;; esac
+    "$ZS" plan $Q $f > "$T/q_$o.json" 2> "$T/e" || bad "plan $o: $(cat "$T/e")"
+done
+[ "$(js "$T/q_qgz.json" "d['padded_params']")" = 110336 ] && ok || bad "the model is not 110,336 elements"
+c=$(js "$T/q_qgz.json" "d['step_time']['kernels_s']['quantize']")
+close "$c" "$(awk 'BEGIN { printf "%.15g", 662016 * 2e-9 }')" && ok ||
+    bad "qgZ's codecs: $c s, by hand 662,016 elements x 2e-9 s"
+c=$(js "$T/q_plain.json" "d['step_time']['kernels_s']['quantize']")
+[ "$c" = 0.0 ] && ok || bad "plain stage 3 has codec time: $c s"
+F=$(js "$T/q_plain.json" "sum(c['full_bytes'] for c in d['collectives'] if c['op'] == 'allgather') / 4 / 2")
+c=$(js "$T/q_qwz.json" "d['step_time']['kernels_s']['quantize'] / 2e-9")
+awk -v q="$c" -v f="$F" 'BEGIN { exit !(f > 0 && q > f && q <= 2 * f) }' && ok ||
+    bad "qwZ's codecs: $c elements, not between F = $F and 2F"
 finish

@@ -201,6 +201,11 @@ int zs_comm_set_quantized_gradients(zs_comm_t c, int on);
 /* qgZ on c: the ranks per node K of its two levels; 0 when off. */
 int zs_comm_qgz_ranks_per_node(zs_comm_t c);
 size_t zs_comm_q4_bytes(size_t n);
+/* The block codecs' cost, for zerosim bench: n fp32 elements of x encoded
+ * in int8 blocks into enc (zs_comm_q8_bytes(n) bytes) and decoded into
+ * out, then encoded in 4-bit blocks and decoded, added into out: 4n
+ * elements encoded or decoded. */
+void zs_comm_quant_passes(const float *x, size_t n, unsigned char *enc, float *out);
 
 /* Ledger context for the following calls. */
 void zs_comm_set_context(zs_comm_t c, zs_comm_phase phase, int step);

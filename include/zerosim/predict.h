@@ -75,6 +75,14 @@ typedef struct {
      * cfg->ranks_per_node ranks, all of them one node when 0) */
     double qgz_intra_bytes_rank0, qgz_inter_bytes_rank0, qgz_inter_bytes_node0;
     double qgz_calls_per_step;   /* reduce ops, each two all-to-alls */
+    /* qwZ and qgZ (zs_predict): rank 0's elements encoded or decoded per
+     * step (zs_comm.h's block codecs): qwZ encodes its part of each forward
+     * gather and decodes every part; qgZ, per reduce of a bucket, encodes
+     * every part and decodes its column from the node's K ranks, then
+     * encodes the column's node sums and decodes the M node sums of its
+     * own part. Its fp32 copy of each bucket (and the result's conversion)
+     * are in quant_pass_elems_per_step */
+    double quant_elems_per_step, quant_pass_elems_per_step;
     /* zs_predict only: calls per step, recomputed unit forwards per step,
      * and rank 0's compressed all-to-all bytes per compressed step */
     double rs_calls_per_step, ag_calls_per_step, ag_calls_per_skipped_step;
@@ -159,6 +167,10 @@ struct zs_step_shape_s;
 struct zs_step_program_s;
 double zs_predict_qgz_bytes(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
                             int K, int q, double *inter);
+/* ZeRO++: rank 0's codec elements per step and qgZ's fp32 passes
+ * (zs_prediction.quant_elems_per_step); -1 when out of memory */
+double zs_predict_quant_elems(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
+                              int qwz, int qgz, int K, double *passes);
 double zs_ring_bytes(size_t full_bytes, int world);
 
 #ifdef __cplusplus

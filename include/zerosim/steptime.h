@@ -109,10 +109,13 @@ typedef enum {
     ZS_WORK_PASS,           /* the engine's other passes over parameter-sized
                                fp32 arrays (zero, copy, add, convert):
                                elements */
+    ZS_WORK_QUANT,          /* ZeRO++ block quantization (qwZ's int8, qgZ's
+                               4-bit): elements encoded or decoded */
     ZS_WORK_NKINDS
 } zs_work_kind;
 
-/* "attention", "gelu", "block_elementwise", "head", "grads", "memory_pass" */
+/* "attention", "gelu", "block_elementwise", "head", "grads", "memory_pass",
+ * "quantize" */
 const char *zs_work_kind_name(zs_work_kind k);
 
 /* Machine constants: what `zerosim bench` measures. */

@@ -113,7 +113,7 @@ static int zs_bench_batch(int quick) { return quick ? 4 : 16; }
 /* What one timed call runs: kernel `k` of a zs_bench_ctx. */
 enum {
     ZS_BK_GEMM = 0, ZS_BK_ADAMW, ZS_BK_ATTENTION, ZS_BK_GELU, ZS_BK_BLOCK, ZS_BK_HEAD,
-    ZS_BK_GRADS, ZS_BK_PASS
+    ZS_BK_GRADS, ZS_BK_PASS, ZS_BK_QUANT
 };
 
 typedef struct {
@@ -200,6 +200,9 @@ static void zs_bench_call(zs_bench_ctx *c)
     case ZS_BK_GRADS: /* zero a unit's staged gradient, add it into the stored one */
         zs_backend_memset0(be, c->g, c->n * 4);
         zs_backend_accumulate_f32(be, c->m, ZS_DTYPE_F32, c->g, c->n);
+        break;
+    case ZS_BK_QUANT: /* ZeRO++'s codecs: int8 and 4-bit, each encoded and decoded */
+        zs_comm_quant_passes(c->g, c->n, (unsigned char *)c->v, c->m);
         break;
     default: /* ZS_BK_PASS: one each of zero, add and copy */
         zs_backend_memset0(be, c->v, c->n * 4);
@@ -336,7 +339,8 @@ static int zs_bench_compute(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int q
     static const struct { int k; zs_work_kind w; } kinds[] = {
         {ZS_BK_ATTENTION, ZS_WORK_ATTENTION}, {ZS_BK_GELU, ZS_WORK_GELU},
         {ZS_BK_BLOCK, ZS_WORK_BLOCK},         {ZS_BK_HEAD, ZS_WORK_HEAD},
-        {ZS_BK_GRADS, ZS_WORK_GRADS},         {ZS_BK_PASS, ZS_WORK_PASS}};
+        {ZS_BK_GRADS, ZS_WORK_GRADS},         {ZS_BK_PASS, ZS_WORK_PASS},
+        {ZS_BK_QUANT, ZS_WORK_QUANT}};
     double units[ZS_WORK_NKINDS] = {
         [ZS_WORK_ATTENTION] = (double)BT * c.T * c.KC,
         [ZS_WORK_GELU] = 4.0 * (double)btc,
@@ -344,6 +348,7 @@ static int zs_bench_compute(zs_comm_t comm, zs_backend_t be, zs_mem_t mem, int q
         [ZS_WORK_HEAD] = (double)BT * c.V,
         [ZS_WORK_GRADS] = (double)c.n,
         [ZS_WORK_PASS] = 3.0 * (double)c.n,
+        [ZS_WORK_QUANT] = 4.0 * (double)c.n,
     };
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && !rc; i++) {
         rc = zs_bench_time(comm, &c, kinds[i].k, min_s, &secs);
@@ -737,9 +742,10 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
            off.write_bw / 1e9, off.read_bw / 1e9);
     printf("other GPT kernels (B %d, T 32, C 512, V 1024), ns per unit: attention %.4g (per "
            "B T^2 C), GELU %.4g (per element), rest of a block %.4g (per B T C), head %.4g "
-           "(per B T V), gradients %.4g (per parameter), other passes %.4g (per element)\n",
+           "(per B T V), gradients %.4g (per parameter), other passes %.4g (per element), "
+           "ZeRO++'s block quantization %.4g (per element encoded or decoded)\n",
            zs_bench_batch(quick), work_s[0] * 1e9, work_s[1] * 1e9, work_s[2] * 1e9,
-           work_s[3] * 1e9, work_s[4] * 1e9, work_s[5] * 1e9);
+           work_s[3] * 1e9, work_s[4] * 1e9, work_s[5] * 1e9, work_s[ZS_WORK_QUANT] * 1e9);
     if (N > 1) {
         zs_bench_print_fit("reduce-scatter", &rs, N);
         zs_bench_print_fit("allgather", &ag, N);

@@ -720,13 +720,15 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                     : "; the host optimizer's time is left out: give --host-optimizer-rate");
     if (t->kernels_modelled) {
         static const char *const what[ZS_WORK_NKINDS] = {
-            "attention", "GELU", "rest of the blocks", "head", "gradients", "other passes"};
+            "attention", "GELU", "rest of the blocks", "head", "gradients", "other passes",
+            "block quantization"};
         double gemm_s = t->compute_s;
         for (int k = 0; k < ZS_WORK_NKINDS; k++)
             gemm_s -= t->work_s[k];
         fprintf(f, "  compute (kernels as calibrated): GEMMs %.4g s", gemm_s);
         for (int k = 0; k < ZS_WORK_NKINDS; k++)
-            fprintf(f, ", %s %.4g s", what[k], t->work_s[k]);
+            if (k != ZS_WORK_QUANT || t->work_s[k] > 0) /* ZeRO++ alone has codecs */
+                fprintf(f, ", %s %.4g s", what[k], t->work_s[k]);
         fputc('\n', f);
     }
     if (r->flops_per_step > 0)
@@ -884,6 +886,13 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(t, "optimizer_s", json_real(r->time.optimizer_s));
     json_object_set_new(t, "total_s", json_real(r->time.total_s));
     json_object_set_new(t, "flops_per_step", json_real(r->flops_per_step));
+    if (r->time.kernels_modelled) { /* seconds per step of each kernel class */
+        json_t *w = json_object();
+        for (int k = 0; k < ZS_WORK_NKINDS; k++)
+            json_object_set_new(w, zs_work_kind_name((zs_work_kind)k),
+                                json_real(r->time.work_s[k]));
+        json_object_set_new(t, "kernels_s", w);
+    }
     json_object_set_new(t, "gemm_flops", json_real(in->cal.gemm_flops));
     json_object_set_new(t, "alpha_s", json_real(r->time.alpha_s));
     json_object_set_new(t, "beta_bytes_per_s", json_real(r->time.beta));

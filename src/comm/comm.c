@@ -2559,6 +2559,14 @@ static void zs_q4_decode_add(const unsigned char *in, size_t n, float *acc)
     }
 }
 
+void zs_comm_quant_passes(const float *x, size_t n, unsigned char *enc, float *out)
+{
+    zs_q8_encode(x, n, ZS_CT_F32, enc);
+    zs_q8_decode(enc, n, ZS_CT_F32, out);
+    zs_q4_encode(x, n, enc);
+    zs_q4_decode_add(enc, n, out);
+}
+
 /* A collective's temporary of `bytes`: counted in comm_buffers of c's
  * allocator (zs_comm_set_mem) where it has one (a phantom's without
  * storage), else host memory (none for a phantom). */

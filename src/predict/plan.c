@@ -628,6 +628,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         else if (c.deterministic) /* to fixed point, added, back */
             passes += RA * Pp + RA * S + S;
         work[ZS_WORK_PASS] = passes;
+        if (have && in->convention == ZS_PLAN_ZEROSIM) { /* ZeRO++'s codecs */
+            work[ZS_WORK_QUANT] = pr.quant_elems_per_step;
+            work[ZS_WORK_PASS] += pr.quant_pass_elems_per_step;
+        }
     }
     if (c.hierarchical && in->convention == ZS_PLAN_ZEROSIM)
         ZS_TRY(zs_plan_hierarchical(r, &c, N, node_ranks));

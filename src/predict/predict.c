@@ -293,6 +293,19 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
             p->qgz_inter_bytes_node0 += inter;
         }
     }
+    if (sh.stage == 3 && (cfg->quantized_weights || cfg->quantized_gradients)) {
+        int K = cfg->ranks_per_node > 0 && cfg->ranks_per_node < world ? cfg->ranks_per_node
+                                                                        : world;
+        p->quant_elems_per_step =
+            zs_predict_quant_elems(&sh, &prog, cfg->quantized_weights, cfg->quantized_gradients,
+                                   K, &p->quant_pass_elems_per_step);
+        if (p->quant_elems_per_step < 0) {
+            zs_step_program_free(&prog);
+            zs_step_shape_free(&sh);
+            zs_model_destroy(m);
+            ZS_FAIL("out of host memory predicting %d ranks", world);
+        }
+    }
     if (sh.stage == 3 && cfg->hpz_partition_size > 1)
         for (size_t i = 0; i < prog.n; i++)
             if (prog.ops[i].kind == ZS_SOP_GATHER && prog.ops[i].phase != ZS_PHASE_FORWARD) {
@@ -396,6 +409,42 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
     zs_step_shape_free(&sh);
     zs_model_destroy(m);
     return 0;
+}
+
+double zs_predict_quant_elems(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
+                              int qwz, int qgz, int K, double *passes)
+{
+    int N = s->part.world, M = K > 0 ? N / K : 1;
+    double n = 0.0;
+    *passes = 0.0;
+    int *cnt = malloc((size_t)N * sizeof(int));
+    if (!cnt)
+        return -1.0;
+    for (size_t o = 0; o < p->n; o++) {
+        const zs_step_op *op = &p->ops[o];
+        if (qwz && op->kind == ZS_SOP_GATHER && op->phase == ZS_PHASE_FORWARD)
+            for (int g = s->gfirst[op->unit]; g < s->gfirst[op->unit] + s->gn[op->unit]; g++) {
+                zs_step_counts(s, s->granges[g].lo, s->granges[g].hi, cnt, NULL);
+                n += cnt[0]; /* this rank's part encoded */
+                for (int r = 0; r < N; r++)
+                    n += cnt[r]; /* every part decoded */
+            }
+        if (!qgz || op->kind != ZS_SOP_REDUCE)
+            continue;
+        const zs_step_range *b = &s->buckets[op->index];
+        zs_step_counts(s, b->lo, b->hi, cnt, NULL);
+        double total = 0.0, col = 0.0;
+        for (int r = 0; r < N; r++)
+            total += cnt[r];
+        for (int m = 0; m < M; m++)
+            col += cnt[m * K]; /* rank 0's column: the parts mK of every node */
+        /* inside: every part encoded, the column decoded from each of the K;
+         * across: the column's node sums encoded, the own part's M decoded */
+        n += total + K * col + col + M * (double)cnt[0];
+        *passes += total + cnt[0]; /* the fp32 copy, the result converted */
+    }
+    free(cnt);
+    return n;
 }
 
 double zs_predict_qgz_bytes(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,

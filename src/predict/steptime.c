@@ -15,7 +15,8 @@ const char *zs_coll_kind_name(zs_coll_kind k)
 const char *zs_work_kind_name(zs_work_kind k)
 {
     static const char *const names[ZS_WORK_NKINDS] = {"attention", "gelu", "block_elementwise",
-                                                      "head", "grads", "memory_pass"};
+                                                      "head", "grads", "memory_pass",
+                                                      "quantize"};
     return (int)k >= 0 && k < ZS_WORK_NKINDS ? names[k] : "?";
 }
 
