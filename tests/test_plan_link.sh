@@ -173,6 +173,42 @@ else
         ok || bad "intra_copies_use_cores 1: $(cat "$T/e")"
 fi
 
+# 2c. what stage 3's compute hides, phase by phase (overlap_comm): with
+#     hpZ the backward's gathers stay inside the node (copies the cores
+#     make: never hidden), so only the forward's compute (1/3) hides the
+#     forward's gathers across the link; the reduce-scatters run behind the
+#     rest of the backward, except the step's last (it starts when the
+#     backward has ended): of 2 calls (--grad-accum 2, one bucket), one.
+#     Each collective's time by hand from the plan's list; at 4e7 FLOP/s
+#     compute (2.3 s) is between one and three times the forward's gathers
+#     (1.1 s), so both limits bind; at 1e7 it exceeds everything, and only
+#     the last reduce and hpZ's copies stay exposed.
+for g in 4e7 1e7; do
+    sed "s/\"gemm_flops\": 1e12/\"gemm_flops\": $g/; s/}$/, \"intra_copies_use_cores\": true}/" "$T/link.json" > "$T/ph.json"
+    "$ZS" plan --arch gpt --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 128 --micro-batch 2 \
+        --grad-accum 2 --stage 3 --hpz-partition-size 2 --dp 4 --ranks-per-node 2 \
+        --calibration "$T/ph.json" --json > "$T/ph_out.json" 2> "$T/e" || bad "plan hpZ ($g): $(cat "$T/e")"
+    c=$(python3 - "$T/ph_out.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+st, fwd, rs, rs_calls = d["step_time"], 0.0, 0.0, 0
+for c in d["collectives"]:
+    if c["op"] == "allgather" and c["link"] == "world":
+        fwd = c["calls"] * 1e-3 + c["link_bytes"] / 1e6
+    if c["op"] == "reduce_scatter":
+        rs, rs_calls = c["calls"] * 3 * 1e-3 + 3 / 4 * c["full_bytes"] / 1e6, c["calls"]
+assert fwd > 0 and rs > 0 and rs_calls == 2, (fwd, rs, rs_calls)
+comp = st["compute_s"]
+h1 = min(comp / 3, fwd)
+hidden = h1 + min(comp - h1, rs * (1 - 1 / rs_calls))
+want = comp + st["comm_s"] - hidden + 0.003 + st["optimizer_s"]
+print(repr((st["total_s"] - want) / want), repr((st["comm_hidden_s"] - hidden) / hidden))
+EOF
+) || bad "hpZ's phases ($g): $c"
+    set -- $c
+    close "$1" 0 && close "$2" 0 && ok || bad "stage 3 with hpZ, gemm $g: total off by a relative $1, hidden by $2"
+done
+
 # 3. one node: the link's bandwidth moves nothing
 for o in "--dp 4 --ranks-per-node 4" "--dp 4"; do
     a=$("$ZS" plan --params 1e6 --stage 2 $o --calibration "$T/link.json" --json |

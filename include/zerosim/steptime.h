@@ -94,6 +94,14 @@ typedef struct {
                           unit's part of each rank's flat shard:
                           zs_prediction.ag_link_bytes_per_step); 0: equal
                           parts, K(N-K)/N of S */
+    /* stage 3 with overlap_comm (zs_steptime_input.overlap 2): what compute
+     * can hide of this collective's time. fwd_only: it runs in the forward
+     * phase alone (hpZ's forward gathers: the backward's stay inside the
+     * node), so only the forward's compute hides it; exposed_frac: the part
+     * no compute hides (the reduce of the step's last bucket, which starts
+     * when the backward has ended) */
+    int fwd_only;
+    double exposed_frac;
 } zs_steptime_coll;
 
 /* The kernels of a GPT that are not GEMMs, by how their time scales; a
@@ -173,8 +181,12 @@ typedef struct {
                                        hidden */
     int overlap;                    /* 0: communication after compute; 1: all
                                        of it hides behind compute (the best
-                                       case); 2: what the links allow hides
-                                       (see intra_copies_use_cores) */
+                                       case); 2: what the links and the
+                                       phases allow hides (see
+                                       intra_copies_use_cores and
+                                       zs_steptime_coll.fwd_only) */
+    double fwd_compute_frac;        /* the forward's share of compute (1/3,
+                                       1/4 with recomputation); 0: 1/3 */
     /* offload: bytes per device per step between device and host, and to
      * and from files; the host optimizer's elements (the device's
      * optimizer_elems are then 0). Serial with the rest of the step. */
@@ -193,10 +205,12 @@ typedef struct {
                                        (each 0 unless its rate is given) */
     double comm_s;                  /* sum over the collectives */
     double comm_inter_s;            /* of which over links between nodes */
-    double comm_exposed_s;          /* of comm_s, what overlap cannot hide:
-                                       all of it without overlap, the
+    double comm_hidden_s;           /* of comm_s, what runs behind compute */
+    double comm_exposed_s;          /* of comm_s, the rest: all of it without
+                                       overlap; with stage 3's, at least the
                                        intra-node part when the cores make
-                                       those copies */
+                                       those copies and the last bucket's
+                                       reduce */
     double scalars_s;               /* the small collectives (scalar_calls α) */
     int overlapped;                 /* 1: compute and communication overlapped */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */

@@ -699,15 +699,19 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
         fprintf(f, " + small collectives %.4g s", t->scalars_s);
     if (t->optimizer_s > 0)
         fprintf(f, " + optimizer %.4g s", t->optimizer_s);
-    fprintf(f, " = %.4g s%s\n", t->total_s,
-            !t->overlapped ? ""
-            : in->overlap  ? " (overlapped: the larger of the first two)"
-            : t->comm_exposed_s <= 0 ? " (stage 3 with overlap_comm: the larger of the first two)"
-            : t->comm_inter_s > 0
-                ? " (stage 3 with overlap_comm: compute hides the communication between nodes, "
-                  "not the copies inside a node, which the ranks' cores make)"
-                : " (stage 3 with overlap_comm: nothing hidden, the ranks' cores make the "
-                  "copies inside a node)");
+    fprintf(f, " = %.4g s", t->total_s);
+    if (t->overlapped && in->overlap)
+        fprintf(f, " (overlapped: the larger of the first two)");
+    else if (t->overlapped)
+        fprintf(f, " (stage 3 with overlap_comm: %.4g s of the communication behind compute)",
+                t->comm_hidden_s);
+    fputc('\n', f);
+    if (t->overlapped && !in->overlap)
+        fprintf(f, "  overlap: the forward's compute beside the forward's gathers, the rest beside "
+                "the backward's gathers and reduces, never the last bucket's reduce (it starts "
+                "when the backward ends)%s\n",
+                in->cal.intra_copies_use_cores ? " nor the copies inside a node, which the "
+                                                 "ranks' cores make" : "");
     if (t->scalars_s > 0)
         fprintf(f, "  small collectives: the loss, the overflow flag and the gradient norm, 3 per "
                 "step at alpha %.3g s each\n", t->alpha_s);
@@ -883,6 +887,7 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
     json_object_set_new(t, "scalars_s", json_real(r->time.scalars_s));
     json_object_set_new(t, "overlapped", json_boolean(r->time.overlapped));
     json_object_set_new(t, "comm_exposed_s", json_real(r->time.comm_exposed_s));
+    json_object_set_new(t, "comm_hidden_s", json_real(r->time.comm_hidden_s));
     json_object_set_new(t, "optimizer_s", json_real(r->time.optimizer_s));
     json_object_set_new(t, "total_s", json_real(r->time.total_s));
     json_object_set_new(t, "flops_per_step", json_real(r->flops_per_step));

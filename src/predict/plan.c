@@ -451,6 +451,7 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         /* the step program's collectives, as a run makes them */
         int K = node_ranks, M = N / node_ranks;
         double hz = (double)pr.ag_hpz_bytes_per_step;
+        int red0 = r->ncolls; /* the gradient reductions start here */
         if (c.compression.kind != ZS_COMP_NONE)
             zs_plan_add_coll(r, ZS_COLL_ALLTOALL,
                              N > 1 ? pr.a2a_bytes_rank0 * N / (N - 1) : 0.0,
@@ -466,11 +467,18 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
                              (double)pr.rs_bytes_per_step * (c.deterministic ? 1.0 : g / p),
                              pr.rs_calls_per_step, N);
+        /* stage 3 overlaps a bucket's reduce with the rest of the backward:
+         * the step's last, which starts when the backward has ended, does
+         * not hide */
+        for (int i = red0; st == 3 && i < r->ncolls; i++)
+            r->colls[i].exposed_frac = r->colls[i].calls > 0 ? 1.0 / r->colls[i].calls : 1.0;
         if (r->zeropp && hz > 0) { /* hpZ: the backward gathers inside the node */
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (double)pr.ag_bytes_per_step - hz,
                              pr.ag_calls_per_step - pr.ag_hpz_calls_per_step, N);
-            if ((double)pr.ag_bytes_per_step - hz > 0)
+            if ((double)pr.ag_bytes_per_step - hz > 0) {
                 r->colls[r->ncolls - 1].link_bytes = pr.ag_link_bytes_per_step;
+                r->colls[r->ncolls - 1].fwd_only = 1; /* the forward's gathers */
+            }
             zs_plan_add_group(r, ZS_COLL_ALLGATHER, hz, pr.ag_hpz_calls_per_step,
                               c.hpz_partition_size, 1);
         } else {
@@ -662,6 +670,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                             /* the loss, the overflow flag and the gradient
                              * norm: three small collectives per step */
                             .scalar_calls = in->convention == ZS_PLAN_ZEROSIM ? 3.0 : 0.0,
+                            /* forward 2 of 6 FLOPs a token; recomputed
+                             * blocks run their forward again in the
+                             * backward (2 of 8) */
+                            .fwd_compute_frac = r->recompute ? 0.25 : 1.0 / 3.0,
                             .optimizer_elems = st == 0 ? Pp : Pp / N,
                             .gemm_flops_per_step = gemm,
                             .host_bytes = r->d2h_bytes + r->h2d_bytes,

@@ -60,6 +60,7 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
     out->beta = out->inter_node ? c->inter_bandwidth : c->intra_bandwidth;
     ZS_TRY(zs_steptime_check("the optimizer's rate", c->optimizer_elems_per_s, 1));
     ZS_TRY(zs_steptime_check("the optimizer's elements", in->optimizer_elems, 1));
+    double hide_fwd = 0.0, hide_any = 0.0; /* overlap 2: hideable seconds */
     for (int i = 0; i < in->ncolls; i++) {
         const zs_steptime_coll *k = &in->colls[i];
         if ((int)k->kind < 0 || k->kind >= ZS_COLL_NKINDS)
@@ -95,6 +96,15 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
         out->comm_s += t;
         if (inter)
             out->comm_inter_s += t;
+        /* overlap 2: a collective across the network link runs beside
+         * compute (one inside a node too where copy engines make it) */
+        if (in->overlap == 2 && (inter || !c->intra_copies_use_cores)) {
+            double h = t * (1.0 - (k->exposed_frac > 0 ? k->exposed_frac : 0.0));
+            if (k->fwd_only)
+                hide_fwd += h;
+            else
+                hide_any += h;
+        }
     }
     out->kernels_modelled = in->gemm_flops_per_step > 0;
     for (int k = 0; k < ZS_WORK_NKINDS; k++) {
@@ -124,12 +134,21 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
     if (in->world > 1)
         out->scalars_s = in->scalar_calls * out->alpha_s;
     out->overlapped = in->overlap != 0;
-    double hideable = !in->overlap                              ? 0.0
-                      : in->overlap == 2 && c->intra_copies_use_cores ? out->comm_inter_s
-                                                                      : out->comm_s;
-    out->comm_exposed_s = out->comm_s - hideable;
-    out->total_s = fmax(out->compute_s, hideable) + out->comm_exposed_s + out->scalars_s +
-                   out->optimizer_s + out->offload_s;
+    /* the compute that runs beside the communication: all of it with
+     * --overlap; in stage 3, the forward's beside the forward's gathers
+     * alone, and what is left beside the rest */
+    double hidden = 0.0;
+    if (in->overlap == 1) {
+        hidden = fmin(out->compute_s, out->comm_s);
+    } else if (in->overlap == 2) {
+        double fc = in->fwd_compute_frac > 0 ? in->fwd_compute_frac : 1.0 / 3.0;
+        double h1 = fmin(fc * out->compute_s, hide_fwd);
+        hidden = h1 + fmin(out->compute_s - h1, hide_any);
+    }
+    out->comm_hidden_s = hidden;
+    out->comm_exposed_s = out->comm_s - hidden;
+    out->total_s = out->compute_s + out->comm_exposed_s + out->scalars_s + out->optimizer_s +
+                   out->offload_s;
     return 0;
 }
 
