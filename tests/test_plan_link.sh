@@ -10,7 +10,8 @@
 #    3, whose parts are a unit's overlap with each rank's shard, the bytes
 #    of the busiest direction of any node's link instead;
 #  * the step's three small collectives (loss, overflow flag, norm): alpha
-#    each; stage 3 (overlap_comm): the larger of compute and communication;
+#    each; stage 3 (overlap_comm): compute hides what the links and the
+#    phases allow (2c);
 #  * a group between nodes (qgZ's second level, one group per local index,
 #    all K at once): (n-1)/n S / (L/K);
 #  * without the link's bandwidth, every rank has beta of its own (as before);
@@ -177,16 +178,17 @@ fi
 #     hpZ the backward's gathers stay inside the node (copies the cores
 #     make: never hidden), so only the forward's compute (1/3) hides the
 #     forward's gathers across the link; the reduce-scatters run behind the
-#     rest of the backward, except the step's last (it starts when the
-#     backward has ended): of 2 calls (--grad-accum 2, one bucket), one.
+#     rest of the backward, except each micro-batch's last (waited for when
+#     its backward has ended): of 6 calls (--grad-accum 2, 3 buckets), 2.
 #     Each collective's time by hand from the plan's list; at 4e7 FLOP/s
 #     compute (2.3 s) is between one and three times the forward's gathers
 #     (1.1 s), so both limits bind; at 1e7 it exceeds everything, and only
-#     the last reduce and hpZ's copies stay exposed.
+#     the last reduces and hpZ's copies stay exposed.
+printf '{"zero_optimization": {"stage": 3, "reduce_bucket_size": 60000}}\n' > "$T/rb.json"
 for g in 4e7 1e7; do
     sed "s/\"gemm_flops\": 1e12/\"gemm_flops\": $g/; s/}$/, \"intra_copies_use_cores\": true}/" "$T/link.json" > "$T/ph.json"
-    "$ZS" plan --arch gpt --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 128 --micro-batch 2 \
-        --grad-accum 2 --stage 3 --hpz-partition-size 2 --dp 4 --ranks-per-node 2 \
+    "$ZS" plan --config "$T/rb.json" --arch gpt --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 128 \
+        --micro-batch 2 --grad-accum 2 --stage 3 --hpz-partition-size 2 --dp 4 --ranks-per-node 2 \
         --calibration "$T/ph.json" --json > "$T/ph_out.json" 2> "$T/e" || bad "plan hpZ ($g): $(cat "$T/e")"
     c=$(python3 - "$T/ph_out.json" <<'EOF'
 import json, sys
@@ -197,10 +199,10 @@ for c in d["collectives"]:
         fwd = c["calls"] * 1e-3 + c["link_bytes"] / 1e6
     if c["op"] == "reduce_scatter":
         rs, rs_calls = c["calls"] * 3 * 1e-3 + 3 / 4 * c["full_bytes"] / 1e6, c["calls"]
-assert fwd > 0 and rs > 0 and rs_calls == 2, (fwd, rs, rs_calls)
+assert fwd > 0 and rs > 0 and rs_calls == 6, (fwd, rs, rs_calls)
 comp = st["compute_s"]
 h1 = min(comp / 3, fwd)
-hidden = h1 + min(comp - h1, rs * (1 - 1 / rs_calls))
+hidden = h1 + min(comp - h1, rs * (1 - 2 / rs_calls))
 want = comp + st["comm_s"] - hidden + 0.003 + st["optimizer_s"]
 print(repr((st["total_s"] - want) / want), repr((st["comm_hidden_s"] - hidden) / hidden))
 EOF
@@ -270,4 +272,14 @@ F=$(js "$T/q_plain.json" "sum(c['full_bytes'] for c in d['collectives'] if c['op
 c=$(js "$T/q_qwz.json" "d['step_time']['kernels_s']['quantize'] / 2e-9")
 awk -v q="$c" -v f="$F" 'BEGIN { exit !(f > 0 && q > f && q <= 2 * f) }' && ok ||
     bad "qwZ's codecs: $c elements, not between F = $F and 2F"
+# a calibration from before the codecs (no "quantize"): still plans
+# without ZeRO++'s codecs, and a plan that needs them is refused with one line
+sed 's/, "quantize": 2e-9//' "$T/k.json" > "$T/k_old.json"
+"$ZS" plan $Q --calibration "$T/k_old.json" > "$T/o" 2> "$T/e" && ok ||
+    bad "stage 3 with a calibration without quantize: $(cat "$T/e")"
+if "$ZS" plan $Q --calibration "$T/k_old.json" --quantized-gradients > "$T/o" 2> "$T/e"; then
+    bad "qgZ planned without a codec rate"
+else
+    [ "$(wc -l < "$T/e")" = 1 ] && grep -q 'quantize' "$T/e" && ok || bad "qgZ without quantize: $(cat "$T/e")"
+fi
 finish

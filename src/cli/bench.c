@@ -805,7 +805,7 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
         json_object_set_new(root, "ranks_per_node", json_integer(K));
         json_object_set_new(root, "note",
                             json_string(K > 1 ? "intra_*: the collectives among each node's "
-                                                "ranks; inter_*: among one rank per node"
+                                                "ranks; inter_*: the node link's fit (link)"
                                               : "one rank per node: intra_* repeat the whole "
                                                 "world's fit; inter_*: among one rank per node"));
         if (K > 1) {

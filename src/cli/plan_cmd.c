@@ -707,9 +707,9 @@ static void zs_plan_print_one(FILE *f, const zs_plan_cli *cl, const zs_plan_inpu
                 t->comm_hidden_s);
     fputc('\n', f);
     if (t->overlapped && !in->overlap)
-        fprintf(f, "  overlap: the forward's compute beside the forward's gathers, the rest beside "
-                "the backward's gathers and reduces, never the last bucket's reduce (it starts "
-                "when the backward ends)%s\n",
+        fprintf(f, "  overlap: compute hides the gathers and the reduce-scatters (with a model's "
+                "step program: with hpZ the forward's gathers behind the forward's compute "
+                "alone; never a micro-batch's last bucket nor an all-to-all)%s\n",
                 in->cal.intra_copies_use_cores ? " nor the copies inside a node, which the "
                                                  "ranks' cores make" : "");
     if (t->scalars_s > 0)

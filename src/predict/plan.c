@@ -467,11 +467,15 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
             zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
                              (double)pr.rs_bytes_per_step * (c.deterministic ? 1.0 : g / p),
                              pr.rs_calls_per_step, N);
-        /* stage 3 overlaps a bucket's reduce with the rest of the backward:
-         * the step's last, which starts when the backward has ended, does
-         * not hide */
+        /* stage 3 overlaps a bucket's reduce-scatter with the rest of the
+         * backward: the last of each micro-batch, waited for when its
+         * backward has ended, does not hide (RA of the calls); qgZ's and
+         * compression's all-to-alls complete when called, so none hides */
         for (int i = red0; st == 3 && i < r->ncolls; i++)
-            r->colls[i].exposed_frac = r->colls[i].calls > 0 ? 1.0 / r->colls[i].calls : 1.0;
+            r->colls[i].exposed_frac =
+                r->colls[i].kind == ZS_COLL_REDUCE_SCATTER && r->colls[i].calls > RA
+                    ? RA / r->colls[i].calls
+                    : 1.0;
         if (r->zeropp && hz > 0) { /* hpZ: the backward gathers inside the node */
             zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (double)pr.ag_bytes_per_step - hz,
                              pr.ag_calls_per_step - pr.ag_hpz_calls_per_step, N);

@@ -110,7 +110,11 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
     for (int k = 0; k < ZS_WORK_NKINDS; k++) {
         ZS_TRY(zs_steptime_check("a kernel's seconds per unit", c->work_s[k], 1));
         ZS_TRY(zs_steptime_check("a kernel's work", in->work[k], 1));
-        if (c->work_s[k] <= 0)
+        if (k == ZS_WORK_QUANT && c->work_s[k] <= 0 && in->work[k] > 0 &&
+            in->gemm_flops_per_step > 0 && c->work_s[ZS_WORK_PASS] > 0)
+            ZS_FAIL("the calibration has no rate for ZeRO++'s block quantization (work_s "
+                    "\"quantize\"): run zerosim bench again to measure it");
+        if (c->work_s[k] <= 0 && k != ZS_WORK_QUANT)
             out->kernels_modelled = 0;
     }
     if (out->kernels_modelled) {
@@ -235,6 +239,8 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
     }
     for (int k = 0; w && k < ZS_WORK_NKINDS; k++) {
         json_t *v = json_is_object(w) ? json_object_get(w, zs_work_kind_name((zs_work_kind)k)) : NULL;
+        if (json_is_object(w) && !v && k == ZS_WORK_QUANT)
+            continue; /* older than the codecs: refused only by a plan that needs them */
         if (json_is_object(w) && !v) { /* from an older zerosim bench */
             json_decref(root);
             ZS_FAIL("calibration %s: \"work_s\" has no \"%s\"; run zerosim bench again to "
