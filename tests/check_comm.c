@@ -12,6 +12,7 @@
 #include "zerosim/backend.h"
 #include "zerosim/comm.h"
 #include "zerosim/mesh.h"
+#include "mpi_suite.h"
 
 static zs_comm_t comm;
 
@@ -219,21 +220,11 @@ int main(int argc, char **argv)
         return 1;
     Suite *s = suite_create("comm");
     TCase *tc = tcase_create("collectives");
-    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_reduce_scatter);
     tcase_add_test(tc, test_allgatherv);
     tcase_add_test(tc, test_ledger);
     tcase_add_test(tc, test_split);
     tcase_add_test(tc, test_mesh);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, zs_comm_rank(comm) == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    int any = 0;
-    if (zs_comm_agree(comm, failed != 0, 60.0, &any))
-        any = 1;
-    zs_comm_finalize(comm);
-    return any ? EXIT_FAILURE : EXIT_SUCCESS;
+    return zs_test_run_mpi_suite(s, comm);
 }

@@ -28,6 +28,7 @@
 #include "zerosim/error.h"
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
+#include "mpi_suite.h"
 
 static zs_comm_t world;
 
@@ -254,17 +255,7 @@ int main(int argc, char **argv)
         return 1;
     Suite *s = suite_create("ep");
     TCase *tc = tcase_create("expert parallelism");
-    tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_ep_equals_ep1, 0, 2);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, zs_comm_rank(world) == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    int any = 0;
-    if (zs_comm_agree(world, failed != 0, 60.0, &any))
-        any = 1;
-    zs_comm_finalize(world);
-    return any ? EXIT_FAILURE : EXIT_SUCCESS;
+    return zs_test_run_mpi_suite(s, world);
 }

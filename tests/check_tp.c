@@ -24,6 +24,7 @@
 #include "zerosim/mesh.h"
 #include "zerosim/model.h"
 #include "zerosim/zero.h"
+#include "mpi_suite.h"
 
 static zs_comm_t world;
 
@@ -292,19 +293,9 @@ int main(int argc, char **argv)
         return 1;
     Suite *s = suite_create("tp");
     TCase *tc = tcase_create("tensor parallelism");
-    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_sizes);
     tcase_add_loop_test(tc, test_finite_differences, 0, 2);
     tcase_add_test(tc, test_tp_equals_tp1);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, zs_comm_rank(world) == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    int any = 0;
-    if (zs_comm_agree(world, failed != 0, 60.0, &any))
-        any = 1;
-    zs_comm_finalize(world);
-    return any ? EXIT_FAILURE : EXIT_SUCCESS;
+    return zs_test_run_mpi_suite(s, world);
 }
