@@ -105,6 +105,14 @@ START_TEST(test_block_cache)
         nonzero += p[i] != 0;
     ck_assert_uint_eq(nonzero, 0);
     zs_mem_free(m, ZS_MEM_COMM_BUFFERS, b, big);
+    /* the threshold: 64 KiB is kept, a byte less is not */
+    const size_t edge = (size_t)64 << 10;
+    ck_assert_int_eq(zs_mem_alloc(m, ZS_MEM_COMM_BUFFERS, edge - 1, &b), 0);
+    zs_mem_free(m, ZS_MEM_COMM_BUFFERS, b, edge - 1);
+    ck_assert_uint_eq(zs_mem_cached_bytes(m), big);
+    ck_assert_int_eq(zs_mem_alloc(m, ZS_MEM_COMM_BUFFERS, edge, &b), 0);
+    zs_mem_free(m, ZS_MEM_COMM_BUFFERS, b, edge);
+    ck_assert_uint_eq(zs_mem_cached_bytes(m), big + edge);
 #endif
     /* the capacity counts the ledger: a block of another size still fits
      * beside the cached one */
