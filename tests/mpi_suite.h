@@ -21,8 +21,10 @@
 static inline int zs_test_run_mpi_suite(Suite *s, zs_comm_t world)
 {
     int me = zs_comm_rank(world);
-    /* a rank left waiting by another's failed test stops within this
-     * (no wait in these suites comes near it) */
+    /* a rank left in a collective by another's failed test (one that the
+     * agreement below cannot reach: the failing rank is itself stuck in a
+     * later test) stops the job after this; no wait in these suites comes
+     * near it */
     zs_comm_set_timeout(world, 120.0);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

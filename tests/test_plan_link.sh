@@ -254,8 +254,8 @@ fi
 #    (elements 0-27,583) encodes its parts: all of unit 0 (10,240), unit 1's
 #    elements 10,240-27,583 (17,344) and the embedding in unit 3 (8,192),
 #    35,776. Two micro-batches: 2 x (118,528 + 35,776) = 308,608 elements.
-#    The 118,528 is also half of plain stage 3's gathered elements (forward
-#    and backward gather the same units).
+#    Plain stage 3 gathers twice as much a step (forward and backward gather
+#    the same units): 4 x 118,528, of which F = 2 x 118,528 is the forward's.
 cat > "$T/k.json" <<'EOF'
 {"gemm_flops": 1e12, "intra_latency_s": 0, "intra_bandwidth": 1e9,
  "inter_latency_s": 1e-3, "inter_bandwidth": 0.25e6, "inter_link_bandwidth": 1e6,
