@@ -249,7 +249,7 @@ int zs_comm_set_backend(zs_comm_t c, zs_backend_t be);
  * registered ring scratch is smaller than 2 * max(counts) elements, a
  * scratch of that size, for the call; qgZ's fp32 copy of the buffer, node
  * sums, result and encoded all-to-all buffers, for the call (sizes in
- * src/comm/comm.c, zs_comm_qgz). NULL (the default): host memory outside
+ * src/comm/comm_zeropp.c, zs_comm_qgz). NULL (the default): host memory outside
  * the accounting. Staged (device buffers), the hierarchical
  * reduce-scatter's node sums are counted on the device and computed in a
  * host temporary outside the accounting, like the staging copies. Not

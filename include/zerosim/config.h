@@ -19,6 +19,27 @@
 extern "C" {
 #endif
 
+/* Bounds of the options that `zerosim train` (src/cli/main.c), `zerosim plan`
+ * (src/cli/plan_cmd.c) and zs_run_config_finalize share: one home for each
+ * option's smallest and largest value, so that the commands agree. */
+#define ZS_BOUND_LAYERS_MAX 4096        /* --layers (the MLP's: ZS_MLP_MAX_HIDDEN) */
+#define ZS_BOUND_HIDDEN_MAX (1 << 20)   /* --hidden, --widths */
+#define ZS_BOUND_HEADS_MAX (1 << 16)    /* --heads */
+#define ZS_BOUND_VOCAB_MIN 2            /* --vocab */
+#define ZS_BOUND_VOCAB_MAX (1 << 20)
+#define ZS_BOUND_SEQ_MAX (1 << 20)      /* --seq of a model */
+#define ZS_BOUND_PLAN_SEQ_MAX (1 << 24) /* plan --params --seq: a count, no model built */
+#define ZS_BOUND_BATCH_MAX (1 << 20)    /* --micro-batch, --grad-accum */
+#define ZS_BOUND_TP_MAX (1 << 16)       /* --tp */
+#define ZS_BOUND_PP_MAX (1 << 16)       /* --pp */
+#define ZS_BOUND_RANKS_MAX (1 << 20)    /* ranks: --world-size, --ranks-per-node, hpZ, nodes */
+#define ZS_BOUND_MOE_EXPERTS_MAX 4096   /* --moe-experts (0: no mixture of experts) */
+#define ZS_BOUND_MOE_EVERY_MAX 4096     /* --moe-every */
+#define ZS_BOUND_MOE_TOP_K_MAX 2        /* --moe-top-k */
+#define ZS_BOUND_EP_MAX 256             /* --ep, moe.ep_size: an expert-parallel group's ranks */
+#define ZS_BOUND_VIRTUAL_STAGES_MAX 4096 /* --virtual-stages */
+#define ZS_BOUND_CKPT_EVERY_MAX 4096    /* --checkpoint-activations every:K */
+
 typedef enum { ZS_OPT_ADAMW = 0, ZS_OPT_SGD = 1 } zs_optim_kind;
 typedef enum {
     ZS_SCHED_CONSTANT = 0,    /* no scheduler section */

@@ -410,7 +410,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
             ZS_FAIL("--model must be \"mlp\" or \"gpt\", got \"%s\"", s);
     }
     if ((s = cli->val[OPT_LAYERS])) {
-        ZS_TRY(zs_parse_int(OPT_LAYERS, s, 0, 4096, &v));
+        ZS_TRY(zs_parse_int(OPT_LAYERS, s, 0, ZS_BOUND_LAYERS_MAX, &v));
         if (mc->kind == ZS_MODEL_GPT && v < 1)
             ZS_FAIL("--layers must be at least 1 for the GPT, got \"%s\"", s);
         if (v > ZS_MLP_MAX_HIDDEN && mc->kind == ZS_MODEL_MLP)
@@ -419,7 +419,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         mc->n_hidden = v > ZS_MLP_MAX_HIDDEN ? ZS_MLP_MAX_HIDDEN : (int)v;
     }
     if ((s = cli->val[OPT_HIDDEN])) {
-        ZS_TRY(zs_parse_int(OPT_HIDDEN, s, 1, 1 << 20, &v));
+        ZS_TRY(zs_parse_int(OPT_HIDDEN, s, 1, ZS_BOUND_HIDDEN_MAX, &v));
         mc->n_embd = (int)v;
         for (int i = 0; i < ZS_MLP_MAX_HIDDEN; i++)
             mc->widths[i] = (int)v;
@@ -431,7 +431,7 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
             char *end;
             errno = 0;
             long w = strtol(p, &end, 10);
-            if (end == p || errno || w < 1 || w > 1 << 20 || (*end && *end != ',') ||
+            if (end == p || errno || w < 1 || w > ZS_BOUND_HIDDEN_MAX || (*end && *end != ',') ||
                 n >= ZS_MLP_MAX_HIDDEN)
                 ZS_FAIL("--widths must be up to %d comma-separated positive integers, got \"%s\"",
                         ZS_MLP_MAX_HIDDEN, s);
@@ -441,23 +441,23 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
         mc->n_hidden = n;
     }
     static const struct { int id; long lo, hi; size_t off; } ints[] = {
-        {OPT_HEADS, 1, 1 << 16, offsetof(zs_run_config, model.n_head)},
-        {OPT_SEQ, 1, 1 << 20, offsetof(zs_run_config, model.seq_len)},
-        {OPT_VOCAB, 2, 1 << 20, offsetof(zs_run_config, model.vocab)},
+        {OPT_HEADS, 1, ZS_BOUND_HEADS_MAX, offsetof(zs_run_config, model.n_head)},
+        {OPT_SEQ, 1, ZS_BOUND_SEQ_MAX, offsetof(zs_run_config, model.seq_len)},
+        {OPT_VOCAB, ZS_BOUND_VOCAB_MIN, ZS_BOUND_VOCAB_MAX, offsetof(zs_run_config, model.vocab)},
         {OPT_INPUT_DIM, 1, 1 << 20, offsetof(zs_run_config, model.input_dim)},
         {OPT_CLASSES, 2, 1 << 20, offsetof(zs_run_config, model.n_classes)},
         {OPT_STEPS, 1, 100000000, offsetof(zs_run_config, steps)},
-        {OPT_MICRO_BATCH, 1, 1 << 20, offsetof(zs_run_config, micro_batch)},
-        {OPT_GRAD_ACCUM, 1, 1 << 20, offsetof(zs_run_config, grad_accum)},
+        {OPT_MICRO_BATCH, 1, ZS_BOUND_BATCH_MAX, offsetof(zs_run_config, micro_batch)},
+        {OPT_GRAD_ACCUM, 1, ZS_BOUND_BATCH_MAX, offsetof(zs_run_config, grad_accum)},
         {OPT_TRAIN_BATCH, 1, INT_MAX, offsetof(zs_run_config, train_batch_size)},
         {OPT_WARMUP, 0, 100000000, offsetof(zs_run_config, warmup_steps)},
         {OPT_STAGE, 0, 3, offsetof(zs_run_config, stage)},
-        {OPT_MOE_EXPERTS, 0, 4096, offsetof(zs_run_config, model.moe_experts)},
-        {OPT_MOE_EVERY, 1, 4096, offsetof(zs_run_config, model.moe_every)},
-        {OPT_MOE_TOP_K, 1, 2, offsetof(zs_run_config, model.moe_top_k)},
+        {OPT_MOE_EXPERTS, 0, ZS_BOUND_MOE_EXPERTS_MAX, offsetof(zs_run_config, model.moe_experts)},
+        {OPT_MOE_EVERY, 1, ZS_BOUND_MOE_EVERY_MAX, offsetof(zs_run_config, model.moe_every)},
+        {OPT_MOE_TOP_K, 1, ZS_BOUND_MOE_TOP_K_MAX, offsetof(zs_run_config, model.moe_top_k)},
         {OPT_MIN_CAPACITY, 0, 1 << 24, offsetof(zs_run_config, model.moe_min_capacity)},
-        {OPT_EP, 1, 256, offsetof(zs_run_config, ep)},
-        {OPT_VIRTUAL_STAGES, 1, 4096, offsetof(zs_run_config, virtual_stages)},
+        {OPT_EP, 1, ZS_BOUND_EP_MAX, offsetof(zs_run_config, ep)},
+        {OPT_VIRTUAL_STAGES, 1, ZS_BOUND_VIRTUAL_STAGES_MAX, offsetof(zs_run_config, virtual_stages)},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if ((s = cli->val[ints[i].id])) {
@@ -501,11 +501,11 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     if (cli->val[OPT_NO_EF])
         c->error_feedback = 0;
     if ((s = cli->val[OPT_TP])) {
-        ZS_TRY(zs_parse_int(OPT_TP, s, 1, 1 << 16, &v));
+        ZS_TRY(zs_parse_int(OPT_TP, s, 1, ZS_BOUND_TP_MAX, &v));
         c->tp = (int)v;
     }
     if ((s = cli->val[OPT_PP])) {
-        ZS_TRY(zs_parse_int(OPT_PP, s, 1, 1 << 16, &v));
+        ZS_TRY(zs_parse_int(OPT_PP, s, 1, ZS_BOUND_PP_MAX, &v));
         c->pp = (int)v;
     }
     if (cli->val[OPT_SP])
@@ -521,11 +521,11 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     if (cli->val[OPT_QGZ])
         c->quantized_gradients = 1;
     if ((s = cli->val[OPT_HPZ])) {
-        ZS_TRY(zs_parse_int(OPT_HPZ, s, 1, 1 << 20, &v));
+        ZS_TRY(zs_parse_int(OPT_HPZ, s, 1, ZS_BOUND_RANKS_MAX, &v));
         c->hpz_partition_size = (int)v;
     }
     if ((s = cli->val[OPT_RPN])) {
-        ZS_TRY(zs_parse_int(OPT_RPN, s, 1, 1 << 20, &v));
+        ZS_TRY(zs_parse_int(OPT_RPN, s, 1, ZS_BOUND_RANKS_MAX, &v));
         c->ranks_per_node = (int)v;
     }
     if ((s = cli->val[OPT_OFFLOAD_OPT]) && zs_offload_parse(s, &c->offload_optimizer))
@@ -563,8 +563,9 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
             char *end;
             errno = 0;
             long k = strtol(s + 6, &end, 10);
-            if (end == s + 6 || *end || errno || k < 1 || k > 4096)
-                ZS_FAIL("--checkpoint-activations every:K needs K between 1 and 4096, got \"%s\"", s);
+            if (end == s + 6 || *end || errno || k < 1 || k > ZS_BOUND_CKPT_EVERY_MAX)
+                ZS_FAIL("--checkpoint-activations every:K needs K between 1 and %d, got \"%s\"",
+                        ZS_BOUND_CKPT_EVERY_MAX, s);
             c->checkpoint_mode = ZS_CKPT_EVERY;
             c->checkpoint_value = (int)k;
         } else {
@@ -933,7 +934,7 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
             return 2;
         }
         if (cli.val[OPT_WORLD_SIZE] &&
-            zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, 1 << 20, &v))
+            zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, ZS_BOUND_RANKS_MAX, &v))
             goto fail;
         world = *phantom_world = (int)v;
         *print_program = cli.val[OPT_PRINT_CONFIG] ? 2 : 1;
@@ -969,7 +970,7 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
                         "(the bytes it reports do not depend on the device)\n");
             return 2;
         }
-        if (zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, 1 << 20, &v))
+        if (zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, ZS_BOUND_RANKS_MAX, &v))
             goto fail;
         world = *phantom_world = (int)v;
     }

@@ -327,18 +327,18 @@ static int zs_plan_apply(zs_plan_cli *cl)
                 ZS_FAIL("--%s describes a GPT: use it with --arch gpt, not --params",
                         zs_plan_opt_name(arch_only[i]));
         if (v[P_SEQ])
-            ZS_TRY(zs_plan_int(P_SEQ, v[P_SEQ], 1, 1 << 24, &in->seq_len));
+            ZS_TRY(zs_plan_int(P_SEQ, v[P_SEQ], 1, ZS_BOUND_PLAN_SEQ_MAX, &in->seq_len));
     } else if (v[P_ARCH] || v[P_CONFIG]) {
         if (v[P_ARCH] && strcmp(v[P_ARCH], "gpt"))
             ZS_FAIL("--arch must be \"gpt\", got \"%s\"", v[P_ARCH]);
         in->has_arch = 1;
         c->model.kind = ZS_MODEL_GPT;
         static const struct { int id, lo, hi; size_t off; } dims[] = {
-            {P_LAYERS, 1, 4096, offsetof(zs_model_config, n_layer)},
-            {P_HIDDEN, 1, 1 << 20, offsetof(zs_model_config, n_embd)},
-            {P_HEADS, 1, 1 << 16, offsetof(zs_model_config, n_head)},
-            {P_VOCAB, 2, 1 << 20, offsetof(zs_model_config, vocab)},
-            {P_SEQ, 1, 1 << 20, offsetof(zs_model_config, seq_len)},
+            {P_LAYERS, 1, ZS_BOUND_LAYERS_MAX, offsetof(zs_model_config, n_layer)},
+            {P_HIDDEN, 1, ZS_BOUND_HIDDEN_MAX, offsetof(zs_model_config, n_embd)},
+            {P_HEADS, 1, ZS_BOUND_HEADS_MAX, offsetof(zs_model_config, n_head)},
+            {P_VOCAB, ZS_BOUND_VOCAB_MIN, ZS_BOUND_VOCAB_MAX, offsetof(zs_model_config, vocab)},
+            {P_SEQ, 1, ZS_BOUND_SEQ_MAX, offsetof(zs_model_config, seq_len)},
         };
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
             if (!v[dims[i].id] && v[P_CONFIG])
@@ -352,16 +352,19 @@ static int zs_plan_apply(zs_plan_cli *cl)
         if (c->model.n_embd % c->model.n_head)
             ZS_FAIL("--heads (%d) must divide --hidden (%d)", c->model.n_head, c->model.n_embd);
         if (v[P_MOE_EXPERTS])
-            ZS_TRY(zs_plan_int(P_MOE_EXPERTS, v[P_MOE_EXPERTS], 0, 4096, &c->model.moe_experts));
+            ZS_TRY(zs_plan_int(P_MOE_EXPERTS, v[P_MOE_EXPERTS], 0, ZS_BOUND_MOE_EXPERTS_MAX,
+                               &c->model.moe_experts));
         if (v[P_MOE_EVERY])
-            ZS_TRY(zs_plan_int(P_MOE_EVERY, v[P_MOE_EVERY], 1, 4096, &c->model.moe_every));
+            ZS_TRY(zs_plan_int(P_MOE_EVERY, v[P_MOE_EVERY], 1, ZS_BOUND_MOE_EVERY_MAX,
+                               &c->model.moe_every));
         if (v[P_MOE_TOP_K])
-            ZS_TRY(zs_plan_int(P_MOE_TOP_K, v[P_MOE_TOP_K], 1, 2, &c->model.moe_top_k));
+            ZS_TRY(zs_plan_int(P_MOE_TOP_K, v[P_MOE_TOP_K], 1, ZS_BOUND_MOE_TOP_K_MAX,
+                               &c->model.moe_top_k));
         if (v[P_CAPACITY_FACTOR])
             ZS_TRY(zs_plan_real(P_CAPACITY_FACTOR, v[P_CAPACITY_FACTOR],
                                 &c->model.moe_capacity_factor, 0));
         if (v[P_EP])
-            ZS_TRY(zs_plan_int(P_EP, v[P_EP], 1, 4096, &c->ep));
+            ZS_TRY(zs_plan_int(P_EP, v[P_EP], 1, ZS_BOUND_EP_MAX, &c->ep));
         if (v[P_EP_LAYOUT] && zs_ep_layout_parse(v[P_EP_LAYOUT], &c->ep_layout))
             ZS_FAIL("--ep-layout must be \"auto\" or \"deepspeed\", got \"%s\"", v[P_EP_LAYOUT]);
     } else if (!v[P_HELP]) {
@@ -382,10 +385,10 @@ static int zs_plan_apply(zs_plan_cli *cl)
     else
         cl->stages[0] = v[P_CONFIG] ? c->stage : 0, cl->nstage = 1;
     if (v[P_DPN])
-        ZS_TRY(zs_plan_int(P_DPN, v[P_DPN], 1, 1 << 20, &in->devices_per_node));
+        ZS_TRY(zs_plan_int(P_DPN, v[P_DPN], 1, ZS_BOUND_RANKS_MAX, &in->devices_per_node));
     cl->nodes = 0;
     if (v[P_NODES])
-        ZS_TRY(zs_plan_int(P_NODES, v[P_NODES], 1, 1 << 20, &cl->nodes));
+        ZS_TRY(zs_plan_int(P_NODES, v[P_NODES], 1, ZS_BOUND_RANKS_MAX, &cl->nodes));
     if (v[P_DP])
         ZS_TRY(zs_plan_list(P_DP, v[P_DP], 1, 1 << 24, cl->dps, &cl->ndp));
     else
@@ -443,9 +446,9 @@ static int zs_plan_apply(zs_plan_cli *cl)
             ZS_FAIL("--optimizer must be adamw or sgd, got \"%s\"", v[P_OPTIMIZER]);
     }
     if (v[P_MICRO])
-        ZS_TRY(zs_plan_int(P_MICRO, v[P_MICRO], 1, 1 << 20, &c->micro_batch));
+        ZS_TRY(zs_plan_int(P_MICRO, v[P_MICRO], 1, ZS_BOUND_BATCH_MAX, &c->micro_batch));
     if (v[P_ACCUM])
-        ZS_TRY(zs_plan_int(P_ACCUM, v[P_ACCUM], 1, 1 << 20, &c->grad_accum));
+        ZS_TRY(zs_plan_int(P_ACCUM, v[P_ACCUM], 1, ZS_BOUND_BATCH_MAX, &c->grad_accum));
     if (v[P_CKPT]) {
         const char *s = v[P_CKPT];
         if (!strcmp(s, "off")) {
@@ -454,17 +457,18 @@ static int zs_plan_apply(zs_plan_cli *cl)
             c->checkpoint_mode = ZS_CKPT_SQRT;
         } else if (!strncmp(s, "every:", 6)) {
             c->checkpoint_mode = ZS_CKPT_EVERY;
-            ZS_TRY(zs_plan_int(P_CKPT, s + 6, 1, 4096, &c->checkpoint_value));
+            ZS_TRY(zs_plan_int(P_CKPT, s + 6, 1, ZS_BOUND_CKPT_EVERY_MAX, &c->checkpoint_value));
         } else {
             ZS_FAIL("--checkpoint-activations must be off, every:K or sqrt, got \"%s\"", s);
         }
     }
     if (v[P_TP])
-        ZS_TRY(zs_plan_int(P_TP, v[P_TP], 1, 1 << 16, &c->tp));
+        ZS_TRY(zs_plan_int(P_TP, v[P_TP], 1, ZS_BOUND_TP_MAX, &c->tp));
     if (v[P_PP])
-        ZS_TRY(zs_plan_int(P_PP, v[P_PP], 1, 1 << 16, &c->pp));
+        ZS_TRY(zs_plan_int(P_PP, v[P_PP], 1, ZS_BOUND_PP_MAX, &c->pp));
     if (v[P_VIRTUAL_STAGES])
-        ZS_TRY(zs_plan_int(P_VIRTUAL_STAGES, v[P_VIRTUAL_STAGES], 1, 4096, &c->virtual_stages));
+        ZS_TRY(zs_plan_int(P_VIRTUAL_STAGES, v[P_VIRTUAL_STAGES], 1, ZS_BOUND_VIRTUAL_STAGES_MAX,
+                           &c->virtual_stages));
     if (v[P_PP_SCHEDULE] && zs_pp_schedule_parse(v[P_PP_SCHEDULE], &c->pp_schedule))
         ZS_FAIL("--pp-schedule must be gpipe, 1f1b or interleaved, got \"%s\"", v[P_PP_SCHEDULE]);
     if (v[P_PP_PARTITION] && zs_pp_partition_parse(v[P_PP_PARTITION], &c->pp_partition))
@@ -479,7 +483,7 @@ static int zs_plan_apply(zs_plan_cli *cl)
     if (v[P_QGZ])
         c->quantized_gradients = 1;
     if (v[P_HPZ])
-        ZS_TRY(zs_plan_int(P_HPZ, v[P_HPZ], 1, 1 << 20, &c->hpz_partition_size));
+        ZS_TRY(zs_plan_int(P_HPZ, v[P_HPZ], 1, ZS_BOUND_RANKS_MAX, &c->hpz_partition_size));
     if (v[P_NO_EF])
         c->error_feedback = 0;
     if (v[P_DET])

@@ -89,8 +89,8 @@ static void zs_line_where(zs_line *l, int step, int phase)
         zs_line_s(l, "at step ");
         zs_line_i(l, step + 1);
         zs_line_s(l, " (");
-        zs_line_s(l, phase > 0 && phase < ZS_PHASE_NPHASES ? zs_comm_phase_name((zs_comm_phase)phase)
-                                                           : "?");
+        zs_line_s(l, phase > 0 && phase < ZS_PHASE_NPHASES
+                         ? zs_comm_phase_name((zs_comm_phase)phase) : "?");
         zs_line_s(l, ")");
     }
 }
