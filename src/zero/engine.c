@@ -69,7 +69,8 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     int st = e->stage;
     e->params = e->buf[ZS_BUF_PARAMS];
     e->params_shard = !e->params ? NULL
-                    : (char *)e->params + (st == 1 || st == 2 ? p->shard_begin * e->param_elsize : 0);
+                                 : (char *)e->params +
+                                       (st == 1 || st == 2 ? p->shard_begin * e->param_elsize : 0);
     /* fp32: the optimizer updates the parameters themselves, unless they
      * are offloaded (then the host keeps an fp32 master, as DeepSpeed's) */
     e->master = e->sep_master ? e->buf[ZS_BUF_MASTER]
@@ -85,7 +86,8 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->reduce_once = e->shape->reduce_step;
     /* the step schedule reduces into gfull's own part, which the norm, the
      * optimizer and stage 0's allgather then read in place */
-    e->gshard = e->reduce_once ? (char *)e->gfull + p->shard_begin * e->param_elsize : e->buf[ZS_BUF_GSHARD];
+    e->gshard = e->reduce_once ? (char *)e->gfull + p->shard_begin * e->param_elsize
+                               : e->buf[ZS_BUF_GSHARD];
     e->gacc = e->buf[ZS_BUF_GACC];
     e->gfix = e->buf[ZS_BUF_GFIX];
     e->fixbuf = e->buf[ZS_BUF_FIXBUF];
@@ -121,7 +123,8 @@ static int zs_engine_alloc_buffers(zs_engine *e)
         zs_comm_set_scratch(e->comm, e->buf[ZS_BUF_RING], e->shape->buf[ZS_BUF_RING].bytes);
     /* offload: the host's gradient shard is the reduced shard itself, or
      * (the step schedule) a copy of gfull's part */
-    e->grad_shard_on_host = e->offload != ZS_OFFLOAD_NONE && e->shape->buf[ZS_BUF_GSHARD].tier == ZS_TIER_HOST;
+    e->grad_shard_on_host =
+        e->offload != ZS_OFFLOAD_NONE && e->shape->buf[ZS_BUF_GSHARD].tier == ZS_TIER_HOST;
     e->hgrad = e->grad_shard_on_host ? e->gshard : e->buf[ZS_BUF_HGRAD];
     return 0;
 }
@@ -155,8 +158,8 @@ static int zs_engine_init_params(zs_engine *e)
         for (size_t d = 0, run; d < valid; d += run) { /* chunk by chunk */
             size_t at = zs_step_local_global(e->shape, g + d, &run);
             run = run < valid - d ? run : valid - d;
-            zs_model_init_slice(e->fmodel && !e->xsplit ? e->fmodel : e->model, at, at + run, buf + d,
-                                e->cfg.seed);
+            zs_model_init_slice(e->fmodel && !e->xsplit ? e->fmodel : e->model, at, at + run,
+                                buf + d, e->cfg.seed);
         }
         memset(buf + valid, 0, (n - valid) * sizeof(float));
         int rc0 = 0;
@@ -170,7 +173,8 @@ static int zs_engine_init_params(zs_engine *e)
             zs_backend_copy_h2d(e->be, (float *)e->params + off, buf, n * 4);
         } else {
             zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
-            zs_backend_convert_from_f32(e->be, (char *)e->params + off * e->param_elsize, e->param_dtype, tmp, n);
+            zs_backend_convert_from_f32(e->be, (char *)e->params + off * e->param_elsize,
+                                        e->param_dtype, tmp, n);
         }
         if (rc0) {
             free(buf);
@@ -209,7 +213,8 @@ static int zs_engine_init_params(zs_engine *e)
             zs_backend_copy_h2d(e->be, (float *)e->tied + off, buf, n * 4);
         } else {
             zs_backend_copy_h2d(e->be, tmp, buf, n * 4);
-            zs_backend_convert_from_f32(e->be, (char *)e->tied + off * e->param_elsize, e->param_dtype, tmp, n);
+            zs_backend_convert_from_f32(e->be, (char *)e->tied + off * e->param_elsize,
+                                        e->param_dtype, tmp, n);
         }
     }
     if (tmp)
@@ -291,9 +296,9 @@ static int zs_engine_create_layout(zs_engine *e, const zs_run_config *cfg,
      * most of its time) */
     if (zs_model_create(&cm, &e->model) ||
         (e->ep_size > 1 && zs_model_create(&e->cfg.model, &e->fmodel)) ||
-        (!e->phantom && (cfg->data_file
-                             ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
-                             : zs_data_create(&cfg->model, cfg->seed, &e->data))))
+        (!e->phantom &&
+         (cfg->data_file ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
+                         : zs_data_create(&cfg->model, cfg->seed, &e->data))))
         return -1;
     /* lays out the flat arrays */
     zs_model *lm = e->fmodel && !e->xsplit ? e->fmodel : e->model;
@@ -673,7 +678,8 @@ int zs_engine_set_ep(zs_engine *e, zs_comm_t ep, zs_comm_t edp)
 {
     if (e->ep_size > 1 && !ep)
         ZS_FAIL("expert parallelism (--ep %d) needs its communicator", e->ep_size);
-    if (e->xsplit && (!edp || zs_comm_size(edp) != e->shape->xworld || zs_comm_rank(edp) != e->xrank))
+    if (e->xsplit &&
+        (!edp || zs_comm_size(edp) != e->shape->xworld || zs_comm_rank(edp) != e->xrank))
         ZS_FAIL("internal: expert parallelism's expert-data-parallel group is not of %d ranks "
                 "with this rank at %d", e->shape->xworld, e->xrank);
     e->edp = edp;

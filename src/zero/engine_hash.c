@@ -148,7 +148,8 @@ int zs_engine_get_full_params(zs_engine *e, float *full)
     if (!rc && lead) {
         zs_comm_set_context(e->tp_comm, ZS_PHASE_REPORT, -1);
         if (n > (size_t)INT_MAX)
-            rc = zs_error_set("a tensor-parallel shard of %zu parameters is too large to gather", n);
+            rc =
+                zs_error_set("a tensor-parallel shard of %zu parameters is too large to gather", n);
         else
             rc = zs_comm_gather_root(e->tp_comm, mine, (int)n, all, ZS_CT_F32);
     }
@@ -196,7 +197,8 @@ static int zs_engine_hash_3d(zs_engine *e, size_t lo0, size_t hi0, char hex[17])
         int q = i % W, c = i / W; /* each rank's part of chunk c */
         size_t lo = s->clo[c] > lo0 ? s->clo[c] : lo0;
         size_t hi = s->clo[c] + s->cn[c] < hi0 ? s->clo[c] + s->cn[c] : hi0;
-        uint64_t part[2] = {s->cglo[c] + (lo - s->clo[c]), hi > lo ? hi - lo : 0}; /* where, how many */
+        uint64_t part[2] = {s->cglo[c] + (lo - s->clo[c]),
+                            hi > lo ? hi - lo : 0}; /* where, how many */
         if (q > 0)
             rc = zs_comm_send_to_root(e->world, q, part, 2, ZS_CT_U64);
         if (!rc && part[0] + part[1] > n)
@@ -254,7 +256,8 @@ static int zs_engine_check_tied(zs_engine *e)
             else if (wr == src) /* stage 3: its shard starts at beg */
                 rc = zs_comm_send_to_root(e->world, src, e->params, (int)k, e->comm_dtype);
             else
-                rc = zs_comm_send_to_root(e->world, src, own + beg * e->param_elsize, (int)k, e->comm_dtype);
+                rc = zs_comm_send_to_root(e->world, src, own + beg * e->param_elsize, (int)k,
+                                          e->comm_dtype);
         }
         if (!rc && wr == 0 && memcmp(own, copy, tb) != 0)
             rc = zs_error_set("internal: the last pipeline stage's copy of the tied token "
@@ -359,7 +362,8 @@ int zs_engine_param_hash(zs_engine *e, char hex[17])
     size_t span = e->stage == 0 ? p->padded : p->shard;
     for (int q = 0; q < owners && !rc; q++) {
         size_t base = (size_t)q * span;
-        for (size_t off = 0; off < span && base + off < p->num_params && !rc; off += ZS_HASH_CHUNK) {
+        for (size_t off = 0; off < span && base + off < p->num_params && !rc;
+             off += ZS_HASH_CHUNK) {
             size_t n = span - off < ZS_HASH_CHUNK ? span - off : ZS_HASH_CHUNK;
             if (base + off + n > p->num_params) /* leave the padding out */
                 n = p->num_params - base - off;
@@ -402,8 +406,9 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
         zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
         zs_backend_copy_d2h(e->be, raw, e->gshard, p->shard * e->param_elsize);
         for (size_t i = 0; i < p->shard; i++) {
-            float g = e->param_dtype == ZS_DTYPE_F32 ? ((const float *)raw)[i]
-                                            : zs_engine_half_to_f32(((const uint16_t *)raw)[i], e->param_dtype);
+            float g = e->param_dtype == ZS_DTYPE_F32
+                          ? ((const float *)raw)[i]
+                          : zs_engine_half_to_f32(((const uint16_t *)raw)[i], e->param_dtype);
             shard[i] = (float)((double)g * mul);
         }
         rc = zs_comm_gather_root(e->comm, shard, (int)p->shard, mine, ZS_CT_F32);

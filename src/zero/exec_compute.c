@@ -81,7 +81,8 @@ int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
         ZS_FAIL("internal: a gradient of an entry this rank does not hold (%d)", id);
     size_t hi = lo + pe->numel;
     if (e->stage <= 1) {
-        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->param_elsize, e->param_dtype, src, pe->numel);
+        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->param_elsize, e->param_dtype,
+                                  src, pe->numel);
         return 0;
     }
     for (int k = 0; k < e->shape->nbuckets; k++) {
@@ -91,8 +92,8 @@ int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
             continue;
         if (!e->bucket_buf[k])
             ZS_FAIL("internal: bucket %d written before the program gave it a buffer", k);
-        zs_backend_accumulate_f32(e->be, (char *)e->bucket_buf[k] + (s - b->lo) * e->param_elsize, e->param_dtype,
-                                  src + (s - lo), t - s);
+        zs_backend_accumulate_f32(e->be, (char *)e->bucket_buf[k] + (s - b->lo) * e->param_elsize,
+                                  e->param_dtype, src + (s - lo), t - s);
     }
     return 0;
 }
@@ -112,8 +113,8 @@ static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
              * sources, added into the step's gradient (reduced over edp
              * after the last backward where edp has more than one rank) */
             if (!e->det)
-                zs_backend_accumulate_f32(e->be, (char *)e->xgacc + at * e->param_elsize, e->param_dtype,
-                                          e->unit_grads[ids[i]], pe->numel);
+                zs_backend_accumulate_f32(e->be, (char *)e->xgacc + at * e->param_elsize,
+                                          e->param_dtype, e->unit_grads[ids[i]], pe->numel);
             continue;
         }
         /* the last stage's tied copy: its gradient goes to the first stage */

@@ -35,7 +35,8 @@ void zs_engine_put_xmaster(zs_engine *e, size_t off, size_t n, const float *buf,
         return;
     }
     zs_backend_copy_h2d(e->be, tmp, buf + (plo - off), pn * 4);
-    zs_backend_convert_from_f32(e->be, (char *)e->xparams + pat * e->param_elsize, e->param_dtype, tmp, pn);
+    zs_backend_convert_from_f32(e->be, (char *)e->xparams + pat * e->param_elsize, e->param_dtype,
+                                tmp, pn);
     if (a < b)
         zs_backend_copy_h2d(e->be, e->xmaster + (a - xlo), buf + (a - off), (b - a) * 4);
 }
@@ -65,7 +66,8 @@ int zs_engine_gather_experts(zs_engine *e, int u)
     if (cnt[me]) { /* this rank's part in place */
         size_t at = lo + (size_t)dsp[me] - (size_t)me * XS; /* in its shard */
         zs_backend_copy_d2d(e->be, (char *)e->xgather + (size_t)dsp[me] * e->param_elsize,
-                            (const char *)e->xparams + at * e->param_elsize, (size_t)cnt[me] * e->param_elsize);
+                            (const char *)e->xparams + at * e->param_elsize,
+                            (size_t)cnt[me] * e->param_elsize);
     }
     if (M > 1)
         rc = zs_comm_allgatherv_inplace(e->edp, e->xgather, cnt, dsp, e->comm_dtype, u);
@@ -94,8 +96,8 @@ int zs_engine_commit_experts(zs_engine *e, size_t xlo, size_t n, const zs_acts *
         for (size_t off = 0; off < n; off += piece) {
             size_t k = n - off < piece ? n - off : piece;
             zs_backend_memset0(e->be, wp, k * e->param_elsize);
-            zs_backend_accumulate_f32(e->be, wp, e->param_dtype, src ? src + (size_t)q * chunk + off : NULL,
-                                      k);
+            zs_backend_accumulate_f32(e->be, wp, e->param_dtype,
+                                      src ? src + (size_t)q * chunk + off : NULL, k);
             e->fix_overflows +=
                 zs_backend_to_fixed(e->be, fix, wp, e->param_dtype, k, e->frac_bits, e->fix_limit);
             zs_backend_add_i64(e->be, (int64_t *)e->xgacc + xlo + off, fix, k);
@@ -116,7 +118,8 @@ void *zs_engine_xgrad_shard(const zs_engine *e)
 {
     if (!zs_engine_xgrad_apart(e))
         return e->xgacc;
-    return (char *)e->xgrad + (e->stage == 0 ? (size_t)e->xrank * e->shape->xshard : 0) * e->param_elsize;
+    return (char *)e->xgrad +
+           (e->stage == 0 ? (size_t)e->xrank * e->shape->xshard : 0) * e->param_elsize;
 }
 
 /* Counts and displacements of the expert store's parts over edp. */
@@ -151,7 +154,8 @@ int zs_engine_reduce_experts(zs_engine *e)
     int *cnt, *dsp, rc = 0;
     ZS_TRY(zs_engine_xcounts(e, &cnt, &dsp));
     if (!e->det) {
-        rc = zs_comm_reduce_scatter(e->edp, e->xgacc, zs_engine_xgrad_shard(e), cnt, e->comm_dtype, 0);
+        rc = zs_comm_reduce_scatter(e->edp, e->xgacc, zs_engine_xgrad_shard(e), cnt, e->comm_dtype,
+                                    0);
     } else {
         const int64_t *sum = (const int64_t *)e->xgacc; /* edp of one: all of it */
         if (s->xworld > 1) {
@@ -176,17 +180,17 @@ int zs_engine_step_experts(zs_engine *e)
     const zs_step_shape *s = e->shape;
     const zs_run_config *c = &e->cfg;
     if (e->stage == 0) {
-        zs_optim_step(e->be, c, e->opt_steps, e->info->lr, e->grad_mul, e->xmaster, e->xexp_avg, e->xexp_avg_sq,
-                      zs_engine_xgrad_apart(e) ? e->xgrad : e->xgacc, e->param_dtype,
-                      e->mixed ? e->xparams : NULL, e->param_dtype, 0,
-                      s->xpadded);
+        zs_optim_step(e->be, c, e->opt_steps, e->info->lr, e->grad_mul, e->xmaster, e->xexp_avg,
+                      e->xexp_avg_sq, zs_engine_xgrad_apart(e) ? e->xgrad : e->xgacc,
+                      e->param_dtype, e->mixed ? e->xparams : NULL, e->param_dtype, 0, s->xpadded);
         return 0;
     }
     /* stages 1, 2: this rank's part of all of its experts; 3: its shard */
     void *pshard = (char *)e->xparams +
                    (e->stage == 3 ? 0 : (size_t)e->xrank * s->xshard) * e->param_elsize;
-    zs_optim_step(e->be, c, e->opt_steps, e->info->lr, e->grad_mul, e->xmaster, e->xexp_avg, e->xexp_avg_sq,
-                  zs_engine_xgrad_shard(e), e->param_dtype, e->mixed ? pshard : NULL, e->param_dtype, 0, s->xshard);
+    zs_optim_step(e->be, c, e->opt_steps, e->info->lr, e->grad_mul, e->xmaster, e->xexp_avg,
+                  e->xexp_avg_sq, zs_engine_xgrad_shard(e), e->param_dtype,
+                  e->mixed ? pshard : NULL, e->param_dtype, 0, s->xshard);
     if (s->xworld <= 1 || e->stage == 3)
         return 0;
     int *cnt, *dsp;

@@ -33,7 +33,8 @@ static int zs_gather_range_alloc(zs_engine *e, int i, int nranks)
     e->gather_displs[i] = malloc((size_t)nranks * sizeof(int));
     if (!e->gather_counts[i] || !e->gather_displs[i])
         ZS_FAIL("out of host memory for a parameter gather");
-    return zs_mem_alloc(e->mem, ZS_MEM_PARAMS, (r->hi - r->lo) * e->param_elsize, &e->gather_buf[i]);
+    return zs_mem_alloc(e->mem, ZS_MEM_PARAMS, (r->hi - r->lo) * e->param_elsize,
+                        &e->gather_buf[i]);
 }
 
 /* Unit u's gathered parameters are live from their start. */
@@ -58,11 +59,13 @@ static int zs_gather_start_hpz(zs_engine *e, int u)
         int cnt = e->gather_counts[i][me], dsp = e->gather_displs[i][me];
         if (cnt && !e->phantom)
             zs_backend_copy_d2d(e->be, (char *)e->gather_buf[i] + (size_t)dsp * e->param_elsize,
-                                (const char *)e->hpz_shard + (r->lo + (size_t)dsp - e->hpz_shard_lo) * e->param_elsize,
+                                (const char *)e->hpz_shard +
+                                    (r->lo + (size_t)dsp - e->hpz_shard_lo) * e->param_elsize,
                                 (size_t)cnt * e->param_elsize);
         e->gather_comm[i] = e->hpz;
-        ZS_TRY(zs_comm_iallgatherv_inplace(e->hpz, e->gather_buf[i], e->gather_counts[i], e->gather_displs[i],
-                                           e->comm_dtype, u, &e->gather_req[i]));
+        ZS_TRY(zs_comm_iallgatherv_inplace(e->hpz, e->gather_buf[i], e->gather_counts[i],
+                                           e->gather_displs[i], e->comm_dtype, u,
+                                           &e->gather_req[i]));
         e->gather_last = i;
     }
     zs_gather_count_live(e, u);
@@ -77,10 +80,13 @@ static void zs_hpz_keep(zs_engine *e, int u)
     for (int i = s->gfirst[u]; i < s->gfirst[u] + s->gn[u] && !e->phantom; i++) {
         const zs_step_range *r = &s->granges[i];
         size_t a = r->lo > e->hpz_shard_lo ? r->lo : e->hpz_shard_lo;
-        size_t b = r->hi < e->hpz_shard_lo + e->hpz_shard_n ? r->hi : e->hpz_shard_lo + e->hpz_shard_n;
+        size_t b =
+            r->hi < e->hpz_shard_lo + e->hpz_shard_n ? r->hi : e->hpz_shard_lo + e->hpz_shard_n;
         if (b > a)
-            zs_backend_copy_d2d(e->be, (char *)e->hpz_shard + (a - e->hpz_shard_lo) * e->param_elsize,
-                                (const char *)e->gather_buf[i] + (a - r->lo) * e->param_elsize, (b - a) * e->param_elsize);
+            zs_backend_copy_d2d(e->be,
+                                (char *)e->hpz_shard + (a - e->hpz_shard_lo) * e->param_elsize,
+                                (const char *)e->gather_buf[i] + (a - r->lo) * e->param_elsize,
+                                (b - a) * e->param_elsize);
     }
 }
 
@@ -107,21 +113,24 @@ static int zs_gather_start(zs_engine *e, int u, zs_comm_phase phase)
                 ZS_TRY(zs_engine_swap_params(e, 0, at, (size_t)cnt,
                                       (char *)e->gather_buf[i] + (size_t)dsp * e->param_elsize));
             double t1 = zs_clock();
-            zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ, (size_t)cnt * e->param_elsize, t1 - t0);
+            zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ, (size_t)cnt * e->param_elsize,
+                                    t1 - t0);
             zs_comm_record_transfer(e->comm, ZS_OP_H2D, (size_t)cnt * e->param_elsize, 0.0);
         } else if (cnt && e->param_host) { /* offload_param: this rank's part goes up */
             double t0 = zs_clock();
             if (!e->phantom)
-                zs_backend_copy_h2d(e->be, (char *)e->gather_buf[i] + (size_t)dsp * e->param_elsize, mine,
-                                    (size_t)cnt * e->param_elsize);
-            zs_comm_record_transfer(e->comm, ZS_OP_H2D, (size_t)cnt * e->param_elsize, zs_clock() - t0);
+                zs_backend_copy_h2d(e->be, (char *)e->gather_buf[i] + (size_t)dsp * e->param_elsize,
+                                    mine, (size_t)cnt * e->param_elsize);
+            zs_comm_record_transfer(e->comm, ZS_OP_H2D, (size_t)cnt * e->param_elsize,
+                                    zs_clock() - t0);
         } else if (cnt) { /* put this rank's part in place */
-            zs_backend_copy_d2d(e->be, (char *)e->gather_buf[i] + (size_t)dsp * e->param_elsize, mine,
-                                (size_t)cnt * e->param_elsize);
+            zs_backend_copy_d2d(e->be, (char *)e->gather_buf[i] + (size_t)dsp * e->param_elsize,
+                                mine, (size_t)cnt * e->param_elsize);
         }
         e->gather_comm[i] = e->comm;
-        ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, e->gather_buf[i], e->gather_counts[i], e->gather_displs[i],
-                                           e->comm_dtype, u, &e->gather_req[i]));
+        ZS_TRY(zs_comm_iallgatherv_inplace(e->comm, e->gather_buf[i], e->gather_counts[i],
+                                           e->gather_displs[i], e->comm_dtype, u,
+                                           &e->gather_req[i]));
         e->gather_last = i;
     }
     zs_gather_count_live(e, u);

@@ -25,11 +25,12 @@ static int zs_engine_check(zs_engine *e)
         double t0 = zs_clock();
         zs_backend_from_fixed(e->be, e->gshard, e->param_dtype, e->gacc, p->shard, e->frac_bits);
         if (e->grad_shard_on_host) /* converted into the host's shard */
-            zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->param_elsize, zs_clock() - t0);
+            zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->param_elsize,
+                                    zs_clock() - t0);
     }
     /* overflow: fixed-point range, or inf/NaN in the reduced gradients */
-    int flags = (e->fix_overflows > 0) | (zs_backend_count_nonfinite(e->be, e->gshard, e->param_dtype,
-                                                                      p->shard) > 0) << 1;
+    int flags = (e->fix_overflows > 0) |
+                (zs_backend_count_nonfinite(e->be, e->gshard, e->param_dtype, p->shard) > 0) << 1;
     if (e->xsplit && zs_backend_count_nonfinite(e->be, zs_engine_xgrad_shard(e), e->param_dtype,
                                                 e->shape->xshard) > 0)
         flags |= 2;
@@ -57,7 +58,8 @@ static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
 {
     const zs_partition *p = &e->part;
     if (e->tp_rank == 0)
-        return zs_backend_sumsq(e->be, (const char *)e->gshard + lo * e->param_elsize, e->param_dtype, n);
+        return zs_backend_sumsq(e->be, (const char *)e->gshard + lo * e->param_elsize,
+                                e->param_dtype, n);
     size_t a = p->shard_begin + lo, b = a + n; /* flat range */
     double s = 0.0;
     int lo_i = 0, hi_i = e->lay->n_entries - 1;
@@ -75,7 +77,8 @@ static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
         size_t x = pe->offset > a ? pe->offset : a;
         size_t y = pe->offset + pe->numel < b ? pe->offset + pe->numel : b;
         if (x < y)
-            s += zs_backend_sumsq(e->be, (const char *)e->gshard + (x - p->shard_begin) * e->param_elsize,
+            s += zs_backend_sumsq(e->be,
+                                  (const char *)e->gshard + (x - p->shard_begin) * e->param_elsize,
                                   e->param_dtype, y - x);
     }
     return s; /* the padding beyond the parameters is zero */
@@ -120,8 +123,8 @@ static void zs_engine_tp_chain(zs_engine *e, size_t g, size_t n, size_t pos, siz
             continue;
         if (x == (eo > blk_lo ? eo : blk_lo))
             run[2] = 0.0; /* the entry's part of the block starts here */
-        run[2] = zs_sumsq_from(run[2], (const char *)e->gshard + (pos + x - g) * e->param_elsize, e->param_dtype,
-                               y - x);
+        run[2] = zs_sumsq_from(run[2], (const char *)e->gshard + (pos + x - g) * e->param_elsize,
+                               e->param_dtype, y - x);
         if (y == (ee < blk_end ? ee : blk_end)) { /* and ends here */
             run[1] += run[2];
             run[2] = 0.0;
@@ -169,8 +172,9 @@ static int zs_engine_norm_pp(zs_engine *e, double *sumsq)
             if (entries)
                 zs_engine_tp_chain(e, g, n, pos - lo, k * blk, end, run);
             else
-                run[1] = zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->param_elsize,
-                                       e->param_dtype, n);
+                run[1] =
+                    zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->param_elsize,
+                                  e->param_dtype, n);
             if (g + n == end) { /* it ends here */
                 run[0] += run[1];
                 run[1] = 0.0;

@@ -58,8 +58,10 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src, s
         zs_comp_decompress_add(cs, e->crecv + (size_t)q * rb, rcount, e->cacc);
     size_t off = rbegin - e->part.shard_begin;
     if (e->reduce_once) /* the shard is gfull's part: it held this rank's own gradient */
-        zs_backend_memset0(e->be, (char *)e->gshard + off * e->param_elsize, rcount * e->param_elsize);
-    zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->param_elsize, e->param_dtype, e->cacc, rcount);
+        zs_backend_memset0(e->be, (char *)e->gshard + off * e->param_elsize,
+                           rcount * e->param_elsize);
+    zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->param_elsize, e->param_dtype,
+                              e->cacc, rcount);
     if (e->grad_shard_on_host) /* this part went down to the host's shard */
         zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->param_elsize, 0.0);
     return 0;
@@ -79,7 +81,8 @@ static int zs_engine_reduce_start(zs_engine *e, int k, int async)
 {
     const zs_step_range *b = &e->shape->buckets[k];
     size_t n = b->hi - b->lo;
-    const void *src = e->stage <= 1 ? (const char *)e->gfull + b->lo * e->param_elsize : e->bucket_buf[k];
+    const void *src =
+        e->stage <= 1 ? (const char *)e->gfull + b->lo * e->param_elsize : e->bucket_buf[k];
     zs_step_counts(e->shape, b->lo, b->hi, e->counts, NULL);
     e->rs_bucket = k;
     e->rs_async = async;
@@ -123,21 +126,25 @@ static int zs_engine_reduce_finish(zs_engine *e)
         }
         if (e->det) {
             if (e->reduce_once)
-                zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->param_elsize, e->param_dtype, e->recv,
-                                      rcount, e->frac_bits);
+                zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->param_elsize,
+                                      e->param_dtype, e->recv, rcount, e->frac_bits);
             else
                 zs_backend_add_i64(e->be, e->gacc + off, e->recv, rcount);
         } else {
             if (e->reduce_once)
-                zs_backend_memset0(e->be, (char *)e->gshard + off * e->param_elsize, rcount * e->param_elsize);
+                zs_backend_memset0(e->be, (char *)e->gshard + off * e->param_elsize,
+                                   rcount * e->param_elsize);
             double t2 = zs_clock();
-            zs_backend_add_typed(e->be, (char *)e->gshard + off * e->param_elsize, e->recv, e->param_dtype, rcount);
+            zs_backend_add_typed(e->be, (char *)e->gshard + off * e->param_elsize, e->recv,
+                                 e->param_dtype, rcount);
             if (e->grad_shard_on_host) /* the reduced part, added into the host's shard */
-                zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->param_elsize, zs_clock() - t2);
+                zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->param_elsize,
+                                        zs_clock() - t2);
         }
     }
     if (e->stage >= 2) {
-        zs_mem_free(e->mem, ZS_MEM_COMM_BUFFERS, e->bucket_buf[k], (b->hi - b->lo) * e->param_elsize);
+        zs_mem_free(e->mem, ZS_MEM_COMM_BUFFERS, e->bucket_buf[k],
+                    (b->hi - b->lo) * e->param_elsize);
         e->bucket_buf[k] = NULL;
     }
     return 0;
@@ -153,9 +160,11 @@ int zs_engine_progress(zs_engine *e)
     if (e->phantom || (!e->rs_req && (e->gather_last < 0 || !e->gather_req[e->gather_last])))
         return 0;
     double t0 = zs_clock();
-    int rc = e->rs_req ? zs_comm_test(e->comm, &e->rs_req)
-                       : zs_comm_test(e->gather_comm[e->gather_last] ? e->gather_comm[e->gather_last] : e->comm,
-                                      &e->gather_req[e->gather_last]);
+    int rc = e->rs_req
+                 ? zs_comm_test(e->comm, &e->rs_req)
+                 : zs_comm_test(e->gather_comm[e->gather_last] ? e->gather_comm[e->gather_last]
+                                                               : e->comm,
+                                &e->gather_req[e->gather_last]);
     e->nb_wait_s += zs_clock() - t0;
     return rc;
 }
@@ -167,8 +176,8 @@ static int zs_engine_allgather_piece(zs_engine *e, void *full, int i)
     size_t lo = (size_t)i * e->shape->ag_piece;
     size_t hi = lo + e->shape->ag_piece < e->part.padded ? lo + e->shape->ag_piece : e->part.padded;
     zs_step_counts(e->shape, lo, hi, e->counts, e->displs);
-    return zs_comm_allgatherv_inplace(e->comm, (char *)full + lo * e->param_elsize, e->counts, e->displs,
-                                      e->comm_dtype, i);
+    return zs_comm_allgatherv_inplace(e->comm, (char *)full + lo * e->param_elsize, e->counts,
+                                      e->displs, e->comm_dtype, i);
 }
 
 /* ---- executors ------------------------------------------------------------- */
