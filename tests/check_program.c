@@ -228,7 +228,16 @@ START_TEST(test_ops_well_formed)
                         alloc[o->index] = 0;
                     }
                     break;
-                case ZS_SOP_OPTIMIZER: opt++; break;
+                case ZS_SOP_OPTIMIZER_FULL: /* stage 0: the whole array */
+                    ck_assert_int_eq(st, 0);
+                    ck_assert_uint_eq(o->elems, b.s.part.padded);
+                    opt++;
+                    break;
+                case ZS_SOP_OPTIMIZER_SHARD:
+                    ck_assert_int_ge(st, 1);
+                    ck_assert_uint_eq(o->elems, b.s.part.shard);
+                    opt++;
+                    break;
                 default: break;
                 }
                 if (o->kind == ZS_SOP_NORM)
@@ -257,6 +266,43 @@ END_TEST
  * micro-batch's buckets and adds them locally), every bucket reduced once,
  * after the last micro-batch's backward; no reduced shard (grads = Ψp·p,
  * plus Ψp·8 of int64 in fixed point), one Ψp-sized reduce-scatter a step. */
+/* The builder chooses the optimizer's kind: on the host with
+ * offload_optimizer cpu, streamed through the swap file with nvme, on the
+ * device otherwise (stage 0's whole array, or the shard); one a step. */
+START_TEST(test_optimizer_kinds)
+{
+    for (int st = 0; st <= 3; st++)
+        for (int off = 0; off <= (st == 0 ? 0 : 2); off++) { /* stage 0 refuses offload */
+            zs_run_config c = gpt(2, 24, 4, 12, 31);
+            c.stage = st;
+            c.offload_optimizer = off == 0 ? ZS_OFFLOAD_NONE
+                                  : off == 1 ? ZS_OFFLOAD_CPU : ZS_OFFLOAD_NVME;
+            if (off == 2) /* the folder of the files (the program only names it) */
+                snprintf(c.nvme_path, sizeof c.nvme_path, "/tmp");
+            built b;
+            build(&c, 2, &b);
+            zs_step_op_kind want = st == 0 ? ZS_SOP_OPTIMIZER_FULL
+                                   : off == 1 ? ZS_SOP_OPTIMIZER_HOST
+                                   : off == 2 ? ZS_SOP_OPTIMIZER_SWAPPED
+                                              : ZS_SOP_OPTIMIZER_SHARD;
+            int n = 0;
+            for (size_t i = 0; i < b.p.n; i++) {
+                zs_step_op_kind k = b.p.ops[i].kind;
+                if (k == ZS_SOP_OPTIMIZER_FULL || k == ZS_SOP_OPTIMIZER_SHARD ||
+                    k == ZS_SOP_OPTIMIZER_HOST || k == ZS_SOP_OPTIMIZER_SWAPPED) {
+                    ck_assert_int_eq(k, want);
+                    n++;
+                }
+            }
+            ck_assert_int_eq(n, 1);
+            ck_assert_str_eq(zs_step_op_name(want),
+                             st == 0 ? "optimizer_full" : off == 1 ? "optimizer_host"
+                             : off == 2 ? "optimizer_swapped" : "optimizer_shard");
+            unbuild(&b);
+        }
+}
+END_TEST
+
 START_TEST(test_step_schedule)
 {
     for (int st = 0; st <= 1; st++)
@@ -417,6 +463,7 @@ int main(void)
     tcase_add_test(tc, test_counts_equal_closed_forms);
     tcase_add_test(tc, test_hand_counts);
     tcase_add_test(tc, test_ops_well_formed);
+    tcase_add_test(tc, test_optimizer_kinds);
     tcase_add_test(tc, test_step_schedule);
     tcase_add_test(tc, test_parts);
     tcase_add_test(tc, test_pp_schedules);

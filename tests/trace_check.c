@@ -97,7 +97,7 @@ int main(int argc, char **argv)
         else if (tid == 0) {
             fwd[pid] += !strncmp(name, "forward", 7);
             bwd[pid] += !strncmp(name, "backward", 8);
-            opt[pid] += !strcmp(name, "optimizer");
+            opt[pid] += !strncmp(name, "optimizer_", 10); /* _full, _shard, _host, _swapped */
         }
     }
     /* nesting: within a (pid, tid), each span either ends before the next

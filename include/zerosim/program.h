@@ -30,7 +30,7 @@
 #include "zerosim/config.h"
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
-#include "zerosim/zero.h"
+#include "zerosim/partition.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -328,7 +328,14 @@ typedef enum {
                             step here */
     ZS_SOP_PUT_SHARD,    /* stage 0: the reduced shard into the full gradient
                             (not with the step schedule: it is there) */
-    ZS_SOP_OPTIMIZER,    /* optimizer on the shard (stage 0: everything) */
+    ZS_SOP_OPTIMIZER_FULL,   /* stage 0: the optimizer on the whole array,
+                                from the allgathered full gradient */
+    ZS_SOP_OPTIMIZER_SHARD,  /* stages 1-3: the optimizer on this rank's
+                                shard, on the device */
+    ZS_SOP_OPTIMIZER_HOST,   /* offload_optimizer cpu: on the host's shard
+                                (ZeRO-Offload's CPU step) */
+    ZS_SOP_OPTIMIZER_SWAPPED,/* offload_optimizer nvme: on the host, its
+                                states streamed through the swap file */
     ZS_SOP_ALLGATHER,    /* piece `index` of the full array: stage 0 the
                             gradients, stages 1, 2 the parameters */
     ZS_SOP_OFFLOAD_GRADS,/* offload: the reduced gradient shard to the host */

@@ -16,6 +16,7 @@
 #include "zerosim/config.h"
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
+#include "zerosim/partition.h"
 
 struct zs_comm;
 struct zs_step_shape_s;
@@ -39,21 +40,7 @@ typedef struct {
     int compressed;    /* 1 when the gradients went compressed */
 } zs_step_info;
 
-/* The partition plan: the flat layout padded to a multiple of the world size
- * (of world * ZS_DET_BLOCK in deterministic mode), one contiguous shard per
- * rank. */
-#define ZS_DET_BLOCK 1024
-typedef struct {
-    int world, rank;
-    size_t num_params;    /* Ψ */
-    size_t padded;        /* Ψ rounded up */
-    size_t shard;         /* padded / world */
-    size_t shard_begin;   /* rank * shard */
-} zs_partition;
-
-void zs_partition_make(zs_partition *p, size_t num_params, int world, int rank, int deterministic);
-/* The part of [lo, hi) that rank q owns: *begin and the count (0 if none). */
-size_t zs_partition_overlap(const zs_partition *p, int q, size_t lo, size_t hi, size_t *begin);
+/* The partition of the flat layout: zerosim/partition.h. */
 
 /* comm: the data-parallel group (zs_comm_self() for one rank without MPI).
  * Collective: every rank of comm must call it. */

@@ -693,7 +693,10 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_CHECK] = "check",
     [ZS_SOP_NORM] = "norm",
     [ZS_SOP_PUT_SHARD] = "put_shard",
-    [ZS_SOP_OPTIMIZER] = "optimizer",
+    [ZS_SOP_OPTIMIZER_FULL] = "optimizer_full",
+    [ZS_SOP_OPTIMIZER_SHARD] = "optimizer_shard",
+    [ZS_SOP_OPTIMIZER_HOST] = "optimizer_host",
+    [ZS_SOP_OPTIMIZER_SWAPPED] = "optimizer_swapped",
     [ZS_SOP_OFFLOAD_GRADS] = "offload_grads",
     [ZS_SOP_UPLOAD_PARAMS] = "upload_params",
     [ZS_SOP_ALLGATHER] = "allgather",
@@ -1307,6 +1310,18 @@ static void zs_b_backward_micro(zs_builder *b, int c, int a)
                 zs_b_reduce(b, k, 0);
 }
 
+/* Where the optimizer runs: on the host with offload_optimizer (its states
+ * in files with nvme, as the shape placed the master), else on the device,
+ * on the whole array in stage 0 and on the shard in stages 1-3. */
+static zs_step_op_kind zs_step_optimizer_kind(const zs_step_shape *s)
+{
+    if (s->buf[ZS_BUF_MASTER].bytes > 0 && s->buf[ZS_BUF_MASTER].tier == ZS_TIER_NVME)
+        return ZS_SOP_OPTIMIZER_SWAPPED;
+    if (s->buf[ZS_BUF_MASTER].bytes > 0 && s->buf[ZS_BUF_MASTER].tier == ZS_TIER_HOST)
+        return ZS_SOP_OPTIMIZER_HOST;
+    return s->stage == 0 ? ZS_SOP_OPTIMIZER_FULL : ZS_SOP_OPTIMIZER_SHARD;
+}
+
 int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
                           zs_step_program *p)
 {
@@ -1363,7 +1378,8 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
     }
     if (s->buf[ZS_BUF_HGRAD].bytes > 0)
         zs_emit(&b, ZS_SOP_OFFLOAD_GRADS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
-    zs_emit(&b, ZS_SOP_OPTIMIZER, -1, -1, ZS_SOPF_APPLIED, st == 0 ? s->part.padded : s->part.shard);
+    zs_emit(&b, zs_step_optimizer_kind(s), -1, -1, ZS_SOPF_APPLIED,
+            st == 0 ? s->part.padded : s->part.shard);
     if (s->buf[ZS_BUF_HPARAM].bytes > 0)
         zs_emit(&b, ZS_SOP_UPLOAD_PARAMS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
     if (st == 1 || st == 2)
@@ -1600,14 +1616,13 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
             else
                 c->h2d_bytes += (double)o->elems * ps;
             break;
-        case ZS_SOP_OPTIMIZER:
-            if (s->buf[ZS_BUF_MASTER].tier == ZS_TIER_NVME) { /* every state read and written */
-                double b = (double)(s->buf[ZS_BUF_MASTER].bytes + s->buf[ZS_BUF_M].bytes +
-                                    s->buf[ZS_BUF_V].bytes);
-                c->nvme_read_bytes += b;
-                c->nvme_write_bytes += b;
-            }
+        case ZS_SOP_OPTIMIZER_SWAPPED: { /* every state read and written */
+            double b = (double)(s->buf[ZS_BUF_MASTER].bytes + s->buf[ZS_BUF_M].bytes +
+                                s->buf[ZS_BUF_V].bytes);
+            c->nvme_read_bytes += b;
+            c->nvme_write_bytes += b;
             break;
+        }
         default:
             break;
         }
@@ -1703,7 +1718,10 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
             fprintf(f, " piece %d: %zu %s elements of the %s (%s)", o->index, o->elems, pt,
                     s->stage == 0 ? "gradients" : "parameters", zs_comm_group_name(o->group));
             break;
-        case ZS_SOP_OPTIMIZER:
+        case ZS_SOP_OPTIMIZER_FULL:
+        case ZS_SOP_OPTIMIZER_SHARD:
+        case ZS_SOP_OPTIMIZER_HOST:
+        case ZS_SOP_OPTIMIZER_SWAPPED:
             fprintf(f, " %s on %zu elements", s->cfg.optimizer == ZS_OPT_ADAMW ? "adamw" : "sgd", o->elems);
             break;
         case ZS_SOP_LOAD:
