@@ -12,6 +12,7 @@
 
 #include "zerosim/deepcomp.h"
 #include "zerosim/error.h"
+#include "zerosim/huffman.h"
 #include "zerosim/io.h"
 #include "zerosim/quant.h"
 #include "zerosim/quantfile.h"

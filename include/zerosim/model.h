@@ -88,7 +88,8 @@ typedef struct {
 } zs_model_config;
 
 /* Mixture of experts: whether block l (0-based) is a mixture-of-experts
- * block (the capacity is zs_moe_capacity, zerosim/layers.h). */
+ * block (the capacity is zs_moe_capacity, zerosim/layers.h; this and
+ * zs_model_entry_is_expert, the expert layout, are src/model/moe.c's). */
 int zs_model_block_is_moe(const zs_model_config *c, int l);
 /* Parameters of the expert MLPs alone (all E experts of every MoE block). */
 size_t zs_model_count_expert_params(const zs_model_config *c);

@@ -34,61 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-enum { /* entries of one block, in layout order */
-    B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_PROJW, B_PROJB,
-    B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPW, B_FCPB, B_NENT
-};
-/* A mixture-of-experts block: the first 8 entries as above, then the
- * router's weight (E, C) and the experts' MLPs stacked along their first
- * dimension (expert e's rows are the e-th slice of each). Entry kinds of
- * such a block are numbered from B_NENT on. */
-enum { M_GATEW = B_NENT, M_FCW, M_FCB, M_FCPW, M_FCPB, M_KIND_END };
 /* the most ranks of an expert-parallel group (the all-to-alls' count arrays) */
 #define ZS_MOE_MAX_EP 256
-#define M_NENT (B_LN2B + 1 + (M_KIND_END - M_GATEW)) /* entries of a MoE block */
-
-int zs_model_block_is_moe(const zs_model_config *c, int l)
-{
-    return c->moe_experts > 0 && c->moe_every > 0 && (l + 1) % c->moe_every == 0;
-}
 
 /* Experts this rank holds (all of them without expert parallelism). */
 static int gpt_local_experts(const zs_model_config *c)
 {
     return c->moe_ep > 1 ? c->moe_experts / c->moe_ep : c->moe_experts;
-}
-
-/* Entry index of block l's first entry (block l of L: the final LayerNorm). */
-static int gpt_base(const zs_model_config *c, int l)
-{
-    int nmoe = c->moe_experts > 0 && c->moe_every > 0 ? l / c->moe_every : 0;
-    return 2 + l * B_NENT + nmoe * (M_NENT - B_NENT);
-}
-
-/* The block of entry i (-1 outside blocks) and its kind in *k. */
-static int gpt_entry_block(const zs_model_config *c, int i, int *k)
-{
-    int L = c->n_layer;
-    *k = -1;
-    if (i < 2 || i >= gpt_base(c, L))
-        return -1;
-    int lo = 0, hi = L - 1;
-    while (lo < hi) { /* the last block whose base <= i */
-        int mid = lo + (hi - lo + 1) / 2;
-        if (gpt_base(c, mid) <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    int p = i - gpt_base(c, lo);
-    *k = zs_model_block_is_moe(c, lo) && p > B_LN2B ? M_GATEW + (p - B_LN2B - 1) : p;
-    return lo;
-}
-
-int zs_model_entry_is_expert(const zs_model_config *c, int i)
-{
-    int k;
-    return c->kind == ZS_MODEL_GPT && gpt_entry_block(c, i, &k) >= 0 && k > M_GATEW;
 }
 
 /* Capacity of a MoE block for micro-batches of b sequences. */
@@ -154,7 +106,7 @@ static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
  * blocks. */
 static int blk(const zs_model_config *c, int l, int k)
 {
-    return gpt_base(c, l) + (k >= M_GATEW ? B_LN2B + 1 + (k - M_GATEW) : k);
+    return zs_moe_block_first_entry(c, l) + (k >= M_GATEW ? B_LN2B + 1 + (k - M_GATEW) : k);
 }
 
 /* Tensor parallelism: element j of entry i of rank tp_rank's shard as an
@@ -172,7 +124,7 @@ static size_t gpt_tp_global(const zs_model_config *c, int i, size_t j)
     if (i == 0) /* wte: rows r*V/P .. */
         return r * ((size_t)c->vocab / P) * C + j;
     int kind;
-    if (gpt_entry_block(c, i, &kind) < 0)
+    if (zs_moe_entry_block(c, i, &kind) < 0)
         return j;
     (void)L;
     switch (kind) {
@@ -194,7 +146,7 @@ static int gpt_tp_replicated(const zs_model_config *c, int i)
     int k;
     if (i == 0)
         return 0;
-    if (gpt_entry_block(c, i, &k) < 0)
+    if (zs_moe_entry_block(c, i, &k) < 0)
         return 1;
     return !(k == B_QKVW || k == B_QKVB || k == B_PROJW || k == B_FCW || k == B_FCB ||
              k == B_FCPW);
@@ -209,7 +161,7 @@ static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, flo
 {
     const zs_layout *lay = &m->layout;
     int L = m->cfg.n_layer, k;
-    int in_block = gpt_entry_block(&m->cfg, i, &k) >= 0;
+    int in_block = zs_moe_entry_block(&m->cfg, i, &k) >= 0;
     int is_ln_w = (in_block && (k == B_LN1W || k == B_LN2W)) || i == lay->n_entries - 2;
     int is_bias = (in_block && (k == B_LN1B || k == B_QKVB || k == B_PROJB || k == B_LN2B ||
                                 k == B_FCB || k == B_FCPB || k == M_FCB || k == M_FCPB)) ||
@@ -948,7 +900,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     for (int l = 0; l < L; l++)
         if (zs_model_block_is_moe(c, l))
             a->moe_aux += c->moe_aux_coeff * a->moe_stats[l].l_aux;
-    int lnw = gpt_base(c, L);
+    int lnw = zs_moe_block_first_entry(c, L);
     gpt_ln_in(m, be, a, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1], P[lnw], P[lnw + 1], B,
               u);
     zs_linear_forward(be, a->s_logits, a->lnf, P[0], NULL, BT, C, V);
@@ -1014,7 +966,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
     int BT = B * T, BTl = B * (int)gpt_seq_local(c);
     size_t btc = (size_t)BT * C, btcl = (size_t)BT * Cl;
     if (u == L + 1) {
-        int lnw = gpt_base(c, L);
+        int lnw = zs_moe_block_first_entry(c, L);
         /* the objective is dloss * mean over BT positions of the loss */
         if (TP == 1)
             zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,

@@ -1,4 +1,5 @@
-/* zerosim — the model interface: layouts, validation, dispatch, RNG. */
+/* zerosim — the model interface: validation, layouts, dispatch to the GPT's
+ * and the MLP's operations. */
 #include "model_impl.h"
 #include "zerosim/comm.h"
 #include "zerosim/error.h"
@@ -6,36 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- deterministic random numbers ------------------------------------------ */
-
-uint64_t zs_rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-double zs_rng_uniform(uint64_t *state)
-{
-    return (double)(zs_rng_next(state) >> 11) * 0x1.0p-53;
-}
-
-double zs_rng_normal(uint64_t *state)
-{
-    double u1 = zs_rng_uniform(state), u2 = zs_rng_uniform(state);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-uint64_t zs_rng_mix(uint64_t a, uint64_t b)
-{
-    uint64_t s = a ^ (b * 0xd6e8feb86659fd93ULL);
-    zs_rng_next(&s);
-    return zs_rng_next(&s) ^ b;
-}
 
 /* ---- configuration ----------------------------------------------------------- */
 
@@ -150,37 +121,6 @@ int zs_model_config_validate(const zs_model_config *c)
         ZS_FAIL("model.type must be \"gpt\" or \"mlp\"");
     }
     return 0;
-}
-
-int zs_layout_add(zs_layout *lay, const char *name, size_t numel, int layer)
-{
-    /* capacity doubles, at powers of two from 16 (the layout has no field
-     * for it): one entry at a time made a 926-layer GPT's layout quadratic
-     * (found by fuzz/fuzz_plan_args.c, fuzz/regress/plan_args/) */
-    size_t n = (size_t)lay->n_entries;
-    if (n == 0 || (n >= 16 && (n & (n - 1)) == 0)) {
-        size_t cap = n < 16 ? 16 : 2 * n;
-        zs_param_entry *e = realloc(lay->entries, cap * sizeof *e);
-        if (!e)
-            ZS_FAIL("out of host memory building the parameter layout");
-        lay->entries = e;
-    }
-    zs_param_entry *p = &lay->entries[lay->n_entries++];
-    memset(p, 0, sizeof *p);
-    strncpy(p->name, name, sizeof p->name - 1);
-    p->numel = numel;
-    p->layer = layer;
-    if (layer + 1 > lay->n_layers)
-        lay->n_layers = layer + 1;
-    return 0;
-}
-
-static void zs_layout_free(zs_layout *lay)
-{
-    free(lay->entries);
-    free(lay->layer_offset);
-    free(lay->layer_numel);
-    memset(lay, 0, sizeof *lay);
 }
 
 size_t zs_model_count_params(const zs_model_config *c)

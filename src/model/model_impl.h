@@ -1,4 +1,4 @@
-/* zerosim — model internals shared by model.c, gpt.c and mlp.c. */
+/* zerosim — model internals shared by the files of src/model. */
 #ifndef ZEROSIM_MODEL_IMPL_H
 #define ZEROSIM_MODEL_IMPL_H
 
@@ -88,13 +88,34 @@ struct zs_acts {
     void *view_arrays;       /* malloc'd storage of the pointer arrays */
 };
 
-/* Deterministic random numbers: splitmix64 stream and helpers. */
+/* Deterministic random numbers (src/model/rng.c): splitmix64 stream and
+ * helpers. */
 uint64_t zs_rng_next(uint64_t *state);
 double zs_rng_uniform(uint64_t *state);         /* [0,1) */
 double zs_rng_normal(uint64_t *state);          /* N(0,1), Box-Muller */
 uint64_t zs_rng_mix(uint64_t a, uint64_t b);    /* hash two words into a seed */
 
-/* Add an entry to a layout being built (entries array grows). */
+/* A layout being built (src/model/layout.c): add an entry (the entries
+ * array grows); free what it holds. */
 int zs_layout_add(zs_layout *lay, const char *name, size_t numel, int layer);
+void zs_layout_free(zs_layout *lay);
+
+/* The GPT's entries (src/model/gpt.c), in layout order. */
+enum {
+    B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_PROJW, B_PROJB,
+    B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPW, B_FCPB, B_NENT
+};
+/* A mixture-of-experts block: the first 8 entries as above, then the
+ * router's weight (E, C) and the experts' MLPs stacked along their first
+ * dimension (expert e's rows are the e-th slice of each). Entry kinds of
+ * such a block are numbered from B_NENT on. */
+enum { M_GATEW = B_NENT, M_FCW, M_FCB, M_FCPW, M_FCPB, M_KIND_END };
+#define M_NENT (B_LN2B + 1 + (M_KIND_END - M_GATEW)) /* entries of a MoE block */
+
+/* The expert layout (src/model/moe.c): entry index of block l's first entry
+ * (block l of L: the final LayerNorm), and the block of entry i (-1 outside
+ * blocks) with its kind (B_* or M_*) in *kind. */
+int zs_moe_block_first_entry(const zs_model_config *c, int l);
+int zs_moe_entry_block(const zs_model_config *c, int i, int *kind);
 
 #endif

@@ -1,6 +1,9 @@
 /* zerosim — mixture of experts: DeepSpeed's TopKGate (softmax router, top-1
  * or top-2 choice, capacity, load-balancing loss), dispatch into the
- * experts' buffers and combine out of them (see zerosim/layers.h). */
+ * experts' buffers and combine out of them (see zerosim/layers.h); and
+ * the expert layout: which GPT blocks are MoE blocks and which entries are
+ * the experts' (see zerosim/model.h and model_impl.h). */
+#include "model_impl.h"
 #include "zerosim/layers.h"
 #include "zerosim/model.h"
 
@@ -241,4 +244,42 @@ void zs_moe_gate_backward(float *dlogits, const zs_moe_routing *r, float aux_gra
         for (int j = 0; j < E; j++)
             dg[j] = g[j] * (dg[j] - (float)s);
     }
+}
+
+/* ---- the expert layout: where a GPT's MoE blocks and experts sit -------------- */
+
+int zs_model_block_is_moe(const zs_model_config *c, int l)
+{
+    return c->moe_experts > 0 && c->moe_every > 0 && (l + 1) % c->moe_every == 0;
+}
+
+int zs_moe_block_first_entry(const zs_model_config *c, int l)
+{
+    int nmoe = c->moe_experts > 0 && c->moe_every > 0 ? l / c->moe_every : 0;
+    return 2 + l * B_NENT + nmoe * (M_NENT - B_NENT);
+}
+
+int zs_moe_entry_block(const zs_model_config *c, int i, int *k)
+{
+    int L = c->n_layer;
+    *k = -1;
+    if (i < 2 || i >= zs_moe_block_first_entry(c, L))
+        return -1;
+    int lo = 0, hi = L - 1;
+    while (lo < hi) { /* the last block whose base <= i */
+        int mid = lo + (hi - lo + 1) / 2;
+        if (zs_moe_block_first_entry(c, mid) <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int p = i - zs_moe_block_first_entry(c, lo);
+    *k = zs_model_block_is_moe(c, lo) && p > B_LN2B ? M_GATEW + (p - B_LN2B - 1) : p;
+    return lo;
+}
+
+int zs_model_entry_is_expert(const zs_model_config *c, int i)
+{
+    int k;
+    return c->kind == ZS_MODEL_GPT && zs_moe_entry_block(c, i, &k) >= 0 && k > M_GATEW;
 }

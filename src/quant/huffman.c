@@ -1,5 +1,5 @@
-/* zerosim — canonical Huffman codes and bit streams (see zerosim/deepcomp.h). */
-#include "zerosim/deepcomp.h"
+/* zerosim — canonical Huffman codes and bit streams (see zerosim/huffman.h). */
+#include "zerosim/huffman.h"
 #include "zerosim/error.h"
 
 #include <stdlib.h>

@@ -7,25 +7,17 @@
 #include "zerosim/data.h"
 #include "zerosim/error.h"
 #include "zerosim/eval.h"
-#include "zerosim/io.h"
+#include "zerosim/huffman.h"
 #include "zerosim/quant.h"
-#include "zerosim/quantfile.h"
+#include "zerosim/zcfile.h"
 
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
-#define DC_FORMAT "zerosim-compressed"
-#define DC_VERSION 1
 #define DC_SAMPLE_BASE ((uint64_t)1 << 39) /* the training samples: past any run's, before eval's */
-
-void zs_dc_hash(const float *p, size_t n, char out[17])
-{
-    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits(p, n * sizeof(float)));
-}
 
 void zs_dc_options_default(zs_dc_options *o)
 {
@@ -61,13 +53,6 @@ int zs_dc_options_check(const zs_dc_options *o)
         ZS_FAIL("--samples (%d) must be a multiple of --micro-batch (%d)", o->eval_samples,
                 o->micro_batch);
     return 0;
-}
-
-void zs_dc_result_free(zs_dc_result *r)
-{
-    free(r->layers);
-    r->layers = NULL;
-    r->nlayers = 0;
 }
 
 /* ---- training over host arrays ---------------------------------------------- */
@@ -399,80 +384,28 @@ static void zs_dc_code_free(zs_dc_code *c)
     zs_bitw_free(&c->wg);
 }
 
-static int zs_dc_add(zs_st_writer *w, const char *name, const char *suf, zs_st_dtype dt,
-                     uint64_t n)
+/* The file: the coded linear weights and every other entry as it is. */
+static int zs_dc_write_file(const zs_dc *d, const float *params, const zs_dc_code *codes,
+                            const char *path, zs_dc_result *r)
 {
-    char nm[128];
-    snprintf(nm, sizeof nm, "%s%s", name, suf);
-    return zs_st_writer_add(w, nm, dt, 1, &n);
-}
-
-static int zs_dc_write(const zs_dc *d, const float *params, zs_dc_code *codes, const char *path,
-                       zs_dc_result *r)
-{
-    char buf[64], *model = zs_model_config_json(d->mc);
-    if (!model)
+    zs_dc_coded *coded = d->nlin > 0 ? calloc((size_t)d->nlin, sizeof *coded) : NULL;
+    if (!coded)
         ZS_FAIL("out of host memory writing %s", path);
-    zs_st_writer w;
-    int rc = zs_st_writer_open(&w, path), open = !rc;
-    if (!rc)
-        rc = zs_st_writer_meta(&w, "format", DC_FORMAT);
-    snprintf(buf, sizeof buf, "%d", DC_VERSION);
-    if (!rc)
-        rc = zs_st_writer_meta(&w, "version", buf);
-    if (!rc)
-        rc = zs_st_writer_meta(&w, "model", model);
-    free(model);
-    snprintf(buf, sizeof buf, "%" PRIu64, d->o->seed);
-    if (!rc)
-        rc = zs_st_writer_meta(&w, "seed", buf);
-    snprintf(buf, sizeof buf, "%d", d->o->bits);
-    if (!rc)
-        rc = zs_st_writer_meta(&w, "bits", buf);
-    snprintf(buf, sizeof buf, "%d", d->o->index_bits);
-    if (!rc)
-        rc = zs_st_writer_meta(&w, "index_bits", buf);
-    int R = 1 << d->o->index_bits, l = 0;
-    for (int i = 0; i < d->lay->n_entries && !rc; i++) {
-        const zs_param_entry *e = &d->lay->entries[i];
-        if (l < d->nlin && d->lin[l] == i) {
-            zs_dc_code *c = &codes[l++];
-            if (!(rc = zs_dc_add(&w, e->name, ".codebook", ZS_ST_F32, (uint64_t)d->K)) &&
-                !(rc = zs_dc_add(&w, e->name, ".counts", ZS_ST_U64, 2)) &&
-                !(rc = zs_dc_add(&w, e->name, ".idx_lengths", ZS_ST_U8, (uint64_t)d->K + 1)) &&
-                !(rc = zs_dc_add(&w, e->name, ".gap_lengths", ZS_ST_U8, (uint64_t)R)) &&
-                !(rc = zs_dc_add(&w, e->name, ".idx_code", ZS_ST_U8, (c->wi.nbits + 7) / 8)))
-                rc = zs_dc_add(&w, e->name, ".gap_code", ZS_ST_U8, (c->wg.nbits + 7) / 8);
-        } else {
-            rc = zs_dc_add(&w, e->name, "", ZS_ST_F32, e->numel);
-        }
+    for (int l = 0; l < d->nlin; l++) {
+        const zs_dc_code *c = &codes[l];
+        coded[l] = (zs_dc_coded){
+            .codebook = d->cb + (size_t)l * (size_t)d->K,
+            .idx_lengths = c->li, .gap_lengths = c->lg,
+            .idx_code = c->wi.buf, .gap_code = c->wg.buf,
+            .idx_nbits = c->wi.nbits, .gap_nbits = c->wg.nbits,
+            .entries = c->entries, .nonzeros = c->nonzeros};
     }
-    l = 0;
-    for (int i = 0; i < d->lay->n_entries && !rc; i++) {
-        const zs_param_entry *e = &d->lay->entries[i];
-        if (l < d->nlin && d->lin[l] == i) {
-            zs_dc_code *c = &codes[l];
-            uint64_t counts[2] = {c->entries, c->nonzeros};
-            if (!(rc = zs_st_writer_data(&w, d->cb + (size_t)l * (size_t)d->K, (size_t)d->K * 4)) &&
-                !(rc = zs_st_writer_data(&w, counts, sizeof counts)) &&
-                !(rc = zs_st_writer_data(&w, c->li, (size_t)d->K + 1)) &&
-                !(rc = zs_st_writer_data(&w, c->lg, (size_t)R)) &&
-                !(rc = zs_st_writer_data(&w, c->wi.buf, (c->wi.nbits + 7) / 8)))
-                rc = zs_st_writer_data(&w, c->wg.buf, (c->wg.nbits + 7) / 8);
-            l++;
-        } else {
-            rc = zs_st_writer_data(&w, params + e->offset, e->numel * 4);
-            r->other_bytes += e->numel * 4;
-        }
-    }
-    if (!rc) {
-        r->compressed_bytes = w.total;
-        open = 0;
-        rc = zs_st_writer_commit(&w, NULL);
-        r->file_bytes = w.f.bytes;
-    }
-    if (open)
-        zs_st_writer_abort(&w);
+    const zs_dc_file f = {.mc = d->mc, .layout = d->lay, .seed = d->o->seed,
+                          .bits = d->o->bits, .index_bits = d->o->index_bits,
+                          .params = params, .coded_entries = d->lin, .coded = coded,
+                          .ncoded = d->nlin};
+    int rc = zs_dc_write(path, &f, r);
+    free(coded);
     return rc;
 }
 
@@ -547,7 +480,7 @@ int zs_dc_compress(const zs_model_config *mc, float *params, const zs_dc_options
         y->table_bits = 8 * ((uint64_t)d.K + 1 + ((uint64_t)1 << o->index_bits) + 16);
     }
     if (!rc)
-        rc = zs_dc_write(&d, params, codes, path, r);
+        rc = zs_dc_write_file(&d, params, codes, path, r);
     if (!rc)
         zs_dc_hash(params, d.n, r->param_hash);
     for (int l = 0; codes && l < d.nlin; l++)
@@ -556,187 +489,5 @@ int zs_dc_compress(const zs_model_config *mc, float *params, const zs_dc_options
     zs_dc_free(&d);
     if (rc)
         zs_dc_result_free(r);
-    return rc;
-}
-
-/* ---- reading -------------------------------------------------------------------- */
-
-int zs_dc_file_is(const char *path)
-{
-    zs_st_file f;
-    if (zs_st_open(&f, path)) {
-        zs_error_clear();
-        return 0;
-    }
-    const char *fmt = zs_st_meta(&f, "format");
-    int is = fmt && !strcmp(fmt, DC_FORMAT);
-    zs_st_close(&f);
-    return is;
-}
-
-/* Tensor NAME+suf of dtype dt: its element count into *n (checked against
- * want when want != 0) and its bytes into a malloc'd *out. */
-static int zs_dc_get(const zs_st_file *f, const char *name, const char *suf, zs_st_dtype dt,
-                     uint64_t want, void **out, uint64_t *n)
-{
-    char nm[128];
-    snprintf(nm, sizeof nm, "%s%s", name, suf);
-    const zs_st_tensor *t = zs_st_find(f, nm);
-    *out = NULL;
-    if (!t)
-        ZS_FAIL("%s: tensor %s is missing; the file is damaged or not of this model", f->path, nm);
-    uint64_t k = zs_st_numel(t);
-    if (t->dtype != dt || (want && k != want))
-        ZS_FAIL("%s: tensor %s is %s of %" PRIu64 " elements, expected %s%s; the file is "
-                "damaged", f->path, nm, zs_st_dtype_name(t->dtype), k, zs_st_dtype_name(dt),
-                want ? " of another size" : "");
-    if (!(*out = malloc((size_t)k * zs_st_dtype_size(dt) + 1)))
-        ZS_FAIL("out of host memory reading %s", f->path);
-    if (n)
-        *n = k;
-    return zs_st_read(f, t, 0, *out, (size_t)k * zs_st_dtype_size(dt));
-}
-
-/* Decode entry e's weights into w. */
-static int zs_dc_decode(const zs_st_file *f, const zs_param_entry *e, int K, int R, float *w,
-                        zs_dc_layer *y)
-{
-    void *cb = NULL, *cnt = NULL, *li = NULL, *lg = NULL, *ci = NULL, *cg = NULL;
-    uint64_t ni, ng;
-    zs_huff hi = {0}, hg = {0};
-    int rc = zs_dc_get(f, e->name, ".codebook", ZS_ST_F32, (uint64_t)K, &cb, NULL);
-    if (!rc)
-        rc = zs_dc_get(f, e->name, ".counts", ZS_ST_U64, 2, &cnt, NULL);
-    if (!rc)
-        rc = zs_dc_get(f, e->name, ".idx_lengths", ZS_ST_U8, (uint64_t)K + 1, &li, NULL);
-    if (!rc)
-        rc = zs_dc_get(f, e->name, ".gap_lengths", ZS_ST_U8, (uint64_t)R, &lg, NULL);
-    if (!rc)
-        rc = zs_dc_get(f, e->name, ".idx_code", ZS_ST_U8, 0, &ci, &ni);
-    if (!rc)
-        rc = zs_dc_get(f, e->name, ".gap_code", ZS_ST_U8, 0, &cg, &ng);
-    if (!rc && (zs_huff_build(&hi, li, K + 1) || zs_huff_build(&hg, lg, R)))
-        rc = zs_error_set("%s: %s's Huffman code lengths are not a code (%s); the file is damaged",
-                          f->path, e->name, zs_error_msg());
-    memset(w, 0, e->numel * 4);
-    uint64_t entries = rc ? 0 : ((uint64_t *)cnt)[0], nz = 0;
-    zs_bitr ri = {ci, (size_t)ni * 8, 0}, rg = {cg, (size_t)ng * 8, 0};
-    long long pos = -1;
-    for (uint64_t k = 0; k < entries && !rc; k++) {
-        int s = zs_huff_get(&ri, &hi), g = zs_huff_get(&rg, &hg);
-        if (s < 0 || g < 0) {
-            rc = zs_error_set("%s: %s's code streams end before its %" PRIu64 " entries; the file "
-                              "is damaged", f->path, e->name, entries);
-            break;
-        }
-        pos += g + 1;
-        if (pos >= (long long)e->numel) {
-            rc = zs_error_set("%s: %s's relative indices run past its %zu weights; the file is "
-                              "damaged", f->path, e->name, e->numel);
-            break;
-        }
-        if (s < K) {
-            w[pos] = ((float *)cb)[s];
-            nz++;
-        }
-    }
-    if (!rc && nz != ((uint64_t *)cnt)[1])
-        rc = zs_error_set("%s: %s decodes to %" PRIu64 " nonzeros, its counts say %" PRIu64
-                          "; the file is damaged", f->path, e->name, nz, ((uint64_t *)cnt)[1]);
-    if (!rc) {
-        snprintf(y->name, sizeof y->name, "%s", e->name);
-        y->numel = e->numel;
-        y->nonzeros = nz;
-        y->entries = entries;
-        y->idx_bits = ri.pos;
-        y->gap_bits = rg.pos;
-        y->codebook_bits = 32 * (uint64_t)K;
-        y->table_bits = 8 * ((uint64_t)K + 1 + (uint64_t)R + 16);
-    }
-    zs_huff_free(&hi);
-    zs_huff_free(&hg);
-    free(cb), free(cnt), free(li), free(lg), free(ci), free(cg);
-    return rc;
-}
-
-static int zs_dc_meta_int(const zs_st_file *f, const char *key, long lo, long hi, long *out)
-{
-    const char *s = zs_st_meta(f, key);
-    char *end = NULL;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || end == s || *end || v < lo || v > hi)
-        ZS_FAIL("%s: the metadata's %s is missing or out of range; the file is damaged", f->path,
-                key);
-    *out = v;
-    return 0;
-}
-
-int zs_dc_read(const char *path, zs_model_config *mc, uint64_t *seed, float **params,
-               zs_dc_result *r)
-{
-    zs_st_file f;
-    *params = NULL;
-    memset(r, 0, sizeof *r);
-    ZS_TRY(zs_st_open(&f, path));
-    const char *fmt = zs_st_meta(&f, "format"), *sd = zs_st_meta(&f, "seed");
-    long ver = 0, bits = 0, ib = 0;
-    char *end = NULL;
-    int rc = 0;
-    if (!fmt || strcmp(fmt, DC_FORMAT))
-        rc = zs_error_set("%s is not a zerosim compressed file (its metadata has no format "
-                          "\"%s\")", path, DC_FORMAT);
-    if (!rc && !(rc = zs_dc_meta_int(&f, "version", 1, INT_MAX, &ver)) && ver != DC_VERSION)
-        rc = zs_error_set("%s: compressed file version %ld; this zerosim reads version %d", path,
-                          ver, DC_VERSION);
-    if (!rc && (!sd || !(*seed = strtoull(sd, &end, 10), end != sd && !*end)))
-        rc = zs_error_set("%s: the metadata's seed is missing or malformed; the file is damaged",
-                          path);
-    if (!rc)
-        rc = zs_dc_meta_int(&f, "bits", 1, 16, &bits);
-    if (!rc)
-        rc = zs_dc_meta_int(&f, "index_bits", 1, 16, &ib);
-    if (!rc)
-        rc = zs_model_config_from_json(zs_st_meta(&f, "model"), path, mc);
-    zs_model *m = NULL;
-    if (!rc)
-        rc = zs_model_create(mc, &m);
-    const zs_layout *lay = rc ? NULL : zs_model_layout(m);
-    if (!rc && !(*params = malloc(lay->num_params * 4 + 1)))
-        rc = zs_error_set("out of host memory reading %s", path);
-    if (!rc && !(r->layers = calloc((size_t)lay->n_entries, sizeof *r->layers)))
-        rc = zs_error_set("out of host memory reading %s", path);
-    int expect = 0;
-    for (int i = 0; !rc && i < lay->n_entries; i++) {
-        const zs_param_entry *e = &lay->entries[i];
-        size_t rows, cols;
-        if (zs_quant_entry_matrix(mc, e, &rows, &cols)) {
-            rc = zs_dc_decode(&f, e, 1 << bits, 1 << ib, *params + e->offset,
-                              &r->layers[r->nlayers++]);
-            expect += 6;
-            continue;
-        }
-        void *v = NULL;
-        rc = zs_dc_get(&f, e->name, "", ZS_ST_F32, e->numel, &v, NULL);
-        if (!rc)
-            memcpy(*params + e->offset, v, e->numel * 4);
-        free(v);
-        r->other_bytes += 4 * (uint64_t)e->numel;
-        expect++;
-    }
-    if (!rc && f.n != expect)
-        rc = zs_error_set("%s holds %d tensors, the model needs %d; the file is damaged or of "
-                          "another model", path, f.n, expect);
-    if (!rc) {
-        r->dense_bytes = 4 * (uint64_t)lay->num_params;
-        r->file_bytes = f.file_bytes;
-        r->compressed_bytes = f.file_bytes - f.data_start;
-        zs_dc_hash(*params, lay->num_params, r->param_hash);
-    } else {
-        free(*params);
-        *params = NULL;
-        zs_dc_result_free(r);
-    }
-    zs_model_destroy(m);
-    zs_st_close(&f);
     return rc;
 }

@@ -3,7 +3,7 @@
 #include "zerosim/data.h"
 #include "zerosim/error.h"
 #include "zerosim/checkpoint.h"
-#include "zerosim/deepcomp.h"
+#include "zerosim/zcfile.h"
 #include "zerosim/mem.h"
 #include "zerosim/quant.h"
 #include "zerosim/quantfile.h"
