@@ -248,6 +248,9 @@ typedef struct {
      * became) and the keys accepted with no effect (comma-separated) */
     unsigned auto_mask;
     char noeffect[1024];
+    /* what the rules of zerosim/compat.h adjusted, "; "-separated: printed
+     * on start-up and written in the report */
+    char adjusted[1024];
 } zs_run_config;
 
 /* The defaults: a small GPT that trains in seconds on one core. */

@@ -11,6 +11,7 @@
 #include "zerosim/backend.h"
 #include "zerosim/comm.h"
 #include "zerosim/config.h"
+#include "zerosim/compat.h"
 #include "zerosim/error.h"
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
@@ -1207,6 +1208,8 @@ static int zs_cmd_train(int argc, char **argv)
     }
     if (rank == 0 && o.log && cfg.noeffect[0])
         fprintf(o.log, "config: accepted with no effect in zerosim: %s\n", cfg.noeffect);
+    if (rank == 0 && o.log && cfg.adjusted[0])
+        fprintf(o.log, "config: adjusted: %s\n", cfg.adjusted);
     if (rank == 0 && o.log && !o.no_steps) {
         const char *reduce = "";
         if (cfg.grad_reduce == ZS_GRAD_REDUCE_STEP)
@@ -1342,9 +1345,27 @@ int main(int argc, char **argv)
         return zs_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "mesh"))
         return zs_cmd_mesh(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "config-keys") && argc == 2) {
-        zs_config_print_keys(stdout);
-        return 0;
+    if (!strcmp(argv[1], "config-keys")) {
+        if (argc == 2) {
+            zs_config_print_keys(stdout);
+            return 0;
+        }
+        if (argc == 3 && !strcmp(argv[2], "--combinations")) {
+            zs_compat_print(stdout);
+            return 0;
+        }
+        if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+            printf("usage: zerosim config-keys [--combinations]\n\n"
+                   "Every DeepSpeed configuration key zerosim reads, one a line, and whether it\n"
+                   "is used, has no effect or is not modelled (with what to do instead).\n"
+                   "--combinations: the rules about combinations of features (refused or\n"
+                   "adjusted, with the reason) and the matrix of every pair of the main\n"
+                   "features (docs/configuration.md).\n");
+            return 0;
+        }
+        fprintf(stderr, "zerosim: config-keys takes --combinations or --help, got \"%s\"\n",
+                argv[2]);
+        return 2;
     }
     fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);

@@ -236,6 +236,8 @@ char *zs_run_config_json(const zs_run_config *c)
         "gradient_predivide_factor", c->grad_predivide, "deterministic", c->deterministic, "tp",
         c->tp, "pp", c->pp, "sequence_parallel", c->sequence_parallel, "auto", autos,
         "no_effect", none);
+    if (root && c->adjusted[0]) /* what zerosim/compat.h's rules adjusted */
+        json_object_set_new(root, "adjusted", json_string(c->adjusted));
     if (root && c->model.moe_experts > 0) /* the moe section, as the file gives it */
         json_object_set_new(
             root, "moe",

@@ -1,9 +1,9 @@
 /* zerosim — zs_run_config_finalize: the batch arithmetic, the checks of
- * single options (ranges, the float checks) and the refusals of
- * combinations of features zerosim does not support (each marked
- * "combination:"), in the order that decides which message a user sees
- * first. */
+ * single options (ranges, the float checks) and of splits that must divide,
+ * in the order that decides which message a user sees first. Every rule
+ * about a combination of features is zerosim/compat.h's, applied first. */
 #include "config_impl.h"
+#include "zerosim/compat.h"
 #include "zerosim/config.h"
 #include "zerosim/error.h"
 #include "zerosim/quant.h"
@@ -128,27 +128,11 @@ static int check_pipeline(const zs_run_config *c)
 {
     if (c->pp <= 1)
         return check_interleaved(c);
-    if (c->model.kind != ZS_MODEL_GPT)
-        return zs_config_fail("pipeline parallelism (--pp %d) cuts the GPT's blocks into stages: "
-                              "use --model gpt or --pp 1", c->pp);
+    /* the pipeline's combinations are zerosim/compat.h's */
     if (c->pp > c->model.n_layer)
         return zs_config_fail("--pp %d is more pipeline stages than the model's %d blocks "
                               "(model.layers): every stage needs at least one block", c->pp,
                               c->model.n_layer);
-    if (c->stage == 3 && (c->quantized_weights || c->quantized_gradients ||
-                          c->hpz_partition_size > 1))
-        return zs_config_fail("ZeRO++ (zero_quantized_weights, zero_quantized_gradients, "
-                              "zero_hpz_partition_size) with --pp %d is not supported yet: turn "
-                              "them off or use --pp 1", c->pp);
-    if (c->model.moe_experts > 0)
-        return zs_config_fail("mixture of experts (--moe-experts) with --pp %d is not supported "
-                              "yet: use --pp 1", c->pp);
-    if (c->compression.kind != ZS_COMP_NONE)
-        return zs_config_fail("gradient compression with --pp %d is not supported: use "
-                              "--compression none or --pp 1", c->pp);
-    if (c->offload_optimizer != ZS_OFFLOAD_NONE)
-        return zs_config_fail("offload_optimizer with --pp %d is not supported: use "
-                              "--offload-optimizer none or --pp 1", c->pp);
     return check_interleaved(c);
 }
 
@@ -167,47 +151,15 @@ static int finalize_mesh(zs_run_config *c, int world_size)
     return 0;
 }
 
-/* ZeRO++ (qwZ, hpZ, qgZ): every check a combination with another feature. */
+/* ZeRO++ (qwZ, hpZ, qgZ): hpZ's groups must divide the data-parallel group. */
 static int finalize_zeropp(zs_run_config *c, int world_size)
 {
-    /* combination: quantized_weights + stage other than 3 */
-    if (c->quantized_weights && c->stage != 3)
-        return zs_config_fail("zero_optimization.zero_quantized_weights (--quantized-weights, "
-                              "ZeRO++ qwZ) quantizes stage 3's parameter gathers: use --stage 3");
-    /* combination: quantized_weights + deterministic */
-    if (c->quantized_weights && c->deterministic)
-        return zs_config_fail("zero_optimization.zero_quantized_weights (--quantized-weights) is "
-                              "lossy and deterministic mode promises exact results: drop one of "
-                              "them");
-    /* combination: hpz_partition_size + stage other than 3 */
-    if (c->hpz_partition_size > 1 && c->stage != 3)
-        return zs_config_fail("zero_optimization.zero_hpz_partition_size %d "
-                              "(--hpz-partition-size, ZeRO++ hpZ) partitions stage 3's parameters "
-                              "a second time: use --stage 3, or 1", c->hpz_partition_size);
-    /* combination: hpz_partition_size + data-parallel size */
+    /* a split: hpZ's groups in the data-parallel group */
     if (c->hpz_partition_size > 1 && (world_size / (c->tp * c->pp)) % c->hpz_partition_size)
         return zs_config_fail("zero_optimization.zero_hpz_partition_size %d must divide the %d "
                               "data-parallel ranks: use a divisor of %d (the ranks per node)",
                               c->hpz_partition_size, world_size / (c->tp * c->pp),
                               world_size / (c->tp * c->pp));
-    /* combination: hpz_partition_size + offload_param */
-    if (c->hpz_partition_size > 1 && c->offload_param != ZS_OFFLOAD_NONE && c->stage == 3)
-        return zs_config_fail("zero_optimization.zero_hpz_partition_size with offload_param is not "
-                              "modelled: drop one of them");
-    /* combination: quantized_gradients + stage other than 3 */
-    if (c->quantized_gradients && c->stage != 3)
-        return zs_config_fail("zero_optimization.zero_quantized_gradients (--quantized-gradients, "
-                              "ZeRO++ qgZ) replaces stage 3's gradient reduce-scatter: use "
-                              "--stage 3");
-    /* combination: quantized_gradients + deterministic */
-    if (c->quantized_gradients && c->deterministic)
-        return zs_config_fail("zero_optimization.zero_quantized_gradients (--quantized-gradients) "
-                              "is lossy and deterministic mode promises exact results: drop one "
-                              "of them");
-    /* combination: quantized_gradients + compression */
-    if (c->quantized_gradients && c->compression.kind != ZS_COMP_NONE)
-        return zs_config_fail("zero_optimization.zero_quantized_gradients and gradient "
-                              "compression both replace the reduce-scatter: drop one of them");
     return 0;
 }
 
@@ -215,26 +167,6 @@ static int finalize_zeropp(zs_run_config *c, int world_size)
  * offload_optimizer, and the NVMe folder. */
 static int finalize_offload(zs_run_config *c)
 {
-    /* combination: offload_optimizer + stage 0 */
-    if (c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0)
-        return zs_config_fail("offload_optimizer (--offload-optimizer %s) needs ZeRO stage 1, 2 "
-                              "or 3, as DeepSpeed's does: use --stage 1 or higher",
-                              zs_offload_name(c->offload_optimizer));
-    /* combination: offload_param + stage other than 3 (no effect, noted) */
-    if (c->offload_param != ZS_OFFLOAD_NONE && c->stage != 3) {
-        /* DeepSpeed reads offload_param in stage 3 only */
-        size_t n = strlen(c->noeffect);
-        if (n + 64 < sizeof c->noeffect)
-            snprintf(c->noeffect + n, sizeof c->noeffect - n, "%szero_optimization.offload_param "
-                     "(stage %d)", n ? ", " : "", c->stage);
-        c->offload_param = ZS_OFFLOAD_NONE;
-    }
-    /* combination: offload_param without offload_optimizer */
-    if (c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE)
-        return zs_config_fail("offload_param without offload_optimizer (parameters off the "
-                              "device, the optimizer on it) is a DeepSpeed feature zerosim does "
-                              "not model yet: add --offload-optimizer cpu (or nvme), or drop "
-                              "--offload-param");
     if (c->offload_param == ZS_OFFLOAD_NVME && !c->nvme_path[0])
         return zs_config_fail("offload_param \"device\": \"nvme\" needs nvme_path (--nvme-path "
                               "DIR), the folder for the parameters' files");
@@ -252,14 +184,6 @@ static int finalize_parallel(zs_run_config *c, int world_size)
         return zs_config_fail("%d ranks do not divide into tensor-parallel groups of %d (--tp) "
                               "times %d pipeline stages (--pp): use a number of ranks that %d "
                               "divides", world_size, c->tp, c->pp, c->tp * c->pp);
-    /* combination: sequence_parallel + tp 1 */
-    if (c->sequence_parallel && c->tp < 2)
-        return zs_config_fail("sequence parallelism (--sequence-parallel) splits the sequence "
-                              "over the tensor-parallel group: it needs --tp 2 or more");
-    /* combination: tp + a model other than the GPT */
-    if (c->tp > 1 && c->model.kind != ZS_MODEL_GPT)
-        return zs_config_fail("tensor parallelism (--tp %d) is implemented for the GPT: use "
-                              "--model gpt or --tp 1", c->tp);
     c->model.tp = c->tp;
     c->model.sequence_parallel = c->sequence_parallel;
     if (c->ep < 1)
@@ -268,19 +192,11 @@ static int finalize_parallel(zs_run_config *c, int world_size)
         return zs_config_fail("moe.ep_size (--ep) %d is more than the %d ranks an expert-parallel "
                               "group may have here: use --ep %d or less",
                               c->ep, ZS_BOUND_EP_MAX, ZS_BOUND_EP_MAX);
-    /* combination: ep without a mixture of experts */
-    if (c->ep > 1 && c->model.moe_experts == 0)
-        return zs_config_fail("expert parallelism (--ep %d) needs a mixture of experts: give "
-                              "--moe-experts (moe.num_experts)", c->ep);
-    /* combination: ep + data-parallel size */
+    /* a split: expert-parallel groups in the data-parallel group */
     if (c->ep > 1 && (world_size / (c->tp * c->pp)) % c->ep)
         return zs_config_fail("the expert-parallel size (--ep %d) must divide the data-parallel "
                               "size (%d ranks / (tp %d x pp %d))", c->ep,
                               world_size / (c->tp * c->pp), c->tp, c->pp);
-    /* combination: ep_layout deepspeed + ep 1 */
-    if (c->ep_layout == ZS_EP_LAYOUT_DEEPSPEED && c->ep <= 1)
-        return zs_config_fail("moe.ep_layout (--ep-layout) \"deepspeed\" lays out expert "
-                              "parallelism: it needs --ep 2 or more (moe.ep_size)");
     c->model.moe_ep = c->ep;
     ZS_TRY(resolve_batch(c, world_size / (c->tp * c->pp)));
     return 0;
@@ -366,23 +282,6 @@ static int finalize_precision(zs_run_config *c)
         c->reduce_bucket_size = (size_t)(h * h);
     if (c->auto_mask & ZS_AUTO_PREFETCH)
         c->stage3_prefetch_bucket_size = (size_t)(0.9 * h * h);
-    /* combination: partition_activations + tp */
-    if (c->partition_activations && c->tp > 1)
-        return zs_config_fail("activation_checkpointing.partition_activations with --tp %d is a "
-                              "DeepSpeed feature zerosim does not model yet (checkpoints sharded "
-                              "over the tensor-parallel group): set it to false", c->tp);
-    const struct { const char *key; int t; } dtypes[] = {
-        {"communication_data_type", c->comm_dtype},
-        {"data_types.grad_accum_dtype", c->grad_accum_dtype},
-    };
-    /* combination: communication / grad_accum dtype + precision */
-    for (size_t i = 0; i < 2; i++)
-        if (dtypes[i].t >= 0 && dtypes[i].t != (int)c->precision)
-            return zs_config_fail("%s \"%s\" with %s training is a DeepSpeed feature zerosim does "
-                                  "not model yet (zerosim reduces and accumulates gradients in "
-                                  "the working precision): remove it or set it to \"%s\"",
-                                  dtypes[i].key, zs_dtype_name((zs_dtype)dtypes[i].t),
-                                  zs_dtype_name(c->precision), zs_dtype_name(c->precision));
     if (!(c->grad_predivide > 0) || !isfinite(c->grad_predivide))
         return zs_config_fail("gradient_predivide_factor must be > 0, got %g", c->grad_predivide);
     return 0;
@@ -391,19 +290,6 @@ static int finalize_precision(zs_run_config *c)
 /* Compression, QAT, activation checkpointing, the pipeline, the model. */
 static int finalize_features(zs_run_config *c)
 {
-    /* combination: compression + stage 0 */
-    if (c->compression.kind != ZS_COMP_NONE && c->stage == 0)
-        return zs_config_fail("gradient compression works with ZeRO stages 1, 2 and 3: set "
-                              "zero_optimization.stage (--stage) to 1, 2 or 3, or turn "
-                              "compression off");
-    /* combination: qat + tp */
-    if (c->qat && c->tp > 1)
-        return zs_config_fail("quantization-aware training (--qat) works with --tp 1: its scales "
-                              "are per whole tensor or block of the tp = 1 layout");
-    /* combination: compression + deterministic */
-    if (c->compression.kind != ZS_COMP_NONE && c->deterministic)
-        return zs_config_fail("gradient compression and deterministic mode cannot be combined: "
-                              "compressed sums are deterministic only for a fixed number of ranks");
     if (c->model.kind == ZS_MODEL_GPT || c->checkpoint_mode != ZS_CKPT_OFF) {
         int L = c->model.n_layer > 0 ? c->model.n_layer : 1, k = 0;
         if (c->checkpoint_mode == ZS_CKPT_EVERY)
@@ -427,6 +313,9 @@ static int finalize_features(zs_run_config *c)
 int zs_run_config_finalize(zs_run_config *c, int world_size)
 {
     ZS_TRY(finalize_mesh(c, world_size));
+    /* every rule about combinations of features (zerosim/compat.h) */
+    zs_compat_ctx cx = {world_size, ZS_SCOPE_TRAIN, NULL, 1, 1};
+    ZS_TRY(zs_compat_apply(c, &cx));
     ZS_TRY(finalize_zeropp(c, world_size));
     ZS_TRY(finalize_offload(c));
     ZS_TRY(finalize_parallel(c, world_size));

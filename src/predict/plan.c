@@ -1,5 +1,6 @@
 /* zerosim — the planner (see zerosim/plan.h). */
 #include "zerosim/plan.h"
+#include "zerosim/compat.h"
 #include "zerosim/error.h"
 #include "zerosim/mesh.h"
 #include "zerosim/model.h"
@@ -239,11 +240,9 @@ static void zs_plan_add_group(zs_plan_result *r, zs_coll_kind k, double bytes, d
  * flat ring's (N-1)/N S, so the traffic stays; (M-1)/N S crosses. The
  * inner reduce-scatter is M rings (one per node block of K chunks), and
  * neither level overlaps compute (both complete when called). */
-static int zs_plan_hierarchical(zs_plan_result *r, const zs_run_config *c, int N, int K)
+static int zs_plan_hierarchical(zs_plan_result *r, int N, int K)
 {
-    if (c->tp > 1 || c->pp > 1 || c->ep > 1 || r->zeropp)
-        ZS_FAIL("--hierarchical is planned without --tp, --pp, --ep and ZeRO++ (qwZ, hpZ, "
-                "qgZ): drop --hierarchical or those");
+    /* with --tp, --pp, --ep or ZeRO++: refused by zerosim/compat.h's rules */
     if (N % K)
         ZS_FAIL("--hierarchical needs the %d devices in whole nodes of %d: use a multiple of %d",
                 N, K, K);
@@ -370,9 +369,9 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                                  c.hpz_partition_size > 1);
     int node_ranks = in->dp < in->devices_per_node ? in->dp : in->devices_per_node;
     if (r->zeropp) {
-        if (in->convention != ZS_PLAN_ZEROSIM || !in->has_arch || c.tp > 1 || c.pp > 1)
+        if (in->convention != ZS_PLAN_ZEROSIM || !in->has_arch)
             ZS_FAIL("ZeRO++ (qwZ, hpZ, qgZ) is planned in the zerosim convention for a GPT "
-                    "(--arch gpt or --config) without --tp or --pp");
+                    "(--arch gpt or --config)");
         if (in->dp % node_ranks)
             ZS_FAIL("ZeRO++ needs the %d devices in whole nodes of %d: use a multiple of %d",
                     in->dp, in->devices_per_node, in->devices_per_node);
@@ -383,7 +382,10 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     } else if (c.stage == 3 && in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical &&
                c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
-    ZS_TRY(zs_run_config_finalize(&c, in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1)));
+    int world = in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1);
+    ZS_TRY(zs_run_config_finalize(&c, world));
+    zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1}; /* the planner's own rules */
+    ZS_TRY(zs_compat_apply(&c, &cx));
     ZS_TRY(zs_step_ep_check(&c, in->dp));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
@@ -646,7 +648,7 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         }
     }
     if (c.hierarchical && in->convention == ZS_PLAN_ZEROSIM)
-        ZS_TRY(zs_plan_hierarchical(r, &c, N, node_ranks));
+        ZS_TRY(zs_plan_hierarchical(r, N, node_ranks));
     if (in->convention == ZS_PLAN_ZEROSIM && have && (c.tp > 1 || c.pp > 1) && c.ep <= 1 &&
         !r->zeropp && !r->hierarchical)
         ZS_TRY(zs_plan_mesh_inter(r, &c, &pr, N, in->devices_per_node, ndp));

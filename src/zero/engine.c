@@ -45,6 +45,7 @@
  * kind to executor (engine_impl.h lists the executors' files).
  */
 #include "zero/engine_impl.h"
+#include "zerosim/compat.h"
 #include "zerosim/error.h"
 
 #include <math.h>
@@ -229,8 +230,8 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
     return zs_engine_create_shared(cfg, be, mem, comm, NULL, out);
 }
 
-/* The configuration's own fields, and the refusals of what the backend
- * cannot run. */
+/* The configuration's own fields, after zerosim/compat.h's rules for what
+ * the backend cannot run. */
 static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
 {
     zs_backend_t be = e->be;
@@ -243,34 +244,22 @@ static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
     e->offload = cfg->stage >= 1 ? cfg->offload_optimizer : ZS_OFFLOAD_NONE;
     e->sep_master = e->mixed || e->offload != ZS_OFFLOAD_NONE;
     e->swap_fd = -1;
-    if (e->offload != ZS_OFFLOAD_NONE && !zs_backend_host_accessible(be) && !e->phantom)
-        ZS_FAIL("offload_optimizer is not supported with --backend %s yet (the host "
-                "optimizer runs on host memory): use --backend cpu",
-                zs_backend_name(be));
+    /* what this backend cannot run (zerosim/compat.h; a phantom run computes
+     * nothing on it) */
+    if (!e->phantom)
+        ZS_TRY(zs_compat_check_device(cfg, zs_comm_size(e->comm), zs_backend_name(be),
+                                      zs_backend_host_accessible(be), zs_backend_has_tp(be)));
     e->comm_dtype = e->param_dtype == ZS_DTYPE_F32    ? ZS_CT_F32
                     : e->param_dtype == ZS_DTYPE_BF16 ? ZS_CT_BF16
                                                       : ZS_CT_F16;
     if (e->stage < 0 || e->stage > 3)
         ZS_FAIL("ZeRO stage must be 0, 1, 2 or 3, got %d", e->stage);
-    if (e->comp_on && !zs_backend_host_accessible(be) && !e->phantom)
-        /* the codecs (src/comm/compress.c) read and write host memory (a
-         * phantom run skips them: the compressed sizes do not depend on the
-         * values) */
-        ZS_FAIL("--compression is not supported with --backend %s (its codecs run on "
-                "host memory): use --backend cpu, or --compression none",
-                zs_backend_name(be));
-    if (cfg->qat) { /* the fake quantization runs on host memory */
-        if (!zs_backend_host_accessible(be) && !e->phantom)
-            ZS_FAIL("--qat is not supported with --backend %s yet (its fake quantization "
-                    "runs on host memory): use --backend cpu", zs_backend_name(be));
+    if (cfg->qat) {
         e->qat.format = (zs_quant_format)cfg->qat;
         ZS_TRY(zs_quant_spec_finalize(&e->qat));
     }
     e->tp_size = cfg->model.tp > 1 ? cfg->model.tp : 1;
     e->tp_rank = e->tp_size > 1 ? cfg->model.tp_rank : 0;
-    if (e->tp_size > 1 && !zs_backend_has_tp(be))
-        ZS_FAIL("tensor parallelism (--tp %d) has no kernels on the %s backend yet: use "
-                "--backend cpu, or --tp 1", e->tp_size, zs_backend_name(be));
     return 0;
 }
 
@@ -316,9 +305,6 @@ static int zs_engine_create_layout(zs_engine *e, const zs_run_config *cfg,
     zs_partition_make(&e->part, e->shape->part.num_params, N, zs_comm_rank(comm), e->det);
     e->pp_size = e->shape->pp;
     e->pp_rank = e->shape->pp_rank;
-    if (e->pp_size > 1 && !zs_backend_host_accessible(e->be) && !e->phantom)
-        ZS_FAIL("pipeline parallelism (--pp %d) is not supported with --backend %s yet: "
-                "use --backend cpu", e->pp_size, zs_backend_name(e->be));
     if (e->stage == 3 && cfg->hpz_partition_size > 1) {
         e->hpz = zs_comm_hpz(comm);
         if (!e->hpz || zs_comm_size(e->hpz) != cfg->hpz_partition_size)

@@ -1,0 +1,101 @@
+/* zerosim — which features combine: every rule about combinations in one
+ * table (src/config/compat.c).
+ *
+ * A rule relates two or more features (ZeRO stage, tensor, pipeline and
+ * expert parallelism, offload, ZeRO++, compression, checkpointing, overlap,
+ * deterministic mode, precision, the gradient schedule, the backend) and
+ * either refuses the combination with one line saying what to do, or
+ * adjusts the configuration and says so. Each rule has a scope: the callers
+ * (finalisation for training and phantom runs, the planner, the engine for
+ * a backend's capabilities) ask for the rules of their scope, and nothing
+ * else refuses a combination. `zerosim config-keys --combinations` prints
+ * the rules and the matrix of every pair of the main features.
+ */
+#ifndef ZEROSIM_COMPAT_H
+#define ZEROSIM_COMPAT_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "zerosim/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Who asks. Training and phantom runs share finalisation; a rule that
+ * holds for a run holds for the plan of it (ZS_SCOPE_RUN). */
+enum {
+    ZS_SCOPE_TRAIN = 1u << 0,   /* zerosim train with real ranks */
+    ZS_SCOPE_PHANTOM = 1u << 1, /* zerosim train --phantom */
+    ZS_SCOPE_PLAN = 1u << 2,    /* zerosim plan */
+    ZS_SCOPE_DEVICE = 1u << 3,  /* a backend whose memory the host cannot
+                                   read (CUDA): the engine asks */
+    ZS_SCOPE_RUN = ZS_SCOPE_TRAIN | ZS_SCOPE_PHANTOM | ZS_SCOPE_PLAN
+};
+
+typedef enum { ZS_COMPAT_REFUSE = 0, ZS_COMPAT_ADJUST = 1 } zs_compat_action;
+
+/* What a rule may read besides the configuration. */
+typedef struct {
+    int world;               /* ranks of the run (the plan's devices) */
+    unsigned scope;          /* the asker: one ZS_SCOPE_* bit */
+    const char *backend;     /* ZS_SCOPE_DEVICE: the backend's name */
+    int backend_host;        /* ZS_SCOPE_DEVICE: the host reads its memory */
+    int backend_has_tp;      /* ZS_SCOPE_DEVICE: it has tensor-parallel kernels */
+} zs_compat_ctx;
+
+typedef struct {
+    const char *id;          /* short and stable: "pp+moe" */
+    const char *features;    /* the features it relates, space-separated */
+    unsigned scope;          /* ZS_SCOPE_* bits */
+    zs_compat_action action;
+    /* 1 when the rule applies to c: a refusal writes its one line into msg;
+     * an adjustment changes c and writes what it did. 0 otherwise. */
+    int (*check)(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n);
+    /* refusals: the anchor (DeepSpeed, Megatron-LM) that also refuses it,
+     * or why zerosim cannot model it; adjustments: whose rule it follows */
+    const char *why;
+} zs_compat_rule;
+
+/* The table, in the order the rules are tried. */
+const zs_compat_rule *zs_compat_rules(size_t *n);
+
+/* Apply every rule of x->scope to c in order: the first refusal fails with
+ * its line (zs_error_msg); adjustments change c and are appended to
+ * c->adjusted ("; "-separated) for the start-up line and the report. */
+int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x);
+
+/* Only the rules of the DEVICE scope, without changing cfg: the engine
+ * asks before it allocates (phantom runs do not ask). */
+int zs_compat_check_device(const zs_run_config *cfg, int world, const char *backend,
+                           int backend_host, int backend_has_tp);
+
+/* The first rule of x->scope that applies to c (changing c as adjustments
+ * do), or -1; its line in msg. For the matrix and the tests. */
+int zs_compat_first(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n);
+
+/* The main features of the matrix: a name, the options that turn it on
+ * (zerosim train and zerosim plan take the same), and the setting itself. */
+typedef struct {
+    const char *name;
+    const char *args;
+    void (*set)(zs_run_config *c);
+} zs_compat_feature;
+
+const zs_compat_feature *zs_compat_features(size_t *n);
+
+/* The matrix's base: a stage-3 GPT of 4 blocks on 8 ranks in nodes of 4,
+ * micro-batch 2 x 2; the options that give it (train, plan). */
+void zs_compat_base(zs_run_config *c);
+extern const char zs_compat_base_train_args[];
+extern const char zs_compat_base_plan_args[];
+enum { ZS_COMPAT_BASE_WORLD = 8 };
+
+/* zerosim config-keys --combinations: the rules, the features and the
+ * matrix of every pair. */
+void zs_compat_print(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

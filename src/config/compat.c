@@ -1,0 +1,610 @@
+/* zerosim — which features combine (see zerosim/compat.h).
+ *
+ * Every rule about a combination of features is a row of `rules` below: the
+ * features, the scope that asks, refuse or adjust, the check that writes the
+ * one line, and for a refusal the anchor that refuses it too or why zerosim
+ * cannot model it. Finalisation (training and phantom runs), the planner
+ * and the engine (a backend's capabilities) go through this table; no other
+ * file refuses a combination. Checks of one option's own value, and splits
+ * that do not divide (ranks into groups, blocks into stages), stay where the
+ * option is read.
+ */
+#include "zerosim/compat.h"
+#include "zerosim/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RULE(name) static int name(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n)
+#define SAY(...) (snprintf(msg, n, __VA_ARGS__), 1)
+#define UNUSED_CTX (void)x
+
+static int zeropp_on(const zs_run_config *c)
+{
+    return c->quantized_weights || c->quantized_gradients || c->hpz_partition_size > 1;
+}
+
+/* ---- ZeRO++ ------------------------------------------------------------- */
+
+RULE(qwz_stage)
+{
+    UNUSED_CTX;
+    return c->quantized_weights && c->stage != 3 &&
+           SAY("zero_optimization.zero_quantized_weights (--quantized-weights, ZeRO++ qwZ) "
+               "quantizes stage 3's parameter gathers: use --stage 3");
+}
+
+RULE(qwz_det)
+{
+    UNUSED_CTX;
+    return c->quantized_weights && c->deterministic &&
+           SAY("zero_optimization.zero_quantized_weights (--quantized-weights) is lossy "
+               "and deterministic mode promises exact results: drop one of them");
+}
+
+RULE(hpz_stage)
+{
+    UNUSED_CTX;
+    return c->hpz_partition_size > 1 && c->stage != 3 &&
+           SAY("zero_optimization.zero_hpz_partition_size %d (--hpz-partition-size, ZeRO++ "
+               "hpZ) partitions stage 3's parameters a second time: use --stage 3, or 1",
+               c->hpz_partition_size);
+}
+
+RULE(hpz_offload_param)
+{
+    UNUSED_CTX;
+    return c->hpz_partition_size > 1 && c->offload_param != ZS_OFFLOAD_NONE && c->stage == 3 &&
+           SAY("zero_optimization.zero_hpz_partition_size with offload_param is not "
+               "modelled: drop one of them");
+}
+
+RULE(qgz_stage)
+{
+    UNUSED_CTX;
+    return c->quantized_gradients && c->stage != 3 &&
+           SAY("zero_optimization.zero_quantized_gradients (--quantized-gradients, ZeRO++ "
+               "qgZ) replaces stage 3's gradient reduce-scatter: use --stage 3");
+}
+
+RULE(qgz_det)
+{
+    UNUSED_CTX;
+    return c->quantized_gradients && c->deterministic &&
+           SAY("zero_optimization.zero_quantized_gradients (--quantized-gradients) is lossy "
+               "and deterministic mode promises exact results: drop one of them");
+}
+
+RULE(qgz_compression)
+{
+    UNUSED_CTX;
+    return c->quantized_gradients && c->compression.kind != ZS_COMP_NONE &&
+           SAY("zero_optimization.zero_quantized_gradients and gradient compression both "
+               "replace the reduce-scatter: drop one of them");
+}
+
+/* qgZ replaces the reduce-scatter, hierarchical or not; the parameter
+ * gathers stay two-level. Nothing changes: the line says what runs. */
+RULE(qgz_hierarchical)
+{
+    UNUSED_CTX;
+    return c->quantized_gradients && c->hierarchical && c->stage == 3 &&
+           SAY("--hierarchical with --quantized-gradients: the gradient reductions are qgZ's "
+               "two-level all-to-alls, the parameter gathers two-level allgathers");
+}
+
+/* ---- offload ------------------------------------------------------------ */
+
+RULE(offload_stage0)
+{
+    UNUSED_CTX;
+    return c->offload_optimizer != ZS_OFFLOAD_NONE && c->stage == 0 &&
+           SAY("offload_optimizer (--offload-optimizer %s) needs ZeRO stage 1, 2 or 3, as "
+               "DeepSpeed's does: use --stage 1 or higher",
+               zs_offload_name(c->offload_optimizer));
+}
+
+/* DeepSpeed reads offload_param in stage 3 only: dropped below it, and
+ * listed with the keys of no effect as before. */
+RULE(offload_param_stage)
+{
+    UNUSED_CTX;
+    if (c->offload_param == ZS_OFFLOAD_NONE || c->stage == 3)
+        return 0;
+    size_t len = strlen(c->noeffect);
+    if (len + 64 < sizeof c->noeffect)
+        snprintf(c->noeffect + len, sizeof c->noeffect - len,
+                 "%szero_optimization.offload_param (stage %d)", len ? ", " : "", c->stage);
+    c->offload_param = ZS_OFFLOAD_NONE;
+    return SAY("offload_param is read in stage 3 only: dropped at stage %d", c->stage);
+}
+
+RULE(offload_param_alone)
+{
+    UNUSED_CTX;
+    return c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE &&
+           SAY("offload_param without offload_optimizer (parameters off the device, the "
+               "optimizer on it) is a DeepSpeed feature zerosim does not model yet: add "
+               "--offload-optimizer cpu (or nvme), or drop --offload-param");
+}
+
+/* ---- tensor and sequence parallelism, the model ----------------------- */
+
+RULE(sp_tp)
+{
+    UNUSED_CTX;
+    return c->sequence_parallel && c->tp < 2 &&
+           SAY("sequence parallelism (--sequence-parallel) splits the sequence over the "
+               "tensor-parallel group: it needs --tp 2 or more");
+}
+
+RULE(tp_model)
+{
+    UNUSED_CTX;
+    return c->tp > 1 && c->model.kind != ZS_MODEL_GPT &&
+           SAY("tensor parallelism (--tp %d) is implemented for the GPT: use --model gpt or "
+               "--tp 1", c->tp);
+}
+
+RULE(partition_activations_tp)
+{
+    UNUSED_CTX;
+    return c->partition_activations && c->tp > 1 &&
+           SAY("activation_checkpointing.partition_activations with --tp %d is a DeepSpeed "
+               "feature zerosim does not model yet (checkpoints sharded over the "
+               "tensor-parallel group): set it to false", c->tp);
+}
+
+RULE(qat_tp)
+{
+    UNUSED_CTX;
+    return c->qat && c->tp > 1 &&
+           SAY("quantization-aware training (--qat) works with --tp 1: its scales are "
+               "per whole tensor or block of the tp = 1 layout");
+}
+
+/* ---- experts ------------------------------------------------------------ */
+
+RULE(ep_moe)
+{
+    UNUSED_CTX;
+    return c->ep > 1 && c->model.moe_experts == 0 &&
+           SAY("expert parallelism (--ep %d) needs a mixture of experts: give "
+               "--moe-experts (moe.num_experts)", c->ep);
+}
+
+RULE(ep_layout_ep)
+{
+    UNUSED_CTX;
+    return c->ep_layout == ZS_EP_LAYOUT_DEEPSPEED && c->ep <= 1 &&
+           SAY("moe.ep_layout (--ep-layout) \"deepspeed\" lays out expert parallelism: it "
+               "needs --ep 2 or more (moe.ep_size)");
+}
+
+RULE(moe_tp)
+{
+    UNUSED_CTX;
+    return c->model.moe_experts > 0 && c->tp > 1 &&
+           SAY("a mixture of experts with tensor parallelism is not implemented (the experts' "
+               "MLPs are not split over the tensor-parallel group): use --tp 1 with "
+               "--moe-experts");
+}
+
+/* ---- precision and gradient compression --------------------------------- */
+
+RULE(dtype_precision)
+{
+    UNUSED_CTX;
+    const struct { const char *key; int t; } dtypes[] = {
+        {"communication_data_type", c->comm_dtype},
+        {"data_types.grad_accum_dtype", c->grad_accum_dtype},
+    };
+    for (size_t i = 0; i < 2; i++)
+        if (dtypes[i].t >= 0 && dtypes[i].t != (int)c->precision)
+            return SAY("%s \"%s\" with %s training is a DeepSpeed feature zerosim does not "
+                       "model yet (zerosim reduces and accumulates gradients in the working "
+                       "precision): remove it or set it to \"%s\"",
+                       dtypes[i].key, zs_dtype_name((zs_dtype)dtypes[i].t),
+                       zs_dtype_name(c->precision), zs_dtype_name(c->precision));
+    return 0;
+}
+
+RULE(compression_stage0)
+{
+    UNUSED_CTX;
+    return c->compression.kind != ZS_COMP_NONE && c->stage == 0 &&
+           SAY("gradient compression works with ZeRO stages 1, 2 and 3: set "
+               "zero_optimization.stage (--stage) to 1, 2 or 3, or turn compression off");
+}
+
+RULE(compression_det)
+{
+    UNUSED_CTX;
+    return c->compression.kind != ZS_COMP_NONE && c->deterministic &&
+           SAY("gradient compression and deterministic mode cannot be combined: compressed "
+               "sums are deterministic only for a fixed number of ranks");
+}
+
+/* overlap_comm on with the step schedule: the one reduction per step has
+ * no backward left to hide behind. Nothing changes: the line says so. */
+RULE(overlap_step)
+{
+    UNUSED_CTX;
+    return c->overlap_comm == 1 && c->stage <= 1 && c->grad_reduce == ZS_GRAD_REDUCE_STEP &&
+           SAY("--overlap-comm on with --grad-reduce step: the one reduction per step runs "
+               "after the last backward, with nothing left to hide behind");
+}
+
+/* ---- the pipeline ------------------------------------------------------- */
+
+RULE(pp_model)
+{
+    UNUSED_CTX;
+    return c->pp > 1 && c->model.kind != ZS_MODEL_GPT &&
+           SAY("pipeline parallelism (--pp %d) cuts the GPT's blocks into stages: use "
+               "--model gpt or --pp 1", c->pp);
+}
+
+RULE(pp_zeropp)
+{
+    UNUSED_CTX;
+    return c->pp > 1 && c->stage == 3 && zeropp_on(c) &&
+           SAY("ZeRO++ (zero_quantized_weights, zero_quantized_gradients, "
+               "zero_hpz_partition_size) with --pp %d is not supported yet: turn them off or "
+               "use --pp 1", c->pp);
+}
+
+RULE(pp_moe)
+{
+    UNUSED_CTX;
+    return c->pp > 1 && c->model.moe_experts > 0 &&
+           SAY("mixture of experts (--moe-experts) with --pp %d is not supported yet: use "
+               "--pp 1", c->pp);
+}
+
+RULE(pp_compression)
+{
+    UNUSED_CTX;
+    return c->pp > 1 && c->compression.kind != ZS_COMP_NONE &&
+           SAY("gradient compression with --pp %d is not supported: use --compression none "
+               "or --pp 1", c->pp);
+}
+
+RULE(pp_offload)
+{
+    UNUSED_CTX;
+    return c->pp > 1 && c->offload_optimizer != ZS_OFFLOAD_NONE &&
+           SAY("offload_optimizer with --pp %d is not supported: use --offload-optimizer "
+               "none or --pp 1", c->pp);
+}
+
+/* ---- the planner -------------------------------------------------------- */
+
+/* The planner's node model takes the data-parallel group's ranks of a node
+ * as the node's devices; with a tensor-parallel group inside the node they
+ * are fewer (zerosim train counts them from the mesh). */
+RULE(plan_zeropp_tp)
+{
+    UNUSED_CTX;
+    return c->stage == 3 && zeropp_on(c) && c->tp > 1 &&
+           SAY("ZeRO++ (qwZ, hpZ, qgZ) with --tp %d is not planned yet (the planner's nodes "
+               "hold data-parallel ranks only): plan with --tp 1, or measure it with zerosim "
+               "train --phantom", c->tp);
+}
+
+RULE(plan_hierarchical)
+{
+    UNUSED_CTX;
+    const char *with = c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->ep > 1 ? "--ep"
+                     : c->stage == 3 && zeropp_on(c) ? "ZeRO++ (qwZ, hpZ, qgZ)" : NULL;
+    return c->hierarchical && with &&
+           SAY("--hierarchical with %s is not planned yet (the planner's two levels are "
+               "those of one data-parallel group over whole nodes): drop --hierarchical, or "
+               "measure it with zerosim train --phantom", with);
+}
+
+/* ---- a backend whose memory the host cannot read ----------------------- */
+
+RULE(device_offload)
+{
+    return !x->backend_host && c->stage >= 1 && c->offload_optimizer != ZS_OFFLOAD_NONE &&
+           SAY("offload_optimizer is not supported with --backend %s yet (the host "
+               "optimizer runs on host memory): use --backend cpu", x->backend);
+}
+
+RULE(device_compression)
+{
+    return !x->backend_host && c->compression.kind != ZS_COMP_NONE &&
+           SAY("--compression is not supported with --backend %s (its codecs run on "
+               "host memory): use --backend cpu, or --compression none", x->backend);
+}
+
+RULE(device_qat)
+{
+    return !x->backend_host && c->qat &&
+           SAY("--qat is not supported with --backend %s yet (its fake quantization "
+               "runs on host memory): use --backend cpu", x->backend);
+}
+
+RULE(device_tp)
+{
+    return c->model.tp > 1 && !x->backend_has_tp &&
+           SAY("tensor parallelism (--tp %d) has no kernels on the %s backend yet: use "
+               "--backend cpu, or --tp 1", c->model.tp, x->backend);
+}
+
+RULE(device_pp)
+{
+    return !x->backend_host && c->pp > 1 &&
+           SAY("pipeline parallelism (--pp %d) is not supported with --backend %s yet: "
+               "use --backend cpu", c->pp, x->backend);
+}
+
+#define REFUSE ZS_COMPAT_REFUSE
+#define ADJUST ZS_COMPAT_ADJUST
+#define RUN ZS_SCOPE_RUN
+#define DEVICE ZS_SCOPE_DEVICE
+
+static const zs_compat_rule rules[] = {
+    {"qwz+stage", "qwZ stage", RUN, REFUSE, qwz_stage,
+     "DeepSpeed reads zero_quantized_weights in stage 3 only"},
+    {"qwz+deterministic", "qwZ deterministic", RUN, REFUSE, qwz_det,
+     "qwZ rounds the gathered parameters; deterministic mode promises exact sums"},
+    {"hpz+stage", "hpZ stage", RUN, REFUSE, hpz_stage,
+     "DeepSpeed reads zero_hpz_partition_size in stage 3 only"},
+    {"hpz+offload-param", "hpZ offload-param", RUN, REFUSE, hpz_offload_param,
+     "a secondary partition of parameters that live off the device: not modelled"},
+    {"qgz+stage", "qgZ stage", RUN, REFUSE, qgz_stage,
+     "DeepSpeed reads zero_quantized_gradients in stage 3 only"},
+    {"qgz+deterministic", "qgZ deterministic", RUN, REFUSE, qgz_det,
+     "qgZ rounds the gradients; deterministic mode promises exact sums"},
+    {"qgz+compression", "qgZ compression", RUN, REFUSE, qgz_compression,
+     "both replace the same reduce-scatter"},
+    {"qgz+hierarchical", "qgZ hierarchical", RUN, ADJUST, qgz_hierarchical,
+     "ZeRO++'s qgZ is its own two-level reduction"},
+    {"offload+stage0", "offload stage", RUN, REFUSE, offload_stage0,
+     "DeepSpeed offloads the optimizer from stage 1 up"},
+    {"offload-param+stage", "offload-param stage", RUN, ADJUST, offload_param_stage,
+     "DeepSpeed reads offload_param in stage 3 only"},
+    {"offload-param+offload", "offload-param offload", RUN, REFUSE, offload_param_alone,
+     "not modelled yet: the optimizer's states on the device with the parameters off it"},
+    {"sp+tp", "sp tp", RUN, REFUSE, sp_tp,
+     "Megatron-LM's sequence parallelism lives in the tensor-parallel group"},
+    {"tp+mlp", "tp model", RUN, REFUSE, tp_model,
+     "zerosim splits the GPT's layers only (Megatron-LM's split)"},
+    {"partition-activations+tp", "ckpt tp", RUN, REFUSE, partition_activations_tp,
+     "not modelled yet (DeepSpeed shards the checkpoints over the tensor-parallel group)"},
+    {"qat+tp", "qat tp", RUN, REFUSE, qat_tp,
+     "the fake quantization's scales are of the tp = 1 tensors"},
+    {"ep+moe", "ep moe", RUN, REFUSE, ep_moe, "experts are what expert parallelism deals out"},
+    {"ep-layout+ep", "ep-layout ep", RUN, REFUSE, ep_layout_ep,
+     "the layout is of expert parallelism"},
+    {"moe+tp", "moe tp", RUN, REFUSE, moe_tp,
+     "not implemented yet (Megatron-LM and DeepSpeed-MoE split the experts' MLPs over tp)"},
+    {"dtype+precision", "dtype precision", RUN, REFUSE, dtype_precision,
+     "not modelled yet: zerosim reduces and accumulates in the working precision"},
+    {"compression+stage0", "compression stage", RUN, REFUSE, compression_stage0,
+     "the codecs replace the reduce-scatter of a gradient shard"},
+    {"compression+deterministic", "compression deterministic", RUN, REFUSE, compression_det,
+     "compressed sums are exact for a fixed number of ranks only"},
+    {"overlap+step", "overlap grad-reduce", RUN, ADJUST, overlap_step,
+     "DeepSpeed's step schedule reduces once, after the backward"},
+    {"pp+mlp", "pp model", RUN, REFUSE, pp_model, "the pipeline cuts the GPT's blocks"},
+    {"pp+zeropp", "pp qwZ hpZ qgZ", RUN, REFUSE, pp_zeropp,
+     "DeepSpeed's pipeline engine runs ZeRO stage 0 and 1 only"},
+    {"pp+moe", "pp moe", RUN, REFUSE, pp_moe,
+     "not implemented yet (Megatron-LM and DeepSpeed-MoE run it)"},
+    {"pp+compression", "pp compression", RUN, REFUSE, pp_compression,
+     "DeepSpeed's 1-bit optimizers and pipeline run apart; not implemented"},
+    {"pp+offload", "pp offload", RUN, REFUSE, pp_offload,
+     "not implemented yet (DeepSpeed's pipeline engine offloads with ZeRO-1)"},
+    {"plan:zeropp+tp", "qwZ hpZ qgZ tp", ZS_SCOPE_PLAN, REFUSE, plan_zeropp_tp,
+     "the planner's node model; zerosim train runs it"},
+    {"plan:hierarchical", "hierarchical tp pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,
+     plan_hierarchical, "the planner's node model; zerosim train runs it"},
+    {"device+offload", "backend offload", DEVICE, REFUSE, device_offload,
+     "the host optimizer reads host memory"},
+    {"device+compression", "backend compression", DEVICE, REFUSE, device_compression,
+     "the codecs read host memory"},
+    {"device+qat", "backend qat", DEVICE, REFUSE, device_qat,
+     "the fake quantization reads host memory"},
+    {"device+tp", "backend tp", DEVICE, REFUSE, device_tp,
+     "the backend has no tensor-parallel kernels"},
+    {"device+pp", "backend pp", DEVICE, REFUSE, device_pp,
+     "the pipeline's messages are staged through host memory"},
+};
+
+const zs_compat_rule *zs_compat_rules(size_t *n)
+{
+    *n = sizeof rules / sizeof rules[0];
+    return rules;
+}
+
+int zs_compat_first(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n)
+{
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if ((rules[i].scope & x->scope) && rules[i].check(c, x, msg, n))
+            return (int)i;
+    return -1;
+}
+
+int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
+{
+    char msg[512];
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        const zs_compat_rule *r = &rules[i];
+        if (!(r->scope & x->scope) || !r->check(c, x, msg, sizeof msg))
+            continue;
+        if (r->action == ZS_COMPAT_REFUSE)
+            return zs_error_set("%s", msg);
+        size_t len = strlen(c->adjusted);
+        if (!strstr(c->adjusted, msg) && len + strlen(msg) + 3 < sizeof c->adjusted)
+            snprintf(c->adjusted + len, sizeof c->adjusted - len, "%s%s", len ? "; " : "", msg);
+    }
+    return 0;
+}
+
+int zs_compat_check_device(const zs_run_config *cfg, int world, const char *backend,
+                           int backend_host, int backend_has_tp)
+{
+    zs_run_config c = *cfg;
+    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp};
+    return zs_compat_apply(&c, &x);
+}
+
+/* ---- the matrix ------------------------------------------------------------ */
+
+static void f_stage0(zs_run_config *c) { c->stage = 0; }
+static void f_stage1(zs_run_config *c) { c->stage = 1; }
+static void f_stage2(zs_run_config *c) { c->stage = 2; }
+static void f_tp(zs_run_config *c) { c->tp = 2; }
+static void f_sp(zs_run_config *c) { c->tp = 2; c->sequence_parallel = 1; }
+static void f_pp(zs_run_config *c) { c->pp = 2; }
+static void f_moe(zs_run_config *c) { c->model.moe_experts = 4; }
+static void f_ep(zs_run_config *c) { c->model.moe_experts = 4; c->ep = 2; }
+static void f_offload(zs_run_config *c) { c->offload_optimizer = ZS_OFFLOAD_CPU; }
+static void f_offload_param(zs_run_config *c)
+{
+    c->offload_optimizer = ZS_OFFLOAD_CPU;
+    c->offload_param = ZS_OFFLOAD_CPU;
+}
+static void f_qwz(zs_run_config *c) { c->quantized_weights = 1; }
+static void f_hpz(zs_run_config *c) { c->hpz_partition_size = 2; }
+static void f_qgz(zs_run_config *c) { c->quantized_gradients = 1; }
+static void f_compression(zs_run_config *c)
+{
+    c->compression.kind = ZS_COMP_TOPK;
+    c->compression.topk_fraction = 0.1;
+}
+static void f_ckpt(zs_run_config *c) { c->checkpoint_mode = ZS_CKPT_EVERY; c->checkpoint_value = 1; }
+static void f_overlap_off(zs_run_config *c) { c->overlap_comm = 0; }
+static void f_overlap_on(zs_run_config *c) { c->overlap_comm = 1; }
+static void f_det(zs_run_config *c) { c->deterministic = 1; }
+static void f_bf16(zs_run_config *c) { c->precision = ZS_DTYPE_BF16; }
+static void f_fp16(zs_run_config *c) { c->precision = ZS_DTYPE_F16; }
+static void f_step(zs_run_config *c) { c->grad_reduce = ZS_GRAD_REDUCE_STEP; }
+static void f_hier(zs_run_config *c) { c->hierarchical = 1; }
+
+static const zs_compat_feature features[] = {
+    {"stage0", "--stage 0", f_stage0},
+    {"stage1", "--stage 1", f_stage1},
+    {"stage2", "--stage 2", f_stage2},
+    {"tp", "--tp 2", f_tp},
+    {"sp", "--tp 2 --sequence-parallel", f_sp},
+    {"pp", "--pp 2", f_pp},
+    {"moe", "--moe-experts 4", f_moe},
+    {"ep", "--moe-experts 4 --ep 2", f_ep},
+    {"offload", "--offload-optimizer cpu", f_offload},
+    {"offload-param", "--offload-optimizer cpu --offload-param cpu", f_offload_param},
+    {"qwZ", "--quantized-weights", f_qwz},
+    {"hpZ", "--hpz-partition-size 2", f_hpz},
+    {"qgZ", "--quantized-gradients", f_qgz},
+    {"compression", "--compression topk:0.1", f_compression},
+    {"ckpt", "--checkpoint-activations every:1", f_ckpt},
+    {"overlap-off", "--overlap-comm off", f_overlap_off},
+    {"overlap-on", "--overlap-comm on", f_overlap_on},
+    {"deterministic", "--deterministic", f_det},
+    {"bf16", "--precision bf16", f_bf16},
+    {"fp16", "--precision fp16", f_fp16},
+    {"grad-reduce-step", "--grad-reduce step", f_step},
+    {"hierarchical", "--hierarchical", f_hier},
+};
+
+const zs_compat_feature *zs_compat_features(size_t *n)
+{
+    *n = sizeof features / sizeof features[0];
+    return features;
+}
+
+const char zs_compat_base_train_args[] =
+    "--stage 3 --layers 4 --hidden 64 --heads 4 --seq 32 --vocab 64 --micro-batch 2 "
+    "--grad-accum 2 --ranks-per-node 4";
+const char zs_compat_base_plan_args[] =
+    "--arch gpt --stage 3 --layers 4 --hidden 64 --heads 4 --seq 32 --vocab 64 "
+    "--micro-batch 2 --grad-accum 2 --devices-per-node 4";
+
+void zs_compat_base(zs_run_config *c)
+{
+    zs_run_config_defaults(c);
+    c->stage = 3;
+    c->model.kind = ZS_MODEL_GPT;
+    c->model.n_layer = 4;
+    c->model.n_embd = 64;
+    c->model.n_head = 4;
+    c->model.seq_len = 32;
+    c->model.vocab = 64;
+    c->micro_batch = 2;
+    c->grad_accum = 2;
+    c->ranks_per_node = 4;
+}
+
+/* The rule that decides the pair (a, b) for scope, as a cell: "." accepted,
+ * "R<n>" refused by rule n, "A<n>" adjusted by rule n (the first that
+ * applies). */
+static void cell(int a, int b, unsigned scope, char *out, size_t n)
+{
+    zs_run_config c;
+    zs_compat_base(&c);
+    features[a].set(&c);
+    features[b].set(&c);
+    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1};
+    char msg[512];
+    int first = -1, i;
+    /* the first refusal, else the first adjustment */
+    for (i = 0; i < (int)(sizeof rules / sizeof rules[0]); i++) {
+        if (!(rules[i].scope & scope) || !rules[i].check(&c, &x, msg, sizeof msg))
+            continue;
+        if (rules[i].action == ZS_COMPAT_REFUSE) {
+            snprintf(out, n, "R%d", i + 1);
+            return;
+        }
+        if (first < 0)
+            first = i;
+    }
+    if (first >= 0)
+        snprintf(out, n, "A%d", first + 1);
+    else
+        snprintf(out, n, ".");
+}
+
+static const char *scope_name(unsigned s)
+{
+    if (s == ZS_SCOPE_RUN)
+        return "train, phantom, plan";
+    if (s == ZS_SCOPE_DEVICE)
+        return "a device backend (cuda)";
+    if (s == ZS_SCOPE_PLAN)
+        return "plan only";
+    return "train";
+}
+
+void zs_compat_print(FILE *f)
+{
+    size_t nr = sizeof rules / sizeof rules[0], nf = sizeof features / sizeof features[0];
+    fprintf(f, "rules (src/config/compat.c), in the order they are tried:\n");
+    for (size_t i = 0; i < nr; i++)
+        fprintf(f, "%2zu %-6s %-26s %-26s %s\n   %s\n", i + 1,
+                rules[i].action == ZS_COMPAT_REFUSE ? "refuse" : "adjust", rules[i].id,
+                rules[i].features, scope_name(rules[i].scope), rules[i].why);
+    fprintf(f, "\nfeatures (on a stage-3 GPT of 4 blocks, 8 ranks in nodes of 4):\n");
+    for (size_t a = 0; a < nf; a++)
+        fprintf(f, "%2zu %-17s %s\n", a + 1, features[a].name, features[a].args);
+    fprintf(f, "\npairs: . runs, R<n> refused by rule n, A<n> adjusted by rule n, P<n> "
+               "refused by the planner's rule n (zerosim train runs it)\n    ");
+    for (size_t b = 0; b < nf; b++)
+        fprintf(f, "%4zu", b + 1);
+    fputc('\n', f);
+    for (size_t a = 0; a < nf; a++) {
+        fprintf(f, "%2zu  ", a + 1);
+        for (size_t b = 0; b < nf; b++) {
+            char s[16], p[16];
+            cell((int)a, (int)b, ZS_SCOPE_TRAIN, s, sizeof s);
+            cell((int)a, (int)b, ZS_SCOPE_PLAN, p, sizeof p);
+            if (p[0] == 'R' && s[0] != 'R')
+                p[0] = 'P';
+            fprintf(f, "%4s", s[0] == 'R' ? s : p);
+        }
+        fputc('\n', f);
+    }
+}
