@@ -296,12 +296,10 @@ RULE(plan_zeropp_tp)
 RULE(plan_hierarchical)
 {
     UNUSED_CTX;
-    const char *with = c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->ep > 1 ? "--ep"
-                     : c->stage == 3 && zeropp_on(c) ? "ZeRO++ (qwZ, hpZ, qgZ)" : NULL;
-    return c->hierarchical && with &&
-           SAY("--hierarchical with %s is not planned yet (the planner's two levels are "
-               "those of one data-parallel group over whole nodes): drop --hierarchical, or "
-               "measure it with zerosim train --phantom", with);
+    return c->hierarchical &&
+           (c->tp > 1 || c->pp > 1 || c->ep > 1 || (c->stage == 3 && zeropp_on(c))) &&
+           SAY("--hierarchical is planned without --tp, --pp, --ep and ZeRO++ (qwZ, hpZ, "
+               "qgZ): drop --hierarchical or those");
 }
 
 /* ---- a backend whose memory the host cannot read ----------------------- */
