@@ -9,11 +9,13 @@
 # ZS_COMPAT_PAIRS=N checks only the first N pairs (the fast suite).
 . "$(dirname "$0")/testlib.sh"
 
-BASE_TRAIN="--stage 3 --layers 4 --hidden 64 --heads 4 --seq 32 --vocab 64 --micro-batch 2 --grad-accum 2 --ranks-per-node 4"
-BASE_PLAN="--arch gpt --stage 3 --layers 4 --hidden 64 --heads 4 --seq 32 --vocab 64 --micro-batch 2 --grad-accum 2 --devices-per-node 4"
-WORLD=8
-
 "$ZS" config-keys --combinations >"$T/matrix" || { bad "config-keys --combinations failed"; finish; }
+# the base, as the program prints it: "base train: --world-size W ARGS"
+WORLD=$(sed -n 's/^base train: --world-size \([0-9]*\) .*/\1/p' "$T/matrix")
+BASE_TRAIN=$(sed -n 's/^base train: --world-size [0-9]* //p' "$T/matrix")
+BASE_PLAN=$(sed -n 's/^base plan: //p' "$T/matrix")
+[ -n "$WORLD" ] && [ -n "$BASE_TRAIN" ] && [ -n "$BASE_PLAN" ] && ok ||
+    { bad "the matrix names no base"; finish; }
 # the features: "number name args..."
 sed -n '/^features/,/^$/p' "$T/matrix" | sed '1d;/^$/d' >"$T/features"
 nf=$(wc -l <"$T/features")

@@ -585,6 +585,8 @@ void zs_compat_print(FILE *f)
         fprintf(f, "%2zu %-6s %-26s %-26s %s\n   %s\n", i + 1,
                 rules[i].action == ZS_COMPAT_REFUSE ? "refuse" : "adjust", rules[i].id,
                 rules[i].features, scope_name(rules[i].scope), rules[i].why);
+    fprintf(f, "\nbase train: --world-size %d %s\nbase plan: %s\n", ZS_COMPAT_BASE_WORLD,
+            zs_compat_base_train_args, zs_compat_base_plan_args);
     fprintf(f, "\nfeatures (on a stage-3 GPT of 4 blocks, 8 ranks in nodes of 4):\n");
     for (size_t a = 0; a < nf; a++)
         fprintf(f, "%2zu %-17s %s\n", a + 1, features[a].name, features[a].args);
