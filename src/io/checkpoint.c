@@ -527,7 +527,9 @@ static int ck_parse_files(zs_ckpt *ck, json_t *m)
         cf->f.fd = -1;
         const char *nm = ck_str(f, "name"), *hx = ck_str(f, "xxh3");
         json_t *res = json_object_get(f, "residual");
-        if (!nm || strlen(nm) >= sizeof cf->name || strchr(nm, '/') || !hx || !json_is_boolean(res))
+        if (!nm || strlen(nm) >= sizeof cf->name || !hx || !json_is_boolean(res) ||
+            strspn(nm, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+                strlen(nm) || nm[0] == '.') /* a file of the folder, quoted as it is */
             ZS_FAIL("%s: file entry %zu lacks a name, a checksum or \"residual\"; the manifest "
                     "is damaged", ck->manifest, i);
         snprintf(cf->name, sizeof cf->name, "%s", nm);
@@ -564,13 +566,17 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
                 (long long)ver, ZS_CKPT_FORMAT_VERSION);
     ZS_TRY(ck_check_model(ck, json_object_get(m, "model"), &cfg->model));
     const char *prec = ck_str(m, "precision"), *opt = ck_str(m, "optimizer");
-    if (!prec || strcmp(prec, zs_dtype_name(cfg->precision)) != 0)
+    char quoted[48]; /* the manifest's text in an error line: escaped */
+    if (!prec || strcmp(prec, zs_dtype_name(cfg->precision)) != 0) {
+        zs_file_escape(prec ? prec : "?", prec ? strlen(prec) : 1, quoted, sizeof quoted);
         ZS_FAIL("%s: the checkpoint was trained in %s, this run asks for %s: resume with "
-                "--precision %s", ck->manifest, prec ? prec : "?", zs_dtype_name(cfg->precision),
-                prec ? prec : "?");
+                "--precision %s", ck->manifest, quoted, zs_dtype_name(cfg->precision), quoted);
+    }
     if (!opt || strcmp(opt, ck_optim_name(cfg->optimizer)) != 0)
         ZS_FAIL("%s: the checkpoint's optimizer is %s, this run's %s: resume with the same "
-                "optimizer", ck->manifest, opt ? opt : "?", ck_optim_name(cfg->optimizer));
+                "optimizer", ck->manifest,
+                zs_file_escape(opt ? opt : "?", opt ? strlen(opt) : 1, quoted, sizeof quoted),
+                ck_optim_name(cfg->optimizer));
     ZS_TRY(ck_int(ck, m, "steps", 0, INT_MAX, &v));
     ck->steps = (int)v;
     ZS_TRY(ck_int(ck, m, "stage", 0, 3, &v));
