@@ -55,7 +55,7 @@ split_page() {
             printf "" > wantf; printf "" > linef }
         /^<!-- vary: .* -->$/ && !inblock { v = $0; sub(/^<!-- vary: /, "", v); sub(/ -->$/, "", v); vary[++nv] = v; next }
         /^<!-- sample(-of)?(: .*)? -->$/ && !inblock {
-            k++; bdir = dir "/b" k; system("mkdir -p \"" bdir "\"")
+            k++; bdir = dir "/b" sprintf("%04d", k); system("mkdir -p \"" bdir "\"")
             m = $0; sub(/^<!-- /, "", m); sub(/ -->$/, "", m)
             kind = m; sub(/:.*/, "", kind); arg = ""
             if (index(m, ": ")) { arg = m; sub(/^[^:]*: /, "", arg) }
@@ -108,6 +108,7 @@ normalize() {
 
 for page in "$@"; do
     rm -rf "$W"/b[0-9]*
+    moved=0 # lines an --update has added above the next block so far
     split_page "$page" || { bad=$((bad + 1)); continue; }
     for b in "$W"/b*; do
         [ -d "$b" ] || continue
@@ -137,10 +138,14 @@ for page in "$@"; do
             if [ "$update" -eq 1 ] && [ "$kind" = sample-of ] && [ ! -s "$b/vary" ] &&
                 ! grep -qx ' *\.\.\. *' "$b/want$j"; then
                 # the block's lines from/to are replaced by the output
-                awk -v from="$(cat "$b/from")" -v to="$(cat "$b/to")" -v gf="$b/got$j" '
+                # (the blocks in page order: b0001, b0002, ...; each rewrite
+                # moves the blocks below it by the lines it added)
+                from=$(($(cat "$b/from") + moved)) to=$(($(cat "$b/to") + moved))
+                awk -v from="$from" -v to="$to" -v gf="$b/got$j" '
                     FNR == from { while ((getline g < gf) > 0) print g }
                     FNR >= from && FNR <= to { next }
                     { print }' "$page" >"$W/page.new" && cat "$W/page.new" >"$page"
+                moved=$((moved + $(wc -l <"$b/got$j") - (to - from + 1)))
                 echo "check-samples: $page: the block at line $at rewritten with what \"$cmd\" prints now"
                 j=$((j + 1)); continue
             fi

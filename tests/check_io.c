@@ -1,13 +1,19 @@
-/* Tests of the atomic writer and the safetensors reader and writer. */
+/* Tests of the atomic writer, of the files zerosim creates (never through a
+ * symlink), and of the safetensors reader and writer. */
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 #include "zerosim/io.h"
+#include "zerosim/report.h"
 
 static char dir[64];
 
@@ -217,6 +223,14 @@ START_TEST(test_safetensors_refused)
                                       "\"data_offsets\":[0,8]},\"x\":{\"dtype\":\"F32\","
                                       "\"shape\":[2],\"data_offsets\":[0,8]}}", 8), "JSON");
     expect_refused(buf, handmade(buf, "{\"__metadata__\":{\"k\":1}}", 0), "not a string");
+    /* text of the file in the line is escaped: a newline forges no line */
+    expect_refused(buf, handmade(buf, "{\"a\\nzerosim: b\":{\"dtype\":\"F32\",\"shape\":[2],"
+                                      "\"data_offsets\":[0,8]}}", 8),
+                   "\"a\\nzerosim: b\" holds control characters");
+    expect_refused(buf, handmade(buf, "{\"__metadata__\":{\"k\\r\":\"v\"}}", 0),
+                   "\"k\\x0d\" holds control characters");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"Q\\n4\",\"shape\":[2],"
+                                      "\"data_offsets\":[0,8]}}", 8), "dtype Q\\n4,");
     /* a hand-made file that is right opens */
     char q[128];
     path_of(q, sizeof q, "good.safetensors");
@@ -251,6 +265,139 @@ START_TEST(test_writer_checks_bytes)
 }
 END_TEST
 
+/* The canary: a file that a symlink planted by someone else points at. */
+static const char canary_text[] = "root:x:0:0:canary\nsecond line\n";
+
+static void plant(const char *canary, const char *link)
+{
+    ck_assert_int_eq(symlink(canary, link), 0);
+}
+
+static void canary_untouched(const char *canary)
+{
+    size_t n;
+    unsigned char *b = slurp(canary, &n);
+    ck_assert_msg(n == sizeof canary_text - 1 && !memcmp(b, canary_text, n),
+                  "the canary %s was written through a symlink", canary);
+    free(b);
+}
+
+/* zs_file_create_new refuses any name that exists, a symlink (to a file, or
+ * dangling: O_CREAT would create its target) included, with one line. */
+START_TEST(test_file_create_new)
+{
+    char canary[128], link[128], dangle[128], absent[128], file[128], fresh[128];
+    path_of(canary, sizeof canary, "canary");
+    path_of(link, sizeof link, "link");
+    path_of(dangle, sizeof dangle, "dangle");
+    path_of(absent, sizeof absent, "absent");
+    path_of(file, sizeof file, "file");
+    path_of(fresh, sizeof fresh, "fresh");
+    spit(canary, canary_text, sizeof canary_text - 1);
+    spit(file, canary_text, sizeof canary_text - 1);
+    plant(canary, link);
+    plant(absent, dangle);
+    ck_assert_int_eq(zs_file_create_new(link, O_WRONLY, 0600), -1);
+    ck_assert_int_eq(errno, EEXIST);
+    ck_assert_msg(strstr(zs_error_msg(), link) && strstr(zs_error_msg(), "a symlink of that name"),
+                  "got: %s", zs_error_msg());
+    ck_assert_ptr_null(strchr(zs_error_msg(), '\n'));
+    ck_assert_int_eq(zs_file_create_new(dangle, O_RDWR, 0600), -1);
+    ck_assert_int_ne(access(absent, F_OK), 0); /* its target not created */
+    ck_assert_int_eq(zs_file_create_new(file, O_WRONLY, 0600), -1);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "something of that name exists"));
+    canary_untouched(canary);
+    canary_untouched(file);
+    int fd = zs_file_create_new(fresh, O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "x", 1), 1);
+    close(fd);
+    struct stat sb;
+    ck_assert_int_eq(lstat(fresh, &sb), 0);
+    ck_assert(S_ISREG(sb.st_mode) && (sb.st_mode & 077) == 0 && sb.st_size == 1);
+    /* a folder that does not exist: the write error naming the path */
+    char q[160];
+    snprintf(q, sizeof q, "%s/no/such", dir);
+    ck_assert_int_eq(zs_file_create_new(q, O_WRONLY, 0600), -1);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "cannot write"));
+}
+END_TEST
+
+/* zs_file_create_unique: STEM.<16 hex digits>, another name each time. */
+START_TEST(test_file_create_unique)
+{
+    char stem[128], a[160], b[160];
+    path_of(stem, sizeof stem, "x.swap");
+    int fa = zs_file_create_unique(stem, a, sizeof a, O_RDWR, 0600);
+    int fb = zs_file_create_unique(stem, b, sizeof b, O_RDWR, 0600);
+    ck_assert(fa >= 0 && fb >= 0);
+    close(fa);
+    close(fb);
+    ck_assert_str_ne(a, b);
+    ck_assert_int_eq(strncmp(a, stem, strlen(stem)), 0);
+    ck_assert_int_eq(strlen(a), strlen(stem) + 17);
+    ck_assert_int_eq(a[strlen(stem)], '.');
+    ck_assert_uint_eq(strspn(a + strlen(stem) + 1, "0123456789abcdef"), 16);
+    ck_assert_int_eq(count_files(), 2);
+    char tiny[8];
+    ck_assert_int_eq(zs_file_create_unique(stem, tiny, sizeof tiny, O_RDWR, 0600), -1);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "too long"));
+}
+END_TEST
+
+/* The atomic writers (zs_afile, the report's) never write through a symlink
+ * planted at the final name or at the temporary name they used to take
+ * (PATH.tmp.PID): the final symlink is replaced by the file, the target
+ * untouched, and nothing is left at the temporary name. */
+START_TEST(test_writers_never_follow_symlinks)
+{
+    char canary[128], out[128], tmp[160], rep[128], rtmp[160];
+    path_of(canary, sizeof canary, "canary");
+    path_of(out, sizeof out, "out.bin");
+    path_of(rep, sizeof rep, "r.json");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    snprintf(rtmp, sizeof rtmp, "%s.tmp.%ld", rep, (long)getpid());
+    spit(canary, canary_text, sizeof canary_text - 1);
+    plant(canary, tmp);
+    zs_afile a;
+    ck_assert_int_eq(zs_afile_open(&a, out), 0);
+    ck_assert_int_eq(zs_afile_write(&a, "new", 3), 0);
+    ck_assert_int_eq(zs_afile_commit(&a, NULL), 0);
+    canary_untouched(canary);
+    unlink(out);
+    plant(canary, out); /* the final name a symlink */
+    ck_assert_int_eq(zs_afile_open(&a, out), 0);
+    ck_assert_int_eq(zs_afile_write(&a, "new", 3), 0);
+    ck_assert_int_eq(zs_afile_commit(&a, NULL), 0);
+    canary_untouched(canary);
+    struct stat sb;
+    ck_assert_int_eq(lstat(out, &sb), 0);
+    ck_assert(S_ISREG(sb.st_mode) && sb.st_size == 3);
+    plant(canary, rtmp);
+    ck_assert_int_eq(zs_report_write_text(rep, "{}\n", 3), 0);
+    canary_untouched(canary);
+    unlink(rep);
+    plant(canary, rep);
+    ck_assert_int_eq(zs_report_write_text(rep, "{}\n", 3), 0);
+    canary_untouched(canary);
+    ck_assert_int_eq(lstat(rep, &sb), 0);
+    ck_assert(S_ISREG(sb.st_mode) && sb.st_size == 3);
+    /* canary, the two planted temporary links, out.bin, r.json: no temporary left */
+    ck_assert_int_eq(count_files(), 5);
+}
+END_TEST
+
+START_TEST(test_escape)
+{
+    char out[64];
+    const char in[] = "a\nb\x1b\\c\xff";
+    ck_assert_str_eq(zs_file_escape(in, sizeof in - 1, out, sizeof out), "a\\nb\\x1b\\\\c\\xff");
+    char small[12];
+    ck_assert_str_eq(zs_file_escape("0123456789abcdef", 16, small, sizeof small), "01234567...");
+    ck_assert_str_eq(zs_file_escape("\n\n\n\n\n", 5, small, sizeof small), "\\n\\n\\n\\n...");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("io");
@@ -260,6 +407,10 @@ int main(void)
     tcase_add_test(tc, test_safetensors_round_trip);
     tcase_add_test(tc, test_safetensors_refused);
     tcase_add_test(tc, test_writer_checks_bytes);
+    tcase_add_test(tc, test_file_create_new);
+    tcase_add_test(tc, test_file_create_unique);
+    tcase_add_test(tc, test_writers_never_follow_symlinks);
+    tcase_add_test(tc, test_escape);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -33,7 +33,10 @@ typedef struct {
     size_t nbuf;
 } zs_afile;
 
-/* Start writing path (its directory must exist). */
+/* Start writing path (its directory must exist): the bytes go to a new
+ * file PATH.tmp.<random> created exclusively (zs_file_create_unique: never
+ * through a symlink or into a file already there); commit renames it over
+ * path, which replaces a symlink at path itself, not what it points to. */
 int zs_afile_open(zs_afile *a, const char *path);
 int zs_afile_write(zs_afile *a, const void *p, size_t n);
 /* Flush, sync, rename into place and sync the directory; *hash (may be NULL)

@@ -26,6 +26,7 @@
 #include "zerosim/backend.h"
 #include "zerosim/comm.h"
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 #include "zerosim/mem.h"
 #include "zerosim/predict.h"
 #include "zerosim/report.h"
@@ -608,12 +609,15 @@ static int zs_bench_offload(zs_comm_t comm, int quick, zs_bench_offload_r *o)
     int rc = zs_bench_median_max(comm, t, 5, &med);
     o->copy_bw = rc ? 0 : 2.0 * (double)n / med;
     const char *dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    char path[4200];
-    snprintf(path, sizeof path, "%s/zerosim-bench-%ld.swap", dir, (long)getpid());
-    int fd = rc ? -1 : open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (!rc && fd < 0)
-        rc = zs_error_set("cannot create %s to measure file I/O: %s (set TMPDIR)", path,
+    char stem[4200], path[4224];
+    snprintf(stem, sizeof stem, "%s/zerosim-bench.swap", dir);
+    /* a new file of an unpredictable name: never one planted there */
+    int fd = rc ? -1 : zs_file_create_unique(stem, path, sizeof path, O_RDWR, 0600);
+    if (!rc && fd < 0 && errno != EEXIST) /* EEXIST: every name taken, said */
+        rc = zs_error_set("cannot create %s.* to measure file I/O: %s (set TMPDIR)", stem,
                           strerror(errno));
+    else if (!rc && fd < 0)
+        rc = -1;
     double tw[3] = {0}, tr[3] = {0};
     for (int r = 0; r < 3 && !rc; r++) {
         double t0 = zs_now();

@@ -13,6 +13,7 @@
 #include "zerosim/error.h"
 #include "zerosim/quant.h"
 #include "zerosim/plan.h"
+#include "zerosim/report.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -1083,9 +1084,14 @@ int zs_cmd_plan(int argc, char **argv)
             }
         }
     if (csv) {
-        FILE *f = strcmp(csv, "-") ? fopen(csv, "w") : stdout;
+        /* the table in memory, then written as every output is: at a
+         * temporary name created exclusively, renamed (never through a
+         * symlink; zs_report_write_text) */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
         if (!f) {
-            fprintf(stderr, "zerosim plan: cannot write %s: %s\n", csv, strerror(errno));
+            fprintf(stderr, "zerosim plan: out of memory for %s\n", csv);
             rc = 1;
             goto done;
         }
@@ -1096,12 +1102,22 @@ int zs_cmd_plan(int argc, char **argv)
             fprintf(f, "%d %d %.0f %.0f %.0f %.0f %.0f %.0f %.6g %d %zu\n", ins[i].cfg.stage,
                     ins[i].dp, rs[i].params, rs[i].grads, rs[i].optimizer, rs[i].activations,
                     rs[i].total, rs[i].traffic_bytes, rs[i].time.total_s, rs[i].fits, maxp[i]);
-        if (f != stdout && fclose(f)) {
+        int bad = fclose(f) != 0 || !text;
+        if (!bad && !strcmp(csv, "-"))
+            bad = fwrite(text, 1, len, stdout) != len;
+        else if (!bad && zs_report_write_text(csv, text, len)) {
+            fprintf(stderr, "zerosim plan: %s\n", zs_error_msg());
+            free(text);
+            rc = 1;
+            goto done;
+        }
+        free(text);
+        if (bad) {
             fprintf(stderr, "zerosim plan: cannot write %s: %s\n", csv, strerror(errno));
             rc = 1;
             goto done;
         }
-        if (f == stdout)
+        if (!strcmp(csv, "-"))
             goto done;
     }
     if (as_json) {

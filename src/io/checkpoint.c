@@ -1,12 +1,14 @@
 /* zerosim — sharded training checkpoints (see zerosim/checkpoint.h). */
 #include "zerosim/checkpoint.h"
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 #include "zerosim/io.h"
 #include "zerosim/model.h"
 #include "zerosim/program.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -313,7 +315,7 @@ static int ck_publish(const char *dir, const char *tmp, const char *name)
     snprintf(latest, sizeof latest, "%s/latest", dir);
     ZS_TRY(zs_io_sync_dir(tmp));
     struct stat sb;
-    int had = stat(final, &sb) == 0; /* a save of the same step before */
+    int had = lstat(final, &sb) == 0; /* a save of the same step before (or a symlink) */
     if (had) {
         ZS_TRY(ck_rmtree(old));
         if (rename(final, old) != 0)
@@ -414,17 +416,49 @@ void zs_ckpt_close(zs_ckpt *ck)
 
 const char *zs_ckpt_describe(const zs_ckpt *ck) { return ck->describe; }
 
-/* Read a small text file (latest) whole; one line naming it on error. */
-static int ck_read_small(const char *path, char *out, size_t cap)
+/* Read latest: a plain file (opened O_NOFOLLOW: never through a symlink)
+ * holding "global_stepK" and a newline, as ck_publish writes it, the name
+ * in name (cap bytes). One line naming latest on error, quoting at most 40
+ * bytes of it, escaped: no newline and no other file's contents. */
+static int ck_read_latest(const char *path, char *name, size_t cap)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ELOOP)
+        ZS_FAIL("%s is a symlink, not the file zerosim writes; the checkpoint folder was "
+                "changed: remove it, or give one global_step folder", path);
+    if (fd < 0)
         ZS_FAIL("cannot read %s: %s", path, strerror(errno));
-    size_t n = fread(out, 1, cap - 1, f);
-    fclose(f);
-    out[n] = '\0';
-    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ' || out[n - 1] == '\r'))
-        out[--n] = '\0';
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        ZS_FAIL("%s is not a plain file, not the file zerosim writes; the checkpoint folder "
+                "was changed", path);
+    }
+    size_t n = 0;
+    while (n < cap - 1) {
+        ssize_t r = read(fd, name + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int err = errno;
+            close(fd);
+            ZS_FAIL("cannot read %s: %s", path, strerror(err));
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    name[n] = '\0';
+    while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == ' ' || name[n - 1] == '\r'))
+        name[--n] = '\0';
+    size_t digits = n > 11 && !strncmp(name, "global_step", 11) ? strspn(name + 11, "0123456789")
+                                                                  : 0;
+    if (digits == 0 || digits > 9 || 11 + digits != n) {
+        char quoted[48];
+        ZS_FAIL("%s does not name a checkpoint folder (\"%s\"); the file is damaged", path,
+                zs_file_escape(name, n, quoted, sizeof quoted));
+    }
     return 0;
 }
 
@@ -493,7 +527,9 @@ static int ck_parse_files(zs_ckpt *ck, json_t *m)
         cf->f.fd = -1;
         const char *nm = ck_str(f, "name"), *hx = ck_str(f, "xxh3");
         json_t *res = json_object_get(f, "residual");
-        if (!nm || strlen(nm) >= sizeof cf->name || strchr(nm, '/') || !hx || !json_is_boolean(res))
+        if (!nm || strlen(nm) >= sizeof cf->name || !hx || !json_is_boolean(res) ||
+            strspn(nm, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+                strlen(nm) || nm[0] == '.') /* a file of the folder, quoted as it is */
             ZS_FAIL("%s: file entry %zu lacks a name, a checksum or \"residual\"; the manifest "
                     "is damaged", ck->manifest, i);
         snprintf(cf->name, sizeof cf->name, "%s", nm);
@@ -530,13 +566,17 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
                 (long long)ver, ZS_CKPT_FORMAT_VERSION);
     ZS_TRY(ck_check_model(ck, json_object_get(m, "model"), &cfg->model));
     const char *prec = ck_str(m, "precision"), *opt = ck_str(m, "optimizer");
-    if (!prec || strcmp(prec, zs_dtype_name(cfg->precision)) != 0)
+    char quoted[48]; /* the manifest's text in an error line: escaped */
+    if (!prec || strcmp(prec, zs_dtype_name(cfg->precision)) != 0) {
+        zs_file_escape(prec ? prec : "?", prec ? strlen(prec) : 1, quoted, sizeof quoted);
         ZS_FAIL("%s: the checkpoint was trained in %s, this run asks for %s: resume with "
-                "--precision %s", ck->manifest, prec ? prec : "?", zs_dtype_name(cfg->precision),
-                prec ? prec : "?");
+                "--precision %s", ck->manifest, quoted, zs_dtype_name(cfg->precision), quoted);
+    }
     if (!opt || strcmp(opt, ck_optim_name(cfg->optimizer)) != 0)
         ZS_FAIL("%s: the checkpoint's optimizer is %s, this run's %s: resume with the same "
-                "optimizer", ck->manifest, opt ? opt : "?", ck_optim_name(cfg->optimizer));
+                "optimizer", ck->manifest,
+                zs_file_escape(opt ? opt : "?", opt ? strlen(opt) : 1, quoted, sizeof quoted),
+                ck_optim_name(cfg->optimizer));
     ZS_TRY(ck_int(ck, m, "steps", 0, INT_MAX, &v));
     ck->steps = (int)v;
     ZS_TRY(ck_int(ck, m, "stage", 0, 3, &v));
@@ -609,7 +649,7 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
 static int ck_locate(zs_ckpt *ck, const char *path, const char *opt, json_t **mp)
 {
     struct stat sb;
-    char latest[CK_PATH + 16], name[256];
+    char latest[CK_PATH + 16], name[256], why[256];
     int rc = 0;
     *mp = NULL;
     snprintf(latest, sizeof latest, "%s/latest", path);
@@ -619,15 +659,16 @@ static int ck_locate(zs_ckpt *ck, const char *path, const char *opt, json_t **mp
                           stat(path, &sb) != 0 ? strerror(errno) : "not a folder");
     } else if (stat(ck->manifest, &sb) == 0) { /* one save's folder */
         snprintf(ck->dir, sizeof ck->dir, "%s", path);
-    } else if (stat(latest, &sb) == 0) {
-        rc = ck_read_small(latest, name, sizeof name);
-        if (!rc && (!name[0] || strchr(name, '/') || !strncmp(name, "..", 2)))
-            rc = zs_error_set("%s does not name a checkpoint folder (\"%s\"); the file is "
-                              "damaged", latest, name);
+    } else if (lstat(latest, &sb) == 0) { /* a symlink too: refused there */
+        rc = ck_read_latest(latest, name, sizeof name);
         if (!rc) {
             snprintf(ck->dir, sizeof ck->dir, "%s/%s", path, name);
             snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", ck->dir, CK_MANIFEST);
         }
+        /* the folder latest names is one zerosim made, not a symlink */
+        if (!rc && lstat(ck->dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            rc = zs_error_set("%s is not a folder (a symlink or a file), not a save zerosim "
+                              "made; the checkpoint folder was changed", ck->dir);
     } else {
         rc = zs_error_set("%s %s is not a zerosim checkpoint (it has neither latest nor "
                           "manifest.json): give the --save-dir of a run, or one of its "
@@ -640,7 +681,9 @@ static int ck_locate(zs_ckpt *ck, const char *path, const char *opt, json_t **mp
             rc = stat(ck->manifest, &sb) != 0
                      ? zs_error_set("cannot read %s: %s", ck->manifest, strerror(errno))
                      : zs_error_set("%s: not valid JSON (line %d: %s); the manifest is damaged",
-                                    ck->manifest, jerr.line, jerr.text);
+                                    ck->manifest, jerr.line,
+                                    zs_file_escape(jerr.text, strlen(jerr.text), why,
+                                                   sizeof why));
     }
     return rc;
 }

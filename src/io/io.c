@@ -1,6 +1,7 @@
 /* zerosim — atomic files and safetensors (see zerosim/io.h). */
 #include "zerosim/io.h"
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,14 +18,7 @@
 
 /* ---- atomic files ------------------------------------------------------------ */
 
-int zs_io_write_error(const char *path, int err)
-{
-    if (err == ENOSPC || err == EDQUOT)
-        ZS_FAIL("cannot write %s: %s; free some space there or write elsewhere", path,
-                strerror(err));
-    ZS_FAIL("cannot write %s: %s; check that the directory exists and is writable", path,
-            strerror(err ? err : EIO));
-}
+int zs_io_write_error(const char *path, int err) { return zs_file_write_error(path, err); }
 
 static int zs_io_write_nosync(int fd, const void *buf, size_t n)
 {
@@ -60,13 +54,24 @@ int zs_afile_open(zs_afile *a, const char *path)
         ZS_FAIL("out of host memory opening %s", path);
     }
     memcpy(a->path, path, len + 1);
-    snprintf(a->tmp, len + 32, "%s.tmp.%ld", path, (long)getpid());
     XXH3_64bits_reset(a->hash);
-    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* the temporary name, PATH.tmp.<random>, beside path: created new (never
+     * through a symlink), then renamed over path */
+    char *stem = malloc(len + 8);
+    if (stem) {
+        snprintf(stem, len + 8, "%s.tmp", path);
+        a->fd = zs_file_create_unique(stem, a->tmp, len + 32, O_WRONLY, 0644);
+        free(stem);
+    } else {
+        errno = ENOMEM;
+    }
     if (a->fd < 0) {
         int err = errno;
+        free(a->tmp); /* nothing of ours to remove */
+        a->tmp = NULL;
         zs_afile_abort(a);
-        return zs_io_write_error(path, err);
+        /* every name taken: zs_file_create_unique's line; else name the target */
+        return err == EEXIST ? -1 : zs_io_write_error(path, err);
     }
     return 0;
 }
@@ -391,16 +396,54 @@ static int zs_st_cmp_begin(const void *a, const void *b)
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
+/* A name that an error line could not quote as it is: control characters
+ * (a newline would forge a line of its own). */
+static int zs_st_bad_name(const char *name)
+{
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        if (*c < 32 || *c == 127)
+            return 1;
+    return 0;
+}
+
+/* The header's __metadata__: an object of strings, kept in f->meta. */
+static int zs_st_parse_meta(zs_st_file *f, json_t *v)
+{
+    const char *path = f->path, *mk;
+    json_t *mv;
+    char quoted[160];
+    if (!json_is_object(v))
+        ZS_FAIL("%s: __metadata__ is not an object of strings", path);
+    f->meta = calloc(2 * json_object_size(v) + 1, sizeof *f->meta);
+    if (!f->meta)
+        ZS_FAIL("out of host memory reading %s", path);
+    json_object_foreach(v, mk, mv) {
+        if (zs_st_bad_name(mk))
+            ZS_FAIL("%s: the __metadata__ key \"%s\" holds control characters; the file is "
+                    "damaged", path, zs_file_escape(mk, strlen(mk), quoted, sizeof quoted));
+        if (!json_is_string(mv))
+            ZS_FAIL("%s: __metadata__ value of \"%s\" is not a string", path, mk);
+        f->meta[f->nmeta] = strdup(mk);
+        f->meta[f->nmeta + 1] = strdup(json_string_value(mv));
+        f->nmeta += 2;
+        if (!f->meta[f->nmeta - 2] || !f->meta[f->nmeta - 1])
+            ZS_FAIL("out of host memory reading %s", path);
+    }
+    return 0;
+}
+
 /* Parse and check the header; one line naming the file on error. */
 static int zs_st_parse(zs_st_file *f, const char *text, size_t len)
 {
     const char *path = f->path;
     json_error_t jerr;
     json_t *h = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    char quoted[160]; /* text of the file in an error line: escaped */
     if (!h || !json_is_object(h)) {
         json_decref(h);
         ZS_FAIL("%s: the safetensors header is not a JSON object (%s); the file is not "
-                "safetensors or is damaged", path, h ? "another JSON value" : jerr.text);
+                "safetensors or is damaged", path, h ? "another JSON value"
+                : zs_file_escape(jerr.text, strlen(jerr.text), quoted, sizeof quoted));
     }
     size_t n = json_object_size(h);
     f->t = calloc(n + 1, sizeof *f->t);
@@ -412,31 +455,14 @@ static int zs_st_parse(zs_st_file *f, const char *text, size_t len)
     json_object_foreach(h, key, v) {
         if (rc)
             break;
+        if (zs_st_bad_name(key)) { /* every later line may quote key as it is */
+            rc = zs_error_set("%s: the name \"%s\" holds control characters; the file is "
+                              "damaged", path, zs_file_escape(key, strlen(key), quoted,
+                                                              sizeof quoted));
+            break;
+        }
         if (!strcmp(key, "__metadata__")) {
-            const char *mk;
-            json_t *mv;
-            if (!json_is_object(v)) {
-                rc = zs_error_set("%s: __metadata__ is not an object of strings", path);
-                break;
-            }
-            f->meta = calloc(2 * json_object_size(v) + 1, sizeof *f->meta);
-            if (!f->meta) {
-                rc = zs_error_set("out of host memory reading %s", path);
-                break;
-            }
-            json_object_foreach(v, mk, mv) {
-                if (!json_is_string(mv)) {
-                    rc = zs_error_set("%s: __metadata__ value of \"%s\" is not a string", path, mk);
-                    break;
-                }
-                f->meta[f->nmeta] = strdup(mk);
-                f->meta[f->nmeta + 1] = strdup(json_string_value(mv));
-                f->nmeta += 2;
-                if (!f->meta[f->nmeta - 2] || !f->meta[f->nmeta - 1]) {
-                    rc = zs_error_set("out of host memory reading %s", path);
-                    break;
-                }
-            }
+            rc = zs_st_parse_meta(f, v);
             continue;
         }
         zs_st_tensor *t = &f->t[f->n];
@@ -459,7 +485,9 @@ static int zs_st_parse(zs_st_file *f, const char *text, size_t len)
                 t->dtype = (zs_st_dtype)d;
         if (t->dtype == ZS_ST_NDTYPES) {
             rc = zs_error_set("%s: tensor \"%s\" has dtype %s, which zerosim does not read", path,
-                              key, json_string_value(dt));
+                              key, zs_file_escape(json_string_value(dt),
+                                                  strlen(json_string_value(dt)), quoted,
+                                                  sizeof quoted));
             break;
         }
         if (json_array_size(sh) > ZS_ST_MAX_DIMS) {

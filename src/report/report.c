@@ -4,6 +4,7 @@
 #include "zerosim/mesh.h"
 #include "zerosim/io.h"
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 #include "zerosim/optim.h"
 #include "zerosim/predict.h"
 #include "zerosim/program.h"
@@ -721,13 +722,16 @@ static void zs_report_test_stall(const char *path)
 
 /* Write path atomically: the bytes go to a file without a name in path's
  * directory (O_TMPFILE), are synced, and the file gets a name only when
- * whole (a temporary name, renamed over path). A run killed or out of
- * space before that leaves nothing behind. File systems without O_TMPFILE
- * get a named temporary file (path.tmp.PID) instead, removed on failure. */
+ * whole (a new, unpredictable temporary name, renamed over path). A run
+ * killed or out of space before that leaves nothing behind. File systems
+ * without O_TMPFILE get a named temporary file (path.tmp.<random>, created
+ * exclusively) instead, removed on failure. Neither follows a symlink: the
+ * temporary name is always new, and rename replaces a symlink at path
+ * itself. */
 int zs_report_write_text(const char *path, const char *text, size_t len)
 {
-    char tmp[4200], dir[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+    char stem[4200], tmp[4224], dir[4096];
+    if ((size_t)snprintf(stem, sizeof stem, "%s.tmp", path) >= sizeof stem)
         ZS_FAIL("path too long: %s", path);
     const char *slash = strrchr(path, '/');
     if (!slash)
@@ -751,8 +755,16 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
         zs_report_test_stall(path);
         char self[64];
         snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
-        unlink(tmp);
-        int linked = linkat(AT_FDCWD, self, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0;
+        int linked = 0; /* linkat fails on a taken name: try another */
+        for (int t = 0; t < 64 && !linked; t++) {
+            if (zs_file_unique_name(stem, tmp, sizeof tmp) != 0) {
+                close(fd);
+                return -1;
+            }
+            linked = linkat(AT_FDCWD, self, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0;
+            if (!linked && errno != EEXIST)
+                break;
+        }
         close(fd);
         if (linked) {
             if (rename(tmp, path) != 0) {
@@ -766,9 +778,9 @@ int zs_report_write_text(const char *path, const char *text, size_t len)
     } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
         return zs_io_write_error(path, errno);
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return zs_io_write_error(path, errno);
+    fd = zs_file_create_unique(stem, tmp, sizeof tmp, O_WRONLY, 0666);
+    if (fd < 0) /* every name taken: zs_file_create_unique's line; else name path */
+        return errno == EEXIST ? -1 : zs_io_write_error(path, errno);
     int bad = zs_io_write_fd(fd, text, len) != 0;
     int err = errno;
     if (!bad)

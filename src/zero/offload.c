@@ -8,6 +8,7 @@
  * reduced gradient shard down, the updated parameter shard up.
  */
 #include "zero/engine_impl.h"
+#include "zerosim/file.h"
 #include "zerosim/error.h"
 
 #include <errno.h>
@@ -70,12 +71,14 @@ int zs_engine_swap_open(zs_engine *e)
     int pn = e->shape->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME;
     if ((e->offload != ZS_OFFLOAD_NVME && !pn) || e->phantom)
         return 0;
-    snprintf(e->swap_path, sizeof e->swap_path, "%s/zerosim-%ld-rank%d.swap", e->cfg.nvme_path,
-             (long)getpid(), e->part.rank);
-    e->swap_fd = open(e->swap_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* created exclusively at an unpredictable name: never through a link or
+     * into a file another user planted (zerosim/file.h) */
+    char stem[sizeof e->swap_path - 17];
+    snprintf(stem, sizeof stem, "%s/zerosim-rank%d.swap", e->cfg.nvme_path, e->part.rank);
+    e->swap_fd = zs_file_create_unique(stem, e->swap_path, sizeof e->swap_path, O_RDWR, 0600);
     if (e->swap_fd < 0)
-        ZS_FAIL("nvme_path %s: cannot create %s: %s; give a writable folder (--nvme-path)",
-                e->cfg.nvme_path, e->swap_path, strerror(errno));
+        ZS_FAIL("nvme_path %s: cannot create %s.*: %s; give a writable folder (--nvme-path)",
+                e->cfg.nvme_path, stem, strerror(errno));
     off_t end = zs_swap_param_at(e, pn ? e->part.shard : 0);
     if (ftruncate(e->swap_fd, end) != 0)
         ZS_FAIL("nvme_path %s: cannot size %s to %zu bytes: %s", e->cfg.nvme_path, e->swap_path,
