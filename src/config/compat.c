@@ -226,14 +226,18 @@ RULE(compression_det)
                "sums are deterministic only for a fixed number of ranks");
 }
 
-/* overlap_comm on with the step schedule: the one reduction per step has
- * no backward left to hide behind. Nothing changes: the line says so. */
+/* overlap_comm on with the step schedule in deterministic mode over more
+ * than one micro-batch: each micro-batch's gradient is added into the int64
+ * copy of the full gradient, reduced once after the last backward (the
+ * builder's fixacc), so nothing hides. Nothing changes: the line says so. */
 RULE(overlap_step)
 {
     UNUSED_CTX;
     return c->overlap_comm == 1 && c->stage <= 1 && c->grad_reduce == ZS_GRAD_REDUCE_STEP &&
-           SAY("--overlap-comm on with --grad-reduce step: the one reduction per step runs "
-               "after the last backward, with nothing left to hide behind");
+           c->deterministic && c->grad_accum > 1 &&
+           SAY("--overlap-comm on with --grad-reduce step and --deterministic: the fixed-point "
+               "gradient is reduced once, after the last backward, with nothing left to hide "
+               "behind");
 }
 
 /* ---- the pipeline ------------------------------------------------------- */
@@ -386,17 +390,17 @@ static const zs_compat_rule rules[] = {
      "the codecs replace the reduce-scatter of a gradient shard"},
     {"compression+deterministic", "compression deterministic", RUN, REFUSE, compression_det,
      "compressed sums are exact for a fixed number of ranks only"},
-    {"overlap+step", "overlap grad-reduce", RUN, ADJUST, overlap_step,
-     "DeepSpeed's step schedule reduces once, after the backward"},
+    {"overlap+step", "overlap grad-reduce deterministic", RUN, ADJUST, overlap_step,
+     "the fixed-point accumulator is reduced once per step"},
     {"pp+mlp", "pp model", RUN, REFUSE, pp_model, "the pipeline cuts the GPT's blocks"},
     {"pp+zeropp", "pp qwZ hpZ qgZ", RUN, REFUSE, pp_zeropp,
      "DeepSpeed's pipeline engine runs ZeRO stage 0 and 1 only"},
     {"pp+moe", "pp moe", RUN, REFUSE, pp_moe,
-     "not implemented yet (Megatron-LM and DeepSpeed-MoE run it)"},
+     "not implemented yet (Megatron-LM runs experts in pipeline stages)"},
     {"pp+compression", "pp compression", RUN, REFUSE, pp_compression,
-     "DeepSpeed's 1-bit optimizers and pipeline run apart; not implemented"},
+     "not implemented yet: the codecs replace the reduce-scatter of a flat shard, a pipeline stage's is its part of the layout"},
     {"pp+offload", "pp offload", RUN, REFUSE, pp_offload,
-     "not implemented yet (DeepSpeed's pipeline engine offloads with ZeRO-1)"},
+     "not implemented yet (Megatron-LM offloads the optimizer with pipeline parallelism)"},
     {"plan:zeropp+tp", "qwZ hpZ qgZ tp", ZS_SCOPE_PLAN, REFUSE, plan_zeropp_tp,
      "the planner's node model; zerosim train runs it"},
     {"plan:hierarchical", "hierarchical tp pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,
