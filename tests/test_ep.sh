@@ -190,8 +190,9 @@ else grep -q "use them with --arch gpt" "$T/o" && ok || bad "plan --params --ep:
 
 # what is not byte-identical to --ep 1 is refused with one line
 MOE="--moe-experts 4 --moe-every 2 --min-capacity 1"
-refuse -n 2 -m "must divide the data-parallel size" train $MODEL $MOE --steps 1 --quiet --ep 4 --moe-experts 8
-refuse -n 4 -m "must be divisible by the expert-parallel size" train $MODEL $MOE --steps 1 --quiet --ep 4 --moe-experts 6
+R="train $MODEL $MOE --steps 1 --quiet" # a one-step MoE run, refused
+refuse -n 2 -m "must divide the data-parallel size" $R --ep 4 --moe-experts 8
+refuse -n 4 -m "must be divisible by the expert-parallel size" $R --ep 4 --moe-experts 6
 # an all-to-all past one MPI call's 2 GiB (a phantom run: 2 x 64 experts of
 # hidden 1024 send back 4,297,588,736 bytes of gradients) is one line, not
 # a wrapped count

@@ -105,9 +105,10 @@ fi
 
 # refused with one line: a layout the engine does not have, a bad value,
 # and the option without expert parallelism
-refuse -n 2 -m "not implemented with gradient compression" train $MODEL $MOE --steps 1 --quiet --ep 2 --ep-layout deepspeed --stage 1 --compression int8
-refuse -n 2 -m 'must be "auto" or "deepspeed"' train $MODEL $MOE --steps 1 --quiet --ep 2 --ep-layout megatron
-refuse -n 2 -m "needs --ep 2 or more" train $MODEL $MOE --steps 1 --quiet --ep-layout deepspeed
+R="train $MODEL $MOE --steps 1 --quiet" # a one-step MoE run, refused
+refuse -n 2 -m "not implemented with gradient compression" $R --ep 2 --ep-layout deepspeed --stage 1 --compression int8
+refuse -n 2 -m 'must be "auto" or "deepspeed"' $R --ep 2 --ep-layout megatron
+refuse -n 2 -m "needs --ep 2 or more" $R --ep-layout deepspeed
 # the config file's moe.ep_layout: taken (the run says its layout), and a
 # bad value named in one line
 printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}, "moe": {"num_experts": 4, "ep_size": 2, "ep_layout": "%s"}}\n' deepspeed >"$T/c.json"

@@ -71,22 +71,23 @@ run 1 "$ZS" train --model mlp --layers 2 --hidden 32 --steps 20 --save-dir "$T/m
 
 # bad input: one line naming the problem, exit non-zero, no file written
 echo "not a model" >"$T/junk.safetensors"
-refuse -o "$T/out.safetensors" -m "$T/none" quantize --from "$T/none" --format int8 --out "$T/out.safetensors"
-refuse -o "$T/out.safetensors" -m "$T/junk.safetensors" quantize --from "$T/junk.safetensors" --format int8 --out "$T/out.safetensors"
-refuse -o "$T/out.safetensors" -m 'int4' quantize --from "$T/ck" --format int4 --out "$T/out.safetensors"
-refuse -o "$T/out.safetensors" -m 'block' quantize --from "$T/ck" --format int8 --block 0 --out "$T/out.safetensors"
-refuse -o "$T/out.safetensors" -m 'double-quant' quantize --from "$T/ck" --format int8 --double-quant --out "$T/out.safetensors"
-refuse -o "$T/out.safetensors" -m 'give one' quantize --from "$T/ck" --format int8 --block 8 --per-channel --out "$T/out.safetensors"
-refuse -o "$T/out.safetensors" -m '--out' quantize --from "$T/ck" --format int8
-refuse -o "$T/out.safetensors" -m "$T/nodir" quantize --from "$T/ck" --format int8 --out "$T/nodir/x.safetensors"
+Q=$T/out.safetensors # what a refused quantize must not leave
+refuse -o "$Q" -m "$T/none" quantize --from "$T/none" --format int8 --out "$Q"
+refuse -o "$Q" -m "$T/junk.safetensors" quantize --from "$T/junk.safetensors" --format int8 --out "$Q"
+refuse -o "$Q" -m 'int4' quantize --from "$T/ck" --format int4 --out "$Q"
+refuse -o "$Q" -m 'block' quantize --from "$T/ck" --format int8 --block 0 --out "$Q"
+refuse -o "$Q" -m 'double-quant' quantize --from "$T/ck" --format int8 --double-quant --out "$Q"
+refuse -o "$Q" -m 'give one' quantize --from "$T/ck" --format int8 --block 8 --per-channel --out "$Q"
+refuse -o "$Q" -m '--out' quantize --from "$T/ck" --format int8
+refuse -o "$Q" -m "$T/nodir" quantize --from "$T/ck" --format int8 --out "$T/nodir/x.safetensors"
 cp "$T/dq.safetensors" "$T/cut.safetensors"
 truncate -s -100 "$T/cut.safetensors"
-refuse -o "$T/out.safetensors" -m "$T/cut.safetensors" eval --from "$T/cut.safetensors"
+refuse -o "$Q" -m "$T/cut.safetensors" eval --from "$T/cut.safetensors"
 # a damaged manifest checksum: the shard is checked against it
 cp -r "$T/ck" "$T/ck2"
 sh=$(ls "$T"/ck2/global_step30/shard_*dp00000*.safetensors | head -1)
 printf 'X' | dd of="$sh" bs=1 seek=200 conv=notrunc 2>/dev/null
-refuse -o "$T/out.safetensors" -m "checksum" quantize --from "$T/ck2" --format int8 --out "$T/out.safetensors"
+refuse -o "$Q" -m "checksum" quantize --from "$T/ck2" --format int8 --out "$Q"
 # the old file stays when a write fails: quantize over an existing file
 cp "$T/c-int8.safetensors" "$T/keep.safetensors"
 "$ZS" quantize --from "$T/junk.safetensors" --format int8 --out "$T/keep.safetensors" >/dev/null 2>&1
