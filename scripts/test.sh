@@ -1,5 +1,6 @@
 #!/bin/sh
-# Set everything up, run the whole test suite (make check), then a subset of
+# Set everything up, run the whole test suite (make check-full: every test,
+# each whole; make check alone is the fast tier), then a subset of
 # it under AddressSanitizer and UBSan (scripts/test-sanitizers.sh, its own
 # build in build-asan/), and print one closing line "N passed, N failed,
 # N skipped; sanitizers: N passed, N failed". The sanitizer subset runs
@@ -10,11 +11,11 @@ cd "$(dirname "$0")/.."
 sh scripts/build.sh || exit 1
 export OPENBLAS_NUM_THREADS=1
 t0=$(date +%s)
-make -j2 check
+make -j2 check-full
 rc=$?
-echo "make check took $(($(date +%s) - t0)) s (load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null))"
+echo "make check-full took $(($(date +%s) - t0)) s (load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null))"
 # the slowest shell tests (testlib's finish prints each one's seconds), for
-# keeping make check within its budget of about 10 minutes on 2 cores
+# keeping make check-full within its budget of about 10 minutes on 2 cores
 echo "slowest tests (seconds):"
 for f in tests/*.sh.log; do
     s=$(sed -n 's/^[0-9]* passed, [0-9]* failed (\([0-9]*\) s)$/\1/p' "$f" | tail -1)

@@ -20,6 +20,12 @@ passes=0
 ok() { passes=$((passes + 1)); }
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
+# zs_fast: true in make check's fast mode (ZS_TEST_LEVEL=fast; make
+# check-full and a test run by hand have full), where a sweep stops after
+# its first case (`zs_fast && break` at the end of its loop's body) and a
+# slow section may be left to the full run (docs/testing.md)
+zs_fast() { [ "${ZS_TEST_LEVEL:-full}" = fast ]; }
+
 # check_csv LABEL DIR: measured = predicted for every memory category
 # (activations included) and for reduce-scatter, allgather and all-to-all
 check_csv() {
@@ -36,11 +42,94 @@ check_csv() {
         END { exit (bad > 0 || n < 6) }' "$2/comm.csv"
 }
 
+# measured_is_predicted LABEL DIR: check_csv as one pass or one failure
+measured_is_predicted() { check_csv "$1" "$2" && ok || bad "$1: measured differs from predicted ($2)"; }
+
+# plan_is_run LABEL PLAN RUN: the plan's bytes per category (zerosim plan
+# --json in file PLAN) are rank 0's peak bytes per category in the run's
+# --csv folder RUN (its memory.csv, less the total and optimizer rows)
+plan_is_run() {
+    plan_categories "$2" >"$T/plan_is_run.plan"
+    awk '$1 == 0 && $2 != "total" && $2 != "optimizer" { print $2, $3 }' "$3/memory.csv" \
+        >"$T/plan_is_run.run"
+    if [ -s "$T/plan_is_run.plan" ] && cmp -s "$T/plan_is_run.plan" "$T/plan_is_run.run"; then
+        ok
+    else
+        bad "$1: the plan's bytes per category differ from the run's"
+        diff "$T/plan_is_run.plan" "$T/plan_is_run.run"
+    fi
+}
+
 # plan_categories FILE: a zerosim plan --json's bytes_per_category, one
 # "category bytes" line each (as rank 0's rows of a run's memory.csv)
 plan_categories() {
     sed -n '/"bytes_per_category"/,/}/p' "$1" | tr -d ' ",{}' | grep : |
         sed 's/^bytes_per_category://' | grep . | tr ':' ' '
+}
+
+# zs_run NAME N ARGS...: zerosim train ARGS on N ranks (N = 0: one process,
+# without mpirun), its report $T/NAME.json, its --csv folder $T/NAME, its
+# output $T/NAME.log; a failed run is one failure, with the log's last
+# lines, and returns 1
+zs_run() {
+    zs_name=$1 zs_n=$2
+    shift 2
+    if [ "$zs_n" = 0 ]; then
+        set -- "$ZS" train "$@"
+    else
+        set -- sh "$HERE/mpirun.sh" "$zs_n" "$ZS" train "$@"
+    fi
+    "$@" --report "$T/$zs_name.json" --csv "$T/$zs_name" >"$T/$zs_name.log" 2>&1 </dev/null &&
+        return 0
+    bad "$zs_name: the run failed:"
+    tail -n 5 "$T/$zs_name.log" | sed 's/^/  | /'
+    return 1
+}
+
+# refuse [-n N] [-m TEXT] [-q] [-o PATH]... ARGS...: zerosim ARGS (on N
+# ranks with -n, else one process) is refused: a non-zero exit, exactly one
+# line on stderr (containing TEXT with -m), with -q nothing on stdout, and
+# nothing written: with -o (a file or folder under $T, removed first, the
+# option repeated for each), no PATH and no temporary file (*.tmp*) in $T
+# or beside a PATH. One pass or one failure; the command's output is in
+# $T/refuse.out and $T/refuse.err
+refuse() {
+    zs_n=0 zs_want= zs_outs= zs_quiet=
+    while :; do
+        case $1 in
+            -n) zs_n=$2; shift 2 ;;
+            -m) zs_want=$2; shift 2 ;;
+            -q) zs_quiet=1; shift ;;
+            -o) case $2 in "$T"/*) ;; *) bad "refuse -o $2: not under \$T"; return ;; esac
+                rm -rf "$2"; zs_outs="$zs_outs $2"; shift 2 ;;
+            *) break ;;
+        esac
+    done
+    zs_what="zerosim $*"
+    [ "$zs_n" = 0 ] || zs_what="zerosim $* on $zs_n ranks"
+    if [ "$zs_n" = 0 ]; then
+        set -- "$ZS" "$@"
+    else
+        set -- sh "$HERE/mpirun.sh" "$zs_n" "$ZS" "$@"
+    fi
+    if "$@" >"$T/refuse.out" 2>"$T/refuse.err" </dev/null; then
+        bad "$zs_what: accepted"; return
+    fi
+    zs_why=
+    [ "$(wc -l <"$T/refuse.err")" -eq 1 ] || zs_why="not one line on stderr"
+    [ -z "$zs_want" ] || grep -q -- "$zs_want" "$T/refuse.err" || zs_why="no \"$zs_want\" on stderr"
+    [ -z "$zs_quiet" ] || [ ! -s "$T/refuse.out" ] || zs_why="output on stdout"
+    for zs_p in $zs_outs; do
+        [ -e "$zs_p" ] && zs_why="left $zs_p"
+        ls -A "$(dirname "$zs_p")" | grep -q '\.tmp' && zs_why="left a temporary file beside $zs_p"
+    done
+    [ -z "$zs_outs" ] || ! ls -A "$T" | grep -q '\.tmp' || zs_why="left a temporary file in \$T"
+    if [ -z "$zs_why" ]; then
+        ok
+    else
+        bad "$zs_what: $zs_why"
+        sed 's/^/  | /' "$T/refuse.err" "$T/refuse.out" | head -10
+    fi
 }
 
 # hashes FILE: the "param_hashes" array of a report, on one line
@@ -51,12 +140,7 @@ hashes() { sed -n '/"param_hashes"/,/\]/p' "$1" | tr -d ' \n'; }
 train_hashes() {
     name=$1 n=$2
     shift 2
-    if ! sh "$HERE/mpirun.sh" "$n" "$ZS" train $M "$@" --report "$T/$name.json" --csv "$T/$name" \
-         </dev/null >"$T/$name.log" 2>&1; then
-        bad "$name: zerosim train $* on $n ranks failed"
-        cat "$T/$name.log"
-        return 1
-    fi
+    zs_run "$name" "$n" $M "$@" || return 1
     hashes "$T/$name.json" >"$T/$name.h"
 }
 # phantom_same REAL N ARGS...: the phantom run of zerosim train $M ARGS on N
