@@ -275,12 +275,12 @@ RULE(pp_compression)
                "or --pp 1", c->pp);
 }
 
-RULE(pp_offload)
+RULE(pp_offload_param)
 {
     UNUSED_CTX;
-    return c->pp > 1 && c->offload_optimizer != ZS_OFFLOAD_NONE &&
-           SAY("offload_optimizer with --pp %d is not supported: use --offload-optimizer "
-               "none or --pp 1", c->pp);
+    return c->pp > 1 && c->stage == 3 && c->offload_param != ZS_OFFLOAD_NONE &&
+           SAY("offload_param with --pp %d is not supported yet: use --offload-param none or "
+               "--pp 1", c->pp);
 }
 
 /* ---- the planner -------------------------------------------------------- */
@@ -399,8 +399,8 @@ static const zs_compat_rule rules[] = {
      "not implemented yet (Megatron-LM runs experts in pipeline stages)"},
     {"pp+compression", "pp compression", RUN, REFUSE, pp_compression,
      "not implemented yet: the codecs replace the reduce-scatter of a flat shard, a pipeline stage's is its part of the layout"},
-    {"pp+offload", "pp offload", RUN, REFUSE, pp_offload,
-     "not implemented yet (Megatron-LM offloads the optimizer with pipeline parallelism)"},
+    {"pp+offload-param", "pp offload-param", RUN, REFUSE, pp_offload_param,
+     "not implemented yet: a stage's parameter transfers and their prediction"},
     {"plan:zeropp+tp", "qwZ hpZ qgZ tp", ZS_SCOPE_PLAN, REFUSE, plan_zeropp_tp,
      "the planner's node model; zerosim train runs it"},
     {"plan:hierarchical", "hierarchical tp pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,

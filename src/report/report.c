@@ -168,17 +168,17 @@ static double zs_op_pred(const zs_train_result *r, int q, int o)
     if (o == ZS_OP_ALLTOALL && pr->ep_a2a_calls_per_step > 0) /* the experts' dispatch */
         return pr->ep_a2a_bytes_per_step * r->steps;
     if (o == ZS_OP_D2H)
-        return r->pred.d2h_bytes_per_step * r->steps +
-               r->pred.d2h_bytes_per_applied_step * r->steps_applied;
+        return pr->d2h_bytes_per_step * r->steps +
+               pr->d2h_bytes_per_applied_step * r->steps_applied;
     if (o == ZS_OP_H2D) /* the updated shard, and with offload_param every gather's part */
-        return r->pred.h2d_bytes_per_step * r->steps_applied +
+        return pr->h2d_bytes_per_step * r->steps_applied +
                (r->h2d_pred ? r->h2d_pred[q] * r->steps : 0.0);
     if (o == ZS_OP_NVME_READ) /* the optimizer's states, and the gathers' parts from files */
-        return r->pred.nvme_read_bytes_per_step * r->steps_applied +
-               (r->h2d_pred && r->pred.tier_bytes[ZS_TIER_NVME][ZS_MEM_PARAMS]
+        return pr->nvme_read_bytes_per_step * r->steps_applied +
+               (r->h2d_pred && pr->tier_bytes[ZS_TIER_NVME][ZS_MEM_PARAMS]
                     ? r->h2d_pred[q] * r->steps : 0.0);
     if (o == ZS_OP_NVME_WRITE)
-        return r->pred.nvme_write_bytes_per_step * r->steps_applied;
+        return pr->nvme_write_bytes_per_step * r->steps_applied;
     return -1.0;
 }
 
@@ -346,7 +346,7 @@ static int zs_report_has_tiers(const zs_train_result *r)
     for (int q = 0; r->tier_peaks && q < r->world_size; q++)
         for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++)
             for (int c = 0; c < ZS_MEM_NCAT; c++)
-                if (r->tier_peaks[q][t][c] || r->pred.tier_bytes[t][c])
+                if (r->tier_peaks[q][t][c] || zs_pred_of(r, q)->tier_bytes[t][c])
                     return 1;
     return 0;
 }
@@ -392,12 +392,12 @@ static json_t *zs_report_memory(const zs_train_result *r)
             for (int t = ZS_TIER_HOST; t < ZS_MEM_NTIERS; t++) {
                 json_t *tc = json_object();
                 for (int c = 0; c < ZS_MEM_NCAT; c++)
-                    if (r->tier_peaks[q][t][c] || r->pred.tier_bytes[t][c])
+                    if (r->tier_peaks[q][t][c] || zs_pred_of(r, q)->tier_bytes[t][c])
                         json_object_set_new(tc, zs_mem_category_name((zs_mem_category)c),
                                             json_pack("{s:I, s:I}", "peak_bytes",
                                                       (json_int_t)r->tier_peaks[q][t][c],
                                                       "predicted_bytes",
-                                                      (json_int_t)r->pred.tier_bytes[t][c]));
+                                                      (json_int_t)zs_pred_of(r, q)->tier_bytes[t][c]));
                 json_object_set_new(tiers, zs_mem_tier_name((zs_mem_tier)t), tc);
             }
             json_object_set_new(rank, "tiers", tiers);
@@ -590,7 +590,7 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
         for (int t = ZS_TIER_HOST; zs_report_has_tiers(r) && t < ZS_MEM_NTIERS; t++)
             for (int c = 0; c < ZS_MEM_NCAT; c++) {
-                size_t meas = r->tier_peaks[q][t][c], pred = r->pred.tier_bytes[t][c];
+                size_t meas = r->tier_peaks[q][t][c], pred = zs_pred_of(r, q)->tier_bytes[t][c];
                 if (!meas && !pred)
                     continue;
                 char name[40];
@@ -902,7 +902,7 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
         zs_text_add(&t, "%d total %zu -1 -1\n", q, r->total_peaks[q]);
         for (int tr = ZS_TIER_HOST; zs_report_has_tiers(r) && tr < ZS_MEM_NTIERS; tr++)
             for (int c = 0; c < ZS_MEM_NCAT; c++) { /* offload: host_params, nvme_optimizer_m, ... */
-                size_t meas = r->tier_peaks[q][tr][c], pred = r->pred.tier_bytes[tr][c];
+                size_t meas = r->tier_peaks[q][tr][c], pred = zs_pred_of(r, q)->tier_bytes[tr][c];
                 if (meas || pred)
                     zs_text_add(&t, "%d %s_%s %zu %zu %.6f\n", q, zs_mem_tier_name((zs_mem_tier)tr),
                                 zs_mem_category_name((zs_mem_category)c), meas, pred,
