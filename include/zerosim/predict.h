@@ -88,6 +88,17 @@ typedef struct {
     double rs_calls_per_step, ag_calls_per_step, ag_calls_per_skipped_step;
     double recompute_units;
     double a2a_bytes_rank0;
+    /* zs_predict only, for the step-time model: the program's small
+     * collectives over the world per step (the loss's sum, the overflow
+     * flags, the gradient norm), its gradient reduction rounds (the
+     * micro-batches whose buckets are reduced: one with the step schedule),
+     * and its units' forwards per step, the first of each (elements and
+     * the GPT's blocks) and the recomputed ones (elements) */
+    double scalar_calls_per_step, reduce_rounds_per_step;
+    double forward_elems_per_step, forward_blocks_per_step, recompute_elems_per_step;
+    /* of bytes[ZS_MEM_GRADS]: the buffers in int64 fixed point (the rest
+     * hold working-precision gradients) */
+    size_t grad_fixed_bytes;
     /* tensor parallelism: the model's all-reduces over the TP group per
      * step, this rank's ring traffic 2(T-1)/T of each buffer: per micro-
      * batch the embedding's BT·C and the head's BT·C, 2·BT·C forward and

@@ -277,6 +277,21 @@ int zs_pp_schedule_items(zs_pp_schedule sched, int P, int v, int rank, int m, zs
  * data-parallel ranks. Returns 0, or non-zero with a one-line message. */
 int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
                         zs_step_shape *s);
+/* A shape's flags from cfg (the rest zeroed): cfg, stage, det, pt, ps,
+ * mixed, comp, reduce_step, overlap. */
+void zs_step_shape_init(zs_step_shape *s, const zs_run_config *cfg);
+/* The buffer table (s->buf) of a shape whose partition, flags (stage,
+ * det, mixed, comp, reduce_step), ps, cfg and sizes are set: every buffer's
+ * category, tier (offload) and bytes. zs_step_shape_build calls it; the
+ * planner's bare parameter count (zs_step_shape_build_flat) too. */
+void zs_step_shape_place_buffers(zs_step_shape *s);
+/* The shape of a bare parameter count: one layout of num_params elements
+ * on `world` data-parallel ranks, without a model (no units, buckets,
+ * gathers or activations): the partition and the buffer table of the
+ * model states and of offload, as a run of cfg would place them. Free
+ * with zs_step_shape_free. */
+void zs_step_shape_build_flat(const zs_run_config *cfg, size_t num_params, int world,
+                              zs_step_shape *s);
 /* What a run refuses and a plan still counts: a collective larger than one
  * MPI call (counts are ints). 0, or non-zero with a message that says which
  * setting to change. */
@@ -400,6 +415,9 @@ typedef struct {
     double rs_calls, rs_bytes;   /* per dense step (full-buffer bytes) */
     double ag_calls, ag_bytes;   /* stages 0-2 per applied step, full bytes */
     double recompute_units;      /* forward passes recomputed per step */
+    size_t grad_fixed_bytes;     /* of peak[ZS_MEM_GRADS]: the buffers in
+                                    int64 fixed point (deterministic); the
+                                    rest hold working-precision gradients */
     /* pipeline: point-to-point messages per step and their bytes (sends,
      * receives), and the most micro-batches forwarded and not yet
      * backwarded at once (the activations the schedule keeps) */

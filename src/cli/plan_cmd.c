@@ -302,7 +302,8 @@ static int zs_plan_dtype(int id, const char *s, zs_dtype *out)
     return 0;
 }
 
-static int zs_plan_apply(zs_plan_cli *cl)
+/* The model: a bare parameter count, or a GPT's shape (options or --config). */
+static int zs_plan_apply_model(zs_plan_cli *cl)
 {
     const char *const *v = cl->val;
     zs_plan_input *in = &cl->in;
@@ -381,6 +382,15 @@ static int zs_plan_apply(zs_plan_cli *cl)
         ZS_TRY(zs_plan_count(P_LARGEST, v[P_LARGEST], 0, 4503599627370496.0, &x));
         in->largest_layer = (size_t)x;
     }
+    return 0;
+}
+
+/* The cluster: stages, devices, memory, offload and the calibration. */
+static int zs_plan_apply_cluster(zs_plan_cli *cl)
+{
+    const char *const *v = cl->val;
+    zs_plan_input *in = &cl->in;
+    zs_run_config *c = &in->cfg;
     if (v[P_STAGE])
         ZS_TRY(zs_plan_list(P_STAGE, v[P_STAGE], 0, 3, cl->stages, &cl->nstage));
     else
@@ -432,6 +442,16 @@ static int zs_plan_apply(zs_plan_cli *cl)
         if (v[reals[i].id])
             ZS_TRY(zs_plan_real(reals[i].id, v[reals[i].id],
                                 (double *)((char *)&in->cal + reals[i].off), reals[i].zero_ok));
+    return 0;
+}
+
+/* The run's settings: precision, optimizer, batch, checkpointing,
+ * parallelism, ZeRO++, compression and the convention. */
+static int zs_plan_apply_run(zs_plan_cli *cl)
+{
+    const char *const *v = cl->val;
+    zs_plan_input *in = &cl->in;
+    zs_run_config *c = &in->cfg;
     in->overlap = v[P_OVERLAP] != NULL;
     if (v[P_PRECISION])
         ZS_TRY(zs_plan_dtype(P_PRECISION, v[P_PRECISION], &c->precision));
@@ -511,6 +531,13 @@ static int zs_plan_apply(zs_plan_cli *cl)
         c->overlap_comm = strcmp(v[P_OVERLAP_COMM], "on") == 0;
     }
     return 0;
+}
+
+static int zs_plan_apply(zs_plan_cli *cl)
+{
+    ZS_TRY(zs_plan_apply_model(cl));
+    ZS_TRY(zs_plan_apply_cluster(cl));
+    return zs_plan_apply_run(cl);
 }
 
 /* ---- output ---------------------------------------------------------------- */

@@ -1,8 +1,8 @@
 /* zerosim — the planner (see zerosim/plan.h). */
 #include "zerosim/plan.h"
+#include "plan_impl.h"
 #include "zerosim/compat.h"
 #include "zerosim/error.h"
-#include "zerosim/mesh.h"
 #include "zerosim/model.h"
 #include "zerosim/predict.h"
 #include "zerosim/program.h"
@@ -37,171 +37,133 @@ void zs_plan_input_defaults(zs_plan_input *in)
 
 static size_t zs_ceil_div(size_t a, size_t b) { return b ? (a + b - 1) / b : 1; }
 
-/* The gradient bytes of the zerosim convention with gradients of gs bytes
- * (predict.h's formula): the full gradient and the reduced shard (stages 0,
- * 1), or the shard (2, 3); the int64 shard of deterministic mode; with the
- * step schedule the full gradient only, and in deterministic mode with
- * accumulation its int64 accumulator. */
-static size_t zs_plan_grad_bytes(const zs_run_config *c, size_t gs, size_t P, size_t S)
+/* The gradient bytes of a count with gradients of gs bytes where the
+ * program holds them in the working precision's ps: the fixed-point
+ * buffers (fixed of them) as they are, the others at gs a gradient. A run
+ * stores gradients in the working precision (gs = ps: the count as it is);
+ * --grad-precision asks what another size would take. */
+static double zs_plan_grads_at(size_t bytes, size_t fixed, size_t gs, size_t ps)
 {
-    if (zs_step_reduce_once(c))
-        return gs * P + (c->deterministic && c->grad_accum > 1 ? 8 * P : 0);
-    return (c->stage <= 1 ? gs * P + gs * S : gs * S) + (c->deterministic ? 8 * S : 0);
+    return (double)(fixed + (bytes - fixed) / ps * gs);
 }
 
-double zs_plan_megatron_activations(const zs_run_config *c, int sequence_parallel)
+/* The model states and offload tiers of a count (zs_predict's, or a bare
+ * parameter count's buffer table) into r, gradients at gs bytes. */
+static void zs_plan_states_count(const size_t bytes[ZS_MEM_NCAT],
+                                 const size_t tier_bytes[ZS_MEM_NTIERS][ZS_MEM_NCAT],
+                                 size_t grad_fixed, size_t gs, size_t ps, zs_plan_result *r)
 {
-    double s = c->model.seq_len, b = c->micro_batch, h = c->model.n_embd, a = c->model.n_head;
-    double t = c->tp > 1 ? c->tp : 1, L = c->model.n_layer;
-    double per;
-    if (t > 1 && sequence_parallel)
-        per = s * b * h / t * (34.0 + 5.0 * a * s / h);
-    else if (t > 1)
-        per = s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
-    else
-        per = s * b * h * (34.0 + 5.0 * a * s / h);
-    return L * per;
-}
-
-/* Model states of the paper's and Megatron's conventions. */
-static int zs_plan_states_closed(const zs_plan_input *in, const zs_run_config *c,
-                                 zs_plan_result *r)
-{
-    /* a tensor-parallel device holds about 1/t of the parameters */
-    double P = (double)r->num_params / (c->tp > 1 ? c->tp : 1), N = in->dp;
-    double p = (double)zs_dtype_size(c->precision), g = (double)zs_dtype_size(in->grad_precision);
-    int mixed = c->precision != ZS_DTYPE_F32, st = c->stage;
-    double master = mixed ? 4.0 : 0.0, m = 4.0, v = c->optimizer == ZS_OPT_ADAMW ? 4.0 : 0.0;
-    double gcopy = 0.0; /* Megatron: fp32 main gradients in the optimizer when g < 4 */
-    if (in->convention == ZS_PLAN_MEGATRON) {
-        if (st > 1)
-            ZS_FAIL("the megatron convention has stage 0 (plain optimizer) and stage 1 (the "
-                    "distributed optimizer) only: use --stage 0 or 1, or --convention paper");
-        gcopy = g < 4 ? 4.0 : 0.0;
+    for (int k = 0; k < ZS_MEM_NCAT; k++)
+        r->bytes[k] = (double)bytes[k];
+    r->bytes[ZS_MEM_GRADS] = zs_plan_grads_at(bytes[ZS_MEM_GRADS], grad_fixed, gs, ps);
+    for (int t = 0; t < ZS_MEM_NTIERS; t++) {
+        for (int k = 0; t != ZS_TIER_DEVICE && k < ZS_MEM_NCAT; k++)
+            r->tier_bytes[t][k] = (double)tier_bytes[t][k];
+        if (t != ZS_TIER_DEVICE)
+            r->tier_bytes[t][ZS_MEM_GRADS] = zs_plan_grads_at(tier_bytes[t][ZS_MEM_GRADS], 0, gs, ps);
     }
-    double os = st >= 1 ? 1.0 / N : 1.0;          /* optimizer shard */
-    double gs = st >= 2 ? 1.0 / N : 1.0;          /* gradient shard */
-    double ps = st >= 3 ? 1.0 / N : 1.0;          /* parameter shard */
-    r->bytes[ZS_MEM_PARAMS] = p * P * ps;
-    r->bytes[ZS_MEM_GRADS] = g * P * gs;
-    r->bytes[ZS_MEM_OPT_MASTER] = (master + gcopy) * P * os;
-    r->bytes[ZS_MEM_OPT_M] = m * P * os;
-    r->bytes[ZS_MEM_OPT_V] = v * P * os;
-    r->padded = r->num_params;
-    r->shard = (size_t)(P / N);
+}
+
+/* A pipeline: every stage's program; the most loaded one decides (*pr). */
+static int zs_plan_states_stages(const zs_plan_input *in, const zs_run_config *c,
+                                 zs_plan_result *r, zs_prediction *pr)
+{
+    double best = -1.0;
+    for (int s = 0; s < c->pp; s++) {
+        zs_run_config cs = *c;
+        zs_prediction ps_;
+        ZS_TRY(zs_pp_stage_config(&cs, s));
+        ZS_TRY(zs_predict(&cs, in->dp, &ps_));
+        double tot = 0.0;
+        for (int k = 0; k < ZS_MEM_NCAT; k++)
+            tot += ps_.has[k] ? (double)ps_.bytes[k] : 0.0;
+        if (s < ZS_PLAN_PP_SHOWN) {
+            r->pp_stage_total[s] = tot;
+            r->pp_stage_params[s] = ps_.num_params;
+        }
+        if (ps_.num_params > r->device_params)
+            r->device_params = ps_.num_params;
+        if (tot > best) {
+            best = tot;
+            *pr = ps_;
+            r->pp_stage = s;
+        }
+    }
+    r->pp = c->pp;
+    r->pp_send_bytes = pr->p2p_send_bytes_per_step + pr->tied_send_bytes_per_applied_step;
+    r->pp_recv_bytes = pr->p2p_recv_bytes_per_step + pr->tied_recv_bytes_per_applied_step;
+    r->pp_bubble = zs_pp_ideal_bubble(
+        c->pp, c->pp_schedule == ZS_PP_INTERLEAVED ? c->virtual_stages : 1, c->grad_accum);
     return 0;
 }
 
-/* Model states of the zerosim convention. A GPT: every category as its step
- * program counts it (zs_predict), and the program's collectives in *pr
- * (*have = 1); a bare parameter count: the closed forms of predict.h over
- * one layout of Ψ parameters. */
-static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *c,
-                                  zs_plan_result *r, zs_prediction *pr, int *have)
+/* A GPT in the zerosim convention: every category, tier and transfer as
+ * its step program counts it (zs_predict; the most loaded pipeline stage). */
+static int zs_plan_states_program(const zs_plan_input *in, const zs_run_config *c,
+                                  zs_plan_result *r, zs_prediction *pr)
 {
     size_t ps = zs_dtype_size(c->precision), gs = zs_dtype_size(in->grad_precision);
-    int st = c->stage;
-    *have = 0;
-    if (in->has_arch && c->pp > 1) { /* every stage; the most loaded one decides */
-        double best = -1.0;
-        for (int s = 0; s < c->pp; s++) {
-            zs_run_config cs = *c;
-            zs_prediction ps_;
-            ZS_TRY(zs_pp_stage_config(&cs, s));
-            ZS_TRY(zs_predict(&cs, in->dp, &ps_));
-            double tot = 0.0;
-            for (int k = 0; k < ZS_MEM_NCAT; k++)
-                tot += ps_.has[k] ? (double)ps_.bytes[k] : 0.0;
-            if (s < ZS_PLAN_PP_SHOWN) {
-                r->pp_stage_total[s] = tot;
-                r->pp_stage_params[s] = ps_.num_params;
-            }
-            if (ps_.num_params > r->device_params)
-                r->device_params = ps_.num_params;
-            if (tot > best) {
-                best = tot;
-                *pr = ps_;
-                r->pp_stage = s;
-            }
-        }
-        r->pp = c->pp;
-        r->pp_send_bytes = pr->p2p_send_bytes_per_step + pr->tied_send_bytes_per_applied_step;
-        r->pp_recv_bytes = pr->p2p_recv_bytes_per_step + pr->tied_recv_bytes_per_applied_step;
-        r->pp_bubble = zs_pp_ideal_bubble(
-            c->pp, c->pp_schedule == ZS_PP_INTERLEAVED ? c->virtual_stages : 1, c->grad_accum);
-    } else if (in->has_arch) {
+    if (c->pp > 1) {
+        ZS_TRY(zs_plan_states_stages(in, c, r, pr));
+    } else {
         ZS_TRY(zs_predict(c, in->dp, pr));
         r->device_params = pr->num_params + pr->expert_params;
     }
-    if (in->has_arch) {
-        *have = 1;
-        for (int k = 0; k < ZS_MEM_NCAT; k++) {
-            r->bytes[k] = (double)pr->bytes[k];
-            r->has[k] = pr->has[k];
-        }
-        r->padded = pr->padded;
-        r->shard = pr->shard;
-        r->live_params = pr->live_params;
-        for (int t = 0; t < ZS_MEM_NTIERS; t++)
-            for (int k = 0; k < ZS_MEM_NCAT; k++)
-                r->tier_bytes[t][k] = (double)pr->tier_bytes[t][k];
-        r->d2h_bytes = pr->d2h_bytes_per_step + pr->d2h_bytes_per_applied_step;
-        r->h2d_bytes = pr->h2d_bytes_per_step + pr->param_h2d_bytes_per_step;
-        r->nvme_read_bytes = pr->nvme_read_bytes_per_step;
-        r->nvme_write_bytes = pr->nvme_write_bytes_per_step;
-        if (pr->tier_bytes[ZS_TIER_NVME][ZS_MEM_PARAMS]) /* the gathers read the file */
-            r->nvme_read_bytes += pr->param_h2d_bytes_per_step;
-        if (gs != ps) /* the same formula with the gradient's own size */
-            r->bytes[ZS_MEM_GRADS] = (double)zs_plan_grad_bytes(c, gs, pr->padded, pr->shard);
-        return 0;
-    }
-    zs_partition part;
-    zs_partition_make(&part, r->num_params, in->dp, 0, c->deterministic);
-    size_t P = part.padded, S = part.shard, opt = st == 0 ? P : S;
-    int mixed = c->precision != ZS_DTYPE_F32;
-    r->padded = P;
+    zs_plan_states_count(pr->bytes, pr->tier_bytes, pr->grad_fixed_bytes, gs, ps, r);
+    for (int k = 0; k < ZS_MEM_NCAT; k++)
+        r->has[k] = pr->has[k];
+    r->padded = pr->padded;
+    r->shard = pr->shard;
+    r->live_params = pr->live_params;
+    r->d2h_bytes = pr->d2h_bytes_per_step + pr->d2h_bytes_per_applied_step;
+    r->h2d_bytes = pr->h2d_bytes_per_step + pr->param_h2d_bytes_per_step;
+    r->nvme_read_bytes = pr->nvme_read_bytes_per_step;
+    r->nvme_write_bytes = pr->nvme_write_bytes_per_step;
+    if (pr->tier_bytes[ZS_TIER_NVME][ZS_MEM_PARAMS]) /* the gathers read the file */
+        r->nvme_read_bytes += pr->param_h2d_bytes_per_step;
+    return 0;
+}
+
+/* A bare parameter count in the zerosim convention: one layout of Ψ
+ * parameters (zs_step_shape_build_flat), its model states and offload
+ * tiers from the shape's buffer table as a run places them, and stage 3's
+ * live parameters the largest layer given. Without a program, the
+ * transfers per step are closed forms over the table's shard. */
+static void zs_plan_states_flat(const zs_plan_input *in, const zs_run_config *c,
+                                zs_plan_result *r)
+{
+    static const zs_mem_category states[] = {ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPT_MASTER,
+                                             ZS_MEM_OPT_M, ZS_MEM_OPT_V, ZS_MEM_COMPRESSION};
+    size_t ps = zs_dtype_size(c->precision), gs = zs_dtype_size(in->grad_precision);
+    zs_step_shape sh;
+    zs_step_shape_build_flat(c, r->num_params, in->dp, &sh);
+    zs_step_program none = {0};
+    zs_step_count cnt;
+    zs_step_program_count(&sh, &none, &cnt);
+    size_t modelled[ZS_MEM_NCAT] = {0}, S = sh.part.shard;
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
+        modelled[states[i]] = cnt.peak[states[i]];
+    r->padded = sh.part.padded;
     r->shard = S;
-    r->live_params = st == 3 ? in->largest_layer : 0;
-    r->bytes[ZS_MEM_PARAMS] = (double)(st == 3 ? ps * S + ps * r->live_params : ps * P);
-    r->bytes[ZS_MEM_GRADS] = (double)zs_plan_grad_bytes(c, gs, P, S);
-    r->bytes[ZS_MEM_OPT_MASTER] = mixed ? 4.0 * (double)opt : 0.0;
-    r->bytes[ZS_MEM_OPT_M] = 4.0 * (double)opt;
-    r->bytes[ZS_MEM_OPT_V] = c->optimizer == ZS_OPT_ADAMW ? 4.0 * (double)opt : 0.0;
-    r->bytes[ZS_MEM_COMPRESSION] =
-        c->compression.kind != ZS_COMP_NONE && c->error_feedback ? 4.0 * (double)P : 0.0;
-    zs_offload off = st >= 1 ? c->offload_optimizer : ZS_OFFLOAD_NONE;
-    if (off != ZS_OFFLOAD_NONE) { /* as zs_step_shape_build places them */
-        int t = off == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
-        double states = 2.0 + (c->optimizer == ZS_OPT_ADAMW);
-        r->tier_bytes[t][ZS_MEM_OPT_MASTER] = 4.0 * (double)S;
-        r->tier_bytes[t][ZS_MEM_OPT_M] = r->bytes[ZS_MEM_OPT_M];
-        r->tier_bytes[t][ZS_MEM_OPT_V] = r->bytes[ZS_MEM_OPT_V];
-        r->bytes[ZS_MEM_OPT_MASTER] = r->bytes[ZS_MEM_OPT_M] = r->bytes[ZS_MEM_OPT_V] = 0.0;
-        /* the reduced gradient shard lives on the host (the step schedule
-         * keeps the full gradient on the device and copies the shard) */
-        r->tier_bytes[ZS_TIER_HOST][ZS_MEM_GRADS] = (double)(gs * S);
-        if (!zs_step_reduce_once(c))
-            r->bytes[ZS_MEM_GRADS] -= (double)(gs * S);
-        r->tier_bytes[ZS_TIER_HOST][ZS_MEM_PARAMS] = (double)(ps * S);
-        double chunk = (double)(S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK);
-        if (off == ZS_OFFLOAD_NVME) {
-            r->tier_bytes[ZS_TIER_HOST][ZS_MEM_WORKSPACE] = 2.0 * chunk * states * 4.0;
-            r->nvme_read_bytes = r->nvme_write_bytes = 4.0 * (double)S * states;
-        }
+    r->live_params = c->stage == 3 ? in->largest_layer : 0;
+    modelled[ZS_MEM_PARAMS] += ps * r->live_params;
+    zs_plan_states_count(modelled, (const size_t(*)[ZS_MEM_NCAT])cnt.tier_peak,
+                         cnt.grad_fixed_bytes, gs, ps, r);
+    zs_mem_tier opt_tier = sh.buf[ZS_BUF_M].tier, param_tier = sh.buf[ZS_BUF_PARAMS].tier;
+    if (opt_tier != ZS_TIER_DEVICE) {
+        /* the updated shard up; nvme: every optimizer state read and
+         * written; offload_param: two passes of gathers per micro-batch
+         * send this rank's part of everything up (from the file: read
+         * first; the updated shard is written there from the host copy) */
         r->h2d_bytes = (double)(ps * S);
-        if (st == 3 && c->offload_param != ZS_OFFLOAD_NONE) {
-            /* the shard on the host or in a file; two passes of gathers
-             * per micro-batch send this rank's part of everything up (from
-             * the file: read first; the updated shard is written there
-             * from the host copy) */
-            int pt = c->offload_param == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
-            r->tier_bytes[pt][ZS_MEM_PARAMS] = (double)(ps * S);
-            if (pt == ZS_TIER_HOST)
-                r->tier_bytes[ZS_TIER_HOST][ZS_MEM_PARAMS] = (double)(ps * S);
-            r->bytes[ZS_MEM_PARAMS] -= (double)(ps * S);
+        if (opt_tier == ZS_TIER_NVME)
+            r->nvme_read_bytes = r->nvme_write_bytes =
+                (double)(sh.buf[ZS_BUF_MASTER].bytes + sh.buf[ZS_BUF_M].bytes +
+                         sh.buf[ZS_BUF_V].bytes);
+        if (param_tier != ZS_TIER_DEVICE) {
             double gathered = 2.0 * (double)c->grad_accum * (double)(ps * S);
             r->h2d_bytes = gathered;
-            if (pt == ZS_TIER_NVME) {
+            if (param_tier == ZS_TIER_NVME) {
                 r->nvme_read_bytes += gathered;
                 r->nvme_write_bytes += (double)(ps * S);
             }
@@ -209,6 +171,18 @@ static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *
         double rounds = zs_step_reduce_once(c) || c->deterministic ? 1.0 : (double)c->grad_accum;
         r->d2h_bytes = rounds * (double)(gs * S);
     }
+    zs_step_shape_free(&sh);
+}
+
+/* Model states of the zerosim convention. A GPT: the step program's count
+ * (*pr, *have = 1); a bare parameter count: its buffer table. */
+static int zs_plan_states_zerosim(const zs_plan_input *in, const zs_run_config *c,
+                                  zs_plan_result *r, zs_prediction *pr, int *have)
+{
+    *have = in->has_arch;
+    if (in->has_arch)
+        return zs_plan_states_program(in, c, r, pr);
+    zs_plan_states_flat(in, c, r);
     return 0;
 }
 
@@ -233,112 +207,22 @@ static void zs_plan_add_group(zs_plan_result *r, zs_coll_kind k, double bytes, d
     r->traffic_bytes += (double)(ranks - 1) / ranks * bytes;
 }
 
-/* --hierarchical (zs_comm_set_hierarchical): the data-parallel
- * reduce-scatters and allgathers over the N devices become two rings, inside
- * each node of K over the whole buffer S, then across the M nodes among one
- * local index over S/K: (K-1)/K S + (M-1)/N S per device and call, the
- * flat ring's (N-1)/N S, so the traffic stays; (M-1)/N S crosses. The
- * inner reduce-scatter is M rings (one per node block of K chunks), and
- * neither level overlaps compute (both complete when called). */
-static int zs_plan_hierarchical(zs_plan_result *r, int N, int K)
-{
-    /* with --tp, --pp, --ep or ZeRO++: refused by zerosim/compat.h's rules */
-    if (N % K)
-        ZS_FAIL("--hierarchical needs the %d devices in whole nodes of %d: use a multiple of %d",
-                N, K, K);
-    int M = N / K;
-    if (K < 2 || M < 2) /* one level is the whole: the flat rings run */
-        return 0;
-    zs_steptime_coll flat[3 * ZS_COLL_NKINDS];
-    int n = r->ncolls;
-    memcpy(flat, r->colls, (size_t)n * sizeof flat[0]);
-    r->ncolls = 0;
-    r->hierarchical = 1;
-    for (int i = 0; i < n; i++) {
-        const zs_steptime_coll *k = &flat[i];
-        if ((k->kind != ZS_COLL_REDUCE_SCATTER && k->kind != ZS_COLL_ALLGATHER) || k->ranks ||
-            k->link) {
-            r->colls[r->ncolls++] = *k;
-            continue;
-        }
-        /* the reduce-scatter's inner level is one ring per node block, M
-         * of them: M (K-1) latencies a call */
-        r->colls[r->ncolls++] =
-            (zs_steptime_coll){.kind = k->kind, .bytes = k->bytes, .calls = k->calls,
-                               .rings = k->kind == ZS_COLL_REDUCE_SCATTER ? M : 1,
-                               .ranks = K, .link = 1};
-        r->colls[r->ncolls++] = (zs_steptime_coll){.kind = k->kind, .bytes = k->bytes / K,
-                                                   .calls = k->calls, .ranks = M, .link = 2};
-        r->inter_node_bytes += (M - 1.0) / N * k->bytes;
-    }
-    return 0;
-}
 
-/* TP and PP beside data parallelism: which of the most loaded stage's
- * devices send across nodes, with the ranks laid out as zerosim mesh lays
- * them (tensor-parallel fastest, then data, then pipeline) and K
- * consecutive ranks a node. A device's ring in a group crosses when its
- * next member (the one it sends to) is on another node, and then all of
- * that ring's volume crosses, as the ledger counts it; a pipeline device's
- * sends cross in the share of its neighbouring stages' peers (the one
- * before and the one after) on other nodes. The collectives (the first
- * ndp of r->colls data-parallel, the rest tensor-parallel) get the link
- * their rings use. */
-static int zs_plan_mesh_inter(zs_plan_result *r, const zs_run_config *c, const zs_prediction *pr,
-                              int D, int K, int ndp)
-{
-    int T = c->tp > 1 ? c->tp : 1, P = c->pp > 1 ? c->pp : 1, W = T * D * P;
-    int s = P > 1 ? r->pp_stage : 0, first = s * T * D, n = T * D;
-    unsigned char *cross = calloc((size_t)W, 1);
-    int *m = malloc((size_t)W * sizeof *m);
-    if (!cross || !m) {
-        free(cross);
-        free(m);
-        ZS_FAIL("out of host memory for the node map of %d devices", W);
-    }
-    static const zs_comm_group axes[] = {ZS_GROUP_DP, ZS_GROUP_TP};
-    for (int a = 0; a < 2; a++)
-        for (int k = 0; k < zs_mesh_ngroups(W, T, P, axes[a]); k++) {
-            int g = zs_mesh_group_ranks(W, T, P, axes[a], k, m);
-            for (int i = 0; i < g; i++)
-                if (m[(i + 1) % g] / K != m[i] / K)
-                    cross[m[i]] |= (unsigned char)(1u << a);
-        }
-    double dp = 0, tp = 0, pp = 0, peers = 0;
-    for (int q = first; q < first + n; q++) {
-        dp += cross[q] & 1;
-        tp += cross[q] >> 1 & 1;
-        if (s > 0)
-            peers++, pp += (q - n) / K != q / K;
-        if (s < P - 1)
-            peers++, pp += (q + n) / K != q / K;
-    }
-    free(cross);
-    free(m);
-    r->mesh_inter = 1;
-    r->inter_frac[0] = dp / n;
-    r->inter_frac[1] = tp / n;
-    r->inter_frac[2] = peers > 0 ? pp / peers : 0.0;
-    r->inter_part[0] = r->inter_frac[0] * (zs_ring_bytes(pr->rs_bytes_per_step, D) +
-                                           zs_ring_bytes(pr->ag_bytes_per_step, D));
-    r->inter_part[1] = r->inter_frac[1] * (pr->tp_allreduce_bytes_per_step +
-                                           pr->tp_rs_bytes_per_step + pr->tp_ag_bytes_per_step);
-    r->inter_part[2] = r->inter_frac[2] * r->pp_send_bytes;
-    r->inter_node_bytes = r->inter_part[0] + r->inter_part[1] + r->inter_part[2];
-    /* the step time: each group's collectives on its own link, across
-     * nodes where any of the stage's rings crosses (a ring runs at its
-     * slowest link), else inside the node */
-    for (int i = 0; i < r->ncolls; i++) {
-        int tpc = ndp >= 0 && i >= ndp;
-        if (r->colls[i].link == 0)
-            r->colls[i].link = r->inter_frac[tpc ? 1 : 0] > 0 ? 2 : 1;
-    }
-    return 0;
-}
+/* What the collectives, compute and step time of one step read: the
+ * configuration as planned and the step's sizes. */
+typedef struct {
+    zs_run_config c;
+    zs_prediction pr;          /* the step program's count (have) */
+    int have;
+    int node_ranks;            /* devices of one node in the data-parallel group */
+    int N, st, once, ndp;      /* ndp: the data-parallel collectives, before TP's */
+    double GA, RA, Psi, Pp, p, g, rs_calls, ag_calls, gathered;
+} zs_plan_step;
 
-int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
+/* The configuration a plan counts: the input's, validated and finalized
+ * as a run would, with the planner's own rules. */
+static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_step *ps)
 {
-    memset(r, 0, sizeof *r);
     if (in->dp < 1)
         ZS_FAIL("--dp must be at least 1, got %d", in->dp);
     if (in->devices_per_node < 1)
@@ -393,31 +277,37 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     if (in->convention != ZS_PLAN_ZEROSIM && c.offload_optimizer != ZS_OFFLOAD_NONE)
         ZS_FAIL("--offload-optimizer is modelled in the zerosim convention only (for "
                 "DeepSpeed's own figures see --deepspeed-estimate)");
-    r->num_params = in->has_arch ? zs_model_count_params(&c.model) : in->num_params;
+    ps->c = c;
+    ps->node_ranks = node_ranks;
+    return 0;
+}
 
-    zs_prediction pr;
-    int have = 0;
+/* Memory: the model states (by convention), the activations, the totals
+ * and whether they fit. */
+static int zs_plan_memory(const zs_plan_input *in, zs_plan_result *r, zs_plan_step *ps)
+{
+    const zs_run_config *c = &ps->c;
     if (in->convention == ZS_PLAN_ZEROSIM)
-        ZS_TRY(zs_plan_states_zerosim(in, &c, r, &pr, &have));
+        ZS_TRY(zs_plan_states_zerosim(in, c, r, &ps->pr, &ps->have));
     else
-        ZS_TRY(zs_plan_states_closed(in, &c, r));
+        ZS_TRY(zs_plan_states_closed(in, c, r));
     r->has[ZS_MEM_PARAMS] = r->has[ZS_MEM_GRADS] = 1;
     r->has[ZS_MEM_OPT_MASTER] = r->has[ZS_MEM_OPT_M] = r->has[ZS_MEM_OPT_V] = 1;
     r->has[ZS_MEM_COMPRESSION] = in->convention == ZS_PLAN_ZEROSIM;
-    if (in->has_arch && c.pp > 1 && in->convention != ZS_PLAN_ZEROSIM)
+    if (in->has_arch && c->pp > 1 && in->convention != ZS_PLAN_ZEROSIM)
         ZS_FAIL("--pp is planned in the zerosim convention only (each stage's step program)");
-    if (c.pp > 1 && !in->has_arch)
+    if (c->pp > 1 && !in->has_arch)
         ZS_FAIL("--pp needs the model's shape: use --arch gpt");
-    if (in->has_arch && c.pp > 1) { /* the stage's own, as zs_predict counted them */
+    if (in->has_arch && c->pp > 1) { /* the stage's own, as zs_predict counted them */
         r->activations_modelled = 1;
         r->has[ZS_MEM_ACTIVATIONS] = r->has[ZS_MEM_CHECKPOINTS] = 1;
     } else if (in->has_arch) {
         r->activations_modelled = 1;
-        r->bytes[ZS_MEM_ACTIVATIONS] = (double)zs_model_activation_bytes(&c.model, c.micro_batch);
-        r->bytes[ZS_MEM_CHECKPOINTS] = (double)zs_model_checkpoint_bytes(&c.model, c.micro_batch);
+        r->bytes[ZS_MEM_ACTIVATIONS] = (double)zs_model_activation_bytes(&c->model, c->micro_batch);
+        r->bytes[ZS_MEM_CHECKPOINTS] = (double)zs_model_checkpoint_bytes(&c->model, c->micro_batch);
         r->has[ZS_MEM_ACTIVATIONS] = r->has[ZS_MEM_CHECKPOINTS] = 1;
         if (in->convention == ZS_PLAN_MEGATRON)
-            r->bytes[ZS_MEM_ACTIVATIONS] = zs_plan_megatron_activations(&c, in->sequence_parallel);
+            r->bytes[ZS_MEM_ACTIVATIONS] = zs_plan_megatron_activations(c, in->sequence_parallel);
         if (in->convention == ZS_PLAN_MEGATRON)
             r->bytes[ZS_MEM_CHECKPOINTS] = 0.0;
     }
@@ -435,230 +325,342 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
     }
     r->host_per_node = r->host_total * (in->dp < in->devices_per_node ? in->dp : in->devices_per_node);
     r->host_fits = in->host_memory ? r->host_per_node <= (double)in->host_memory : -1;
+    return 0;
+}
 
-    /* traffic: the collectives of one step */
-    int N = in->dp, st = c.stage, ndp = -1; /* ndp: the data-parallel collectives, before TP's */
-    double GA = c.grad_accum, Psi = (double)r->num_params, Pp = (double)r->padded;
-    double p = (double)zs_dtype_size(c.precision), g = (double)zs_dtype_size(in->grad_precision);
+/* The step's sizes the collectives and the compute read. */
+static void zs_plan_step_sizes(const zs_plan_input *in, const zs_plan_result *r,
+                               zs_plan_step *ps)
+{
+    const zs_run_config *c = &ps->c;
+    ps->N = in->dp;
+    ps->st = c->stage;
+    ps->ndp = -1;
+    ps->GA = c->grad_accum;
+    ps->Psi = (double)r->num_params;
+    ps->Pp = (double)r->padded;
+    ps->p = (double)zs_dtype_size(c->precision);
+    ps->g = (double)zs_dtype_size(in->grad_precision);
     /* gradient reductions per step: one per micro-batch, or one (stages 0
      * and 1 with the step schedule) */
-    int once = zs_step_reduce_once(&c);
-    double RA = once ? 1.0 : GA;
-    double rs_calls = RA * (double)zs_ceil_div(r->padded, c.reduce_bucket_size);
-    double ag_calls = (double)zs_ceil_div(r->padded, c.allgather_bucket_size);
+    ps->once = zs_step_reduce_once(c);
+    ps->RA = ps->once ? 1.0 : ps->GA;
+    ps->rs_calls = ps->RA * (double)zs_ceil_div(r->padded, c->reduce_bucket_size);
+    ps->ag_calls = (double)zs_ceil_div(r->padded, c->allgather_bucket_size);
     /* stage 3 gathers per step (elements): the program's count, or two
      * passes over Ψ for a bare parameter count */
-    double gathered = have ? (double)pr.ag_bytes_per_step / p : 2.0 * Psi * GA;
-    if (in->convention == ZS_PLAN_ZEROSIM && have) {
-        /* the step program's collectives, as a run makes them */
-        int K = node_ranks, M = N / node_ranks;
-        double hz = (double)pr.ag_hpz_bytes_per_step;
-        int red0 = r->ncolls; /* the gradient reductions start here */
-        if (c.compression.kind != ZS_COMP_NONE)
-            zs_plan_add_coll(r, ZS_COLL_ALLTOALL,
-                             N > 1 ? pr.a2a_bytes_rank0 * N / (N - 1) : 0.0,
-                             pr.rs_calls_per_step, N);
-        else if (r->zeropp && c.quantized_gradients) { /* qgZ: inside, then across */
-            if (K > 1)
-                zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr.qgz_intra_bytes_rank0 * K / (K - 1),
-                                  pr.qgz_calls_per_step, K, 1);
-            if (M > 1)
-                zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr.qgz_inter_bytes_rank0 * M / (M - 1),
-                                  pr.qgz_calls_per_step, M, 2);
-        } else
-            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
-                             (double)pr.rs_bytes_per_step * (c.deterministic ? 1.0 : g / p),
-                             pr.rs_calls_per_step, N);
-        /* stage 3 overlaps a bucket's reduce-scatter with the rest of the
-         * backward: the last of each micro-batch, waited for when its
-         * backward has ended, does not hide (RA of the calls); qgZ's and
-         * compression's all-to-alls complete when called, so none hides */
-        for (int i = red0; st == 3 && i < r->ncolls; i++)
-            r->colls[i].exposed_frac =
-                r->colls[i].kind == ZS_COLL_REDUCE_SCATTER && r->colls[i].calls > RA
-                    ? RA / r->colls[i].calls
-                    : 1.0;
-        if (r->zeropp && hz > 0) { /* hpZ: the backward gathers inside the node */
-            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (double)pr.ag_bytes_per_step - hz,
-                             pr.ag_calls_per_step - pr.ag_hpz_calls_per_step, N);
-            if ((double)pr.ag_bytes_per_step - hz > 0) {
-                r->colls[r->ncolls - 1].link_bytes = pr.ag_link_bytes_per_step;
-                r->colls[r->ncolls - 1].fwd_only = 1; /* the forward's gathers */
-            }
-            zs_plan_add_group(r, ZS_COLL_ALLGATHER, hz, pr.ag_hpz_calls_per_step,
-                              c.hpz_partition_size, 1);
-        } else {
-            zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
-                             (double)pr.ag_bytes_per_step * (st == 0 ? g / p : 1.0),
-                             pr.ag_calls_per_step, N);
-            if (st == 3 && pr.ag_bytes_per_step > 0)
-                r->colls[r->ncolls - 1].link_bytes = pr.ag_link_bytes_per_step;
+    ps->gathered = ps->have ? (double)ps->pr.ag_bytes_per_step / ps->p : 2.0 * ps->Psi * ps->GA;
+}
+
+/* The program's gradient reductions: compressed all-to-alls, qgZ's two
+ * levels, or reduce-scatters; stage 3 overlaps a bucket's reduce-scatter
+ * with the rest of the backward, and the last of each reduction round,
+ * waited for when its backward has ended, does not hide (the program's
+ * rounds of its calls); qgZ's and compression's all-to-alls complete when
+ * called, so none hides. */
+static void zs_plan_colls_reduce(zs_plan_result *r, const zs_plan_step *ps)
+{
+    const zs_run_config *c = &ps->c;
+    const zs_prediction *pr = &ps->pr;
+    int N = ps->N, K = ps->node_ranks, M = N / ps->node_ranks;
+    int red0 = r->ncolls; /* the gradient reductions start here */
+    if (c->compression.kind != ZS_COMP_NONE)
+        zs_plan_add_coll(r, ZS_COLL_ALLTOALL, N > 1 ? pr->a2a_bytes_rank0 * N / (N - 1) : 0.0,
+                         pr->rs_calls_per_step, N);
+    else if (r->zeropp && c->quantized_gradients) { /* qgZ: inside, then across */
+        if (K > 1)
+            zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr->qgz_intra_bytes_rank0 * K / (K - 1),
+                              pr->qgz_calls_per_step, K, 1);
+        if (M > 1)
+            zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr->qgz_inter_bytes_rank0 * M / (M - 1),
+                              pr->qgz_calls_per_step, M, 2);
+    } else
+        zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
+                         (double)pr->rs_bytes_per_step * (c->deterministic ? 1.0 : ps->g / ps->p),
+                         pr->rs_calls_per_step, N);
+    double rounds = pr->reduce_rounds_per_step;
+    for (int i = red0; ps->st == 3 && i < r->ncolls; i++)
+        r->colls[i].exposed_frac =
+            r->colls[i].kind == ZS_COLL_REDUCE_SCATTER && r->colls[i].calls > rounds
+                ? rounds / r->colls[i].calls
+                : 1.0;
+}
+
+/* The program's parameter gathers (hpZ's backward ones inside the node),
+ * ZeRO++'s share across nodes, and the experts' collectives. */
+static void zs_plan_colls_gather(zs_plan_result *r, const zs_plan_step *ps)
+{
+    const zs_run_config *c = &ps->c;
+    const zs_prediction *pr = &ps->pr;
+    int N = ps->N, M = N / ps->node_ranks;
+    double hz = (double)pr->ag_hpz_bytes_per_step;
+    if (r->zeropp && hz > 0) { /* hpZ: the backward gathers inside the node */
+        zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (double)pr->ag_bytes_per_step - hz,
+                         pr->ag_calls_per_step - pr->ag_hpz_calls_per_step, N);
+        if ((double)pr->ag_bytes_per_step - hz > 0) {
+            r->colls[r->ncolls - 1].link_bytes = pr->ag_link_bytes_per_step;
+            r->colls[r->ncolls - 1].fwd_only = 1; /* the forward's gathers */
         }
-        if (r->zeropp && M > 1) /* node 0's link: its last device's rings, qgZ's second level */
-            r->inter_node_bytes =
-                zs_ring_bytes(pr.rs_bytes_per_step, N) +
-                zs_ring_bytes((size_t)((double)pr.ag_bytes_per_step - hz), N) +
-                pr.qgz_inter_bytes_node0;
-        if (pr.ep_a2a_calls_per_step > 0) /* the experts' dispatch and combine, over ep */
-            zs_plan_add_group(r, ZS_COLL_ALLTOALL,
-                              pr.ep_a2a_bytes_per_step * c.ep / (c.ep - 1.0),
-                              pr.ep_a2a_calls_per_step, c.ep, c.ep <= node_ranks ? 1 : 0);
-        if (pr.edp_rs_calls_per_step + pr.edp_ag_calls_per_step > 0) {
-            /* DeepSpeed's layout: the expert store over the edp group of
-             * N / ep ranks (every ep-th rank: across nodes) */
-            int M = N / c.ep;
-            double f = (M - 1.0) / M;
-            zs_plan_add_group(r, ZS_COLL_REDUCE_SCATTER, pr.edp_rs_bytes_per_step / f,
-                              pr.edp_rs_calls_per_step, M, 0);
-            zs_plan_add_group(r, ZS_COLL_ALLGATHER,
-                              (pr.edp_ag_bytes_per_step + pr.edp_ag_bytes_per_applied_step) / f,
-                              pr.edp_ag_calls_per_step, M, 0);
-        }
-        ndp = r->ncolls;
-        if (pr.tp_allreduce_bytes_per_step > 0) { /* over the TP group of T ranks */
-            int T = c.tp;
-            double full = pr.tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));
-            r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLREDUCE, .bytes = full,
-                                                       .calls = pr.tp_allreduce_calls_per_step,
-                                                       .ranks = T};
-            r->traffic_bytes += pr.tp_allreduce_bytes_per_step;
-        }
-        if (pr.tp_rs_bytes_per_step > 0) { /* sequence parallelism's pairs */
-            int T = c.tp;
-            double full = pr.tp_rs_bytes_per_step * T / (T - 1.0);
-            double calls = pr.tp_pair_calls_per_step;
-            r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_REDUCE_SCATTER,
-                                                       .bytes = full, .calls = calls, .ranks = T};
-            r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLGATHER,
-                                                       .bytes = full, .calls = calls, .ranks = T};
-            r->traffic_bytes += pr.tp_rs_bytes_per_step + pr.tp_ag_bytes_per_step;
-        }
-    } else if (in->convention == ZS_PLAN_ZEROSIM) {
-        /* a bare parameter count: one layout of Ψ, buckets cut evenly */
-        if (c.compression.kind != ZS_COMP_NONE) {
-            size_t B = c.reduce_bucket_size ? c.reduce_bucket_size : r->padded;
-            size_t nb = zs_ceil_div(r->padded, B);
-            size_t *lo = malloc(nb * sizeof *lo), *hi = malloc(nb * sizeof *hi);
-            if (!lo || !hi) {
-                free(lo);
-                free(hi);
-                ZS_FAIL("out of host memory planning");
-            }
-            for (size_t i = 0; i < nb; i++) {
-                lo[i] = i * B;
-                hi[i] = i + 1 == nb ? r->padded : (i + 1) * B;
-            }
-            double sent = zs_predict_alltoall_bytes(&c, r->padded, N, 0, lo, hi, (int)nb);
+        zs_plan_add_group(r, ZS_COLL_ALLGATHER, hz, pr->ag_hpz_calls_per_step,
+                          c->hpz_partition_size, 1);
+    } else {
+        zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
+                         (double)pr->ag_bytes_per_step * (ps->st == 0 ? ps->g / ps->p : 1.0),
+                         pr->ag_calls_per_step, N);
+        if (ps->st == 3 && pr->ag_bytes_per_step > 0)
+            r->colls[r->ncolls - 1].link_bytes = pr->ag_link_bytes_per_step;
+    }
+    if (r->zeropp && M > 1) /* node 0's link: its last device's rings, qgZ's second level */
+        r->inter_node_bytes = zs_ring_bytes(pr->rs_bytes_per_step, N) +
+                              zs_ring_bytes((size_t)((double)pr->ag_bytes_per_step - hz), N) +
+                              pr->qgz_inter_bytes_node0;
+    if (pr->ep_a2a_calls_per_step > 0) /* the experts' dispatch and combine, over ep */
+        zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr->ep_a2a_bytes_per_step * c->ep / (c->ep - 1.0),
+                          pr->ep_a2a_calls_per_step, c->ep, c->ep <= ps->node_ranks ? 1 : 0);
+    if (pr->edp_rs_calls_per_step + pr->edp_ag_calls_per_step > 0) {
+        /* DeepSpeed's layout: the expert store over the edp group of
+         * N / ep ranks (every ep-th rank: across nodes) */
+        int E = N / c->ep;
+        double f = (E - 1.0) / E;
+        zs_plan_add_group(r, ZS_COLL_REDUCE_SCATTER, pr->edp_rs_bytes_per_step / f,
+                          pr->edp_rs_calls_per_step, E, 0);
+        zs_plan_add_group(r, ZS_COLL_ALLGATHER,
+                          (pr->edp_ag_bytes_per_step + pr->edp_ag_bytes_per_applied_step) / f,
+                          pr->edp_ag_calls_per_step, E, 0);
+    }
+}
+
+/* The model's tensor-parallel collectives over the TP group of T ranks. */
+static void zs_plan_colls_tp(zs_plan_result *r, const zs_plan_step *ps)
+{
+    const zs_prediction *pr = &ps->pr;
+    int T = ps->c.tp;
+    if (pr->tp_allreduce_bytes_per_step > 0) {
+        double full = pr->tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));
+        r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLREDUCE, .bytes = full,
+                                                   .calls = pr->tp_allreduce_calls_per_step,
+                                                   .ranks = T};
+        r->traffic_bytes += pr->tp_allreduce_bytes_per_step;
+    }
+    if (pr->tp_rs_bytes_per_step > 0) { /* sequence parallelism's pairs */
+        double full = pr->tp_rs_bytes_per_step * T / (T - 1.0);
+        double calls = pr->tp_pair_calls_per_step;
+        r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_REDUCE_SCATTER,
+                                                   .bytes = full, .calls = calls, .ranks = T};
+        r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLGATHER,
+                                                   .bytes = full, .calls = calls, .ranks = T};
+        r->traffic_bytes += pr->tp_rs_bytes_per_step + pr->tp_ag_bytes_per_step;
+    }
+}
+
+/* A bare parameter count in the zerosim convention: one layout of Ψ,
+ * buckets cut evenly; stage 3 gathers once per pass (the units are
+ * unknown). */
+static int zs_plan_colls_flat(zs_plan_result *r, const zs_plan_step *ps)
+{
+    const zs_run_config *c = &ps->c;
+    int N = ps->N;
+    if (c->compression.kind != ZS_COMP_NONE) {
+        size_t B = c->reduce_bucket_size ? c->reduce_bucket_size : r->padded;
+        size_t nb = zs_ceil_div(r->padded, B);
+        size_t *lo = malloc(nb * sizeof *lo), *hi = malloc(nb * sizeof *hi);
+        if (!lo || !hi) {
             free(lo);
             free(hi);
-            zs_plan_add_coll(r, ZS_COLL_ALLTOALL, N > 1 ? sent * N / (N - 1) : 0.0, rs_calls, N);
-        } else {
-            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, RA * Pp * (c.deterministic ? 8.0 : g),
-                             rs_calls, N);
+            ZS_FAIL("out of host memory planning");
         }
-        if (st == 3) /* one call per pass: the units are unknown */
-            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, p * gathered, GA * 2.0, N);
-        else
-            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (st == 0 ? g : p) * Pp, ag_calls, N);
-    } else if (in->convention == ZS_PLAN_PAPER) {
-        /* stages 0, 1: one gradient allreduce (= reduce-scatter + allgather)
-         * per step (per micro-batch with --grad-reduce micro-batch); 2: a
-         * reduce-scatter per micro-batch and a parameter allgather; 3: also
-         * a parameter allgather per pass (3Ψ in all) */
-        if (st <= 1) {
-            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, RA * g * Psi, RA * ag_calls, N);
-        } else {
-            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, GA * g * Psi, rs_calls, N);
-            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, st == 3 ? GA * 2.0 * p * Psi : p * Psi,
-                             st == 3 ? GA * 2.0 : ag_calls, N);
+        for (size_t i = 0; i < nb; i++) {
+            lo[i] = i * B;
+            hi[i] = i + 1 == nb ? r->padded : (i + 1) * B;
         }
-    } else { /* megatron: allreduce of gradients, or reduce-scatter + allgather,
-              * once per step (per micro-batch with --grad-reduce micro-batch) */
-        if (st == 0) {
-            zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, RA * g * Psi, RA * ag_calls, N);
-        } else {
-            zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, RA * g * Psi, RA * ag_calls, N);
-            zs_plan_add_coll(r, ZS_COLL_ALLGATHER, p * Psi, ag_calls, N);
-        }
+        double sent = zs_predict_alltoall_bytes(c, r->padded, N, 0, lo, hi, (int)nb);
+        free(lo);
+        free(hi);
+        zs_plan_add_coll(r, ZS_COLL_ALLTOALL, N > 1 ? sent * N / (N - 1) : 0.0, ps->rs_calls, N);
+    } else {
+        zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
+                         ps->RA * ps->Pp * (c->deterministic ? 8.0 : ps->g), ps->rs_calls, N);
     }
+    if (ps->st == 3)
+        zs_plan_add_coll(r, ZS_COLL_ALLGATHER, ps->p * ps->gathered, ps->GA * 2.0, N);
+    else
+        zs_plan_add_coll(r, ZS_COLL_ALLGATHER, (ps->st == 0 ? ps->g : ps->p) * ps->Pp,
+                         ps->ag_calls, N);
+    return 0;
+}
 
-    /* compute: 6Ψ FLOPs per token for forward and backward, plus attention
-     * 12·L·C·T per token (a GPT); one more forward (8Ψ + 16·L·C·T) with
-     * activation checkpointing */
-    double seq = in->has_arch ? c.model.seq_len : in->seq_len;
-    r->tokens_per_step = (double)c.micro_batch * GA * seq;
-    double per_token = 6.0 * Psi;
+/* The paper's and Megatron's conventions. The paper: stages 0, 1 one
+ * gradient allreduce (= reduce-scatter + allgather) per step (per
+ * micro-batch with --grad-reduce micro-batch); 2: a reduce-scatter per
+ * micro-batch and a parameter allgather; 3: also a parameter allgather per
+ * pass (3Ψ in all). Megatron: an allreduce of gradients, or reduce-scatter
+ * + allgather, once per step (per micro-batch with --grad-reduce
+ * micro-batch). */
+static void zs_plan_colls_closed(zs_plan_convention conv, zs_plan_result *r,
+                                 const zs_plan_step *ps)
+{
+    int N = ps->N, st = ps->st;
+    double RA = ps->RA, GA = ps->GA, g = ps->g, p = ps->p, Psi = ps->Psi;
+    if (conv == ZS_PLAN_PAPER && st <= 1) {
+        zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, RA * g * Psi, RA * ps->ag_calls, N);
+    } else if (conv == ZS_PLAN_PAPER) {
+        zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, GA * g * Psi, ps->rs_calls, N);
+        zs_plan_add_coll(r, ZS_COLL_ALLGATHER, st == 3 ? GA * 2.0 * p * Psi : p * Psi,
+                         st == 3 ? GA * 2.0 : ps->ag_calls, N);
+    } else if (st == 0) {
+        zs_plan_add_coll(r, ZS_COLL_ALLREDUCE, RA * g * Psi, RA * ps->ag_calls, N);
+    } else {
+        zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER, RA * g * Psi, RA * ps->ag_calls, N);
+        zs_plan_add_coll(r, ZS_COLL_ALLGATHER, p * Psi, ps->ag_calls, N);
+    }
+}
+
+/* The collectives of one step, by convention. */
+static int zs_plan_colls(const zs_plan_input *in, zs_plan_result *r, zs_plan_step *ps)
+{
+    if (in->convention == ZS_PLAN_ZEROSIM && ps->have) { /* as a run makes them */
+        zs_plan_colls_reduce(r, ps);
+        zs_plan_colls_gather(r, ps);
+        ps->ndp = r->ncolls;
+        zs_plan_colls_tp(r, ps);
+        return 0;
+    }
+    if (in->convention == ZS_PLAN_ZEROSIM)
+        return zs_plan_colls_flat(r, ps);
+    zs_plan_colls_closed(in->convention, r, ps);
+    return 0;
+}
+
+/* The recomputed share of the forward (activation checkpointing): from the
+ * program's count, of the forward's elements (the parameters' FLOPs and
+ * conversions) and of its blocks (the per-block kernels); without a
+ * program (the paper's and Megatron's conventions) every block's forward
+ * again, as their published formulas count it (4/3 of the FLOPs). */
+static void zs_plan_recompute(const zs_plan_input *in, zs_plan_result *r, const zs_plan_step *ps,
+                              double *elems, double *blocks)
+{
+    const zs_run_config *c = &ps->c;
+    const zs_prediction *pr = &ps->pr;
+    *elems = *blocks = 0.0;
+    if (!ps->have) {
+        r->recompute = in->has_arch && c->model.ckpt_blocks > 0 &&
+                       c->model.ckpt_blocks < c->model.n_layer;
+        *elems = *blocks = r->recompute ? 1.0 : 0.0;
+        return;
+    }
+    r->recompute = pr->recompute_units > 0;
+    if (r->recompute && pr->forward_elems_per_step > 0)
+        *elems = pr->recompute_elems_per_step / pr->forward_elems_per_step;
+    if (r->recompute && pr->forward_blocks_per_step > 0)
+        *blocks = pr->recompute_units / pr->forward_blocks_per_step;
+}
+
+/* The engine's other passes over parameter-sized fp32 arrays, as
+ * zs_engine_step runs them: the full gradient zeroed per micro-batch
+ * (stages 0, 1), the reduced part added into the shard per micro-batch,
+ * the shard zeroed, and copied back (stage 0); a stage-3 gather copies this
+ * rank's piece in; mixed precision converts each unit's parameters to fp32
+ * for every pass over it (recomputed forwards: rec_elems of them). The step
+ * schedule (stages 0, 1): the full gradient zeroed once (per micro-batch in
+ * fixed point with accumulation, which converts and adds each
+ * micro-batch's gradient), its part zeroed and the reduced part added
+ * once. */
+static double zs_plan_passes(const zs_plan_step *ps, double rec_elems)
+{
+    const zs_run_config *c = &ps->c;
+    double GA = ps->GA, Pp = ps->Pp, N = ps->N, S = Pp / N, passes = GA * S + S;
+    int fixacc = ps->once && c->deterministic && GA > 1;
+    if (ps->once)
+        passes = 2.0 * S + (fixacc ? GA * Pp : Pp);
+    else if (ps->st <= 1)
+        passes += GA * Pp;
+    if (ps->st == 0 && !ps->once)
+        passes += S;
+    if (ps->st == 3)
+        passes += ps->gathered / N;
+    if (c->precision != ZS_DTYPE_F32)
+        passes += GA * Pp * 2.0 + rec_elems;
+    if (fixacc) /* to fixed point and added per micro-batch, reduced once, back */
+        passes += 2.0 * GA * Pp + Pp + S;
+    else if (c->deterministic) /* to fixed point, added, back */
+        passes += ps->RA * Pp + ps->RA * S + S;
+    return passes;
+}
+
+/* Compute: 6Ψ FLOPs per token for forward and backward, plus attention
+ * 12·L·C·T per token (a GPT), and the recomputed forwards (2 of 6 of
+ * their share). A pipeline: the most loaded stage's share of the
+ * parameters' compute, stretched by the bubble; tensor parallelism: the TP
+ * shard's share (no bubble without a pipeline). The finer model of a GPT:
+ * the GEMMs (12 C^2 per block and the V x C head per token, forward and
+ * backward: 6 x) apart from the other kernels, each counted in the units
+ * of its calibration. *fwd: the forward's share of the compute. */
+static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
+                                 const zs_plan_step *ps, double *gemm,
+                                 double work[ZS_WORK_NKINDS], double *fwd)
+{
+    const zs_run_config *c = &ps->c;
+    double rec_e, rec_b, GA = ps->GA, Psi = ps->Psi;
+    zs_plan_recompute(in, r, ps, &rec_e, &rec_b);
+    double seq = in->has_arch ? c->model.seq_len : in->seq_len;
+    r->tokens_per_step = (double)c->micro_batch * GA * seq;
+    double per_token = 6.0 * Psi * (ps->have ? 1.0 + rec_e / 3.0 : 1.0), attn = 0.0;
     if (in->has_arch)
-        per_token += 12.0 * c.model.n_layer * (double)c.model.n_embd * c.model.seq_len;
-    r->recompute = in->has_arch && c.model.ckpt_blocks > 0 && c.model.ckpt_blocks < c.model.n_layer;
-    if (r->recompute)
+        attn = 12.0 * c->model.n_layer * (double)c->model.n_embd * c->model.seq_len;
+    per_token += attn * (ps->have ? 1.0 + rec_b / 3.0 : 1.0);
+    if (r->recompute && !ps->have)
         per_token *= 4.0 / 3.0;
     r->flops_per_step = r->tokens_per_step * per_token;
-    /* a pipeline: the most loaded stage's share of the parameters'
-     * compute, stretched by the bubble; tensor parallelism: the TP shard's
-     * share (no bubble without a pipeline) */
     double pp_scale = 1.0;
-    if ((r->pp > 1 || c.tp > 1) && Psi > 0)
-        pp_scale = (double)pr.num_params / Psi / (1.0 - r->pp_bubble);
+    if ((r->pp > 1 || c->tp > 1) && Psi > 0)
+        pp_scale = (double)ps->pr.num_params / Psi / (1.0 - r->pp_bubble);
     r->flops_per_step *= pp_scale;
     r->traffic_bytes += r->pp_send_bytes;
-    /* the finer model of a GPT: the GEMMs (12 C^2 per block and the V x C
-     * head per token, forward and backward: 6 x) apart from the other
-     * kernels, each counted in the units of its calibration */
-    double gemm = 0, work[ZS_WORK_NKINDS] = {0};
-    if (in->has_arch) {
-        double Lq = c.model.n_layer, C = c.model.n_embd, T = c.model.seq_len, V = c.model.vocab;
-        double tok = r->tokens_per_step, rf = r->recompute ? 4.0 / 3.0 : 1.0;
-        gemm = rf * 6.0 * tok * (12.0 * Lq * C * C + V * C);
-        work[ZS_WORK_ATTENTION] = rf * tok * T * C * Lq;
-        work[ZS_WORK_GELU] = rf * tok * 4.0 * C * Lq;
-        work[ZS_WORK_BLOCK] = rf * tok * C * Lq;
-        work[ZS_WORK_HEAD] = tok * V;
-        work[ZS_WORK_GRADS] = GA * Pp;
-        /* the engine's other passes over parameter-sized fp32 arrays, as
-         * zs_engine_step runs them: the full gradient zeroed per
-         * micro-batch (stages 0, 1), the reduced part added into the shard
-         * per micro-batch, the shard zeroed, and copied back (stage 0); a
-         * stage-3 gather copies this rank's piece in; mixed precision
-         * converts each unit's parameters to fp32 for every pass over it.
-         * The step schedule (stages 0, 1): the full gradient zeroed once
-         * (per micro-batch in fixed point with accumulation, which converts
-         * and adds each micro-batch's gradient), its part zeroed and the
-         * reduced part added once */
-        double S = Pp / N, passes = GA * S + S;
-        int fixacc = once && c.deterministic && GA > 1;
-        if (once)
-            passes = 2.0 * S + (fixacc ? GA * Pp : Pp);
-        else if (st <= 1)
-            passes += GA * Pp;
-        if (st == 0 && !once)
-            passes += S;
-        if (st == 3)
-            passes += gathered / N;
-        if (c.precision != ZS_DTYPE_F32)
-            passes += GA * Pp * (r->recompute ? 3.0 : 2.0);
-        if (fixacc) /* to fixed point and added per micro-batch, reduced once, back */
-            passes += 2.0 * GA * Pp + Pp + S;
-        else if (c.deterministic) /* to fixed point, added, back */
-            passes += RA * Pp + RA * S + S;
-        work[ZS_WORK_PASS] = passes;
-        if (have && in->convention == ZS_PLAN_ZEROSIM) { /* ZeRO++'s codecs */
-            work[ZS_WORK_QUANT] = pr.quant_elems_per_step;
-            work[ZS_WORK_PASS] += pr.quant_pass_elems_per_step;
-        }
+    *gemm = 0.0;
+    memset(work, 0, ZS_WORK_NKINDS * sizeof work[0]);
+    *fwd = ps->have ? 1.0 / (3.0 + rec_e) : r->recompute ? 0.25 : 1.0 / 3.0;
+    if (!in->has_arch)
+        return;
+    double Lq = c->model.n_layer, C = c->model.n_embd, T = c->model.seq_len, V = c->model.vocab;
+    double tok = r->tokens_per_step, rf = r->recompute && !ps->have ? 4.0 / 3.0 : 1.0;
+    double rb = ps->have ? 1.0 + rec_b / 3.0 : rf; /* the blocks' kernels */
+    *gemm = rf * 6.0 * tok * (12.0 * Lq * C * C * (ps->have ? rb : 1.0) + V * C);
+    work[ZS_WORK_ATTENTION] = rb * tok * T * C * Lq;
+    work[ZS_WORK_GELU] = rb * tok * 4.0 * C * Lq;
+    work[ZS_WORK_BLOCK] = rb * tok * C * Lq;
+    work[ZS_WORK_HEAD] = tok * V;
+    work[ZS_WORK_GRADS] = GA * ps->Pp;
+    work[ZS_WORK_PASS] =
+        zs_plan_passes(ps, ps->have ? ps->pr.recompute_elems_per_step
+                                    : r->recompute ? GA * ps->Pp : 0.0);
+    if (ps->have) { /* ZeRO++'s codecs */
+        work[ZS_WORK_QUANT] = ps->pr.quant_elems_per_step;
+        work[ZS_WORK_PASS] += ps->pr.quant_pass_elems_per_step;
     }
-    if (c.hierarchical && in->convention == ZS_PLAN_ZEROSIM)
-        ZS_TRY(zs_plan_hierarchical(r, N, node_ranks));
-    if (in->convention == ZS_PLAN_ZEROSIM && have && (c.tp > 1 || c.pp > 1) && c.ep <= 1 &&
-        !r->zeropp && !r->hierarchical)
-        ZS_TRY(zs_plan_mesh_inter(r, &c, &pr, N, in->devices_per_node, ndp));
+    *gemm *= pp_scale;
+    for (int k = 0; k < ZS_WORK_NKINDS; k++)
+        work[k] *= pp_scale;
+}
+
+/* The step time: the links the collectives use (--hierarchical's two
+ * levels, or the mesh's node map with --tp or --pp), then the estimate. */
+static int zs_plan_step_time(const zs_plan_input *in, zs_plan_result *r, const zs_plan_step *ps,
+                             double gemm, const double work[ZS_WORK_NKINDS], double fwd)
+{
+    const zs_run_config *c = &ps->c;
+    int zerosim = in->convention == ZS_PLAN_ZEROSIM, st = ps->st;
+    if (c->hierarchical && zerosim)
+        ZS_TRY(zs_plan_hierarchical(r, ps->N, ps->node_ranks));
+    if (zerosim && ps->have && (c->tp > 1 || c->pp > 1) && c->ep <= 1 && !r->zeropp &&
+        !r->hierarchical)
+        ZS_TRY(zs_plan_mesh_inter(r, c, &ps->pr, ps->N, in->devices_per_node, ps->ndp));
     /* the engine's allgathers are MPI_Iallgatherv (linear in Open MPI's
      * libnbc): on a shared node link they are costed as such (steptime.h);
      * the two levels of --hierarchical are rings */
-    for (int i = 0; in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical && i < r->ncolls; i++)
+    for (int i = 0; zerosim && !c->hierarchical && i < r->ncolls; i++)
         if (r->colls[i].kind == ZS_COLL_ALLGATHER && r->colls[i].ranks == 0)
             r->colls[i].linear = 1;
-    zs_steptime_input si = {.world = N, .devices_per_node = in->devices_per_node,
+    zs_steptime_input si = {.world = ps->N, .devices_per_node = in->devices_per_node,
                             .colls = r->colls, .ncolls = r->ncolls,
                             .flops_per_step = r->flops_per_step,
                             /* --overlap (all of it hides); or stage 3
@@ -669,18 +671,19 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
                              * allow (steptime.h); the two-level
                              * collectives complete when called */
                             .overlap = in->overlap ? 1
-                                       : in->convention == ZS_PLAN_ZEROSIM && st == 3 &&
-                                               zs_step_overlap(&c) && !r->hierarchical
+                                       : zerosim && st == 3 && zs_step_overlap(c) &&
+                                               !r->hierarchical
                                            ? 2
                                            : 0,
                             /* the loss, the overflow flag and the gradient
-                             * norm: three small collectives per step */
-                            .scalar_calls = in->convention == ZS_PLAN_ZEROSIM ? 3.0 : 0.0,
-                            /* forward 2 of 6 FLOPs a token; recomputed
-                             * blocks run their forward again in the
-                             * backward (2 of 8) */
-                            .fwd_compute_frac = r->recompute ? 0.25 : 1.0 / 3.0,
-                            .optimizer_elems = st == 0 ? Pp : Pp / N,
+                             * norm: the program's small collectives (a
+                             * bare parameter count has no program: every
+                             * program has these three) */
+                            .scalar_calls = ps->have ? ps->pr.scalar_calls_per_step
+                                            : zerosim ? 3.0
+                                                      : 0.0,
+                            .fwd_compute_frac = fwd,
+                            .optimizer_elems = st == 0 ? ps->Pp : ps->Pp / ps->N,
                             .gemm_flops_per_step = gemm,
                             .host_bytes = r->d2h_bytes + r->h2d_bytes,
                             .nvme_bytes = r->nvme_read_bytes + r->nvme_write_bytes,
@@ -689,12 +692,32 @@ int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
         si.host_optimizer_elems = si.optimizer_elems;
         si.optimizer_elems = 0;
     }
-    si.gemm_flops_per_step *= pp_scale;
-    for (int k = 0; k < ZS_WORK_NKINDS; k++)
-        work[k] *= pp_scale;
-    memcpy(si.work, work, sizeof work);
-    ZS_TRY(zs_steptime_estimate(&si, &r->time));
-    return 0;
+    memcpy(si.work, work, sizeof si.work);
+    return zs_steptime_estimate(&si, &r->time);
+}
+
+int zs_plan_compute(const zs_plan_input *in, zs_plan_result *r)
+{
+    memset(r, 0, sizeof *r);
+    zs_plan_step *ps = calloc(1, sizeof *ps);
+    if (!ps)
+        ZS_FAIL("out of host memory planning");
+    double gemm, work[ZS_WORK_NKINDS], fwd;
+    int rc = zs_plan_config(in, r, ps);
+    if (!rc) {
+        r->num_params = in->has_arch ? zs_model_count_params(&ps->c.model) : in->num_params;
+        rc = zs_plan_memory(in, r, ps);
+    }
+    if (!rc) {
+        zs_plan_step_sizes(in, r, ps);
+        rc = zs_plan_colls(in, r, ps);
+    }
+    if (!rc) {
+        zs_plan_compute_work(in, r, ps, &gemm, work, &fwd);
+        rc = zs_plan_step_time(in, r, ps, gemm, work, fwd);
+    }
+    free(ps);
+    return rc;
 }
 
 int zs_plan_max_model(const zs_plan_input *in, size_t *max_params, int *layers)
@@ -736,79 +759,4 @@ int zs_plan_max_model(const zs_plan_input *in, size_t *max_params, int *layers)
     }
     *max_params = lo;
     return 0;
-}
-
-int zs_plan_deepspeed_rows(int stage, double total, double largest, int gpn, int nodes,
-                           double bf, zs_ds_estimate_row rows[6])
-{
-    if (stage != 2 && stage != 3)
-        return zs_error_set("DeepSpeed's estimators exist for ZeRO stages 2 and 3, not %d: "
-                            "use --stage 2 or --stage 3", stage);
-    if (gpn < 1 || nodes < 1 || !(total > 0) || !(bf > 0) || largest < 0)
-        return zs_error_set("the DeepSpeed estimate needs parameters > 0, at least one node "
-                            "and one GPU per node, and a positive buffer factor");
-    double G = (double)nodes * gpn;
-    int n = 0;
-    if (stage == 2) {
-        /* DeepSpeed's current stage_1_and_2.py (read at v0.19.6):
-         * offload: GPU 2Ψ (16-bit params), CPU Ψ·max(4·gpus, 16)·factor;
-         * none:    GPU 2Ψ + int(18Ψ/gpus) (16-bit grads 2, fp32 grads 4,
-         *          fp32 params 4, moments 8 per parameter, partitioned),
-         *          CPU Ψ·4·gpus_per_node·factor. (Before, 4Ψ + int(16Ψ/gpus):
-         *          the figure its documentation page still shows.) */
-        for (int off = 1; off >= 0; off--) {
-            zs_ds_estimate_row *w = &rows[n++];
-            *w = (zs_ds_estimate_row){.offload_optimizer = off};
-            if (off) {
-                w->gpu_bytes = 2 * total;
-                w->cpu_bytes = total * fmax(4 * G, 16) * bf;
-            } else {
-                w->gpu_bytes = 2 * total + trunc(18 * total / G);
-                w->cpu_bytes = total * 4 * gpn * bf;
-            }
-            w->cpu_bytes = trunc(w->cpu_bytes);
-            w->gpu_bytes = trunc(w->gpu_bytes);
-        }
-        return n;
-    }
-    /* stage 3: the largest layer gathered (4 bytes a parameter: fp16 value
-     * and gradient) plus, per option, the share of 18 (everything), 2 (fp16
-     * parameters) or 0 bytes a parameter left on the GPU; the CPU holds 18
-     * or 16 bytes a parameter per node, or the fp32 model at start-up */
-    double llm = 4 * largest, gf = 1.0 / nodes;
-    for (int oo = 1; oo >= 0; oo--)
-        for (int op = 1; op >= 0; op--) {
-            if (!oo && op)
-                continue;
-            for (int zi = 1; zi >= 0; zi--) {
-                zs_ds_estimate_row *w = &rows[n++];
-                *w = (zs_ds_estimate_row){.offload_optimizer = oo, .offload_param = op,
-                                          .zero_init = zi};
-                if (oo && op) {
-                    w->gpu_bytes = llm;
-                    w->cpu_bytes = zi ? total * 18 * gf * bf : total * fmax(4.0 * gpn, 18 * gf) * bf;
-                } else if (oo) {
-                    w->gpu_bytes = llm + trunc(2 * total / G);
-                    w->cpu_bytes = zi ? total * 16 * gf * bf : total * fmax(4.0 * gpn, 16 * gf) * bf;
-                } else {
-                    w->gpu_bytes = llm + trunc(18 * total / G);
-                    w->cpu_bytes = zi ? largest * 4 * gpn * bf : total * 4 * gpn * bf;
-                }
-                w->cpu_bytes = trunc(w->cpu_bytes);
-                w->gpu_bytes = trunc(w->gpu_bytes);
-            }
-        }
-    return n;
-}
-
-size_t zs_plan_gpt_largest_layer(const zs_model_config *c)
-{
-    size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, T = (size_t)c->seq_len;
-    size_t cand[] = {V * C, T * C, 3 * C * C + 3 * C, C * C + C, 4 * C * C + 4 * C,
-                     4 * C * C + C, 2 * C};
-    size_t m = 0;
-    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
-        if (cand[i] > m)
-            m = cand[i];
-    return m;
 }

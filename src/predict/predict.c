@@ -229,6 +229,49 @@ static void zs_predict_ep(const zs_model_config *mc, int b, const zs_step_progra
     }
 }
 
+/* The step-time model's counts of program prog (zs_prediction): its small
+ * collectives, its reduction rounds and its forwards. Units 1..L are the
+ * GPT's blocks. */
+static int zs_predict_step_ops(const zs_step_program *prog, const zs_model_config *mc,
+                               zs_prediction *p)
+{
+    int top = 0; /* the micro-batches whose buckets are reduced, each once */
+    for (size_t i = 0; i < prog->n; i++)
+        if (prog->ops[i].micro + 2 > top)
+            top = prog->ops[i].micro + 2;
+    unsigned char *reduced = calloc((size_t)top, 1);
+    if (!reduced)
+        ZS_FAIL("out of host memory predicting");
+    for (size_t i = 0; i < prog->n; i++) {
+        const zs_step_op *o = &prog->ops[i];
+        switch (o->kind) {
+        case ZS_SOP_LOSS_SUM:
+        case ZS_SOP_CHECK:
+        case ZS_SOP_NORM:
+            p->scalar_calls_per_step += 1;
+            break;
+        case ZS_SOP_REDUCE:
+            if (!reduced[o->micro + 1])
+                p->reduce_rounds_per_step += 1;
+            reduced[o->micro + 1] = 1;
+            break;
+        case ZS_SOP_FORWARD:
+            if (o->flags & ZS_SOPF_RECOMPUTE) {
+                p->recompute_elems_per_step += (double)o->elems;
+                break;
+            }
+            p->forward_elems_per_step += (double)o->elems;
+            if (mc->kind == ZS_MODEL_GPT && o->unit >= 1 && o->unit <= mc->n_layer)
+                p->forward_blocks_per_step += 1;
+            break;
+        default:
+            break;
+        }
+    }
+    free(reduced);
+    return 0;
+}
+
 int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
 {
     memset(p, 0, sizeof *p);
@@ -313,6 +356,13 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
                 p->ag_hpz_calls_per_step += sh.gn[prog.ops[i].unit];
             }
     p->recompute_units = c.recompute_units;
+    p->grad_fixed_bytes = c.grad_fixed_bytes;
+    if (zs_predict_step_ops(&prog, &cfg->model, p)) {
+        zs_step_program_free(&prog);
+        zs_step_shape_free(&sh);
+        zs_model_destroy(m);
+        return -1;
+    }
     if (sh.stage == 3 && cfg->quantized_weights) {
         /* qwZ: the forward phase's gathers send each rank's part in int8
          * blocks (zs_comm_q8_bytes), the others the stored precision */

@@ -208,7 +208,7 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
     return 0;
 }
 
-static void zs_shape_buffers(zs_step_shape *s)
+void zs_step_shape_place_buffers(zs_step_shape *s)
 {
     const zs_partition *p = &s->part;
     int st = s->stage;
@@ -524,16 +524,7 @@ int zs_step_entry_local(const zs_step_shape *s, const zs_layout *lay, int id, si
 int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
                         zs_step_shape *s)
 {
-    memset(s, 0, sizeof *s);
-    s->cfg = *cfg;
-    s->stage = cfg->stage;
-    s->det = cfg->deterministic;
-    s->pt = cfg->precision;
-    s->ps = zs_dtype_size(s->pt);
-    s->mixed = cfg->precision != ZS_DTYPE_F32;
-    s->comp = cfg->compression.kind != ZS_COMP_NONE;
-    s->reduce_step = zs_step_reduce_once(cfg);
-    s->overlap = zs_step_overlap(cfg);
+    zs_step_shape_init(s, cfg);
     if (s->stage < 0 || s->stage > 3)
         ZS_FAIL("ZeRO stage must be 0, 1, 2 or 3, got %d", s->stage);
     const zs_layout *lay = zs_model_layout(m);
@@ -617,7 +608,7 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     size_t ntok = mc->kind == ZS_MODEL_GPT ? (size_t)mb * (size_t)mc->seq_len : (size_t)mb;
     s->tok_bytes = ntok * sizeof(int32_t);
     s->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * (size_t)mc->input_dim * sizeof(float) : 0;
-    zs_shape_buffers(s);
+    zs_step_shape_place_buffers(s);
     return 0;
 }
 
@@ -1479,7 +1470,10 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
             continue;
         if (s->buf[i].tier == ZS_TIER_DEVICE)
             stat[s->buf[i].cat] += s->buf[i].bytes;
-        else /* allocated once, before the first step */
+        if (s->buf[i].tier == ZS_TIER_DEVICE && (i == ZS_BUF_GACC || i == ZS_BUF_GFIX ||
+                                                 (i == ZS_BUF_XGACC && s->det)))
+            c->grad_fixed_bytes += s->buf[i].bytes; /* int64 fixed point */
+        if (s->buf[i].tier != ZS_TIER_DEVICE) /* allocated once, before the first step */
             c->tier_peak[s->buf[i].tier][s->buf[i].cat] += s->buf[i].bytes;
     }
     memcpy(c->peak, stat, sizeof stat);
