@@ -109,7 +109,11 @@ normalize() {
 for page in "$@"; do
     rm -rf "$W"/b[0-9]*
     split_page "$page" || { bad=$((bad + 1)); continue; }
-    for b in "$W"/b*; do
+    # in the page's order; --update from the last block up, so that a block
+    # rewritten to another length leaves the line numbers above it valid
+    order=-n; [ "$update" -eq 1 ] && order=-rn
+    for k in $(for d in "$W"/b[0-9]*; do [ -d "$d" ] && echo "${d##*/b}"; done | sort "$order"); do
+        b=$W/b$k
         [ -d "$b" ] || continue
         blocks=$((blocks + 1))
         arg=$(cat "$b/arg"); kind=$(cat "$b/kind"); at=$(cat "$b/at")
