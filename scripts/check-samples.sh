@@ -108,9 +108,12 @@ normalize() {
 
 for page in "$@"; do
     rm -rf "$W"/b[0-9]*
-    moved=0 # lines an --update has added above the next block so far
     split_page "$page" || { bad=$((bad + 1)); continue; }
-    for b in "$W"/b*; do
+    # in the page's order; --update from the last block up, so that a block
+    # rewritten to another length leaves the line numbers above it valid
+    order=-n; [ "$update" -eq 1 ] && order=-rn
+    for k in $(for d in "$W"/b[0-9]*; do [ -d "$d" ] && echo "${d##*/b}"; done | sort "$order"); do
+        b=$W/b$k
         [ -d "$b" ] || continue
         blocks=$((blocks + 1))
         arg=$(cat "$b/arg"); kind=$(cat "$b/kind"); at=$(cat "$b/at")
@@ -138,14 +141,11 @@ for page in "$@"; do
             if [ "$update" -eq 1 ] && [ "$kind" = sample-of ] && [ ! -s "$b/vary" ] &&
                 ! grep -qx ' *\.\.\. *' "$b/want$j"; then
                 # the block's lines from/to are replaced by the output
-                # (the blocks in page order: b0001, b0002, ...; each rewrite
-                # moves the blocks below it by the lines it added)
-                from=$(($(cat "$b/from") + moved)) to=$(($(cat "$b/to") + moved))
+                from=$(cat "$b/from") to=$(cat "$b/to")
                 awk -v from="$from" -v to="$to" -v gf="$b/got$j" '
                     FNR == from { while ((getline g < gf) > 0) print g }
                     FNR >= from && FNR <= to { next }
                     { print }' "$page" >"$W/page.new" && cat "$W/page.new" >"$page"
-                moved=$((moved + $(wc -l <"$b/got$j") - (to - from + 1)))
                 echo "check-samples: $page: the block at line $at rewritten with what \"$cmd\" prints now"
                 j=$((j + 1)); continue
             fi

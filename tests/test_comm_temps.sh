@@ -1,6 +1,6 @@
 #!/bin/sh
 # The reduce-scatter's own temporaries, counted in comm_buffers while it
-# runs and predicted (zerosim/comm.h, src/zero/program.c): the two-level
+# runs and predicted (zerosim/comm.h, src/zero/program_count.c): the two-level
 # (--hierarchical) reduce-scatter's node sums, and ZeRO++ qgZ's fp32 copy,
 # node sums, result and encoded all-to-all buffers. On 4 ranks as 2 nodes
 # of 2, every rank's measured comm_buffers peak equals the prediction

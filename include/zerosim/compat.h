@@ -91,6 +91,18 @@ extern const char zs_compat_base_train_args[];
 extern const char zs_compat_base_plan_args[];
 enum { ZS_COMPAT_BASE_WORLD = 8 };
 
+/* Expert parallelism in DeepSpeed's layout (zs_step_ep_split,
+ * zerosim/program.h): NULL where a run of cfg (finalized: cfg->model.moe_ep
+ * and cfg->model.tp set) over world data-parallel ranks takes it, else the
+ * first reason it does not ("offload", "gradient compression", ...). With
+ * --ep-layout deepspeed the order of the sums does not decide; the rule
+ * "ep-layout+deepspeed" refuses the run where a reason remains. */
+const char *zs_compat_ep_split_why(const zs_run_config *cfg, int world);
+/* 1 when DeepSpeed's layout gives --ep 1's bytes over world data-parallel
+ * ranks: deterministic mode, or 2 ranks in fp32 without the step
+ * schedule's accumulation. */
+int zs_step_ep_exact(const zs_run_config *cfg, int world);
+
 /* zerosim config-keys --combinations: the rules, the features and the
  * matrix of every pair. */
 void zs_compat_print(FILE *f);

@@ -294,6 +294,9 @@ const char *zs_pp_partition_name(zs_pp_partition p);
 /* 1 when cfg's reduce-scatters overlap the backward (overlap_comm, its
  * default resolved), else 0. */
 int zs_step_overlap(const zs_run_config *cfg);
+/* 1 when cfg reduces gradients once per step (stages 0 and 1 with
+ * grad_reduce step), else 0: each micro-batch is reduced. */
+int zs_step_reduce_once(const zs_run_config *cfg);
 const char *zs_grad_reduce_name(zs_grad_reduce g);
 
 #ifdef __cplusplus

@@ -194,16 +194,10 @@ size_t zs_step_local_global(const zs_step_shape *s, size_t local, size_t *run);
  * not decide: DeepSpeed's layout wherever the engine has it, the experts'
  * gradients summed over edp as floats where zs_step_ep_exact is 0.
  * Returns 1, or 0 with the first reason in *why (NULL allowed): the
- * engine then keeps --ep 1's layout and sends the gradients home. */
+ * engine then keeps --ep 1's layout and sends the gradients home. The
+ * condition is zs_compat_ep_split_why's (zerosim/compat.h), which the
+ * compatibility table also asks where --ep-layout deepspeed must refuse. */
 int zs_step_ep_split(const zs_run_config *cfg, int world, const char **why);
-/* 0, or -1 with the error set where --ep-layout deepspeed asks for
- * DeepSpeed's layout in a run that cannot take it (offload, compression,
- * ZeRO++, pipeline or tensor parallelism). */
-int zs_step_ep_check(const zs_run_config *cfg, int world);
-/* 1 when DeepSpeed's layout gives --ep 1's bytes over world data-parallel
- * ranks: deterministic mode, or 2 ranks in fp32 without the step
- * schedule's accumulation. */
-int zs_step_ep_exact(const zs_run_config *cfg, int world);
 /* Expert parallelism: the configuration a step shape is built from (its
  * model's buffers: the gradients sent home, or kept by source in
  * DeepSpeed's layout) and the model configuration that lays out the flat
@@ -300,9 +294,6 @@ int zs_step_shape_check_run(const zs_step_shape *s);
  * (gathered alone, as DeepSpeed does), and the first of them in *first
  * (-1 when none). 0 in other stages. */
 int zs_step_shape_units_over_bound(const zs_step_shape *s, int *first);
-/* 1 when cfg reduces gradients once per step (stages 0 and 1 with
- * grad_reduce step), else 0: each micro-batch is reduced. */
-int zs_step_reduce_once(const zs_run_config *cfg);
 void zs_step_shape_free(zs_step_shape *s);
 
 /* The elements of [lo, hi) that each rank owns, and where each part starts

@@ -191,6 +191,50 @@ RULE(moe_tp)
                "--moe-experts");
 }
 
+/* DeepSpeed's layout asked for (--ep-layout deepspeed) where it is not
+ * implemented: zs_compat_ep_split_why, for the configuration as
+ * finalisation leaves it (it sets the model's ep and tp after this table).
+ * A world that does not split into tp x pp x ep is finalisation's to refuse. */
+RULE(ep_layout_deepspeed)
+{
+    int groups = c->tp * c->pp;
+    if (c->ep_layout != ZS_EP_LAYOUT_DEEPSPEED || c->ep <= 1 || groups < 1 ||
+        x->world % groups || (x->world / groups) % c->ep)
+        return 0;
+    zs_run_config f = *c;
+    f.model.moe_ep = c->ep;
+    f.model.tp = c->tp;
+    const char *why = zs_compat_ep_split_why(&f, x->world / groups);
+    return why && SAY("--ep-layout deepspeed (moe.ep_layout): DeepSpeed's layout is not "
+                      "implemented with %s; run without it or with --ep-layout auto", why);
+}
+
+int zs_step_ep_exact(const zs_run_config *cfg, int world)
+{
+    if (cfg->deterministic)
+        return 1;
+    return world == 2 && cfg->precision == ZS_DTYPE_F32 &&
+           !(zs_step_reduce_once(cfg) && cfg->grad_accum > 1);
+}
+
+const char *zs_compat_ep_split_why(const zs_run_config *cfg, int world)
+{
+    if (cfg->model.moe_ep <= 1)
+        return "no expert parallelism";
+    if (cfg->offload_optimizer != ZS_OFFLOAD_NONE || cfg->offload_param != ZS_OFFLOAD_NONE)
+        return "offload";
+    if (cfg->compression.kind != ZS_COMP_NONE)
+        return "gradient compression";
+    if (cfg->hpz_partition_size > 1 || cfg->quantized_weights || cfg->quantized_gradients)
+        return "ZeRO++";
+    if (cfg->pp > 1 || cfg->model.tp > 1)
+        return "pipeline or tensor parallelism";
+    if (cfg->ep_layout != ZS_EP_LAYOUT_DEEPSPEED && !zs_step_ep_exact(cfg, world))
+        return "more than 2 ranks, bf16/fp16 or the step schedule's accumulation without "
+               "--deterministic (floats summed over edp are not --ep 1's order)";
+    return NULL;
+}
+
 /* ---- precision and gradient compression --------------------------------- */
 
 RULE(dtype_precision)
@@ -401,6 +445,11 @@ static const zs_compat_rule rules[] = {
      "not implemented yet: the codecs replace the reduce-scatter of a flat shard, a pipeline stage's is its part of the layout"},
     {"pp+offload-param", "pp offload-param", RUN, REFUSE, pp_offload_param,
      "not implemented yet: a stage's parameter transfers and their prediction"},
+    /* last of the run's rules: the others refuse first, as before it was one */
+    {"ep-layout+deepspeed", "ep-layout offload compression qwZ hpZ qgZ", RUN, REFUSE,
+     ep_layout_deepspeed,
+     "DeepSpeed's layout of the experts' store is implemented without offload, compression "
+     "and ZeRO++"},
     {"plan:zeropp+tp", "qwZ hpZ qgZ tp", ZS_SCOPE_PLAN, REFUSE, plan_zeropp_tp,
      "the planner's node model; zerosim train runs it"},
     {"plan:hierarchical", "hierarchical tp pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,

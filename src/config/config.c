@@ -100,6 +100,11 @@ int zs_step_overlap(const zs_run_config *cfg)
     return cfg->overlap_comm < 0 ? cfg->stage == 3 : cfg->overlap_comm != 0;
 }
 
+int zs_step_reduce_once(const zs_run_config *cfg)
+{
+    return cfg->stage <= 1 && cfg->grad_reduce == ZS_GRAD_REDUCE_STEP;
+}
+
 const char *zs_offload_name(zs_offload o)
 {
     return o == ZS_OFFLOAD_CPU ? "cpu" : o == ZS_OFFLOAD_NVME ? "nvme" : "none";

@@ -270,7 +270,6 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
     ZS_TRY(zs_run_config_finalize(&c, world));
     zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1}; /* the planner's own rules */
     ZS_TRY(zs_compat_apply(&c, &cx));
-    ZS_TRY(zs_step_ep_check(&c, in->dp));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
         ZS_FAIL("--compression and --deterministic are modelled in the zerosim convention only");

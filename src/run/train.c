@@ -467,8 +467,6 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         rc = zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
                           "--init-from, --dump-steps, --export or --val-data yet: run without "
                           "them or with --pp 1", cfg->pp);
-    else if (zs_step_ep_check(cfg, r->dp_size))
-        rc = -1;
     else if (cfg->ep > 1 && (o->init_from || o->n_dump_steps || o->export_path || o->val_data))
         rc = zs_error_set("--ep %d does not support --init-from, --dump-steps, --export or "
                           "--val-data yet: run without them or with --ep 1", cfg->ep);
