@@ -17,7 +17,7 @@ echo "make check-full took $(($(date +%s) - t0)) s (load average $(cut -d' ' -f1
 # the slowest shell tests (testlib's finish prints each one's seconds), for
 # keeping make check-full within its budget of about 10 minutes on 2 cores
 echo "slowest tests (seconds):"
-for f in tests/*.sh.log; do
+for f in tests/test_*.log; do
     s=$(sed -n 's/^[0-9]* passed, [0-9]* failed (\([0-9]*\) s)$/\1/p' "$f" | tail -1)
     [ -n "$s" ] && echo "$s ${f%.log}"
 done | sort -rn | head -8 | sed 's/^/  /'

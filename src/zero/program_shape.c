@@ -453,6 +453,22 @@ int zs_step_entry_local(const zs_step_shape *s, const zs_layout *lay, int id, si
     return 1;
 }
 
+/* The shape's flags from the configuration (zs_step_shape_build, and the
+ * planner's bare parameter count: zs_step_shape_build_flat). */
+void zs_step_shape_init(zs_step_shape *s, const zs_run_config *cfg)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->stage = cfg->stage;
+    s->det = cfg->deterministic;
+    s->pt = cfg->precision;
+    s->ps = zs_dtype_size(s->pt);
+    s->mixed = cfg->precision != ZS_DTYPE_F32;
+    s->comp = cfg->compression.kind != ZS_COMP_NONE;
+    s->reduce_step = zs_step_reduce_once(cfg);
+    s->overlap = zs_step_overlap(cfg);
+}
+
 int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
                         zs_step_shape *s)
 {
