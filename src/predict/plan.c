@@ -322,7 +322,12 @@ static int zs_plan_memory(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
         r->host_total += r->tier_bytes[ZS_TIER_HOST][k];
         r->nvme_total += r->tier_bytes[ZS_TIER_NVME][k];
     }
-    r->host_per_node = r->host_total * (in->dp < in->devices_per_node ? in->dp : in->devices_per_node);
+    /* every device of a node holds its own shard's host bytes, its tensor-
+     * and pipeline-parallel ranks included (with --pp each counted at the
+     * most loaded stage's bytes: a bound) */
+    long devices = (long)in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) * (in->cfg.pp > 1 ? in->cfg.pp : 1);
+    r->host_per_node = r->host_total * (double)(devices < in->devices_per_node ? devices
+                                                                               : in->devices_per_node);
     r->host_fits = in->host_memory ? r->host_per_node <= (double)in->host_memory : -1;
     return 0;
 }
