@@ -27,6 +27,7 @@
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
 #include "train_cmd.h"
+#include "usage.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
  */
 #include "build-config.h"
 #include "train_cmd.h"
+#include "usage.h"
 #include "zerosim/config.h"
 #include "zerosim/error.h"
 #include "zerosim/mem.h"
@@ -24,192 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-const char *const zs_usage =
-    "usage: zerosim train [options]\n"
-    "       mpirun -np N zerosim train [options]\n"
-    "       zerosim plan [options]   memory, traffic and step time of a model and\n"
-    "                                cluster, without MPI (see zerosim plan --help)\n"
-    "       mpirun -np N zerosim bench [--out FILE]   (calibrate the planner)\n"
-    "       zerosim mesh --world N --tp T --pp P [--json]   the groups of a mesh\n"
-    "       [mpirun -np N] zerosim export --out FILE [train's options]\n"
-    "                                the parameters before step 1 (the seed's, or\n"
-    "                                --init-from FILE's, or --from CKPT's) as GPT-2\n"
-    "                                weights (--from takes the model, batch and seed\n"
-    "                                from the checkpoint)\n"
-    "       zerosim compare A B [--rtol X --atol Y --prefix P]   two dumps or weight\n"
-    "                                files, tensor by tensor (zerosim compare --help)\n"
-    "       zerosim quantize --from CKPT|FILE --format int8|int8-zp|nf4 --out FILE\n"
-    "                                post-training quantization (zerosim quantize --help)\n"
-    "       zerosim eval --from CKPT|FILE [--formats]   held-out loss and bytes\n"
-    "       zerosim compress --from CKPT|FILE --out FILE   Deep Compression: prune,\n"
-    "                                share, Huffman-code (zerosim compress --help);\n"
-    "                                zerosim decompress --from FILE reads it back\n"
-    "       zerosim config-keys      every DeepSpeed configuration key zerosim reads,\n"
-    "                                and whether it is used, has no effect or is refused\n"
-    "       zerosim --help | --version\n"
-    "\n"
-    "Train a model with ZeRO-style data parallelism on CPUs and report every byte.\n"
-    "Each MPI rank is one data-parallel device.\n"
-    "\n"
-    "model:\n"
-    "  --model mlp|gpt          model kind (default gpt)\n"
-    "  --layers N               GPT blocks, or MLP hidden layers (default 2)\n"
-    "  --hidden N               GPT hidden size, or width of every MLP hidden layer (64)\n"
-    "  --heads N                GPT attention heads (4)\n"
-    "  --seq N                  GPT sequence length (32)\n"
-    "  --vocab N                GPT vocabulary (64)\n"
-    "  --widths A,B,...         MLP hidden widths (overrides --layers/--hidden)\n"
-    "  --input-dim N            MLP input size (32)\n"
-    "  --classes N              MLP classes (8)\n"
-    "  --activation relu|gelu   MLP activation (relu)\n"
-    "training:\n"
-    "  --steps N                optimizer steps (100)\n"
-    "  --micro-batch N          samples per micro-batch per rank (8)\n"
-    "  --grad-accum N           micro-batches per step per rank (1)\n"
-    "  --train-batch-size N     global batch = micro-batch x grad-accum x ranks\n"
-    "  --optimizer adamw|sgd    optimizer (adamw)\n"
-    "  --lr X                   peak learning rate (3e-3)\n"
-    "  --warmup N               warm-up steps before cosine decay (10)\n"
-    "  --min-lr-ratio X         final learning rate as a fraction of --lr (0.1)\n"
-    "  --weight-decay X         decoupled weight decay (0)\n"
-    "  --momentum X             SGD momentum (0.9)\n"
-    "  --grad-clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
-    "  --precision fp32|bf16|fp16  storage of parameters and gradients (fp32);\n"
-    "                           bf16/fp16 keep fp32 master weights, m and v\n"
-    "  --loss-scale X           fp16 static loss scale, 0 = dynamic (0)\n"
-    "  --seed N                 seed of data and initialisation (1234)\n"
-    "  --stage 0|1|2|3          ZeRO stage (0)\n"
-    "  --checkpoint-activations off|every:K|sqrt\n"
-    "                           keep only segment inputs and recompute (GPT; off)\n"
-    "  --compression none|topk:F|int8|sign\n"
-    "                           compress gradients in place of the reduce-scatter\n"
-    "                           (stages 1-3; error feedback on by default)\n"
-    "  --no-error-feedback      drop what compression did not send\n"
-    "  --compression-warmup N   dense steps before compression starts (0)\n"
-    "  --grad-reduce micro-batch|step\n"
-    "                           stages 0-1: reduce gradients after every micro-batch\n"
-    "                           (micro-batch, the default; stages stay bit-identical)\n"
-    "                           or accumulate them locally and reduce once per step\n"
-    "                           (step, DeepSpeed's schedule); stages 2-3 reduce every\n"
-    "                           micro-batch either way (accepted, no effect)\n"
-    "  --overlap-comm on|off    a bucket's reduce-scatter runs behind the backward\n"
-    "                           of the next units (overlap_comm; on in stage 3,\n"
-    "                           off below)\n"
-    "  --offload-optimizer none|cpu|nvme\n"
-    "                           ZeRO-Offload (stages 1-3): fp32 master, m and v and\n"
-    "                           the optimizer step on the host, or in files under\n"
-    "                           --nvme-path DIR (offload_optimizer; none)\n"
-    "  --offload-param none|cpu|nvme  stage 3 with --offload-optimizer: the\n"
-    "                           parameter shard on the host or in a file too\n"
-    "                           (ZeRO-Infinity)\n"
-    "  --deterministic          sum gradients as fixed-point integers: the same bytes\n"
-    "                           for any number of ranks with the same global batch\n"
-    "  --qat int8|nf4           quantization-aware training: the linear weights enter\n"
-    "                           forward and backward fake-quantized (int8 absmax per\n"
-    "                           tensor, nf4 blocks of 64); fp32 master weights\n"
-    "                           (zerosim.qat; docs/quantization.md)\n"
-    "  --config FILE            DeepSpeed-style JSON configuration\n"
-    "mesh (ranks = tp x dp x pp, Megatron-LM's order; see zerosim mesh):\n"
-    "  --tp T                   tensor-parallel size (1; tensor_parallel.autotp_size)\n"
-    "  --pp P                   pipeline stages (1): the GPT's blocks cut into P\n"
-    "                           contiguous stages (see docs/pipeline.md)\n"
-    "  --pp-schedule gpipe|1f1b|interleaved  the pipeline's schedule (1f1b);\n"
-    "                           micro-batches per step = gradient_accumulation_steps\n"
-    "  --virtual-stages v       model chunks per pipeline rank (1; v >= 2 with\n"
-    "                           interleaved: chunk c of rank r is stage c*P + r)\n"
-    "  --pp-partition uniform|parameters  blocks per stage by count, or balanced\n"
-    "                           by parameters (DeepSpeed's partition_method; uniform)\n"
-    "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
-    "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
-    "  --ranks-per-node K       K consecutive ranks make a node (default: the nodes\n"
-    "                           MPI reports; a phantom run: one node); the ledger\n"
-    "                           splits traffic into intra- and inter-node bytes\n"
-    "  --hierarchical           two-level reduce-scatter and allgather: inside each\n"
-    "                           node, then across nodes (zerosim.hierarchical_collectives)\n"
-    "  --quantized-weights      ZeRO++ qwZ (stage 3): forward parameter gathers sent as\n"
-    "                           int8 blocks of 256 with a scale each, lossy\n"
-    "                           (zero_optimization.zero_quantized_weights)\n"
-    "  --hpz-partition-size K   ZeRO++ hpZ (stage 3): a secondary copy of the parameters\n"
-    "                           over K ranks of a node; backward gathers stay inside it\n"
-    "                           (zero_optimization.zero_hpz_partition_size)\n"
-    "  --quantized-gradients    ZeRO++ qgZ (stage 3): gradients reduced by a two-level\n"
-    "                           all-to-all of 4-bit blocks, lossy\n"
-    "                           (zero_optimization.zero_quantized_gradients)\n"
-    "mixture of experts (docs/moe.md; the config's \"moe\" section):\n"
-    "  --moe-experts E          experts per MoE block (0: a dense model)\n"
-    "  --moe-every K            every K-th block is a MoE block (1)\n"
-    "  --moe-top-k 1|2          experts per token (1)\n"
-    "  --capacity-factor F      capacity ceil(tokens / E x F) (x2 for top-2) (1)\n"
-    "  --min-capacity C         at least C tokens per expert (4)\n"
-    "  --aux-loss-coeff A       weight of the load-balancing loss (0.01)\n"
-    "  --ep P                   expert-parallel size: experts dealt over groups of\n"
-    "                           P data-parallel ranks (1)\n"
-    "  --ep-layout auto|deepspeed  auto: byte-identical to --ep 1, the experts' states\n"
-    "                           over the expert-data-parallel group where the sums'\n"
-    "                           order allows (deterministic mode, or 2 ranks in fp32);\n"
-    "                           deepspeed: there always (auto)\n"
-    "run:\n"
-    "  --backend cpu|cuda       compute backend (cpu); cuda in builds configured with\n"
-    "                           CUDA (see --version), each rank on GPU (local rank)\n"
-    "  --device-memory SIZE     simulated device memory per rank, e.g. 512MiB, 2GB\n"
-    "  --host-memory SIZE       simulated host memory per rank (the offload tier)\n"
-    "  --report FILE            write a JSON report\n"
-    "  --csv DIR                write the report as #-headed columns (for gnuplot)\n"
-    "  --print-every N          progress line every N steps (the config's\n"
-    "                           steps_per_print, 10)\n"
-    "  --quiet                  no progress lines (the step lines and the \"saved\"\n"
-    "                           lines); the start-up line, the summary and the tables\n"
-    "                           still print\n"
-    "  --silent                 print nothing but errors (--report, --csv and\n"
-    "                           --trace still write)\n"
-    "  --trace FILE             write a Chrome trace of every rank's steps (ops and\n"
-    "                           collectives; chrome://tracing or ui.perfetto.dev)\n"
-    "  --collective-timeout S   seconds a rank waits in one collective for a lost\n"
-    "                           or stopped rank before the run stops (600)\n"
-    "checkpoints (sharded: each rank writes its shard; see docs/checkpoints.md):\n"
-    "  --save-dir DIR           save the training state into DIR/global_stepK after\n"
-    "                           the last step (and every --save-every steps);\n"
-    "                           DIR/latest names the newest\n"
-    "  --save-every K           also save after every K steps\n"
-    "  --resume DIR             start from a checkpoint (DIR/latest, or a\n"
-    "                           global_stepK folder): --steps counts from the start\n"
-    "                           of training; any ZeRO stage and any number of ranks\n"
-    "                           with the same global batch\n"
-    "weights, data and dumps (the GPT; formats in docs/file-formats.md):\n"
-    "  --init-from FILE         start from GPT-2 weights: Hugging Face's safetensors\n"
-    "                           names (.safetensors) or llm.c's gpt2 .bin; the shapes\n"
-    "                           are the file's (--heads only when a safetensors file\n"
-    "                           has no n_head metadata)\n"
-    "  --export FILE            write the fp32 parameters after the last step, as\n"
-    "                           .safetensors or .bin (llm.c)\n"
-    "  --format safetensors|bin the format of --export / export's --out when its name\n"
-    "                           does not say it\n"
-    "  --data FILE              train on tokens in llm.c's format (uint16 after a\n"
-    "                           256-int header): sample i is the window of seq + 1\n"
-    "                           tokens at a start drawn from (seed, i); default the\n"
-    "                           synthetic Markov chain\n"
-    "  --val-data FILE          held-out tokens: the loss of samples 0 .. global\n"
-    "                           batch - 1 under the fp32 parameters, every\n"
-    "                           --val-every steps and after the last, in the log\n"
-    "                           lines and the report's val_loss\n"
-    "  --val-every K            steps between held-out losses (--print-every)\n"
-    "  --dump-dir DIR           with --dump-steps LIST (e.g. 0,1,5-7; 0 = before\n"
-    "  --dump-steps LIST        step 1): DIR/step_NNNNNN.safetensors per listed step:\n"
-    "                           the global batch's tokens and targets, lr, loss,\n"
-    "                           grad_norm, the gradient before clipping (grad.*) and\n"
-    "                           the parameters after the step (param.*), fp32, full,\n"
-    "                           in Hugging Face's GPT-2 names\n"
-    "phantom runs (no mpirun):\n"
-    "  --phantom                run the engine for simulated ranks without storage,\n"
-    "                           arithmetic or traffic; memory and traffic are exact\n"
-    "  --world-size N           number of simulated ranks (with --phantom or\n"
-    "                           --print-program); a phantom run defaults to --steps 2\n"
-    "  --print-program          print the step program of rank 0 on --world-size N\n"
-    "                           ranks (default 1), one op a line, and exit\n"
-    "  --print-config           print the resolved configuration as JSON for\n"
-    "                           --world-size N ranks (default 1): what each \"auto\"\n"
-    "                           became, the keys with no effect; and exit\n";
 
 enum {
     OPT_MODEL = 256, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_SEQ, OPT_VOCAB, OPT_WIDTHS,
@@ -361,214 +176,331 @@ static int zs_parse_float(int id, const char *s, double lo, double hi, float *ou
     return 0;
 }
 
+/* The option handlers of zs_cli_apply's table: each parses one option's
+ * value s onto c, or fails with one line. */
+static int zs_cli_set_model(const char *s, zs_run_config *c)
+{
+    if (!strcmp(s, "gpt"))
+        c->model.kind = ZS_MODEL_GPT;
+    else if (!strcmp(s, "mlp"))
+        c->model.kind = ZS_MODEL_MLP;
+    else
+        ZS_FAIL("--model must be \"mlp\" or \"gpt\", got \"%s\"", s);
+    return 0;
+}
+
+/* --layers: after --model, whose kind bounds it */
+static int zs_cli_set_layers(const char *s, zs_run_config *c)
+{
+    zs_model_config *mc = &c->model;
+    long v = 0;
+    ZS_TRY(zs_parse_int(OPT_LAYERS, s, 0, ZS_BOUND_LAYERS_MAX, &v));
+    if (mc->kind == ZS_MODEL_GPT && v < 1)
+        ZS_FAIL("--layers must be at least 1 for the GPT, got \"%s\"", s);
+    if (v > ZS_MLP_MAX_HIDDEN && mc->kind == ZS_MODEL_MLP)
+        ZS_FAIL("--layers must be at most %d for the MLP, got \"%s\"", ZS_MLP_MAX_HIDDEN, s);
+    mc->n_layer = (int)v;
+    mc->n_hidden = v > ZS_MLP_MAX_HIDDEN ? ZS_MLP_MAX_HIDDEN : (int)v;
+    return 0;
+}
+
+static int zs_cli_set_hidden(const char *s, zs_run_config *c)
+{
+    long v = 0;
+    ZS_TRY(zs_parse_int(OPT_HIDDEN, s, 1, ZS_BOUND_HIDDEN_MAX, &v));
+    c->model.n_embd = (int)v;
+    for (int i = 0; i < ZS_MLP_MAX_HIDDEN; i++)
+        c->model.widths[i] = (int)v;
+    return 0;
+}
+
+/* --widths: after --layers and --hidden, which it overrides */
+static int zs_cli_set_widths(const char *s, zs_run_config *c)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long w = strtol(p, &end, 10);
+        if (end == p || errno || w < 1 || w > ZS_BOUND_HIDDEN_MAX || (*end && *end != ',') ||
+            n >= ZS_MLP_MAX_HIDDEN)
+            ZS_FAIL("--widths must be up to %d comma-separated positive integers, got \"%s\"",
+                    ZS_MLP_MAX_HIDDEN, s);
+        c->model.widths[n++] = (int)w;
+        p = *end ? end + 1 : end;
+    }
+    c->model.n_hidden = n;
+    return 0;
+}
+
+static int zs_cli_set_qat(const char *s, zs_run_config *c)
+{
+    zs_quant_format qf;
+    if (zs_quant_format_parse(s, &qf) || qf == ZS_QUANT_INT8_ZP)
+        ZS_FAIL("--qat takes none, int8 or nf4 (absmax formats), got \"%s\"", s);
+    c->qat = (int)qf;
+    return 0;
+}
+
+static int zs_cli_set_compression(const char *s, zs_run_config *c)
+{
+    return zs_comp_parse(s, &c->compression) ? -1 : 0;
+}
+
+static int zs_cli_set_pp_schedule(const char *s, zs_run_config *c)
+{
+    if (zs_pp_schedule_parse(s, &c->pp_schedule))
+        ZS_FAIL("--pp-schedule must be gpipe, 1f1b or interleaved, got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_pp_partition(const char *s, zs_run_config *c)
+{
+    if (zs_pp_partition_parse(s, &c->pp_partition))
+        ZS_FAIL("--pp-partition must be uniform or parameters, got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_offload_optimizer(const char *s, zs_run_config *c)
+{
+    if (zs_offload_parse(s, &c->offload_optimizer))
+        ZS_FAIL("--offload-optimizer must be none, cpu or nvme, got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_offload_param(const char *s, zs_run_config *c)
+{
+    if (zs_offload_parse(s, &c->offload_param))
+        ZS_FAIL("--offload-param must be none, cpu or nvme, got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_nvme_path(const char *s, zs_run_config *c)
+{
+    if (!*s || strlen(s) >= sizeof c->nvme_path)
+        ZS_FAIL("--nvme-path needs a folder (at most %zu characters)", sizeof c->nvme_path - 1);
+    snprintf(c->nvme_path, sizeof c->nvme_path, "%s", s);
+    return 0;
+}
+
+static int zs_cli_set_ep_layout(const char *s, zs_run_config *c)
+{
+    if (zs_ep_layout_parse(s, &c->ep_layout))
+        ZS_FAIL("--ep-layout must be \"auto\" or \"deepspeed\", got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_grad_reduce(const char *s, zs_run_config *c)
+{
+    if (zs_grad_reduce_parse(s, &c->grad_reduce))
+        ZS_FAIL("--grad-reduce must be \"micro-batch\" or \"step\", got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_overlap_comm(const char *s, zs_run_config *c)
+{
+    if (strcmp(s, "on") && strcmp(s, "off"))
+        ZS_FAIL("--overlap-comm must be \"on\" or \"off\", got \"%s\"", s);
+    c->overlap_comm = strcmp(s, "on") == 0;
+    return 0;
+}
+
+/* the seconds parsed as a float, as the other real options */
+static int zs_cli_set_collective_timeout(const char *s, zs_run_config *c)
+{
+    float f = 0.0f;
+    ZS_TRY(zs_parse_float(OPT_COLL_TIMEOUT, s, 1e-3, 1e9, &f));
+    c->collective_timeout = f;
+    return 0;
+}
+
+static int zs_cli_set_checkpoint_activations(const char *s, zs_run_config *c)
+{
+    if (!strcmp(s, "off")) {
+        c->checkpoint_mode = ZS_CKPT_OFF;
+    } else if (!strcmp(s, "sqrt")) {
+        c->checkpoint_mode = ZS_CKPT_SQRT;
+    } else if (!strncmp(s, "every:", 6)) {
+        char *end;
+        errno = 0;
+        long k = strtol(s + 6, &end, 10);
+        if (end == s + 6 || *end || errno || k < 1 || k > ZS_BOUND_CKPT_EVERY_MAX)
+            ZS_FAIL("--checkpoint-activations every:K needs K between 1 and %d, got \"%s\"",
+                    ZS_BOUND_CKPT_EVERY_MAX, s);
+        c->checkpoint_mode = ZS_CKPT_EVERY;
+        c->checkpoint_value = (int)k;
+    } else {
+        ZS_FAIL("--checkpoint-activations must be off, every:K or sqrt, got \"%s\"", s);
+    }
+    return 0;
+}
+
+static int zs_cli_set_seed(const char *s, zs_run_config *c)
+{
+    long v = 0;
+    ZS_TRY(zs_parse_int(OPT_SEED, s, 0, LONG_MAX, &v));
+    c->seed = (uint64_t)v;
+    return 0;
+}
+
+static int zs_cli_set_optimizer(const char *s, zs_run_config *c)
+{
+    if (!strcmp(s, "adamw") || !strcmp(s, "adam"))
+        c->optimizer = ZS_OPT_ADAMW;
+    else if (!strcmp(s, "sgd"))
+        c->optimizer = ZS_OPT_SGD;
+    else
+        ZS_FAIL("--optimizer must be \"adamw\" or \"sgd\", got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_precision(const char *s, zs_run_config *c)
+{
+    if (!strcmp(s, "fp32"))
+        c->precision = ZS_DTYPE_F32;
+    else if (!strcmp(s, "bf16"))
+        c->precision = ZS_DTYPE_BF16;
+    else if (!strcmp(s, "fp16"))
+        c->precision = ZS_DTYPE_F16;
+    else
+        ZS_FAIL("--precision must be fp32, bf16 or fp16, got \"%s\"", s);
+    return 0;
+}
+
+static int zs_cli_set_activation(const char *s, zs_run_config *c)
+{
+    if (!strcmp(s, "relu"))
+        c->model.act = ZS_ACT_RELU;
+    else if (!strcmp(s, "gelu"))
+        c->model.act = ZS_ACT_GELU;
+    else
+        ZS_FAIL("--activation must be \"relu\" or \"gelu\", got \"%s\"", s);
+    return 0;
+}
+
+/* How zs_cli_apply sets one option's value onto its field. */
+typedef enum {
+    ZS_CLI_INT,    /* an int field, an integer in [lo, hi] */
+    ZS_CLI_FLOAT,  /* a float field, a number in [lo, hi] */
+    ZS_CLI_DOUBLE, /* a double field: checked as a float in [lo, hi], kept as given */
+    ZS_CLI_FLAG,   /* an int field set to lo (a flag without a value) */
+    ZS_CLI_FUNC,   /* set: its own parsing and message */
+} zs_cli_set_kind;
+
+typedef struct {
+    int id;
+    zs_cli_set_kind kind;
+    double lo, hi;
+    size_t off; /* the field in zs_run_config (not with ZS_CLI_FUNC) */
+    int (*set)(const char *s, zs_run_config *c);
+} zs_cli_setter;
+
+#define ZS_CLI_FIELD(kind, id, lo, hi, field) {id, kind, lo, hi, offsetof(zs_run_config, field), NULL}
+#define ZS_CLI_SET(id, fn) {id, ZS_CLI_FUNC, 0, 0, 0, fn}
+
+/* Every option zs_cli_apply sets, in the order it checks them (the first
+ * bad one names itself). */
+static const zs_cli_setter zs_cli_setters[] = {
+    ZS_CLI_SET(OPT_MODEL, zs_cli_set_model),
+    ZS_CLI_SET(OPT_LAYERS, zs_cli_set_layers),
+    ZS_CLI_SET(OPT_HIDDEN, zs_cli_set_hidden),
+    ZS_CLI_SET(OPT_WIDTHS, zs_cli_set_widths),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_HEADS, 1, ZS_BOUND_HEADS_MAX, model.n_head),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_SEQ, 1, ZS_BOUND_SEQ_MAX, model.seq_len),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_VOCAB, ZS_BOUND_VOCAB_MIN, ZS_BOUND_VOCAB_MAX, model.vocab),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_INPUT_DIM, 1, 1 << 20, model.input_dim),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_CLASSES, 2, 1 << 20, model.n_classes),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_STEPS, 1, 100000000, steps),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_MICRO_BATCH, 1, ZS_BOUND_BATCH_MAX, micro_batch),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_GRAD_ACCUM, 1, ZS_BOUND_BATCH_MAX, grad_accum),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_TRAIN_BATCH, 1, INT_MAX, train_batch_size),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_WARMUP, 0, 100000000, warmup_steps),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_STAGE, 0, 3, stage),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_MOE_EXPERTS, 0, ZS_BOUND_MOE_EXPERTS_MAX, model.moe_experts),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_MOE_EVERY, 1, ZS_BOUND_MOE_EVERY_MAX, model.moe_every),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_MOE_TOP_K, 1, ZS_BOUND_MOE_TOP_K_MAX, model.moe_top_k),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_MIN_CAPACITY, 0, 1 << 24, model.moe_min_capacity),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_EP, 1, ZS_BOUND_EP_MAX, ep),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_VIRTUAL_STAGES, 1, ZS_BOUND_VIRTUAL_STAGES_MAX, virtual_stages),
+    ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_LR, 1e-12, 1e3, lr),
+    ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_MIN_LR_RATIO, 0, 1, cos_min_ratio),
+    ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_WEIGHT_DECAY, 0, 1e3, weight_decay),
+    ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_MOMENTUM, 0, 0.999999, momentum),
+    ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_GRAD_CLIP, 0, 1e30, grad_clip),
+    ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_LOSS_SCALE, 0, 6.5e4, static_loss_scale),
+    ZS_CLI_FIELD(ZS_CLI_DOUBLE, OPT_CAPACITY_FACTOR, 1e-6, 1e6, model.moe_capacity_factor),
+    ZS_CLI_FIELD(ZS_CLI_DOUBLE, OPT_AUX_LOSS_COEFF, 0, 1e6, model.moe_aux_coeff),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_DETERMINISTIC, 1, 0, deterministic),
+    ZS_CLI_SET(OPT_QAT, zs_cli_set_qat),
+    ZS_CLI_SET(OPT_COMP, zs_cli_set_compression),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_NO_EF, 0, 0, error_feedback),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_TP, 1, ZS_BOUND_TP_MAX, tp),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_PP, 1, ZS_BOUND_PP_MAX, pp),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_SP, 1, 0, sequence_parallel),
+    ZS_CLI_SET(OPT_PP_SCHEDULE, zs_cli_set_pp_schedule),
+    ZS_CLI_SET(OPT_PP_PARTITION, zs_cli_set_pp_partition),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_HIER, 1, 0, hierarchical),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_QWZ, 1, 0, quantized_weights),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_QGZ, 1, 0, quantized_gradients),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_HPZ, 1, ZS_BOUND_RANKS_MAX, hpz_partition_size),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_RPN, 1, ZS_BOUND_RANKS_MAX, ranks_per_node),
+    ZS_CLI_SET(OPT_OFFLOAD_OPT, zs_cli_set_offload_optimizer),
+    ZS_CLI_SET(OPT_OFFLOAD_PARAM, zs_cli_set_offload_param),
+    ZS_CLI_SET(OPT_NVME_PATH, zs_cli_set_nvme_path),
+    ZS_CLI_SET(OPT_EP_LAYOUT, zs_cli_set_ep_layout),
+    ZS_CLI_SET(OPT_GRAD_REDUCE, zs_cli_set_grad_reduce),
+    ZS_CLI_SET(OPT_OVERLAP_COMM, zs_cli_set_overlap_comm),
+    ZS_CLI_SET(OPT_COLL_TIMEOUT, zs_cli_set_collective_timeout),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_COMP_WARMUP, 0, 100000000, compression_warmup),
+    ZS_CLI_SET(OPT_CKPT, zs_cli_set_checkpoint_activations),
+    ZS_CLI_SET(OPT_SEED, zs_cli_set_seed),
+    ZS_CLI_SET(OPT_OPTIMIZER, zs_cli_set_optimizer),
+    ZS_CLI_SET(OPT_PRECISION, zs_cli_set_precision),
+    ZS_CLI_SET(OPT_ACTIVATION, zs_cli_set_activation),
+};
+
+#undef ZS_CLI_FIELD
+#undef ZS_CLI_SET
+
+static int zs_cli_set_one(const zs_cli_setter *e, const char *s, zs_run_config *c)
+{
+    void *field = (char *)c + e->off;
+    long v = 0;
+    float f = 0.0f;
+    switch (e->kind) {
+    case ZS_CLI_INT:
+        ZS_TRY(zs_parse_int(e->id, s, (long)e->lo, (long)e->hi, &v));
+        *(int *)field = (int)v;
+        return 0;
+    case ZS_CLI_FLOAT:
+        ZS_TRY(zs_parse_float(e->id, s, e->lo, e->hi, &f));
+        *(float *)field = f;
+        return 0;
+    case ZS_CLI_DOUBLE:
+        ZS_TRY(zs_parse_float(e->id, s, e->lo, e->hi, &f));
+        *(double *)field = strtod(s, NULL); /* the double as given */
+        return 0;
+    case ZS_CLI_FLAG:
+        *(int *)field = (int)e->lo;
+        return 0;
+    case ZS_CLI_FUNC:
+        break;
+    }
+    return e->set(s, c);
+}
+
 /* Apply the command-line options onto c (after defaults and --config). */
 static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
 {
-    long v = 0;
-    float f = 0.0f;
-    const char *s;
-    zs_model_config *mc = &c->model;
-    if ((s = cli->val[OPT_MODEL])) {
-        if (!strcmp(s, "gpt"))
-            mc->kind = ZS_MODEL_GPT;
-        else if (!strcmp(s, "mlp"))
-            mc->kind = ZS_MODEL_MLP;
-        else
-            ZS_FAIL("--model must be \"mlp\" or \"gpt\", got \"%s\"", s);
+    for (size_t i = 0; i < sizeof zs_cli_setters / sizeof zs_cli_setters[0]; i++) {
+        const char *s = cli->val[zs_cli_setters[i].id];
+        if (s)
+            ZS_TRY(zs_cli_set_one(&zs_cli_setters[i], s, c));
     }
-    if ((s = cli->val[OPT_LAYERS])) {
-        ZS_TRY(zs_parse_int(OPT_LAYERS, s, 0, ZS_BOUND_LAYERS_MAX, &v));
-        if (mc->kind == ZS_MODEL_GPT && v < 1)
-            ZS_FAIL("--layers must be at least 1 for the GPT, got \"%s\"", s);
-        if (v > ZS_MLP_MAX_HIDDEN && mc->kind == ZS_MODEL_MLP)
-            ZS_FAIL("--layers must be at most %d for the MLP, got \"%s\"", ZS_MLP_MAX_HIDDEN, s);
-        mc->n_layer = (int)v;
-        mc->n_hidden = v > ZS_MLP_MAX_HIDDEN ? ZS_MLP_MAX_HIDDEN : (int)v;
-    }
-    if ((s = cli->val[OPT_HIDDEN])) {
-        ZS_TRY(zs_parse_int(OPT_HIDDEN, s, 1, ZS_BOUND_HIDDEN_MAX, &v));
-        mc->n_embd = (int)v;
-        for (int i = 0; i < ZS_MLP_MAX_HIDDEN; i++)
-            mc->widths[i] = (int)v;
-    }
-    if ((s = cli->val[OPT_WIDTHS])) {
-        int n = 0;
-        const char *p = s;
-        while (*p) {
-            char *end;
-            errno = 0;
-            long w = strtol(p, &end, 10);
-            if (end == p || errno || w < 1 || w > ZS_BOUND_HIDDEN_MAX || (*end && *end != ',') ||
-                n >= ZS_MLP_MAX_HIDDEN)
-                ZS_FAIL("--widths must be up to %d comma-separated positive integers, got \"%s\"",
-                        ZS_MLP_MAX_HIDDEN, s);
-            mc->widths[n++] = (int)w;
-            p = *end ? end + 1 : end;
-        }
-        mc->n_hidden = n;
-    }
-    static const struct { int id; long lo, hi; size_t off; } ints[] = {
-        {OPT_HEADS, 1, ZS_BOUND_HEADS_MAX, offsetof(zs_run_config, model.n_head)},
-        {OPT_SEQ, 1, ZS_BOUND_SEQ_MAX, offsetof(zs_run_config, model.seq_len)},
-        {OPT_VOCAB, ZS_BOUND_VOCAB_MIN, ZS_BOUND_VOCAB_MAX, offsetof(zs_run_config, model.vocab)},
-        {OPT_INPUT_DIM, 1, 1 << 20, offsetof(zs_run_config, model.input_dim)},
-        {OPT_CLASSES, 2, 1 << 20, offsetof(zs_run_config, model.n_classes)},
-        {OPT_STEPS, 1, 100000000, offsetof(zs_run_config, steps)},
-        {OPT_MICRO_BATCH, 1, ZS_BOUND_BATCH_MAX, offsetof(zs_run_config, micro_batch)},
-        {OPT_GRAD_ACCUM, 1, ZS_BOUND_BATCH_MAX, offsetof(zs_run_config, grad_accum)},
-        {OPT_TRAIN_BATCH, 1, INT_MAX, offsetof(zs_run_config, train_batch_size)},
-        {OPT_WARMUP, 0, 100000000, offsetof(zs_run_config, warmup_steps)},
-        {OPT_STAGE, 0, 3, offsetof(zs_run_config, stage)},
-        {OPT_MOE_EXPERTS, 0, ZS_BOUND_MOE_EXPERTS_MAX, offsetof(zs_run_config, model.moe_experts)},
-        {OPT_MOE_EVERY, 1, ZS_BOUND_MOE_EVERY_MAX, offsetof(zs_run_config, model.moe_every)},
-        {OPT_MOE_TOP_K, 1, ZS_BOUND_MOE_TOP_K_MAX, offsetof(zs_run_config, model.moe_top_k)},
-        {OPT_MIN_CAPACITY, 0, 1 << 24, offsetof(zs_run_config, model.moe_min_capacity)},
-        {OPT_EP, 1, ZS_BOUND_EP_MAX, offsetof(zs_run_config, ep)},
-        {OPT_VIRTUAL_STAGES, 1, ZS_BOUND_VIRTUAL_STAGES_MAX, offsetof(zs_run_config, virtual_stages)},
-    };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if ((s = cli->val[ints[i].id])) {
-            ZS_TRY(zs_parse_int(ints[i].id, s, ints[i].lo, ints[i].hi, &v));
-            *(int *)((char *)c + ints[i].off) = (int)v;
-        }
-    static const struct { int id; double lo, hi; size_t off; } reals[] = {
-        {OPT_LR, 1e-12, 1e3, offsetof(zs_run_config, lr)},
-        {OPT_MIN_LR_RATIO, 0, 1, offsetof(zs_run_config, cos_min_ratio)},
-        {OPT_WEIGHT_DECAY, 0, 1e3, offsetof(zs_run_config, weight_decay)},
-        {OPT_MOMENTUM, 0, 0.999999, offsetof(zs_run_config, momentum)},
-        {OPT_GRAD_CLIP, 0, 1e30, offsetof(zs_run_config, grad_clip)},
-        {OPT_LOSS_SCALE, 0, 6.5e4, offsetof(zs_run_config, static_loss_scale)},
-    };
-    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
-        if ((s = cli->val[reals[i].id])) {
-            ZS_TRY(zs_parse_float(reals[i].id, s, reals[i].lo, reals[i].hi, &f));
-            *(float *)((char *)c + reals[i].off) = f;
-        }
     if (cli->val[OPT_WARMUP] || cli->val[OPT_MIN_LR_RATIO])
         if (c->scheduler == ZS_SCHED_CONSTANT)
             c->scheduler = ZS_SCHED_WARMUP_COSINE;
-    if ((s = cli->val[OPT_CAPACITY_FACTOR])) {
-        ZS_TRY(zs_parse_float(OPT_CAPACITY_FACTOR, s, 1e-6, 1e6, &f));
-        c->model.moe_capacity_factor = strtod(s, NULL); /* the double as given */
-    }
-    if ((s = cli->val[OPT_AUX_LOSS_COEFF])) {
-        ZS_TRY(zs_parse_float(OPT_AUX_LOSS_COEFF, s, 0, 1e6, &f));
-        c->model.moe_aux_coeff = strtod(s, NULL);
-    }
-    if (cli->val[OPT_DETERMINISTIC])
-        c->deterministic = 1;
-    if ((s = cli->val[OPT_QAT])) {
-        zs_quant_format qf;
-        if (zs_quant_format_parse(s, &qf) || qf == ZS_QUANT_INT8_ZP)
-            ZS_FAIL("--qat takes none, int8 or nf4 (absmax formats), got \"%s\"", s);
-        c->qat = (int)qf;
-    }
-    if ((s = cli->val[OPT_COMP]) && zs_comp_parse(s, &c->compression))
-        return -1;
-    if (cli->val[OPT_NO_EF])
-        c->error_feedback = 0;
-    if ((s = cli->val[OPT_TP])) {
-        ZS_TRY(zs_parse_int(OPT_TP, s, 1, ZS_BOUND_TP_MAX, &v));
-        c->tp = (int)v;
-    }
-    if ((s = cli->val[OPT_PP])) {
-        ZS_TRY(zs_parse_int(OPT_PP, s, 1, ZS_BOUND_PP_MAX, &v));
-        c->pp = (int)v;
-    }
-    if (cli->val[OPT_SP])
-        c->sequence_parallel = 1;
-    if ((s = cli->val[OPT_PP_SCHEDULE]) && zs_pp_schedule_parse(s, &c->pp_schedule))
-        ZS_FAIL("--pp-schedule must be gpipe, 1f1b or interleaved, got \"%s\"", s);
-    if ((s = cli->val[OPT_PP_PARTITION]) && zs_pp_partition_parse(s, &c->pp_partition))
-        ZS_FAIL("--pp-partition must be uniform or parameters, got \"%s\"", s);
-    if (cli->val[OPT_HIER])
-        c->hierarchical = 1;
-    if (cli->val[OPT_QWZ])
-        c->quantized_weights = 1;
-    if (cli->val[OPT_QGZ])
-        c->quantized_gradients = 1;
-    if ((s = cli->val[OPT_HPZ])) {
-        ZS_TRY(zs_parse_int(OPT_HPZ, s, 1, ZS_BOUND_RANKS_MAX, &v));
-        c->hpz_partition_size = (int)v;
-    }
-    if ((s = cli->val[OPT_RPN])) {
-        ZS_TRY(zs_parse_int(OPT_RPN, s, 1, ZS_BOUND_RANKS_MAX, &v));
-        c->ranks_per_node = (int)v;
-    }
-    if ((s = cli->val[OPT_OFFLOAD_OPT]) && zs_offload_parse(s, &c->offload_optimizer))
-        ZS_FAIL("--offload-optimizer must be none, cpu or nvme, got \"%s\"", s);
-    if ((s = cli->val[OPT_OFFLOAD_PARAM]) && zs_offload_parse(s, &c->offload_param))
-        ZS_FAIL("--offload-param must be none, cpu or nvme, got \"%s\"", s);
-    if ((s = cli->val[OPT_NVME_PATH])) {
-        if (!*s || strlen(s) >= sizeof c->nvme_path)
-            ZS_FAIL("--nvme-path needs a folder (at most %zu characters)", sizeof c->nvme_path - 1);
-        snprintf(c->nvme_path, sizeof c->nvme_path, "%s", s);
-    }
-    if ((s = cli->val[OPT_EP_LAYOUT]) && zs_ep_layout_parse(s, &c->ep_layout))
-        ZS_FAIL("--ep-layout must be \"auto\" or \"deepspeed\", got \"%s\"", s);
-    if ((s = cli->val[OPT_GRAD_REDUCE]) && zs_grad_reduce_parse(s, &c->grad_reduce))
-        ZS_FAIL("--grad-reduce must be \"micro-batch\" or \"step\", got \"%s\"", s);
-    if ((s = cli->val[OPT_OVERLAP_COMM])) {
-        if (strcmp(s, "on") && strcmp(s, "off"))
-            ZS_FAIL("--overlap-comm must be \"on\" or \"off\", got \"%s\"", s);
-        c->overlap_comm = strcmp(s, "on") == 0;
-    }
-    if ((s = cli->val[OPT_COLL_TIMEOUT])) {
-        ZS_TRY(zs_parse_float(OPT_COLL_TIMEOUT, s, 1e-3, 1e9, &f));
-        c->collective_timeout = f;
-    }
-    if ((s = cli->val[OPT_COMP_WARMUP])) {
-        ZS_TRY(zs_parse_int(OPT_COMP_WARMUP, s, 0, 100000000, &v));
-        c->compression_warmup = (int)v;
-    }
-    if ((s = cli->val[OPT_CKPT])) {
-        if (!strcmp(s, "off")) {
-            c->checkpoint_mode = ZS_CKPT_OFF;
-        } else if (!strcmp(s, "sqrt")) {
-            c->checkpoint_mode = ZS_CKPT_SQRT;
-        } else if (!strncmp(s, "every:", 6)) {
-            char *end;
-            errno = 0;
-            long k = strtol(s + 6, &end, 10);
-            if (end == s + 6 || *end || errno || k < 1 || k > ZS_BOUND_CKPT_EVERY_MAX)
-                ZS_FAIL("--checkpoint-activations every:K needs K between 1 and %d, got \"%s\"",
-                        ZS_BOUND_CKPT_EVERY_MAX, s);
-            c->checkpoint_mode = ZS_CKPT_EVERY;
-            c->checkpoint_value = (int)k;
-        } else {
-            ZS_FAIL("--checkpoint-activations must be off, every:K or sqrt, got \"%s\"", s);
-        }
-    }
-    if ((s = cli->val[OPT_SEED])) {
-        ZS_TRY(zs_parse_int(OPT_SEED, s, 0, LONG_MAX, &v));
-        c->seed = (uint64_t)v;
-    }
-    if ((s = cli->val[OPT_OPTIMIZER])) {
-        if (!strcmp(s, "adamw") || !strcmp(s, "adam"))
-            c->optimizer = ZS_OPT_ADAMW;
-        else if (!strcmp(s, "sgd"))
-            c->optimizer = ZS_OPT_SGD;
-        else
-            ZS_FAIL("--optimizer must be \"adamw\" or \"sgd\", got \"%s\"", s);
-    }
-    if ((s = cli->val[OPT_PRECISION])) {
-        if (!strcmp(s, "fp32"))
-            c->precision = ZS_DTYPE_F32;
-        else if (!strcmp(s, "bf16"))
-            c->precision = ZS_DTYPE_BF16;
-        else if (!strcmp(s, "fp16"))
-            c->precision = ZS_DTYPE_F16;
-        else
-            ZS_FAIL("--precision must be fp32, bf16 or fp16, got \"%s\"", s);
-    }
-    if ((s = cli->val[OPT_ACTIVATION])) {
-        if (!strcmp(s, "relu"))
-            mc->act = ZS_ACT_RELU;
-        else if (!strcmp(s, "gelu"))
-            mc->act = ZS_ACT_GELU;
-        else
-            ZS_FAIL("--activation must be \"relu\" or \"gelu\", got \"%s\"", s);
-    }
     /* A batch option given here wins over the file's train_batch_size: when
      * both micro-batch and grad-accum are then known, the global batch is
      * derived from them again. */
@@ -829,19 +761,19 @@ static int zs_check_save_dir(const char *dir)
     return 0;
 }
 
-/* Parse, configure and validate; 0 to train, else an exit code (after
- * printing, on rank 0 only, one line). */
-/* Parse the train options. *phantom_world is set to the simulated world
- * size of a phantom run, else 0. */
-int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cfg,
-                          zs_train_options *o, const char **report, const char **csv,
-                          const char **trace, int *phantom_world, int *print_program)
+/* zs_train_setup's failure after a ZS_FAIL: the line on rank 0, exit 1. */
+static int zs_train_setup_failed(FILE *err)
 {
-    *phantom_world = 0;
-    *print_program = 0;
-    zs_cli cli;
-    memset(&cli, 0, sizeof cli);
-    FILE *err = rank == 0 ? stderr : NULL;
+    if (err)
+        fprintf(err, "zerosim: %s\n", zs_error_msg());
+    return 1;
+}
+
+/* getopt over argv into cli (--quiet and --silent straight into o): 0, -1
+ * after --help, 2 after one line on err. */
+static int zs_train_read_args(int argc, char **argv, int rank, FILE *err, zs_cli *cli,
+                              zs_train_options *o)
+{
     optind = 1;
     opterr = 0;
     int ch;
@@ -876,91 +808,112 @@ int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cf
             o->log = NULL;
             continue;
         }
-        cli.val[ch] = optarg ? optarg : "1";
+        cli->val[ch] = optarg ? optarg : "1";
     }
     if (optind < argc) {
         if (err)
             fprintf(err, "zerosim: unexpected argument \"%s\" (see zerosim --help)\n", argv[optind]);
         return 2;
     }
-    if (cli.val[OPT_PRINT_CONFIG])
-        cli.val[OPT_PRINT_PROGRAM] = "config"; /* the same: no ranks, --world-size N */
-    if (cli.val[OPT_WORLD_SIZE] && !cli.val[OPT_PHANTOM] && !cli.val[OPT_PRINT_PROGRAM]) {
+    return 0;
+}
+
+/* --phantom's refusals: it runs alone, and records, saves and computes
+ * nothing. 0, or 2 after one line on err. */
+static int zs_train_check_phantom(const zs_cli *cli, int world, FILE *err)
+{
+    const char *why = NULL;
+    if (!cli->val[OPT_WORLD_SIZE])
+        why = "--phantom needs --world-size N, the number of ranks to simulate";
+    else if (world > 1)
+        why = "--phantom simulates the ranks itself: run it without mpirun";
+    else if (cli->val[OPT_TRACE])
+        why = "--trace records real time, and a phantom run spends none computing or sending: "
+              "drop --trace";
+    else if (cli->val[OPT_SAVE_DIR])
+        why = "--phantom holds no values to save or load: drop --save-dir";
+    else if (cli->val[OPT_RESUME])
+        why = "--phantom holds no values to save or load: drop --resume";
+    else if (cli->val[OPT_BACKEND])
+        why = "--phantom computes nothing, on no backend: drop --backend (the bytes it reports "
+              "do not depend on the device)";
+    if (!why)
+        return 0;
+    if (err)
+        fprintf(err, "zerosim: %s\n", why);
+    return 2;
+}
+
+/* The runs with no ranks: --print-program and --print-config (both set
+ * *print_program: 1 or 2) and --phantom, on *phantom_world simulated ranks
+ * (--world-size N). 0, or an exit code after one line on err. */
+static int zs_train_read_mode(zs_cli *cli, int world, FILE *err, int *phantom_world,
+                              int *print_program)
+{
+    if (cli->val[OPT_PRINT_CONFIG])
+        cli->val[OPT_PRINT_PROGRAM] = "config"; /* the same: no ranks, --world-size N */
+    if (cli->val[OPT_WORLD_SIZE] && !cli->val[OPT_PHANTOM] && !cli->val[OPT_PRINT_PROGRAM]) {
         if (err)
             fprintf(err, "zerosim: --world-size is for phantom runs (add --phantom); a real run "
                     "takes its size from mpirun -np\n");
         return 2;
     }
-    if (cli.val[OPT_PRINT_PROGRAM]) {
-        long v = 1;
+    long v = 1;
+    if (cli->val[OPT_PRINT_PROGRAM]) {
         if (world > 1) {
             if (err)
                 fprintf(err, "zerosim: --%s runs no ranks: run it without mpirun, "
                         "with --world-size N\n",
-                        cli.val[OPT_PRINT_CONFIG] ? "print-config" : "print-program");
+                        cli->val[OPT_PRINT_CONFIG] ? "print-config" : "print-program");
             return 2;
         }
-        if (cli.val[OPT_WORLD_SIZE] &&
-            zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, ZS_BOUND_RANKS_MAX, &v))
-            goto fail;
-        world = *phantom_world = (int)v;
-        *print_program = cli.val[OPT_PRINT_CONFIG] ? 2 : 1;
-    } else if (cli.val[OPT_PHANTOM]) {
-        long v;
-        if (!cli.val[OPT_WORLD_SIZE]) {
-            if (err)
-                fprintf(err, "zerosim: --phantom needs --world-size N, the number of ranks to "
-                        "simulate\n");
-            return 2;
-        }
-        if (world > 1) {
-            if (err)
-                fprintf(err, "zerosim: --phantom simulates the ranks itself: run it without "
-                        "mpirun\n");
-            return 2;
-        }
-        if (cli.val[OPT_TRACE]) {
-            if (err)
-                fprintf(err, "zerosim: --trace records real time, and a phantom run spends none "
-                        "computing or sending: drop --trace\n");
-            return 2;
-        }
-        if (cli.val[OPT_SAVE_DIR] || cli.val[OPT_RESUME]) {
-            if (err)
-                fprintf(err, "zerosim: --phantom holds no values to save or load: drop %s\n",
-                        cli.val[OPT_SAVE_DIR] ? "--save-dir" : "--resume");
-            return 2;
-        }
-        if (cli.val[OPT_BACKEND]) {
-            if (err)
-                fprintf(err, "zerosim: --phantom computes nothing, on no backend: drop --backend "
-                        "(the bytes it reports do not depend on the device)\n");
-            return 2;
-        }
-        if (zs_parse_int(OPT_WORLD_SIZE, cli.val[OPT_WORLD_SIZE], 1, ZS_BOUND_RANKS_MAX, &v))
-            goto fail;
-        world = *phantom_world = (int)v;
+        if (cli->val[OPT_WORLD_SIZE] &&
+            zs_parse_int(OPT_WORLD_SIZE, cli->val[OPT_WORLD_SIZE], 1, ZS_BOUND_RANKS_MAX, &v))
+            return zs_train_setup_failed(err);
+        *phantom_world = (int)v;
+        *print_program = cli->val[OPT_PRINT_CONFIG] ? 2 : 1;
+    } else if (cli->val[OPT_PHANTOM]) {
+        int rc = zs_train_check_phantom(cli, world, err);
+        if (rc)
+            return rc;
+        if (zs_parse_int(OPT_WORLD_SIZE, cli->val[OPT_WORLD_SIZE], 1, ZS_BOUND_RANKS_MAX, &v))
+            return zs_train_setup_failed(err);
+        *phantom_world = (int)v;
     }
+    return 0;
+}
+
+/* The run's configuration: defaults, --config, the command line, the
+ * weights' or checkpoint's shapes, then finalize for `world` ranks. */
+static int zs_train_configure(const zs_cli *cli, int is_export, int phantom_run, int world,
+                              zs_run_config *cfg)
+{
     zs_run_config_defaults(cfg);
-    if (*phantom_world && !*print_program) /* the second step is the steady state */
+    if (phantom_run) /* the second step is the steady state */
         cfg->steps = 2;
-    if (cli.val[OPT_CONFIG] && zs_config_load_file(cli.val[OPT_CONFIG], cfg))
-        goto fail;
+    if (cli->val[OPT_CONFIG])
+        ZS_TRY(zs_config_load_file(cli->val[OPT_CONFIG], cfg));
     zs_run_config from_config = *cfg;
-    if (zs_cli_apply(&cli, cfg, cli.val[OPT_CONFIG] != NULL))
-        goto fail;
-    if (cli.val[OPT_INIT_FROM] && zs_cli_init_from(&cli, &from_config, cfg))
-        goto fail;
-    if (cli.val[OPT_FROM] && argv[0] && !strcmp(argv[0], "export"))
-        zs_cli_from_checkpoint(&cli, cfg);
+    ZS_TRY(zs_cli_apply(cli, cfg, cli->val[OPT_CONFIG] != NULL));
+    if (cli->val[OPT_INIT_FROM])
+        ZS_TRY(zs_cli_init_from(cli, &from_config, cfg));
+    if (cli->val[OPT_FROM] && is_export)
+        zs_cli_from_checkpoint(cli, cfg);
     /* export takes no step: without batch options its engine holds the
      * activations of one sample, not the default micro-batch's */
-    if (argv[0] && !strcmp(argv[0], "export") && !cli.val[OPT_FROM] && !cli.val[OPT_CONFIG] &&
-        !cli.val[OPT_MICRO_BATCH] && !cli.val[OPT_GRAD_ACCUM] && !cli.val[OPT_TRAIN_BATCH])
+    if (is_export && !cli->val[OPT_FROM] && !cli->val[OPT_CONFIG] &&
+        !cli->val[OPT_MICRO_BATCH] && !cli->val[OPT_GRAD_ACCUM] && !cli->val[OPT_TRAIN_BATCH])
         cfg->micro_batch = 1;
-    if (zs_run_config_finalize(cfg, world))
-        goto fail;
-    if (cli.val[OPT_HOST_MEMORY] && zs_parse_size(cli.val[OPT_HOST_MEMORY], &o->host_memory)) {
+    return zs_run_config_finalize(cfg, world);
+}
+
+/* The options of the run itself (memory sizes, backend, progress lines,
+ * checkpoints), after finalize. 0, or an exit code after one line on err. */
+static int zs_train_read_run_options(const zs_cli *cli, const zs_run_config *cfg, int rank,
+                                     FILE *err, zs_train_options *o)
+{
+    long v;
+    if (cli->val[OPT_HOST_MEMORY] && zs_parse_size(cli->val[OPT_HOST_MEMORY], &o->host_memory)) {
         if (err)
             fprintf(err, "zerosim: --host-memory: %s\n", zs_error_msg());
         return 1;
@@ -968,48 +921,67 @@ int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cf
     if ((cfg->offload_optimizer == ZS_OFFLOAD_NVME || cfg->offload_param == ZS_OFFLOAD_NVME) &&
         rank == 0 &&
         zs_check_nvme_path(cfg->nvme_path)) /* now, not after the engine is built */
-        goto fail;
-    if (cli.val[OPT_DEVICE_MEMORY] && zs_parse_size(cli.val[OPT_DEVICE_MEMORY], &o->device_memory)) {
+        return zs_train_setup_failed(err);
+    if (cli->val[OPT_DEVICE_MEMORY] && zs_parse_size(cli->val[OPT_DEVICE_MEMORY], &o->device_memory)) {
         if (err)
             fprintf(err, "zerosim: --device-memory: %s\n", zs_error_msg());
         return 1;
     }
-    if (cli.val[OPT_BACKEND])
-        o->backend = cli.val[OPT_BACKEND];
-    if (cli.val[OPT_PRINT_EVERY]) {
-        long v;
-        if (zs_parse_int(OPT_PRINT_EVERY, cli.val[OPT_PRINT_EVERY], 1, INT_MAX, &v))
-            goto fail;
+    if (cli->val[OPT_BACKEND])
+        o->backend = cli->val[OPT_BACKEND];
+    if (cli->val[OPT_PRINT_EVERY]) {
+        if (zs_parse_int(OPT_PRINT_EVERY, cli->val[OPT_PRINT_EVERY], 1, INT_MAX, &v))
+            return zs_train_setup_failed(err);
         o->print_every = (int)v;
     } else if (cfg->steps_per_print > 0) { /* the config's steps_per_print */
         o->print_every = cfg->steps_per_print;
     }
-    if (cli.val[OPT_SAVE_EVERY]) {
-        long v;
-        if (!cli.val[OPT_SAVE_DIR]) {
+    if (cli->val[OPT_SAVE_EVERY]) {
+        if (!cli->val[OPT_SAVE_DIR]) {
             if (err)
                 fprintf(err, "zerosim: --save-every needs --save-dir DIR, where to save\n");
             return 2;
         }
-        if (zs_parse_int(OPT_SAVE_EVERY, cli.val[OPT_SAVE_EVERY], 1, INT_MAX, &v))
-            goto fail;
+        if (zs_parse_int(OPT_SAVE_EVERY, cli->val[OPT_SAVE_EVERY], 1, INT_MAX, &v))
+            return zs_train_setup_failed(err);
         o->save_every = (int)v;
     }
-    o->save_dir = cli.val[OPT_SAVE_DIR];
-    o->resume = cli.val[OPT_RESUME];
+    o->save_dir = cli->val[OPT_SAVE_DIR];
+    o->resume = cli->val[OPT_RESUME];
     if (o->save_dir && rank == 0 && zs_check_save_dir(o->save_dir)) /* now, not after training */
-        goto fail;
-    if (zs_cli_outputs(&cli, cfg, o, rank, argv[0] && !strcmp(argv[0], "export")))
-        goto fail;
+        return zs_train_setup_failed(err);
+    return 0;
+}
+
+int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cfg,
+                   zs_train_options *o, const char **report, const char **csv,
+                   const char **trace, int *phantom_world, int *print_program)
+{
+    *phantom_world = 0;
+    *print_program = 0;
+    zs_cli cli;
+    memset(&cli, 0, sizeof cli);
+    FILE *err = rank == 0 ? stderr : NULL;
+    int rc = zs_train_read_args(argc, argv, rank, err, &cli, o);
+    if (!rc)
+        rc = zs_train_read_mode(&cli, world, err, phantom_world, print_program);
+    if (rc)
+        return rc;
+    if (*phantom_world)
+        world = *phantom_world;
+    int is_export = argv[0] && !strcmp(argv[0], "export");
+    if (zs_train_configure(&cli, is_export, *phantom_world && !*print_program, world, cfg))
+        return zs_train_setup_failed(err);
+    if ((rc = zs_train_read_run_options(&cli, cfg, rank, err, o)))
+        return rc;
+    if (zs_cli_outputs(&cli, cfg, o, rank, is_export))
+        return zs_train_setup_failed(err);
     *report = cli.val[OPT_REPORT];
     *trace = cli.val[OPT_TRACE];
     o->trace = *trace != NULL;
     *csv = cli.val[OPT_CSV];
     if (*csv && rank == 0 && zs_report_prepare_dir(*csv)) /* now, not after training */
-        goto fail;
+        return zs_train_setup_failed(err);
     return 0;
-fail:
-    if (err)
-        fprintf(err, "zerosim: %s\n", zs_error_msg());
-    return 1;
 }
+

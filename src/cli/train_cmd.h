@@ -6,9 +6,6 @@
 #include "zerosim/config.h"
 #include "zerosim/train.h"
 
-/* The program's usage: train's options and every command (zerosim --help). */
-extern const char *const zs_usage;
-
 /* Parse train's (or export's: argv[0] "export") options, load --config and
  * check them on `world` ranks. Returns 0 to run, -1 after --help (exit 0),
  * else the exit code after one line on rank 0's stderr. *phantom_world: the
