@@ -156,20 +156,177 @@ static int zs_print_notices_stage(const zs_run_config *cfg, int dp_world, FILE *
     return rc;
 }
 
-static int zs_cmd_train(int argc, char **argv)
+/* --print-config (print_program 2) and --print-program (1): what the run
+ * would be, without running it. Returns the exit code. */
+static int zs_train_print_setup(const zs_run_config *cfg, int world, int print_program)
 {
-    zs_comm_t comm;
-    int phantom = zs_wants_phantom(argc, argv);
-    if (phantom) {
-        comm = zs_comm_self();
-        if (!comm) {
+    if (print_program == 2) {
+        char *text = zs_run_config_json(cfg);
+        if (text)
+            printf("%s\n", text);
+        else
             fprintf(stderr, "zerosim: out of host memory\n");
-            return 1;
-        }
-    } else if (zs_comm_init(NULL, NULL, &comm)) {
+        free(text);
+        return text ? 0 : 1;
+    }
+    int rc = zs_print_program(cfg, world, stdout);
+    if (rc)
+        fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+    return rc ? 1 : 0;
+}
+
+/* Rank 0's lines before training: what the configuration became, then the
+ * run in one line and the stage-3 notices. */
+static void zs_train_print_start(const zs_run_config *cfg, const zs_train_options *o, int world,
+                                 int phantom)
+{
+    if (cfg->auto_mask) {
+        char buf[2048];
+        fprintf(o->log, "config: \"auto\" became %s\n",
+                zs_run_config_describe_auto(cfg, buf, sizeof buf));
+    }
+    if (cfg->noeffect[0])
+        fprintf(o->log, "config: accepted with no effect in zerosim: %s\n", cfg->noeffect);
+    if (cfg->adjusted[0])
+        fprintf(o->log, "config: adjusted: %s\n", cfg->adjusted);
+    if (o->no_steps)
+        return;
+    const char *reduce = "";
+    if (cfg->grad_reduce == ZS_GRAD_REDUCE_STEP)
+        reduce = cfg->stage <= 1 ? ", gradients reduced once per step (--grad-reduce step)"
+                                 : ", --grad-reduce step (no effect in stages 2-3: they "
+                                   "reduce every micro-batch)";
+    char offl[160] = "";
+    if (cfg->offload_optimizer == ZS_OFFLOAD_CPU)
+        snprintf(offl, sizeof offl, ", optimizer offloaded to the host");
+    else if (cfg->offload_optimizer == ZS_OFFLOAD_NVME)
+        snprintf(offl, sizeof offl, ", optimizer offloaded to files in %.100s", cfg->nvme_path);
+    fprintf(o->log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
+            "grad-accum %d x %d%s%s%s, %d steps\n",
+            PACKAGE_VERSION, cfg->model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
+            zs_dtype_name(cfg->precision), cfg->stage, world, phantom ? "simulated " : "",
+            world == 1 ? "" : "s",
+            cfg->deterministic ? " (deterministic)" : "", cfg->micro_batch, cfg->grad_accum,
+            world / (cfg->tp * cfg->pp), cfg->tp * cfg->pp > 1 ? " data-parallel" : "", reduce,
+            offl, cfg->steps);
+    if (zs_print_notices(cfg, world / (cfg->tp * cfg->pp), o->log))
+        fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
+}
+
+/* zerosim export's line: what it wrote. */
+static void zs_train_print_export(FILE *log, const zs_run_config *cfg, const zs_train_options *o,
+                                  const zs_train_result *r)
+{
+    fprintf(log, "wrote %s (%s): a GPT of %d blocks, hidden %d, %d heads, seq %d, "
+            "vocab %d; %zu parameters, param_hash %s\n", o->export_path,
+            zs_weights_format_name((zs_weights_format)o->export_format), cfg->model.n_layer,
+            cfg->model.n_embd, cfg->model.n_head, cfg->model.seq_len, cfg->model.vocab,
+            zs_model_count_params(&cfg->model), r->param_hash);
+}
+
+/* A phantom run's summary: sizes and memory, no values. */
+static void zs_train_print_phantom_summary(FILE *log, const zs_run_config *cfg, int world,
+                                           const zs_train_result *r)
+{
+    fprintf(log, "phantom run: %zu parameters%s (padded %zu%s) on %d simulated "
+            "ranks, %.2f s; nothing was stored, computed or sent, so there are no "
+            "losses and no param_hash; memory and traffic below are what a real run "
+            "records\n", r->num_params, cfg->tp > 1 ? " on each tensor-parallel rank" : "",
+            r->padded_params, cfg->pp > 1 ? " on pipeline stage 0" : "", world, r->seconds);
+    fprintf(log, "peak accounted memory on rank 0: %zu bytes; peak host memory of "
+            "this process: %zu bytes\n", r->mem.total_peak, zs_report_peak_rss());
+    zs_print_ep_layout(log, cfg, world);
+}
+
+/* A real run's summary: parameters, the last steps' mean loss against the
+ * floor, the held-out loss, what it wrote, the hash, and MoE routing. */
+static void zs_train_print_summary(FILE *log, const zs_run_config *cfg, const zs_train_options *o,
+                                   int world, const zs_train_result *r)
+{
+    int k = r->steps < 10 ? r->steps : 10;
+    double last = 0.0;
+    for (int i = r->steps - k; i < r->steps; i++)
+        last += r->info[i].loss / k;
+    if (cfg->tp > 1)
+        fprintf(log, "model %zu parameters, %zu on each of the %d tensor-parallel "
+                "ranks (below)\n", zs_model_count_params(&cfg->model), r->num_params,
+                cfg->tp);
+    if (isnan(r->loss_floor)) /* real tokens: no known floor */
+        fprintf(log, "parameters %zu (padded %zu), mean loss of the last %d steps "
+                "%.4f, loss floor unknown (real data), %.2f s\n", r->num_params,
+                r->padded_params, k, last, r->seconds);
+    else
+        fprintf(log, "parameters %zu (padded %zu), mean loss of the last %d steps "
+                "%.4f, loss floor %.4f (%+.1f%%), %.2f s\n", r->num_params,
+                r->padded_params, k, last, r->loss_floor,
+                r->loss_floor > 0 ? 100.0 * (last - r->loss_floor) / r->loss_floor : 0.0,
+                r->seconds);
+    if (r->val_loss && r->steps > 0 && !isnan(r->val_loss[r->steps - 1]))
+        fprintf(log, "held-out loss %.4f after step %d (%s, samples 0..%d, the fp32 "
+                "parameters)\n", r->val_loss[r->steps - 1], r->steps, o->val_data,
+                cfg->train_batch_size - 1);
+    if (o->export_path)
+        fprintf(log, "wrote %s (%s)\n", o->export_path,
+                zs_weights_format_name((zs_weights_format)o->export_format));
+    fprintf(log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
+            r->param_hash, r->mem.total_peak);
+    zs_print_ep_layout(log, cfg, world);
+    for (int i = 0; i < r->moe_n; i++) { /* routing, rank 0's last micro-batch */
+        const zs_moe_stats *st = &r->moe[i];
+        fprintf(log, "moe block %d: %d tokens, capacity %d, routed", r->moe_block[i],
+                st->tokens, st->capacity);
+        for (int j = 0; j < st->experts && j < 256; j++)
+            fprintf(log, "%s%d", j ? "," : " ", st->routed[j]);
+        fprintf(log, ", dropped %d, l_aux %.4f\n", st->dropped, st->l_aux);
+    }
+}
+
+/* Rank 0 after a run that succeeded: the summary and tables, then the
+ * files. Returns 1 when a file could not be written (said on stderr). */
+static int zs_train_finish(const zs_run_config *cfg, const zs_train_options *o, int world,
+                           int phantom, const char *report, const char *csv, const char *trace,
+                           const zs_train_result *r)
+{
+    if (o->log && phantom)
+        zs_train_print_phantom_summary(o->log, cfg, world, r);
+    else if (o->log)
+        zs_train_print_summary(o->log, cfg, o, world, r);
+    if (o->log)
+        zs_report_print(o->log, cfg, r);
+    /* the JSON last: a run whose outputs failed leaves no report */
+    if ((trace && zs_report_write_trace(trace, r)) ||
+        (csv && zs_report_write_csv(csv, cfg, r)) ||
+        (report && zs_report_write_json(report, cfg, r))) {
         fprintf(stderr, "zerosim: %s\n", zs_error_msg());
         return 1;
     }
+    return 0;
+}
+
+/* The communicator: MPI's, or this process alone for a phantom run (or
+ * --print-program); NULL after one line on stderr. */
+static zs_comm_t zs_train_open_comm(int phantom)
+{
+    zs_comm_t comm;
+    if (phantom) {
+        comm = zs_comm_self();
+        if (!comm)
+            fprintf(stderr, "zerosim: out of host memory\n");
+        return comm;
+    }
+    if (zs_comm_init(NULL, NULL, &comm)) {
+        fprintf(stderr, "zerosim: %s\n", zs_error_msg());
+        return NULL;
+    }
+    return comm;
+}
+
+static int zs_cmd_train(int argc, char **argv)
+{
+    int phantom = zs_wants_phantom(argc, argv);
+    zs_comm_t comm = zs_train_open_comm(phantom);
+    if (!comm)
+        return 1;
     int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
     if (phantom) { /* started by mpirun anyway? setup refuses it */
         const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
@@ -189,125 +346,22 @@ static int zs_cmd_train(int argc, char **argv)
         zs_comm_abort(comm, 1);
     if (!rc && setup_failed)
         rc = 1;
-    if (rc) {
+    if (!rc && print_program)
+        rc = zs_train_print_setup(&cfg, world, print_program);
+    if (rc || print_program) {
         zs_comm_finalize(comm);
         return rc < 0 ? 0 : rc;
     }
-    if (print_program == 2) {
-        char *text = zs_run_config_json(&cfg);
-        if (text)
-            printf("%s\n", text);
-        else
-            fprintf(stderr, "zerosim: out of host memory\n");
-        free(text);
-        zs_comm_finalize(comm);
-        return text ? 0 : 1;
-    }
-    if (print_program) {
-        rc = zs_print_program(&cfg, world, stdout);
-        if (rc)
-            fprintf(stderr, "zerosim: %s\n", zs_error_msg());
-        zs_comm_finalize(comm);
-        return rc ? 1 : 0;
-    }
     o.hash_every_step = report != NULL;
-    if (rank == 0 && o.log && cfg.auto_mask) {
-        char buf[2048];
-        fprintf(o.log, "config: \"auto\" became %s\n",
-                zs_run_config_describe_auto(&cfg, buf, sizeof buf));
-    }
-    if (rank == 0 && o.log && cfg.noeffect[0])
-        fprintf(o.log, "config: accepted with no effect in zerosim: %s\n", cfg.noeffect);
-    if (rank == 0 && o.log && cfg.adjusted[0])
-        fprintf(o.log, "config: adjusted: %s\n", cfg.adjusted);
-    if (rank == 0 && o.log && !o.no_steps) {
-        const char *reduce = "";
-        if (cfg.grad_reduce == ZS_GRAD_REDUCE_STEP)
-            reduce = cfg.stage <= 1 ? ", gradients reduced once per step (--grad-reduce step)"
-                                    : ", --grad-reduce step (no effect in stages 2-3: they "
-                                      "reduce every micro-batch)";
-        char offl[160] = "";
-        if (cfg.offload_optimizer == ZS_OFFLOAD_CPU)
-            snprintf(offl, sizeof offl, ", optimizer offloaded to the host");
-        else if (cfg.offload_optimizer == ZS_OFFLOAD_NVME)
-            snprintf(offl, sizeof offl, ", optimizer offloaded to files in %.100s", cfg.nvme_path);
-        fprintf(o.log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
-                "grad-accum %d x %d%s%s%s, %d steps\n",
-                PACKAGE_VERSION, cfg.model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
-                zs_dtype_name(cfg.precision), cfg.stage, world, phantom ? "simulated " : "",
-                world == 1 ? "" : "s",
-                cfg.deterministic ? " (deterministic)" : "", cfg.micro_batch, cfg.grad_accum,
-                world / (cfg.tp * cfg.pp), cfg.tp * cfg.pp > 1 ? " data-parallel" : "", reduce,
-                offl, cfg.steps);
-        if (zs_print_notices(&cfg, world / (cfg.tp * cfg.pp), o.log))
-            fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
-    }
+    if (rank == 0 && o.log)
+        zs_train_print_start(&cfg, &o, world, phantom);
     zs_train_result r;
     rc = phantom ? zs_train_phantom(&cfg, &o, world, &r) : zs_train(&cfg, &o, comm, &r);
     if (!rc && rank == 0 && o.no_steps) { /* zerosim export */
         if (o.log)
-            fprintf(o.log, "wrote %s (%s): a GPT of %d blocks, hidden %d, %d heads, seq %d, "
-                    "vocab %d; %zu parameters, param_hash %s\n", o.export_path,
-                    zs_weights_format_name((zs_weights_format)o.export_format), cfg.model.n_layer,
-                    cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab,
-                    zs_model_count_params(&cfg.model), r.param_hash);
+            zs_train_print_export(o.log, &cfg, &o, &r);
     } else if (!rc && rank == 0) {
-        if (o.log && phantom) {
-            fprintf(o.log, "phantom run: %zu parameters%s (padded %zu%s) on %d simulated "
-                    "ranks, %.2f s; nothing was stored, computed or sent, so there are no "
-                    "losses and no param_hash; memory and traffic below are what a real run "
-                    "records\n", r.num_params, cfg.tp > 1 ? " on each tensor-parallel rank" : "",
-                    r.padded_params, cfg.pp > 1 ? " on pipeline stage 0" : "", world, r.seconds);
-            fprintf(o.log, "peak accounted memory on rank 0: %zu bytes; peak host memory of "
-                    "this process: %zu bytes\n", r.mem.total_peak, zs_report_peak_rss());
-            zs_print_ep_layout(o.log, &cfg, world);
-        } else if (o.log) {
-            int k = r.steps < 10 ? r.steps : 10;
-            double last = 0.0;
-            for (int i = r.steps - k; i < r.steps; i++)
-                last += r.info[i].loss / k;
-            if (cfg.tp > 1)
-                fprintf(o.log, "model %zu parameters, %zu on each of the %d tensor-parallel "
-                        "ranks (below)\n", zs_model_count_params(&cfg.model), r.num_params,
-                        cfg.tp);
-            if (isnan(r.loss_floor)) /* real tokens: no known floor */
-                fprintf(o.log, "parameters %zu (padded %zu), mean loss of the last %d steps "
-                        "%.4f, loss floor unknown (real data), %.2f s\n", r.num_params,
-                        r.padded_params, k, last, r.seconds);
-            else
-                fprintf(o.log, "parameters %zu (padded %zu), mean loss of the last %d steps "
-                        "%.4f, loss floor %.4f (%+.1f%%), %.2f s\n", r.num_params,
-                        r.padded_params, k, last, r.loss_floor,
-                        r.loss_floor > 0 ? 100.0 * (last - r.loss_floor) / r.loss_floor : 0.0,
-                        r.seconds);
-            if (r.val_loss && r.steps > 0 && !isnan(r.val_loss[r.steps - 1]))
-                fprintf(o.log, "held-out loss %.4f after step %d (%s, samples 0..%d, the fp32 "
-                        "parameters)\n", r.val_loss[r.steps - 1], r.steps, o.val_data,
-                        cfg.train_batch_size - 1);
-            if (o.export_path)
-                fprintf(o.log, "wrote %s (%s)\n", o.export_path,
-                        zs_weights_format_name((zs_weights_format)o.export_format));
-            fprintf(o.log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
-                    r.param_hash, r.mem.total_peak);
-            zs_print_ep_layout(o.log, &cfg, world);
-            for (int i = 0; i < r.moe_n; i++) { /* routing, rank 0's last micro-batch */
-                const zs_moe_stats *st = &r.moe[i];
-                fprintf(o.log, "moe block %d: %d tokens, capacity %d, routed", r.moe_block[i],
-                        st->tokens, st->capacity);
-                for (int j = 0; j < st->experts && j < 256; j++)
-                    fprintf(o.log, "%s%d", j ? "," : " ", st->routed[j]);
-                fprintf(o.log, ", dropped %d, l_aux %.4f\n", st->dropped, st->l_aux);
-            }
-        }
-        if (o.log)
-            zs_report_print(o.log, &cfg, &r);
-        /* the JSON last: a run whose outputs failed leaves no report */
-        if ((trace && zs_report_write_trace(trace, &r)) ||
-            (csv && zs_report_write_csv(csv, &cfg, &r)) ||
-            (report && zs_report_write_json(report, &cfg, &r))) {
-            fprintf(stderr, "zerosim: %s\n", zs_error_msg());
-            rc = 1;
-        }
+        rc = zs_train_finish(&cfg, &o, world, phantom, report, csv, trace, &r);
     } else if (rc && r.error_rank) {
         fprintf(stderr, "zerosim: %s\n", zs_error_msg());
     }
