@@ -882,6 +882,120 @@ static int zs_phantom_node_classes(int world, int tp, int pp, int k, int *cls)
     return 0;
 }
 
+/* One step shape per pipeline stage (P), every simulated rank's of that
+ * stage, over D data-parallel ranks; *nshapes: how many were built. */
+static int zs_phantom_shapes(const zs_run_config *cfg, int P, int D, zs_step_shape *shapes,
+                             int *nshapes)
+{
+    int rc = 0;
+    for (int st = 0; st < P && !rc; st++) {
+        zs_run_config sc = *cfg;
+        zs_model *m = NULL;
+        if (P > 1)
+            rc = zs_pp_stage_config(&sc, st);
+        /* expert parallelism: the engine's layout and its model's buffers
+         * (zs_engine_set_ep) */
+        zs_model_config lm;
+        zs_run_config pc = sc;
+        zs_step_ep_configs(&pc, D, &sc, &lm);
+        if (!rc)
+            rc = zs_model_create(&lm, &m);
+        if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
+            (*nshapes)++;
+        zs_model_destroy(m);
+    }
+    return rc;
+}
+
+/* cls[q]: the first rank of simulated rank q's class, whose run stands for
+ * every rank of the class (ZEROSIM_PHANTOM_EVERY_RANK=1: each its own). */
+static int zs_phantom_assign_classes(const zs_run_config *cfg, const zs_step_shape *shape0,
+                                     int world, int T, int P, int D, int *cls)
+{
+    int rc = 0;
+    const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
+    if (every && strcmp(every, "1") == 0)
+        for (int q = 0; q < world; q++)
+            cls[q] = q;
+    else
+        rc = zs_phantom_classes(shape0, world, T, P, cls);
+    /* a pipeline stage's ranks run its own program: no class spans two
+     * stages (compression, whose classes go by data-parallel rank, is
+     * refused with --pp); and the global norm's chain (zs_engine_norm_pp)
+     * has no receive on the first stage's data-parallel rank 0 and no
+     * send on the last stage's last: classes of their own */
+    if (!rc && P > 1 && !(every && strcmp(every, "1") == 0))
+        for (int q = 0; q < world; q++) {
+            zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
+            int rep = 0; /* the data-parallel rank of the class's first rank */
+            if (c.pp == 0 && c.dp > 0)
+                rep = 1;
+            else if (c.pp == P - 1 && c.dp == D - 1)
+                rep = D - 1;
+            cls[q] = zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = rep,
+                                                                  .pp = c.pp});
+        }
+    if (!rc)
+        rc = zs_phantom_node_classes(world, T, P, cfg->ranks_per_node, cls);
+    return rc;
+}
+
+/* Simulated rank q's run on its own phantom backend and communicator, its
+ * mesh and the features its collectives take; its statistics into row. */
+static int zs_phantom_run_rank(const zs_run_config *cfg, const zs_train_options *po, int world,
+                               int q, const zs_step_shape *shapes, zs_train_result *rq,
+                               double *row)
+{
+    int T = cfg->tp > 1 ? cfg->tp : 1, P = cfg->pp > 1 ? cfg->pp : 1, rc = 0;
+    char err[256];
+    zs_backend_t be = zs_backend_init_phantom(err, sizeof err);
+    zs_comm_t comm = be ? zs_comm_phantom(world, q) : NULL;
+    zs_mesh *mesh = NULL;
+    zs_run_config local = *cfg;
+    if (!be)
+        rc = zs_error_set("%s", err);
+    else if (!comm)
+        rc = zs_error_set("out of host memory creating simulated rank %d", q);
+    else if ((rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node)) != 0)
+        ;
+    else if (T * P > 1 && (rc = zs_mesh_create(comm, T, P, &mesh)) == 0)
+        local.model.tp_rank = zs_mesh_self(mesh).tp;
+    int stage = mesh && P > 1 ? zs_mesh_self(mesh).pp : 0;
+    zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
+    if (!rc && P > 1)
+        rc = zs_pp_stage_config(&local, stage);
+    if (!rc)
+        rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
+    if (!rc)
+        rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
+    if (!rc && cfg->stage == 3)
+        rc = zs_comm_set_hpz(dp, cfg->hpz_partition_size);
+    if (!rc)
+        rc = zs_comm_set_quantized_gradients(dp, cfg->quantized_gradients);
+    zs_comm_t ep = NULL, edp = NULL;
+    if (!rc && cfg->ep > 1)
+        rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
+    if (!rc)
+        rc = zs_train_rank(&local, po, comm, dp, mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
+                           mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, edp, be,
+                           &shapes[stage], rq);
+    if (ep)
+        zs_comm_free(ep);
+    if (edp)
+        zs_comm_free(edp);
+    if (comm) {
+        zs_comm_set_hpz(dp, 0);
+        zs_comm_set_quantized_gradients(dp, 0);
+    }
+    zs_mesh_free(mesh);
+    if (!rc)
+        zs_train_pack_stats(rq, comm, row);
+    if (comm)
+        zs_comm_finalize(comm);
+    zs_backend_release(be);
+    return rc;
+}
+
 int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int world,
                      zs_train_result *r)
 {
@@ -900,113 +1014,26 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     zs_step_shape *shapes = calloc((size_t)P, sizeof *shapes);
     int *cls = malloc((size_t)world * sizeof(int));
     int rc = cls && shapes ? 0 : zs_error_set("out of host memory for %d simulated ranks", world);
-    for (int st = 0; st < P && !rc; st++) {
-        zs_run_config sc = *cfg;
-        zs_model *m = NULL;
-        if (P > 1)
-            rc = zs_pp_stage_config(&sc, st);
-        /* expert parallelism: the engine's layout and its model's buffers
-         * (zs_engine_set_ep) */
-        zs_model_config lm;
-        zs_run_config pc = sc;
-        zs_step_ep_configs(&pc, D, &sc, &lm);
-        if (!rc)
-            rc = zs_model_create(&lm, &m);
-        if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
-            nshapes++;
-        zs_model_destroy(m);
-    }
-    if (!rc) {
-        const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
-        if (every && strcmp(every, "1") == 0)
-            for (int q = 0; q < world; q++)
-                cls[q] = q;
-        else
-            rc = zs_phantom_classes(&shapes[0], world, T, P, cls);
-        /* a pipeline stage's ranks run its own program: no class spans two
-         * stages (compression, whose classes go by data-parallel rank, is
-         * refused with --pp); and the global norm's chain (zs_engine_norm_pp)
-         * has no receive on the first stage's data-parallel rank 0 and no
-         * send on the last stage's last: classes of their own */
-        if (!rc && P > 1 && !(every && strcmp(every, "1") == 0))
-            for (int q = 0; q < world; q++) {
-                zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
-                int rep = 0; /* the data-parallel rank of the class's first rank */
-                if (c.pp == 0 && c.dp > 0)
-                    rep = 1;
-                else if (c.pp == P - 1 && c.dp == D - 1)
-                    rep = D - 1;
-                cls[q] = zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = rep,
-                                                                      .pp = c.pp});
-            }
-        if (!rc)
-            rc = zs_phantom_node_classes(world, T, P, cfg->ranks_per_node, cls);
-    }
+    if (!rc)
+        rc = zs_phantom_shapes(cfg, P, D, shapes, &nshapes);
+    if (!rc)
+        rc = zs_phantom_assign_classes(cfg, &shapes[0], world, T, P, D, cls);
     double row[ZS_NM + ZS_NC];
     for (int q = 0; q < world && !rc; q++) {
         if (cls[q] != q) /* filled with its class's first rank */
             continue;
-        char err[256];
         zs_train_result one, *rq = q == 0 ? r : &one;
         if (q > 0)
             memset(&one, 0, sizeof one);
-        zs_backend_t be = zs_backend_init_phantom(err, sizeof err);
-        zs_comm_t comm = be ? zs_comm_phantom(world, q) : NULL;
-        zs_mesh *mesh = NULL;
-        zs_run_config local = *cfg;
-        if (!be)
-            rc = zs_error_set("%s", err);
-        else if (!comm)
-            rc = zs_error_set("out of host memory creating simulated rank %d", q);
-        else if ((rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node)) != 0)
-            ;
-        else if (T * P > 1 && (rc = zs_mesh_create(comm, T, P, &mesh)) == 0)
-            local.model.tp_rank = zs_mesh_self(mesh).tp;
-        int stage = mesh && P > 1 ? zs_mesh_self(mesh).pp : 0;
-        if (!rc && P > 1)
-            rc = zs_pp_stage_config(&local, stage);
+        rc = zs_phantom_run_rank(cfg, &po, world, q, shapes, rq, row);
         if (!rc)
-            rc = zs_comm_set_hierarchical(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                          cfg->hierarchical);
-        if (!rc)
-            rc = zs_comm_set_quantized_weights(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                               cfg->quantized_weights);
-        if (!rc && cfg->stage == 3)
-            rc = zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                 cfg->hpz_partition_size);
-        if (!rc)
-            rc = zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                                 cfg->quantized_gradients);
-        zs_comm_t ep = NULL, edp = NULL;
-        if (!rc && cfg->ep > 1)
-            rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
-        if (!rc)
-            rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                               mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
-                               mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, edp, be,
-                               &shapes[stage], rq);
-        if (ep)
-            zs_comm_free(ep);
-        if (edp)
-            zs_comm_free(edp);
-        if (comm) {
-            zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
-            zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
-        }
-        zs_mesh_free(mesh);
-        if (!rc) {
-            zs_train_pack_stats(rq, comm, row);
             for (int p = q; p < world; p++)
                 if (cls[p] == q)
                     zs_train_unpack_stats(r, p, row);
-        }
         if (q > 0) {
             r->error_rank = one.error_rank;
             zs_train_result_free(&one);
         }
-        if (comm)
-            zs_comm_finalize(comm);
-        zs_backend_release(be);
     }
     for (int st = 0; st < nshapes; st++)
         zs_step_shape_free(&shapes[st]);
