@@ -4,19 +4,18 @@
  * "train"). It goes through zs_train_setup, the parsing, --config loading
  * and validation that `zerosim train` runs before it starts training, as
  * rank 1 of a one-rank world: rank 1 prints nothing and creates no --csv
- * directory (rank 0's job), so the target has no side effects. src/cli/main.c
- * is included, without its main, to reach its static functions.
+ * directory (rank 0's job), so the target has no side effects.
  */
-#define ZS_CLI_NO_MAIN
-#include "cli/main.c"
+#include "cli/train_cmd.h"
 
 #include "argv.h"
+
+#include <getopt.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    (void)zs_cmd_train; /* main's, unused here */
     char **argv, *buf;
     int argc = zs_fuzz_argv(data, size, "train", &argv, &buf);
     if (argc > 0) {
@@ -25,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * program that parses once may */
         char *none[] = {"train", NULL};
         optind = 0;
-        (void)getopt_long(1, none, "", zs_long_options, NULL);
+        (void)getopt_long(1, none, "", NULL, NULL);
         zs_train_options o = {.backend = "cpu", .log = NULL, .print_every = 10};
         zs_run_config cfg;
         const char *report = NULL, *csv = NULL, *trace = NULL;

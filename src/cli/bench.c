@@ -686,9 +686,23 @@ static int zs_bench_levels(zs_comm_t comm, zs_mem_t mem, int quick, int K, int M
     return rc;
 }
 
-static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
+/* Everything zs_bench_run measures, on each rank. */
+typedef struct {
+    int N, K, M;              /* ranks, ranks per node, nodes */
+    int levels;               /* more than one node: each level measured */
+    double gemm, gemm_spread, adamw, work_s[ZS_WORK_NKINDS];
+    zs_bench_fit rs, ag;             /* the whole world's collectives */
+    zs_bench_fit in_rs, in_ag;       /* inside a node */
+    zs_bench_fit x_rs, x_ag;         /* one rank per node */
+    zs_bench_fit l_rs, l_ag;         /* every node's ranks at once over the link */
+    zs_bench_link_r link;            /* the link's fit from l_rs and l_ag */
+    zs_bench_offload_r off;
+} zs_bench_results;
+
+/* Every measurement, on every rank at once. */
+static int zs_bench_measure(zs_comm_t comm, int quick, int rpn, zs_bench_results *m)
 {
-    int N = zs_comm_size(comm), rank = zs_comm_rank(comm);
+    int rank = zs_comm_rank(comm);
     char err[256];
     zs_backend_t be = zs_backend_init("cpu", err, sizeof err);
     if (!be)
@@ -698,128 +712,140 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
         zs_backend_release(be);
         ZS_FAIL("out of host memory");
     }
-    double gemm = 0, adamw = 0, work_s[ZS_WORK_NKINDS] = {0};
-    zs_bench_fit rs, ag;
-    memset(&rs, 0, sizeof rs);
-    memset(&ag, 0, sizeof ag);
-    double gemm_spread = 1;
-    zs_bench_fit in_rs, in_ag, x_rs, x_ag;
-    memset(&in_rs, 0, sizeof in_rs);
-    memset(&in_ag, 0, sizeof in_ag);
-    memset(&x_rs, 0, sizeof x_rs);
-    memset(&x_ag, 0, sizeof x_ag);
-    int K = N, M = 1;
+    memset(m, 0, sizeof *m);
+    m->N = zs_comm_size(comm);
+    m->gemm_spread = 1;
+    m->K = m->N;
+    m->M = 1;
     int rc = rpn > 0 ? zs_comm_set_ranks_per_node(comm, rpn) : 0;
-    int levels = !rc && zs_bench_nodes(comm, &K, &M);
+    m->levels = !rc && zs_bench_nodes(comm, &m->K, &m->M);
     if (!rc)
-        rc = zs_bench_compute(comm, be, mem, quick, &gemm, &gemm_spread, &adamw, work_s);
+        rc = zs_bench_compute(comm, be, mem, quick, &m->gemm, &m->gemm_spread, &m->adamw,
+                              m->work_s);
     if (!rc)
-        rc = zs_bench_collectives(comm, mem, quick, 0, &rs, &ag);
-    if (!rc && levels)
-        rc = zs_bench_levels(comm, mem, quick, K, M, &in_rs, &in_ag, &x_rs, &x_ag);
-    zs_bench_fit l_rs, l_ag;
-    zs_bench_link_r link = {0, 0};
-    memset(&l_rs, 0, sizeof l_rs);
-    memset(&l_ag, 0, sizeof l_ag);
-    if (!rc && levels) {
-        rc = zs_bench_collectives(comm, mem, quick, 1, &l_rs, &l_ag);
-        zs_bench_fit_link(&l_rs, &l_ag, N, K, &link);
+        rc = zs_bench_collectives(comm, mem, quick, 0, &m->rs, &m->ag);
+    if (!rc && m->levels)
+        rc = zs_bench_levels(comm, mem, quick, m->K, m->M, &m->in_rs, &m->in_ag, &m->x_rs,
+                             &m->x_ag);
+    if (!rc && m->levels) {
+        rc = zs_bench_collectives(comm, mem, quick, 1, &m->l_rs, &m->l_ag);
+        zs_bench_fit_link(&m->l_rs, &m->l_ag, m->N, m->K, &m->link);
     }
-    zs_bench_offload_r off = {0};
     if (!rc)
-        rc = zs_bench_offload(comm, quick, &off);
+        rc = zs_bench_offload(comm, quick, &m->off);
     zs_mem_destroy(mem);
     zs_backend_release(be);
-    if (rc || rank != 0)
-        return rc;
+    return rc;
+}
+
+/* Rank 0's lines: the kernels, offload's links, then the collectives'
+ * fits (each level's, with more than one node). */
+static void zs_bench_print(const zs_bench_results *m, int quick)
+{
+    int N = m->N;
+    const double *work_s = m->work_s;
     printf("zerosim bench: %d rank%s, every rank busy at once; CPU kernels in %s\n", N,
            N == 1 ? "" : "s", zs_backend_cpu_kernels());
     printf("GEMM (a block's linear layers at 512 tokens, C 512, forward and backward): %.2f "
-           "GFLOP/s per rank; its slowest repetition took %.2fx the fastest's time\n", gemm / 1e9,
-           gemm_spread);
-    printf("AdamW: %.1f M elements/s per rank\n", adamw / 1e6);
+           "GFLOP/s per rank; its slowest repetition took %.2fx the fastest's time\n",
+           m->gemm / 1e9, m->gemm_spread);
+    printf("AdamW: %.1f M elements/s per rank\n", m->adamw / 1e6);
     /* AdamW on fp32 reads p, m, v, g and writes p, m, v: 28 bytes */
     printf("offload: host copies %.2f GB/s per rank (bytes read + written); AdamW moves 28 "
            "bytes per element, %.2f GB/s, %.0f%% of the copy's rate; files: write %.2f GB/s "
            "(synced), read %.2f GB/s (after dropping them from the page cache)\n",
-           off.copy_bw / 1e9, adamw * 28.0 / 1e9, 100.0 * adamw * 28.0 / off.copy_bw,
-           off.write_bw / 1e9, off.read_bw / 1e9);
+           m->off.copy_bw / 1e9, m->adamw * 28.0 / 1e9, 100.0 * m->adamw * 28.0 / m->off.copy_bw,
+           m->off.write_bw / 1e9, m->off.read_bw / 1e9);
     printf("other GPT kernels (B %d, T 32, C 512, V 1024), ns per unit: attention %.4g (per "
            "B T^2 C), GELU %.4g (per element), rest of a block %.4g (per B T C), head %.4g "
            "(per B T V), gradients %.4g (per parameter), other passes %.4g (per element), "
            "ZeRO++'s block quantization %.4g (per element encoded or decoded)\n",
            zs_bench_batch(quick), work_s[0] * 1e9, work_s[1] * 1e9, work_s[2] * 1e9,
            work_s[3] * 1e9, work_s[4] * 1e9, work_s[5] * 1e9, work_s[ZS_WORK_QUANT] * 1e9);
-    if (N > 1) {
-        zs_bench_print_fit("reduce-scatter", &rs, N);
-        zs_bench_print_fit("allgather", &ag, N);
-        if (levels) {
-            printf("%d nodes of %d ranks: inside a node (every node at once)\n", M, K);
-            if (K > 1) {
-                zs_bench_print_fit("reduce-scatter inside a node", &in_rs, K);
-                zs_bench_print_fit("allgather inside a node", &in_ag, K);
-            } else {
-                printf("  one rank per node: nothing moves inside a node\n");
-            }
-            printf("between nodes (one rank per node, every local index at once)\n");
-            zs_bench_print_fit("reduce-scatter between nodes", &x_rs, M);
-            zs_bench_print_fit("allgather between nodes", &x_ag, M);
-            zs_bench_print_link(&l_rs, &l_ag, N, K, &link);
-        }
-    } else {
+    if (N <= 1) {
         printf("collectives: one rank sends nothing (run under mpirun -np N to measure them)\n");
+        return;
     }
-    if (!out)
-        return 0;
+    zs_bench_print_fit("reduce-scatter", &m->rs, N);
+    zs_bench_print_fit("allgather", &m->ag, N);
+    if (!m->levels)
+        return;
+    printf("%d nodes of %d ranks: inside a node (every node at once)\n", m->M, m->K);
+    if (m->K > 1) {
+        zs_bench_print_fit("reduce-scatter inside a node", &m->in_rs, m->K);
+        zs_bench_print_fit("allgather inside a node", &m->in_ag, m->K);
+    } else {
+        printf("  one rank per node: nothing moves inside a node\n");
+    }
+    printf("between nodes (one rank per node, every local index at once)\n");
+    zs_bench_print_fit("reduce-scatter between nodes", &m->x_rs, m->M);
+    zs_bench_print_fit("allgather between nodes", &m->x_ag, m->M);
+    zs_bench_print_link(&m->l_rs, &m->l_ag, N, m->K, &m->link);
+}
+
+/* The calibration's collective keys with more than one node: each level
+ * fitted on its own (a, b: the whole world's latency and bandwidth, what
+ * the intra-node figures repeat with one rank per node). */
+static void zs_bench_json_levels(json_t *root, const zs_bench_results *m, double a, double b)
+{
+    int K = m->K, M = m->M, N = m->N;
+    double ia = K > 1 ? 0.5 * (m->in_rs.alpha + m->in_ag.alpha) : a;
+    double ib = K > 1 ? 2.0 / (1.0 / m->in_rs.beta + 1.0 / m->in_ag.beta) : b;
+    json_object_set_new(root, "intra_latency_s", zs_bench_num(ia));
+    json_object_set_new(root, "intra_bandwidth", zs_bench_num(ib));
+    /* between nodes: the link as a step loads it (the groups of one
+     * rank per node, each after its own barrier, drift apart and leave
+     * the link to one group at times: their fits are kept as samples,
+     * not used); a rank of K sharing the link has 1/K of it */
+    json_object_set_new(root, "inter_latency_s", zs_bench_num(m->link.alpha));
+    json_object_set_new(root, "inter_bandwidth", zs_bench_num(m->link.bw / K));
+    json_object_set_new(root, "inter_link_bandwidth", zs_bench_num(m->link.bw));
+    json_object_set_new(root, "link", zs_bench_link_json(&m->l_rs, &m->l_ag, N, K, &m->link));
+    json_object_set_new(root, "nodes", json_integer(M));
+    json_object_set_new(root, "ranks_per_node", json_integer(K));
+    json_object_set_new(root, "note",
+                        json_string(K > 1 ? "intra_*: the collectives among each node's "
+                                            "ranks; inter_*: the node link's fit (link)"
+                                          : "one rank per node: intra_* repeat the whole "
+                                            "world's fit; inter_*: among one rank per node"));
+    if (K > 1) {
+        json_object_set_new(root, "intra_reduce_scatter", zs_bench_fit_json(&m->in_rs, K));
+        json_object_set_new(root, "intra_allgather", zs_bench_fit_json(&m->in_ag, K));
+    }
+    json_object_set_new(root, "inter_reduce_scatter", zs_bench_fit_json(&m->x_rs, M));
+    json_object_set_new(root, "inter_allgather", zs_bench_fit_json(&m->x_ag, M));
+    json_object_set_new(root, "reduce_scatter", zs_bench_fit_json(&m->rs, N));
+    json_object_set_new(root, "allgather", zs_bench_fit_json(&m->ag, N));
+}
+
+/* The calibration file's document (zerosim plan --calibration reads it). */
+static json_t *zs_bench_json(const zs_bench_results *m)
+{
+    int N = m->N;
     /* one node: the inter-node figures are the intra-node ones, said so */
-    double a = N > 1 ? 0.5 * (rs.alpha + ag.alpha) : 0;
-    double b = N > 1 ? 2.0 / (1.0 / rs.beta + 1.0 / ag.beta) : 0;
+    double a = N > 1 ? 0.5 * (m->rs.alpha + m->ag.alpha) : 0;
+    double b = N > 1 ? 2.0 / (1.0 / m->rs.beta + 1.0 / m->ag.beta) : 0;
     json_t *root = json_pack("{s:s, s:i, s:f, s:f}", "zerosim_calibration", PACKAGE_VERSION,
-                             "world_size", N, "gemm_flops", gemm, "optimizer_elems_per_s", adamw);
+                             "world_size", N, "gemm_flops", m->gemm, "optimizer_elems_per_s",
+                             m->adamw);
     /* offload: a copy moves each byte once each way (a device-host copy of
      * S bytes takes S / host_bandwidth); the files are read and written
      * equally each step: the harmonic mean of the two rates */
-    json_object_set_new(root, "host_bandwidth", zs_bench_num(off.copy_bw / 2.0));
+    json_object_set_new(root, "host_bandwidth", zs_bench_num(m->off.copy_bw / 2.0));
     json_object_set_new(root, "nvme_bandwidth",
-                        zs_bench_num(2.0 / (1.0 / off.write_bw + 1.0 / off.read_bw)));
-    json_object_set_new(root, "host_optimizer_elems_per_s", zs_bench_num(adamw));
+                        zs_bench_num(2.0 / (1.0 / m->off.write_bw + 1.0 / m->off.read_bw)));
+    json_object_set_new(root, "host_optimizer_elems_per_s", zs_bench_num(m->adamw));
     /* how much this machine's speed moved while it was measured */
-    json_object_set_new(root, "gemm_spread", json_real(gemm_spread));
+    json_object_set_new(root, "gemm_spread", json_real(m->gemm_spread));
     json_t *wj = json_object();
     for (int k = 0; k < ZS_WORK_NKINDS; k++)
-        json_object_set_new(wj, zs_work_kind_name((zs_work_kind)k), json_real(work_s[k]));
+        json_object_set_new(wj, zs_work_kind_name((zs_work_kind)k), json_real(m->work_s[k]));
     json_object_set_new(root, "work_s", wj);
     /* the ranks are processes on CPUs: their collectives inside a node are
      * copies through shared memory made by the same cores that compute */
     json_object_set_new(root, "intra_copies_use_cores", json_true());
-    if (N > 1 && levels) { /* each level fitted on its own */
-        double ia = K > 1 ? 0.5 * (in_rs.alpha + in_ag.alpha) : a;
-        double ib = K > 1 ? 2.0 / (1.0 / in_rs.beta + 1.0 / in_ag.beta) : b;
-        json_object_set_new(root, "intra_latency_s", zs_bench_num(ia));
-        json_object_set_new(root, "intra_bandwidth", zs_bench_num(ib));
-        /* between nodes: the link as a step loads it (the groups of one
-         * rank per node, each after its own barrier, drift apart and leave
-         * the link to one group at times: their fits are kept as samples,
-         * not used); a rank of K sharing the link has 1/K of it */
-        json_object_set_new(root, "inter_latency_s", zs_bench_num(link.alpha));
-        json_object_set_new(root, "inter_bandwidth", zs_bench_num(link.bw / K));
-        json_object_set_new(root, "inter_link_bandwidth", zs_bench_num(link.bw));
-        json_object_set_new(root, "link", zs_bench_link_json(&l_rs, &l_ag, N, K, &link));
-        json_object_set_new(root, "nodes", json_integer(M));
-        json_object_set_new(root, "ranks_per_node", json_integer(K));
-        json_object_set_new(root, "note",
-                            json_string(K > 1 ? "intra_*: the collectives among each node's "
-                                                "ranks; inter_*: the node link's fit (link)"
-                                              : "one rank per node: intra_* repeat the whole "
-                                                "world's fit; inter_*: among one rank per node"));
-        if (K > 1) {
-            json_object_set_new(root, "intra_reduce_scatter", zs_bench_fit_json(&in_rs, K));
-            json_object_set_new(root, "intra_allgather", zs_bench_fit_json(&in_ag, K));
-        }
-        json_object_set_new(root, "inter_reduce_scatter", zs_bench_fit_json(&x_rs, M));
-        json_object_set_new(root, "inter_allgather", zs_bench_fit_json(&x_ag, M));
-        json_object_set_new(root, "reduce_scatter", zs_bench_fit_json(&rs, N));
-        json_object_set_new(root, "allgather", zs_bench_fit_json(&ag, N));
+    if (N > 1 && m->levels) {
+        zs_bench_json_levels(root, m, a, b);
     } else if (N > 1) {
         json_object_set_new(root, "intra_latency_s", zs_bench_num(a));
         json_object_set_new(root, "intra_bandwidth", zs_bench_num(b));
@@ -827,9 +853,22 @@ static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
         json_object_set_new(root, "inter_bandwidth", zs_bench_num(b));
         json_object_set_new(root, "note", json_string("measured on one machine: the inter-node "
                                                       "figures repeat the intra-node ones"));
-        json_object_set_new(root, "reduce_scatter", zs_bench_fit_json(&rs, N));
-        json_object_set_new(root, "allgather", zs_bench_fit_json(&ag, N));
+        json_object_set_new(root, "reduce_scatter", zs_bench_fit_json(&m->rs, N));
+        json_object_set_new(root, "allgather", zs_bench_fit_json(&m->ag, N));
     }
+    return root;
+}
+
+static int zs_bench_run(zs_comm_t comm, const char *out, int quick, int rpn)
+{
+    zs_bench_results m;
+    int rc = zs_bench_measure(comm, quick, rpn, &m);
+    if (rc || zs_comm_rank(comm) != 0)
+        return rc;
+    zs_bench_print(&m, quick);
+    if (!out)
+        return 0;
+    json_t *root = zs_bench_json(&m);
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (!text)

@@ -560,7 +560,41 @@ static void zs_report_print_ckpt(FILE *f, const zs_train_result *r)
     }
 }
 
-void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
+/* Rank q's rows of the memory table: each category measured and
+ * predicted, the total peak by phase, and the host and nvme tiers. */
+static void zs_report_print_memory_rank(FILE *f, const zs_train_result *r, int q)
+{
+    for (size_t k = 0; k < ZS_NROWS; k++) {
+        int has;
+        size_t pred = zs_row_pred(r, q, k, &has), meas = zs_row_peak(r, q, k);
+        if (!has && meas == 0)
+            continue;
+        if (has)
+            fprintf(f, "%5d  %-17s %15zu %15zu %9.3f\n", q, zs_mem_rows[k].name, meas, pred,
+                    zs_ratio((double)meas, (double)pred));
+        else
+            fprintf(f, "%5d  %-17s %15zu %15s %9s\n", q, zs_mem_rows[k].name, meas, "-", "-");
+    }
+    fprintf(f, "%5d  %-17s %15zu   (setup %zu, forward %zu, backward %zu, step %zu)\n", q,
+            "total peak", r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_SETUP],
+            r->phase_peaks[q][ZS_MEM_PHASE_FORWARD], r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD],
+            r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
+    for (int t = ZS_TIER_HOST; zs_report_has_tiers(r) && t < ZS_MEM_NTIERS; t++)
+        for (int c = 0; c < ZS_MEM_NCAT; c++) {
+            size_t meas = r->tier_peaks[q][t][c], pred = zs_pred_of(r, q)->tier_bytes[t][c];
+            if (!meas && !pred)
+                continue;
+            char name[40];
+            snprintf(name, sizeof name, "%s %s", zs_mem_tier_name((zs_mem_tier)t),
+                     zs_mem_category_name((zs_mem_category)c));
+            fprintf(f, "%5d  %-17s %15zu %15zu %9.3f\n", q, name, meas, pred,
+                    zs_ratio((double)meas, (double)pred));
+        }
+}
+
+/* The memory table (ranks like the one before folded into one line), the
+ * process's RSS, stage 3's live parameters and hpZ's secondary partition. */
+static void zs_report_print_memory(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
 {
     int N = r->world_size, same = 0;
     fprintf(f, "\nmemory per rank (peak bytes; predicted by counting the step program, "
@@ -573,35 +607,9 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         }
         zs_print_same(f, q - same, q - 1);
         same = 0;
-        for (size_t k = 0; k < ZS_NROWS; k++) {
-            int has;
-            size_t pred = zs_row_pred(r, q, k, &has), meas = zs_row_peak(r, q, k);
-            if (!has && meas == 0)
-                continue;
-            if (has)
-                fprintf(f, "%5d  %-17s %15zu %15zu %9.3f\n", q, zs_mem_rows[k].name, meas, pred,
-                        zs_ratio((double)meas, (double)pred));
-            else
-                fprintf(f, "%5d  %-17s %15zu %15s %9s\n", q, zs_mem_rows[k].name, meas, "-", "-");
-        }
-        fprintf(f, "%5d  %-17s %15zu   (setup %zu, forward %zu, backward %zu, step %zu)\n", q,
-                "total peak", r->total_peaks[q], r->phase_peaks[q][ZS_MEM_PHASE_SETUP],
-                r->phase_peaks[q][ZS_MEM_PHASE_FORWARD], r->phase_peaks[q][ZS_MEM_PHASE_BACKWARD],
-                r->phase_peaks[q][ZS_MEM_PHASE_STEP]);
-        for (int t = ZS_TIER_HOST; zs_report_has_tiers(r) && t < ZS_MEM_NTIERS; t++)
-            for (int c = 0; c < ZS_MEM_NCAT; c++) {
-                size_t meas = r->tier_peaks[q][t][c], pred = zs_pred_of(r, q)->tier_bytes[t][c];
-                if (!meas && !pred)
-                    continue;
-                char name[40];
-                snprintf(name, sizeof name, "%s %s", zs_mem_tier_name((zs_mem_tier)t),
-                         zs_mem_category_name((zs_mem_category)c));
-                fprintf(f, "%5d  %-17s %15zu %15zu %9.3f\n", q, name, meas, pred,
-                        zs_ratio((double)meas, (double)pred));
-            }
+        zs_report_print_memory_rank(f, r, q);
     }
     zs_print_same(f, N - same, N - 1);
-    same = 0;
     fprintf(f, "%s peak RSS %zu bytes\n", r->phantom ? "this process's (all simulated ranks)" : "rank 0",
             zs_report_peak_rss());
     if (cfg->stage == 3)
@@ -614,24 +622,58 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
                 r->padded_params / (size_t)r->hpz * zs_dtype_size(cfg->precision),
                 r->padded_params / (size_t)r->hpz, r->padded_params, r->hpz,
                 zs_dtype_name(cfg->precision));
-    zs_report_print_ckpt(f, r);
-    if (!r->phantom && r->steps > 0) {
-        fprintf(f, "\ncommunication time per step (collectives; hidden: stage 3's prefetched "
-                   "gathers%s while compute ran)\n",
-                zs_step_overlap(cfg) ? " and the reduce-scatters started by overlap_comm" : "");
-        fprintf(f, "%5s  %12s %12s %12s\n", "rank", "total_s", "hidden_s", "exposed_s");
-        for (int q = 0; q < N; q++) {
-            double tot, hid;
-            zs_comm_time(r, q, &tot, &hid);
-            fprintf(f, "%5d  %12.6f %12.6f %12.6f\n", q, tot / r->steps, hid / r->steps,
-                    (tot - hid) / r->steps);
-        }
+}
+
+/* Each rank's collective time per step, and the part compute hid. */
+static void zs_report_print_comm_time(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
+{
+    fprintf(f, "\ncommunication time per step (collectives; hidden: stage 3's prefetched "
+               "gathers%s while compute ran)\n",
+            zs_step_overlap(cfg) ? " and the reduce-scatters started by overlap_comm" : "");
+    fprintf(f, "%5s  %12s %12s %12s\n", "rank", "total_s", "hidden_s", "exposed_s");
+    for (int q = 0; q < r->world_size; q++) {
+        double tot, hid;
+        zs_comm_time(r, q, &tot, &hid);
+        fprintf(f, "%5d  %12.6f %12.6f %12.6f\n", q, tot / r->steps, hid / r->steps,
+                (tot - hid) / r->steps);
     }
+}
 
-    if (r->pp_pred && !r->phantom && r->steps > 0)
-        zs_report_print_pipeline(f, cfg, r);
+/* Rank q's rows of the traffic table: each op's bytes per step measured
+ * and predicted (nodes: and across nodes). */
+static void zs_report_print_traffic_rank(FILE *f, const zs_train_result *r, int q, int nodes)
+{
+    for (int o = 0; o < ZS_OP_NOPS; o++) {
+        double calls, secs, api, b = zs_op_bytes(r, q, o, &calls, &secs, &api);
+        double pb = zs_op_pred(r, q, o);
+        if (calls == 0)
+            continue;
+        double mb = b / r->steps, ib = zs_op_inter(r, q, o) / r->steps;
+        double ipb = zs_op_pred_inter(r, q, o);
+        char ip[400] = "", ratio[16] = "-", pred[24] = "-";
+        if (nodes) {
+            char t[24] = "-";
+            if (ipb >= 0)
+                snprintf(t, sizeof t, "%.1f", ipb / r->steps);
+            snprintf(ip, sizeof ip, " %15.1f %15s", ib, t);
+        }
+        if (pb >= 0) {
+            snprintf(pred, sizeof pred, "%.1f", pb / r->steps);
+            if (r->world_size > 1)
+                snprintf(ratio, sizeof ratio, "%.3f", zs_ratio(mb, pb / r->steps));
+            else
+                snprintf(ratio, sizeof ratio, "(N=1)");
+        }
+        fprintf(f, "%5d  %-15s %15.1f %15s %9s%s\n", q, zs_comm_op_name(o), mb, pred, ratio, ip);
+    }
+}
 
-    int nodes = r->nodes > 1; /* the inter-node columns only where there are nodes */
+/* The traffic table (ranks like the one before folded into one line);
+ * the inter-node columns only where there are nodes. */
+static void zs_report_print_traffic(FILE *f, const zs_train_result *r)
+{
+    int N = r->world_size, same = 0;
+    int nodes = r->nodes > 1;
     if (nodes) {
         fprintf(f, "\ntraffic per rank per step (bytes, ring volume: (N-1)/N of each buffer; "
                    "inter: across nodes, %d nodes)\n", r->nodes);
@@ -648,32 +690,16 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         }
         zs_print_same(f, q - same, q - 1);
         same = 0;
-        for (int o = 0; o < ZS_OP_NOPS; o++) {
-            double calls, secs, api, b = zs_op_bytes(r, q, o, &calls, &secs, &api);
-            double pb = zs_op_pred(r, q, o);
-            if (calls == 0)
-                continue;
-            double mb = b / r->steps, ib = zs_op_inter(r, q, o) / r->steps;
-            double ipb = zs_op_pred_inter(r, q, o);
-            char ip[400] = "", ratio[16] = "-", pred[24] = "-";
-            if (nodes) {
-                char t[24] = "-";
-                if (ipb >= 0)
-                    snprintf(t, sizeof t, "%.1f", ipb / r->steps);
-                snprintf(ip, sizeof ip, " %15.1f %15s", ib, t);
-            }
-            if (pb >= 0) {
-                snprintf(pred, sizeof pred, "%.1f", pb / r->steps);
-                if (N > 1)
-                    snprintf(ratio, sizeof ratio, "%.3f", zs_ratio(mb, pb / r->steps));
-                else
-                    snprintf(ratio, sizeof ratio, "(N=1)");
-            }
-            fprintf(f, "%5d  %-15s %15.1f %15s %9s%s\n", q, zs_comm_op_name(o), mb, pred, ratio, ip);
-        }
+        zs_report_print_traffic_rank(f, r, q, nodes);
     }
     zs_print_same(f, N - same, N - 1);
+}
 
+/* Rank 0's traffic by group (a mesh: data- and tensor-parallel), then its
+ * collectives by message size with nccl-tests' bandwidths. */
+static void zs_report_print_comms(FILE *f, const zs_train_result *r)
+{
+    int N = r->world_size;
     if (r->dp_size > 0 && r->dp_size != N) {
         fprintf(f, "\ntraffic per step by group on rank 0 (dp %d, tp %d ranks)\n", r->dp_size,
                 r->tp_size);
@@ -695,6 +721,18 @@ void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r
         fprintf(f, "%-15s %14zu %8zu %12.3f %12.3f %12.3f\n", zs_comm_op_name(c->op), c->msg_bytes,
                 c->count, c->seconds * 1e3, alg, alg * zs_busbw_factor(c->op, N));
     }
+}
+
+void zs_report_print(FILE *f, const zs_run_config *cfg, const zs_train_result *r)
+{
+    zs_report_print_memory(f, cfg, r);
+    zs_report_print_ckpt(f, r);
+    if (!r->phantom && r->steps > 0)
+        zs_report_print_comm_time(f, cfg, r);
+    if (r->pp_pred && !r->phantom && r->steps > 0)
+        zs_report_print_pipeline(f, cfg, r);
+    zs_report_print_traffic(f, r);
+    zs_report_print_comms(f, r);
 }
 
 /* Write text to dir/name atomically. */
@@ -963,114 +1001,104 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
     return zs_csv_flush(&t, dir, 5);
 }
 
-int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r)
+/* The report's "model": the GPT's shapes, or the MLP's widths. */
+static json_t *zs_report_json_model(const zs_model_config *mc)
 {
-    json_t *losses = json_array(), *lrs = json_array(), *norms = json_array(),
-           *scales = json_array(), *skipped = json_array(), *secs = json_array();
+    if (mc->kind == ZS_MODEL_GPT)
+        return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "type", "gpt", "layers", mc->n_layer,
+                         "hidden", mc->n_embd, "heads", mc->n_head, "seq", mc->seq_len,
+                         "vocab", mc->vocab);
+    json_t *w = json_array();
+    for (int i = 0; i < mc->n_hidden; i++)
+        json_array_append_new(w, json_integer(mc->widths[i]));
+    return json_pack("{s:s, s:i, s:i, s:o, s:s}", "type", "mlp", "input_dim", mc->input_dim,
+                     "classes", mc->n_classes, "widths", w, "activation",
+                     mc->act == ZS_ACT_RELU ? "relu" : "gelu");
+}
+
+/* The per-step arrays: losses, learning rates, gradient norms, loss
+ * scales, skipped steps and seconds. */
+typedef struct {
+    json_t *losses, *lrs, *norms, *scales, *skipped, *secs;
+} zs_report_steps;
+
+static void zs_report_json_steps(const zs_train_result *r, zs_report_steps *st)
+{
+    st->losses = json_array();
+    st->lrs = json_array();
+    st->norms = json_array();
+    st->scales = json_array();
+    st->skipped = json_array();
+    st->secs = json_array();
     for (int s = 0; s < r->steps; s++) {
-        json_array_append_new(losses, zs_json_real(r->info[s].loss));
-        json_array_append_new(lrs, zs_json_real(r->info[s].lr));
-        json_array_append_new(norms, zs_json_real(r->info[s].grad_norm));
-        json_array_append_new(scales, zs_json_real(r->info[s].loss_scale));
-        json_array_append_new(skipped, json_boolean(r->info[s].skipped));
-        json_array_append_new(secs, zs_json_real(r->info[s].seconds));
+        json_array_append_new(st->losses, zs_json_real(r->info[s].loss));
+        json_array_append_new(st->lrs, zs_json_real(r->info[s].lr));
+        json_array_append_new(st->norms, zs_json_real(r->info[s].grad_norm));
+        json_array_append_new(st->scales, zs_json_real(r->info[s].loss_scale));
+        json_array_append_new(st->skipped, json_boolean(r->info[s].skipped));
+        json_array_append_new(st->secs, zs_json_real(r->info[s].seconds));
     }
-    const zs_model_config *mc = &cfg->model;
-    json_t *model;
-    if (mc->kind == ZS_MODEL_GPT) {
-        model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "type", "gpt", "layers", mc->n_layer,
-                          "hidden", mc->n_embd, "heads", mc->n_head, "seq", mc->seq_len,
-                          "vocab", mc->vocab);
-    } else {
-        json_t *w = json_array();
-        for (int i = 0; i < mc->n_hidden; i++)
-            json_array_append_new(w, json_integer(mc->widths[i]));
-        model = json_pack("{s:s, s:i, s:i, s:o, s:s}", "type", "mlp", "input_dim", mc->input_dim,
-                          "classes", mc->n_classes, "widths", w, "activation",
-                          mc->act == ZS_ACT_RELU ? "relu" : "gelu");
-    }
-    json_t *root = json_pack(
-        "{s:s, s:I, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:o}",
-        "zerosim_version", PACKAGE_VERSION,
-        "num_params", (json_int_t)r->num_params,
-        "world_size", r->world_size,
-        "stage", cfg->stage,
-        "precision", zs_dtype_name(cfg->precision),
-        "steps", r->steps,
-        "losses", losses,
-        "param_hash", r->param_hash,
-        "param_hash_algorithm", "XXH3_64bits of the fp32 parameters (master weights under mixed "
-                                "precision) in layout order, unpadded, little-endian",
-        "model", model);
-    json_object_set_new(root, "micro_batch", json_integer(cfg->micro_batch));
-    json_object_set_new(root, "grad_accum", json_integer(cfg->grad_accum));
-    json_object_set_new(root, "train_batch_size", json_integer(cfg->train_batch_size));
-    json_object_set_new(root, "seed", json_integer((json_int_t)cfg->seed));
-    json_object_set_new(root, "optimizer", json_string(cfg->optimizer == ZS_OPT_ADAMW ? "adamw" : "sgd"));
-    json_object_set_new(root, "optimizer_state_bytes_per_param",
-                        json_integer(zs_optim_state_bytes(cfg->optimizer, cfg->precision)));
-    json_object_set_new(root, "lrs", lrs);
-    json_object_set_new(root, "grad_norms", norms);
-    json_object_set_new(root, "loss_scales", scales);
-    json_object_set_new(root, "skipped_steps", skipped);
-    json_object_set_new(root, "step_seconds", secs);
-    json_object_set_new(root, "loss_floor", zs_json_real(r->loss_floor));
-    if (r->moe_n > 0) { /* routing of each MoE block, rank 0's last micro-batch */
-        json_t *mo = json_array();
-        for (int i = 0; i < r->moe_n; i++) {
-            const zs_moe_stats *st = &r->moe[i];
-            json_t *routed = json_array(), *kept = json_array();
-            for (int j = 0; j < st->experts && j < 256; j++) {
-                json_array_append_new(routed, json_integer(st->routed[j]));
-                json_array_append_new(kept, json_integer(st->kept[j]));
-            }
-            json_array_append_new(
-                mo, json_pack("{s:i, s:i, s:i, s:i, s:o, s:o, s:i, s:o}", "block", r->moe_block[i],
-                              "experts", st->experts, "tokens", st->tokens, "capacity",
-                              st->capacity, "routed", routed, "kept", kept, "dropped",
-                              st->dropped, "l_aux", zs_json_real(st->l_aux)));
+}
+
+/* "moe_routing": each MoE block's routing, rank 0's last micro-batch. */
+static json_t *zs_report_json_moe(const zs_train_result *r)
+{
+    json_t *mo = json_array();
+    for (int i = 0; i < r->moe_n; i++) {
+        const zs_moe_stats *st = &r->moe[i];
+        json_t *routed = json_array(), *kept = json_array();
+        for (int j = 0; j < st->experts && j < 256; j++) {
+            json_array_append_new(routed, json_integer(st->routed[j]));
+            json_array_append_new(kept, json_integer(st->kept[j]));
         }
-        json_object_set_new(root, "moe_routing", mo);
+        json_array_append_new(
+            mo, json_pack("{s:i, s:i, s:i, s:i, s:o, s:o, s:i, s:o}", "block", r->moe_block[i],
+                          "experts", st->experts, "tokens", st->tokens, "capacity",
+                          st->capacity, "routed", routed, "kept", kept, "dropped",
+                          st->dropped, "l_aux", zs_json_real(st->l_aux)));
     }
-    json_object_set_new(root, "seconds", zs_json_real(r->seconds));
-    json_object_set_new(root, "memory", zs_report_memory(r));
-    json_object_set_new(root, "comm", zs_report_comm(r));
-    if (r->pp_pred && r->steps > 0)
-        json_object_set_new(root, "pipeline", zs_report_pipeline(cfg, r));
-    json_object_set_new(root, "deterministic", json_boolean(cfg->deterministic));
-    json_object_set_new(root, "phantom", json_boolean(r->phantom));
-    if (r->phantom) /* nothing was computed: no hash, no losses (null above) */
-        json_object_set_new(root, "param_hash", json_null());
-    json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
-    if (cfg->stage == 3) {
-        json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));
-        json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live_bound));
-        /* ZeRO++: the techniques on, and hpZ's secondary partition (part of params) */
-        json_object_set_new(
-            root, "zeropp",
-            json_pack("{s:b, s:i, s:I, s:b}", "quantized_weights", cfg->quantized_weights,
-                      "hpz_partition_size", r->hpz > 1 ? r->hpz : 1, "hpz_secondary_bytes",
-                      (json_int_t)(r->hpz > 1 ? r->padded_params / (size_t)r->hpz *
-                                                    zs_dtype_size(cfg->precision)
-                                              : 0),
-                      "quantized_gradients", cfg->quantized_gradients));
+    return mo;
+}
+
+/* Stage 3's keys: the live parameters, the units over their bound, and
+ * ZeRO++ (the techniques on, hpZ's secondary partition, part of params). */
+static void zs_report_json_stage3(json_t *root, const zs_run_config *cfg,
+                                  const zs_train_result *r)
+{
+    json_object_set_new(root, "live_params_peak", json_integer((json_int_t)r->live_params_peak));
+    json_object_set_new(root, "units_over_live_bound", json_integer(r->units_over_live_bound));
+    json_object_set_new(
+        root, "zeropp",
+        json_pack("{s:b, s:i, s:I, s:b}", "quantized_weights", cfg->quantized_weights,
+                  "hpz_partition_size", r->hpz > 1 ? r->hpz : 1, "hpz_secondary_bytes",
+                  (json_int_t)(r->hpz > 1 ? r->padded_params / (size_t)r->hpz *
+                                                zs_dtype_size(cfg->precision)
+                                          : 0),
+                  "quantized_gradients", cfg->quantized_gradients));
+}
+
+/* "comm_time": each rank's collective seconds per step, hidden and exposed. */
+static json_t *zs_report_json_comm_time(const zs_train_result *r)
+{
+    json_t *ct = json_array();
+    for (int q = 0; q < r->world_size; q++) {
+        double tot, hid;
+        zs_comm_time(r, q, &tot, &hid);
+        json_array_append_new(ct, json_pack("{s:i, s:o, s:o, s:o}", "rank", q,
+                                            "total_s_per_step", zs_json_real(tot / r->steps),
+                                            "hidden_s_per_step", zs_json_real(hid / r->steps),
+                                            "exposed_s_per_step",
+                                            zs_json_real((tot - hid) / r->steps)));
     }
-    json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
-    json_object_set_new(root, "overlap_comm", json_boolean(zs_step_overlap(cfg)));
-    json_object_set_new(root, "first_step", json_integer(r->first_step));
-    if (!r->phantom && r->steps > 0) {
-        json_t *ct = json_array();
-        for (int q = 0; q < r->world_size; q++) {
-            double tot, hid;
-            zs_comm_time(r, q, &tot, &hid);
-            json_array_append_new(ct, json_pack("{s:i, s:o, s:o, s:o}", "rank", q,
-                                                "total_s_per_step", zs_json_real(tot / r->steps),
-                                                "hidden_s_per_step", zs_json_real(hid / r->steps),
-                                                "exposed_s_per_step",
-                                                zs_json_real((tot - hid) / r->steps)));
-        }
-        json_object_set_new(root, "comm_time", ct);
-    }
+    return ct;
+}
+
+/* The run's outputs after its tables: where it resumed from, checkpoint
+ * I/O, the resolved configuration, each step's hash, the data and the
+ * held-out losses at the steps they were evaluated. */
+static void zs_report_json_outputs(json_t *root, const zs_run_config *cfg,
+                                   const zs_train_result *r)
+{
     if (r->resumed_from[0]) {
         json_object_set_new(root, "resumed_from", json_string(r->resumed_from));
         json_object_set_new(root, "resumed_param_hash", json_string(r->resumed_hash));
@@ -1088,7 +1116,6 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
             json_array_append_new(h, json_string(r->hashes[s]));
         json_object_set_new(root, "param_hashes", h);
     }
-
     /* the data: its file (the loss floor is then unknown: null), and the
      * held-out losses at the steps they were evaluated */
     json_object_set_new(root, "data", json_string(cfg->data_file ? cfg->data_file : "synthetic"));
@@ -1100,7 +1127,11 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
                                                    zs_json_real(r->val_loss[s])));
         json_object_set_new(root, "val_loss", v);
     }
+}
 
+/* root as indented JSON into path (taking root). */
+static int zs_report_json_save(const char *path, json_t *root)
+{
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (!text)
@@ -1114,6 +1145,61 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
         ZS_FAIL("cannot write report %s", rest);
     }
     return 0;
+}
+
+/* The keys in the order a reader meets them: the run, its steps, memory
+ * and traffic, then the outputs. */
+int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_train_result *r)
+{
+    zs_report_steps st;
+    zs_report_json_steps(r, &st);
+    json_t *root = json_pack(
+        "{s:s, s:I, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:o}",
+        "zerosim_version", PACKAGE_VERSION,
+        "num_params", (json_int_t)r->num_params,
+        "world_size", r->world_size,
+        "stage", cfg->stage,
+        "precision", zs_dtype_name(cfg->precision),
+        "steps", r->steps,
+        "losses", st.losses,
+        "param_hash", r->param_hash,
+        "param_hash_algorithm", "XXH3_64bits of the fp32 parameters (master weights under mixed "
+                                "precision) in layout order, unpadded, little-endian",
+        "model", zs_report_json_model(&cfg->model));
+    json_object_set_new(root, "micro_batch", json_integer(cfg->micro_batch));
+    json_object_set_new(root, "grad_accum", json_integer(cfg->grad_accum));
+    json_object_set_new(root, "train_batch_size", json_integer(cfg->train_batch_size));
+    json_object_set_new(root, "seed", json_integer((json_int_t)cfg->seed));
+    json_object_set_new(root, "optimizer", json_string(cfg->optimizer == ZS_OPT_ADAMW ? "adamw" : "sgd"));
+    json_object_set_new(root, "optimizer_state_bytes_per_param",
+                        json_integer(zs_optim_state_bytes(cfg->optimizer, cfg->precision)));
+    json_object_set_new(root, "lrs", st.lrs);
+    json_object_set_new(root, "grad_norms", st.norms);
+    json_object_set_new(root, "loss_scales", st.scales);
+    json_object_set_new(root, "skipped_steps", st.skipped);
+    json_object_set_new(root, "step_seconds", st.secs);
+    json_object_set_new(root, "loss_floor", zs_json_real(r->loss_floor));
+    if (r->moe_n > 0)
+        json_object_set_new(root, "moe_routing", zs_report_json_moe(r));
+    json_object_set_new(root, "seconds", zs_json_real(r->seconds));
+    json_object_set_new(root, "memory", zs_report_memory(r));
+    json_object_set_new(root, "comm", zs_report_comm(r));
+    if (r->pp_pred && r->steps > 0)
+        json_object_set_new(root, "pipeline", zs_report_pipeline(cfg, r));
+    json_object_set_new(root, "deterministic", json_boolean(cfg->deterministic));
+    json_object_set_new(root, "phantom", json_boolean(r->phantom));
+    if (r->phantom) /* nothing was computed: no hash, no losses (null above) */
+        json_object_set_new(root, "param_hash", json_null());
+    json_object_set_new(root, "padded_params", json_integer((json_int_t)r->padded_params));
+    if (cfg->stage == 3)
+        zs_report_json_stage3(root, cfg, r);
+    json_object_set_new(root, "grad_reduce", json_string(zs_grad_reduce_name(cfg->grad_reduce)));
+    json_object_set_new(root, "overlap_comm", json_boolean(zs_step_overlap(cfg)));
+    json_object_set_new(root, "first_step", json_integer(r->first_step));
+    if (!r->phantom && r->steps > 0)
+        json_object_set_new(root, "comm_time", zs_report_json_comm_time(r));
+    zs_report_json_outputs(root, cfg, r);
+    return zs_report_json_save(path, root);
 }
 
 int zs_report_write_trace(const char *path, const zs_train_result *r)

@@ -4,6 +4,7 @@
 #include "zerosim/program.h"
 #include "zerosim/mesh.h"
 #include "run/oracle.h"
+#include "run/trace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -252,163 +253,6 @@ static int zs_train_comm_table(zs_comm_t comm, zs_train_result *r)
     return 0;
 }
 
-/* ---- the trace ---------------------------------------------------------------- */
-
-/* A growing string; on allocation failure it stops growing and fails. */
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int failed;
-} zs_text;
-
-static void zs_text_add(zs_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void zs_text_add(zs_text *t, const char *fmt, ...)
-{
-    for (int tries = 0; tries < 2 && !t->failed; tries++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            t->failed = 1;
-            return;
-        }
-        if (t->s && t->n + (size_t)k < t->cap) {
-            t->n += (size_t)k;
-            return;
-        }
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap <= t->n + (size_t)k)
-            cap *= 2;
-        char *p = realloc(t->s, cap);
-        if (!p) {
-            t->failed = 1;
-            return;
-        }
-        t->s = p;
-        t->cap = cap;
-    }
-}
-
-/* This rank's events as a piece of a JSON array (each event followed by
- * ",\n"): its op spans on thread 0 ("compute"), its collectives of the
- * training phases from ledger record rec0 on threads 1.. ("communication";
- * a collective that overlaps another one still in flight, a prefetched
- * gather, takes the next thread). Times in microseconds from t0. */
-static void zs_trace_rank(zs_text *t, int rank, zs_engine *e, zs_comm_t comm, size_t rec0,
-                          double t0, int *truncated)
-{
-    size_t n;
-    const zs_trace_span *sp = zs_engine_trace(e, &n);
-    zs_text_add(t, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": "
-                   "{\"name\": \"rank %d\"}},\n", rank, rank);
-    zs_text_add(t, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
-                   "\"args\": {\"name\": \"compute\"}},\n", rank);
-    for (size_t i = 0; i < n; i++) {
-        const char *name = zs_step_op_name((zs_step_op_kind)sp[i].kind);
-        if (sp[i].kind == ZS_SOP_FORWARD && (sp[i].flags & ZS_SOPF_RECOMPUTE))
-            name = "recompute";
-        char label[64];
-        if (sp[i].unit >= 0)
-            snprintf(label, sizeof label, "%s u%d", name, sp[i].unit);
-        else
-            snprintf(label, sizeof label, "%s", name);
-        zs_text_add(t, "{\"name\": \"%s\", \"cat\": \"compute\", \"ph\": \"X\", \"pid\": %d, "
-                       "\"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d, "
-                       "\"unit\": %d}},\n",
-                    label, rank, (sp[i].start - t0) * 1e6, sp[i].seconds * 1e6, sp[i].step,
-                    sp[i].unit);
-    }
-    size_t nr;
-    const zs_comm_record *rec = zs_comm_records(comm, &nr);
-    *truncated = nr >= ZS_COMM_KEEP;
-    enum { LANES = 8 };
-    double lane_end[LANES] = {0};
-    int lanes = 0;
-    for (size_t i = rec0; i < nr; i++) {
-        const zs_comm_record *c = &rec[i];
-        if (c->phase == ZS_PHASE_SETUP || c->phase == ZS_PHASE_REPORT)
-            continue;
-        double start = (c->start - t0) * 1e6, dur = c->seconds * 1e6;
-        int lane = 0;
-        while (lane < lanes && lane < LANES - 1 && lane_end[lane] > start)
-            lane++;
-        if (lane == lanes) {
-            lanes++;
-            zs_text_add(t, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
-                           "\"args\": {\"name\": \"communication%s\"}},\n",
-                        rank, 1 + lane, lane ? " (overlapping)" : "");
-        }
-        if (start + dur > lane_end[lane])
-            lane_end[lane] = start + dur;
-        zs_text_add(t, "{\"name\": \"%s\", \"cat\": \"comm\", \"ph\": \"X\", \"pid\": %d, "
-                       "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d, "
-                       "\"group\": \"%s\", \"layer\": %d, \"bytes\": %.0f, \"wire_bytes\": %.0f, "
-                       "\"seconds\": %.9g}},\n",
-                    zs_comm_op_name(c->op), rank, 1 + lane, start, dur, c->step,
-                    zs_comm_group_name(c->group), c->layer, (double)c->elems * (double)c->elem_size,
-                    c->wire_bytes, c->seconds);
-    }
-}
-
-/* Gather every rank's piece to rank 0 and make the document there. */
-static int zs_trace_gather(zs_comm_t comm, zs_text *mine, int truncated, zs_train_result *r)
-{
-    int N = zs_comm_size(comm), rank = zs_comm_rank(comm);
-    int64_t len = mine->failed ? -1 : (int64_t)mine->n;
-    int64_t *lens = rank == 0 ? calloc((size_t)N, sizeof *lens) : NULL;
-    if (rank == 0 && !lens)
-        ZS_FAIL("out of host memory gathering the trace");
-    zs_comm_set_context(comm, ZS_PHASE_REPORT, -1);
-    int failed = len < 0; /* any rank's piece missing: no rank sends */
-    int rc = zs_comm_allreduce_max_int(comm, &failed);
-    if (!rc && failed)
-        rc = zs_error_set("out of host memory building the trace");
-    if (!rc)
-        rc = zs_comm_gather_root(comm, &len, 1, lens, ZS_CT_I64);
-    zs_text doc = {0};
-    if (rank == 0)
-        zs_text_add(&doc, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"zerosim\": \"one "
-                          "process per rank, times in microseconds from the rank's first step\", "
-                          "\"ledger_truncated\": %s},\n\"traceEvents\": [\n",
-                    truncated ? "true" : "false");
-    for (int q = 0; q < N && !rc; q++) {
-        int64_t lq = rank == 0 ? lens[q] : len; /* only rank q's and 0's count */
-        /* whole 8-byte words, the piece padded with spaces */
-        size_t words = ((size_t)lq + 7) / 8;
-        uint64_t *buf = calloc(words ? words : 1, 8);
-        if (!buf) {
-            rc = zs_error_set("out of host memory gathering the trace");
-            break;
-        }
-        if (rank == q || (rank == 0 && q == 0)) {
-            memset(buf, ' ', words * 8);
-            memcpy(buf, mine->s, (size_t)lq);
-        }
-        if (q > 0)
-            rc = zs_comm_send_to_root(comm, q, buf, (int)words, ZS_CT_U64);
-        if (!rc && rank == 0)
-            zs_text_add(&doc, "%.*s", (int)lq, (const char *)buf);
-        free(buf);
-    }
-    free(lens);
-    if (rank == 0 && !rc) {
-        /* the last event's ",\n" becomes the array's end */
-        if (doc.n >= 2 && doc.s[doc.n - 2] == ',') {
-            doc.n -= 2;
-            doc.s[doc.n] = '\0';
-        }
-        zs_text_add(&doc, "\n]}\n");
-        if (doc.failed)
-            rc = zs_error_set("out of host memory building the trace");
-    }
-    if (rank == 0 && !rc)
-        r->trace_json = doc.s;
-    else
-        free(doc.s);
-    return rc;
-}
-
 /* Rank 0 collects every rank's checkpoint bytes and their prediction. */
 static int zs_train_gather_ckpt(zs_comm_t comm, const zs_engine *e, zs_train_result *r)
 {
@@ -436,97 +280,132 @@ static int zs_train_gather_ckpt(zs_comm_t comm, const zs_engine *e, zs_train_res
     return rc;
 }
 
-/* One rank's run on backend be: engine, steps, hash, this rank's memory
- * statistics in r->mem and, on rank 0, the comms table. Collective over
- * comm (a phantom comm makes it one simulated rank). */
-static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
-                         zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_comm_t ep,
-                         zs_comm_t edp, zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
+/* One rank's run as zs_train_rank drives it: what its phases share. */
+typedef struct {
+    const zs_run_config *cfg;
+    const zs_train_options *o;
+    zs_train_options rank_log; /* o, with its log on rank 0 only */
+    zs_comm_t comm;
+    zs_comm_t dp;             /* this rank's data-parallel group */
+    int rank;
+    zs_backend_t be;
+    zs_mem_t mem;
+    zs_engine *e;
+    zs_ckpt *ck;              /* --resume's checkpoint, or NULL */
+    zs_ckpt_place place;      /* this rank's place in the checkpoint's shards */
+    zs_oracle_val *val;       /* --val-data's held-out batch, or NULL */
+    int first;                /* steps done before this run */
+    int n;                    /* steps this run takes */
+    int next_dump;            /* o->dump_steps[next_dump]: the next dump */
+    zs_train_result *r;
+} zs_train_run;
+
+/* What a run with --pp or --ep cannot write yet. */
+static int zs_train_refuse(const zs_run_config *cfg, const zs_train_options *o)
 {
-    int rank = zs_comm_rank(comm);
-    zs_train_options lo = *o;
-    lo.log = rank == 0 ? o->log : NULL;
-    zs_mem_t mem = zs_mem_create(be, o->device_memory, rank);
-    if (mem)
-        zs_mem_set_capacity(mem, ZS_TIER_HOST, o->host_memory);
-    zs_engine *e = NULL;
-    int rc = 0;
-    r->world_size = zs_comm_size(comm);
-    r->dp_size = zs_comm_size(dp);
-    r->tp_size = cfg->tp > 1 ? cfg->tp : 1;
-    r->pp_size = cfg->pp > 1 ? cfg->pp : 1;
-    r->hierarchical = cfg->hierarchical;
-    r->hpz = cfg->stage == 3 && cfg->hpz_partition_size > 1 ? cfg->hpz_partition_size : 0;
-    zs_ckpt_place place = {.world = comm, .tp_rank = cfg->tp > 1 ? cfg->model.tp_rank : 0,
-                           .tp_size = r->tp_size, .dp_rank = zs_comm_rank(dp),
-                           .dp_size = r->dp_size};
-    zs_ckpt *ck = NULL;
-    int first = 0; /* steps done before this run */
     if (cfg->pp > 1 && (o->resume || o->save_dir || o->init_from || o->n_dump_steps ||
                         o->export_path || o->val_data))
-        rc = zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
-                          "--init-from, --dump-steps, --export or --val-data yet: run without "
-                          "them or with --pp 1", cfg->pp);
-    else if (cfg->ep > 1 && (o->init_from || o->n_dump_steps || o->export_path || o->val_data))
-        rc = zs_error_set("--ep %d does not support --init-from, --dump-steps, --export or "
-                          "--val-data yet: run without them or with --ep 1", cfg->ep);
-    else if (o->resume)
-        rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &ck, &first);
-    int n = cfg->steps - first;
-    r->first_step = first;
+        return zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
+                            "--init-from, --dump-steps, --export or --val-data yet: run without "
+                            "them or with --pp 1", cfg->pp);
+    if (cfg->ep > 1 && (o->init_from || o->n_dump_steps || o->export_path || o->val_data))
+        return zs_error_set("--ep %d does not support --init-from, --dump-steps, --export or "
+                            "--val-data yet: run without them or with --ep 1", cfg->ep);
+    return 0;
+}
+
+/* --val-data: rank 0's held-out losses (NaN until measured) and every
+ * rank's batch of held-out tokens. */
+static int zs_train_open_val(zs_train_run *run)
+{
+    zs_train_result *r = run->r;
+    int rc = 0;
+    r->val_loss = run->rank == 0 ? malloc((size_t)(run->n + 1) * sizeof(double)) : NULL;
+    if (run->rank == 0 && !r->val_loss)
+        rc = zs_error_set("out of host memory for the held-out losses");
+    for (int i = 0; run->rank == 0 && r->val_loss && i <= run->n; i++)
+        r->val_loss[i] = NAN;
+    if (!rc)
+        rc = zs_oracle_val_create(run->cfg, run->o->val_data, run->be,
+                                  run->cfg->train_batch_size, run->rank, &run->val);
+    return rc;
+}
+
+/* The checkpoint to resume from, the results' arrays, the engine over the
+ * mesh's groups and its starting parameters; every rank agrees. */
+static int zs_train_open(zs_train_run *run, zs_comm_t tp, zs_comm_t pp,
+                         zs_comm_t ep, zs_comm_t edp, const zs_step_shape *shape)
+{
+    const zs_run_config *cfg = run->cfg;
+    const zs_train_options *o = run->o;
+    zs_train_result *r = run->r;
+    int rc = zs_train_refuse(cfg, o);
+    if (!rc && o->resume)
+        rc = zs_ckpt_open(o->resume, cfg, r->tp_size, &run->ck, &run->first);
+    run->n = cfg->steps - run->first;
+    r->first_step = run->first;
     if (!rc) {
-        r->info = calloc((size_t)n, sizeof *r->info);
-        r->hashes = o->hash_every_step ? calloc((size_t)n, sizeof *r->hashes) : NULL;
-        if (!mem || !r->info || (o->hash_every_step && !r->hashes))
-            rc = zs_error_set("out of host memory for %d steps of results", n);
+        r->info = calloc((size_t)run->n, sizeof *r->info);
+        r->hashes = o->hash_every_step ? calloc((size_t)run->n, sizeof *r->hashes) : NULL;
+        if (!run->mem || !r->info || (o->hash_every_step && !r->hashes))
+            rc = zs_error_set("out of host memory for %d steps of results", run->n);
     }
     if (!rc)
-        rc = zs_engine_create_shared(cfg, be, mem, dp, shape, &e);
+        rc = zs_engine_create_shared(cfg, run->be, run->mem, run->dp, shape, &run->e);
     if (!rc)
-        rc = zs_engine_set_tp(e, tp);
+        rc = zs_engine_set_tp(run->e, tp);
     if (!rc)
-        rc = zs_engine_set_pp(e, pp, comm);
+        rc = zs_engine_set_pp(run->e, pp, run->comm);
     if (!rc)
-        rc = zs_engine_set_ep(e, ep, edp);
-    if (!rc && o->init_from && !zs_backend_is_phantom(be))
-        rc = zs_oracle_init_from(e, cfg, o->init_from);
-    zs_oracle_val *val = NULL;
-    if (!rc && o->val_data && !zs_backend_is_phantom(be)) {
-        r->val_loss = rank == 0 ? malloc((size_t)(n + 1) * sizeof(double)) : NULL;
-        if (rank == 0 && !r->val_loss)
-            rc = zs_error_set("out of host memory for the held-out losses");
-        for (int i = 0; rank == 0 && r->val_loss && i <= n; i++)
-            r->val_loss[i] = NAN;
-        if (!rc)
-            rc = zs_oracle_val_create(cfg, o->val_data, be, cfg->train_batch_size, rank, &val);
-    }
-    if ((rc = zs_train_agree(comm, rc, r)))
-        goto done;
-    if (ck) {
-        snprintf(r->resumed_from, sizeof r->resumed_from, "%s", zs_ckpt_describe(ck));
-        if (lo.log)
-            fprintf(lo.log, "resuming from %s\n", r->resumed_from);
-        rc = zs_ckpt_load(ck, e, &place, &r->ckpt, r->resumed_hash);
-        if ((rc = zs_train_agree(comm, rc == 1 ? 0 : rc, r)))
-            goto done;
-        if (lo.log)
-            fprintf(lo.log, "loaded: param_hash %s, as saved\n", r->resumed_hash);
+        rc = zs_engine_set_ep(run->e, ep, edp);
+    if (!rc && o->init_from && !zs_backend_is_phantom(run->be))
+        rc = zs_oracle_init_from(run->e, cfg, o->init_from);
+    if (!rc && o->val_data && !zs_backend_is_phantom(run->be))
+        rc = zs_train_open_val(run);
+    return zs_train_agree(run->comm, rc, r);
+}
+
+/* --resume: the checkpoint's state into the engine; then the dump of the
+ * state before step 1 when it is listed (and no step was taken). */
+static int zs_train_resume(zs_train_run *run)
+{
+    const zs_train_options *o = run->o;
+    zs_train_result *r = run->r;
+    FILE *log = run->rank_log.log;
+    int rc;
+    if (run->ck) {
+        snprintf(r->resumed_from, sizeof r->resumed_from, "%s", zs_ckpt_describe(run->ck));
+        if (log)
+            fprintf(log, "resuming from %s\n", r->resumed_from);
+        rc = zs_ckpt_load(run->ck, run->e, &run->place, &r->ckpt, r->resumed_hash);
+        if ((rc = zs_train_agree(run->comm, rc == 1 ? 0 : rc, r)))
+            return rc;
+        if (log)
+            fprintf(log, "loaded: param_hash %s, as saved\n", r->resumed_hash);
     }
     /* dumps of steps this run takes; the state before step 1 now */
-    int next_dump = 0;
-    while (next_dump < o->n_dump_steps && o->dump_steps[next_dump] < (first ? first + 1 : 0))
-        next_dump++;
-    if (next_dump < o->n_dump_steps && o->dump_steps[next_dump] == 0) {
-        rc = zs_oracle_dump(e, cfg, o->dump_dir, 0, NULL, rank);
-        next_dump++;
-        if ((rc = zs_train_agree(comm, rc, r)))
-            goto done;
+    while (run->next_dump < o->n_dump_steps &&
+           o->dump_steps[run->next_dump] < (run->first ? run->first + 1 : 0))
+        run->next_dump++;
+    if (run->next_dump < o->n_dump_steps && o->dump_steps[run->next_dump] == 0) {
+        rc = zs_oracle_dump(run->e, run->cfg, o->dump_dir, 0, NULL, run->rank);
+        run->next_dump++;
+        if ((rc = zs_train_agree(run->comm, rc, r)))
+            return rc;
     }
-    if (zs_predict(cfg, r->dp_size, &r->pred)) {
-        rc = zs_train_agree(comm, -1, r);
-        goto done;
-    }
-    if (cfg->pp > 1 && rank == 0) { /* every stage's, for the report */
+    return 0;
+}
+
+/* The planner's predictions the report sets beside what was measured: the
+ * run's, and on rank 0 every pipeline stage's; every rank agrees. */
+static int zs_train_predict(zs_train_run *run)
+{
+    const zs_run_config *cfg = run->cfg;
+    zs_train_result *r = run->r;
+    int rc = 0;
+    if (zs_predict(cfg, r->dp_size, &r->pred))
+        return zs_train_agree(run->comm, -1, r);
+    if (cfg->pp > 1 && run->rank == 0) { /* every stage's, for the report */
         r->pp_size = cfg->pp;
         r->pp_pred = calloc((size_t)cfg->pp, sizeof *r->pp_pred);
         for (int st = 0; r->pp_pred && st < cfg->pp && !rc; st++) {
@@ -538,25 +417,36 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
         if (!r->pp_pred)
             rc = zs_error_set("out of host memory for the pipeline's predictions");
     }
-    if ((rc = zs_train_agree(comm, rc, r)))
-        goto done;
-    if (cfg->compression.kind != ZS_COMP_NONE && rank == 0) {
+    return zs_train_agree(run->comm, rc, r);
+}
+
+/* Rank 0: each rank's predicted bytes of the traffic that differs between
+ * ranks (compression's all-to-all, qgZ's two levels, ZeRO-Infinity's
+ * parameter uploads), by its data-parallel rank. */
+static void zs_train_predict_per_rank(zs_train_run *run)
+{
+    const zs_run_config *cfg = run->cfg;
+    zs_train_result *r = run->r;
+    zs_engine *e = run->e;
+    if (cfg->compression.kind != ZS_COMP_NONE) {
         int nb = zs_engine_buckets(e, NULL, NULL, 0);
-        size_t *lo = calloc((size_t)nb + 1, sizeof(size_t)), *hi = calloc((size_t)nb + 1, sizeof(size_t));
+        size_t *bucket_lo = calloc((size_t)nb + 1, sizeof(size_t));
+        size_t *bucket_hi = calloc((size_t)nb + 1, sizeof(size_t));
         r->a2a_pred = calloc((size_t)r->world_size, sizeof(double));
-        if (lo && hi && r->a2a_pred) {
-            zs_engine_buckets(e, lo, hi, nb);
+        if (bucket_lo && bucket_hi && r->a2a_pred) {
+            zs_engine_buckets(e, bucket_lo, bucket_hi, nb);
             for (int q = 0; q < r->world_size; q++) /* q's data-parallel rank */
                 r->a2a_pred[q] = zs_predict_alltoall_bytes(
                     cfg, zs_engine_num_params(e), r->dp_size,
-                    zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp, lo, hi, nb);
+                    zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp, bucket_lo,
+                    bucket_hi, nb);
         }
-        free(lo);
-        free(hi);
+        free(bucket_lo);
+        free(bucket_hi);
     }
-    if (cfg->quantized_gradients && cfg->stage == 3 && rank == 0) {
+    if (cfg->quantized_gradients && cfg->stage == 3) {
         /* qgZ: each rank's parts of the two levels, from its data-parallel rank */
-        int K = zs_comm_qgz_ranks_per_node(dp);
+        int K = zs_comm_qgz_ranks_per_node(run->dp);
         r->qgz_pred = calloc(2 * (size_t)r->world_size, sizeof(double));
         for (int q = 0; r->qgz_pred && K > 0 && q < r->world_size; q++)
             r->qgz_pred[q] = zs_predict_qgz_bytes(
@@ -564,7 +454,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                 zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp,
                 &r->qgz_pred[r->world_size + q]);
     }
-    if (cfg->offload_param != ZS_OFFLOAD_NONE && rank == 0) {
+    if (cfg->offload_param != ZS_OFFLOAD_NONE) {
         /* each rank sends its own parts of what it gathers up: the parts
          * differ between ranks (the tied embedding is gathered twice) */
         r->h2d_pred = calloc((size_t)r->world_size, sizeof(double));
@@ -573,80 +463,101 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                 zs_engine_shape(e), zs_engine_program(e),
                 zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
     }
-    /* the whole model's (a pipeline stage holds its part) */
-    r->num_params = cfg->pp > 1 ? zs_model_layout(zs_engine_model(e))->num_params
-                                : zs_engine_num_params(e);
+}
+
+/* The sizes the report states: parameters (the whole model's: a pipeline
+ * stage holds its part), stage 3's units over the live bound, the padded
+ * count, the loss floor. */
+static void zs_train_record_sizes(zs_train_run *run)
+{
+    zs_engine *e = run->e;
+    zs_train_result *r = run->r;
+    r->num_params = run->cfg->pp > 1 ? zs_model_layout(zs_engine_model(e))->num_params
+                                     : zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
     /* DeepSpeed's layout for --ep: the dense arrays and the expert store */
     r->padded_params = zs_engine_partition(e)->padded + zs_engine_expert_padded(e);
     r->loss_floor = zs_engine_loss_floor(e);
-    size_t rec0 = 0;
-    if (o->trace) {
-        zs_comm_records(comm, &rec0);
-        zs_engine_set_trace(e, 1);
+}
+
+/* Step i of this run (s counted from the start of training): the step and
+ * its hash, then the save, the memory timeline, the dump and the held-out
+ * loss it asks for; every rank agrees after each. */
+static int zs_train_one_step(zs_train_run *run, int i)
+{
+    const zs_run_config *cfg = run->cfg;
+    const zs_train_options *o = run->o;
+    zs_train_result *r = run->r;
+    int s = run->first + i, rc;
+    zs_mem_trace(run->mem, i == r->timeline_step);
+    double ts = zs_now();
+    rc = zs_engine_step(run->e, s, &r->info[i]);
+    r->info[i].seconds = zs_now() - ts;
+    if (!rc && o->hash_every_step)
+        rc = zs_engine_param_hash(run->e, r->hashes[i]);
+    if ((rc = zs_train_agree(run->comm, rc, r)))
+        return rc;
+    if (o->save_dir &&
+        ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == cfg->steps)) {
+        rc = zs_ckpt_save(o->save_dir, s + 1, cfg, run->e, &run->place, &r->ckpt);
+        if ((rc = zs_train_agree(run->comm, rc == 1 ? 0 : rc, r)))
+            return rc;
+        if (run->rank_log.log && !o->quiet)
+            fprintf(run->rank_log.log, "saved %s/global_step%d\n", o->save_dir, s + 1);
     }
-    double t0 = zs_now(), trace_t0 = zs_clock();
-    r->timeline_step = n > 1 ? 1 : 0; /* of this run's steps */
-    for (int i = 0; i < n && !o->no_steps; i++) {
-        int s = first + i;
-        zs_mem_trace(mem, i == r->timeline_step);
-        double ts = zs_now();
-        rc = zs_engine_step(e, s, &r->info[i]);
-        r->info[i].seconds = zs_now() - ts;
-        if (!rc && o->hash_every_step)
-            rc = zs_engine_param_hash(e, r->hashes[i]);
-        if ((rc = zs_train_agree(comm, rc, r)))
-            goto done;
-        if (o->save_dir &&
-            ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == cfg->steps)) {
-            rc = zs_ckpt_save(o->save_dir, s + 1, cfg, e, &place, &r->ckpt);
-            if ((rc = zs_train_agree(comm, rc == 1 ? 0 : rc, r)))
-                goto done;
-            if (lo.log && !o->quiet)
-                fprintf(lo.log, "saved %s/global_step%d\n", o->save_dir, s + 1);
+    if (i == r->timeline_step) {
+        zs_mem_trace(run->mem, 0);
+        size_t nt;
+        const zs_mem_event *ev = zs_mem_timeline(run->mem, &nt);
+        r->timeline = malloc((nt ? nt : 1) * sizeof *ev);
+        if (r->timeline) {
+            if (nt)
+                memcpy(r->timeline, ev, nt * sizeof *ev);
+            r->n_timeline = nt;
         }
-        if (i == r->timeline_step) {
-            zs_mem_trace(mem, 0);
-            size_t nt;
-            const zs_mem_event *ev = zs_mem_timeline(mem, &nt);
-            r->timeline = malloc((nt ? nt : 1) * sizeof *ev);
-            if (r->timeline) {
-                if (nt)
-                    memcpy(r->timeline, ev, nt * sizeof *ev);
-                r->n_timeline = nt;
-            }
-        }
-        if (next_dump < o->n_dump_steps && o->dump_steps[next_dump] == s + 1) {
-            rc = zs_oracle_dump(e, cfg, o->dump_dir, s + 1, &r->info[i], rank);
-            next_dump++;
-            if ((rc = zs_train_agree(comm, rc, r)))
-                goto done;
-        }
-        if (o->val_data && ((s + 1) % (o->val_every > 0 ? o->val_every : 10) == 0 ||
-                            s + 1 == cfg->steps)) {
-            double vl;
-            rc = zs_oracle_val_loss(val, e, cfg, rank, &vl);
-            if (r->val_loss)
-                r->val_loss[i] = vl;
-            if ((rc = zs_train_agree(comm, rc, r)))
-                goto done;
-        }
-        r->steps = i + 1;
-        r->skipped_steps += r->info[i].skipped;
-        r->steps_applied += !r->info[i].skipped;
-        r->compressed_steps += r->info[i].compressed;
-        zs_train_log_step(cfg, &lo, r, s, i);
     }
-    r->seconds = zs_now() - t0;
-    if (o->export_path && !zs_backend_is_phantom(be)) {
-        rc = zs_oracle_export(e, cfg, o->export_path, o->export_format, rank);
-        if ((rc = zs_train_agree(comm, rc, r)))
-            goto done;
+    if (run->next_dump < o->n_dump_steps && o->dump_steps[run->next_dump] == s + 1) {
+        rc = zs_oracle_dump(run->e, cfg, o->dump_dir, s + 1, &r->info[i], run->rank);
+        run->next_dump++;
+        if ((rc = zs_train_agree(run->comm, rc, r)))
+            return rc;
+    }
+    if (o->val_data && ((s + 1) % (o->val_every > 0 ? o->val_every : 10) == 0 ||
+                        s + 1 == cfg->steps)) {
+        double vl;
+        rc = zs_oracle_val_loss(run->val, run->e, cfg, run->rank, &vl);
+        if (r->val_loss)
+            r->val_loss[i] = vl;
+        if ((rc = zs_train_agree(run->comm, rc, r)))
+            return rc;
+    }
+    r->steps = i + 1;
+    r->skipped_steps += r->info[i].skipped;
+    r->steps_applied += !r->info[i].skipped;
+    r->compressed_steps += r->info[i].compressed;
+    zs_train_log_step(cfg, &run->rank_log, r, s, i);
+    return 0;
+}
+
+/* After the steps: --export, the final hash, MoE routing, memory and the
+ * tables gathered to rank 0 (comms, checkpoint I/O, the trace). */
+static int zs_train_collect(zs_train_run *run, size_t rec0, double trace_t0)
+{
+    const zs_run_config *cfg = run->cfg;
+    const zs_train_options *o = run->o;
+    zs_train_result *r = run->r;
+    zs_engine *e = run->e;
+    int rc;
+    if (o->export_path && !zs_backend_is_phantom(run->be)) {
+        rc = zs_oracle_export(e, cfg, o->export_path, o->export_format, run->rank);
+        if ((rc = zs_train_agree(run->comm, rc, r)))
+            return rc;
     }
     rc = zs_engine_param_hash(e, r->param_hash);
     /* routing statistics (not in a phantom run: its gates hold nothing) */
-    if (cfg->model.moe_experts > 0 && zs_engine_acts(e) && !r->moe && !zs_backend_is_phantom(be)) {
+    if (cfg->model.moe_experts > 0 && zs_engine_acts(e) && !r->moe &&
+        !zs_backend_is_phantom(run->be)) {
         int L = cfg->model.n_layer;
         r->moe = calloc((size_t)L, sizeof *r->moe);
         r->moe_block = calloc((size_t)L, sizeof(int));
@@ -656,30 +567,72 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
     }
     r->live_params_peak = zs_engine_live_params_peak(e);
     zs_engine_overlap(e, &r->nb_span_s, &r->nb_wait_s);
-    zs_mem_get_stats(mem, &r->mem);
+    zs_mem_get_stats(run->mem, &r->mem);
     for (int t = 0; t < ZS_MEM_NTIERS; t++)
-        zs_mem_get_tier_stats(mem, (zs_mem_tier)t, &r->tier_mem[t]);
-    if (!rc && rank == 0)
-        rc = zs_train_comm_table(comm, r);
+        zs_mem_get_tier_stats(run->mem, (zs_mem_tier)t, &r->tier_mem[t]);
+    if (!rc && run->rank == 0)
+        rc = zs_train_comm_table(run->comm, r);
     if (!rc && (o->save_dir || o->resume))
-        rc = zs_train_gather_ckpt(comm, e, r);
+        rc = zs_train_gather_ckpt(run->comm, e, r);
     if (o->trace) { /* every rank takes part, whatever rc is, then agrees */
-        zs_text mine = {0};
-        int truncated = 0;
-        zs_trace_rank(&mine, rank, e, comm, rec0, trace_t0, &truncated);
-        int trc = zs_trace_gather(comm, &mine, truncated, r);
-        r->trace_truncated = truncated;
-        free(mine.s);
+        int trc = zs_trace_collect(run->comm, e, rec0, trace_t0, r);
         if (!rc)
             rc = trc;
-        rc = zs_train_agree(comm, rc, r);
+        rc = zs_train_agree(run->comm, rc, r);
     }
-done:
-    zs_oracle_val_destroy(val);
-    zs_ckpt_close(ck);
-    zs_engine_destroy(e);
-    if (mem)
-        zs_mem_destroy(mem);
+    return rc;
+}
+
+/* One rank's run on backend be: engine, steps, hash, this rank's memory
+ * statistics in r->mem and, on rank 0, the comms table. Collective over
+ * comm (a phantom comm makes it one simulated rank). */
+static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
+                         zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_comm_t ep,
+                         zs_comm_t edp, zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
+{
+    zs_train_run run = {.cfg = cfg, .o = o, .rank_log = *o, .comm = comm, .dp = dp,
+                        .rank = zs_comm_rank(comm), .be = be, .r = r};
+    run.rank_log.log = run.rank == 0 ? o->log : NULL;
+    run.mem = zs_mem_create(be, o->device_memory, run.rank);
+    if (run.mem)
+        zs_mem_set_capacity(run.mem, ZS_TIER_HOST, o->host_memory);
+    r->world_size = zs_comm_size(comm);
+    r->dp_size = zs_comm_size(dp);
+    r->tp_size = cfg->tp > 1 ? cfg->tp : 1;
+    r->pp_size = cfg->pp > 1 ? cfg->pp : 1;
+    r->hierarchical = cfg->hierarchical;
+    r->hpz = cfg->stage == 3 && cfg->hpz_partition_size > 1 ? cfg->hpz_partition_size : 0;
+    run.place = (zs_ckpt_place){.world = comm, .tp_rank = cfg->tp > 1 ? cfg->model.tp_rank : 0,
+                                .tp_size = r->tp_size, .dp_rank = zs_comm_rank(dp),
+                                .dp_size = r->dp_size};
+    int rc = zs_train_open(&run, tp, pp, ep, edp, shape);
+    if (!rc)
+        rc = zs_train_resume(&run);
+    if (!rc)
+        rc = zs_train_predict(&run);
+    if (!rc) {
+        if (run.rank == 0)
+            zs_train_predict_per_rank(&run);
+        zs_train_record_sizes(&run);
+        size_t rec0 = 0;
+        if (o->trace) {
+            zs_comm_records(comm, &rec0);
+            zs_engine_set_trace(run.e, 1);
+        }
+        double t0 = zs_now(), trace_t0 = zs_clock();
+        r->timeline_step = run.n > 1 ? 1 : 0; /* of this run's steps */
+        for (int i = 0; i < run.n && !o->no_steps && !rc; i++)
+            rc = zs_train_one_step(&run, i);
+        if (!rc) {
+            r->seconds = zs_now() - t0;
+            rc = zs_train_collect(&run, rec0, trace_t0);
+        }
+    }
+    zs_oracle_val_destroy(run.val);
+    zs_ckpt_close(run.ck);
+    zs_engine_destroy(run.e);
+    if (run.mem)
+        zs_mem_destroy(run.mem);
     return rc;
 }
 
@@ -927,6 +880,120 @@ static int zs_phantom_node_classes(int world, int tp, int pp, int k, int *cls)
     return 0;
 }
 
+/* One step shape per pipeline stage (P), every simulated rank's of that
+ * stage, over D data-parallel ranks; *nshapes: how many were built. */
+static int zs_phantom_shapes(const zs_run_config *cfg, int P, int D, zs_step_shape *shapes,
+                             int *nshapes)
+{
+    int rc = 0;
+    for (int st = 0; st < P && !rc; st++) {
+        zs_run_config sc = *cfg;
+        zs_model *m = NULL;
+        if (P > 1)
+            rc = zs_pp_stage_config(&sc, st);
+        /* expert parallelism: the engine's layout and its model's buffers
+         * (zs_engine_set_ep) */
+        zs_model_config lm;
+        zs_run_config pc = sc;
+        zs_step_ep_configs(&pc, D, &sc, &lm);
+        if (!rc)
+            rc = zs_model_create(&lm, &m);
+        if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
+            (*nshapes)++;
+        zs_model_destroy(m);
+    }
+    return rc;
+}
+
+/* cls[q]: the first rank of simulated rank q's class, whose run stands for
+ * every rank of the class (ZEROSIM_PHANTOM_EVERY_RANK=1: each its own). */
+static int zs_phantom_assign_classes(const zs_run_config *cfg, const zs_step_shape *shape0,
+                                     int world, int T, int P, int D, int *cls)
+{
+    int rc = 0;
+    const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
+    if (every && strcmp(every, "1") == 0)
+        for (int q = 0; q < world; q++)
+            cls[q] = q;
+    else
+        rc = zs_phantom_classes(shape0, world, T, P, cls);
+    /* a pipeline stage's ranks run its own program: no class spans two
+     * stages (compression, whose classes go by data-parallel rank, is
+     * refused with --pp); and the global norm's chain (zs_engine_norm_pp)
+     * has no receive on the first stage's data-parallel rank 0 and no
+     * send on the last stage's last: classes of their own */
+    if (!rc && P > 1 && !(every && strcmp(every, "1") == 0))
+        for (int q = 0; q < world; q++) {
+            zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
+            int rep = 0; /* the data-parallel rank of the class's first rank */
+            if (c.pp == 0 && c.dp > 0)
+                rep = 1;
+            else if (c.pp == P - 1 && c.dp == D - 1)
+                rep = D - 1;
+            cls[q] = zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = rep,
+                                                                  .pp = c.pp});
+        }
+    if (!rc)
+        rc = zs_phantom_node_classes(world, T, P, cfg->ranks_per_node, cls);
+    return rc;
+}
+
+/* Simulated rank q's run on its own phantom backend and communicator, its
+ * mesh and the features its collectives take; its statistics into row. */
+static int zs_phantom_run_rank(const zs_run_config *cfg, const zs_train_options *po, int world,
+                               int q, const zs_step_shape *shapes, zs_train_result *rq,
+                               double *row)
+{
+    int T = cfg->tp > 1 ? cfg->tp : 1, P = cfg->pp > 1 ? cfg->pp : 1, rc = 0;
+    char err[256];
+    zs_backend_t be = zs_backend_init_phantom(err, sizeof err);
+    zs_comm_t comm = be ? zs_comm_phantom(world, q) : NULL;
+    zs_mesh *mesh = NULL;
+    zs_run_config local = *cfg;
+    if (!be)
+        rc = zs_error_set("%s", err);
+    else if (!comm)
+        rc = zs_error_set("out of host memory creating simulated rank %d", q);
+    else if ((rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node)) != 0)
+        ;
+    else if (T * P > 1 && (rc = zs_mesh_create(comm, T, P, &mesh)) == 0)
+        local.model.tp_rank = zs_mesh_self(mesh).tp;
+    int stage = mesh && P > 1 ? zs_mesh_self(mesh).pp : 0;
+    zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
+    if (!rc && P > 1)
+        rc = zs_pp_stage_config(&local, stage);
+    if (!rc)
+        rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
+    if (!rc)
+        rc = zs_comm_set_quantized_weights(dp, cfg->quantized_weights);
+    if (!rc && cfg->stage == 3)
+        rc = zs_comm_set_hpz(dp, cfg->hpz_partition_size);
+    if (!rc)
+        rc = zs_comm_set_quantized_gradients(dp, cfg->quantized_gradients);
+    zs_comm_t ep = NULL, edp = NULL;
+    if (!rc && cfg->ep > 1)
+        rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
+    if (!rc)
+        rc = zs_train_rank(&local, po, comm, dp, mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
+                           mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, edp, be,
+                           &shapes[stage], rq);
+    if (ep)
+        zs_comm_free(ep);
+    if (edp)
+        zs_comm_free(edp);
+    if (comm) {
+        zs_comm_set_hpz(dp, 0);
+        zs_comm_set_quantized_gradients(dp, 0);
+    }
+    zs_mesh_free(mesh);
+    if (!rc)
+        zs_train_pack_stats(rq, comm, row);
+    if (comm)
+        zs_comm_finalize(comm);
+    zs_backend_release(be);
+    return rc;
+}
+
 int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int world,
                      zs_train_result *r)
 {
@@ -945,113 +1012,26 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     zs_step_shape *shapes = calloc((size_t)P, sizeof *shapes);
     int *cls = malloc((size_t)world * sizeof(int));
     int rc = cls && shapes ? 0 : zs_error_set("out of host memory for %d simulated ranks", world);
-    for (int st = 0; st < P && !rc; st++) {
-        zs_run_config sc = *cfg;
-        zs_model *m = NULL;
-        if (P > 1)
-            rc = zs_pp_stage_config(&sc, st);
-        /* expert parallelism: the engine's layout and its model's buffers
-         * (zs_engine_set_ep) */
-        zs_model_config lm;
-        zs_run_config pc = sc;
-        zs_step_ep_configs(&pc, D, &sc, &lm);
-        if (!rc)
-            rc = zs_model_create(&lm, &m);
-        if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
-            nshapes++;
-        zs_model_destroy(m);
-    }
-    if (!rc) {
-        const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
-        if (every && strcmp(every, "1") == 0)
-            for (int q = 0; q < world; q++)
-                cls[q] = q;
-        else
-            rc = zs_phantom_classes(&shapes[0], world, T, P, cls);
-        /* a pipeline stage's ranks run its own program: no class spans two
-         * stages (compression, whose classes go by data-parallel rank, is
-         * refused with --pp); and the global norm's chain (zs_engine_norm_pp)
-         * has no receive on the first stage's data-parallel rank 0 and no
-         * send on the last stage's last: classes of their own */
-        if (!rc && P > 1 && !(every && strcmp(every, "1") == 0))
-            for (int q = 0; q < world; q++) {
-                zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
-                int rep = 0; /* the data-parallel rank of the class's first rank */
-                if (c.pp == 0 && c.dp > 0)
-                    rep = 1;
-                else if (c.pp == P - 1 && c.dp == D - 1)
-                    rep = D - 1;
-                cls[q] = zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = rep,
-                                                                      .pp = c.pp});
-            }
-        if (!rc)
-            rc = zs_phantom_node_classes(world, T, P, cfg->ranks_per_node, cls);
-    }
+    if (!rc)
+        rc = zs_phantom_shapes(cfg, P, D, shapes, &nshapes);
+    if (!rc)
+        rc = zs_phantom_assign_classes(cfg, &shapes[0], world, T, P, D, cls);
     double row[ZS_NM + ZS_NC];
     for (int q = 0; q < world && !rc; q++) {
         if (cls[q] != q) /* filled with its class's first rank */
             continue;
-        char err[256];
         zs_train_result one, *rq = q == 0 ? r : &one;
         if (q > 0)
             memset(&one, 0, sizeof one);
-        zs_backend_t be = zs_backend_init_phantom(err, sizeof err);
-        zs_comm_t comm = be ? zs_comm_phantom(world, q) : NULL;
-        zs_mesh *mesh = NULL;
-        zs_run_config local = *cfg;
-        if (!be)
-            rc = zs_error_set("%s", err);
-        else if (!comm)
-            rc = zs_error_set("out of host memory creating simulated rank %d", q);
-        else if ((rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node)) != 0)
-            ;
-        else if (T * P > 1 && (rc = zs_mesh_create(comm, T, P, &mesh)) == 0)
-            local.model.tp_rank = zs_mesh_self(mesh).tp;
-        int stage = mesh && P > 1 ? zs_mesh_self(mesh).pp : 0;
-        if (!rc && P > 1)
-            rc = zs_pp_stage_config(&local, stage);
+        rc = zs_phantom_run_rank(cfg, &po, world, q, shapes, rq, row);
         if (!rc)
-            rc = zs_comm_set_hierarchical(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                          cfg->hierarchical);
-        if (!rc)
-            rc = zs_comm_set_quantized_weights(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                               cfg->quantized_weights);
-        if (!rc && cfg->stage == 3)
-            rc = zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                 cfg->hpz_partition_size);
-        if (!rc)
-            rc = zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                                                 cfg->quantized_gradients);
-        zs_comm_t ep = NULL, edp = NULL;
-        if (!rc && cfg->ep > 1)
-            rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
-        if (!rc)
-            rc = zs_train_rank(&local, &po, comm, mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm,
-                               mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
-                               mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, edp, be,
-                               &shapes[stage], rq);
-        if (ep)
-            zs_comm_free(ep);
-        if (edp)
-            zs_comm_free(edp);
-        if (comm) {
-            zs_comm_set_hpz(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
-            zs_comm_set_quantized_gradients(mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm, 0);
-        }
-        zs_mesh_free(mesh);
-        if (!rc) {
-            zs_train_pack_stats(rq, comm, row);
             for (int p = q; p < world; p++)
                 if (cls[p] == q)
                     zs_train_unpack_stats(r, p, row);
-        }
         if (q > 0) {
             r->error_rank = one.error_rank;
             zs_train_result_free(&one);
         }
-        if (comm)
-            zs_comm_finalize(comm);
-        zs_backend_release(be);
     }
     for (int st = 0; st < nshapes; st++)
         zs_step_shape_free(&shapes[st]);
