@@ -272,152 +272,134 @@ static int zs_predict_step_ops(const zs_step_program *prog, const zs_model_confi
     return 0;
 }
 
-int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
+/* The step program's counts into p: the memory peaks by category and
+ * tier, the offload's transfers, the pipeline's sends, the reduce-scatters. */
+static void zs_predict_counts(const zs_step_shape *sh, const zs_step_program *prog,
+                              const zs_model *m, const zs_step_count *c, zs_prediction *p)
 {
-    memset(p, 0, sizeof *p);
-    /* expert parallelism: the engine's arrays keep the --ep 1 layout
-     * (zerosim/zero.h, zs_engine_set_ep); the model's all-to-alls are added
-     * below */
-    zs_run_config ep1 = *ecfg, sc;
-    zs_step_ep_configs(ecfg, world, &sc, &ep1.model);
-    const zs_run_config *cfg = &ep1;
-    zs_model *m;
-    ZS_TRY(zs_model_create(&cfg->model, &m));
-    zs_step_shape sh;
-    zs_step_program prog;
-    if (zs_step_shape_build(&sc, m, world, &sh)) {
-        zs_model_destroy(m);
-        return -1;
-    }
-    if (zs_step_program_build(&sh, m, 0, &prog)) {
-        zs_step_shape_free(&sh);
-        zs_model_destroy(m);
-        return -1;
-    }
-    zs_step_count c;
-    zs_step_program_count(&sh, &prog, &c);
-    p->num_params = sh.part.num_params;
-    p->padded = sh.part.padded;
-    p->shard = sh.part.shard;
+    p->num_params = sh->part.num_params;
+    p->padded = sh->part.padded;
+    p->shard = sh->part.shard;
     for (int k = 0; k < ZS_MEM_NCAT; k++) {
-        p->bytes[k] = c.peak[k];
+        p->bytes[k] = c->peak[k];
         p->has[k] = 1;
     }
-    p->live_params = c.live_params;
-    memcpy(p->tier_bytes, c.tier_peak, sizeof p->tier_bytes);
-    p->d2h_bytes_per_step = c.d2h_bytes;
-    p->d2h_bytes_per_applied_step = c.d2h_applied_bytes;
-    p->h2d_bytes_per_step = c.h2d_bytes;
-    p->nvme_read_bytes_per_step = c.nvme_read_bytes;
-    p->nvme_write_bytes_per_step = c.nvme_write_bytes;
-    if (sh.buf[ZS_BUF_PARAMS].tier != ZS_TIER_DEVICE) /* offload_param: rank 0's gathers */
-        p->param_h2d_bytes_per_step = zs_step_gather_own_bytes(&sh, &prog, 0);
-    for (int u = 0; u < sh.U; u++)
+    p->live_params = c->live_params;
+    memcpy(p->tier_bytes, c->tier_peak, sizeof p->tier_bytes);
+    p->d2h_bytes_per_step = c->d2h_bytes;
+    p->d2h_bytes_per_applied_step = c->d2h_applied_bytes;
+    p->h2d_bytes_per_step = c->h2d_bytes;
+    p->nvme_read_bytes_per_step = c->nvme_read_bytes;
+    p->nvme_write_bytes_per_step = c->nvme_write_bytes;
+    if (sh->buf[ZS_BUF_PARAMS].tier != ZS_TIER_DEVICE) /* offload_param: rank 0's gathers */
+        p->param_h2d_bytes_per_step = zs_step_gather_own_bytes(sh, prog, 0);
+    for (int u = 0; u < sh->U; u++)
         p->gathered_per_pass += zs_model_unit_elems(m, u);
-    p->p2p_send_bytes_per_step = c.p2p_send_bytes;
-    p->p2p_recv_bytes_per_step = c.p2p_recv_bytes;
-    if (sh.pp > 1 && sh.pp_rank == 0)
-        p->tied_send_bytes_per_applied_step = c.tied_sync_bytes;
-    else if (sh.pp > 1)
-        p->tied_recv_bytes_per_applied_step = c.tied_sync_bytes;
-    p->act_slots = sh.slots;
-    p->in_flight = c.in_flight;
-    p->rs_bytes_per_step = (size_t)c.rs_bytes;
-    p->rs_calls_per_step = c.rs_calls;
-    if (sh.stage == 3 && cfg->quantized_gradients) /* qgZ: all-to-alls instead */
-        p->qgz_calls_per_step = c.rs_calls, p->rs_bytes_per_step = 0, p->rs_calls_per_step = 0;
-    if (sh.stage == 3 && cfg->quantized_gradients) {
+    p->p2p_send_bytes_per_step = c->p2p_send_bytes;
+    p->p2p_recv_bytes_per_step = c->p2p_recv_bytes;
+    if (sh->pp > 1 && sh->pp_rank == 0)
+        p->tied_send_bytes_per_applied_step = c->tied_sync_bytes;
+    else if (sh->pp > 1)
+        p->tied_recv_bytes_per_applied_step = c->tied_sync_bytes;
+    p->act_slots = sh->slots;
+    p->in_flight = c->in_flight;
+    p->rs_bytes_per_step = (size_t)c->rs_bytes;
+    p->rs_calls_per_step = c->rs_calls;
+}
+
+/* ZeRO++ in stage 3: qgZ's all-to-alls in place of the reduce-scatters,
+ * the elements the codecs quantize, hpZ's secondary gathers. */
+static int zs_predict_zeropp(const zs_run_config *cfg, int world, const zs_step_shape *sh,
+                             const zs_step_program *prog, const zs_step_count *c,
+                             zs_prediction *p)
+{
+    if (sh->stage == 3 && cfg->quantized_gradients) /* qgZ: all-to-alls instead */
+        p->qgz_calls_per_step = c->rs_calls, p->rs_bytes_per_step = 0, p->rs_calls_per_step = 0;
+    if (sh->stage == 3 && cfg->quantized_gradients) {
         int K = cfg->ranks_per_node > 0 && cfg->ranks_per_node < world ? cfg->ranks_per_node
                                                                         : world;
         for (int q = 0; q < K; q++) {
-            double inter, all = zs_predict_qgz_bytes(&sh, &prog, K, q, &inter);
+            double inter, all = zs_predict_qgz_bytes(sh, prog, K, q, &inter);
             if (q == 0)
                 p->qgz_intra_bytes_rank0 = all - inter, p->qgz_inter_bytes_rank0 = inter;
             p->qgz_inter_bytes_node0 += inter;
         }
     }
-    if (sh.stage == 3 && (cfg->quantized_weights || cfg->quantized_gradients)) {
+    if (sh->stage == 3 && (cfg->quantized_weights || cfg->quantized_gradients)) {
         int K = cfg->ranks_per_node > 0 && cfg->ranks_per_node < world ? cfg->ranks_per_node
                                                                         : world;
         p->quant_elems_per_step =
-            zs_predict_quant_elems(&sh, &prog, cfg->quantized_weights, cfg->quantized_gradients,
+            zs_predict_quant_elems(sh, prog, cfg->quantized_weights, cfg->quantized_gradients,
                                    K, &p->quant_pass_elems_per_step);
-        if (p->quant_elems_per_step < 0) {
-            zs_step_program_free(&prog);
-            zs_step_shape_free(&sh);
-            zs_model_destroy(m);
+        if (p->quant_elems_per_step < 0)
             ZS_FAIL("out of host memory predicting %d ranks", world);
-        }
     }
-    if (sh.stage == 3 && cfg->hpz_partition_size > 1)
-        for (size_t i = 0; i < prog.n; i++)
-            if (prog.ops[i].kind == ZS_SOP_GATHER && prog.ops[i].phase != ZS_PHASE_FORWARD) {
-                p->ag_hpz_bytes_per_step += prog.ops[i].elems * sh.ps;
-                p->ag_hpz_calls_per_step += sh.gn[prog.ops[i].unit];
+    if (sh->stage == 3 && cfg->hpz_partition_size > 1)
+        for (size_t i = 0; i < prog->n; i++)
+            if (prog->ops[i].kind == ZS_SOP_GATHER && prog->ops[i].phase != ZS_PHASE_FORWARD) {
+                p->ag_hpz_bytes_per_step += prog->ops[i].elems * sh->ps;
+                p->ag_hpz_calls_per_step += sh->gn[prog->ops[i].unit];
             }
-    p->recompute_units = c.recompute_units;
-    p->grad_fixed_bytes = c.grad_fixed_bytes;
-    if (zs_predict_step_ops(&prog, &cfg->model, p)) {
-        zs_step_program_free(&prog);
-        zs_step_shape_free(&sh);
-        zs_model_destroy(m);
-        return -1;
-    }
-    if (sh.stage == 3 && cfg->quantized_weights) {
+    return 0;
+}
+
+/* The allgathers' bytes and calls per step (and per skipped step): stage
+ * 3's gathers, with qwZ the forward's in int8 blocks; stages 0-2's
+ * allgathers of the updated parameters. */
+static int zs_predict_gathers(int world, int qwz, const zs_step_shape *sh,
+                              const zs_step_program *prog, const zs_step_count *c,
+                              zs_prediction *p)
+{
+    if (sh->stage == 3 && qwz) {
         /* qwZ: the forward phase's gathers send each rank's part in int8
          * blocks (zs_comm_q8_bytes), the others the stored precision */
         double q = 0.0;
         size_t fwd = 0;
         int *cnt = malloc(2 * (size_t)world * sizeof(int));
-        if (!cnt) {
-            zs_step_program_free(&prog);
-            zs_step_shape_free(&sh);
-            zs_model_destroy(m);
+        if (!cnt)
             ZS_FAIL("out of host memory predicting %d ranks", world);
-        }
-        for (size_t i = 0; i < prog.n; i++) {
-            const zs_step_op *o = &prog.ops[i];
+        for (size_t i = 0; i < prog->n; i++) {
+            const zs_step_op *o = &prog->ops[i];
             if (o->kind != ZS_SOP_GATHER || o->phase != ZS_PHASE_FORWARD)
                 continue;
             fwd += o->elems;
-            for (int g = sh.gfirst[o->unit]; g < sh.gfirst[o->unit] + sh.gn[o->unit]; g++) {
-                zs_step_counts(&sh, sh.granges[g].lo, sh.granges[g].hi, cnt, cnt + world);
+            for (int g = sh->gfirst[o->unit]; g < sh->gfirst[o->unit] + sh->gn[o->unit]; g++) {
+                zs_step_counts(sh, sh->granges[g].lo, sh->granges[g].hi, cnt, cnt + world);
                 for (int r = 0; r < world; r++)
                     q += (double)zs_comm_q8_bytes((size_t)cnt[r]);
             }
         }
         free(cnt);
         p->ag_bytes_per_step = p->ag_bytes_per_skipped_step =
-            (c.gathered_elems - fwd) * sh.ps + (size_t)q;
-        p->ag_calls_per_step = p->ag_calls_per_skipped_step = c.gather_calls;
-    } else if (sh.stage == 3) {
-        p->ag_bytes_per_step = c.gathered_elems * sh.ps;
-        p->ag_bytes_per_skipped_step = (c.gathered_elems - c.gathered_applied_elems) * sh.ps;
-        p->ag_calls_per_step = c.gather_calls;
-        p->ag_calls_per_skipped_step = c.gather_calls - c.gather_applied_calls;
+            (c->gathered_elems - fwd) * sh->ps + (size_t)q;
+        p->ag_calls_per_step = p->ag_calls_per_skipped_step = c->gather_calls;
+    } else if (sh->stage == 3) {
+        p->ag_bytes_per_step = c->gathered_elems * sh->ps;
+        p->ag_bytes_per_skipped_step = (c->gathered_elems - c->gathered_applied_elems) * sh->ps;
+        p->ag_calls_per_step = c->gather_calls;
+        p->ag_calls_per_skipped_step = c->gather_calls - c->gather_applied_calls;
     } else {
-        p->ag_bytes_per_step = (size_t)c.ag_bytes;
-        p->ag_calls_per_step = c.ag_calls;
+        p->ag_bytes_per_step = (size_t)c->ag_bytes;
+        p->ag_calls_per_step = c->ag_calls;
     }
-    int K = cfg->ranks_per_node;
-    if (sh.stage == 3 && K > 1 && K < world && world % K == 0 && !cfg->hierarchical &&
-        cfg->model.tp <= 1 && cfg->pp <= 1)
-        if (zs_predict_gather_link(&sh, &prog, cfg, world, K, p)) {
-            zs_step_program_free(&prog);
-            zs_step_shape_free(&sh);
-            zs_model_destroy(m);
-            return -1;
-        }
+    return 0;
+}
+
+/* Tensor parallelism of a GPT: the all-reduces (with sequence parallelism,
+ * the all-gather and reduce-scatter pairs) of this pipeline stage's units. */
+static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
+                          const zs_step_count *c, zs_prediction *p)
+{
     int T = cfg->model.tp > 1 ? cfg->model.tp : 1;
     if (T > 1 && cfg->model.kind == ZS_MODEL_GPT) {
         double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;
         /* this pipeline stage's share (the whole model without one): the
          * embedding's all-reduce on the first stage, four per block, the
          * head's backward and the loss's on the last */
-        double first = sh.uchunk[0] >= 0, last = sh.uchunk[sh.U - 1] >= 0, L = -first - last;
-        for (int k = 0; k < sh.nchunks; k++) /* the rank's units (its chunks') */
-            L += (double)(sh.clast[k] - sh.cfirst[k] + 1);
-        double rec = c.recompute_units / (double)cfg->grad_accum; /* blocks per micro-batch */
+        double first = sh->uchunk[0] >= 0, last = sh->uchunk[sh->U - 1] >= 0, L = -first - last;
+        for (int k = 0; k < sh->nchunks; k++) /* the rank's units (its chunks') */
+            L += (double)(sh->clast[k] - sh->cfirst[k] + 1);
+        double rec = c->recompute_units / (double)cfg->grad_accum; /* blocks per micro-batch */
         double GA = cfg->grad_accum, ring = (double)(T - 1) / T;
         if (cfg->model.sequence_parallel) {
             /* all-gather + reduce-scatter pairs in place of the all-reduces;
@@ -436,29 +418,86 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
             p->tp_allreduce_calls_per_step = GA * (first + 3.0 * last + 4.0 * L + 2.0 * rec);
         }
     }
-    zs_predict_ep(&sc.model, ecfg->micro_batch, &prog, p);
-    if (sh.xsplit) { /* DeepSpeed's layout: the expert store over edp */
+}
+
+/* DeepSpeed's expert layout (the expert store over edp) and the
+ * compressed gradients' all-to-alls of rank 0. */
+static void zs_predict_experts(const zs_step_shape *sh, const zs_step_program *prog,
+                               zs_prediction *p)
+{
+    if (sh->xsplit) { /* DeepSpeed's layout: the expert store over edp */
         double ag;
-        zs_step_expert_traffic(&sh, &p->edp_rs_bytes_per_step, &p->edp_rs_calls_per_step, &ag,
+        zs_step_expert_traffic(sh, &p->edp_rs_bytes_per_step, &p->edp_rs_calls_per_step, &ag,
                                &p->edp_ag_calls_per_step);
-        if (sh.stage == 0)
+        if (sh->stage == 0)
             p->edp_ag_bytes_per_step = ag;
         else
             p->edp_ag_bytes_per_applied_step = ag;
         double gb; /* stage 3: the units' gathers */
         int gc;
-        zs_step_expert_gathers(&sh, &prog, &gb, &gc);
+        zs_step_expert_gathers(sh, prog, &gb, &gc);
         p->edp_ag_bytes_per_step += gb;
         p->edp_ag_calls_per_step += gc;
-        p->expert_params = sh.xnum;
+        p->expert_params = sh->xnum;
     }
-    for (size_t i = 0; sh.comp && i < prog.n; i++) /* one exchange per reduce op */
-        if (prog.ops[i].kind == ZS_SOP_REDUCE)
-            p->a2a_bytes_rank0 += zs_step_alltoall_bytes(&sh, prog.ops[i].index, 0);
+    for (size_t i = 0; sh->comp && i < prog->n; i++) /* one exchange per reduce op */
+        if (prog->ops[i].kind == ZS_SOP_REDUCE)
+            p->a2a_bytes_rank0 += zs_step_alltoall_bytes(sh, prog->ops[i].index, 0);
+}
+
+/* zs_predict's sections over the built shape and program (sc: the
+ * configuration the shape was built from, whose model has the experts). */
+static int zs_predict_program(const zs_run_config *cfg, const zs_run_config *sc, int world,
+                              int micro_batch, const zs_model *m, const zs_step_shape *sh,
+                              const zs_step_program *prog, zs_prediction *p)
+{
+    zs_step_count c;
+    zs_step_program_count(sh, prog, &c);
+    zs_predict_counts(sh, prog, m, &c, p);
+    ZS_TRY(zs_predict_zeropp(cfg, world, sh, prog, &c, p));
+    p->recompute_units = c.recompute_units;
+    p->grad_fixed_bytes = c.grad_fixed_bytes;
+    if (zs_predict_step_ops(prog, &cfg->model, p))
+        return -1;
+    ZS_TRY(zs_predict_gathers(world, cfg->quantized_weights, sh, prog, &c, p));
+    int K = cfg->ranks_per_node;
+    if (sh->stage == 3 && K > 1 && K < world && world % K == 0 && !cfg->hierarchical &&
+        cfg->model.tp <= 1 && cfg->pp <= 1)
+        if (zs_predict_gather_link(sh, prog, cfg, world, K, p))
+            return -1;
+    zs_predict_tp(cfg, sh, &c, p);
+    zs_predict_ep(&sc->model, micro_batch, prog, p);
+    zs_predict_experts(sh, prog, p);
+    return 0;
+}
+
+int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
+{
+    memset(p, 0, sizeof *p);
+    /* expert parallelism: the engine's arrays keep the --ep 1 layout
+     * (zerosim/zero.h, zs_engine_set_ep); the model's all-to-alls are added
+     * in zs_predict_ep */
+    zs_run_config ep1 = *ecfg, sc;
+    zs_step_ep_configs(ecfg, world, &sc, &ep1.model);
+    const zs_run_config *cfg = &ep1;
+    zs_model *m;
+    ZS_TRY(zs_model_create(&cfg->model, &m));
+    zs_step_shape sh;
+    zs_step_program prog;
+    if (zs_step_shape_build(&sc, m, world, &sh)) {
+        zs_model_destroy(m);
+        return -1;
+    }
+    if (zs_step_program_build(&sh, m, 0, &prog)) {
+        zs_step_shape_free(&sh);
+        zs_model_destroy(m);
+        return -1;
+    }
+    int rc = zs_predict_program(cfg, &sc, world, ecfg->micro_batch, m, &sh, &prog, p);
     zs_step_program_free(&prog);
     zs_step_shape_free(&sh);
     zs_model_destroy(m);
-    return 0;
+    return rc;
 }
 
 double zs_predict_quant_elems(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
