@@ -9,6 +9,7 @@
 #include "build-config.h"
 #include "cli/bench.h"
 #include "zerosim/backend.h"
+#include "zerosim/checkpoint.h"
 #include "zerosim/comm.h"
 #include "zerosim/config.h"
 #include "zerosim/compat.h"
@@ -660,23 +661,12 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
  * (the model's shapes, precision, optimizer, global batch and seed) for the
  * options the command line does not give, so that --resume's loader, which
  * checks them, accepts it; the steps one past the save (none are taken).
- * What is missing or malformed is left to that loader to name. */
+ * The manifest is the one zs_ckpt_check found and checked (its checksum
+ * first), or one line. */
 static int zs_cli_from_checkpoint(const zs_cli *cli, zs_run_config *c)
 {
-    const char *dir = cli->val[OPT_FROM];
-    char path[4200], name[256] = "";
-    snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        if (!fgets(name, sizeof name, f))
-            name[0] = '\0';
-        fclose(f);
-        name[strcspn(name, "\r\n")] = '\0';
-    }
-    if (name[0] && !strchr(name, '/'))
-        snprintf(path, sizeof path, "%s/%s/manifest.json", dir, name);
-    else
-        snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char path[4200];
+    ZS_TRY(zs_ckpt_check(cli->val[OPT_FROM], "--from", path, sizeof path));
     json_t *m = json_load_file(path, 0, NULL);
     if (!m)
         return 0;
@@ -985,8 +975,10 @@ static int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_con
         goto fail;
     if (cli.val[OPT_INIT_FROM] && zs_cli_init_from(&cli, &from_config, cfg))
         goto fail;
-    if (cli.val[OPT_FROM] && argv[0] && !strcmp(argv[0], "export"))
-        zs_cli_from_checkpoint(&cli, cfg);
+    /* the manifest checked (its checksum first) before any field of it is taken */
+    if (cli.val[OPT_FROM] && argv[0] && !strcmp(argv[0], "export") &&
+        zs_cli_from_checkpoint(&cli, cfg))
+        goto fail;
     /* export takes no step: without batch options its engine holds the
      * activations of one sample, not the default micro-batch's */
     if (argv[0] && !strcmp(argv[0], "export") && !cli.val[OPT_FROM] && !cli.val[OPT_CONFIG] &&
