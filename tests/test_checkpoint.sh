@@ -150,9 +150,9 @@ refused "another global batch" "global batch of 16 samples, this run's is 32" --
 printf 'x' >"$T/tokens.bin"
 refused "other data" "trained on synthetic data, this run on the tokens of $T/tokens.bin" \
     --resume "$T/ck" --data "$T/tokens.bin"
-sed 's/"version": 1,/"version": 7,/' "$S2/manifest.json" >"$T/m" && cp "$S2/manifest.json" "$T/mkeep" &&
+sed 's/"version": [0-9]*,/"version": 7,/' "$S2/manifest.json" >"$T/m" && cp "$S2/manifest.json" "$T/mkeep" &&
     cp "$T/m" "$S2/manifest.json"
-refused "newer format" "format version 7 is newer than this zerosim reads (1)" --resume "$S2"
+refused "newer format" "format version 7 is newer than this zerosim reads (2)" --resume "$S2"
 cp "$T/mkeep" "$S2/manifest.json"
 echo '{"format": "zerosim-checkpoint", "version": 1' >"$S2/manifest.json"
 refused "malformed manifest" "$S2/manifest.json: not valid JSON" --resume "$S2"

@@ -67,10 +67,12 @@ refuse -n 4 -m "resume with --ep 2 on 4 data-parallel ranks" train $MODEL --quie
 refuse -n 4 -m "saved in --ep 1's layout" train $MODEL --quiet --steps 4 \
     --ep 2 --deterministic --resume "$T/ck/global_step2"
 # a save from before the manifest recorded the experts (no moe_* keys in
-# its model) still resumes; a checkpoint of another mixture is refused by
-# name; and eval reads dense models' parameters only (one line)
+# its model; format version 1, without the manifest's checksum) still
+# resumes; a checkpoint of another mixture is refused by name; and eval
+# reads dense models' parameters only (one line)
 cp -r "$T/ck/global_step2" "$T/old"
-sed -i '/"moe_e/d; s/\("vocab": [0-9]*\),$/\1/' "$T/old/manifest.json"
+sed -i '/"moe_e/d; /"manifest_xxh3"/d; s/"version": [0-9]*,/"version": 1,/; s/\("vocab": [0-9]*\),$/\1/' \
+    "$T/old/manifest.json"
 if run 4 --ep 2 --steps 4 --resume "$T/old" --report "$T/old.json" >"$T/log" 2>&1; then
     got="$(arr "$T/old.json" param_hashes 0)"
     [ -n "$got" ] && [ "$got" = "$(arr "$T/full.json" param_hashes 2)" ] && ok ||

@@ -13,6 +13,10 @@
  * needs from every file, onto any number of data-parallel ranks and any
  * tensor-parallel size (through the tp = 1 order of the parameters).
  *
+ * The manifest carries its own checksum ("manifest_xxh3"); every reader
+ * checks it, the version, the files' ranks, ranges and checksums and the
+ * parameters' hash through one function (ck_read in checkpoint.c).
+ *
  * A save is atomic: the files go into DIR/.global_stepK.tmp, the manifest
  * last, then the folder takes its name and `latest` moves, each step synced;
  * a run killed during a save leaves the previous checkpoint as it was.
@@ -29,7 +33,9 @@
 extern "C" {
 #endif
 
-#define ZS_CKPT_FORMAT_VERSION 1
+/* 2: the manifest carries its own checksum ("manifest_xxh3"); a version 1
+ * manifest (none) is read, and said to be unverified */
+#define ZS_CKPT_FORMAT_VERSION 2
 
 /* The bytes one rank wrote and read (files on disk: not device memory). */
 typedef struct {
@@ -74,11 +80,19 @@ int zs_ckpt_load(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *place, zs_ckpt_
                  char hash[17]);
 void zs_ckpt_close(zs_ckpt *ck);
 
+/* Not collective. The checks every reader makes before it reads a file of
+ * the save, alone: the manifest's format, version and own checksum, and
+ * what it says of the save (mesh, sizes, every file's ranks and range).
+ * One line naming the file and what failed; opt names the option. The
+ * manifest's path goes to manifest (cap bytes). */
+int zs_ckpt_check(const char *path, const char *opt, char *manifest, size_t cap);
+
 /* Without MPI or an engine: the fp32 master weights of a tp = 1 save (a
  * --save-dir or a global_stepK folder) as one flat array in the layout's
  * order (*n = the model's parameters, malloc'd in *params), the model's
- * shapes from its manifest and its data seed. Every file is checked
- * against the manifest's checksum; opt names the option in messages. */
+ * shapes from its manifest and its data seed. The manifest is checked as
+ * zs_ckpt_check does, every file against the manifest's checksum and the
+ * parameters against its param_hash; opt names the option in messages. */
 int zs_ckpt_read_params(const char *path, const char *opt, zs_model_config *mc, uint64_t *seed,
                         float **params, size_t *n);
 

@@ -28,7 +28,8 @@ typedef struct zs_data zs_data;
 int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out);
 /* GPT samples from a file of tokens in llm.c's format (a header of 256
  * int32: magic 20240520, version 1, the token count; then uint16 tokens),
- * mapped read-only and checked whole (every token below mc->vocab). Sample
+ * checked whole at the start (every token below mc->vocab) and read with
+ * pread window by window, each window checked again. Sample
  * i is the window of seq_len + 1 tokens from a start drawn from (seed, i)
  * alone, uniform over the ntokens - seq_len starts. One line naming the file
  * and the offset when it is malformed. The loss floor is unknown (NaN). */
@@ -37,9 +38,11 @@ int zs_data_create_tokens(const zs_model_config *mc, uint64_t seed, const char *
 void zs_data_destroy(zs_data *d);
 
 /* Fill host arrays for samples first..first+b-1.
- * GPT: tokens(B,T), targets(B,T); MLP: x(B,input_dim), targets(B). */
-void zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens,
-                  int32_t *targets, float *x);
+ * GPT: tokens(B,T), targets(B,T); MLP: x(B,input_dim), targets(B).
+ * Synthetic data cannot fail; a token file that shrank or changed since
+ * the start is one line naming it (-1). */
+int zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens,
+                 int32_t *targets, float *x);
 
 /* The loss floor in nats (the Markov chain's entropy rate; 0 for the MLP;
  * NaN for a token file: unknown). */

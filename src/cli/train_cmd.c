@@ -558,23 +558,12 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
  * (the model's shapes, precision, optimizer, global batch and seed) for the
  * options the command line does not give, so that --resume's loader, which
  * checks them, accepts it; the steps one past the save (none are taken).
- * What is missing or malformed is left to that loader to name. */
+ * The manifest is the one zs_ckpt_check found and checked (its checksum
+ * first), or one line. */
 static int zs_cli_from_checkpoint(const zs_cli *cli, zs_run_config *c)
 {
-    const char *dir = cli->val[OPT_FROM];
-    char path[4200], name[256] = "";
-    snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        if (!fgets(name, sizeof name, f))
-            name[0] = '\0';
-        fclose(f);
-        name[strcspn(name, "\r\n")] = '\0';
-    }
-    if (name[0] && !strchr(name, '/'))
-        snprintf(path, sizeof path, "%s/%s/manifest.json", dir, name);
-    else
-        snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char path[4200];
+    ZS_TRY(zs_ckpt_check(cli->val[OPT_FROM], "--from", path, sizeof path));
     json_t *m = json_load_file(path, 0, NULL);
     if (!m)
         return 0;
@@ -897,8 +886,9 @@ static int zs_train_configure(const zs_cli *cli, int is_export, int phantom_run,
     ZS_TRY(zs_cli_apply(cli, cfg, cli->val[OPT_CONFIG] != NULL));
     if (cli->val[OPT_INIT_FROM])
         ZS_TRY(zs_cli_init_from(cli, &from_config, cfg));
+    /* the manifest checked (its checksum first) before any field of it is taken */
     if (cli->val[OPT_FROM] && is_export)
-        zs_cli_from_checkpoint(cli, cfg);
+        ZS_TRY(zs_cli_from_checkpoint(cli, cfg));
     /* export takes no step: without batch options its engine holds the
      * activations of one sample, not the default micro-batch's */
     if (is_export && !cli->val[OPT_FROM] && !cli->val[OPT_CONFIG] &&

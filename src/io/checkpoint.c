@@ -18,9 +18,16 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define CK_PATH 4096
 #define CK_MANIFEST "manifest.json"
+/* The manifest's own checksum: XXH3-64 of the file's bytes with the 16
+ * hex digits of this key's value read as zeros (see ck_manifest_hash). */
+#define CK_SUM_KEY "manifest_xxh3"
+#define CK_SUM_TEXT "\"" CK_SUM_KEY "\": \""
+#define CK_SUM_ZERO "0000000000000000"
+#define CK_MANIFEST_MAX ((size_t)1 << 30) /* 1 GiB: a million ranks' entries fit */
 static const char *const ck_state_name[ZS_STATE_N] = {"master", "exp_avg", "exp_avg_sq",
                                                       "residual"};
 /* DeepSpeed's layout for --ep: the expert store's states, each file its
@@ -42,10 +49,11 @@ typedef struct {
 struct zs_ckpt {
     char dir[CK_PATH];         /* the global_stepK folder */
     char manifest[CK_PATH + 32];
-    char describe[CK_PATH + 128];
+    char describe[CK_PATH + 256];
     int steps, world, dp, tp, stage;
-    uint64_t num_params, padded;
+    uint64_t num_params, padded, seed;
     char param_hash[17];
+    int unverified;            /* a save from before manifests carried a checksum */
     /* saved in DeepSpeed's layout for --ep xep (0: not): the expert store's
      * padded elements and each file's shard of them */
     int xep;
@@ -76,25 +84,41 @@ static int ck_rmtree(const char *path)
     return 0;
 }
 
-/* Remove what killed saves left in dir: .global_stepK.tmp and .old folders. */
+/* Remove what killed saves left in dir: .global_stepK.tmp folders (never
+ * the only copy of a save) and .global_stepK.old ones whose global_stepK
+ * exists. A .global_stepK.old without its global_stepK is the only copy of
+ * that save (a re-save was killed between ck_publish's two renames, and
+ * latest may name it): it takes its name back. */
 static int ck_clean_leftovers(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
         ZS_FAIL("cannot read the folder %s: %s", dir, strerror(errno));
     struct dirent *de;
-    int rc = 0;
+    int rc = 0, restored = 0;
     while (!rc && (de = readdir(d))) {
         size_t n = strlen(de->d_name);
-        if (strncmp(de->d_name, ".global_step", 12) != 0 ||
-            !((n > 4 && !strcmp(de->d_name + n - 4, ".tmp")) ||
-              (n > 4 && !strcmp(de->d_name + n - 4, ".old"))))
+        int is_tmp = n > 4 && !strcmp(de->d_name + n - 4, ".tmp");
+        int is_old = n > 4 && !strcmp(de->d_name + n - 4, ".old");
+        if (strncmp(de->d_name, ".global_step", 12) != 0 || !(is_tmp || is_old) ||
+            n - 5 >= CK_PATH / 2)
             continue;
-        char p[CK_PATH];
+        char p[CK_PATH], final[CK_PATH];
+        struct stat sb;
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        rc = ck_rmtree(p);
+        snprintf(final, sizeof final, "%s/%.*s", dir, (int)(n - 5), de->d_name + 1);
+        if (is_old && lstat(final, &sb) != 0 && errno == ENOENT && lstat(p, &sb) == 0 &&
+            S_ISDIR(sb.st_mode)) {
+            if (rename(p, final) != 0)
+                rc = zs_error_set("cannot move %s back to %s: %s", p, final, strerror(errno));
+            restored = 1;
+        } else {
+            rc = ck_rmtree(p);
+        }
     }
     closedir(d);
+    if (!rc && restored)
+        rc = zs_io_sync_dir(dir);
     return rc;
 }
 
@@ -257,9 +281,10 @@ static int ck_write_manifest(const char *path, int steps, const zs_run_config *c
                                                "xxh3", hx, "residual", (int)r[6]));
     }
     json_t *m = json_pack(
-        "{s:s, s:i, s:i, s:o, s:s, s:s, s:i, s:{s:i, s:i, s:i}, s:b, s:I, s:I, s:I, s:I,"
+        "{s:s, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:{s:i, s:i, s:i}, s:b, s:I, s:I, s:I, s:I,"
         " s:s, s:b, s:{s:i, s:f, s:i, s:i, s:i}, s:{s:I, s:I}, s:{s:I, s:s}, s:s, s:o}",
-        "format", "zerosim-checkpoint", "version", ZS_CKPT_FORMAT_VERSION, "steps", steps,
+        "format", "zerosim-checkpoint", "version", ZS_CKPT_FORMAT_VERSION, CK_SUM_KEY,
+        CK_SUM_ZERO, "steps", steps,
         "model", ck_model_json(&cfg->model), "precision", zs_dtype_name(cfg->precision), "optimizer", ck_optim_name(cfg->optimizer), "stage",
         cfg->stage, "mesh", "world", world, "dp", pl->dp_size, "tp", pl->tp_size,
         "deterministic", cfg->deterministic, "num_params", (json_int_t)p->num_params, "padded",
@@ -294,11 +319,26 @@ static int ck_write_manifest(const char *path, int steps, const zs_run_config *c
                         cfg->data_file ? json_string(cfg->data_file) : json_null());
     char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(m);
-    if (!text)
+    size_t len = text ? strlen(text) : 0;
+    char *full = text ? realloc(text, len + 2) : NULL;
+    if (!full) {
+        free(text);
         ZS_FAIL("out of host memory writing %s", path);
+    }
+    text = full;
+    memcpy(text + len++, "\n", 2);
+    /* the checksum of the text, written over its zeros */
+    char *sum = strstr(text, CK_SUM_TEXT CK_SUM_ZERO "\"");
+    if (!sum) {
+        free(text);
+        ZS_FAIL("internal: the manifest %s has no %s", path, CK_SUM_KEY);
+    }
+    char hx[17];
+    snprintf(hx, sizeof hx, "%016" PRIx64, (uint64_t)XXH3_64bits(text, len));
+    memcpy(sum + strlen(CK_SUM_TEXT), hx, 16);
     zs_afile a;
     int rc = zs_afile_open(&a, path);
-    if (!rc && !(rc = zs_afile_write(&a, text, strlen(text))) && !(rc = zs_afile_write(&a, "\n", 1)))
+    if (!rc && !(rc = zs_afile_write(&a, text, len)))
         rc = zs_afile_commit(&a, NULL);
     else if (!rc)
         zs_afile_abort(&a);
@@ -306,24 +346,49 @@ static int ck_write_manifest(const char *path, int steps, const zs_run_config *c
     return rc;
 }
 
-/* Rank 0: the folder takes its name and latest moves to it. */
+/* Test hook (tests/test_ckpt_publish.sh): ZEROSIM_FAULT_PUBLISH=N makes
+ * the process _exit(99) on reaching point N of the publish sequence, as a
+ * rank killed there would stop. */
+static void ck_fault_point(int n, const char *where)
+{
+    const char *s = getenv("ZEROSIM_FAULT_PUBLISH");
+    if (!s || atoi(s) != n)
+        return;
+    fprintf(stderr, "zerosim: test hook: exits at publish point %d, %s\n", n, where);
+    fflush(stderr);
+    _exit(99);
+}
+
+/* Rank 0: the folder takes its name and latest moves to it. At every point
+ * the save dir holds a checkpoint that resumes: the one latest names, or,
+ * between the two renames of a re-save of the same step, that step's
+ * previous save as .global_stepK.old, which readers take when global_stepK
+ * is missing (ck_locate) and the next save renames back
+ * (ck_clean_leftovers). The previous save is removed only once latest is
+ * written. */
 static int ck_publish(const char *dir, const char *tmp, const char *name)
 {
     char final[CK_PATH], old[CK_PATH], latest[CK_PATH];
     snprintf(final, sizeof final, "%s/%s", dir, name);
     snprintf(old, sizeof old, "%s/.%s.old", dir, name);
     snprintf(latest, sizeof latest, "%s/latest", dir);
+    ck_fault_point(1, "before the new save is synced");
     ZS_TRY(zs_io_sync_dir(tmp));
     struct stat sb;
     int had = lstat(final, &sb) == 0; /* a save of the same step before (or a symlink) */
     if (had) {
+        ck_fault_point(2, "before an older copy aside is removed");
         ZS_TRY(ck_rmtree(old));
+        ck_fault_point(3, "before the previous save of the step is moved aside");
         if (rename(final, old) != 0)
             ZS_FAIL("cannot move %s aside: %s", final, strerror(errno));
+        ck_fault_point(4, "with the previous save aside, before the new one takes its name");
     }
     if (rename(tmp, final) != 0)
         ZS_FAIL("cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    ck_fault_point(5, "before the folder is synced");
     ZS_TRY(zs_io_sync_dir(dir));
+    ck_fault_point(6, "before latest moves");
     zs_afile a;
     ZS_TRY(zs_afile_open(&a, latest));
     int rc = zs_afile_write(&a, name, strlen(name));
@@ -333,8 +398,10 @@ static int ck_publish(const char *dir, const char *tmp, const char *name)
         rc = zs_afile_commit(&a, NULL);
     else
         zs_afile_abort(&a);
+    ck_fault_point(7, "before the previous save is removed");
     if (!rc && had)
         rc = ck_rmtree(old);
+    ck_fault_point(8, "once published");
     return rc;
 }
 
@@ -510,17 +577,26 @@ static int ck_check_model(const zs_ckpt *ck, json_t *saved, const zs_model_confi
     return rc;
 }
 
-/* The manifest's "files": one entry per rank of the save. */
+/* The manifest's "files": one entry per rank of the save, named after its
+ * ranks, each holding its data-parallel rank's shard of the padded
+ * elements (as zs_partition_make deals them): every element once per
+ * tensor-parallel rank. */
 static int ck_parse_files(zs_ckpt *ck, json_t *m)
 {
     json_int_t v;
     json_t *files = json_object_get(m, "files");
+    if ((uint64_t)ck->dp * (uint64_t)ck->tp != (uint64_t)ck->world || ck->padded % ck->dp ||
+        ck->num_params > ck->padded)
+        ZS_FAIL("%s: \"mesh\", \"num_params\" and \"padded\" disagree (world %d, dp %d, tp "
+                "%d, %" PRIu64 " of %" PRIu64 " elements); the manifest is damaged",
+                ck->manifest, ck->world, ck->dp, ck->tp, ck->num_params, ck->padded);
     if (!json_is_array(files) || json_array_size(files) != (size_t)ck->world)
         ZS_FAIL("%s: \"files\" should list %d files; the manifest is damaged", ck->manifest,
                 ck->world);
     ck->files = calloc((size_t)ck->world, sizeof *ck->files);
     if (!ck->files)
         ZS_FAIL("out of host memory reading %s", ck->manifest);
+    uint64_t shard = ck->padded / (uint64_t)ck->dp;
     for (size_t i = 0; i < json_array_size(files); i++) {
         json_t *f = json_array_get(files, i);
         ck_file *cf = &ck->files[ck->nfiles++];
@@ -535,8 +611,8 @@ static int ck_parse_files(zs_ckpt *ck, json_t *m)
         snprintf(cf->name, sizeof cf->name, "%s", nm);
         char *end;
         cf->xxh3 = strtoull(hx, &end, 16);
-        if (*end)
-            ZS_FAIL("%s: the checksum of %s is not hexadecimal", ck->manifest, nm);
+        if (*end || strlen(hx) != 16)
+            ZS_FAIL("%s: the checksum of %s is not 16 hexadecimal digits", ck->manifest, nm);
         cf->residual = json_is_true(res);
         ZS_TRY(ck_int(ck, f, "tp_rank", 0, ck->tp - 1, &v));
         cf->tp = (int)v;
@@ -548,35 +624,27 @@ static int ck_parse_files(zs_ckpt *ck, json_t *m)
         cf->end = (uint64_t)v;
         ZS_TRY(ck_int(ck, f, "bytes", 0, INT64_MAX, &v));
         cf->bytes = (uint64_t)v;
+        char want[64];
+        snprintf(want, sizeof want, "shard_tp%d_dp%05d.safetensors", cf->tp, cf->dp);
+        if (strcmp(want, cf->name) != 0 || cf->begin != (uint64_t)cf->dp * shard ||
+            cf->end != cf->begin + shard)
+            ZS_FAIL("%s: file entry %zu (%s, tp %d, dp %d) holds elements [%" PRIu64 ", %" PRIu64
+                    "), not its ranks' [%" PRIu64 ", %" PRIu64 ") of %s; the manifest is damaged",
+                    ck->manifest, i, cf->name, cf->tp, cf->dp, cf->begin, cf->end,
+                    (uint64_t)cf->dp * shard, (uint64_t)cf->dp * shard + shard, want);
+        for (size_t j = 0; j < i; j++)
+            if (ck->files[j].tp == cf->tp && ck->files[j].dp == cf->dp)
+                ZS_FAIL("%s: %s is listed twice; the manifest is damaged", ck->manifest, nm);
     }
     return 0;
 }
 
-static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_size)
+/* What the manifest says of the save, whatever the run that reads it: its
+ * steps, mesh, sizes, optimizer state, data seed, parameters' hash and
+ * files. One line naming the manifest and the field. */
+static int ck_parse_saved(zs_ckpt *ck, json_t *m)
 {
-    const char *fmt = ck_str(m, "format");
-    json_int_t v, ver;
-    if (!fmt || strcmp(fmt, "zerosim-checkpoint") != 0)
-        ZS_FAIL("%s is not a zerosim checkpoint manifest (no \"format\": "
-                "\"zerosim-checkpoint\")", ck->manifest);
-    ZS_TRY(ck_int(ck, m, "version", 1, INT_MAX, &ver));
-    if (ver > ZS_CKPT_FORMAT_VERSION)
-        ZS_FAIL("%s: checkpoint format version %lld is newer than this zerosim reads (%d): "
-                "resume with the zerosim that wrote it, or a newer one", ck->manifest,
-                (long long)ver, ZS_CKPT_FORMAT_VERSION);
-    ZS_TRY(ck_check_model(ck, json_object_get(m, "model"), &cfg->model));
-    const char *prec = ck_str(m, "precision"), *opt = ck_str(m, "optimizer");
-    char quoted[48]; /* the manifest's text in an error line: escaped */
-    if (!prec || strcmp(prec, zs_dtype_name(cfg->precision)) != 0) {
-        zs_file_escape(prec ? prec : "?", prec ? strlen(prec) : 1, quoted, sizeof quoted);
-        ZS_FAIL("%s: the checkpoint was trained in %s, this run asks for %s: resume with "
-                "--precision %s", ck->manifest, quoted, zs_dtype_name(cfg->precision), quoted);
-    }
-    if (!opt || strcmp(opt, ck_optim_name(cfg->optimizer)) != 0)
-        ZS_FAIL("%s: the checkpoint's optimizer is %s, this run's %s: resume with the same "
-                "optimizer", ck->manifest,
-                zs_file_escape(opt ? opt : "?", opt ? strlen(opt) : 1, quoted, sizeof quoted),
-                ck_optim_name(cfg->optimizer));
+    json_int_t v;
     ZS_TRY(ck_int(ck, m, "steps", 0, INT_MAX, &v));
     ck->steps = (int)v;
     ZS_TRY(ck_int(ck, m, "stage", 0, 3, &v));
@@ -588,31 +656,12 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
     ck->dp = (int)v;
     ZS_TRY(ck_int(ck, mesh, "tp", 1, INT_MAX, &v));
     ck->tp = (int)v;
-    (void)tp_size; /* any: zs_ckpt_load maps the layouts */
     ZS_TRY(ck_int(ck, m, "num_params", 1, INT64_MAX, &v));
     ck->num_params = (uint64_t)v;
     ZS_TRY(ck_int(ck, m, "padded", 1, INT64_MAX, &v));
     ck->padded = (uint64_t)v;
-    ZS_TRY(ck_int(ck, m, "train_batch_size", 1, INT_MAX, &v));
-    if (v != cfg->train_batch_size)
-        ZS_FAIL("%s: the checkpoint was trained with a global batch of %lld samples, this run's "
-                "is %d: resume with micro-batch x grad-accum x data-parallel ranks = %lld, so "
-                "that every step sees the samples it would have", ck->manifest, (long long)v,
-                cfg->train_batch_size, (long long)v);
-    json_t *data = json_object_get(m, "data");
-    ZS_TRY(ck_int(ck, data, "seed", 0, INT64_MAX, &v));
-    if ((uint64_t)v != cfg->seed)
-        ZS_FAIL("%s: the checkpoint's data were drawn with --seed %lld, this run's seed is "
-                "%llu: resume with --seed %lld", ck->manifest, (long long)v,
-                (unsigned long long)cfg->seed, (long long)v);
-    json_t *df = json_object_get(data, "file");
-    const char *saved = json_is_string(df) ? json_string_value(df) : NULL;
-    if ((saved == NULL) != (cfg->data_file == NULL) ||
-        (saved && strcmp(saved, cfg->data_file) != 0))
-        ZS_FAIL("%s: the checkpoint was trained on %s%s, this run on %s%s: resume with the "
-                "same --data", ck->manifest, saved ? "the tokens of " : "synthetic data",
-                saved ? saved : "", cfg->data_file ? "the tokens of " : "synthetic data",
-                cfg->data_file ? cfg->data_file : "");
+    ZS_TRY(ck_int(ck, json_object_get(m, "data"), "seed", 0, INT64_MAX, &v));
+    ck->seed = (uint64_t)v;
     json_t *os = json_object_get(m, "optimizer_state");
     ZS_TRY(ck_int(ck, os, "step", 0, INT_MAX, &v));
     ck->counters.t = (int)v;
@@ -628,7 +677,7 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
                 ck->manifest);
     ck->counters.loss_scale = (float)json_number_value(ls);
     const char *ph = ck_str(m, "param_hash");
-    if (!ph || strlen(ph) != 16)
+    if (!ph || strlen(ph) != 16 || strspn(ph, "0123456789abcdef") != 16)
         ZS_FAIL("%s: \"param_hash\" is missing; the manifest is damaged", ck->manifest);
     snprintf(ck->param_hash, sizeof ck->param_hash, "%s", ph);
     json_t *xj = json_object_get(m, "experts");
@@ -643,15 +692,53 @@ static int ck_parse(zs_ckpt *ck, json_t *m, const zs_run_config *cfg, int tp_siz
     return ck_parse_files(ck, m);
 }
 
-/* Find the save's folder (path is a --save-dir with latest, or one
- * global_stepK folder) and load its manifest (*mp); opt names the option
- * in messages. */
-static int ck_locate(zs_ckpt *ck, const char *path, const char *opt, json_t **mp)
+/* The saved run against this one: the model's shapes, precision,
+ * optimizer, global batch, seed and data; one line naming the first that
+ * differs and how to resume. */
+static int ck_check_run(const zs_ckpt *ck, json_t *m, const zs_run_config *cfg)
+{
+    ZS_TRY(ck_check_model(ck, json_object_get(m, "model"), &cfg->model));
+    const char *prec = ck_str(m, "precision"), *opt = ck_str(m, "optimizer");
+    char quoted[48]; /* the manifest's text in an error line: escaped */
+    if (!prec || strcmp(prec, zs_dtype_name(cfg->precision)) != 0) {
+        zs_file_escape(prec ? prec : "?", prec ? strlen(prec) : 1, quoted, sizeof quoted);
+        ZS_FAIL("%s: the checkpoint was trained in %s, this run asks for %s: resume with "
+                "--precision %s", ck->manifest, quoted, zs_dtype_name(cfg->precision), quoted);
+    }
+    if (!opt || strcmp(opt, ck_optim_name(cfg->optimizer)) != 0)
+        ZS_FAIL("%s: the checkpoint's optimizer is %s, this run's %s: resume with the same "
+                "optimizer", ck->manifest,
+                zs_file_escape(opt ? opt : "?", opt ? strlen(opt) : 1, quoted, sizeof quoted),
+                ck_optim_name(cfg->optimizer));
+    json_int_t v;
+    ZS_TRY(ck_int(ck, m, "train_batch_size", 1, INT_MAX, &v));
+    if (v != cfg->train_batch_size)
+        ZS_FAIL("%s: the checkpoint was trained with a global batch of %lld samples, this run's "
+                "is %d: resume with micro-batch x grad-accum x data-parallel ranks = %lld, so "
+                "that every step sees the samples it would have", ck->manifest, (long long)v,
+                cfg->train_batch_size, (long long)v);
+    if (ck->seed != cfg->seed)
+        ZS_FAIL("%s: the checkpoint's data were drawn with --seed %llu, this run's seed is "
+                "%llu: resume with --seed %llu", ck->manifest, (unsigned long long)ck->seed,
+                (unsigned long long)cfg->seed, (unsigned long long)ck->seed);
+    json_t *df = json_object_get(json_object_get(m, "data"), "file");
+    const char *saved = json_is_string(df) ? json_string_value(df) : NULL;
+    if ((saved == NULL) != (cfg->data_file == NULL) ||
+        (saved && strcmp(saved, cfg->data_file) != 0))
+        ZS_FAIL("%s: the checkpoint was trained on %s%s, this run on %s%s: resume with the "
+                "same --data", ck->manifest, saved ? "the tokens of " : "synthetic data",
+                saved ? saved : "", cfg->data_file ? "the tokens of " : "synthetic data",
+                cfg->data_file ? cfg->data_file : "");
+    return 0;
+}
+
+/* Find the save's folder: path is a --save-dir with latest, or one
+ * global_stepK folder; opt names the option in messages. */
+static int ck_locate(zs_ckpt *ck, const char *path, const char *opt)
 {
     struct stat sb;
-    char latest[CK_PATH + 16], name[256], why[256];
+    char latest[CK_PATH + 16], name[256];
     int rc = 0;
-    *mp = NULL;
     snprintf(latest, sizeof latest, "%s/latest", path);
     snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", path, CK_MANIFEST);
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
@@ -665,6 +752,16 @@ static int ck_locate(zs_ckpt *ck, const char *path, const char *opt, json_t **mp
             snprintf(ck->dir, sizeof ck->dir, "%s/%s", path, name);
             snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", ck->dir, CK_MANIFEST);
         }
+        /* a re-save of that step killed between ck_publish's two renames:
+         * its previous save, moved aside, is the checkpoint */
+        if (!rc && lstat(ck->dir, &sb) != 0 && errno == ENOENT) {
+            char aside[CK_PATH];
+            snprintf(aside, sizeof aside, "%s/.%s.old", path, name);
+            if (lstat(aside, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+                snprintf(ck->dir, sizeof ck->dir, "%s", aside);
+                snprintf(ck->manifest, sizeof ck->manifest, "%s/%s", ck->dir, CK_MANIFEST);
+            }
+        }
         /* the folder latest names is one zerosim made, not a symlink */
         if (!rc && lstat(ck->dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
             rc = zs_error_set("%s is not a folder (a symlink or a file), not a save zerosim "
@@ -674,31 +771,163 @@ static int ck_locate(zs_ckpt *ck, const char *path, const char *opt, json_t **mp
                           "manifest.json): give the --save-dir of a run, or one of its "
                           "global_step folders", opt, path);
     }
-    if (!rc) {
-        json_error_t jerr;
-        *mp = json_load_file(ck->manifest, JSON_REJECT_DUPLICATES, &jerr);
-        if (!*mp)
-            rc = stat(ck->manifest, &sb) != 0
-                     ? zs_error_set("cannot read %s: %s", ck->manifest, strerror(errno))
-                     : zs_error_set("%s: not valid JSON (line %d: %s); the manifest is damaged",
-                                    ck->manifest, jerr.line,
-                                    zs_file_escape(jerr.text, strlen(jerr.text), why,
-                                                   sizeof why));
-    }
     return rc;
+}
+
+/* The manifest's bytes, whole (malloc'd in *text, *len of them). */
+static int ck_slurp(const char *path, char **text, size_t *len)
+{
+    *text = NULL;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        ZS_FAIL("cannot read %s: %s", path, errno == ELOOP ? "it is a symlink" : strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > CK_MANIFEST_MAX) {
+        close(fd);
+        ZS_FAIL("%s is not a plain file of at most %zu bytes, not a manifest zerosim writes",
+                path, CK_MANIFEST_MAX);
+    }
+    size_t n = 0, cap = (size_t)sb.st_size;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        close(fd);
+        ZS_FAIL("out of host memory reading %s", path);
+    }
+    while (n < cap) {
+        ssize_t r = pread(fd, buf + n, cap - n, (off_t)n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int err = r < 0 ? errno : 0;
+            close(fd);
+            free(buf);
+            ZS_FAIL("cannot read %s: %s", path, err ? strerror(err) : "it shrank while read");
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+/* The manifest's own checksum: "manifest_xxh3" once in the text, its value
+ * the XXH3-64 of the text with that value's digits read as zeros. A
+ * version 1 manifest without the key (saved before zerosim wrote one) is
+ * read, and marked unverified. */
+static int ck_manifest_hash(zs_ckpt *ck, json_t *m, int version, char *text, size_t len)
+{
+    json_t *v = json_object_get(m, CK_SUM_KEY);
+    if (!v && version < 2) {
+        ck->unverified = 1;
+        return 0;
+    }
+    if (!v)
+        ZS_FAIL("%s: \"%s\" is missing (format version %d has one); the manifest was edited "
+                "or is damaged", ck->manifest, CK_SUM_KEY, version);
+    const char *said = json_string_value(v);
+    size_t kl = strlen(CK_SUM_TEXT);
+    char *at = NULL;
+    for (size_t i = 0; i + kl + 17 <= len; i++)
+        if (text[i] == '"' && !memcmp(text + i, CK_SUM_TEXT, kl)) {
+            if (at)
+                at = NULL, i = len; /* twice: not a manifest zerosim wrote */
+            else
+                at = text + i + kl;
+        }
+    if (!said || strlen(said) != 16 || strspn(said, "0123456789abcdef") != 16 || !at ||
+        memcmp(at, said, 16) != 0 || at[16] != '"')
+        ZS_FAIL("%s: \"%s\" is not the one 16-digit checksum zerosim writes; the manifest was "
+                "edited or is damaged", ck->manifest, CK_SUM_KEY);
+    memcpy(at, CK_SUM_ZERO, 16);
+    char got[17];
+    snprintf(got, sizeof got, "%016" PRIx64, (uint64_t)XXH3_64bits(text, len));
+    if (strcmp(got, said) != 0)
+        ZS_FAIL("%s: the manifest's checksum does not match its text (xxh3 %s, it says %s): it "
+                "was edited or is damaged, and no field of it can be trusted", ck->manifest, got,
+                said);
+    return 0;
+}
+
+/* Every reader of a checkpoint (--resume, export, eval, quantize,
+ * compress) reads it here: find the save (ck_locate), read the manifest,
+ * check its format, its version and its own checksum, then what it says
+ * of the save (sizes, mesh, every file's ranks and range). The manifest
+ * stays in *mp for the checks of the reader's run. The files' checksums
+ * are checked as they are opened (ck_file_ready), the parameters' hash
+ * once they are loaded. */
+static int ck_read(zs_ckpt *ck, const char *path, const char *opt, json_t **mp)
+{
+    *mp = NULL;
+    ZS_TRY(ck_locate(ck, path, opt));
+    char *text, why[256];
+    size_t len = 0;
+    ZS_TRY(ck_slurp(ck->manifest, &text, &len));
+    json_error_t jerr;
+    json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    int rc = 0;
+    json_int_t ver = 0;
+    const char *fmt = ck_str(m, "format");
+    if (!m)
+        rc = zs_error_set("%s: not valid JSON (line %d: %s); the manifest is damaged",
+                          ck->manifest, jerr.line,
+                          zs_file_escape(jerr.text, strlen(jerr.text), why, sizeof why));
+    else if (!fmt || strcmp(fmt, "zerosim-checkpoint") != 0)
+        rc = zs_error_set("%s is not a zerosim checkpoint manifest (no \"format\": "
+                          "\"zerosim-checkpoint\")", ck->manifest);
+    else if (!(rc = ck_int(ck, m, "version", 1, INT_MAX, &ver)) && ver > ZS_CKPT_FORMAT_VERSION)
+        rc = zs_error_set("%s: checkpoint format version %lld is newer than this zerosim reads "
+                          "(%d): resume with the zerosim that wrote it, or a newer one",
+                          ck->manifest, (long long)ver, ZS_CKPT_FORMAT_VERSION);
+    if (!rc)
+        rc = ck_manifest_hash(ck, m, (int)ver, text, len);
+    free(text);
+    if (!rc)
+        rc = ck_parse_saved(ck, m);
+    if (rc) {
+        json_decref(m);
+        return rc;
+    }
+    *mp = m;
+    return 0;
+}
+
+int zs_ckpt_check(const char *path, const char *opt, char *manifest, size_t cap)
+{
+    if (cap)
+        manifest[0] = '\0';
+    zs_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck)
+        ZS_FAIL("out of host memory opening the checkpoint %s", path);
+    json_t *m;
+    int rc = ck_read(ck, path, opt, &m);
+    json_decref(m);
+    if (!rc && cap)
+        snprintf(manifest, cap, "%s", ck->manifest);
+    zs_ckpt_close(ck);
+    return rc;
+}
+
+/* A line for what was not checked: a manifest without its checksum. */
+static const char *ck_unverified_note(const zs_ckpt *ck)
+{
+    return ck->unverified ? "; its manifest has no checksum (saved before zerosim wrote one): "
+                            "its fields are unverified, re-save to add one" : "";
 }
 
 int zs_ckpt_open(const char *path, const zs_run_config *cfg, int tp_size, zs_ckpt **out,
                  int *steps)
 {
     *out = NULL;
+    (void)tp_size; /* any: zs_ckpt_load maps the layouts */
     zs_ckpt *ck = calloc(1, sizeof *ck);
     if (!ck)
         ZS_FAIL("out of host memory opening the checkpoint %s", path);
     json_t *m = NULL;
-    int rc = ck_locate(ck, path, "--resume", &m);
+    int rc = ck_read(ck, path, "--resume", &m);
     if (!rc)
-        rc = ck_parse(ck, m, cfg, tp_size);
+        rc = ck_check_run(ck, m, cfg);
     json_decref(m);
     if (!rc && ck->steps >= cfg->steps)
         rc = zs_error_set("--resume: the checkpoint was saved after %d steps and --steps is %d "
@@ -708,8 +937,9 @@ int zs_ckpt_open(const char *path, const zs_run_config *cfg, int tp_size, zs_ckp
         zs_ckpt_close(ck);
         return rc;
     }
-    snprintf(ck->describe, sizeof ck->describe, "%s (%d steps on %d rank%s, stage %d)", ck->dir,
-             ck->steps, ck->world, ck->world == 1 ? "" : "s", ck->stage);
+    snprintf(ck->describe, sizeof ck->describe, "%s (%d steps on %d rank%s, stage %d)%s",
+             ck->dir, ck->steps, ck->world, ck->world == 1 ? "" : "s", ck->stage,
+             ck_unverified_note(ck));
     *steps = ck->steps;
     *out = ck;
     return 0;
@@ -1022,61 +1252,45 @@ int zs_ckpt_read_params(const char *path, const char *opt, zs_model_config *mc, 
                         float **params, size_t *n)
 {
     *params = NULL;
+    *n = 0;
     zs_ckpt *ck = calloc(1, sizeof *ck);
     if (!ck)
         ZS_FAIL("out of host memory opening the checkpoint %s", path);
     json_t *m = NULL;
-    json_int_t v;
-    int rc = ck_locate(ck, path, opt, &m);
-    const char *fmt = rc ? NULL : ck_str(m, "format");
-    if (!rc && (!fmt || strcmp(fmt, "zerosim-checkpoint")))
-        rc = zs_error_set("%s is not a zerosim checkpoint manifest (no \"format\": "
-                          "\"zerosim-checkpoint\")", ck->manifest);
+    int rc = ck_read(ck, path, opt, &m);
     if (!rc)
         rc = ck_model_from_json(ck, json_object_get(m, "model"), mc);
-    json_t *mesh = rc ? NULL : json_object_get(m, "mesh");
-    if (!rc && !(rc = ck_int(ck, mesh, "world", 1, INT_MAX, &v)))
-        ck->world = (int)v;
-    if (!rc && !(rc = ck_int(ck, mesh, "dp", 1, INT_MAX, &v)))
-        ck->dp = (int)v;
-    if (!rc && !(rc = ck_int(ck, mesh, "tp", 1, INT_MAX, &v)))
-        ck->tp = (int)v;
+    json_decref(m);
     if (!rc && ck->tp != 1)
         rc = zs_error_set("%s: saved with tensor parallelism (tp %d); %s reads tp = 1 saves: "
                           "write the weights first (zerosim export --from %s --out FILE)",
                           ck->manifest, ck->tp, opt, path);
-    if (!rc && !(rc = ck_int(ck, m, "num_params", 1, INT64_MAX, &v)))
-        ck->num_params = (uint64_t)v;
-    if (!rc && !(rc = ck_int(ck, m, "padded", 1, INT64_MAX, &v)))
-        ck->padded = (uint64_t)v;
     if (!rc && ck->num_params != zs_model_count_params(mc))
         rc = zs_error_set("%s: num_params %llu is not the %zu of the dense model its \"model\" "
                           "describes: a Mixture-of-Experts run (which %s does not read yet), "
                           "or a damaged manifest", ck->manifest,
                           (unsigned long long)ck->num_params, zs_model_count_params(mc), opt);
-    if (!rc && !(rc = ck_int(ck, json_object_get(m, "data"), "seed", 0, INT64_MAX, &v)))
-        *seed = (uint64_t)v;
-    if (!rc)
-        rc = ck_parse_files(ck, m);
-    json_decref(m);
     size_t total = rc ? 0 : (size_t)ck->num_params;
     if (!rc && !(*params = malloc(total * sizeof(float) + 1)))
         rc = zs_error_set("out of host memory reading %s", ck->manifest);
     zs_ckpt_io io = {0};
     if (!rc)
         rc = ck_fill(ck, ZS_STATE_MASTER, 0, 0, total, *params, &io);
-    /* every element must come from some file */
-    uint64_t covered = 0;
-    for (int i = 0; !rc && i < ck->nfiles; i++)
-        covered += ck->files[i].end - ck->files[i].begin;
-    if (!rc && covered < ck->padded)
-        rc = zs_error_set("%s: the files hold %llu of the %llu elements; the manifest is "
-                          "damaged", ck->manifest, (unsigned long long)covered,
-                          (unsigned long long)ck->padded);
+    /* the parameters as read must hash as they did when saved */
+    char hash[17];
+    if (!rc)
+        zs_param_hash(*params, total, hash);
+    if (!rc && strcmp(hash, ck->param_hash) != 0)
+        rc = zs_error_set("%s: the parameters read hash to %s, the manifest says %s: the "
+                          "checkpoint is damaged", ck->manifest, hash, ck->param_hash);
+    if (!rc && ck->unverified)
+        fprintf(stderr, "zerosim: note: %s%s\n", ck->manifest, ck_unverified_note(ck));
     if (rc) {
         free(*params);
         *params = NULL;
+        total = 0;
     }
+    *seed = ck->seed;
     *n = total;
     zs_ckpt_close(ck);
     return rc;

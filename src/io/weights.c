@@ -487,9 +487,17 @@ static int zs_llmc_header(const char *path, int fd, zs_model_config *mc, size_t 
     mc->n_head = hdr[5];
     mc->n_embd = hdr[6];
     *vp = (size_t)hdr[7];
-    size_t C = (size_t)mc->n_embd;
-    uint64_t want = sizeof hdr + 4 * ((uint64_t)*vp * C + zs_model_count_params(mc) -
-                                      (uint64_t)mc->vocab * C);
+    /* the size the header implies, overflow-checked: the ints are each at
+     * most 2^20, and 12 L C^2 alone nearly fills 64 bits */
+    uint64_t C = (uint64_t)mc->n_embd, padded_wte, n, want;
+    if (__builtin_mul_overflow((uint64_t)*vp, C, &padded_wte) ||
+        __builtin_add_overflow(padded_wte, (uint64_t)zs_model_count_params(mc) -
+                                               (uint64_t)mc->vocab * C, &n) ||
+        __builtin_mul_overflow(n, (uint64_t)4, &want) ||
+        __builtin_add_overflow(want, (uint64_t)sizeof hdr, &want))
+        ZS_FAIL("%s: the header's GPT (L=%d, C=%d, V=%d padded to %zu, T=%d) has more bytes "
+                "than 64 bits count: not a model file", path, mc->n_layer, mc->n_embd,
+                mc->vocab, *vp, mc->seq_len);
     if (*bytes != want)
         ZS_FAIL("%s: %s: %llu bytes, the header's GPT (L=%d, C=%d, V=%d padded to %zu, "
                 "T=%d) needs %llu", path, *bytes < want ? "truncated" : "longer than its model",

@@ -7,8 +7,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,10 +31,11 @@ struct zs_data {
     double floor;
     /* MLP: the teacher, input -> tanh hidden -> classes */
     double *w1, *w2;
-    /* a token file (zs_data_create_tokens): its mapping and its tokens */
-    void *map;
-    size_t map_bytes;
-    const uint16_t *tok;
+    /* a token file (zs_data_create_tokens), read with pread window by
+     * window (never mapped: a file truncated under a run is an error line,
+     * not a SIGBUS) */
+    char *tok_path;
+    int tok_fd;       /* -1: synthetic data */
     uint64_t ntok;
 };
 
@@ -150,6 +151,7 @@ int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out)
     zs_data *d = calloc(1, sizeof *d);
     if (!d)
         ZS_FAIL("out of host memory creating the data generator");
+    d->tok_fd = -1;
     d->mc = *mc;
     d->seed = seed;
     if (mc->kind == ZS_MODEL_GPT) {
@@ -180,31 +182,53 @@ int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out)
 #define ZS_TOKENS_MAGIC 20240520
 #define ZS_TOKENS_HEADER 1024 /* 256 int32 */
 
-/* Map the file and check it whole: header, size, every token < vocab. */
-static int zs_data_map_tokens(zs_data *d, const char *path)
+/* Tokens [first, first + n) of the file into out, checked: every one read
+ * (a file that shrank since the start is an error) and below the
+ * vocabulary (one that changed). One line naming the file. */
+#define ZS_TOKENS_CHUNK 4096
+static int zs_data_read_tokens(const zs_data *d, uint64_t first, size_t n, uint16_t *out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    size_t got = 0;
+    while (got < n) {
+        uint64_t off = ZS_TOKENS_HEADER + 2 * (first + got);
+        ssize_t r = pread(d->tok_fd, (char *)(out + got), 2 * (n - got), (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            ZS_FAIL("%s: cannot read at offset %llu: %s", d->tok_path, (unsigned long long)off,
+                    strerror(errno));
+        if (r < 2)
+            ZS_FAIL("%s: the file ends before offset %llu, where its %llu tokens went on when "
+                    "the run started: it was truncated or replaced while the run read it",
+                    d->tok_path, (unsigned long long)off + 2, (unsigned long long)d->ntok);
+        got += (size_t)r / 2; /* half a token is read again whole */
+    }
+    for (size_t i = 0; i < n; i++)
+        if (out[i] >= d->mc.vocab)
+            ZS_FAIL("%s: token %u at offset %llu is outside the vocabulary of %d", d->tok_path,
+                    (unsigned)out[i], (unsigned long long)(ZS_TOKENS_HEADER + 2 * (first + i)),
+                    d->mc.vocab);
+    return 0;
+}
+
+/* Open the file and check it whole: header, size, every token < vocab. */
+static int zs_data_open_tokens(zs_data *d, const char *path)
+{
+    if (!(d->tok_path = strdup(path)))
+        ZS_FAIL("out of host memory opening %s", path);
+    d->tok_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (d->tok_fd < 0)
         ZS_FAIL("%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st)) {
-        close(fd);
+    if (fstat(d->tok_fd, &st))
         ZS_FAIL("%s: %s", path, strerror(errno));
-    }
-    size_t bytes = (size_t)st.st_size;
-    if (bytes < ZS_TOKENS_HEADER) {
-        close(fd);
-        ZS_FAIL("%s: truncated at offset %zu: llm.c's token files start with a header of %d "
-                "bytes", path, bytes, ZS_TOKENS_HEADER);
-    }
-    void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        ZS_FAIL("%s: cannot map %zu bytes: %s", path, bytes, strerror(errno));
-    d->map = map;
-    d->map_bytes = bytes;
+    if (!S_ISREG(st.st_mode))
+        ZS_FAIL("%s: not a plain file", path);
+    uint64_t bytes = (uint64_t)st.st_size;
     int32_t hdr[3];
-    memcpy(hdr, map, sizeof hdr);
+    if (bytes < ZS_TOKENS_HEADER || pread(d->tok_fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+        ZS_FAIL("%s: truncated at offset %llu: llm.c's token files start with a header of %d "
+                "bytes", path, (unsigned long long)bytes, ZS_TOKENS_HEADER);
     if (hdr[0] != ZS_TOKENS_MAGIC)
         ZS_FAIL("%s: bad magic %d at offset 0: not a token file in llm.c's format (magic %d)",
                 path, (int)hdr[0], ZS_TOKENS_MAGIC);
@@ -215,23 +239,21 @@ static int zs_data_map_tokens(zs_data *d, const char *path)
         ZS_FAIL("%s: negative token count %d at offset 8", path, (int)hdr[2]);
     uint64_t n = (uint64_t)(uint32_t)hdr[2], want = ZS_TOKENS_HEADER + 2 * n;
     if (bytes < want)
-        ZS_FAIL("%s: truncated at offset %zu: the header (offset 8) says %llu tokens, which "
-                "end at offset %llu", path, bytes, (unsigned long long)n,
+        ZS_FAIL("%s: truncated at offset %llu: the header (offset 8) says %llu tokens, which "
+                "end at offset %llu", path, (unsigned long long)bytes, (unsigned long long)n,
                 (unsigned long long)want);
     if (bytes > want)
-        ZS_FAIL("%s: %zu bytes after the %llu tokens the header (offset 8) counts, from "
-                "offset %llu", path, bytes - (size_t)want, (unsigned long long)n,
+        ZS_FAIL("%s: %llu bytes after the %llu tokens the header (offset 8) counts, from "
+                "offset %llu", path, (unsigned long long)(bytes - want), (unsigned long long)n,
                 (unsigned long long)want);
     if (n < (uint64_t)d->mc.seq_len + 1)
         ZS_FAIL("%s: %llu tokens, fewer than one sample of --seq %d + 1", path,
                 (unsigned long long)n, d->mc.seq_len);
-    d->tok = (const uint16_t *)((const char *)map + ZS_TOKENS_HEADER);
     d->ntok = n;
-    for (uint64_t i = 0; i < n; i++)
-        if (d->tok[i] >= d->mc.vocab)
-            ZS_FAIL("%s: token %u at offset %llu is outside the vocabulary of %d", path,
-                    (unsigned)d->tok[i], (unsigned long long)(ZS_TOKENS_HEADER + 2 * i),
-                    d->mc.vocab);
+    uint16_t buf[ZS_TOKENS_CHUNK];
+    for (uint64_t i = 0; i < n; i += ZS_TOKENS_CHUNK)
+        ZS_TRY(zs_data_read_tokens(d, i, n - i < ZS_TOKENS_CHUNK ? (size_t)(n - i)
+                                                                 : ZS_TOKENS_CHUNK, buf));
     return 0;
 }
 
@@ -244,11 +266,12 @@ int zs_data_create_tokens(const zs_model_config *mc, uint64_t seed, const char *
     zs_data *d = calloc(1, sizeof *d);
     if (!d)
         ZS_FAIL("out of host memory creating the data reader");
+    d->tok_fd = -1;
     d->mc = *mc;
     d->seed = seed;
     d->v = mc->vocab;
     d->floor = NAN;
-    if (zs_data_map_tokens(d, path)) {
+    if (zs_data_open_tokens(d, path)) {
         zs_data_destroy(d);
         return -1;
     }
@@ -260,8 +283,9 @@ void zs_data_destroy(zs_data *d)
 {
     if (!d)
         return;
-    if (d->map)
-        munmap(d->map, d->map_bytes);
+    if (d->tok_fd >= 0)
+        close(d->tok_fd);
+    free(d->tok_path);
     free(d->succ);
     free(d->wcdf);
     free(d->pi_cdf);
@@ -272,19 +296,33 @@ void zs_data_destroy(zs_data *d)
 
 double zs_data_loss_floor(const zs_data *d) { return d->floor; }
 
-void zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens, int32_t *targets,
-                  float *x)
+/* Sample s's window of T + 1 tokens, at a start drawn from (seed, i), read
+ * from the file in chunks: tokens[t] = window[t], targets[t] = window[t+1]. */
+static int zs_data_fill_window(const zs_data *d, uint64_t *st, int32_t *tokens, int32_t *targets)
+{
+    int T = d->mc.seq_len;
+    uint64_t start = zs_rng_next(st) % (d->ntok - (uint64_t)T);
+    uint16_t buf[ZS_TOKENS_CHUNK + 1];
+    for (int t0 = 0; t0 < T; t0 += ZS_TOKENS_CHUNK) {
+        int n = T - t0 < ZS_TOKENS_CHUNK ? T - t0 : ZS_TOKENS_CHUNK;
+        ZS_TRY(zs_data_read_tokens(d, start + (uint64_t)t0, (size_t)n + 1, buf));
+        for (int t = 0; t < n; t++) {
+            tokens[t0 + t] = buf[t];
+            targets[t0 + t] = buf[t + 1];
+        }
+    }
+    return 0;
+}
+
+int zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens, int32_t *targets,
+                 float *x)
 {
     const zs_model_config *mc = &d->mc;
     for (int s = 0; s < b; s++) {
         uint64_t st = zs_rng_mix(d->seed ^ 0x5eedda7aULL, first + (uint64_t)s);
-        if (d->tok) { /* a window of T + 1 tokens at a start drawn from (seed, i) */
+        if (d->tok_fd >= 0) { /* a window of T + 1 tokens at a start drawn from (seed, i) */
             int T = mc->seq_len;
-            uint64_t start = zs_rng_next(&st) % (d->ntok - (uint64_t)T);
-            for (int t = 0; t < T; t++) {
-                tokens[(size_t)s * T + t] = d->tok[start + (uint64_t)t];
-                targets[(size_t)s * T + t] = d->tok[start + (uint64_t)t + 1];
-            }
+            ZS_TRY(zs_data_fill_window(d, &st, tokens + (size_t)s * T, targets + (size_t)s * T));
         } else if (mc->kind == ZS_MODEL_GPT) {
             int T = mc->seq_len, V = d->v;
             int cur = zs_sample_cdf(d->pi_cdf, V, zs_rng_uniform(&st));
@@ -320,4 +358,5 @@ void zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens, int3
             targets[s] = best;
         }
     }
+    return 0;
 }

@@ -180,7 +180,9 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params,
     if (!rc) {
         zs_batch batch = {.b = mb, .tokens = dtok, .targets = dtgt, .x = dx};
         for (int first = 0; first + mb <= samples; first += mb, batches++) {
-            zs_data_fill(data, ZS_EVAL_FIRST_SAMPLE + (uint64_t)first, mb, htok, htgt, hx);
+            if ((rc = zs_data_fill(data, ZS_EVAL_FIRST_SAMPLE + (uint64_t)first, mb, htok, htgt,
+                                   hx)))
+                break;
             if (gpt)
                 zs_backend_copy_h2d(be, dtok, htok, tb);
             else

@@ -136,13 +136,14 @@ int zs_oracle_dump(zs_engine *e, const zs_run_config *cfg, const char *dir, int 
     if (!rc)
         rc = grc ? grc : prc;
     if (!rc && root) {
-        if (step > 0) /* the step's global batch: samples (step-1)*G .. */
-            zs_data_fill(zs_engine_data(e), (uint64_t)(step - 1) * (uint64_t)G, G, tok, tgt, NULL);
         char path[4200];
-        if ((size_t)snprintf(path, sizeof path, "%s/step_%06d.safetensors", dir, step) >=
-            sizeof path)
+        if (step > 0) /* the step's global batch: samples (step-1)*G .. */
+            rc = zs_data_fill(zs_engine_data(e), (uint64_t)(step - 1) * (uint64_t)G, G, tok,
+                              tgt, NULL);
+        if (!rc && (size_t)snprintf(path, sizeof path, "%s/step_%06d.safetensors", dir, step) >=
+                       sizeof path)
             rc = zs_error_set("--dump-dir %s: the path is too long", dir);
-        else
+        if (!rc)
             rc = zs_oracle_dump_write(cfg, &mc, path, step, info, tok, tgt, G, grads, params);
     }
     free(params);
@@ -224,7 +225,8 @@ static int zs_oracle_val_forward(zs_oracle_val *v, const zs_model_config *mc, in
             P[i] = (float *)dp + lay->entries[i].offset;
         zs_batch batch = {.b = mb, .tokens = dtok, .targets = dtgt, .x = NULL};
         for (int first = 0; first + mb <= v->samples; first += mb, batches++) {
-            zs_data_fill(v->data, (uint64_t)first, mb, htok, htgt, NULL);
+            if ((rc = zs_data_fill(v->data, (uint64_t)first, mb, htok, htgt, NULL)))
+                break;
             zs_backend_copy_h2d(v->be, dtok, htok, tb);
             zs_backend_copy_h2d(v->be, dtgt, htgt, tb);
             for (int u = 0; u < lay->n_layers; u++)

@@ -9,16 +9,17 @@
 
 #include <stdint.h>
 
-static void zs_engine_load_batch(zs_engine *e, uint64_t first)
+static int zs_engine_load_batch(zs_engine *e, uint64_t first)
 {
     int mb = e->cfg.micro_batch;
     if (e->data)
-        zs_data_fill(e->data, first, mb, e->h_tokens, e->h_targets, e->h_x);
+        ZS_TRY(zs_data_fill(e->data, first, mb, e->h_tokens, e->h_targets, e->h_x));
     if (e->batch.tokens)
         zs_backend_copy_h2d(e->be, e->batch.tokens, e->h_tokens, e->shape->tok_bytes);
     zs_backend_copy_h2d(e->be, e->batch.targets, e->h_targets, e->shape->tok_bytes);
     if (e->batch.x)
         zs_backend_copy_h2d(e->be, e->batch.x, e->h_x, e->shape->x_bytes);
+    return 0;
 }
 
 /* ---- views --------------------------------------------------------------- */
@@ -138,8 +139,7 @@ int zs_engine_exec_load(zs_engine *e, const zs_step_op *o, int *stop)
     int N = e->part.world;
     uint64_t global = (uint64_t)c->micro_batch * (uint64_t)c->grad_accum * (uint64_t)N;
     uint64_t j = (uint64_t)o->micro * (uint64_t)N + (uint64_t)e->part.rank;
-    zs_engine_load_batch(e, (uint64_t)e->step * global + j * (uint64_t)c->micro_batch);
-    return 0;
+    return zs_engine_load_batch(e, (uint64_t)e->step * global + j * (uint64_t)c->micro_batch);
 }
 
 int zs_engine_exec_forward(zs_engine *e, const zs_step_op *o, int *stop)
