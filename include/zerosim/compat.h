@@ -25,12 +25,11 @@ extern "C" {
 /* Who asks. Training and phantom runs share finalisation; a rule that
  * holds for a run holds for the plan of it (ZS_SCOPE_RUN). */
 enum {
-    ZS_SCOPE_TRAIN = 1u << 0,   /* zerosim train with real ranks */
-    ZS_SCOPE_PHANTOM = 1u << 1, /* zerosim train --phantom */
+    ZS_SCOPE_TRAIN = 1u << 0,   /* zerosim train, real or --phantom */
     ZS_SCOPE_PLAN = 1u << 2,    /* zerosim plan */
     ZS_SCOPE_DEVICE = 1u << 3,  /* a backend whose memory the host cannot
                                    read (CUDA): the engine asks */
-    ZS_SCOPE_RUN = ZS_SCOPE_TRAIN | ZS_SCOPE_PHANTOM | ZS_SCOPE_PLAN
+    ZS_SCOPE_RUN = ZS_SCOPE_TRAIN | ZS_SCOPE_PLAN
 };
 
 typedef enum { ZS_COMPAT_REFUSE = 0, ZS_COMPAT_ADJUST = 1 } zs_compat_action;
@@ -44,22 +43,6 @@ typedef struct {
     int backend_has_tp;      /* ZS_SCOPE_DEVICE: it has tensor-parallel kernels */
 } zs_compat_ctx;
 
-typedef struct {
-    const char *id;          /* short and stable: "pp+moe" */
-    const char *features;    /* the features it relates, space-separated */
-    unsigned scope;          /* ZS_SCOPE_* bits */
-    zs_compat_action action;
-    /* 1 when the rule applies to c: a refusal writes its one line into msg;
-     * an adjustment changes c and writes what it did. 0 otherwise. */
-    int (*check)(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n);
-    /* refusals: the anchor (DeepSpeed, Megatron-LM) that also refuses it,
-     * or why zerosim cannot model it; adjustments: whose rule it follows */
-    const char *why;
-} zs_compat_rule;
-
-/* The table, in the order the rules are tried. */
-const zs_compat_rule *zs_compat_rules(size_t *n);
-
 /* Apply every rule of x->scope to c in order: the first refusal fails with
  * its line (zs_error_msg); adjustments change c and are appended to
  * c->adjusted ("; "-separated) for the start-up line and the report. */
@@ -70,26 +53,6 @@ int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x);
 int zs_compat_check_device(const zs_run_config *cfg, int world, const char *backend,
                            int backend_host, int backend_has_tp);
 
-/* The first rule of x->scope that applies to c (changing c as adjustments
- * do), or -1; its line in msg. For the matrix and the tests. */
-int zs_compat_first(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n);
-
-/* The main features of the matrix: a name, the options that turn it on
- * (zerosim train and zerosim plan take the same), and the setting itself. */
-typedef struct {
-    const char *name;
-    const char *args;
-    void (*set)(zs_run_config *c);
-} zs_compat_feature;
-
-const zs_compat_feature *zs_compat_features(size_t *n);
-
-/* The matrix's base: a stage-3 GPT of 4 blocks on 8 ranks in nodes of 4,
- * micro-batch 2 x 2; the options that give it (train, plan). */
-void zs_compat_base(zs_run_config *c);
-extern const char zs_compat_base_train_args[];
-extern const char zs_compat_base_plan_args[];
-enum { ZS_COMPAT_BASE_WORLD = 8 };
 
 /* Expert parallelism in DeepSpeed's layout (zs_step_ep_split,
  * zerosim/program.h): NULL where a run of cfg (finalized: cfg->model.moe_ep

@@ -16,6 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A row: the features it relates, who asks, refuse or adjust, the check
+ * (1 when the rule applies to c: a refusal writes its one line into msg,
+ * an adjustment changes c and writes what it did) and the reason: for a
+ * refusal the anchor (DeepSpeed, Megatron-LM) that refuses it too, or why
+ * zerosim cannot model it; for an adjustment whose rule it follows. */
+typedef struct {
+    const char *id;          /* short and stable: "pp+moe" */
+    const char *features;    /* the features it relates, space-separated */
+    unsigned scope;          /* ZS_SCOPE_* bits */
+    zs_compat_action action;
+    int (*check)(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n);
+    const char *why;
+} zs_compat_rule;
+
 #define RULE(name) static int name(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n)
 #define SAY(...) (snprintf(msg, n, __VA_ARGS__), 1)
 #define UNUSED_CTX (void)x
@@ -466,20 +480,6 @@ static const zs_compat_rule rules[] = {
      "the pipeline's messages are staged through host memory"},
 };
 
-const zs_compat_rule *zs_compat_rules(size_t *n)
-{
-    *n = sizeof rules / sizeof rules[0];
-    return rules;
-}
-
-int zs_compat_first(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n)
-{
-    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-        if ((rules[i].scope & x->scope) && rules[i].check(c, x, msg, n))
-            return (int)i;
-    return -1;
-}
-
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
 {
     char msg[512];
@@ -537,6 +537,14 @@ static void f_fp16(zs_run_config *c) { c->precision = ZS_DTYPE_F16; }
 static void f_step(zs_run_config *c) { c->grad_reduce = ZS_GRAD_REDUCE_STEP; }
 static void f_hier(zs_run_config *c) { c->hierarchical = 1; }
 
+/* The main features of the matrix: a name, the options that turn it on
+ * (zerosim train and zerosim plan take the same), and the setting itself. */
+typedef struct {
+    const char *name;
+    const char *args;
+    void (*set)(zs_run_config *c);
+} zs_compat_feature;
+
 static const zs_compat_feature features[] = {
     {"stage0", "--stage 0", f_stage0},
     {"stage1", "--stage 1", f_stage1},
@@ -562,20 +570,17 @@ static const zs_compat_feature features[] = {
     {"hierarchical", "--hierarchical", f_hier},
 };
 
-const zs_compat_feature *zs_compat_features(size_t *n)
-{
-    *n = sizeof features / sizeof features[0];
-    return features;
-}
-
-const char zs_compat_base_train_args[] =
+/* The matrix's base: a stage-3 GPT of 4 blocks on 8 ranks in nodes of 4,
+ * micro-batch 2 x 2; the options that give it (train, plan). */
+enum { ZS_COMPAT_BASE_WORLD = 8 };
+static const char zs_compat_base_train_args[] =
     "--stage 3 --layers 4 --hidden 64 --heads 4 --seq 32 --vocab 64 --micro-batch 2 "
     "--grad-accum 2 --ranks-per-node 4";
-const char zs_compat_base_plan_args[] =
+static const char zs_compat_base_plan_args[] =
     "--arch gpt --stage 3 --layers 4 --hidden 64 --heads 4 --seq 32 --vocab 64 "
     "--micro-batch 2 --grad-accum 2 --devices-per-node 4";
 
-void zs_compat_base(zs_run_config *c)
+static void zs_compat_base(zs_run_config *c)
 {
     zs_run_config_defaults(c);
     c->stage = 3;

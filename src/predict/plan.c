@@ -219,6 +219,12 @@ typedef struct {
     double GA, RA, Psi, Pp, p, g, rs_calls, ag_calls, gathered;
 } zs_plan_step;
 
+/* The plan's devices: dp x tp x pp (the world a run of it takes). */
+static int zs_plan_devices(const zs_plan_input *in)
+{
+    return in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) * (in->cfg.pp > 1 ? in->cfg.pp : 1);
+}
+
 /* The configuration a plan counts: the input's, validated and finalized
  * as a run would, with the planner's own rules. */
 static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_step *ps)
@@ -266,7 +272,7 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
     } else if (c.stage == 3 && in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical &&
                c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
-    int world = in->dp * (c.tp > 1 ? c.tp : 1) * (c.pp > 1 ? c.pp : 1);
+    int world = zs_plan_devices(in);
     ZS_TRY(zs_run_config_finalize(&c, world));
     zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1}; /* the planner's own rules */
     ZS_TRY(zs_compat_apply(&c, &cx));
@@ -325,7 +331,7 @@ static int zs_plan_memory(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
     /* every device of a node holds its own shard's host bytes, its tensor-
      * and pipeline-parallel ranks included (with --pp each counted at the
      * most loaded stage's bytes: a bound) */
-    long devices = (long)in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) * (in->cfg.pp > 1 ? in->cfg.pp : 1);
+    int devices = zs_plan_devices(in);
     r->host_per_node = r->host_total * (double)(devices < in->devices_per_node ? devices
                                                                                : in->devices_per_node);
     r->host_fits = in->host_memory ? r->host_per_node <= (double)in->host_memory : -1;
