@@ -151,6 +151,11 @@ int zs_comm_local_rank(zs_comm_t c);
  * Every ledger record splits its bytes into intra- and inter-node
  * (zs_comm_record.inter_bytes). */
 int zs_comm_set_ranks_per_node(zs_comm_t world, int k);
+/* K when the group's members are nodes of K consecutive members each (K
+ * dividing its size), else 0, from the node map: the shape two-level
+ * collectives need (zs_mesh_dp_node_blocks computes it from the rank
+ * equation; a run checks that the two agree). */
+int zs_comm_node_blocks(zs_comm_t c);
 /* The world ranks of a split's members, in its rank order (a phantom split
  * cannot ask MPI); recomputes its nodes. No effect on a world. */
 int zs_comm_set_world_ranks(zs_comm_t sub, const int *world_ranks);
@@ -201,6 +206,32 @@ int zs_comm_set_quantized_gradients(zs_comm_t c, int on);
 /* qgZ on c: the ranks per node K of its two levels; 0 when off. */
 int zs_comm_qgz_ranks_per_node(zs_comm_t c);
 size_t zs_comm_q4_bytes(size_t n);
+/* qgZ's sizes for one reduce-scatter of N parts (counts[r] elements for
+ * rank r) over nodes of K consecutive ranks (K divides N; M = N / K nodes):
+ * the one home of these numbers, for the collective itself, the step
+ * program's counter and the predictions. A column is the parts mK + i of
+ * one local index i on every node m. */
+typedef struct {
+    size_t total;   /* elements of the buffer */
+    size_t col;     /* the largest column's elements */
+    size_t col4;    /* the largest column's encoded bytes */
+    size_t maxc;    /* the largest part's elements */
+    size_t maxq4;   /* the largest part's encoded bytes */
+    size_t all4;    /* every part's encoded bytes */
+    size_t tmp_peak; /* the most bytes of temporaries alive at once: the
+                        fp32 copy, the node sums and the first all-to-all's
+                        buffers, or the node sums, the result and the
+                        second's */
+} zs_qgz_sizes;
+void zs_comm_qgz_sizes(const int *counts, int N, int K, zs_qgz_sizes *out);
+/* What rank q sends through the two all-to-alls (bytes; *inter those
+ * that cross to another node) and the elements it encodes and decodes
+ * (*coded: every part encoded, its column decoded from each of the K
+ * local ranks, the column's node sums encoded, its own part decoded from
+ * each of the M nodes) and converts (*passes: the fp32 copy and the
+ * result). */
+double zs_comm_qgz_rank_bytes(const int *counts, int N, int K, int q, double *inter,
+                              double *coded, double *passes);
 /* The block codecs' cost, for zerosim bench: n fp32 elements of x encoded
  * in int8 blocks into enc (zs_comm_q8_bytes(n) bytes) and decoded into
  * out, then encoded in 4-bit blocks and decoded, added into out: 4n

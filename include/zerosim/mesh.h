@@ -43,6 +43,18 @@ int zs_mesh_group_ranks(int world, int tp, int pp, zs_comm_group g, int index, i
 /* The group along axis g that `rank` is in. */
 int zs_mesh_group_index(int world, int tp, int pp, zs_comm_group g, int rank);
 
+/* Nodes of the data-parallel group, from the rank equation above: with
+ * nodes of ranks_per_node consecutive world ranks (zerosim train
+ * --ranks-per-node; 0: the whole world on one node), the data-parallel
+ * group of tensor rank tp_rank and pipeline stage pp_rank. Returns K when
+ * its D members fall into nodes in blocks of K consecutive members, a node
+ * each (K divides D; D when one node holds them all), 0 when a node holds
+ * an irregular share. The shape, the counter and the predictor take K from
+ * here; a run's communicator finds it from the node map
+ * (zs_comm_node_blocks), and the run checks that the two agree. */
+int zs_mesh_dp_node_blocks(int world, int tp, int pp, int tp_rank, int pp_rank,
+                           int ranks_per_node);
+
 /* Expert parallelism (DeepSpeed's deepspeed/utils/groups.py): each data-
  * parallel group (ranks d_0 .. d_{D-1} in data-parallel order) is cut into
  * expert-parallel groups of Ep consecutive members, d_{i Ep} ..

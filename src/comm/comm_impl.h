@@ -200,7 +200,6 @@ void zs_guard_end(void);
 
 /* comm_ring.c */
 void zs_comm_hier_free(zs_comm_t c);
-int zs_comm_node_blocks(zs_comm_t c);
 int zs_ring_start(zs_comm_t c, const void *send, void *recv, const int *counts, zs_comm_type t,
                   void *scratch, zs_ring **out);
 int zs_ring_advance(zs_comm_t c, zs_ring *R);

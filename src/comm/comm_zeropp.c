@@ -437,6 +437,52 @@ static int zs_qgz_level(zs_comm_t c, zs_comm_t sub, int P, const float *src, con
  * its send buffer (every part encoded) and receive buffer (K * col4
  * bytes); then the node sums, the result (maxc) and the second level's
  * send (col4) and receive (M times the largest encoded part) buffers. */
+void zs_comm_qgz_sizes(const int *counts, int N, int K, zs_qgz_sizes *out)
+{
+    int M = N / K;
+    memset(out, 0, sizeof *out);
+    for (int r = 0; r < N; r++) {
+        size_t q4 = zs_comm_q4_bytes((size_t)counts[r]);
+        out->total += (size_t)counts[r];
+        out->all4 += q4;
+        out->maxc = (size_t)counts[r] > out->maxc ? (size_t)counts[r] : out->maxc;
+        out->maxq4 = q4 > out->maxq4 ? q4 : out->maxq4;
+    }
+    for (int d = 0; d < K; d++) { /* the column of local index d */
+        size_t n = 0, n4 = 0;
+        for (int m = 0; m < M; m++) {
+            n += (size_t)counts[m * K + d];
+            n4 += zs_comm_q4_bytes((size_t)counts[m * K + d]);
+        }
+        out->col = n > out->col ? n : out->col;
+        out->col4 = n4 > out->col4 ? n4 : out->col4;
+    }
+    size_t first = (out->total + out->col) * sizeof(float) + out->all4 + (size_t)K * out->col4;
+    size_t second = (out->col + out->maxc) * sizeof(float) + out->col4 + (size_t)M * out->maxq4;
+    out->tmp_peak = first > second ? first : second;
+}
+
+double zs_comm_qgz_rank_bytes(const int *counts, int N, int K, int q, double *inter,
+                              double *coded, double *passes)
+{
+    int M = N / K, i = q % K, j = q / K;
+    double all = 0.0, across = 0.0, total = 0.0, col = 0.0;
+    for (int r = 0; r < N; r++)
+        total += counts[r];
+    for (int d = 0; d < K; d++) /* inside the node: to local d, parts mK + d */
+        for (int m = 0; d != i && m < M; m++)
+            all += (double)zs_comm_q4_bytes((size_t)counts[m * K + d]);
+    for (int m = 0; m < M; m++) { /* across: to node m, the node sum of part mK + i */
+        col += counts[m * K + i];
+        if (m != j)
+            across += (double)zs_comm_q4_bytes((size_t)counts[m * K + i]);
+    }
+    *inter = across;
+    *coded = total + K * col + col + M * (double)counts[q];
+    *passes = total + counts[q];
+    return all + across;
+}
+
 int zs_comm_qgz(zs_comm_t c, const void *send, void *recv, const int *counts,
                        zs_comm_type t, int layer)
 {
@@ -450,30 +496,18 @@ int zs_comm_qgz(zs_comm_t c, const void *send, void *recv, const int *counts,
         ZS_FAIL("out of host memory for qgZ");
     }
     size_t *off = ne + (size_t)K * M, *my_ne = off + (size_t)K * M, *my_off = my_ne + M;
-    size_t at = 0, col = 0, col4 = 0, maxc = 0, maxq4 = 0, all4 = 0;
+    zs_qgz_sizes z;
+    zs_comm_qgz_sizes(counts, N, K, &z);
+    size_t at = 0, col = z.col, col4 = z.col4, maxc = z.maxc, maxq4 = z.maxq4, all4 = z.all4;
     for (int r = 0; r < N; r++) {
         displ[r] = at;
         at += (size_t)counts[r];
-        size_t q4 = zs_comm_q4_bytes((size_t)counts[r]);
-        all4 += q4;
-        if ((size_t)counts[r] > maxc)
-            maxc = (size_t)counts[r];
-        if (q4 > maxq4)
-            maxq4 = q4;
     }
-    for (int d = 0; d < K; d++) { /* inside: to local d, parts mK + d */
-        size_t n = 0, n4 = 0;
+    for (int d = 0; d < K; d++) /* inside: to local d, parts mK + d */
         for (int m = 0; m < M; m++) {
             ne[(size_t)d * M + m] = (size_t)counts[m * K + d];
             off[(size_t)d * M + m] = displ[m * K + d];
-            n += (size_t)counts[m * K + d];
-            n4 += zs_comm_q4_bytes((size_t)counts[m * K + d]);
         }
-        if (n > col)
-            col = n;
-        if (n4 > col4)
-            col4 = n4;
-    }
     for (int m = 0; m < M; m++) {
         my_ne[m] = (size_t)counts[m * K + i];
         my_off[m] = mineall;

@@ -67,6 +67,26 @@ int zs_mesh_group_ranks(int world, int tp, int pp, zs_comm_group g, int index, i
     return n;
 }
 
+int zs_mesh_dp_node_blocks(int world, int tp, int pp, int tp_rank, int pp_rank,
+                           int ranks_per_node)
+{
+    int D = world / (tp * pp);
+    if (ranks_per_node <= 0)
+        return D;
+#define ZS_DP_NODE(d) (zs_mesh_rank_of(world, tp, pp, (zs_mesh_coord){.tp = tp_rank, .dp = (d), .pp = pp_rank}) / \
+                       ranks_per_node)
+    int K = 0;
+    for (int d = 0; d < D; d++)
+        K += ZS_DP_NODE(d) == ZS_DP_NODE(0);
+    if (D % K)
+        return 0;
+    for (int d = 0; d < D; d++)
+        if (ZS_DP_NODE(d) != ZS_DP_NODE(d - d % K) || (d >= K && ZS_DP_NODE(d) == ZS_DP_NODE(d - K)))
+            return 0;
+#undef ZS_DP_NODE
+    return K;
+}
+
 int zs_mesh_check_ep(int world, int tp, int pp, int ep)
 {
     ZS_TRY(zs_mesh_check(world, tp, pp));

@@ -2,6 +2,7 @@
 #include "zerosim/predict.h"
 #include "zerosim/comm.h"
 #include "zerosim/error.h"
+#include "zerosim/mesh.h"
 #include "zerosim/model.h"
 #include "zerosim/program.h"
 #include "zerosim/zero.h"
@@ -307,6 +308,14 @@ static void zs_predict_counts(const zs_step_shape *sh, const zs_step_program *pr
     p->rs_calls_per_step = c->rs_calls;
 }
 
+/* The node size of the shape's data-parallel group (zerosim/mesh.h): the
+ * same K the shape's counter and the run's communicator find. */
+static int zs_predict_dp_node_blocks(const zs_run_config *cfg, int world, const zs_step_shape *sh)
+{
+    int T = cfg->tp > 1 ? cfg->tp : 1, P = cfg->pp > 1 ? cfg->pp : 1;
+    return zs_mesh_dp_node_blocks(world, T, P, 0, P > 1 ? sh->pp_rank : 0, cfg->ranks_per_node);
+}
+
 /* ZeRO++ in stage 3: qgZ's all-to-alls in place of the reduce-scatters,
  * the elements the codecs quantize, hpZ's secondary gathers. */
 static int zs_predict_zeropp(const zs_run_config *cfg, int world, const zs_step_shape *sh,
@@ -316,8 +325,7 @@ static int zs_predict_zeropp(const zs_run_config *cfg, int world, const zs_step_
     if (sh->stage == 3 && cfg->quantized_gradients) /* qgZ: all-to-alls instead */
         p->qgz_calls_per_step = c->rs_calls, p->rs_bytes_per_step = 0, p->rs_calls_per_step = 0;
     if (sh->stage == 3 && cfg->quantized_gradients) {
-        int K = cfg->ranks_per_node > 0 && cfg->ranks_per_node < world ? cfg->ranks_per_node
-                                                                        : world;
+        int K = zs_predict_dp_node_blocks(cfg, world, sh);
         for (int q = 0; q < K; q++) {
             double inter, all = zs_predict_qgz_bytes(sh, prog, K, q, &inter);
             if (q == 0)
@@ -326,8 +334,7 @@ static int zs_predict_zeropp(const zs_run_config *cfg, int world, const zs_step_
         }
     }
     if (sh->stage == 3 && (cfg->quantized_weights || cfg->quantized_gradients)) {
-        int K = cfg->ranks_per_node > 0 && cfg->ranks_per_node < world ? cfg->ranks_per_node
-                                                                        : world;
+        int K = zs_predict_dp_node_blocks(cfg, world, sh);
         p->quant_elems_per_step =
             zs_predict_quant_elems(sh, prog, cfg->quantized_weights, cfg->quantized_gradients,
                                    K, &p->quant_pass_elems_per_step);
@@ -503,7 +510,7 @@ int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
 double zs_predict_quant_elems(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
                               int qwz, int qgz, int K, double *passes)
 {
-    int N = s->part.world, M = K > 0 ? N / K : 1;
+    int N = s->part.world;
     double n = 0.0;
     *passes = 0.0;
     int *cnt = malloc((size_t)N * sizeof(int));
@@ -518,19 +525,14 @@ double zs_predict_quant_elems(const struct zs_step_shape_s *s, const struct zs_s
                 for (int r = 0; r < N; r++)
                     n += cnt[r]; /* every part decoded */
             }
-        if (!qgz || op->kind != ZS_SOP_REDUCE)
+        if (!qgz || K < 1 || op->kind != ZS_SOP_REDUCE)
             continue;
         const zs_step_range *b = &s->buckets[op->index];
         zs_step_counts(s, b->lo, b->hi, cnt, NULL);
-        double total = 0.0, col = 0.0;
-        for (int r = 0; r < N; r++)
-            total += cnt[r];
-        for (int m = 0; m < M; m++)
-            col += cnt[m * K]; /* rank 0's column: the parts mK of every node */
-        /* inside: every part encoded, the column decoded from each of the K;
-         * across: the column's node sums encoded, the own part's M decoded */
-        n += total + K * col + col + M * (double)cnt[0];
-        *passes += total + cnt[0]; /* the fp32 copy, the result converted */
+        double inter, coded, pass; /* rank 0's */
+        zs_comm_qgz_rank_bytes(cnt, N, K, 0, &inter, &coded, &pass);
+        n += coded;
+        *passes += pass;
     }
     free(cnt);
     return n;
@@ -539,7 +541,7 @@ double zs_predict_quant_elems(const struct zs_step_shape_s *s, const struct zs_s
 double zs_predict_qgz_bytes(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,
                             int K, int q, double *inter)
 {
-    int N = s->part.world, M = K > 0 ? N / K : 1, i = q % K, j = q / K;
+    int N = s->part.world;
     double all = 0.0, across = 0.0;
     int *cnt = malloc((size_t)N * sizeof(int));
     if (!cnt) {
@@ -551,12 +553,9 @@ double zs_predict_qgz_bytes(const struct zs_step_shape_s *s, const struct zs_ste
             continue;
         const zs_step_range *b = &s->buckets[p->ops[o].index];
         zs_step_counts(s, b->lo, b->hi, cnt, NULL);
-        for (int d = 0; d < K; d++) /* inside the node: to local d, parts mK + d */
-            for (int m = 0; d != i && m < M; m++)
-                all += (double)zs_comm_q4_bytes((size_t)cnt[m * K + d]);
-        for (int m = 0; m < M; m++) /* across: to node m, the node sum of part mK + i */
-            if (m != j)
-                across += (double)zs_comm_q4_bytes((size_t)cnt[m * K + i]);
+        double x, coded, pass;
+        all += zs_comm_qgz_rank_bytes(cnt, N, K, q, &x, &coded, &pass) - x;
+        across += x;
     }
     free(cnt);
     *inter = across;

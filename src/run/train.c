@@ -674,6 +674,26 @@ static int zs_train_ep_comm(zs_comm_t comm, const zs_run_config *cfg, zs_run_con
     return zs_train_ep_group(comm, cfg, 1, &i, edp);
 }
 
+/* The data-parallel group's nodes as the communicator finds them (the node
+ * map) against the rank equation's (zs_mesh_dp_node_blocks), which the
+ * shape's counter and the predictions use: with --ranks-per-node the two
+ * must agree. */
+static int zs_train_check_nodes(zs_comm_t comm, zs_comm_t dp, const zs_run_config *cfg,
+                                const zs_mesh *mesh)
+{
+    if (cfg->ranks_per_node <= 0)
+        return 0;
+    int T = cfg->tp > 1 ? cfg->tp : 1, P = cfg->pp > 1 ? cfg->pp : 1;
+    zs_mesh_coord me = mesh ? zs_mesh_self(mesh) : (zs_mesh_coord){0, 0, 0};
+    int want = zs_mesh_dp_node_blocks(zs_comm_size(comm), T, P, me.tp, me.pp,
+                                      cfg->ranks_per_node);
+    int got = zs_comm_node_blocks(dp);
+    if (want != got)
+        ZS_FAIL("internal: the data-parallel group's node map has blocks of %d ranks, the "
+                "rank equation %d (--ranks-per-node %d)", got, want, cfg->ranks_per_node);
+    return 0;
+}
+
 int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
              zs_train_result *r)
 {
@@ -706,6 +726,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_comm_t ep = NULL, edp = NULL;
     if (!rc && cfg->ep > 1)
         rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
+    if (!rc)
+        rc = zs_train_check_nodes(comm, dp, cfg, mesh);
     if (!rc)
         rc = zs_comm_set_hierarchical(dp, cfg->hierarchical);
     if (!rc)

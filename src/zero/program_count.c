@@ -1,5 +1,6 @@
 /* zerosim — counting the step program (see zerosim/program.h): memory peaks
  * per category, calls and bytes per collective. */
+#include "zerosim/mesh.h"
 #include "zerosim/program.h"
 
 #include <stdlib.h>
@@ -37,29 +38,14 @@ static size_t zs_step_q8_unit_bytes(const zs_step_shape *s, int u)
     return b;
 }
 
-/* The data-parallel group's node size as the run finds it (zerosim/comm.h:
- * K when its W members are nodes of K consecutive members, else 0), its
- * ranks laid out as zerosim mesh lays them (tensor-parallel fastest, then
- * data, then pipeline: zerosim/mesh.h), this shape's pipeline stage and
- * tensor-parallel rank 0, --ranks-per-node world ranks to a node (0: one
- * node, as on one host). */
+/* The data-parallel group's node size (zerosim/mesh.h's rank equation):
+ * this shape's pipeline stage and tensor-parallel rank 0, --ranks-per-node
+ * world ranks to a node (0: one node, as on one host). */
 static int zs_dp_node_blocks(const zs_step_shape *s, int W)
 {
-    long R = s->cfg.ranks_per_node, T = s->cfg.tp > 1 ? s->cfg.tp : 1;
-    long base = T * (long)W * (s->pp > 1 ? s->pp_rank : 0);
-    if (R <= 0)
-        return W;
-#define ZS_DP_NODE(d) ((base + T * (long)(d)) / R)
-    int K = 0;
-    for (int d = 0; d < W; d++)
-        K += ZS_DP_NODE(d) == ZS_DP_NODE(0);
-    if (W % K)
-        return 0;
-    for (int d = 0; d < W; d++)
-        if (ZS_DP_NODE(d) != ZS_DP_NODE(d - d % K) || (d >= K && ZS_DP_NODE(d) == ZS_DP_NODE(d - K)))
-            return 0;
-#undef ZS_DP_NODE
-    return K;
+    int T = s->cfg.tp > 1 ? s->cfg.tp : 1, P = s->pp > 1 ? s->pp : 1;
+    return zs_mesh_dp_node_blocks(W * T * P, T, P, 0, P > 1 ? s->pp_rank : 0,
+                                  s->cfg.ranks_per_node);
 }
 
 /* The traffic of op o that no other op's count depends on: pipeline
@@ -117,31 +103,9 @@ static size_t zs_count_reduce_temps(const zs_step_shape *s, const zs_step_op *o,
 {
     const zs_step_range *bk = &s->buckets[o->index];
     zs_step_counts(s, bk->lo, bk->hi, rcnt, NULL);
-    int M = W / K;
-    size_t col = 0, col4 = 0, maxc = 0, maxq4 = 0, all4 = 0, tmp;
-    for (int li = 0; li < K; li++) {
-        size_t n = 0, n4 = 0;
-        for (int m = 0; m < M; m++) {
-            n += (size_t)rcnt[m * K + li];
-            n4 += zs_comm_q4_bytes((size_t)rcnt[m * K + li]);
-        }
-        col = n > col ? n : col;
-        col4 = n4 > col4 ? n4 : col4;
-    }
-    for (int q = 0; q < W; q++) {
-        size_t q4 = zs_comm_q4_bytes((size_t)rcnt[q]);
-        all4 += q4;
-        maxq4 = q4 > maxq4 ? q4 : maxq4;
-        maxc = (size_t)rcnt[q] > maxc ? (size_t)rcnt[q] : maxc;
-    }
-    if (qgz) {
-        size_t first = (o->elems + col) * 4 + all4 + (size_t)K * col4;
-        size_t second = (col + maxc) * 4 + col4 + (size_t)M * maxq4;
-        tmp = first > second ? first : second;
-    } else {
-        tmp = col * (s->det ? 8 : s->ps);
-    }
-    return tmp;
+    zs_qgz_sizes z; /* the columns --hierarchical sums are qgZ's too */
+    zs_comm_qgz_sizes(rcnt, W, K, &z);
+    return qgz ? z.tmp_peak : z.col * (s->det ? 8 : s->ps);
 }
 
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c)
