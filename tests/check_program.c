@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "zerosim/config.h"
+#include "zerosim/mesh.h"
 #include "zerosim/model.h"
 #include "zerosim/predict.h"
 #include "zerosim/program.h"
@@ -400,6 +401,24 @@ END_TEST
  * gradients need (zs_pp_interleaved_tied_bufs); and for every schedule
  * and shape, each (chunk, micro-batch) runs its forward once and its
  * backward once, after its forward. */
+/* The data-parallel group's nodes from the rank equation, worked by hand:
+ * tp fastest, then dp, then pp (zerosim/mesh.h); nodes of R world ranks. */
+START_TEST(test_dp_node_blocks)
+{
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(16, 1, 1, 0, 0, 4), 4);  /* 0-3 | 4-7 ... */
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(16, 1, 1, 0, 0, 0), 16); /* one node */
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(16, 2, 1, 0, 0, 4), 2);  /* 0,2 | 4,6 ... */
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(16, 2, 1, 1, 0, 4), 2);  /* 1,3 | 5,7 ... */
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(16, 4, 1, 0, 0, 2), 1);  /* 0 | 4 | 8 | 12 */
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(12, 2, 1, 0, 0, 6), 3);  /* 0,2,4 | 6,8,10 */
+    /* 0,2 | 4 | 6,8 | 10: nodes of 3 ranks cut the group unevenly */
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(12, 2, 1, 0, 0, 3), 0);
+    /* pipeline stage 1 of 2 with tp 2: ranks 8,10,12,14 on nodes of 4 */
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(16, 2, 2, 0, 1, 4), 2);
+    ck_assert_int_eq(zs_mesh_dp_node_blocks(16, 2, 2, 0, 1, 16), 4);
+}
+END_TEST
+
 START_TEST(test_pp_schedules)
 {
     /* F/B, chunk, micro-batch */
@@ -467,6 +486,7 @@ int main(void)
     tcase_add_test(tc, test_step_schedule);
     tcase_add_test(tc, test_parts);
     tcase_add_test(tc, test_pp_schedules);
+    tcase_add_test(tc, test_dp_node_blocks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
