@@ -299,6 +299,10 @@ void zs_step_shape_free(zs_step_shape *s);
 /* The elements of [lo, hi) that each rank owns, and where each part starts
  * relative to lo (displs may be NULL). O(world). */
 void zs_step_counts(const zs_step_shape *s, size_t lo, size_t hi, int *counts, int *displs);
+/* qwZ: the encoded bytes of unit u's forward gathers, every rank's part
+ * of each of its ranges in int8 blocks (zs_comm_q8_bytes), as the
+ * collective allocates and sends them; 0 when out of host memory. */
+size_t zs_step_q8_unit_bytes(const zs_step_shape *s, int u);
 /* The largest part of [lo, hi) that any one rank owns. O(1). */
 size_t zs_range_max_part(const zs_partition *p, size_t lo, size_t hi);
 /* Bytes rank q sends to the other ranks in the compressed exchange of

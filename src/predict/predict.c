@@ -362,21 +362,16 @@ static int zs_predict_gathers(int world, int qwz, const zs_step_shape *sh,
          * blocks (zs_comm_q8_bytes), the others the stored precision */
         double q = 0.0;
         size_t fwd = 0;
-        int *cnt = malloc(2 * (size_t)world * sizeof(int));
-        if (!cnt)
-            ZS_FAIL("out of host memory predicting %d ranks", world);
         for (size_t i = 0; i < prog->n; i++) {
             const zs_step_op *o = &prog->ops[i];
             if (o->kind != ZS_SOP_GATHER || o->phase != ZS_PHASE_FORWARD)
                 continue;
             fwd += o->elems;
-            for (int g = sh->gfirst[o->unit]; g < sh->gfirst[o->unit] + sh->gn[o->unit]; g++) {
-                zs_step_counts(sh, sh->granges[g].lo, sh->granges[g].hi, cnt, cnt + world);
-                for (int r = 0; r < world; r++)
-                    q += (double)zs_comm_q8_bytes((size_t)cnt[r]);
-            }
+            size_t b = zs_step_q8_unit_bytes(sh, o->unit);
+            if (!b && o->elems)
+                ZS_FAIL("out of host memory predicting %d ranks", world);
+            q += (double)b;
         }
-        free(cnt);
         p->ag_bytes_per_step = p->ag_bytes_per_skipped_step =
             (c->gathered_elems - fwd) * sh->ps + (size_t)q;
         p->ag_calls_per_step = p->ag_calls_per_skipped_step = c->gather_calls;

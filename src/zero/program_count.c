@@ -22,9 +22,7 @@ double zs_step_gather_own_bytes(const zs_step_shape *s, const zs_step_program *p
     return b;
 }
 
-/* qwZ: the encoded bytes of unit u's forward gathers, every rank's part
- * of each range (zs_comm_q8_bytes), as the collective allocates them. */
-static size_t zs_step_q8_unit_bytes(const zs_step_shape *s, int u)
+size_t zs_step_q8_unit_bytes(const zs_step_shape *s, int u)
 {
     int N = s->part.world;
     int *cnt = malloc((size_t)N * sizeof(int));
