@@ -1136,7 +1136,7 @@ static size_t isa_run(const char *isa, unsigned char *out, size_t cap)
         ck_assert_int_eq(zs_rope_table_fill(rope, 0, ISA_T + POS0, HD, &rp), 0);
         for (int i = 0; i < ISA_B * ISA_T; i++)
             memcpy(gqkv + (size_t)i * ROW, qkv + (size_t)i * C3, ROW * sizeof(float));
-        zs_backend_rope_forward(b, gqkv, rope, ISA_B, ISA_T, ISA_NH + NKV, HD, ROW, POS0);
+        zs_backend_rope_forward(b, gqkv, rope, ISA_T + POS0, ISA_B, ISA_T, ISA_NH + NKV, HD, ROW, POS0);
         KEEP(gqkv, sizeof gqkv);
         zs_backend_attention_gqa_forward(b, o, pre, att, gqkv, ISA_B, ISA_T, ISA_NH, NKV, HD);
         KEEP(o, sizeof o);
@@ -1144,7 +1144,7 @@ static size_t isa_run(const char *isa, unsigned char *out, size_t cap)
         memset(dgqkv, 0, sizeof dgqkv);
         zs_backend_attention_gqa_backward(b, dgqkv, dpre, datt, o, gqkv, att, ISA_B, ISA_T,
                                           ISA_NH, NKV, HD);
-        zs_backend_rope_backward(b, dgqkv, rope, ISA_B, ISA_T, ISA_NH + NKV, HD, ROW, POS0);
+        zs_backend_rope_backward(b, dgqkv, rope, ISA_T + POS0, ISA_B, ISA_T, ISA_NH + NKV, HD, ROW, POS0);
         KEEP(dgqkv, sizeof dgqkv);
     }
     zs_backend_softmax_xent_forward(b, losses, probs, logits, tgt, BT, ISA_V);

@@ -20,6 +20,7 @@
 #include <check.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -457,8 +458,8 @@ START_TEST(test_rope)
     ck_assert_int_eq(zs_rope_table_fill(tab, tab_first, (int)tab_rows, hd, k.p), 0);
     float *d_tab = dnew(tab, tab_rows * hd), *d_x = dnew(x, n), *d_dy = dnew(dy, n);
     int kernel_pos0 = k.pos0 - tab_first;
-    zs_backend_rope_forward(be, d_x, d_tab, b, t, k.nheads, hd, k.stride, kernel_pos0);
-    zs_backend_rope_backward(be, d_dy, d_tab, b, t, k.nheads, hd, k.stride, kernel_pos0);
+    zs_backend_rope_forward(be, d_x, d_tab, (int)tab_rows, b, t, k.nheads, hd, k.stride, kernel_pos0);
+    zs_backend_rope_backward(be, d_dy, d_tab, (int)tab_rows, b, t, k.nheads, hd, k.stride, kernel_pos0);
 
     double *xd = to_double(x, n), *out = dnew_double(n), *g = dnew_double(n);
     ref_rope(out, xd, &k);
@@ -471,6 +472,19 @@ START_TEST(test_rope)
     k.dout = to_double(dy, n);
     fd_grad(g, xd, n, rope_loss, &k);
     CHECK_ERR(down(d_dy, n), g, n, BWD_TOL, "rope backward");
+}
+END_TEST
+
+/* A sequence that runs past the table's last row is a programming error
+ * that the wrapper stops (abort with the failed check), not a read past the
+ * buffer. */
+START_TEST(test_rope_past_table)
+{
+    float tab[4 * 8], x[2 * 8] = { 0 };
+    ck_assert_int_eq(zs_rope_table_fill(tab, 0, 4, 8, &rope_llama2), 0);
+    float *d_tab = dnew(tab, 4 * 8), *d_x = dnew(x, 2 * 8);
+    zs_backend_rope_forward(be, d_x, d_tab, 4, 1, 2, 1, 8, 8, 2); /* rows 2, 3: fine */
+    zs_backend_rope_forward(be, d_x, d_tab, 4, 1, 2, 1, 8, 8, 3); /* row 4 */
 }
 END_TEST
 
@@ -615,6 +629,7 @@ static Suite *llama_kernels_suite(void)
     tcase_add_loop_test(tc, test_swiglu, 0, 2);
     tcase_add_test(tc, test_rope_table);
     tcase_add_loop_test(tc, test_rope, 0, 2);
+    tcase_add_test_raise_signal(tc, test_rope_past_table, SIGABRT);
     tcase_add_loop_test(tc, test_gqa, 0, (int)(sizeof gqa_cases / sizeof gqa_cases[0]));
     tcase_add_test(tc, test_gqa_is_mha);
     suite_add_tcase(s, tc);

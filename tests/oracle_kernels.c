@@ -521,11 +521,11 @@ static void test_llama(void)
     }
     int row = (NH + 2 * NKV) * HD;
     pair table = pnew(tab, sizeof tab), qkv = prand((size_t)B * T * row, 1);
-    zs_backend_rope_forward(ref, qkv.r, table.r, B, T, NH + NKV, HD, row, POS0);
-    zs_backend_rope_forward(dut, qkv.d, table.d, B, T, NH + NKV, HD, row, POS0);
+    zs_backend_rope_forward(ref, qkv.r, table.r, T + POS0, B, T, NH + NKV, HD, row, POS0);
+    zs_backend_rope_forward(dut, qkv.d, table.d, T + POS0, B, T, NH + NKV, HD, row, POS0);
     check_f32("rope_forward", &qkv, 0);
-    zs_backend_rope_backward(ref, qkv.r, table.r, B, T, NH + NKV, HD, row, POS0);
-    zs_backend_rope_backward(dut, qkv.d, table.d, B, T, NH + NKV, HD, row, POS0);
+    zs_backend_rope_backward(ref, qkv.r, table.r, T + POS0, B, T, NH + NKV, HD, row, POS0);
+    zs_backend_rope_backward(dut, qkv.d, table.d, T + POS0, B, T, NH + NKV, HD, row, POS0);
     check_f32("rope_backward", &qkv, 0);
 
     test_gqa(3, 17, 4, 2, 8);

@@ -167,21 +167,22 @@ void zs_backend_swiglu_backward(zs_backend_t be, float *dinp, const float *inp, 
                                 int bt, int f);
 
 /* Rotary position embedding (Hugging Face's Llama convention: rotate_half,
- * the pairs (i, i + HD/2) of each head). table(P,HD) from zs_rope_table_fill:
- * row r holds cos of its HD/2 angles then their sin. x holds B*T rows of
- * row_stride floats; the first nheads heads of HD floats of each row are
- * rotated in place, row (b,t) by table row pos0 + t (pos0 + T <= P): with
+ * the pairs (i, i + HD/2) of each head). table(P,HD) from zs_rope_table_fill,
+ * P = table_rows: row r holds cos of its HD/2 angles then their sin. x holds
+ * B*T rows of row_stride floats; the first nheads heads of HD floats of each
+ * row are rotated in place, row (b,t) by table row pos0 + t (pos0 + T <= P,
+ * checked): with
  * a table from position 0, pos0 is the absolute position of the sequence's
  * first token (a sequence- or context-parallel rank's offset). q alone:
  * nheads NH, row_stride NH*HD; q and k of a packed qkv (NH+2NKV heads a
  * row, q then k then v): nheads NH+NKV, row_stride (NH+2NKV)*HD. */
-void zs_backend_rope_forward(zs_backend_t be, float *x, const float *table, int b, int t,
-                             int nheads, int hd, int row_stride, int pos0);
+void zs_backend_rope_forward(zs_backend_t be, float *x, const float *table, int table_rows,
+                             int b, int t, int nheads, int hd, int row_stride, int pos0);
 /* The inverse rotation of the gradient, in place: dx holds dL/d(rotated x)
  * on entry and dL/dx on return (apply it to gradients of the rotated values
  * only). Same arguments as the forward. */
-void zs_backend_rope_backward(zs_backend_t be, float *dx, const float *table, int b, int t,
-                              int nheads, int hd, int row_stride, int pos0);
+void zs_backend_rope_backward(zs_backend_t be, float *dx, const float *table, int table_rows,
+                              int b, int t, int nheads, int hd, int row_stride, int pos0);
 
 /* Causal grouped-query attention over packed qkv(B,T,(NH+2NKV)*HD): each row
  * holds NH query heads, then NKV key heads, then NKV value heads, HD floats

@@ -681,13 +681,13 @@ void zs_backend_swiglu_backward(zs_backend_t be, float *dinp, const float *inp, 
 }
 
 /* The checks shared by the two rotary kernels: HD even, the heads within a
- * row, positions not negative. */
+ * row, the positions within the table. */
 #define ZS_BE_CHECK_ROPE()                                                                     \
     ZS_BE_CHECK(b >= 0 && t >= 0 && nheads >= 0 && hd > 0 && hd % 2 == 0 && pos0 >= 0          \
-                && (int64_t)nheads * hd <= row_stride)
+                && (int64_t)nheads * hd <= row_stride && (int64_t)pos0 + t <= table_rows)
 
-void zs_backend_rope_forward(zs_backend_t be, float *x, const float *table, int b, int t,
-                             int nheads, int hd, int row_stride, int pos0)
+void zs_backend_rope_forward(zs_backend_t be, float *x, const float *table, int table_rows,
+                             int b, int t, int nheads, int hd, int row_stride, int pos0)
 {
     ZS_BE_VALID(be);
     ZS_BE_CHECK_ROPE();
@@ -697,8 +697,8 @@ void zs_backend_rope_forward(zs_backend_t be, float *x, const float *table, int 
     be->iface->rope_forward(be->ctx, x, table, b, t, nheads, hd, row_stride, pos0);
 }
 
-void zs_backend_rope_backward(zs_backend_t be, float *dx, const float *table, int b, int t,
-                              int nheads, int hd, int row_stride, int pos0)
+void zs_backend_rope_backward(zs_backend_t be, float *dx, const float *table, int table_rows,
+                              int b, int t, int nheads, int hd, int row_stride, int pos0)
 {
     ZS_BE_VALID(be);
     ZS_BE_CHECK_ROPE();
