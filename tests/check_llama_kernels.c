@@ -212,12 +212,13 @@ static double rms_loss(const double *x, const void *arg)
     return l;
 }
 
-/* Loop index: shape and eps (1e-5, 1e-6; a row of tiny values where eps
- * dominates). */
+/* Loop index: shape and eps (1e-5, 1e-6; rows of tiny values where eps
+ * dominates; a row of Llama's 4096). */
 START_TEST(test_rmsnorm)
 {
     static const struct { int bt, c; float eps, scale; } cases[] = {
         { 5, 17, 1e-5f, 1.0f }, { 3, 64, 1e-6f, 2.0f }, { 4, 9, 1e-5f, 1e-3f },
+        { 2, 4096, 1e-5f, 1.0f }, /* Llama's width: the sum of squares in double */
     };
     int bt = cases[_i].bt, c = cases[_i].c;
     float eps = cases[_i].eps;
@@ -625,7 +626,7 @@ static Suite *llama_kernels_suite(void)
     TCase *tc = tcase_create("llama");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_rmsnorm, 0, 3);
+    tcase_add_loop_test(tc, test_rmsnorm, 0, 4);
     tcase_add_loop_test(tc, test_swiglu, 0, 2);
     tcase_add_test(tc, test_rope_table);
     tcase_add_loop_test(tc, test_rope, 0, 2);

@@ -17,9 +17,12 @@
 
 /* ---- RMSNorm -------------------------------------------------------------- */
 
-/* out, inp (BT,C); rstd (BT); weight (C). The sum of squares in float in
- * index order, then rstd = 1 / sqrt(sum / C + eps) and out = (x * rstd) * w,
- * the order of Hugging Face's LlamaRMSNorm. */
+/* out, inp (BT,C); rstd (BT); weight (C). The sum of squares in double in
+ * index order (each square exact), rstd = 1 / sqrt(sum / C + eps) in double
+ * rounded once to float, then out = (x * rstd) * w in float, the order of
+ * Hugging Face's LlamaRMSNorm. A float sum of C = 8192 squares would carry
+ * an error near 1e-5 of rstd; in double it is below 1e-12, and the double
+ * operations are IEEE on every backend (the CUDA kernel gives these bytes). */
 ZS_CPU_BODY cpu_rmsnorm_forward_body(void *ctx, float *out, float *rstd, const float *inp,
                                      const float *weight, int bt, int c, float eps)
 {
@@ -27,10 +30,10 @@ ZS_CPU_BODY cpu_rmsnorm_forward_body(void *ctx, float *out, float *rstd, const f
     for (int i = 0; i < bt; i++) {
         const float *x = inp + (size_t)i * c;
         float *y = out + (size_t)i * c;
-        float ss = 0.0f;
+        double ss = 0.0;
         for (int j = 0; j < c; j++)
-            ss += x[j] * x[j];
-        float s = 1.0f / sqrtf(ss / (float)c + eps);
+            ss += (double)x[j] * x[j];
+        float s = (float)(1.0 / sqrt(ss / c + (double)eps));
         for (int j = 0; j < c; j++)
             y[j] = x[j] * s * weight[j];
         rstd[i] = s;
@@ -41,8 +44,9 @@ ZS_CPU_KERNEL_EXTERN(cpu_rmsnorm_forward, (void *ctx, float *out, float *rstd, c
                      (ctx, out, rstd, inp, weight, bt, c, eps))
 
 /* dinp, dout, inp (BT,C) and dweight, weight (C) accumulate; rstd (BT).
- * With n = x * rstd and g = weight * dout:
- *   dx = rstd * (g - n * mean(g * n)),  dweight += n * dout. */
+ * With n = x * rstd and g = weight * dout (in float):
+ *   dx = rstd * (g - n * mean(g * n)),  dweight += n * dout,
+ * the mean of the float products g * n summed in double in index order. */
 ZS_CPU_BODY cpu_rmsnorm_backward_body(void *ctx, float *dinp, float *dweight, const float *dout,
                                       const float *inp, const float *weight, const float *rstd,
                                       int bt, int c)
@@ -53,10 +57,10 @@ ZS_CPU_BODY cpu_rmsnorm_backward_body(void *ctx, float *dinp, float *dweight, co
         const float *x = inp + (size_t)i * c;
         float *dx = dinp + (size_t)i * c;
         float s = rstd[i];
-        float gn_mean = 0.0f; /* mean of g * n */
+        double gn_sum = 0.0;
         for (int j = 0; j < c; j++)
-            gn_mean += weight[j] * dy[j] * (x[j] * s);
-        gn_mean /= (float)c;
+            gn_sum += (double)(weight[j] * dy[j] * (x[j] * s));
+        float gn_mean = (float)(gn_sum / c); /* mean of g * n */
         for (int j = 0; j < c; j++) {
             float nj = x[j] * s;
             float gj = weight[j] * dy[j];

@@ -19,7 +19,7 @@
 
 /* ---- RMSNorm -------------------------------------------------------------- */
 
-/* one thread per row, the CPU's loop */
+/* one thread per row, the CPU's loop (sums in double, as the CPU's) */
 __global__ static void k_rmsnorm_forward(float *out, float *rstd, const float *inp,
                                          const float *weight, int bt, int c, float eps)
 {
@@ -28,10 +28,10 @@ __global__ static void k_rmsnorm_forward(float *out, float *rstd, const float *i
         return;
     const float *x = inp + (size_t)i * c;
     float *y = out + (size_t)i * c;
-    float ss = 0.0f;
+    double ss = 0.0;
     for (int j = 0; j < c; j++)
-        ss += x[j] * x[j];
-    float s = 1.0f / sqrtf(ss / (float)c + eps);
+        ss += (double)x[j] * x[j];
+    float s = (float)(1.0 / sqrt(ss / c + (double)eps));
     for (int j = 0; j < c; j++)
         y[j] = x[j] * s * weight[j];
     rstd[i] = s;
@@ -49,10 +49,10 @@ __global__ static void k_rmsnorm_backward_rows(float *dinp, const float *dout, c
     const float *x = inp + (size_t)i * c;
     float *dx = dinp + (size_t)i * c;
     float s = rstd[i];
-    float gn_mean = 0.0f;
+    double gn_sum = 0.0;
     for (int j = 0; j < c; j++)
-        gn_mean += weight[j] * dy[j] * (x[j] * s);
-    gn_mean /= (float)c;
+        gn_sum += (double)(weight[j] * dy[j] * (x[j] * s));
+    float gn_mean = (float)(gn_sum / c);
     for (int j = 0; j < c; j++) {
         float nj = x[j] * s;
         float gj = weight[j] * dy[j];
