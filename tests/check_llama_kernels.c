@@ -6,11 +6,11 @@
  * (L = sum(dout * out), step 1e-5 in double, so the difference itself is
  * good to about 1e-9), and the rotary table against long double. The
  * tolerances (normalized error, max|got - ref| / max|ref|):
- *   1e-6  forwards (fp32 rounding over sums of at most 64 terms; measured
- *         at most 1.6e-7 on the CPU)
+ *   1e-6  forwards (fp32 roundings over sums of at most 37 terms, or
+ *         RMSNorm's in double; measured at most 1.6e-7 on the CPU)
  *   5e-6  backwards against finite differences (measured at most 5.5e-7)
- * (ZS_TEST_VERBOSE=1 prints each error.)
  *   0.5 ulp of float (+ 1e-12 relative) each rotary table entry
+ * (ZS_TEST_VERBOSE=1 prints each normalized error.)
  * The grouped kernel with NKV == NH gives the multi-head kernel's bytes.
  * The instruction sets' bytes are compared in tests/check_kernels
  * (test_cpu_isas_same_bytes), with the other kernels.
@@ -96,7 +96,7 @@ static float *down(const float *dev, size_t n)
     return h;
 }
 
-static double *dnew_double(size_t n) { return hnew(n * sizeof(double)); }
+static double *hnew_double(size_t n) { return hnew(n * sizeof(double)); }
 
 /* ---------------------------------------------------------------------------
  * random numbers (splitmix64), errors, finite differences
@@ -161,13 +161,14 @@ static void fd_grad(double *grad, double *x, size_t n, loss_fn loss, const void 
 
 static double *to_double(const float *x, size_t n)
 {
-    double *d = dnew_double(n);
+    double *d = hnew_double(n);
     for (size_t i = 0; i < n; i++)
         d[i] = x[i];
     return d;
 }
 
-/* got - before, in double (what an accumulating kernel added) */
+/* after - before: what an accumulating kernel added (in float, so within
+ * an ulp of before's elements, which are at most 0.5 here) */
 static float *added(const float *after, const float *before, size_t n)
 {
     float *d = hnew(n * sizeof(float));
@@ -233,7 +234,7 @@ START_TEST(test_rmsnorm)
     zs_backend_rmsnorm_forward(be, d_out, d_rstd, d_x, d_w, bt, c, eps);
     zs_backend_rmsnorm_backward(be, d_dx, d_dw, d_dy, d_x, d_w, d_rstd, bt, c);
 
-    double *xw = dnew_double(n + c), *out = dnew_double(n), *rstd = dnew_double(bt);
+    double *xw = hnew_double(n + c), *out = hnew_double(n), *rstd = hnew_double(bt);
     for (size_t i = 0; i < n; i++)
         xw[i] = x[i];
     for (int j = 0; j < c; j++)
@@ -243,7 +244,7 @@ START_TEST(test_rmsnorm)
     CHECK_ERR(down(d_rstd, bt), rstd, bt, FWD_TOL, "rmsnorm rstd");
 
     struct rms_case k = { bt, c, eps, to_double(dy, n) };
-    double *g = dnew_double(n + c);
+    double *g = hnew_double(n + c);
     fd_grad(g, xw, n + c, rms_loss, &k);
     CHECK_ERR(added(down(d_dx, n), dx0, n), g, n, BWD_TOL, "rmsnorm dinp");
     CHECK_ERR(added(down(d_dw, c), dw0, c), g + n, c, BWD_TOL, "rmsnorm dweight");
@@ -296,7 +297,7 @@ START_TEST(test_swiglu)
     zs_backend_swiglu_forward(be, d_out, d_inp, bt, f);
     zs_backend_swiglu_backward(be, d_dx, d_inp, d_dy, bt, f);
 
-    double *x = to_double(inp, 2 * n), *out = dnew_double(n), *g = dnew_double(2 * n);
+    double *x = to_double(inp, 2 * n), *out = hnew_double(n), *g = hnew_double(2 * n);
     ref_swiglu(out, x, bt, f);
     CHECK_ERR(down(d_out, n), out, n, FWD_TOL, "swiglu out");
     struct swiglu_case k = { bt, f, to_double(dy, n) };
@@ -462,7 +463,7 @@ START_TEST(test_rope)
     zs_backend_rope_forward(be, d_x, d_tab, (int)tab_rows, b, t, k.nheads, hd, k.stride, kernel_pos0);
     zs_backend_rope_backward(be, d_dy, d_tab, (int)tab_rows, b, t, k.nheads, hd, k.stride, kernel_pos0);
 
-    double *xd = to_double(x, n), *out = dnew_double(n), *g = dnew_double(n);
+    double *xd = to_double(x, n), *out = hnew_double(n), *g = hnew_double(n);
     ref_rope(out, xd, &k);
     float *got = down(d_x, n);
     CHECK_ERR(got, out, n, FWD_TOL, "rope forward");
@@ -569,13 +570,13 @@ START_TEST(test_gqa)
     zs_backend_attention_gqa_forward(be, d_out, d_pre, d_att, d_qkv, k.b, k.t, k.nh, k.nkv, k.hd);
     zs_backend_attention_gqa_backward(be, d_dqkv, d_dpre, d_datt, d_dy, d_qkv, d_att, k.b, k.t,
                                       k.nh, k.nkv, k.hd);
-    double *x = to_double(qkv, nqkv), *out = dnew_double(nout), *att = dnew_double(natt);
+    double *x = to_double(qkv, nqkv), *out = hnew_double(nout), *att = hnew_double(natt);
     ref_gqa(out, att, x, &k);
     CHECK_ERR(down(d_out, nout), out, nout, FWD_TOL, "gqa out");
     CHECK_ERR(down(d_att, natt), att, natt, FWD_TOL, "gqa att");
     if (k.t > 16)
         return; /* finite differences cost O(n^2 T): on the short cases */
-    double *g = dnew_double(nqkv);
+    double *g = hnew_double(nqkv);
     k.dout = to_double(dy, nout);
     fd_grad(g, x, nqkv, gqa_loss, &k);
     CHECK_ERR(added(down(d_dqkv, nqkv), dqkv0, nqkv), g, nqkv, BWD_TOL, "gqa dqkv");
