@@ -1113,6 +1113,40 @@ static size_t isa_run(const char *isa, unsigned char *out, size_t cap)
     KEEP(att, sizeof att);
     zs_backend_attention_backward(b, dqkv, dpre, datt, o, qkv, att, ISA_B, ISA_T, ISA_C, ISA_NH);
     KEEP(dqkv, sizeof dqkv);
+    /* the Llama family's: RMSNorm over x, SwiGLU over x as (BT, 2 * C/2)
+     * rows, the rotary embedding and grouped-query attention (NH 3, NKV 1,
+     * HD 8) over qkv's rows as (NH + 2NKV) * HD = 40 wide */
+    zs_backend_rmsnorm_forward(b, y, rstd, x, lnw, BT, ISA_C, 1e-5f);
+    KEEP(y, BT * ISA_C * sizeof(float));
+    KEEP(rstd, sizeof rstd);
+    zs_backend_rmsnorm_backward(b, w, dw, z, x, lnw, rstd, BT, ISA_C);
+    KEEP(w, BT * ISA_C * sizeof(float));
+    KEEP(dw, sizeof dw);
+    zs_backend_swiglu_forward(b, y, x, BT, ISA_C / 2);
+    KEEP(y, BT * ISA_C / 2 * sizeof(float));
+    zs_backend_swiglu_backward(b, w, x, z, BT, ISA_C / 2);
+    KEEP(w, BT * ISA_C * sizeof(float));
+    {
+        enum { HD = 8, NKV = 1, ROW = (ISA_NH + 2 * NKV) * HD, POS0 = 3 };
+        static float rope[(ISA_T + POS0) * HD], gqkv[ISA_B * ISA_T * ROW];
+        static float dgqkv[ISA_B * ISA_T * ROW];
+        zs_rope_params rp = { .theta = 500000.0, .llama3_scaling = 1, .factor = 8.0,
+                              .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                              .original_max_position = 16.0 };
+        ck_assert_int_eq(zs_rope_table_fill(rope, 0, ISA_T + POS0, HD, &rp), 0);
+        for (int i = 0; i < ISA_B * ISA_T; i++)
+            memcpy(gqkv + (size_t)i * ROW, qkv + (size_t)i * C3, ROW * sizeof(float));
+        zs_backend_rope_forward(b, gqkv, rope, ISA_T + POS0, ISA_B, ISA_T, ISA_NH + NKV, HD, ROW, POS0);
+        KEEP(gqkv, sizeof gqkv);
+        zs_backend_attention_gqa_forward(b, o, pre, att, gqkv, ISA_B, ISA_T, ISA_NH, NKV, HD);
+        KEEP(o, sizeof o);
+        KEEP(att, sizeof att);
+        memset(dgqkv, 0, sizeof dgqkv);
+        zs_backend_attention_gqa_backward(b, dgqkv, dpre, datt, o, gqkv, att, ISA_B, ISA_T,
+                                          ISA_NH, NKV, HD);
+        zs_backend_rope_backward(b, dgqkv, rope, ISA_T + POS0, ISA_B, ISA_T, ISA_NH + NKV, HD, ROW, POS0);
+        KEEP(dgqkv, sizeof dgqkv);
+    }
     zs_backend_softmax_xent_forward(b, losses, probs, logits, tgt, BT, ISA_V);
     zs_backend_softmax_xent_backward(b, dlog, probs, tgt, 0.25f, BT, ISA_V);
     KEEP(losses, sizeof losses);

@@ -14,6 +14,10 @@
  *          whose summation order the device's loops do not follow)
  *   1e-12  sumsq (a fixed tree of double sums instead of index order),
  *          relative error
+ * The Llama family's kernels: RMSNorm and the rotary embedding 0 (the CPU's
+ * order; the rotary table is the host's); SwiGLU 1e-5 (the device's expf);
+ * grouped-query attention 1e-5 as the multi-head one, and on the device
+ * itself NKV == NH gives the multi-head kernels' bytes.
  * One line per kernel; exit 0 when all pass, 1 when any fails, 77 (skip)
  * with a line saying why when the backend is not in this build or has no
  * device here.
@@ -410,6 +414,129 @@ static void test_optim(void)
     }
 }
 
+/* the rows of a GQA qkv (NH query, NKV key, NKV value heads of HD) */
+static void test_gqa(int b, int t, int nh, int nkv, int hd)
+{
+    size_t nqkv = (size_t)b * t * (nh + 2 * nkv) * hd, nout = (size_t)b * t * nh * hd;
+    size_t natt = (size_t)b * nh * t * t;
+    pair qkv = prand(nqkv, 1), out = prand(nout, 1), pre = prand(natt, 1), att = prand(natt, 1);
+    zs_backend_attention_gqa_forward(ref, out.r, pre.r, att.r, qkv.r, b, t, nh, nkv, hd);
+    zs_backend_attention_gqa_forward(dut, out.d, pre.d, att.d, qkv.d, b, t, nh, nkv, hd);
+    char name[64];
+    snprintf(name, sizeof name, "attention_gqa %d/%d forward out", nh, nkv);
+    check_f32(name, &out, 1e-5);
+    snprintf(name, sizeof name, "attention_gqa %d/%d forward att", nh, nkv);
+    check_f32(name, &att, 1e-5);
+    float *hatt = down(ref, att.r, att.bytes); /* the backward from the same softmax */
+    zs_backend_copy_h2d(dut, att.d, hatt, att.bytes);
+    free(hatt);
+    pair dqkv = prand(nqkv, 1), dpre = prand(natt, 1), datt = prand(natt, 1);
+    pair dout = prand(nout, 1);
+    zs_backend_attention_gqa_backward(ref, dqkv.r, dpre.r, datt.r, dout.r, qkv.r, att.r, b, t, nh,
+                                      nkv, hd);
+    zs_backend_attention_gqa_backward(dut, dqkv.d, dpre.d, datt.d, dout.d, qkv.d, att.d, b, t, nh,
+                                      nkv, hd);
+    snprintf(name, sizeof name, "attention_gqa %d/%d backward dqkv", nh, nkv);
+    check_f32(name, &dqkv, 1e-5);
+    pair *ps[] = {&qkv, &out, &pre, &att, &dqkv, &dpre, &datt, &dout};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        pfree(ps[i]);
+}
+
+/* On the device under test alone: the grouped kernels with NKV == NH and
+ * the multi-head kernels give the same bytes. */
+static void test_gqa_is_mha(void)
+{
+    const int B = 2, T = 19, NH = 4, HD = 8, C = NH * HD;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *hqkv = hrand(nqkv, 1), *hdy = hrand(nout, 1);
+    void *bufs[2][4];
+    for (int g = 0; g < 2; g++) {
+        float *qkv = up(dut, hqkv, nqkv * 4), *dy = up(dut, hdy, nout * 4);
+        float *zero = calloc(nqkv > natt ? nqkv : natt, sizeof(float));
+        float *out = up(dut, zero, nout * 4), *pre = up(dut, zero, natt * 4);
+        float *att = up(dut, zero, natt * 4), *dqkv = up(dut, zero, nqkv * 4);
+        float *dpre = up(dut, zero, natt * 4), *datt = up(dut, zero, natt * 4);
+        if (g) {
+            zs_backend_attention_gqa_forward(dut, out, pre, att, qkv, B, T, NH, NH, HD);
+            zs_backend_attention_gqa_backward(dut, dqkv, dpre, datt, dy, qkv, att, B, T, NH, NH,
+                                              HD);
+        } else {
+            zs_backend_attention_forward(dut, out, pre, att, qkv, B, T, C, NH);
+            zs_backend_attention_backward(dut, dqkv, dpre, datt, dy, qkv, att, B, T, C, NH);
+        }
+        bufs[g][0] = down(dut, out, nout * 4), bufs[g][1] = down(dut, att, natt * 4);
+        bufs[g][2] = down(dut, dqkv, nqkv * 4), bufs[g][3] = down(dut, dpre, natt * 4);
+        float *ds[] = {qkv, dy, out, pre, att, dqkv, dpre, datt};
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+            zs_backend_free(dut, ds[i]);
+        free(zero);
+    }
+    size_t len[4] = {nout * 4, natt * 4, nqkv * 4, natt * 4};
+    int same = 1;
+    for (int i = 0; i < 4; i++) {
+        same &= memcmp(bufs[0][i], bufs[1][i], len[i]) == 0;
+        free(bufs[0][i]);
+        free(bufs[1][i]);
+    }
+    printf("%-5s %-34s bytes %s\n", same ? "ok" : "FAIL", "attention_gqa NKV=NH vs MHA",
+           same ? "equal" : "differ");
+    same ? passes++ : fails++;
+    free(hqkv);
+    free(hdy);
+}
+
+static void test_llama(void)
+{
+    const int bt = 21, c = 40, f = 37, B = 3, T = 7, NH = 4, NKV = 2, HD = 8, POS0 = 5;
+    pair inp = prand((size_t)bt * c, 2), w = prand((size_t)c, 1), out = prand((size_t)bt * c, 1);
+    pair rstd = prand((size_t)bt, 1), dinp = prand((size_t)bt * c, 1), dw = prand((size_t)c, 1);
+    pair dout = prand((size_t)bt * c, 1);
+    zs_backend_rmsnorm_forward(ref, out.r, rstd.r, inp.r, w.r, bt, c, 1e-5f);
+    zs_backend_rmsnorm_forward(dut, out.d, rstd.d, inp.d, w.d, bt, c, 1e-5f);
+    check_f32("rmsnorm_forward out", &out, 0);
+    check_f32("rmsnorm_forward rstd", &rstd, 0);
+    zs_backend_rmsnorm_backward(ref, dinp.r, dw.r, dout.r, inp.r, w.r, rstd.r, bt, c);
+    zs_backend_rmsnorm_backward(dut, dinp.d, dw.d, dout.d, inp.d, w.d, rstd.d, bt, c);
+    check_f32("rmsnorm_backward dinp", &dinp, 0);
+    check_f32("rmsnorm_backward dweight", &dw, 0);
+
+    pair gu = prand((size_t)bt * 2 * f, 6), y = prand((size_t)bt * f, 1);
+    pair dgu = prand((size_t)bt * 2 * f, 1), dy = prand((size_t)bt * f, 1);
+    zs_backend_swiglu_forward(ref, y.r, gu.r, bt, f);
+    zs_backend_swiglu_forward(dut, y.d, gu.d, bt, f);
+    check_f32("swiglu_forward", &y, 1e-5);
+    zs_backend_swiglu_backward(ref, dgu.r, gu.r, dy.r, bt, f);
+    zs_backend_swiglu_backward(dut, dgu.d, gu.d, dy.d, bt, f);
+    check_f32("swiglu_backward", &dgu, 1e-5);
+
+    float tab[(T + POS0) * HD];
+    zs_rope_params rp = {.theta = 500000.0, .llama3_scaling = 1, .factor = 8.0,
+                         .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                         .original_max_position = 8.0};
+    if (zs_rope_table_fill(tab, 0, T + POS0, HD, &rp) != 0) {
+        printf("FAIL  rope table\n");
+        fails++;
+        return;
+    }
+    int row = (NH + 2 * NKV) * HD;
+    pair table = pnew(tab, sizeof tab), qkv = prand((size_t)B * T * row, 1);
+    zs_backend_rope_forward(ref, qkv.r, table.r, T + POS0, B, T, NH + NKV, HD, row, POS0);
+    zs_backend_rope_forward(dut, qkv.d, table.d, T + POS0, B, T, NH + NKV, HD, row, POS0);
+    check_f32("rope_forward", &qkv, 0);
+    zs_backend_rope_backward(ref, qkv.r, table.r, T + POS0, B, T, NH + NKV, HD, row, POS0);
+    zs_backend_rope_backward(dut, qkv.d, table.d, T + POS0, B, T, NH + NKV, HD, row, POS0);
+    check_f32("rope_backward", &qkv, 0);
+
+    test_gqa(3, 17, 4, 2, 8);
+    test_gqa(2, 40, 6, 1, 16);
+    test_gqa(2, 9, 3, 3, 8);
+    test_gqa_is_mha();
+    pair *ps[] = {&inp, &w, &out, &rstd, &dinp, &dw, &dout, &gu, &y, &dgu, &dy, &table, &qkv};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        pfree(ps[i]);
+}
+
 int main(void)
 {
     const char *name = getenv("ZS_TEST_BACKEND");
@@ -434,6 +561,7 @@ int main(void)
     test_embedding_attention_xent();
     test_typed();
     test_optim();
+    test_llama();
     printf("# %d passed, %d failed\n", passes, fails);
     zs_backend_release(dut);
     zs_backend_release(ref);

@@ -141,6 +141,88 @@ void zs_backend_attention_backward(zs_backend_t be, float *dqkv, float *dpreatt,
                                    const float *dout, const float *qkv, const float *att,
                                    int b, int t, int c, int nh);
 
+/* ---- the Llama family's kernels (docs/numerics.md, "Llama kernels") ----
+ * Extra dimension letters: F the MLP's intermediate size, NKV key/value
+ * heads, HD the head size, P rows of a rotary table. */
+
+/* RMSNorm over the last dimension: rstd(BT) = 1 / sqrt(mean(x^2) + eps),
+ * out = (x * rstd) * weight. out(BT,C), rstd(BT) saved for backward,
+ * inp(BT,C), weight(C). eps: 1e-5 (Llama 2/3) or 1e-6 (Mistral, Qwen2). */
+void zs_backend_rmsnorm_forward(zs_backend_t be, float *out, float *rstd, const float *inp,
+                                const float *weight, int bt, int c, float eps);
+/* dinp(BT,C) and dweight(C) accumulate (+=). */
+void zs_backend_rmsnorm_backward(zs_backend_t be, float *dinp, float *dweight, const float *dout,
+                                 const float *inp, const float *weight, const float *rstd,
+                                 int bt, int c);
+
+/* SwiGLU over gate and up packed in one buffer, as one GEMM with the fused
+ * weight [gate; up] writes them: inp(BT,2F) holds gate in columns [0,F) and
+ * up in [F,2F) of each row (under tensor parallelism F is the rank's share
+ * and the rank's fused weight is its gate rows then its up rows).
+ * out(BT,F) = silu(gate) * up, silu(x) = x / (1 + e^-x). */
+void zs_backend_swiglu_forward(zs_backend_t be, float *out, const float *inp, int bt, int f);
+/* dinp(BT,2F) accumulates: dgate += dout * up * silu'(gate) in columns
+ * [0,F), dup += dout * silu(gate) in [F,2F) (as GELU's backward, +=). */
+void zs_backend_swiglu_backward(zs_backend_t be, float *dinp, const float *inp, const float *dout,
+                                int bt, int f);
+
+/* Rotary position embedding (Hugging Face's Llama convention: rotate_half,
+ * the pairs (i, i + HD/2) of each head). table(P,HD) from zs_rope_table_fill,
+ * P = table_rows: row r holds cos of its HD/2 angles then their sin. x holds
+ * B*T rows of row_stride floats; the first nheads heads of HD floats of each
+ * row are rotated in place, row (b,t) by table row pos0 + t (pos0 + T <= P,
+ * checked): with
+ * a table from position 0, pos0 is the absolute position of the sequence's
+ * first token (a sequence- or context-parallel rank's offset). q alone:
+ * nheads NH, row_stride NH*HD; q and k of a packed qkv (NH+2NKV heads a
+ * row, q then k then v): nheads NH+NKV, row_stride (NH+2NKV)*HD. */
+void zs_backend_rope_forward(zs_backend_t be, float *x, const float *table, int table_rows,
+                             int b, int t, int nheads, int hd, int row_stride, int pos0);
+/* The inverse rotation of the gradient, in place: dx holds dL/d(rotated x)
+ * on entry and dL/dx on return (apply it to gradients of the rotated values
+ * only). Same arguments as the forward. */
+void zs_backend_rope_backward(zs_backend_t be, float *dx, const float *table, int table_rows,
+                              int b, int t, int nheads, int hd, int row_stride, int pos0);
+
+/* Causal grouped-query attention over packed qkv(B,T,(NH+2NKV)*HD): each row
+ * holds NH query heads, then NKV key heads, then NKV value heads, HD floats
+ * each; query head h uses key/value head h / (NH/NKV) (NH % NKV == 0; NKV 1
+ * is MQA, NKV == NH is MHA, where layout and bytes are those of
+ * zs_backend_attention_forward with C = NH*HD). out(B,T,NH*HD); preatt and
+ * att (B,NH,T,T) saved as there (att the softmax, zero above the diagonal);
+ * scale 1/sqrt(HD). */
+void zs_backend_attention_gqa_forward(zs_backend_t be, float *out, float *preatt, float *att,
+                                      const float *qkv, int b, int t, int nh, int nkv, int hd);
+/* dqkv(B,T,(NH+2NKV)*HD) accumulates (dk, dv of a key/value head summed over
+ * the query heads that share it, in head order); dpreatt and datt are
+ * scratch of (B,NH,T,T) that the kernel overwrites. */
+void zs_backend_attention_gqa_backward(zs_backend_t be, float *dqkv, float *dpreatt, float *datt,
+                                       const float *dout, const float *qkv, const float *att,
+                                       int b, int t, int nh, int nkv, int hd);
+
+/* The rotary table's frequencies: inv_freq_i = theta^(-2i/HD), i < HD/2;
+ * with llama3_scaling (Llama 3.1's rope_scaling, rope_type "llama3") the
+ * long wavelengths are divided by factor and the band between
+ * original_max_position / high_freq_factor and / low_freq_factor is
+ * interpolated, as Hugging Face's _compute_llama3_parameters does. */
+typedef struct {
+    double theta;                 /* rope_theta: 10000 (Llama 2), 500000 (Llama 3) */
+    int llama3_scaling;           /* 1: apply the four fields below */
+    double factor;                /* 8 for Llama 3.1 */
+    double low_freq_factor;       /* 1 */
+    double high_freq_factor;      /* 4 */
+    double original_max_position; /* original_max_position_embeddings, 8192 */
+} zs_rope_params;
+
+/* Host function: table(npos,HD) for positions first_pos .. first_pos+npos-1,
+ * row r = cos((first_pos + r) * inv_freq_i) for i < HD/2, then the sin of
+ * the same angles; frequencies, angles, cos and sin computed in double and
+ * each entry rounded once to float, so every backend gets the same table
+ * (upload it with zs_backend_copy_h2d). Returns 0, or -1 with a message
+ * (zerosim/error.h) naming the bad parameter (HD odd or not positive, theta
+ * not positive, a scaling field out of range). */
+int zs_rope_table_fill(float *table, int first_pos, int npos, int hd, const zs_rope_params *p);
+
 /* Softmax cross-entropy. probs(BT,V) = softmax(logits(BT,V)),
  * losses(BT) = -log probs[target]. */
 void zs_backend_softmax_xent_forward(zs_backend_t be, float *losses, float *probs,

@@ -120,6 +120,10 @@ static int zs_backend_iface_complete(const struct zs_backend_i *i)
         && i->residual_forward != NULL && i->axpy != NULL && i->scale != NULL
         && i->embedding_forward != NULL && i->embedding_backward != NULL
         && i->attention_forward != NULL && i->attention_backward != NULL
+        && i->rmsnorm_forward != NULL && i->rmsnorm_backward != NULL
+        && i->swiglu_forward != NULL && i->swiglu_backward != NULL
+        && i->rope_forward != NULL && i->rope_backward != NULL
+        && i->attention_gqa_forward != NULL && i->attention_gqa_backward != NULL
         && i->softmax_xent_forward != NULL && i->softmax_xent_backward != NULL
         && i->convert_to_f32 != NULL && i->convert_from_f32 != NULL
         && i->accumulate_f32 != NULL && i->adamw_step != NULL && i->sgd_step != NULL
@@ -629,6 +633,104 @@ void zs_backend_attention_backward(zs_backend_t be, float *dqkv, float *dpreatt,
     ZS_BE_CHECK(dqkv != NULL && dpreatt != NULL && datt != NULL && dout != NULL && qkv != NULL
                 && att != NULL);
     be->iface->attention_backward(be->ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
+}
+
+void zs_backend_rmsnorm_forward(zs_backend_t be, float *out, float *rstd, const float *inp,
+                                const float *weight, int bt, int c, float eps)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK(bt >= 0 && c > 0 && eps >= 0.0f);
+    if (bt == 0)
+        return;
+    ZS_BE_CHECK(out != NULL && rstd != NULL && inp != NULL && weight != NULL);
+    be->iface->rmsnorm_forward(be->ctx, out, rstd, inp, weight, bt, c, eps);
+}
+
+void zs_backend_rmsnorm_backward(zs_backend_t be, float *dinp, float *dweight, const float *dout,
+                                 const float *inp, const float *weight, const float *rstd,
+                                 int bt, int c)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK(bt >= 0 && c > 0);
+    if (bt == 0)
+        return;
+    ZS_BE_CHECK(dinp != NULL && dweight != NULL && dout != NULL && inp != NULL && weight != NULL
+                && rstd != NULL);
+    be->iface->rmsnorm_backward(be->ctx, dinp, dweight, dout, inp, weight, rstd, bt, c);
+}
+
+void zs_backend_swiglu_forward(zs_backend_t be, float *out, const float *inp, int bt, int f)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK(bt >= 0 && f >= 0);
+    if (bt == 0 || f == 0)
+        return;
+    ZS_BE_CHECK(out != NULL && inp != NULL);
+    be->iface->swiglu_forward(be->ctx, out, inp, bt, f);
+}
+
+void zs_backend_swiglu_backward(zs_backend_t be, float *dinp, const float *inp, const float *dout,
+                                int bt, int f)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK(bt >= 0 && f >= 0);
+    if (bt == 0 || f == 0)
+        return;
+    ZS_BE_CHECK(dinp != NULL && inp != NULL && dout != NULL);
+    be->iface->swiglu_backward(be->ctx, dinp, inp, dout, bt, f);
+}
+
+/* The checks shared by the two rotary kernels: HD even, the heads within a
+ * row, the positions within the table. */
+#define ZS_BE_CHECK_ROPE()                                                                     \
+    ZS_BE_CHECK(b >= 0 && t >= 0 && nheads >= 0 && hd > 0 && hd % 2 == 0 && pos0 >= 0          \
+                && (int64_t)nheads * hd <= row_stride && (int64_t)pos0 + t <= table_rows)
+
+void zs_backend_rope_forward(zs_backend_t be, float *x, const float *table, int table_rows,
+                             int b, int t, int nheads, int hd, int row_stride, int pos0)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK_ROPE();
+    if (b == 0 || t == 0 || nheads == 0)
+        return;
+    ZS_BE_CHECK(x != NULL && table != NULL);
+    be->iface->rope_forward(be->ctx, x, table, b, t, nheads, hd, row_stride, pos0);
+}
+
+void zs_backend_rope_backward(zs_backend_t be, float *dx, const float *table, int table_rows,
+                              int b, int t, int nheads, int hd, int row_stride, int pos0)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK_ROPE();
+    if (b == 0 || t == 0 || nheads == 0)
+        return;
+    ZS_BE_CHECK(dx != NULL && table != NULL);
+    be->iface->rope_backward(be->ctx, dx, table, b, t, nheads, hd, row_stride, pos0);
+}
+
+void zs_backend_attention_gqa_forward(zs_backend_t be, float *out, float *preatt, float *att,
+                                      const float *qkv, int b, int t, int nh, int nkv, int hd)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK(b >= 0 && t >= 0 && nh > 0 && nkv > 0 && nh % nkv == 0 && hd > 0);
+    if (b == 0 || t == 0)
+        return;
+    ZS_BE_CHECK(out != NULL && preatt != NULL && att != NULL && qkv != NULL);
+    be->iface->attention_gqa_forward(be->ctx, out, preatt, att, qkv, b, t, nh, nkv, hd);
+}
+
+void zs_backend_attention_gqa_backward(zs_backend_t be, float *dqkv, float *dpreatt, float *datt,
+                                       const float *dout, const float *qkv, const float *att,
+                                       int b, int t, int nh, int nkv, int hd)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK(b >= 0 && t >= 0 && nh > 0 && nkv > 0 && nh % nkv == 0 && hd > 0);
+    if (b == 0 || t == 0)
+        return;
+    ZS_BE_CHECK(dqkv != NULL && dpreatt != NULL && datt != NULL && dout != NULL && qkv != NULL
+                && att != NULL);
+    be->iface->attention_gqa_backward(be->ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, nh,
+                                      nkv, hd);
 }
 
 void zs_backend_softmax_xent_forward(zs_backend_t be, float *losses, float *probs,

@@ -106,6 +106,34 @@ struct zs_backend_i {
     void (*attention_backward)(void *ctx, float *dqkv, float *dpreatt, float *datt,
                                const float *dout, const float *qkv, const float *att,
                                int b, int t, int c, int nh);
+    /* REQUIRED. RMSNorm over C: rstd = 1/sqrt(mean(x^2) + eps), out =
+     * (x * rstd) * weight; saves rstd. */
+    void (*rmsnorm_forward)(void *ctx, float *out, float *rstd, const float *inp,
+                            const float *weight, int bt, int c, float eps);
+    /* REQUIRED. dinp, dweight accumulate. */
+    void (*rmsnorm_backward)(void *ctx, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int bt,
+                             int c);
+    /* REQUIRED. out(BT,F) = silu(gate) * up over inp(BT,2F) = [gate | up] rows. */
+    void (*swiglu_forward)(void *ctx, float *out, const float *inp, int bt, int f);
+    /* REQUIRED. dinp(BT,2F) accumulates [dgate | dup]. */
+    void (*swiglu_backward)(void *ctx, float *dinp, const float *inp, const float *dout, int bt,
+                            int f);
+    /* REQUIRED. Rotates the first nheads heads of each of the B*T rows of x
+     * (row_stride floats apart) in place by table rows pos0 .. pos0+T-1. */
+    void (*rope_forward)(void *ctx, float *x, const float *table, int b, int t, int nheads,
+                         int hd, int row_stride, int pos0);
+    /* REQUIRED. The inverse rotation, in place on the gradient. */
+    void (*rope_backward)(void *ctx, float *dx, const float *table, int b, int t, int nheads,
+                          int hd, int row_stride, int pos0);
+    /* REQUIRED. Causal grouped-query attention over qkv(B,T,(NH+2NKV)*HD);
+     * saves preatt and att (B,NH,T,T). */
+    void (*attention_gqa_forward)(void *ctx, float *out, float *preatt, float *att,
+                                  const float *qkv, int b, int t, int nh, int nkv, int hd);
+    /* REQUIRED. dqkv accumulates; dpreatt and datt are overwritten scratch. */
+    void (*attention_gqa_backward)(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                                   const float *dout, const float *qkv, const float *att, int b,
+                                   int t, int nh, int nkv, int hd);
     /* REQUIRED. probs(BT,V) = softmax(logits); losses(BT) = -log probs[target]. */
     void (*softmax_xent_forward)(void *ctx, float *losses, float *probs,
                                  const float *logits, const int32_t *targets, int bt, int v);

@@ -24,54 +24,14 @@ void openblas_set_num_threads(int);
 #define ZS_CPU_ALIGN 64
 #define ZS_LN_EPS 1e-5f
 
+#include "backend/cpu_isa.h"
+#include "backend/cpu_llama.h"
 #include "backend/cpu_math.h"
 
 /* ---- instruction sets -------------------------------------------------------
- *
- * The element-wise kernels (and attention's softmax loops) are compiled three
- * times on x86-64: for the baseline (SSE2), for AVX2 and for AVX-512F; the
- * backend picks the widest that the CPU has when it starts. The wider
- * vectors do the same IEEE operations on each element as the baseline code:
- * none of these targets lets the compiler fuse a multiply and an add (the
- * build sets -ffp-contract=off), and no float sum is vectorised (that would
- * reorder it; only -ffast-math allows it), so the three give the same bytes.
- * tests/check_kernels runs every kernel in each set this CPU has and
- * compares the bytes. ZEROSIM_CPU_KERNELS=sse2|avx2|avx512 chooses one
- * (auto, the default: the widest). Elsewhere each kernel is compiled once. */
-enum { ZS_CPU_SSE2, ZS_CPU_AVX2, ZS_CPU_AVX512 };
-/* a kernel's body, inlined into each instruction set's copy */
-#define ZS_CPU_BODY static inline __attribute__((always_inline)) void
-static int cpu_isa = ZS_CPU_SSE2;
+ * (cpu_isa.h: each kernel in SSE2, AVX2 and AVX-512F, with the same bytes) */
+int zs_cpu_isa = ZS_CPU_SSE2;
 static const char *const cpu_isa_names[] = { "sse2", "avx2", "avx512" };
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ZS_CPU_HAVE_ISAS 1
-#define ZS_CPU_KERNEL(name, params, args)                                         \
-    __attribute__((target("avx512f"))) static void name##_avx512 params          \
-    {                                                                             \
-        name##_body args;                                                         \
-    }                                                                             \
-    __attribute__((target("avx2"))) static void name##_avx2 params               \
-    {                                                                             \
-        name##_body args;                                                         \
-    }                                                                             \
-    static void name params                                                       \
-    {                                                                             \
-        if (cpu_isa == ZS_CPU_AVX512)                                             \
-            name##_avx512 args;                                                   \
-        else if (cpu_isa == ZS_CPU_AVX2)                                          \
-            name##_avx2 args;                                                     \
-        else                                                                      \
-            name##_body args;                                                     \
-    }
-#else
-#define ZS_CPU_HAVE_ISAS 0
-#define ZS_CPU_KERNEL(name, params, args)                                         \
-    static void name params                                                       \
-    {                                                                             \
-        name##_body args;                                                         \
-    }
-#endif
 
 /* Whether this CPU (and its OS) runs instruction set isa. */
 static int cpu_isa_supported(int isa)
@@ -91,7 +51,7 @@ static int cpu_isa_choose(char *err, size_t errlen)
 {
     const char *want = getenv("ZEROSIM_CPU_KERNELS");
     if (want == NULL || *want == '\0' || strcmp(want, "auto") == 0) {
-        cpu_isa = cpu_isa_supported(ZS_CPU_AVX512) ? ZS_CPU_AVX512
+        zs_cpu_isa = cpu_isa_supported(ZS_CPU_AVX512) ? ZS_CPU_AVX512
                   : cpu_isa_supported(ZS_CPU_AVX2) ? ZS_CPU_AVX2
                                                    : ZS_CPU_SSE2;
         return 0;
@@ -106,7 +66,7 @@ static int cpu_isa_choose(char *err, size_t errlen)
                      want, want);
             return -1;
         }
-        cpu_isa = isa;
+        zs_cpu_isa = isa;
         return 0;
     }
     snprintf(err, errlen, "ZEROSIM_CPU_KERNELS=%s: must be auto, sse2, avx2 or avx512", want);
@@ -117,7 +77,7 @@ static int cpu_isa_choose(char *err, size_t errlen)
  * or "avx512"). */
 const char *zs_backend_cpu_kernels(void)
 {
-    return cpu_isa_names[cpu_isa];
+    return cpu_isa_names[zs_cpu_isa];
 }
 
 /* ---- tensor parallelism ---------------------------------------------------- */
@@ -541,28 +501,30 @@ static void cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const fl
  * on how many samples share the call. */
 #define ZS_ATT_TILE 32
 
-/* out is (B,T,C); preatt, att are (B,NH,T,T); qkv is (B,T,3C) holding q, k, v.
- * Head h uses channels [h*hs, (h+1)*hs) of each of q, k, v (hs = C/NH).
- * preatt = q.k / sqrt(hs), att = its causal softmax (0 above the diagonal). */
-ZS_CPU_BODY cpu_attention_forward_body(void *ctx, float *out, float *preatt, float *att,
-                                       const float *qkv, int b, int t, int c, int nh)
+/* Grouped-query attention. out is (B,T,NH*HD); preatt, att are (B,NH,T,T);
+ * qkv is (B,T,(NH+2NKV)*HD): NH query heads, NKV key heads, NKV value heads.
+ * Query head h uses key/value head h / (NH/NKV); with NKV == NH it is the
+ * multi-head attention of a packed (B,T,3C) qkv. preatt = q.k / sqrt(HD),
+ * att = its causal softmax (0 above the diagonal). */
+ZS_CPU_BODY cpu_attention_gqa_forward_body(void *ctx, float *out, float *preatt, float *att,
+                                           const float *qkv, int b, int t, int nh, int nkv,
+                                           int hs)
 {
     (void)ctx;
-    int hs = c / nh;
-    int c3 = 3 * c;
+    int cq = nh * hs, ckv = nkv * hs, row = cq + 2 * ckv, group = nh / nkv;
     float scale = 1.0f / sqrtf((float)hs);
     for (int bi = 0; bi < b; bi++) {
         for (int h = 0; h < nh; h++) {
-            const float *q = qkv + (size_t)bi * t * c3 + h * hs;
-            const float *k = q + c, *v = q + 2 * c;
+            const float *q = qkv + (size_t)bi * t * row + h * hs;
+            const float *k = qkv + (size_t)bi * t * row + cq + (h / group) * hs, *v = k + ckv;
             size_t hoff = ((size_t)bi * nh + h) * t * t;
             float *pre = preatt + hoff, *a = att + hoff;
-            float *o = out + (size_t)bi * t * c + h * hs;
+            float *o = out + (size_t)bi * t * cq + h * hs;
             for (int r0 = 0; r0 < t; r0 += ZS_ATT_TILE) {
                 int r1 = r0 + ZS_ATT_TILE < t ? r0 + ZS_ATT_TILE : t;
                 /* pre[r0:r1, 0:r1] = scale * q[r0:r1] k[0:r1]^T */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
-                            q + (size_t)r0 * c3, c3, k, c3, 0.0f, pre + (size_t)r0 * t, t);
+                            q + (size_t)r0 * row, row, k, row, 0.0f, pre + (size_t)r0 * t, t);
                 for (int i = r0; i < r1; i++) {
                     float *pi = pre + (size_t)i * t, *ai = a + (size_t)i * t;
                     float maxval = -INFINITY;
@@ -581,36 +543,50 @@ ZS_CPU_BODY cpu_attention_forward_body(void *ctx, float *out, float *preatt, flo
                 }
                 /* out[r0:r1] = att[r0:r1, 0:r1] v[0:r1] */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                            a + (size_t)r0 * t, t, v, c3, 0.0f, o + (size_t)r0 * c, c);
+                            a + (size_t)r0 * t, t, v, row, 0.0f, o + (size_t)r0 * cq, cq);
             }
         }
     }
+}
+ZS_CPU_KERNEL(cpu_attention_gqa_forward, (void *ctx, float *out, float *preatt, float *att,
+               const float *qkv, int b, int t, int nh, int nkv, int hd),
+              (ctx, out, preatt, att, qkv, b, t, nh, nkv, hd))
+
+/* Multi-head attention over qkv (B,T,3C): the grouped kernel with NKV = NH. */
+ZS_CPU_BODY cpu_attention_forward_body(void *ctx, float *out, float *preatt, float *att,
+                                       const float *qkv, int b, int t, int c, int nh)
+{
+    cpu_attention_gqa_forward_body(ctx, out, preatt, att, qkv, b, t, nh, nh, c / nh);
 }
 ZS_CPU_KERNEL(cpu_attention_forward, (void *ctx, float *out, float *preatt, float *att,
                const float *qkv, int b, int t, int c, int nh),
               (ctx, out, preatt, att, qkv, b, t, c, nh))
 
-/* dqkv (B,T,3C) accumulates; dpreatt, datt (B,NH,T,T) are scratch, overwritten
- * (0 above the diagonal); dout (B,T,C); qkv (B,T,3C); att (B,NH,T,T) from the
- * forward pass. Per (sample, head) and row tile [r0, r1):
+/* dqkv (B,T,(NH+2NKV)*HD) accumulates; dpreatt, datt (B,NH,T,T) are scratch,
+ * overwritten (0 above the diagonal); dout (B,T,NH*HD); qkv as the forward's;
+ * att (B,NH,T,T) from the forward pass. Per (sample, head) and row tile
+ * [r0, r1):
  *   datt = dout v^T, dv += att^T dout,
  *   dpre = att * (datt - rowsum(att * datt)),
- *   dq += scale dpre k, dk += scale dpre^T q. */
-ZS_CPU_BODY cpu_attention_backward_body(void *ctx, float *dqkv, float *dpreatt, float *datt,
-                                        const float *dout, const float *qkv, const float *att,
-                                        int b, int t, int c, int nh)
+ *   dq += scale dpre k, dk += scale dpre^T q;
+ * the query heads of a group add into their key/value head's dk and dv in
+ * head order. */
+ZS_CPU_BODY cpu_attention_gqa_backward_body(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                                            const float *dout, const float *qkv,
+                                            const float *att, int b, int t, int nh, int nkv,
+                                            int hs)
 {
     (void)ctx;
-    int hs = c / nh;
-    int c3 = 3 * c;
+    int cq = nh * hs, ckv = nkv * hs, row = cq + 2 * ckv, group = nh / nkv;
     float scale = 1.0f / sqrtf((float)hs);
     for (int bi = 0; bi < b; bi++) {
         for (int h = 0; h < nh; h++) {
-            const float *q = qkv + (size_t)bi * t * c3 + h * hs;
-            const float *k = q + c, *v = q + 2 * c;
-            float *dq = dqkv + (size_t)bi * t * c3 + h * hs;
-            float *dk = dq + c, *dv = dq + 2 * c;
-            const float *dy = dout + (size_t)bi * t * c + h * hs;
+            size_t base = (size_t)bi * t * row, kvoff = (size_t)cq + (size_t)(h / group) * hs;
+            const float *q = qkv + base + h * hs;
+            const float *k = qkv + base + kvoff, *v = k + ckv;
+            float *dq = dqkv + base + h * hs;
+            float *dk = dqkv + base + kvoff, *dv = dk + ckv;
+            const float *dy = dout + (size_t)bi * t * cq + h * hs;
             size_t hoff = ((size_t)bi * nh + h) * t * t;
             const float *a = att + hoff;
             float *da = datt + hoff, *dpre = dpreatt + hoff;
@@ -619,9 +595,9 @@ ZS_CPU_BODY cpu_attention_backward_body(void *ctx, float *dqkv, float *dpreatt, 
                 const float *at = a + (size_t)r0 * t;
                 float *dat = da + (size_t)r0 * t, *dpt = dpre + (size_t)r0 * t;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
-                            dy + (size_t)r0 * c, c, v, c3, 0.0f, dat, t);
+                            dy + (size_t)r0 * cq, cq, v, row, 0.0f, dat, t);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, at, t,
-                            dy + (size_t)r0 * c, c, 1.0f, dv, c3);
+                            dy + (size_t)r0 * cq, cq, 1.0f, dv, row);
                 for (int i = r0; i < r1; i++) {
                     const float *ai = a + (size_t)i * t;
                     float *dai = da + (size_t)i * t, *dpi = dpre + (size_t)i * t;
@@ -634,12 +610,25 @@ ZS_CPU_BODY cpu_attention_backward_body(void *ctx, float *dqkv, float *dpreatt, 
                         dpi[j] = dai[j] = 0.0f;
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale, dpt, t,
-                            k, c3, 1.0f, dq + (size_t)r0 * c3, c3);
+                            k, row, 1.0f, dq + (size_t)r0 * row, row);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, scale, dpt, t,
-                            q + (size_t)r0 * c3, c3, 1.0f, dk, c3);
+                            q + (size_t)r0 * row, row, 1.0f, dk, row);
             }
         }
     }
+}
+ZS_CPU_KERNEL(cpu_attention_gqa_backward, (void *ctx, float *dqkv, float *dpreatt, float *datt,
+               const float *dout, const float *qkv, const float *att, int b, int t, int nh,
+               int nkv, int hd),
+              (ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, nh, nkv, hd))
+
+/* Multi-head attention backward: the grouped kernel with NKV = NH. */
+ZS_CPU_BODY cpu_attention_backward_body(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                                        const float *dout, const float *qkv, const float *att,
+                                        int b, int t, int c, int nh)
+{
+    cpu_attention_gqa_backward_body(ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, nh, nh,
+                                    c / nh);
 }
 ZS_CPU_KERNEL(cpu_attention_backward, (void *ctx, float *dqkv, float *dpreatt, float *datt,
                const float *dout, const float *qkv, const float *att, int b, int t, int c, int nh),
@@ -974,6 +963,14 @@ static const struct zs_backend_i zs_cpu_iface = {
     .embedding_backward = cpu_embedding_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .attention_gqa_forward = cpu_attention_gqa_forward,
+    .attention_gqa_backward = cpu_attention_gqa_backward,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .vocab_embedding_forward = cpu_vocab_embedding_forward,

@@ -12,7 +12,8 @@
  * (another summation order), the attention (the CPU's runs through OpenBLAS
  * GEMMs, whose order these loops do not follow), tanh in GELU and exp/log in
  * the softmaxes (the CPU has its own vectorisable exp and tanh), and sumsq
- * (a fixed-shape tree in double instead of index order). Every kernel is deterministic: no floating-point
+ * (a fixed-shape tree in double instead of index order). The Llama
+ * family's kernels are in cuda_llama.cu. Every kernel is deterministic: no floating-point
  * atomics, and launch shapes that depend only on the sizes, so the same
  * calls give the same bytes on every run and in every ZeRO stage.
  *
@@ -26,6 +27,8 @@
  */
 #include "build-config.h"
 #include "backend/backend_impl.h"
+#include "backend/cuda_llama.h"
+#include "backend/cuda_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,21 +42,6 @@
 #endif
 
 #define ZS_LN_EPS 1e-5f
-#define ZS_CU_THREADS 256
-#define ZS_CU_MAX_BLOCKS 4096 /* grid-stride loops: a fixed cap on the grid */
-
-/* A CUDA call that cannot fail in a correct program: on failure print where
- * and why, then abort (the kernels return void, like the CPU's). */
-#define ZS_CU(call)                                                                 \
-    do {                                                                            \
-        cudaError_t zs_e_ = (call);                                                 \
-        if (zs_e_ != cudaSuccess) {                                                 \
-            fprintf(stderr, "zerosim: %s:%d: CUDA error in %s: %s\n", __FILE__,     \
-                    __LINE__, #call, cudaGetErrorString(zs_e_));                    \
-            abort();                                                                \
-        }                                                                           \
-    } while (0)
-#define ZS_CU_LAUNCHED() ZS_CU(cudaGetLastError())
 #define ZS_CUBLAS(call)                                                             \
     do {                                                                            \
         cublasStatus_t zs_s_ = (call);                                              \
@@ -74,18 +62,6 @@ typedef struct {
     int nccl_ready;
 #endif
 } zs_cuda_ctx;
-
-static unsigned zs_blocks(size_t n)
-{
-    size_t b = (n + ZS_CU_THREADS - 1) / ZS_CU_THREADS;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b > ZS_CU_MAX_BLOCKS ? ZS_CU_MAX_BLOCKS : b);
-}
-
-#define ZS_GRID_STRIDE(i, n)                                                          \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);           \
-         i += (size_t)blockDim.x * gridDim.x)
 
 /* ---------------------------------------------------------------------------
  * bf16 / fp16 on the device: the same bit manipulation as backend.c
@@ -572,9 +548,6 @@ __global__ static void k_softmax_xent_backward(float *dlogits, const float *prob
         dlogits[i] = dloss * (probs[i] - ind);
     }
 }
-
-#define ZS_1D(n) zs_blocks(n), ZS_CU_THREADS
-#define ZS_ROWS(n) (unsigned)(((n) + 127) / 128), 128
 
 static void cuda_add_bias(void *ctx, float *out, const float *bias, int bt, int oc)
 {
@@ -1084,6 +1057,14 @@ static const struct zs_backend_i zs_cuda_iface = {
     .embedding_backward = cuda_embedding_backward,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .swiglu_forward = cuda_swiglu_forward,
+    .swiglu_backward = cuda_swiglu_backward,
+    .rope_forward = cuda_rope_forward,
+    .rope_backward = cuda_rope_backward,
+    .attention_gqa_forward = cuda_attention_gqa_forward,
+    .attention_gqa_backward = cuda_attention_gqa_backward,
     .softmax_xent_forward = cuda_softmax_xent_forward,
     .softmax_xent_backward = cuda_softmax_xent_backward,
     /* tensor parallelism: no kernels yet (the engine refuses --tp above 1) */

@@ -113,6 +113,42 @@ static void zs_phantom_att_bwd(void *ctx, float *dqkv, float *dpreatt, float *da
 {
     ZS_UNUSED4(ctx, dqkv, dpreatt, datt); ZS_UNUSED4(dout, qkv, att, b); ZS_UNUSED4(t, c, nh, 0);
 }
+static void zs_phantom_rms_fwd(void *ctx, float *out, float *rstd, const float *inp,
+                               const float *w, int bt, int c, float eps)
+{
+    ZS_UNUSED4(ctx, out, rstd, inp); ZS_UNUSED4(w, bt, c, eps);
+}
+static void zs_phantom_rms_bwd(void *ctx, float *dinp, float *dw, const float *dout,
+                               const float *inp, const float *w, const float *rstd, int bt, int c)
+{
+    ZS_UNUSED4(ctx, dinp, dw, dout); ZS_UNUSED4(inp, w, rstd, bt); (void)c;
+}
+static void zs_phantom_swiglu_fwd(void *ctx, float *out, const float *inp, int bt, int f)
+{
+    ZS_UNUSED4(ctx, out, inp, bt); (void)f;
+}
+static void zs_phantom_swiglu_bwd(void *ctx, float *dinp, const float *inp, const float *dout,
+                                  int bt, int f)
+{
+    ZS_UNUSED4(ctx, dinp, inp, dout); (void)bt; (void)f;
+}
+static void zs_phantom_rope(void *ctx, float *x, const float *table, int b, int t, int nheads,
+                            int hd, int row_stride, int pos0)
+{
+    ZS_UNUSED4(ctx, x, table, b); ZS_UNUSED4(t, nheads, hd, row_stride); (void)pos0;
+}
+static void zs_phantom_gqa_fwd(void *ctx, float *out, float *preatt, float *att, const float *qkv,
+                               int b, int t, int nh, int nkv, int hd)
+{
+    ZS_UNUSED4(ctx, out, preatt, att); ZS_UNUSED4(qkv, b, t, nh); (void)nkv; (void)hd;
+}
+static void zs_phantom_gqa_bwd(void *ctx, float *dqkv, float *dpreatt, float *datt,
+                               const float *dout, const float *qkv, const float *att, int b,
+                               int t, int nh, int nkv, int hd)
+{
+    ZS_UNUSED4(ctx, dqkv, dpreatt, datt); ZS_UNUSED4(dout, qkv, att, b);
+    ZS_UNUSED4(t, nh, nkv, hd);
+}
 static void zs_phantom_vemb_fwd(void *ctx, float *out, const int32_t *tok, const float *wte,
                                 int v0, int vn, const float *wpe, int b, int t, int c)
 {
@@ -228,6 +264,14 @@ static const struct zs_backend_i zs_phantom_iface = {
     .embedding_backward = zs_phantom_emb_bwd,
     .attention_forward = zs_phantom_att_fwd,
     .attention_backward = zs_phantom_att_bwd,
+    .rmsnorm_forward = zs_phantom_rms_fwd,
+    .rmsnorm_backward = zs_phantom_rms_bwd,
+    .swiglu_forward = zs_phantom_swiglu_fwd,
+    .swiglu_backward = zs_phantom_swiglu_bwd,
+    .rope_forward = zs_phantom_rope,
+    .rope_backward = zs_phantom_rope,
+    .attention_gqa_forward = zs_phantom_gqa_fwd,
+    .attention_gqa_backward = zs_phantom_gqa_bwd,
     .softmax_xent_forward = zs_phantom_xent_fwd,
     .softmax_xent_backward = zs_phantom_xent_bwd,
     .vocab_embedding_forward = zs_phantom_vemb_fwd,

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Everything the CUDA backend needs checked on a machine with a GPU, in one
 # go (under 5 minutes on one H200 with 16 cores): build with CUDA, run the
-# CPU-side CUDA tests, the oracle tests (every kernel against the CPU; a few
+# CPU-side CUDA tests, the Llama kernels against float64 (check_llama_kernels),
+# the oracle tests (every kernel against the CPU; a few
 # GPT steps at stages 0-3 on 1 and 2 ranks against the CPU; stages
 # byte-identical on the GPU), the existing kernel tests on the CUDA backend
 # (for information), and a short benchmark: step time of the GPT per stage
@@ -64,7 +65,8 @@ if [ -f "$src/config.status" ]; then b=$src; else b=$src/build-gpu; mkdir -p "$b
 ( cd "$b" && "$src/configure" --with-cuda NVCC_ARCH="$NVCC_ARCH" >configure-gpu.log 2>&1 ) ||
     { tail -20 "$b/configure-gpu.log" >>"$out"; log "-> configure --with-cuda FAILED"; exit 1; }
 grep -A3 "CUDA backend" "$b/configure-gpu.log" >>"$out"
-( cd "$b" && make -j"$JOBS" && make -j"$JOBS" tests/oracle_kernels tests/oracle_train tests/check_kernels ) \
+( cd "$b" && make -j"$JOBS" && make -j"$JOBS" tests/oracle_kernels tests/oracle_train tests/check_kernels \
+      tests/check_llama_kernels ) \
     >"$b/make-gpu.log" 2>&1 || { tail -30 "$b/make-gpu.log" >>"$out"; log "-> build FAILED"; exit 1; }
 log "-> built in $(( $(date +%s) - t0 )) s in $b; $("$b/zerosim" --version)"
 
@@ -75,6 +77,8 @@ export ZS_BUILT_WITH_CUDA=yes MPIEXEC=${MPIEXEC:-mpiexec}
 run "CPU-side tests of the CUDA backend (tests/test_cuda_cli.sh)" 120 sh "$src/tests/test_cuda_cli.sh"
 run "oracle: kernels and GPT training against the CPU (tests/test_cuda_oracle.sh)" 180 \
     sh "$src/tests/test_cuda_oracle.sh"
+run "the Llama family's kernels on the GPU against float64 and finite differences (tests/check_llama_kernels)" 120 \
+    env ZS_TEST_BACKEND=cuda "$b/tests/check_llama_kernels"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "${ngpu:-0}" -ge 2 ]; then
     export ZEROSIM_NCCL=1
