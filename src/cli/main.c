@@ -59,13 +59,17 @@ static void zs_print_ep_layout(FILE *f, const zs_run_config *cfg, int world)
 
 
 /* Whether the arguments ask for a phantom run or the step program (getopt's
- * unambiguous abbreviations included), which must not start MPI. */
+ * unambiguous abbreviations included), which must not start MPI; nor must
+ * --help or -h outside mpirun (under it, rank 0 alone prints the usage). */
 static int zs_wants_phantom(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         size_t n = strlen(argv[i]);
         if (!strcmp(argv[i], "--"))
             break;
+        if ((!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) &&
+            !getenv("OMPI_COMM_WORLD_SIZE"))
+            return 1;
         if (n >= 4 && !strncmp(argv[i], "--phantom", n))
             return 1;
         if (n >= 4 && !strncmp(argv[i], "--print-program", n))

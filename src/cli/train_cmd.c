@@ -785,8 +785,8 @@ static int zs_train_read_args(int argc, char **argv, int rank, FILE *err, zs_cli
             return 2;
         }
         if (ch == 'h' || ch == OPT_HELP) {
-            if (rank == 0)
-                fputs(zs_usage, stdout);
+            if (rank == 0) /* argv[0] is the command: train or export */
+                fputs(argv[0] && !strcmp(argv[0], "export") ? zs_export_usage : zs_usage, stdout);
             return -1; /* done, exit 0 */
         }
         if (ch == OPT_QUIET) {

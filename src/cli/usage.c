@@ -1,5 +1,6 @@
 /* zerosim — the program's usage: every command, and train's options
- * (zerosim --help, zerosim train --help). */
+ * (zerosim --help, zerosim train --help), and export's (zerosim export
+ * --help). */
 #include "usage.h"
 
 const char *const zs_usage =
@@ -187,3 +188,17 @@ const char *const zs_usage =
     "  --print-config           print the resolved configuration as JSON for\n"
     "                           --world-size N ranks (default 1): what each \"auto\"\n"
     "                           became, the keys with no effect; and exit\n";
+
+const char *const zs_export_usage =
+    "usage: zerosim export --out FILE [train's options]\n"
+    "       mpirun -np N zerosim export --out FILE [train's options]\n"
+    "\n"
+    "Write the parameters before step 1 as GPT-2 weights: the seed's, or\n"
+    "--init-from FILE's, or --from CKPT's (--from takes the model, batch and seed\n"
+    "from the checkpoint). Nothing is trained.\n"
+    "  --out FILE               the weights to write: .safetensors (Hugging Face's\n"
+    "                           names) or .bin (llm.c's gpt2 format)\n"
+    "  --format safetensors|bin the format when FILE's name does not say it\n"
+    "  --from CKPT              a checkpoint folder (its latest, or a global_stepK)\n"
+    "The model, seed and mesh options are train's (zerosim train --help);\n"
+    "formats in docs/file-formats.md.\n";

@@ -5,5 +5,7 @@
 /* Every command, then train's options: what zerosim --help and
  * zerosim train --help print. */
 extern const char *const zs_usage;
+/* zerosim export's own usage: what zerosim export --help prints. */
+extern const char *const zs_export_usage;
 
 #endif
