@@ -39,6 +39,8 @@ typedef struct {
     const char *dump_dir;     /* per-step dumps (rank 0 writes) */
     const int *dump_steps;    /* [n_dump_steps] ascending, 1-based; 0 = before step 1 */
     int n_dump_steps;
+    int report_rows;          /* zs_report_rows: --report-per-rank, else by class
+                                 from 9 ranks on (zerosim/report.h) */
 } zs_train_options;
 
 /* Collective calls of one rank, summed per op and phase. */

@@ -296,11 +296,11 @@ static int zs_train_finish(const zs_run_config *cfg, const zs_train_options *o, 
     else if (o->log)
         zs_train_print_summary(o->log, cfg, o, world, r);
     if (o->log)
-        zs_report_print(o->log, cfg, r);
+        zs_report_print(o->log, cfg, r, (zs_report_rows)o->report_rows);
     /* the JSON last: a run whose outputs failed leaves no report */
     if ((trace && zs_report_write_trace(trace, r)) ||
         (csv && zs_report_write_csv(csv, cfg, r)) ||
-        (report && zs_report_write_json(report, cfg, r))) {
+        (report && zs_report_write_json(report, cfg, r, (zs_report_rows)o->report_rows))) {
         fprintf(stderr, "zerosim: %s\n", zs_error_msg());
         return 1;
     }

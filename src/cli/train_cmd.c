@@ -42,6 +42,7 @@ enum {
     OPT_DUMP_DIR, OPT_DUMP_STEPS, OPT_FROM, OPT_QAT,
     OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
     OPT_AUX_LOSS_COEFF, OPT_EP, OPT_EP_LAYOUT, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_VIRTUAL_STAGES,
+    OPT_REPORT_PER_RANK,
     OPT_LAST
 };
 
@@ -75,6 +76,7 @@ static const struct option zs_long_options[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"device-memory", required_argument, NULL, OPT_DEVICE_MEMORY},
     {"report", required_argument, NULL, OPT_REPORT},
+    {"report-per-rank", no_argument, NULL, OPT_REPORT_PER_RANK},
     {"print-every", required_argument, NULL, OPT_PRINT_EVERY},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"silent", no_argument, NULL, OPT_SILENT},
@@ -795,6 +797,10 @@ static int zs_train_read_args(int argc, char **argv, int rank, FILE *err, zs_cli
         }
         if (ch == OPT_SILENT) {
             o->log = NULL;
+            continue;
+        }
+        if (ch == OPT_REPORT_PER_RANK) { /* rows per rank, not per class */
+            o->report_rows = ZS_REPORT_ROWS_PER_RANK;
             continue;
         }
         cli->val[ch] = optarg ? optarg : "1";
