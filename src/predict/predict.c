@@ -261,7 +261,7 @@ static int zs_predict_step_ops(const zs_step_program *prog, const zs_model_confi
                 break;
             }
             p->forward_elems_per_step += (double)o->elems;
-            if (mc->kind == ZS_MODEL_GPT && o->unit >= 1 && o->unit <= mc->n_layer)
+            if (zs_model_is_decoder(mc) && o->unit >= 1 && o->unit <= mc->n_layer)
                 p->forward_blocks_per_step += 1;
             break;
         default:
