@@ -101,6 +101,9 @@ typedef struct {
     int qkv_bias;
     int tie_embeddings;
     int moe_renormalize;
+    /* attention through a window of this many positions (Mistral); 0: none.
+     * Modelled only where it changes nothing: at most model.seq is refused. */
+    int sliding_window;
     /* MLP */
     int input_dim;
     int n_classes;
@@ -129,6 +132,11 @@ const char *zs_model_kind_name(zs_model_kind k);
  * else non-zero with one line (phantom runs and the planner need only the
  * shapes). */
 int zs_model_check_runnable(const zs_model_config *c);
+/* 0 when a phantom run of the family measures every collective the
+ * planner counts; a family without a forward makes no tensor- or
+ * expert-parallel collectives, so tp > 1 and moe_ep > 1 are refused with
+ * one line. */
+int zs_model_check_phantom(const zs_model_config *c);
 
 /* Check shapes; 0 or non-zero with a one-line message naming the field. */
 int zs_model_config_validate(const zs_model_config *c);

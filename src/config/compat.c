@@ -298,18 +298,6 @@ RULE(overlap_step)
                "behind");
 }
 
-/* The Llama family's tensor- and expert-parallel collectives are its
- * forward's, not built yet (src/model/llama.c): a phantom run would
- * measure none of them, the planner counts them. */
-RULE(llama_collectives)
-{
-    UNUSED_CTX;
-    return c->model.kind == ZS_MODEL_LLAMA && (c->tp > 1 || c->ep > 1) &&
-           SAY("llama: the %s collectives come from its forward, not built yet: use zerosim "
-               "plan, or --%s 1", c->tp > 1 ? "tensor-parallel" : "expert-parallel",
-               c->tp > 1 ? "tp" : "ep");
-}
-
 /* ---- the pipeline ------------------------------------------------------- */
 
 RULE(pp_model)
@@ -476,8 +464,6 @@ static const zs_compat_rule rules[] = {
      ep_layout_deepspeed,
      "DeepSpeed's layout of the experts' store is implemented without offload, compression "
      "and ZeRO++"},
-    {"llama+tp", "model tp ep", ZS_SCOPE_TRAIN, REFUSE, llama_collectives,
-     "the Llama family's forward (its collectives) is not built yet; the planner counts them"},
     {"plan:zeropp+tp", "qwZ hpZ qgZ tp", ZS_SCOPE_PLAN, REFUSE, plan_zeropp_tp,
      "the planner's node model; zerosim train runs it"},
     {"plan:hierarchical", "hierarchical tp pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,

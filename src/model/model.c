@@ -31,6 +31,16 @@ int zs_model_head_tied(const zs_model_config *c)
     return c->kind == ZS_MODEL_GPT || (c->kind == ZS_MODEL_LLAMA && c->tie_embeddings);
 }
 
+int zs_model_check_phantom(const zs_model_config *c)
+{
+    const zs_model_ops *ops = zs_model_ops_for(c->kind);
+    if (!ops->forward_unit && (c->tp > 1 || c->moe_ep > 1))
+        ZS_FAIL("%s: the %s collectives come from its forward, not built yet: use zerosim "
+                "plan, or --%s 1", zs_model_kind_name(c->kind),
+                c->tp > 1 ? "tensor-parallel" : "expert-parallel", c->tp > 1 ? "tp" : "ep");
+    return 0;
+}
+
 int zs_model_check_runnable(const zs_model_config *c)
 {
     const zs_model_ops *ops = zs_model_ops_for(c->kind);
@@ -120,6 +130,10 @@ static int zs_model_llama_validate(const zs_model_config *c)
     if (c->ffn_hidden % T)
         ZS_FAIL("model.ffn_hidden (%d) must be divisible by the tensor-parallel size (--tp %d): "
                 "gate, up and down are split along it", c->ffn_hidden, T);
+    if (c->sliding_window > 0 && c->sliding_window < c->seq_len)
+        ZS_FAIL("model.sliding_window (%d, sliding_window) is shorter than model.seq (%d): "
+                "sliding-window attention is not modelled: use --seq %d or less",
+                c->sliding_window, c->seq_len, c->sliding_window);
     if ((c->n_embd / c->n_head) % 2)
         ZS_FAIL("model.hidden / model.heads (%d) must be even: RoPE rotates pairs of a head's "
                 "dimensions", c->n_embd / c->n_head);

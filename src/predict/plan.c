@@ -242,8 +242,8 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
         zs_run_config d; /* the shape is unused: keep the default, valid one */
         zs_run_config_defaults(&d);
         c.model = d.model;
-    } else if (c.model.kind != ZS_MODEL_GPT) {
-        ZS_FAIL("the planner's architectures are: gpt");
+    } else if (!zs_model_is_decoder(&c.model)) {
+        ZS_FAIL("the planner's architectures are: gpt, llama");
     }
     if (in->grad_precision != ZS_DTYPE_F32 && in->grad_precision != ZS_DTYPE_BF16 &&
         in->grad_precision != ZS_DTYPE_F16)

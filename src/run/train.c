@@ -1000,6 +1000,8 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
                      zs_train_result *r)
 {
     memset(r, 0, sizeof *r);
+    if (zs_model_check_phantom(&cfg->model))
+        return -1;
     double t0 = zs_now();
     r->phantom = 1;
     if (zs_train_alloc_stats(r, world))
