@@ -312,7 +312,12 @@ static int zs_plan_dtype(int id, const char *s, zs_dtype *out)
     return 0;
 }
 
-/* The model: a bare parameter count, or a GPT's shape (options or --config). */
+/* --hf-config: the file's keys that change nothing, listed on stderr once
+ * the plan is computed (stdout is the plan, or its JSON) */
+static char zs_plan_hf_ignored[1024];
+
+/* The model: a bare parameter count, or a decoder's shape (options,
+ * --config or --hf-config). */
 static int zs_plan_apply_model(zs_plan_cli *cl)
 {
     const char *const *v = cl->val;
@@ -335,11 +340,8 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
     if (v[P_HF_CONFIG]) { /* a Hugging Face config.json: the model's shape */
         if (!v[P_CONFIG])
             zs_run_config_defaults(c);
-        static char ignored[1024];
-        ZS_TRY(zs_hf_config_load(v[P_HF_CONFIG], &c->model, ignored, sizeof ignored));
-        if (ignored[0])
-            fprintf(stderr, "zerosim: %s: ignored (no effect on memory, traffic or arithmetic): %s\n",
-                   v[P_HF_CONFIG], ignored);
+        ZS_TRY(zs_hf_config_load(v[P_HF_CONFIG], &c->model, zs_plan_hf_ignored,
+                                 sizeof zs_plan_hf_ignored));
     }
     if (v[P_PARAMS]) {
         ZS_TRY(zs_plan_count(P_PARAMS, v[P_PARAMS], 1, 4503599627370496.0, &x));
@@ -818,6 +820,9 @@ int zs_cmd_plan(int argc, char **argv)
         rc = zs_plan_write_csv(csv, &cl, &sw);
     if (!rc && !(csv && !strcmp(csv, "-")))
         rc = zs_plan_print(&cl, &sw, want_max);
+    if (!rc && zs_plan_hf_ignored[0])
+        fprintf(stderr, "zerosim: %s: ignored (no effect on memory, traffic or arithmetic): %s\n",
+                cl.val[P_HF_CONFIG], zs_plan_hf_ignored);
     zs_plan_sweep_free(&sw);
     return rc;
 }
