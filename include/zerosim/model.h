@@ -138,6 +138,13 @@ int zs_model_check_runnable(const zs_model_config *c);
  * one line. */
 int zs_model_check_phantom(const zs_model_config *c);
 
+/* A Llama's work per token for the planner's step time: *gemm_weights the
+ * blocks' matrix elements a token goes through (q, k, v, o, and gate, up,
+ * down, or top-k experts' and the router's), summed over the blocks;
+ * *act_width the width of one block's SwiGLU (F, or k F), averaged over
+ * the blocks. */
+void zs_model_llama_token_work(const zs_model_config *c, double *gemm_weights, double *act_width);
+
 /* Check shapes; 0 or non-zero with a one-line message naming the field. */
 int zs_model_config_validate(const zs_model_config *c);
 /* 1 when entry i of the model's layout is a stacked expert entry of a MoE

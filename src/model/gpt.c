@@ -257,8 +257,8 @@ static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
 
 double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls)
 {
-    *calls = 0;
-    if (c->kind != ZS_MODEL_GPT || gpt_n_moe(c) == 0 || c->moe_ep <= 1)
+    *calls = 0; /* the Llama family's experts exchange the same (E, Cap, C) buffers */
+    if (!zs_model_is_decoder(c) || gpt_n_moe(c) == 0 || c->moe_ep <= 1)
         return 0.0;
     *calls = 4 * gpt_n_moe(c);
     double Ep = c->moe_ep, ecc = (double)c->moe_experts * gpt_moe_cap(c, b) * c->n_embd;
@@ -328,6 +328,8 @@ static size_t gpt_recv_floats(const zs_model_config *c)
 
 double zs_model_moe_home_bytes(const zs_model_config *c)
 {
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_llama_moe_home_bytes(c);
     double n = (double)gpt_recv_floats(c);
     return n > 0 ? n * 4.0 * (c->moe_ep - 1.0) / c->moe_ep : 0.0;
 }

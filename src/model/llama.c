@@ -238,6 +238,20 @@ size_t zs_llama_count_expert_params(const zs_model_config *c)
            (size_t)c->n_embd;
 }
 
+void zs_model_llama_token_work(const zs_model_config *c, double *gemm_weights, double *act_width)
+{
+    double C = c->n_embd, D = (double)llama_head_dim(c), F = c->ffn_hidden;
+    double attn = 2.0 * C * C + 2.0 * llama_kv(c) * D * C, w = 0.0, a = 0.0;
+    for (int l = 0; l < c->n_layer; l++) {
+        int moe = zs_model_block_is_moe(c, l);
+        double k = moe ? c->moe_top_k : 1.0;
+        w += attn + k * 3.0 * F * C + (moe ? (double)c->moe_experts * C : 0.0);
+        a += k * F;
+    }
+    *gemm_weights = w;
+    *act_width = c->n_layer > 0 ? a / c->n_layer : 0.0;
+}
+
 /* Element j of entry i of rank tp_rank's shard as an element of the same
  * entry at tp = 1 (see the file's comment for the split). */
 static size_t llama_tp_global(const zs_model_config *c, int i, size_t j)
@@ -400,6 +414,14 @@ static size_t llama_home_floats(const zs_model_config *c)
         return 0;
     size_t n = (size_t)c->moe_experts * 3 * (size_t)c->ffn_hidden * (size_t)c->n_embd;
     return n + (c->moe_ep_home == ZS_MOE_EP_HOME ? n : 0);
+}
+
+double zs_llama_moe_home_bytes(const zs_model_config *c)
+{
+    if (c->moe_ep <= 1 || c->moe_ep_home != ZS_MOE_EP_HOME || llama_n_moe(c) == 0)
+        return 0.0;
+    double n = (double)c->moe_experts * 3.0 * c->ffn_hidden * c->n_embd;
+    return n * 4.0 * (c->moe_ep - 1.0) / c->moe_ep;
 }
 
 static size_t llama_scratch_bytes(const zs_model_config *c, int b)

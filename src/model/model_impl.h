@@ -50,6 +50,8 @@ size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b);
 size_t zs_llama_count_params(const zs_model_config *c);
 size_t zs_llama_count_expert_params(const zs_model_config *c);
 int zs_llama_entry_is_expert(const zs_model_config *c, int i);
+/* zs_model_moe_home_bytes of a Mixtral model: E experts' gate, up, down. */
+double zs_llama_moe_home_bytes(const zs_model_config *c);
 
 #define ZS_MAX_USES ZS_MAX_USES_PUBLIC
 
