@@ -536,7 +536,8 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
 {
     const char *path = cli->val[OPT_INIT_FROM];
     if (c->model.kind != ZS_MODEL_GPT)
-        ZS_FAIL("--init-from %s: weight files hold GPTs; drop --model mlp", path);
+        ZS_FAIL("--init-from %s: weight files hold GPTs; drop --model %s", path,
+                zs_model_kind_name(c->model.kind));
     zs_model_config f;
     ZS_TRY(zs_weights_probe(path, &f));
     zs_run_config def;
@@ -660,7 +661,7 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
                           int export_cmd)
 {
     const char *s;
-    int gpt = c->model.kind == ZS_MODEL_GPT;
+    int gpt = zs_model_is_decoder(&c->model); /* a Llama's real run is refused before */
     static const int gpt_only[] = {OPT_INIT_FROM, OPT_EXPORT, OPT_OUT, OPT_DATA, OPT_VAL_DATA,
                                    OPT_DUMP_DIR};
     const char *name = "?";

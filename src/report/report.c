@@ -1001,9 +1001,17 @@ static int zs_report_write_csv_files(const char *dir, const zs_run_config *cfg,
     return zs_csv_flush(&t, dir, 5);
 }
 
-/* The report's "model": the GPT's shapes, or the MLP's widths. */
+/* The report's "model": the GPT's or the Llama's shapes, or the MLP's
+ * widths. */
 static json_t *zs_report_json_model(const zs_model_config *mc)
 {
+    if (mc->kind == ZS_MODEL_LLAMA)
+        return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:i}", "type",
+                         "llama", "layers", mc->n_layer, "hidden", mc->n_embd, "heads",
+                         mc->n_head, "kv_heads", mc->n_kv_head, "ffn_hidden", mc->ffn_hidden,
+                         "seq", mc->seq_len, "vocab", mc->vocab, "tie_embeddings",
+                         mc->tie_embeddings, "qkv_bias", mc->qkv_bias, "moe_experts",
+                         mc->moe_experts);
     if (mc->kind == ZS_MODEL_GPT)
         return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "type", "gpt", "layers", mc->n_layer,
                          "hidden", mc->n_embd, "heads", mc->n_head, "seq", mc->seq_len,
