@@ -9,7 +9,15 @@
  * parallel split of each tensor and the activation closed form. Its forward
  * and backward are not built yet: forward_unit and backward_unit are NULL,
  * so phantom runs and the planner work and a real run is refused
- * (zs_model_check_runnable).
+ * (zs_model_check_runnable), as are tensor- and expert-parallel phantom
+ * runs, whose collectives are the forward's (zs_model_check_phantom). The
+ * planner counts those as the GPT makes them (zs_predict_tp, src/predict/
+ * predict.c): the vocab-parallel embedding's all-reduce, Megatron's f and g
+ * around attention and the MLP (two all-reduces of BT*C forward, two
+ * backward per block), the head's backward and the vocab-parallel loss's
+ * maxima and sums; with sequence parallelism all-gather and reduce-scatter
+ * pairs and the RMSNorm weights' gradients all-reduced (C per norm). The
+ * forward must make exactly these.
  *
  * Units: 0 = the token embedding, 1..L = the blocks, L+1 = the final
  * RMSNorm and the head (with softmax cross-entropy).
