@@ -52,9 +52,9 @@ fi
 
 # the library, once, instrumented for coverage (no libFuzzer main)
 LIBSRC="util/error backend/backend backend/cpu backend/phantom mem/mem model/layers
-model/layout model/model model/gpt model/mlp model/moe model/rng model/data optim/optim zero/engine zero/program
+model/layout model/model model/gpt model/llama model/decoder model/mlp model/moe model/rng model/data optim/optim zero/engine zero/program
 predict/predict predict/plan predict/steptime report/report comm/comm comm/mesh
-comm/compress config/config io/io io/checkpoint io/weights io/quantfile io/zcfile quant/quant quant/huffman run/train run/trace
+comm/compress config/config config/hfconfig io/io io/checkpoint io/weights io/quantfile io/zcfile quant/quant quant/huffman run/train run/trace
 run/oracle run/eval run/deepcomp cli/plan_cmd cli/plan_print cli/train_cmd cli/usage"
 OBJS=""
 for s in $LIBSRC; do

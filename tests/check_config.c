@@ -794,8 +794,8 @@ static const bad_case wrong_values[] = {
      "\"zero_optimization.overlap_comm\" must be true or false"},
     {"{\"zero_optimization\": 2}", "\"zero_optimization\" must be an object, got 2"},
     /* model, zerosim */
-    {"{\"model\": {\"type\": \"cnn\"}}", "\"model.type\" must be \"gpt\" or \"mlp\", got \"cnn\""},
-    {"{\"model\": {\"type\": 1}}", "\"model.type\" must be \"gpt\" or \"mlp\", got 1"},
+    {"{\"model\": {\"type\": \"cnn\"}}", "\"model.type\" must be \"gpt\", \"llama\" or \"mlp\", got \"cnn\""},
+    {"{\"model\": {\"type\": 1}}", "\"model.type\" must be \"gpt\", \"llama\" or \"mlp\", got 1"},
     {"{\"model\": {\"heads\": 0}}", "\"model.heads\" must be a positive integer, got 0"},
     {"{\"model\": {\"type\": \"mlp\", \"layers\": 65}}",
      "\"model.layers\" must be an integer from 0 to 64, got 65"},

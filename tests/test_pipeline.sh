@@ -137,7 +137,7 @@ refuse -m "to be a multiple of --pp 4" train $M --pp 4 $I --virtual-stages 2 --g
     --print-program --world-size 4
 refuse -m "needs --virtual-stages of at least 2" train $M --pp 2 $I $W
 refuse -m "is for the interleaved schedule" train $M --pp 2 --virtual-stages 2 $W
-refuse -m "use --model gpt or --pp 1" train $M --pp 2 --model mlp $W
+refuse -m "use --model gpt or llama, or --pp 1" train $M --pp 2 --model mlp $W
 refuse -n 2 -o "$T/ck" -m "does not support checkpoints" train $M --pp 2 --save-dir "$T/ck"
 
 finish

@@ -110,6 +110,6 @@ err 2 "heads" --layers 2 --hidden 30 --heads 3 --seq 8 --vocab 64 --tp 2
 err 2 "vocab" --layers 2 --hidden 32 --heads 4 --seq 8 --vocab 63 --tp 2
 err 2 "model.seq" --layers 2 --hidden 32 --heads 4 --seq 15 --vocab 64 --tp 2 --sequence-parallel
 err 1 "needs --tp 2" $M --sequence-parallel
-err 2 "implemented for the GPT" --model mlp --tp 2
+err 2 "implemented for the decoders" --model mlp --tp 2
 
 finish

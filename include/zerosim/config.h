@@ -260,6 +260,14 @@ void zs_run_config_defaults(zs_run_config *c);
  * line naming the file and what is wrong: malformed JSON (line and column),
  * an unknown key, a wrong type or value. */
 int zs_config_load_file(const char *path, zs_run_config *c);
+/* Apply a Hugging Face config.json (src/config/hfconfig.c) onto the model
+ * m: its architecture (LlamaForCausalLM, MistralForCausalLM,
+ * MixtralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel) and every key
+ * that changes memory, traffic or arithmetic. 0, or non-zero with one line
+ * naming the file and the key (malformed JSON, an unknown architecture, a
+ * missing key, a value zerosim cannot model). ignored (n bytes, may be
+ * NULL) gets the file's keys that change nothing, ", "-separated. */
+int zs_hf_config_load(const char *path, zs_model_config *m, char *ignored, size_t n);
 /* Same for a JSON text (for tests); name is used in messages. */
 int zs_config_load_string(const char *text, const char *name, zs_run_config *c);
 /* Print every key the loader knows, one a line: "path: used", "path: no

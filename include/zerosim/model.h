@@ -27,7 +27,9 @@ extern "C" {
 #define ZS_MLP_MAX_HIDDEN 64
 #define ZS_MAX_USES_PUBLIC 16   /* most entries one unit uses */
 
-typedef enum { ZS_MODEL_MLP = 0, ZS_MODEL_GPT = 1 } zs_model_kind;
+/* ZS_MODEL_LLAMA: the Llama family's decoder (src/model/llama.c): Llama 2/3,
+ * Mistral, Qwen2 (qkv_bias) and Mixtral (moe_experts). */
+typedef enum { ZS_MODEL_MLP = 0, ZS_MODEL_GPT = 1, ZS_MODEL_LLAMA = 2 } zs_model_kind;
 typedef enum { ZS_ACT_RELU = 0, ZS_ACT_GELU = 1 } zs_activation;
 
 typedef struct {
@@ -79,6 +81,29 @@ typedef struct {
      * over the data-parallel group, and the experts the part it partitions
      * over the expert-data-parallel group (DeepSpeed's layout). */
     int moe_ep_split;
+    /* The Llama family (kind ZS_MODEL_LLAMA; the GPT ignores these): the
+     * SwiGLU MLP's intermediate size (gate and up (F, C), down (C, F)); the
+     * key/value heads of grouped-query attention (1..n_head, dividing it:
+     * 1 = MQA, n_head = MHA); RMSNorm's epsilon; RoPE's base; Llama 3.1's
+     * rope scaling (rope_scaling_factor 0 = none; else its low and high
+     * frequency factors and the original context length); Qwen2's biases
+     * of q, k and v (qkv_bias 1); the output head tied to the embedding
+     * (tie_embeddings 1; Llama's default is an untied lm_head). With
+     * moe_experts the MLP of every moe_every-th block is E SwiGLU experts;
+     * moe_renormalize 1 renormalises the chosen top-k router weights to sum
+     * to 1 (Mixtral), 0 keeps the softmax's (DeepSpeed's TopKGate). */
+    int ffn_hidden;
+    int n_kv_head;
+    double norm_eps;
+    double rope_theta;
+    double rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    int qkv_bias;
+    int tie_embeddings;
+    int moe_renormalize;
+    /* attention through a window of this many positions (Mistral); 0: none.
+     * Modelled only where it changes nothing: at most model.seq is refused. */
+    int sliding_window;
     /* MLP */
     int input_dim;
     int n_classes;
@@ -94,6 +119,32 @@ int zs_model_block_is_moe(const zs_model_config *c, int l);
 /* Parameters of the expert MLPs alone (all E experts of every MoE block). */
 size_t zs_model_count_expert_params(const zs_model_config *c);
 
+/* 1 for the decoders (GPT, Llama): token models whose units are 0 the
+ * embeddings, 1..n_layer the blocks, n_layer + 1 the final norm and the
+ * head. 0 for the MLP. */
+int zs_model_is_decoder(const zs_model_config *c);
+/* 1 when the head uses the token embedding (the GPT; Llama with
+ * tie_embeddings), so a pipeline keeps a copy on its last stage. */
+int zs_model_head_tied(const zs_model_config *c);
+/* The family's name ("mlp", "gpt", "llama"). */
+const char *zs_model_kind_name(zs_model_kind k);
+/* 0 when the family can run for real (it has a forward and a backward),
+ * else non-zero with one line (phantom runs and the planner need only the
+ * shapes). */
+int zs_model_check_runnable(const zs_model_config *c);
+/* 0 when a phantom run of the family measures every collective the
+ * planner counts; a family without a forward makes no tensor- or
+ * expert-parallel collectives, so tp > 1 and moe_ep > 1 are refused with
+ * one line. */
+int zs_model_check_phantom(const zs_model_config *c);
+
+/* A Llama's work per token for the planner's step time: *gemm_weights the
+ * blocks' matrix elements a token goes through (q, k, v, o, and gate, up,
+ * down, or top-k experts' and the router's), summed over the blocks;
+ * *act_width the width of one block's SwiGLU (F, or k F), averaged over
+ * the blocks. */
+void zs_model_llama_token_work(const zs_model_config *c, double *gemm_weights, double *act_width);
+
 /* Check shapes; 0 or non-zero with a one-line message naming the field. */
 int zs_model_config_validate(const zs_model_config *c);
 /* 1 when entry i of the model's layout is a stacked expert entry of a MoE
@@ -101,7 +152,7 @@ int zs_model_config_validate(const zs_model_config *c);
 int zs_model_entry_is_expert(const zs_model_config *c, int i);
 
 typedef struct {
-    char name[48];
+    char name[64];   /* Hugging Face's longest Llama names need 52 */
     size_t offset;   /* elements from the start of the flat array */
     size_t numel;
     int layer;

@@ -31,7 +31,7 @@ extern "C" {
 
 /* One compressed entry's sizes. */
 typedef struct {
-    char name[48];
+    char name[64];
     size_t numel, nonzeros, entries;   /* entries: nonzeros + fillers */
     uint64_t idx_bits, gap_bits, codebook_bits, table_bits;
 } zs_dc_layer;

@@ -141,7 +141,7 @@ static int zs_print_notices_stage(const zs_run_config *cfg, int dp_world, FILE *
         int first, n = zs_step_shape_units_over_bound(&s, &first);
         if (n > 0) {
             char name[64]; /* the GPT's units: embeddings, blocks, head */
-            if (cfg->model.kind != ZS_MODEL_GPT)
+            if (!zs_model_is_decoder(&cfg->model))
                 snprintf(name, sizeof name, "layer %d", first);
             else if (first == 0 || first == s.U - 1)
                 snprintf(name, sizeof name, "%s", first == 0 ? "embeddings" : "head");
@@ -207,7 +207,7 @@ static void zs_train_print_start(const zs_run_config *cfg, const zs_train_option
         snprintf(offl, sizeof offl, ", optimizer offloaded to files in %.100s", cfg->nvme_path);
     fprintf(o->log, "zerosim %s: %s model, %s, ZeRO stage %d on %d %srank%s%s, micro-batch %d x "
             "grad-accum %d x %d%s%s%s, %d steps\n",
-            PACKAGE_VERSION, cfg->model.kind == ZS_MODEL_GPT ? "gpt" : "mlp",
+            PACKAGE_VERSION, zs_model_kind_name(cfg->model.kind),
             zs_dtype_name(cfg->precision), cfg->stage, world, phantom ? "simulated " : "",
             world == 1 ? "" : "s",
             cfg->deterministic ? " (deterministic)" : "", cfg->micro_batch, cfg->grad_accum,

@@ -37,6 +37,11 @@ static const char *const zs_plan_usage =
     "                           sizes, checkpointing, compression); flags override it\n"
     "  --params COUNT           parameters, plain or e notation (7.5e9)\n"
     "  --arch gpt               a GPT of --layers, --hidden, --heads, --vocab, --seq\n"
+    "  --arch llama             a Llama of the same and --ffn-hidden F (4C), --kv-heads\n"
+    "                           K (--heads), --tie-embeddings, --qkv-bias (Qwen2)\n"
+    "  --hf-config FILE         the model of a Hugging Face config.json (Llama,\n"
+    "                           Mistral, Mixtral, Qwen2, GPT-2); --seq overrides its\n"
+    "                           context length\n"
     "  --largest-layer COUNT    parameters of the largest layer (stage 3's live gather;\n"
     "                           DeepSpeed's estimate); --params only\n"
     "  --seq T                  with --params: tokens per sample, for the FLOPs\n"
@@ -136,11 +141,17 @@ enum {
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP, P_EP_LAYOUT,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION, P_VIRTUAL_STAGES,
-    P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_HIER, P_LAST
+    P_WFORMAT, P_WDQ, P_QWZ, P_HPZ, P_QGZ, P_BW_LINK, P_HIER,
+    P_HF_CONFIG, P_FFN_HIDDEN, P_KV_HEADS, P_TIE_EMB, P_QKV_BIAS, P_LAST
 };
 
 static const struct option zs_plan_options[] = {
     {"params", required_argument, NULL, P_PARAMS},
+    {"hf-config", required_argument, NULL, P_HF_CONFIG},
+    {"ffn-hidden", required_argument, NULL, P_FFN_HIDDEN},
+    {"kv-heads", required_argument, NULL, P_KV_HEADS},
+    {"tie-embeddings", no_argument, NULL, P_TIE_EMB},
+    {"qkv-bias", no_argument, NULL, P_QKV_BIAS},
     {"weight-format", required_argument, NULL, P_WFORMAT},
     {"double-quant", no_argument, NULL, P_WDQ},
     {"arch", required_argument, NULL, P_ARCH},
@@ -301,7 +312,12 @@ static int zs_plan_dtype(int id, const char *s, zs_dtype *out)
     return 0;
 }
 
-/* The model: a bare parameter count, or a GPT's shape (options or --config). */
+/* --hf-config: the file's keys that change nothing, listed on stderr once
+ * the plan is computed (stdout is the plan, or its JSON) */
+static char zs_plan_hf_ignored[1024];
+
+/* The model: a bare parameter count, or a decoder's shape (options,
+ * --config or --hf-config). */
 static int zs_plan_apply_model(zs_plan_cli *cl)
 {
     const char *const *v = cl->val;
@@ -310,14 +326,22 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
     double x;
     if (v[P_PARAMS] && v[P_ARCH])
         ZS_FAIL("give --params or --arch, not both");
+    if (v[P_HF_CONFIG] && (v[P_PARAMS] || v[P_ARCH]))
+        ZS_FAIL("--hf-config gives the model: drop --%s", v[P_PARAMS] ? "params" : "arch");
     if (v[P_PARAMS] && v[P_CONFIG])
         ZS_FAIL("give --params or --config, not both (the config describes a GPT)");
     if (v[P_CONFIG]) { /* the run's configuration, as zerosim train reads it */
         zs_run_config_defaults(c);
         ZS_TRY(zs_config_load_file(v[P_CONFIG], c));
-        if (c->model.kind != ZS_MODEL_GPT)
-            ZS_FAIL("%s: the planner's architectures are: gpt", v[P_CONFIG]);
+        if (!zs_model_is_decoder(&c->model))
+            ZS_FAIL("%s: the planner's architectures are: gpt, llama", v[P_CONFIG]);
         in->keep_batch = 1;
+    }
+    if (v[P_HF_CONFIG]) { /* a Hugging Face config.json: the model's shape */
+        if (!v[P_CONFIG])
+            zs_run_config_defaults(c);
+        ZS_TRY(zs_hf_config_load(v[P_HF_CONFIG], &c->model, zs_plan_hf_ignored,
+                                 sizeof zs_plan_hf_ignored));
     }
     if (v[P_PARAMS]) {
         ZS_TRY(zs_plan_count(P_PARAMS, v[P_PARAMS], 1, 4503599627370496.0, &x));
@@ -329,11 +353,12 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
                         zs_plan_opt_name(arch_only[i]));
         if (v[P_SEQ])
             ZS_TRY(zs_plan_int(P_SEQ, v[P_SEQ], 1, ZS_BOUND_PLAN_SEQ_MAX, &in->seq_len));
-    } else if (v[P_ARCH] || v[P_CONFIG]) {
-        if (v[P_ARCH] && strcmp(v[P_ARCH], "gpt"))
-            ZS_FAIL("--arch must be \"gpt\", got \"%s\"", v[P_ARCH]);
+    } else if (v[P_ARCH] || v[P_CONFIG] || v[P_HF_CONFIG]) {
+        if (v[P_ARCH] && strcmp(v[P_ARCH], "gpt") && strcmp(v[P_ARCH], "llama"))
+            ZS_FAIL("--arch must be \"gpt\" or \"llama\", got \"%s\"", v[P_ARCH]);
         in->has_arch = 1;
-        c->model.kind = ZS_MODEL_GPT;
+        if (v[P_ARCH])
+            c->model.kind = strcmp(v[P_ARCH], "llama") ? ZS_MODEL_GPT : ZS_MODEL_LLAMA;
         static const struct { int id, lo, hi; size_t off; } dims[] = {
             {P_LAYERS, 1, ZS_BOUND_LAYERS_MAX, offsetof(zs_model_config, n_layer)},
             {P_HIDDEN, 1, ZS_BOUND_HIDDEN_MAX, offsetof(zs_model_config, n_embd)},
@@ -342,7 +367,7 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
             {P_SEQ, 1, ZS_BOUND_SEQ_MAX, offsetof(zs_model_config, seq_len)},
         };
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-            if (!v[dims[i].id] && v[P_CONFIG])
+            if (!v[dims[i].id] && (v[P_CONFIG] || v[P_HF_CONFIG]))
                 continue; /* the config's */
             if (!v[dims[i].id])
                 ZS_FAIL("--arch gpt needs --layers, --hidden, --heads, --vocab and --seq: "
@@ -352,6 +377,19 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
         }
         if (c->model.n_embd % c->model.n_head)
             ZS_FAIL("--heads (%d) must divide --hidden (%d)", c->model.n_head, c->model.n_embd);
+        if (v[P_FFN_HIDDEN])
+            ZS_TRY(zs_plan_int(P_FFN_HIDDEN, v[P_FFN_HIDDEN], 1, 1 << 22, &c->model.ffn_hidden));
+        if (v[P_KV_HEADS])
+            ZS_TRY(zs_plan_int(P_KV_HEADS, v[P_KV_HEADS], 1, ZS_BOUND_HEADS_MAX,
+                               &c->model.n_kv_head));
+        if (v[P_TIE_EMB])
+            c->model.tie_embeddings = 1;
+        if (v[P_QKV_BIAS])
+            c->model.qkv_bias = 1;
+        if ((v[P_FFN_HIDDEN] || v[P_KV_HEADS] || v[P_TIE_EMB] || v[P_QKV_BIAS]) &&
+            c->model.kind != ZS_MODEL_LLAMA)
+            ZS_FAIL("--ffn-hidden, --kv-heads, --tie-embeddings and --qkv-bias describe a "
+                    "Llama: use them with --arch llama");
         if (v[P_MOE_EXPERTS])
             ZS_TRY(zs_plan_int(P_MOE_EXPERTS, v[P_MOE_EXPERTS], 0, ZS_BOUND_MOE_EXPERTS_MAX,
                                &c->model.moe_experts));
@@ -782,6 +820,9 @@ int zs_cmd_plan(int argc, char **argv)
         rc = zs_plan_write_csv(csv, &cl, &sw);
     if (!rc && !(csv && !strcmp(csv, "-")))
         rc = zs_plan_print(&cl, &sw, want_max);
+    if (!rc && zs_plan_hf_ignored[0])
+        fprintf(stderr, "zerosim: %s: ignored (no effect on memory, traffic or arithmetic): %s\n",
+                cl.val[P_HF_CONFIG], zs_plan_hf_ignored);
     zs_plan_sweep_free(&sw);
     return rc;
 }

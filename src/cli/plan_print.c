@@ -35,7 +35,13 @@ static void zs_plan_print_setup(FILE *f, const zs_plan_input *in, const zs_plan_
     char h[32];
     zs_plan_human_size(h, sizeof h, (double)r->num_params);
     fprintf(f, "model: %zu parameters (%s)", r->num_params, h);
-    if (in->has_arch)
+    if (in->has_arch && c->model.kind == ZS_MODEL_LLAMA)
+        fprintf(f, ", Llama: %d layers, hidden %d, %d heads, %d key/value heads, intermediate "
+                "%d, vocab %d, seq %d%s%s", c->model.n_layer, c->model.n_embd, c->model.n_head,
+                c->model.n_kv_head, c->model.ffn_hidden, c->model.vocab, c->model.seq_len,
+                c->model.tie_embeddings ? ", tied head" : "",
+                c->model.qkv_bias ? ", q/k/v biases" : "");
+    else if (in->has_arch)
         fprintf(f, ", GPT: %d layers, hidden %d, %d heads, vocab %d, seq %d", c->model.n_layer,
                 c->model.n_embd, c->model.n_head, c->model.vocab, c->model.seq_len);
     if (in->has_arch && c->model.moe_experts > 0) {

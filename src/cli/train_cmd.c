@@ -43,6 +43,8 @@ enum {
     OPT_MOE_EXPERTS, OPT_MOE_EVERY, OPT_MOE_TOP_K, OPT_CAPACITY_FACTOR, OPT_MIN_CAPACITY,
     OPT_AUX_LOSS_COEFF, OPT_EP, OPT_EP_LAYOUT, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_VIRTUAL_STAGES,
     OPT_REPORT_PER_RANK,
+    OPT_FFN_HIDDEN, OPT_KV_HEADS, OPT_ROPE_THETA, OPT_NORM_EPS, OPT_TIE_EMB, OPT_QKV_BIAS,
+    OPT_HF_CONFIG,
     OPT_LAST
 };
 
@@ -131,6 +133,13 @@ static const struct option zs_long_options[] = {
     {"aux-loss-coeff", required_argument, NULL, OPT_AUX_LOSS_COEFF},
     {"ep", required_argument, NULL, OPT_EP},
     {"ep-layout", required_argument, NULL, OPT_EP_LAYOUT},
+    {"ffn-hidden", required_argument, NULL, OPT_FFN_HIDDEN},
+    {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
+    {"rope-theta", required_argument, NULL, OPT_ROPE_THETA},
+    {"norm-eps", required_argument, NULL, OPT_NORM_EPS},
+    {"tie-embeddings", no_argument, NULL, OPT_TIE_EMB},
+    {"qkv-bias", no_argument, NULL, OPT_QKV_BIAS},
+    {"hf-config", required_argument, NULL, OPT_HF_CONFIG},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -186,8 +195,10 @@ static int zs_cli_set_model(const char *s, zs_run_config *c)
         c->model.kind = ZS_MODEL_GPT;
     else if (!strcmp(s, "mlp"))
         c->model.kind = ZS_MODEL_MLP;
+    else if (!strcmp(s, "llama"))
+        c->model.kind = ZS_MODEL_LLAMA;
     else
-        ZS_FAIL("--model must be \"mlp\" or \"gpt\", got \"%s\"", s);
+        ZS_FAIL("--model must be \"mlp\", \"gpt\" or \"llama\", got \"%s\"", s);
     return 0;
 }
 
@@ -197,8 +208,9 @@ static int zs_cli_set_layers(const char *s, zs_run_config *c)
     zs_model_config *mc = &c->model;
     long v = 0;
     ZS_TRY(zs_parse_int(OPT_LAYERS, s, 0, ZS_BOUND_LAYERS_MAX, &v));
-    if (mc->kind == ZS_MODEL_GPT && v < 1)
-        ZS_FAIL("--layers must be at least 1 for the GPT, got \"%s\"", s);
+    if (zs_model_is_decoder(mc) && v < 1)
+        ZS_FAIL("--layers must be at least 1 for the %s, got \"%s\"",
+                mc->kind == ZS_MODEL_GPT ? "GPT" : "Llama", s);
     if (v > ZS_MLP_MAX_HIDDEN && mc->kind == ZS_MODEL_MLP)
         ZS_FAIL("--layers must be at most %d for the MLP, got \"%s\"", ZS_MLP_MAX_HIDDEN, s);
     mc->n_layer = (int)v;
@@ -425,6 +437,12 @@ static const zs_cli_setter zs_cli_setters[] = {
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_MIN_CAPACITY, 0, 1 << 24, model.moe_min_capacity),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_EP, 1, ZS_BOUND_EP_MAX, ep),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_VIRTUAL_STAGES, 1, ZS_BOUND_VIRTUAL_STAGES_MAX, virtual_stages),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_FFN_HIDDEN, 1, 1 << 22, model.ffn_hidden),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_KV_HEADS, 1, ZS_BOUND_HEADS_MAX, model.n_kv_head),
+    ZS_CLI_FIELD(ZS_CLI_DOUBLE, OPT_ROPE_THETA, 1, 1e12, model.rope_theta),
+    ZS_CLI_FIELD(ZS_CLI_DOUBLE, OPT_NORM_EPS, 1e-12, 1, model.norm_eps),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_TIE_EMB, 1, 0, model.tie_embeddings),
+    ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_QKV_BIAS, 1, 0, model.qkv_bias),
     ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_LR, 1e-12, 1e3, lr),
     ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_MIN_LR_RATIO, 0, 1, cos_min_ratio),
     ZS_CLI_FIELD(ZS_CLI_FLOAT, OPT_WEIGHT_DECAY, 0, 1e3, weight_decay),
@@ -520,7 +538,8 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
 {
     const char *path = cli->val[OPT_INIT_FROM];
     if (c->model.kind != ZS_MODEL_GPT)
-        ZS_FAIL("--init-from %s: weight files hold GPTs; drop --model mlp", path);
+        ZS_FAIL("--init-from %s: weight files hold GPTs; drop --model %s", path,
+                zs_model_kind_name(c->model.kind));
     zs_model_config f;
     ZS_TRY(zs_weights_probe(path, &f));
     zs_run_config def;
@@ -644,7 +663,7 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
                           int export_cmd)
 {
     const char *s;
-    int gpt = c->model.kind == ZS_MODEL_GPT;
+    int gpt = zs_model_is_decoder(&c->model); /* a Llama's real run is refused before */
     static const int gpt_only[] = {OPT_INIT_FROM, OPT_EXPORT, OPT_OUT, OPT_DATA, OPT_VAL_DATA,
                                    OPT_DUMP_DIR};
     const char *name = "?";
@@ -878,6 +897,9 @@ static int zs_train_read_mode(zs_cli *cli, int world, FILE *err, int *phantom_wo
     return 0;
 }
 
+/* --hf-config: the file's keys that change nothing, listed on start-up */
+static char zs_hf_ignored[1024];
+
 /* The run's configuration: defaults, --config, the command line, the
  * weights' or checkpoint's shapes, then finalize for `world` ranks. */
 static int zs_train_configure(const zs_cli *cli, int is_export, int phantom_run, int world,
@@ -888,6 +910,9 @@ static int zs_train_configure(const zs_cli *cli, int is_export, int phantom_run,
         cfg->steps = 2;
     if (cli->val[OPT_CONFIG])
         ZS_TRY(zs_config_load_file(cli->val[OPT_CONFIG], cfg));
+    if (cli->val[OPT_HF_CONFIG]) /* the model of a Hugging Face config.json */
+        ZS_TRY(zs_hf_config_load(cli->val[OPT_HF_CONFIG], &cfg->model, zs_hf_ignored,
+                                 sizeof zs_hf_ignored));
     zs_run_config from_config = *cfg;
     ZS_TRY(zs_cli_apply(cli, cfg, cli->val[OPT_CONFIG] != NULL));
     if (cli->val[OPT_INIT_FROM])
@@ -968,8 +993,15 @@ int zs_train_setup(int argc, char **argv, int rank, int world, zs_run_config *cf
     int is_export = argv[0] && !strcmp(argv[0], "export");
     if (zs_train_configure(&cli, is_export, *phantom_world && !*print_program, world, cfg))
         return zs_train_setup_failed(err);
+    if (!*phantom_world && !*print_program && zs_model_check_runnable(&cfg->model))
+        return zs_train_setup_failed(err);
+    if (*phantom_world && !*print_program && zs_model_check_phantom(&cfg->model))
+        return zs_train_setup_failed(err);
     if ((rc = zs_train_read_run_options(&cli, cfg, rank, err, o)))
         return rc;
+    if (rank == 0 && zs_hf_ignored[0] && o->log)
+        fprintf(o->log, "zerosim: %s: ignored (no effect on memory, traffic or arithmetic): %s\n",
+                cli.val[OPT_HF_CONFIG], zs_hf_ignored);
     if (zs_cli_outputs(&cli, cfg, o, rank, is_export))
         return zs_train_setup_failed(err);
     *report = cli.val[OPT_REPORT];

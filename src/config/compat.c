@@ -156,9 +156,9 @@ RULE(sp_tp)
 RULE(tp_model)
 {
     UNUSED_CTX;
-    return c->tp > 1 && c->model.kind != ZS_MODEL_GPT &&
-           SAY("tensor parallelism (--tp %d) is implemented for the GPT: use --model gpt or "
-               "--tp 1", c->tp);
+    return c->tp > 1 && !zs_model_is_decoder(&c->model) &&
+           SAY("tensor parallelism (--tp %d) is implemented for the decoders: use --model gpt "
+               "or llama, or --tp 1", c->tp);
 }
 
 RULE(partition_activations_tp)
@@ -303,9 +303,9 @@ RULE(overlap_step)
 RULE(pp_model)
 {
     UNUSED_CTX;
-    return c->pp > 1 && c->model.kind != ZS_MODEL_GPT &&
-           SAY("pipeline parallelism (--pp %d) cuts the GPT's blocks into stages: use "
-               "--model gpt or --pp 1", c->pp);
+    return c->pp > 1 && !zs_model_is_decoder(&c->model) &&
+           SAY("pipeline parallelism (--pp %d) cuts a decoder's blocks into stages: use "
+               "--model gpt or llama, or --pp 1", c->pp);
 }
 
 RULE(pp_zeropp)
@@ -432,7 +432,7 @@ static const zs_compat_rule rules[] = {
     {"sp+tp", "sp tp", RUN, REFUSE, sp_tp,
      "Megatron-LM's sequence parallelism lives in the tensor-parallel group"},
     {"tp+mlp", "tp model", RUN, REFUSE, tp_model,
-     "zerosim splits the GPT's layers only (Megatron-LM's split)"},
+     "zerosim splits the decoders' layers only (Megatron-LM's split)"},
     {"partition-activations+tp", "ckpt tp", RUN, REFUSE, partition_activations_tp,
      "not modelled yet (DeepSpeed shards the checkpoints over the tensor-parallel group)"},
     {"qat+tp", "qat tp", RUN, REFUSE, qat_tp,
@@ -450,7 +450,7 @@ static const zs_compat_rule rules[] = {
      "compressed sums are exact for a fixed number of ranks only"},
     {"overlap+step", "overlap grad-reduce deterministic", RUN, ADJUST, overlap_step,
      "the fixed-point accumulator is reduced once per step"},
-    {"pp+mlp", "pp model", RUN, REFUSE, pp_model, "the pipeline cuts the GPT's blocks"},
+    {"pp+mlp", "pp model", RUN, REFUSE, pp_model, "the pipeline cuts a decoder's blocks"},
     {"pp+zeropp", "pp qwZ hpZ qgZ", RUN, REFUSE, pp_zeropp,
      "DeepSpeed's pipeline engine runs ZeRO stage 0 and 1 only"},
     {"pp+moe", "pp moe", RUN, REFUSE, pp_moe,

@@ -58,6 +58,8 @@ void zs_run_config_defaults(zs_run_config *c)
     c->model.moe_capacity_factor = 1.0;
     c->model.moe_min_capacity = 4;
     c->model.moe_aux_coeff = 0.01;
+    c->model.norm_eps = 1e-5;      /* the Llama family's (the GPT ignores them) */
+    c->model.rope_theta = 10000.0;
 
     c->optimizer = ZS_OPT_ADAMW;
     c->lr = 3e-3f;

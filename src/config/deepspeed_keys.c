@@ -838,8 +838,46 @@ static const field mlp_fields[] = {
     F_FUNC("widths", mlp_widths),
     F_FUNC("activation", mlp_activation),
 };
+/* The Llama family's reals and flags (model type "llama"). */
+static int llama_rope_theta(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    return zs_ds_read_number(ld, path, v, &R_POS, &ld->c.model.rope_theta, &ll);
+}
+
+static int llama_norm_eps(loader *ld, const char *path, const json_t *v)
+{
+    long long ll;
+    return zs_ds_read_number(ld, path, v, &R_POS, &ld->c.model.norm_eps, &ll);
+}
+
+static int llama_tie(loader *ld, const char *path, const json_t *v)
+{
+    return zs_ds_read_bool(ld, path, v, &ld->c.model.tie_embeddings);
+}
+
+static int llama_qkv_bias(loader *ld, const char *path, const json_t *v)
+{
+    return zs_ds_read_bool(ld, path, v, &ld->c.model.qkv_bias);
+}
+
+static const field llama_fields[] = {
+    F_FUNC("type", zs_ds_skip),
+    F_INT("layers", model.n_layer, R_POS_INT),
+    F_INT("hidden", model.n_embd, R_POS_INT),
+    F_INT("heads", model.n_head, R_POS_INT),
+    F_INT("seq", model.seq_len, R_POS_INT),
+    F_INT("vocab", model.vocab, R_POS_INT),
+    F_INT("ffn_hidden", model.ffn_hidden, R_POS_INT),
+    F_INT("kv_heads", model.n_kv_head, R_POS_INT),
+    F_FUNC("rope_theta", llama_rope_theta),
+    F_FUNC("norm_eps", llama_norm_eps),
+    F_FUNC("tie_embeddings", llama_tie),
+    F_FUNC("qkv_bias", llama_qkv_bias),
+};
 static const field_table gpt_table = TABLE(gpt_fields);
 static const field_table mlp_table = TABLE(mlp_fields);
+static const field_table llama_table = TABLE(llama_fields);
 
 /* model: "type" picks the kind (default: the current one) and with it the
  * keys that apply. */
@@ -852,15 +890,19 @@ static int load_model(loader *ld, const char *path, const json_t *v)
         char sub[128];
         const char *s = NULL;
         zs_ds_join(sub, sizeof sub, path, "type");
-        ZS_TRY(zs_ds_read_string(ld, sub, t, "\"gpt\" or \"mlp\"", &s));
+        ZS_TRY(zs_ds_read_string(ld, sub, t, "\"gpt\", \"llama\" or \"mlp\"", &s));
         if (zs_ds_equal_nocase(s, "gpt"))
             ld->c.model.kind = ZS_MODEL_GPT;
         else if (zs_ds_equal_nocase(s, "mlp"))
             ld->c.model.kind = ZS_MODEL_MLP;
+        else if (zs_ds_equal_nocase(s, "llama"))
+            ld->c.model.kind = ZS_MODEL_LLAMA;
         else
-            return zs_config_fail("%s: \"%s\" must be \"gpt\" or \"mlp\", got \"%.64s\"", ld->name,
-                                  sub, s);
+            return zs_config_fail("%s: \"%s\" must be \"gpt\", \"llama\" or \"mlp\", got "
+                                  "\"%.64s\"", ld->name, sub, s);
     }
+    if (ld->c.model.kind == ZS_MODEL_LLAMA)
+        return zs_ds_apply_object(ld, path, v, &llama_table, " for model type \"llama\"");
     if (ld->c.model.kind == ZS_MODEL_GPT)
         return zs_ds_apply_object(ld, path, v, &gpt_table, " for model type \"gpt\"");
     if (json_object_get(v, "widths") &&
@@ -1045,6 +1087,7 @@ void zs_config_print_keys(FILE *f)
         {"activation_checkpointing", &ckpt_table},
         {"model (gpt)", &gpt_table},
         {"model (mlp)", &mlp_table},
+        {"model (llama)", &llama_table},
     };
     print_table(f, "", &zs_ds_top_table);
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)

@@ -290,7 +290,13 @@ static int finalize_precision(zs_run_config *c)
 /* Compression, QAT, activation checkpointing, the pipeline, the model. */
 static int finalize_features(zs_run_config *c)
 {
-    if (c->model.kind == ZS_MODEL_GPT || c->checkpoint_mode != ZS_CKPT_OFF) {
+    if (c->model.kind == ZS_MODEL_LLAMA) { /* the Llama family's unset sizes */
+        if (c->model.n_kv_head == 0)
+            c->model.n_kv_head = c->model.n_head; /* multi-head attention */
+        if (c->model.ffn_hidden == 0)
+            c->model.ffn_hidden = 4 * c->model.n_embd;
+    }
+    if (zs_model_is_decoder(&c->model) || c->checkpoint_mode != ZS_CKPT_OFF) {
         int L = c->model.n_layer > 0 ? c->model.n_layer : 1, k = 0;
         if (c->checkpoint_mode == ZS_CKPT_EVERY)
             k = c->checkpoint_value;

@@ -154,7 +154,7 @@ int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out)
     d->tok_fd = -1;
     d->mc = *mc;
     d->seed = seed;
-    if (mc->kind == ZS_MODEL_GPT) {
+    if (zs_model_is_decoder(mc)) { /* token models */
         d->v = mc->vocab;
         if (zs_data_build_chain(d)) {
             zs_data_destroy(d);
@@ -261,7 +261,7 @@ int zs_data_create_tokens(const zs_model_config *mc, uint64_t seed, const char *
                           zs_data **out)
 {
     *out = NULL;
-    if (mc->kind != ZS_MODEL_GPT)
+    if (!zs_model_is_decoder(mc))
         ZS_FAIL("%s: token files feed the GPT; the MLP trains on its synthetic data", path);
     zs_data *d = calloc(1, sizeof *d);
     if (!d)
@@ -323,7 +323,7 @@ int zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens, int32
         if (d->tok_fd >= 0) { /* a window of T + 1 tokens at a start drawn from (seed, i) */
             int T = mc->seq_len;
             ZS_TRY(zs_data_fill_window(d, &st, tokens + (size_t)s * T, targets + (size_t)s * T));
-        } else if (mc->kind == ZS_MODEL_GPT) {
+        } else if (zs_model_is_decoder(mc)) {
             int T = mc->seq_len, V = d->v;
             int cur = zs_sample_cdf(d->pi_cdf, V, zs_rng_uniform(&st));
             for (int t = 0; t < T; t++) {

@@ -189,23 +189,11 @@ static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, flo
  * whether it has the head; the whole model without a pipeline. */
 static void gpt_stage(const zs_model_config *c, int *b0, int *b1, int *head)
 {
-    int L = c->n_layer;
-    if (!c->pp_on) {
-        *b0 = 0;
-        *b1 = L - 1;
-        *head = 1;
-        return;
-    }
-    *b0 = (c->pp_first > 1 ? c->pp_first : 1) - 1;
-    *b1 = (c->pp_last < L ? c->pp_last : L) - 1;
-    *head = c->pp_last == L + 1;
+    zs_decoder_stage(c, b0, b1, head);
 }
 
 /* Blocks whose activations exist at once: K with checkpointing, else L. */
-static int gpt_slots(const zs_model_config *c)
-{
-    return c->ckpt_blocks > 0 && c->ckpt_blocks < c->n_layer ? c->ckpt_blocks : c->n_layer;
-}
+static int gpt_slots(const zs_model_config *c) { return zs_decoder_slots(c); }
 
 /* A pipeline stage with activation checkpointing: each micro-batch in
  * flight keeps its input (encoded), its last block's output, the head's
@@ -214,27 +202,7 @@ static int gpt_slots(const zs_model_config *c)
  * the blocks' own activations live in min(K, blocks of the stage) working
  * slots shared by the micro-batches (block l uses slot (l - b0) mod K), and
  * every segment of the stage is recomputed before its backward. */
-static int gpt_pp_ckpt(const zs_model_config *c) { return c->pp_on && gpt_slots(c) < c->n_layer; }
-
-/* The stage's blocks that end a segment, its last block left out. */
-static size_t gpt_pp_ckpt_count(const zs_model_config *c)
-{
-    int b0, b1, head, K = gpt_slots(c);
-    size_t n = 0;
-    gpt_stage(c, &b0, &b1, &head);
-    for (int l = b0; l < b1; l++)
-        n += (l + 1) % K == 0;
-    return n;
-}
-
-static size_t gpt_checkpoint_bytes(const zs_model_config *c, int b)
-{
-    size_t BTlC = (size_t)b * gpt_seq_local(c) * (size_t)c->n_embd;
-    if (c->pp_on)
-        return gpt_pp_ckpt(c) ? 4 * gpt_pp_ckpt_count(c) * BTlC : 0;
-    int K = gpt_slots(c), nseg = (c->n_layer + K - 1) / K;
-    return 4 * (size_t)(nseg - 1) * BTlC;
-}
+static int gpt_pp_ckpt(const zs_model_config *c) { return zs_decoder_pp_ckpt(c); }
 
 /* With tensor parallelism (P ranks) the attention's and the MLP's inner
  * activations (qkv, atty, fch, fch_gelu, att) and the logits hold 1/P:
@@ -289,8 +257,8 @@ static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
 
 double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls)
 {
-    *calls = 0;
-    if (c->kind != ZS_MODEL_GPT || gpt_n_moe(c) == 0 || c->moe_ep <= 1)
+    *calls = 0; /* the Llama family's experts exchange the same (E, Cap, C) buffers */
+    if (!zs_model_is_decoder(c) || gpt_n_moe(c) == 0 || c->moe_ep <= 1)
         return 0.0;
     *calls = 4 * gpt_n_moe(c);
     double Ep = c->moe_ep, ecc = (double)c->moe_experts * gpt_moe_cap(c, b) * c->n_embd;
@@ -360,6 +328,8 @@ static size_t gpt_recv_floats(const zs_model_config *c)
 
 double zs_model_moe_home_bytes(const zs_model_config *c)
 {
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_llama_moe_home_bytes(c);
     double n = (double)gpt_recv_floats(c);
     return n > 0 ? n * 4.0 * (c->moe_ep - 1.0) / c->moe_ep : 0.0;
 }
@@ -1033,7 +1003,7 @@ const zs_model_ops zs_gpt_ops = {
     .init_range = gpt_init_range,
     .activation_bytes = gpt_activation_bytes,
     .scratch_bytes = gpt_scratch_bytes,
-    .checkpoint_bytes = gpt_checkpoint_bytes,
+    .checkpoint_bytes = zs_decoder_checkpoint_bytes,
     .shared_activation_bytes = gpt_shared_activation_bytes,
     .bind_acts = gpt_bind_acts,
     .forward_unit = gpt_forward_unit,

@@ -10,9 +10,44 @@
 
 /* ---- configuration ----------------------------------------------------------- */
 
+/* The model table: one row of operations per family. */
 static const zs_model_ops *zs_model_ops_for(zs_model_kind k)
 {
-    return k == ZS_MODEL_GPT ? &zs_gpt_ops : &zs_mlp_ops;
+    return k == ZS_MODEL_GPT ? &zs_gpt_ops : k == ZS_MODEL_LLAMA ? &zs_llama_ops : &zs_mlp_ops;
+}
+
+int zs_model_is_decoder(const zs_model_config *c)
+{
+    return c->kind == ZS_MODEL_GPT || c->kind == ZS_MODEL_LLAMA;
+}
+
+const char *zs_model_kind_name(zs_model_kind k)
+{
+    return k == ZS_MODEL_GPT ? "gpt" : k == ZS_MODEL_LLAMA ? "llama" : "mlp";
+}
+
+int zs_model_head_tied(const zs_model_config *c)
+{
+    return c->kind == ZS_MODEL_GPT || (c->kind == ZS_MODEL_LLAMA && c->tie_embeddings);
+}
+
+int zs_model_check_phantom(const zs_model_config *c)
+{
+    const zs_model_ops *ops = zs_model_ops_for(c->kind);
+    if (!ops->forward_unit && (c->tp > 1 || c->moe_ep > 1))
+        ZS_FAIL("%s: the %s collectives come from its forward, not built yet: use zerosim "
+                "plan, or --%s 1", zs_model_kind_name(c->kind),
+                c->tp > 1 ? "tensor-parallel" : "expert-parallel", c->tp > 1 ? "tp" : "ep");
+    return 0;
+}
+
+int zs_model_check_runnable(const zs_model_config *c)
+{
+    const zs_model_ops *ops = zs_model_ops_for(c->kind);
+    if (!ops->forward_unit || !ops->backward_unit)
+        ZS_FAIL("%s: real runs not built yet (its forward and backward are missing): use "
+                "--phantom or zerosim plan", zs_model_kind_name(c->kind));
+    return 0;
 }
 
 /* The mixture-of-experts fields of a GPT. */
@@ -63,9 +98,53 @@ static int zs_model_moe_validate(const zs_model_config *c)
     return 0;
 }
 
+/* The Llama family's own fields (the decoder's common ones are checked with
+ * the GPT's). */
+static int zs_model_llama_validate(const zs_model_config *c)
+{
+    int T = c->tp > 1 ? c->tp : 1, KV = c->n_kv_head;
+    if (c->ffn_hidden < 1 || c->ffn_hidden > 1 << 22)
+        ZS_FAIL("model.ffn_hidden (--ffn-hidden, intermediate_size) must be between 1 and "
+                "4194304, got %d", c->ffn_hidden);
+    if (KV < 1 || KV > c->n_head || c->n_head % KV)
+        ZS_FAIL("model.kv_heads (--kv-heads, num_key_value_heads) must be between 1 and "
+                "model.heads (%d) and divide it, got %d", c->n_head, KV);
+    if (!(c->norm_eps > 0.0) || c->norm_eps > 1.0)
+        ZS_FAIL("model.norm_eps (--norm-eps, rms_norm_eps) must be a number in (0, 1], got %g",
+                c->norm_eps);
+    if (!(c->rope_theta >= 1.0) || c->rope_theta > 1e12)
+        ZS_FAIL("model.rope_theta (--rope-theta) must be a number between 1 and 1e12, got %g",
+                c->rope_theta);
+    if (c->rope_scaling_factor != 0.0 &&
+        (!(c->rope_scaling_factor >= 1.0) || c->rope_scaling_factor > 1e6 ||
+         !(c->rope_low_freq_factor > 0.0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
+         c->rope_original_max_pos < 1))
+        ZS_FAIL("model.rope_scaling (llama3) needs factor >= 1, 0 < low_freq_factor < "
+                "high_freq_factor and original_max_position_embeddings >= 1, got factor %g, "
+                "low %g, high %g, original %d", c->rope_scaling_factor, c->rope_low_freq_factor,
+                c->rope_high_freq_factor, c->rope_original_max_pos);
+    if (KV % T && T % KV)
+        ZS_FAIL("model.kv_heads (%d) and the tensor-parallel size (--tp %d): the key/value "
+                "heads are split when they divide by it and replicated when it divides by "
+                "them; neither holds", KV, T);
+    if (c->ffn_hidden % T)
+        ZS_FAIL("model.ffn_hidden (%d) must be divisible by the tensor-parallel size (--tp %d): "
+                "gate, up and down are split along it", c->ffn_hidden, T);
+    if (c->sliding_window > 0 && c->sliding_window < c->seq_len)
+        ZS_FAIL("model.sliding_window (%d, sliding_window) is shorter than model.seq (%d): "
+                "sliding-window attention is not modelled: use --seq %d or less",
+                c->sliding_window, c->seq_len, c->sliding_window);
+    if ((c->n_embd / c->n_head) % 2)
+        ZS_FAIL("model.hidden / model.heads (%d) must be even: RoPE rotates pairs of a head's "
+                "dimensions", c->n_embd / c->n_head);
+    return 0;
+}
+
 int zs_model_config_validate(const zs_model_config *c)
 {
-    if (c->kind == ZS_MODEL_GPT) {
+    if (c->kind == ZS_MODEL_LLAMA)
+        ZS_TRY(zs_model_llama_validate(c));
+    if (zs_model_is_decoder(c)) {
         if (c->n_layer < 1 || c->n_layer > 4096)
             ZS_FAIL("model.layers must be between 1 and 4096, got %d", c->n_layer);
         if (c->n_embd < 1 || c->n_embd > 1 << 20)
@@ -89,7 +168,7 @@ int zs_model_config_validate(const zs_model_config *c)
         if (c->vocab % T)
             ZS_FAIL("model.vocab (%d) must be divisible by the tensor-parallel size (--tp %d): "
                     "the embedding is split by vocabulary rows", c->vocab, T);
-        if ((4 * c->n_embd) % T)
+        if (c->kind == ZS_MODEL_GPT && (4 * c->n_embd) % T)
             ZS_FAIL("4 x model.hidden (%d) must be divisible by the tensor-parallel size (--tp %d): "
                     "the MLP is split along its 4C inner width", 4 * c->n_embd, T);
         if (c->sequence_parallel && T < 2)
@@ -123,7 +202,7 @@ int zs_model_config_validate(const zs_model_config *c)
         if (c->act != ZS_ACT_RELU && c->act != ZS_ACT_GELU)
             ZS_FAIL("model.activation must be \"relu\" or \"gelu\"");
     } else {
-        ZS_FAIL("model.type must be \"gpt\" or \"mlp\"");
+        ZS_FAIL("model.type must be \"gpt\", \"llama\" or \"mlp\"");
     }
     return 0;
 }
@@ -131,6 +210,8 @@ int zs_model_config_validate(const zs_model_config *c)
 size_t zs_model_count_params(const zs_model_config *c)
 {
     size_t n = 0;
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_llama_count_params(c);
     if (c->kind == ZS_MODEL_GPT) {
         size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, T = (size_t)c->seq_len;
         size_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) +
@@ -154,6 +235,8 @@ size_t zs_model_count_params(const zs_model_config *c)
 
 size_t zs_model_count_expert_params(const zs_model_config *c)
 {
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_llama_count_expert_params(c);
     if (c->kind != ZS_MODEL_GPT || c->moe_experts <= 0 || c->moe_every <= 0)
         return 0;
     size_t C = (size_t)c->n_embd, mlp = (4 * C * C + 4 * C) + (4 * C * C + C);
@@ -185,7 +268,7 @@ int zs_model_create(const zs_model_config *c, zs_model **out)
     size_t off = 0;
     int prev = -1;
     /* moe_ep_split: the expert entries go after all others */
-    int split = c->kind == ZS_MODEL_GPT && c->moe_ep > 1 && c->moe_ep_split;
+    int split = zs_model_is_decoder(c) && c->moe_ep > 1 && c->moe_ep_split;
     for (int i = 0; i < lay->n_entries; i++) {
         zs_param_entry *e = &lay->entries[i];
         m->uses[e->layer][m->uses_count[e->layer]++] = i;
@@ -232,7 +315,7 @@ int zs_model_create(const zs_model_config *c, zs_model **out)
         for (int i = 0; i < lay->n_entries; i++)
             m->full_offset[i] = lay->entries[i].offset;
     }
-    if (c->kind == ZS_MODEL_GPT) /* the head uses the tied token embedding (entry 0) */
+    if (zs_model_head_tied(c)) /* the head uses the tied token embedding (entry 0) */
         m->uses[lay->n_layers - 1][m->uses_count[lay->n_layers - 1]++] = 0;
     *out = m;
     return 0;
@@ -316,14 +399,14 @@ size_t zs_model_shared_activation_bytes(const zs_model_config *c, int b)
 /* Blocks per segment: all of them without checkpointing. */
 static int zs_model_seg_blocks(const zs_model_config *c)
 {
-    if (c->kind != ZS_MODEL_GPT || c->ckpt_blocks <= 0 || c->ckpt_blocks >= c->n_layer)
-        return c->kind == ZS_MODEL_GPT ? c->n_layer : 1;
+    if (!zs_model_is_decoder(c) || c->ckpt_blocks <= 0 || c->ckpt_blocks >= c->n_layer)
+        return zs_model_is_decoder(c) ? c->n_layer : 1;
     return c->ckpt_blocks;
 }
 
 int zs_model_segments(const zs_model_config *c)
 {
-    if (c->kind != ZS_MODEL_GPT)
+    if (!zs_model_is_decoder(c))
         return 1;
     int k = zs_model_seg_blocks(c);
     return (c->n_layer + k - 1) / k;
@@ -446,20 +529,26 @@ void zs_model_acts_destroy(zs_acts *a)
     free(a);
 }
 
+/* A family without a forward (zs_model_check_runnable) runs phantom only:
+ * its units compute nothing there. */
 void zs_model_forward_unit(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
                            const zs_batch *batch)
 {
-    m->ops->forward_unit(m, be, l, P, a, batch);
+    if (m->ops->forward_unit)
+        m->ops->forward_unit(m, be, l, P, a, batch);
 }
 
 void zs_model_backward_unit(zs_model *m, zs_backend_t be, int l, float *const *P,
                             float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
 {
-    m->ops->backward_unit(m, be, l, P, G, a, batch, dloss);
+    if (m->ops->backward_unit)
+        m->ops->backward_unit(m, be, l, P, G, a, batch, dloss);
 }
 
 float zs_model_loss(const zs_acts *a, zs_backend_t be)
 {
+    if (!a->m->ops->forward_unit)
+        return 0.0f; /* phantom only: no loss was computed */
     float *h = malloc(a->n_losses * sizeof(float));
     if (!h)
         return NAN;

@@ -29,6 +29,29 @@ typedef struct {
 
 extern const zs_model_ops zs_gpt_ops;
 extern const zs_model_ops zs_mlp_ops;
+extern const zs_model_ops zs_llama_ops;
+
+/* The decoders' shared, family-independent facts (src/model/decoder.c): a
+ * pipeline stage's blocks [*b0, *b1] (0-based) and whether it has the head
+ * (the whole model without a pipeline); the blocks whose activations exist
+ * at once (K with checkpointing in segments of K, else L); whether a
+ * pipeline stage checkpoints; its blocks that end a segment (its last
+ * block left out); the positions of the residual stream (T, or T/tp with
+ * sequence parallelism); the checkpoints' bytes (BTl x C floats for every
+ * segment's input but the first, or per stage as counted above). */
+void zs_decoder_stage(const zs_model_config *c, int *b0, int *b1, int *head);
+int zs_decoder_slots(const zs_model_config *c);
+int zs_decoder_pp_ckpt(const zs_model_config *c);
+size_t zs_decoder_pp_ckpt_count(const zs_model_config *c);
+size_t zs_decoder_seq_local(const zs_model_config *c);
+size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b);
+
+/* The Llama family's counts and expert entries (src/model/llama.c). */
+size_t zs_llama_count_params(const zs_model_config *c);
+size_t zs_llama_count_expert_params(const zs_model_config *c);
+int zs_llama_entry_is_expert(const zs_model_config *c, int i);
+/* zs_model_moe_home_bytes of a Mixtral model: E experts' gate, up, down. */
+double zs_llama_moe_home_bytes(const zs_model_config *c);
 
 #define ZS_MAX_USES ZS_MAX_USES_PUBLIC
 

@@ -281,5 +281,7 @@ int zs_moe_entry_block(const zs_model_config *c, int i, int *k)
 int zs_model_entry_is_expert(const zs_model_config *c, int i)
 {
     int k;
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_llama_entry_is_expert(c, i);
     return c->kind == ZS_MODEL_GPT && zs_moe_entry_block(c, i, &k) >= 0 && k > M_GATEW;
 }

@@ -242,8 +242,8 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
         zs_run_config d; /* the shape is unused: keep the default, valid one */
         zs_run_config_defaults(&d);
         c.model = d.model;
-    } else if (c.model.kind != ZS_MODEL_GPT) {
-        ZS_FAIL("the planner's architectures are: gpt");
+    } else if (!zs_model_is_decoder(&c.model)) {
+        ZS_FAIL("the planner's architectures are: gpt, llama");
     }
     if (in->grad_precision != ZS_DTYPE_F32 && in->grad_precision != ZS_DTYPE_BF16 &&
         in->grad_precision != ZS_DTYPE_F16)
@@ -598,12 +598,12 @@ static double zs_plan_passes(const zs_plan_step *ps, double rec_elems)
 }
 
 /* Compute: 6Ψ FLOPs per token for forward and backward, plus attention
- * 12·L·C·T per token (a GPT), and the recomputed forwards (2 of 6 of
+ * 12·L·C·T per token (a GPT or a Llama), and the recomputed forwards (2 of 6 of
  * their share). A pipeline: the most loaded stage's share of the
  * parameters' compute, stretched by the bubble; tensor parallelism: the TP
  * shard's share (no bubble without a pipeline). The finer model of a GPT:
- * the GEMMs (12 C^2 per block and the V x C head per token, forward and
- * backward: 6 x) apart from the other kernels, each counted in the units
+ * the GEMMs (12 C^2 per block, a Llama's zs_model_llama_token_work, and
+ * the V x C head per token, forward and backward: 6 x) apart from the other kernels, each counted in the units
  * of its calibration. *fwd: the forward's share of the compute. */
 static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
                                  const zs_plan_step *ps, double *gemm,
@@ -634,9 +634,14 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
     double Lq = c->model.n_layer, C = c->model.n_embd, T = c->model.seq_len, V = c->model.vocab;
     double tok = r->tokens_per_step, rf = r->recompute && !ps->have ? 4.0 / 3.0 : 1.0;
     double rb = ps->have ? 1.0 + rec_b / 3.0 : rf; /* the blocks' kernels */
-    *gemm = rf * 6.0 * tok * (12.0 * Lq * C * C * (ps->have ? rb : 1.0) + V * C);
+    /* the blocks' GEMM weights a token goes through, and the width of
+     * their MLPs' element-wise activation */
+    double blockw = 12.0 * Lq * C * C, act = 4.0 * C;
+    if (c->model.kind == ZS_MODEL_LLAMA)
+        zs_model_llama_token_work(&c->model, &blockw, &act);
+    *gemm = rf * 6.0 * tok * (blockw * (ps->have ? rb : 1.0) + V * C);
     work[ZS_WORK_ATTENTION] = rb * tok * T * C * Lq;
-    work[ZS_WORK_GELU] = rb * tok * 4.0 * C * Lq;
+    work[ZS_WORK_GELU] = rb * tok * act * Lq;
     work[ZS_WORK_BLOCK] = rb * tok * C * Lq;
     work[ZS_WORK_HEAD] = tok * V;
     work[ZS_WORK_GRADS] = GA * ps->Pp;

@@ -262,7 +262,7 @@ static int zs_predict_step_ops(const zs_step_program *prog, const zs_model_confi
                 break;
             }
             p->forward_elems_per_step += (double)o->elems;
-            if (mc->kind == ZS_MODEL_GPT && o->unit >= 1 && o->unit <= mc->n_layer)
+            if (zs_model_is_decoder(mc) && o->unit >= 1 && o->unit <= mc->n_layer)
                 p->forward_blocks_per_step += 1;
             break;
         default:
@@ -387,13 +387,18 @@ static int zs_predict_gathers(int world, int qwz, const zs_step_shape *sh,
     return 0;
 }
 
-/* Tensor parallelism of a GPT: the all-reduces (with sequence parallelism,
- * the all-gather and reduce-scatter pairs) of this pipeline stage's units. */
+/* Tensor parallelism of a decoder: the all-reduces (with sequence
+ * parallelism, the all-gather and reduce-scatter pairs) of this pipeline
+ * stage's units. The GPT's forward makes them; the Llama family's has the
+ * same pattern (a vocab-parallel embedding and head, Megatron's f and g
+ * around attention and the MLP), its norms RMSNorms without biases: C of
+ * norm weights per norm where the GPT's LayerNorms have 2C. */
 static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
                           const zs_step_count *c, zs_prediction *p)
 {
     int T = cfg->model.tp > 1 ? cfg->model.tp : 1;
-    if (T > 1 && cfg->model.kind == ZS_MODEL_GPT) {
+    if (T > 1 && zs_model_is_decoder(&cfg->model)) {
+        double norm = cfg->model.kind == ZS_MODEL_LLAMA ? 1.0 : 2.0; /* per norm, x C */
         double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;
         /* this pipeline stage's share (the whole model without one): the
          * embedding's all-reduce on the first stage, four per block, the
@@ -410,7 +415,7 @@ static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
             double pairs = BT * C * (first + last + 4.0 * L + 2.0 * rec);
             p->tp_rs_bytes_per_step = GA * 4.0 * pairs * ring;
             p->tp_ag_bytes_per_step = GA * 4.0 * pairs * ring;
-            double ar = 3.0 * BT * last + C * (4.0 * L + 2.0 * last);
+            double ar = 3.0 * BT * last + norm * C * (2.0 * L + last);
             p->tp_allreduce_bytes_per_step = GA * 4.0 * ar * 2.0 * ring;
             p->tp_pair_calls_per_step = GA * (first + last + 4.0 * L + 2.0 * rec);
             p->tp_allreduce_calls_per_step = GA * (4.0 * L + 4.0 * last);

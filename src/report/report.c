@@ -277,9 +277,17 @@ static json_t *zs_report_ckpt_rank(const zs_train_result *r, int q, int has_tier
                      (json_int_t)c->read, "tensor_bytes_read", (json_int_t)c->tensor_read);
 }
 
-/* The report's "model": the GPT's shapes, or the MLP's widths. */
+/* The report's "model": the GPT's or the Llama's shapes, or the MLP's
+ * widths. */
 static json_t *zs_report_json_model(const zs_model_config *mc)
 {
+    if (mc->kind == ZS_MODEL_LLAMA)
+        return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:i}", "type",
+                         "llama", "layers", mc->n_layer, "hidden", mc->n_embd, "heads",
+                         mc->n_head, "kv_heads", mc->n_kv_head, "ffn_hidden", mc->ffn_hidden,
+                         "seq", mc->seq_len, "vocab", mc->vocab, "tie_embeddings",
+                         mc->tie_embeddings, "qkv_bias", mc->qkv_bias, "moe_experts",
+                         mc->moe_experts);
     if (mc->kind == ZS_MODEL_GPT)
         return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "type", "gpt", "layers", mc->n_layer,
                          "hidden", mc->n_embd, "heads", mc->n_head, "seq", mc->seq_len,

@@ -135,6 +135,7 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params,
                  zs_mem_stats *stats)
 {
     *loss = NAN;
+    ZS_TRY(zs_model_check_runnable(mc));
     if (mb < 1 || samples < mb || samples % mb)
         ZS_FAIL("held-out samples (%d) must be a positive multiple of the micro-batch (%d)",
                 samples, mb);

@@ -698,6 +698,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
              zs_train_result *r)
 {
     memset(r, 0, sizeof *r);
+    if (zs_model_check_runnable(&cfg->model)) /* a family with shapes only: phantom runs */
+        return zs_train_agree(comm, -1, r);
     zs_comm_set_timeout(comm, cfg->collective_timeout);
     char err[256];
     /* each rank takes the device of its local rank (the CUDA backend: modulo
@@ -1020,6 +1022,8 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
                      zs_train_result *r)
 {
     memset(r, 0, sizeof *r);
+    if (zs_model_check_phantom(&cfg->model))
+        return -1;
     double t0 = zs_now();
     r->phantom = 1;
     if (zs_train_alloc_stats(r, world))

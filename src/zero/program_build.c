@@ -273,10 +273,10 @@ static void zs_b_backward_micro(zs_builder *b, int c, int a)
             zs_b_gather_unit(b, u, rnext >= 0 ? -1 : u - 1, 0);
         if (st >= 2)
             zs_b_bucket_allocs(b, u);
-        if (pipe && u == 0)
+        if (pipe && u == 0 && s->tied_elems)
             zs_emit_pp(b, ZS_SOP_TIED_RECV, 0, 0, s->tied_elems);
         zs_emit(b, ZS_SOP_BACKWARD, u, -1, 0, zs_model_unit_elems(b->m, u));
-        if (pipe && last && u == s->U - 1)
+        if (pipe && last && u == s->U - 1 && s->tied_elems)
             zs_emit_pp(b, ZS_SOP_TIED_SEND, u, 0, s->tied_elems);
         if (pipe && !first && u == uf)
             zs_emit_pp(b, ZS_SOP_SEND_GRAD, u, 0, s->io_elems);

@@ -40,8 +40,9 @@ int zs_pp_stage_config(zs_run_config *cfg, int stage)
 {
     zs_model_config *mc = &cfg->model;
     int L = mc->n_layer, P = cfg->pp;
-    if (mc->kind != ZS_MODEL_GPT)
-        ZS_FAIL("pipeline parallelism cuts the GPT's blocks into stages: use --model gpt");
+    if (!zs_model_is_decoder(mc))
+        ZS_FAIL("pipeline parallelism cuts a decoder's blocks into stages: use --model gpt or "
+                "llama");
     if (P < 1 || P > L)
         ZS_FAIL("--pp %d is more pipeline stages than the model's %d blocks: every stage needs "
                 "at least one block", P, L);

@@ -328,7 +328,7 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
               s->mixed || s->cfg.qat ? s->stage_elems * 4 : 0);
     ZS_SETBUF(ZS_BUF_STAGE_G, ZS_MEM_WORKSPACE, s->stage_elems * 4);
     ZS_SETBUF(ZS_BUF_TOKENS, ZS_MEM_WORKSPACE,
-              s->cfg.model.kind == ZS_MODEL_GPT ? s->tok_bytes : 0);
+              zs_model_is_decoder(&s->cfg.model) ? s->tok_bytes : 0);
     ZS_SETBUF(ZS_BUF_TARGETS, ZS_MEM_WORKSPACE, s->tok_bytes);
     ZS_SETBUF(ZS_BUF_X, ZS_MEM_WORKSPACE, s->x_bytes);
     int mb = s->cfg.micro_batch;
@@ -488,7 +488,7 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
             ZS_FAIL("internal: a pipeline stage's shape needs its units (zs_pp_stage_config)");
         s->pp = cfg->pp;
         s->pp_rank = mc->pp_stage;
-        if (s->pp_rank == 0 || s->pp_rank == s->pp - 1)
+        if ((s->pp_rank == 0 || s->pp_rank == s->pp - 1) && zs_model_head_tied(mc))
             s->tied_elems = lay->entries[0].numel;
         s->io_elems = zs_model_boundary_elems(mc, cfg->micro_batch);
     }
@@ -553,7 +553,7 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     }
     const zs_model_config *mc = &cfg->model;
     int mb = cfg->micro_batch;
-    size_t ntok = mc->kind == ZS_MODEL_GPT ? (size_t)mb * (size_t)mc->seq_len : (size_t)mb;
+    size_t ntok = zs_model_is_decoder(mc) ? (size_t)mb * (size_t)mc->seq_len : (size_t)mb;
     s->tok_bytes = ntok * sizeof(int32_t);
     s->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * (size_t)mc->input_dim * sizeof(float) : 0;
     zs_step_shape_place_buffers(s);

@@ -1,0 +1,536 @@
+/* zerosim — the Llama family's decoder (Llama 2/3, Mistral, Qwen2, Mixtral):
+ * pre-RMSNorm blocks without biases (Qwen2: q, k and v biases), rotary
+ * position embeddings, grouped-query attention, a SwiGLU MLP (or, with
+ * moe_experts, E SwiGLU experts behind a top-k router), an output head of
+ * its own (tied to the embedding with tie_embeddings).
+ *
+ * This file holds the family's shapes: its parameter layout under Hugging
+ * Face's names, the parameter count, the initialisation, the tensor-
+ * parallel split of each tensor and the activation closed form. Its forward
+ * and backward are not built yet: forward_unit and backward_unit are NULL,
+ * so phantom runs and the planner work and a real run is refused
+ * (zs_model_check_runnable), as are tensor- and expert-parallel phantom
+ * runs, whose collectives are the forward's (zs_model_check_phantom). The
+ * planner counts those as the GPT makes them (zs_predict_tp, src/predict/
+ * predict.c): the vocab-parallel embedding's all-reduce, Megatron's f and g
+ * around attention and the MLP (two all-reduces of BT*C forward, two
+ * backward per block), the head's backward and the vocab-parallel loss's
+ * maxima and sums; with sequence parallelism all-gather and reduce-scatter
+ * pairs and the RMSNorm weights' gradients all-reduced (C per norm). The
+ * forward must make exactly these.
+ *
+ * Units: 0 = the token embedding, 1..L = the blocks, L+1 = the final
+ * RMSNorm and the head (with softmax cross-entropy).
+ *
+ * Dimensions: B sequences of T positions (BT = B*T), hidden C, NH query
+ * heads of D = C/NH, KV key/value heads, intermediate F, vocabulary V;
+ * with tensor parallelism over P ranks a rank holds NHl = NH/P query heads,
+ * KVl key/value heads (KV/P, or 1 when P > KV: below), Fl = F/P of the MLP
+ * and V/P of the vocabulary; with sequence parallelism the residual stream
+ * holds BTl = B*T/P positions (BTl = BT without).
+ *
+ * Activations saved for backward, in floats, in the order a block's views
+ * are laid out (the forward binds exactly these):
+ *   encoded (the embedding's output)           BTl*C
+ *   per block:
+ *     ln1      input RMSNorm's output            BT*C   (gathered with SP)
+ *     ln1_rstd its reciprocal RMS                BTl
+ *     q        queries after RoPE                BT*NHl*D
+ *     k        keys after RoPE                   BT*KVl*D
+ *     v        values                            BT*KVl*D
+ *     att      attention probabilities           B*NHl*T*T
+ *     atty     attention output (o_proj's input) BT*NHl*D
+ *     res2     residual after attention          BTl*C
+ *     ln2      post-attention RMSNorm's output   BT*C
+ *     ln2_rstd its reciprocal RMS                BTl
+ *     gate     gate_proj's output (before SiLU)  BT*Fl
+ *     up       up_proj's output                  BT*Fl
+ *     swiglu   SiLU(gate) * up (down's input)    BT*Fl
+ *     res3     the block's output                BTl*C
+ *   a Mixtral block, in place of gate, up, swiglu: the router's
+ *     probabilities BT*E, the experts' input E*Cap*C, their gate, up and
+ *     SwiGLU E*Cap*F each, their output E*Cap*C (Cap the capacity)
+ *   head: lnf BT*C, lnf_rstd BTl, probs BT*V/P, losses BT
+ * RoPE's angles are computed from the positions and rope_theta (and the
+ * rope scaling) inside the kernels: no table is kept. Without tensor or
+ * sequence parallelism:
+ *   4 * (2*BT*C + L*(4*BT*C + 2*BT + 2*BT*C + 2*BT*KV*D + B*NH*T*T + 3*BT*F)
+ *        + BT*(V + 2)) bytes.
+ * With activation checkpointing in segments of K blocks, K slots replace
+ * the L blocks (block l uses slot l mod K) and the output of every
+ * segment's last block but the final one is a checkpoint (BTl*C floats;
+ * zs_decoder_checkpoint_bytes), as the GPT's.
+ *
+ * Backward scratch (one block at a time, category workspace): tmp and dres
+ * BT*C each, datty, dq BT*NHl*D each, dk, dv BT*KVl*D each, dgate, dup,
+ * dswiglu BT*Fl each, preatt and datt B*NHl*T*T each, the logits BT*V/P on
+ * the head's stage; with tensor parallelism the loss's row maxima and sums
+ * 3*BT; with sequence parallelism perm, dfull (BT*C each) and loc (BTl*C);
+ * a Mixtral model two (E,Cap,C) buffers, the router's logits BT*E, the
+ * experts' inner gradients beyond the dense ones (3*(E*Cap*F - BT*F) when
+ * positive) and with moe_ep_home the experts' gradients by source.
+ *
+ * Tensor parallelism (Megatron-LM): q_proj, k_proj, v_proj (and their
+ * biases) column-parallel by heads, o_proj row-parallel; gate_proj and
+ * up_proj column-parallel by rows of F, down_proj row-parallel; the
+ * embedding and an untied lm_head vocab-parallel by rows; the RMSNorm
+ * weights replicated. Key/value heads: split when KV divides by P (a rank
+ * holds KV/P of them, those its NH/P query heads use); when P divides by KV
+ * and P > KV, replicated: each rank holds the one key/value head its query
+ * heads use (head r*KV/P), a copy on each of the P/KV ranks of its group
+ * (vLLM's way; Megatron-LM requires KV % P == 0). Neither: refused.
+ *
+ * Initialisation (Hugging Face's LlamaPreTrainedModel): every linear and
+ * the embedding N(0, 0.02) (no residual scaling), biases 0, RMSNorm weights
+ * 1; element j of an entry drawn where the GPT draws it (its own stream
+ * from the seed and the entry's index), so a shard draws what the tp = 1
+ * model draws there.
+ */
+#include "model_impl.h"
+#include "zerosim/error.h"
+#include "zerosim/layers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A block's entry kinds, in layout order (the biases with qkv_bias only;
+ * gate, up, down in a dense block, router and the stacked experts in a
+ * Mixtral block). */
+enum {
+    LK_IN_NORM, LK_Q_W, LK_Q_B, LK_K_W, LK_K_B, LK_V_W, LK_V_B, LK_O_W, LK_POST_NORM,
+    LK_GATE_W, LK_UP_W, LK_DOWN_W, LK_ROUTER, LK_X_GATE, LK_X_UP, LK_X_DOWN, LK_NKINDS
+};
+
+static const char *const llama_kind_names[LK_NKINDS] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
+    "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
+    "self_attn.v_proj.bias", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+    "block_sparse_moe.gate.weight", "block_sparse_moe.experts.w1.weight",
+    "block_sparse_moe.experts.w3.weight", "block_sparse_moe.experts.w2.weight"};
+
+static int llama_tp(const zs_model_config *c) { return c->tp > 1 ? c->tp : 1; }
+static int llama_sp(const zs_model_config *c) { return c->tp > 1 && c->sequence_parallel; }
+static int llama_kv(const zs_model_config *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }
+static size_t llama_head_dim(const zs_model_config *c) { return (size_t)(c->n_embd / c->n_head); }
+
+/* Key/value heads a rank holds: KV/P, or 1 when they are replicated. */
+static size_t llama_kv_local(const zs_model_config *c)
+{
+    int P = llama_tp(c), KV = llama_kv(c);
+    return KV % P == 0 ? (size_t)(KV / P) : 1;
+}
+
+static int llama_n_moe(const zs_model_config *c)
+{
+    return c->moe_experts > 0 && c->moe_every > 0 ? c->n_layer / c->moe_every : 0;
+}
+
+static int llama_local_experts(const zs_model_config *c)
+{
+    return c->moe_ep > 1 ? c->moe_experts / c->moe_ep : c->moe_experts;
+}
+
+static int llama_moe_cap(const zs_model_config *c, int b)
+{
+    return zs_moe_capacity(b * c->seq_len, c->moe_experts, c->moe_top_k, c->moe_capacity_factor,
+                           c->moe_min_capacity);
+}
+
+/* The kinds of block l's entries into k[]; their count. */
+static int llama_block_kinds(const zs_model_config *c, int l, int *k)
+{
+    int n = 0;
+    for (int x = LK_IN_NORM; x <= LK_POST_NORM; x++)
+        if (c->qkv_bias || (x != LK_Q_B && x != LK_K_B && x != LK_V_B))
+            k[n++] = x;
+    int first = zs_model_block_is_moe(c, l) ? LK_ROUTER : LK_GATE_W;
+    int last = zs_model_block_is_moe(c, l) ? LK_X_DOWN : LK_DOWN_W;
+    for (int x = first; x <= last; x++)
+        k[n++] = x;
+    return n;
+}
+
+/* Entries of a dense block; a Mixtral block has one more. */
+static int llama_dense_entries(const zs_model_config *c) { return 9 + 3 * (c->qkv_bias != 0); }
+
+/* Entry index of block l's first entry (l = L: the final norm). */
+static int llama_block_first(const zs_model_config *c, int l)
+{
+    int nmoe = c->moe_experts > 0 && c->moe_every > 0 ? l / c->moe_every : 0;
+    return 1 + l * llama_dense_entries(c) + nmoe;
+}
+
+/* The block of entry i (-1 outside the blocks) and its kind in *kind. */
+static int llama_entry_block(const zs_model_config *c, int i, int *kind)
+{
+    int L = c->n_layer;
+    *kind = -1;
+    if (i < 1 || i >= llama_block_first(c, L))
+        return -1;
+    int lo = 0, hi = L - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (llama_block_first(c, mid) <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int k[LK_NKINDS];
+    llama_block_kinds(c, lo, k);
+    *kind = k[i - llama_block_first(c, lo)];
+    return lo;
+}
+
+int zs_llama_entry_is_expert(const zs_model_config *c, int i)
+{
+    int k;
+    return llama_entry_block(c, i, &k) >= 0 && k >= LK_X_GATE;
+}
+
+/* Elements of one entry of kind k on this rank. */
+static size_t llama_kind_numel(const zs_model_config *c, int k)
+{
+    size_t C = (size_t)c->n_embd, D = llama_head_dim(c), P = (size_t)llama_tp(c);
+    size_t Ql = (size_t)c->n_head / P * D, KVl = llama_kv_local(c) * D;
+    size_t Fl = (size_t)c->ffn_hidden / P, El = (size_t)llama_local_experts(c);
+    size_t F = (size_t)c->ffn_hidden;
+    switch (k) {
+    case LK_IN_NORM: case LK_POST_NORM: return C;
+    case LK_Q_W: return Ql * C;
+    case LK_Q_B: return Ql;
+    case LK_K_W: case LK_V_W: return KVl * C;
+    case LK_K_B: case LK_V_B: return KVl;
+    case LK_O_W: return C * Ql;
+    case LK_GATE_W: case LK_UP_W: case LK_DOWN_W: return Fl * C;
+    case LK_ROUTER: return (size_t)c->moe_experts * C;
+    default: return El * F * C; /* the stacked experts: (El, F, C) or (El, C, F) */
+    }
+}
+
+static int llama_build_layout(const zs_model_config *c, zs_layout *lay)
+{
+    size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, P = (size_t)llama_tp(c);
+    char name[64];
+    ZS_TRY(zs_layout_add(lay, "model.embed_tokens.weight", V / P * C, 0));
+    for (int l = 0; l < c->n_layer; l++) {
+        int k[LK_NKINDS], n = llama_block_kinds(c, l, k);
+        for (int j = 0; j < n; j++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, llama_kind_names[k[j]]);
+            ZS_TRY(zs_layout_add(lay, name, llama_kind_numel(c, k[j]), l + 1));
+        }
+    }
+    ZS_TRY(zs_layout_add(lay, "model.norm.weight", C, c->n_layer + 1));
+    if (!c->tie_embeddings)
+        ZS_TRY(zs_layout_add(lay, "lm_head.weight", V / P * C, c->n_layer + 1));
+    return 0;
+}
+
+size_t zs_llama_count_params(const zs_model_config *c)
+{
+    zs_model_config one = *c;
+    one.tp = 1;
+    one.moe_ep = 1;
+    size_t C = (size_t)c->n_embd, V = (size_t)c->vocab, n = V * C * (c->tie_embeddings ? 1 : 2) + C;
+    for (int l = 0; l < c->n_layer; l++) {
+        int k[LK_NKINDS], m = llama_block_kinds(&one, l, k);
+        for (int j = 0; j < m; j++)
+            n += llama_kind_numel(&one, k[j]);
+    }
+    return n;
+}
+
+size_t zs_llama_count_expert_params(const zs_model_config *c)
+{
+    return (size_t)llama_n_moe(c) * (size_t)c->moe_experts * 3 * (size_t)c->ffn_hidden *
+           (size_t)c->n_embd;
+}
+
+void zs_model_llama_token_work(const zs_model_config *c, double *gemm_weights, double *act_width)
+{
+    double C = c->n_embd, D = (double)llama_head_dim(c), F = c->ffn_hidden;
+    double attn = 2.0 * C * C + 2.0 * llama_kv(c) * D * C, w = 0.0, a = 0.0;
+    for (int l = 0; l < c->n_layer; l++) {
+        int moe = zs_model_block_is_moe(c, l);
+        double k = moe ? c->moe_top_k : 1.0;
+        w += attn + k * 3.0 * F * C + (moe ? (double)c->moe_experts * C : 0.0);
+        a += k * F;
+    }
+    *gemm_weights = w;
+    *act_width = c->n_layer > 0 ? a / c->n_layer : 0.0;
+}
+
+/* Element j of entry i of rank tp_rank's shard as an element of the same
+ * entry at tp = 1 (see the file's comment for the split). */
+static size_t llama_tp_global(const zs_model_config *c, int i, size_t j)
+{
+    size_t P = (size_t)llama_tp(c), r = (size_t)(c->tp > 1 ? c->tp_rank : 0);
+    size_t C = (size_t)c->n_embd, D = llama_head_dim(c), V = (size_t)c->vocab;
+    size_t Ql = (size_t)c->n_head / P * D, Fl = (size_t)c->ffn_hidden / P;
+    size_t KV = (size_t)llama_kv(c), KVl = llama_kv_local(c);
+    /* the first key/value head this rank holds */
+    size_t kv0 = KV % P == 0 ? r * KVl : r / (P / KV);
+    if (P == 1)
+        return j;
+    int kind, b = llama_entry_block(c, i, &kind);
+    if (i == 0 || (b < 0 && !c->tie_embeddings && i == llama_block_first(c, c->n_layer) + 1))
+        return r * (V / P) * C + j; /* embedding, lm_head: rows */
+    if (b < 0)
+        return j;
+    switch (kind) {
+    case LK_Q_W: return r * Ql * C + j;
+    case LK_Q_B: return r * Ql + j;
+    case LK_K_W: case LK_V_W: return kv0 * D * C + j;
+    case LK_K_B: case LK_V_B: return kv0 * D + j;
+    case LK_O_W: return (j / Ql) * (Ql * P) + r * Ql + j % Ql;           /* (C, NH*D) */
+    case LK_GATE_W: case LK_UP_W: return r * Fl * C + j;                 /* (F, C) */
+    case LK_DOWN_W: return (j / Fl) * (Fl * P) + r * Fl + j % Fl;        /* (C, F) */
+    default: return j;                                                   /* replicated */
+    }
+}
+
+/* Whether this rank's copy of entry i duplicates a lower TP rank's: the
+ * RMSNorm weights on every rank but 0, replicated key/value heads on every
+ * rank of a copy group but its first. */
+static int llama_tp_replicated(const zs_model_config *c, int i)
+{
+    int P = llama_tp(c), KV = llama_kv(c), kind;
+    if (llama_entry_block(c, i, &kind) < 0)
+        return i == llama_block_first(c, c->n_layer); /* model.norm */
+    if (kind == LK_IN_NORM || kind == LK_POST_NORM)
+        return 1;
+    if (KV % P && (kind == LK_K_W || kind == LK_K_B || kind == LK_V_W || kind == LK_V_B))
+        return c->tp_rank % (P / KV) != 0;
+    return 0;
+}
+
+static void llama_init_range(const zs_model *m, int i, size_t first, size_t n, float *out,
+                             uint64_t seed)
+{
+    const zs_model_config *c = &m->cfg;
+    int kind, in_block = llama_entry_block(c, i, &kind) >= 0;
+    int is_norm = (in_block && (kind == LK_IN_NORM || kind == LK_POST_NORM)) ||
+                  i == llama_block_first(c, c->n_layer);
+    int is_bias = in_block && (kind == LK_Q_B || kind == LK_K_B || kind == LK_V_B);
+    uint64_t base = zs_rng_mix(seed, (uint64_t)i + 1);
+    if (in_block && kind >= LK_X_GATE && c->moe_ep > 1) /* this rank's experts' slice */
+        first += (size_t)c->moe_ep_rank * m->layout.entries[i].numel;
+    for (size_t j = 0; j < n; j++) {
+        size_t g = llama_tp(c) > 1 ? llama_tp_global(c, i, first + j) : first + j;
+        uint64_t st = base + 2 * g * 0x9e3779b97f4a7c15ULL;
+        out[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(0.02 * zs_rng_normal(&st));
+    }
+}
+
+/* ---- activations ------------------------------------------------------------- */
+
+/* The sizes of a block's saved views, in floats, in layout order (the
+ * file's comment); a Mixtral block's expert views follow in moe[6]. */
+enum { LA_LN1, LA_LN1_RSTD, LA_Q, LA_K, LA_V, LA_ATT, LA_ATTY, LA_RES2, LA_LN2, LA_LN2_RSTD,
+       LA_GATE, LA_UP, LA_SWIGLU, LA_RES3, LA_N };
+
+static void llama_block_sizes(const zs_model_config *c, int b, size_t sz[LA_N], size_t moe[6])
+{
+    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)llama_tp(c);
+    size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
+    size_t BT = B * T, BTl = B * zs_decoder_seq_local(c), Fl = (size_t)c->ffn_hidden / P;
+    const size_t s[LA_N] = {BT * C,  BTl,     BT * NHl * D, BT * KVl * D, BT * KVl * D,
+                            B * NHl * T * T,  BT * NHl * D, BTl * C,      BT * C,
+                            BTl,     BT * Fl, BT * Fl,      BT * Fl,      BTl * C};
+    for (int k = 0; k < LA_N; k++)
+        sz[k] = s[k];
+    size_t E = (size_t)c->moe_experts, cap = llama_n_moe(c) ? (size_t)llama_moe_cap(c, b) : 0;
+    size_t F = (size_t)c->ffn_hidden;
+    const size_t m[6] = {BT * E, E * cap * C, E * cap * F, E * cap * F, E * cap * F, E * cap * C};
+    for (int k = 0; k < 6; k++)
+        moe[k] = m[k];
+}
+
+/* Floats of a block slot: kinds bit 1 a dense block's MLP, bit 2 a
+ * Mixtral block's experts. */
+static size_t llama_slot_floats(const zs_model_config *c, int b, int kinds)
+{
+    size_t sz[LA_N], moe[6], f = 0;
+    llama_block_sizes(c, b, sz, moe);
+    for (int k = 0; k < LA_N; k++)
+        if ((kinds & 1) || (k != LA_GATE && k != LA_UP && k != LA_SWIGLU))
+            f += sz[k];
+    for (int k = 0; (kinds & 2) && k < 6; k++)
+        f += moe[k];
+    return f;
+}
+
+/* What slot s must hold (as the GPT's gpt_slot_kinds). */
+static int llama_slot_kinds(const zs_model_config *c, int s)
+{
+    int k = 0;
+    for (int l = s; l < c->n_layer; l += zs_decoder_slots(c))
+        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
+    return k;
+}
+
+/* The kinds of the blocks [b0, b1] together. */
+static int llama_range_kinds(const zs_model_config *c, int b0, int b1)
+{
+    int k = 0;
+    for (int l = b0; l <= b1; l++)
+        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
+    return k;
+}
+
+static size_t llama_head_floats(const zs_model_config *c, int b)
+{
+    size_t BT = (size_t)b * c->seq_len, BTl = (size_t)b * zs_decoder_seq_local(c);
+    return BT * (size_t)c->n_embd + BTl + BT * ((size_t)c->vocab / (size_t)llama_tp(c)) + BT;
+}
+
+static size_t llama_activation_bytes(const zs_model_config *c, int b)
+{
+    size_t BTlC = (size_t)b * zs_decoder_seq_local(c) * (size_t)c->n_embd, f = BTlC;
+    int b0, b1, head;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    if (head)
+        f += llama_head_floats(c, b);
+    if (zs_decoder_pp_ckpt(c)) /* its input and last output; the blocks' are shared */
+        return 4 * (f + BTlC);
+    if (c->pp_on) {
+        for (int l = b0; l <= b1; l++)
+            f += llama_slot_floats(c, b, zs_model_block_is_moe(c, l) ? 2 : 1);
+        return 4 * f;
+    }
+    for (int s = 0; s < zs_decoder_slots(c); s++)
+        f += llama_slot_floats(c, b, llama_slot_kinds(c, s));
+    return 4 * f;
+}
+
+/* A pipeline stage with checkpointing: its working slots, shared by the
+ * micro-batches in flight (each sized for the stage's blocks' kinds). */
+static size_t llama_shared_activation_bytes(const zs_model_config *c, int b)
+{
+    if (!zs_decoder_pp_ckpt(c))
+        return 0;
+    int b0, b1, head, K = zs_decoder_slots(c);
+    zs_decoder_stage(c, &b0, &b1, &head);
+    size_t nw = (size_t)(b1 - b0 + 1 < K ? b1 - b0 + 1 : K);
+    return 4 * nw * llama_slot_floats(c, b, llama_range_kinds(c, b0, b1));
+}
+
+/* The experts' gradients by source (moe_ep_home), and what comes home. */
+static size_t llama_home_floats(const zs_model_config *c)
+{
+    if (c->moe_ep <= 1 || !c->moe_ep_home || llama_n_moe(c) == 0)
+        return 0;
+    size_t n = (size_t)c->moe_experts * 3 * (size_t)c->ffn_hidden * (size_t)c->n_embd;
+    return n + (c->moe_ep_home == ZS_MOE_EP_HOME ? n : 0);
+}
+
+double zs_llama_moe_home_bytes(const zs_model_config *c)
+{
+    if (c->moe_ep <= 1 || c->moe_ep_home != ZS_MOE_EP_HOME || llama_n_moe(c) == 0)
+        return 0.0;
+    double n = (double)c->moe_experts * 3.0 * c->ffn_hidden * c->n_embd;
+    return n * 4.0 * (c->moe_ep - 1.0) / c->moe_ep;
+}
+
+static size_t llama_scratch_bytes(const zs_model_config *c, int b)
+{
+    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)llama_tp(c);
+    size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
+    size_t BT = B * T, Fl = (size_t)c->ffn_hidden / P, V = (size_t)c->vocab;
+    size_t f = 2 * BT * C + 2 * BT * NHl * D + 2 * BT * KVl * D + 3 * BT * Fl +
+               2 * B * NHl * T * T;
+    int b0, b1, head;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    if (head)
+        f += BT * V / P;
+    if (P > 1)
+        f += 3 * BT;
+    if (llama_sp(c))
+        f += 2 * BT * C + B * zs_decoder_seq_local(c) * C;
+    if (llama_n_moe(c) > 0) {
+        size_t E = (size_t)c->moe_experts, cap = (size_t)llama_moe_cap(c, b);
+        size_t F = (size_t)c->ffn_hidden, ecf = E * cap * F;
+        f += 2 * E * cap * C + BT * E + (ecf > BT * F ? 3 * (ecf - BT * F) : 0) +
+             llama_home_floats(c);
+    }
+    return 4 * f;
+}
+
+/* The views the engine reads between units (the stage's input and each
+ * block's output for the pipeline's messages, the input's gradient, the
+ * losses), at the places the closed form lays them out; the forward binds
+ * the other views of the list above. */
+static void llama_bind_acts(zs_acts *a)
+{
+    const zs_model_config *c = &a->m->cfg;
+    int L = c->n_layer, b = a->b, b0, b1, head;
+    size_t BT = (size_t)b * c->seq_len, BTlC = (size_t)b * zs_decoder_seq_local(c) * c->n_embd;
+    float **arr = calloc((size_t)L, sizeof(float *));
+    a->view_arrays = arr;
+    if (!arr)
+        return;
+    a->res3 = arr;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    size_t sz[LA_N], moe[6], res3_at = 0;
+    llama_block_sizes(c, b, sz, moe);
+    for (int k = 0; k < LA_RES3; k++)
+        res3_at += sz[k];
+    float *p = a->saved;
+    a->encoded = p;
+    p += BTlC;
+    if (zs_decoder_pp_ckpt(c)) { /* the last output; the blocks' in the shared slots */
+        int K = zs_decoder_slots(c);
+        float *ck = a->ckpt;
+        a->res3[b1] = p;
+        p += BTlC;
+        for (int l = b0; l < b1; l++)
+            if ((l + 1) % K == 0) {
+                a->res3[l] = ck;
+                ck += BTlC;
+            }
+        for (int l = b0; l < b1; l++)
+            if ((l + 1) % K && a->work) { /* a working slot's output */
+                size_t w = llama_slot_floats(c, b, llama_range_kinds(c, b0, b1));
+                a->res3[l] = a->work + (size_t)((l - b0) % K) * w + res3_at;
+            }
+    } else if (c->pp_on) {
+        for (int l = b0; l <= b1; l++) {
+            int kinds = zs_model_block_is_moe(c, l) ? 2 : 1;
+            a->res3[l] = p + res3_at - (kinds & 1 ? 0 : 3 * sz[LA_GATE]);
+            p += llama_slot_floats(c, b, kinds);
+        }
+    } else {
+        int K = zs_decoder_slots(c);
+        for (int s = 0; s < K; s++) {
+            int kinds = llama_slot_kinds(c, s);
+            for (int l = s; l < L; l += K)
+                a->res3[l] = p + res3_at - (kinds & 1 ? 0 : 3 * sz[LA_GATE]);
+            p += llama_slot_floats(c, b, kinds);
+        }
+    }
+    if (b0 >= 1)
+        a->res3[b0 - 1] = a->encoded;
+    if (head) { /* lnf, lnf_rstd, probs, losses */
+        p += BT * (size_t)c->n_embd + (size_t)b * zs_decoder_seq_local(c);
+        a->probs = p;
+        p += BT * ((size_t)c->vocab / (size_t)llama_tp(c));
+        a->losses = p;
+        a->n_losses = BT;
+    }
+    if (a->scratch)
+        a->s_dres = a->scratch + BT * (size_t)c->n_embd; /* after tmp */
+}
+
+const zs_model_ops zs_llama_ops = {
+    .build_layout = llama_build_layout,
+    .init_range = llama_init_range,
+    .activation_bytes = llama_activation_bytes,
+    .scratch_bytes = llama_scratch_bytes,
+    .checkpoint_bytes = zs_decoder_checkpoint_bytes,
+    .shared_activation_bytes = llama_shared_activation_bytes,
+    .bind_acts = llama_bind_acts,
+    .forward_unit = NULL,  /* not built yet: zs_model_check_runnable refuses real runs */
+    .backward_unit = NULL,
+    .tp_global = llama_tp_global,
+    .tp_replicated = llama_tp_replicated,
+};
