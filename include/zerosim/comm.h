@@ -94,8 +94,9 @@ typedef struct {
 
 /* Initialise MPI (once per process) and return the world communicator.
  * MPI_Init and the set-up collectives here have a deadline: the start-up
- * timeout (zs_comm_set_startup_timeout, default 600 s), which is also the
- * world's collective timeout until zs_comm_set_timeout. Past it, a
+ * timeout (zs_comm_set_startup_timeout, default 600 s; at least 10 s),
+ * which is also the world's collective timeout until zs_comm_set_timeout
+ * (without the 10 s floor). Past it, a
  * watchdog thread prints "zerosim: rank R: stopped during start-up: ..."
  * naming the ranks of this node whose process is stopped or gone, and ends
  * the process (mpirun then stops the others). */
@@ -114,8 +115,8 @@ zs_comm_t zs_comm_self(void);
 zs_comm_t zs_comm_phantom(int size, int rank);
 int zs_comm_is_phantom(zs_comm_t c);
 /* Finalise MPI (and free the communicator). A real world's shutdown (the
- * board's MPI_Win_free, MPI_Finalize) has the collective timeout for a
- * deadline: past it the rank prints "zerosim: rank R: stopped at
+ * board's MPI_Win_free, MPI_Finalize) has the collective timeout (at least
+ * 10 s) for a deadline: past it the rank prints "zerosim: rank R: stopped at
  * shutdown: ..." naming the ranks of its node that are stopped or gone,
  * and exits with status 1. */
 void zs_comm_finalize(zs_comm_t world);

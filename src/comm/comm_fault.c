@@ -178,6 +178,27 @@ static zs_board_slot *zs_board_find(int world_rank)
     return NULL;
 }
 
+/* Another rank of this node that stopped the job: its reason and its rank
+ * (the rank it named in *blamed, when not NULL); one that named a rank
+ * first, any when `any`. 0 when none (l untouched). Async-signal-safe. */
+static int zs_line_stopped_by_other(zs_line *l, int any, int *blamed)
+{
+    for (int pass = 0; pass < (any ? 2 : 1); pass++)
+        for (int i = 0; i < zs_board_n; i++) {
+            const zs_board_slot *q = &zs_board[i];
+            if (q == zs_me || q->state != ZS_STOPPED_JOB || (pass == 0 && q->blamed < 0))
+                continue;
+            if (blamed)
+                *blamed = q->blamed;
+            zs_line_s(l, q->why);
+            zs_line_s(l, " (rank ");
+            zs_line_i(l, q->world_rank);
+            zs_line_s(l, " stopped the job)");
+            return 1;
+        }
+    return 0;
+}
+
 /* Why the job stops, as this rank's signal handler sees it: a rank that
  * stopped the job and said why, else the ranks whose process is gone
  * without a word. Async-signal-safe. */
@@ -192,20 +213,16 @@ static void zs_line_cause(zs_line *l)
                          "was lost: its line or mpirun's message names it)");
         return;
     }
-    for (int i = 0; i < zs_board_n; i++)
-        if (&zs_board[i] != zs_me && zs_board[i].state == ZS_STOPPED_JOB) {
-            if (zs_me && zs_board[i].blamed == zs_me->world_rank) {
-                zs_line_s(l, "this rank did not arrive or finish in time, and rank ");
-                zs_line_i(l, zs_board[i].world_rank);
-                zs_line_s(l, " stopped the job");
-                return;
-            }
-            zs_line_s(l, zs_board[i].why);
-            zs_line_s(l, " (rank ");
+    for (int i = 0; i < zs_board_n; i++) /* a rank that named this one first */
+        if (&zs_board[i] != zs_me && zs_board[i].state == ZS_STOPPED_JOB && zs_me &&
+            zs_board[i].blamed == zs_me->world_rank) {
+            zs_line_s(l, "this rank did not arrive or finish in time, and rank ");
             zs_line_i(l, zs_board[i].world_rank);
-            zs_line_s(l, " stopped the job)");
+            zs_line_s(l, " stopped the job");
             return;
         }
+    if (zs_line_stopped_by_other(l, 1, NULL))
+        return;
     int lost = 0;
     for (int i = 0; i < zs_board_n; i++)
         if (&zs_board[i] != zs_me && zs_board[i].state == ZS_RUNNING &&
@@ -306,7 +323,8 @@ static int zs_line_members(zs_line *l, zs_comm_t c, int counter, long long my_se
     for (int i = 0; i < c->size; i++) {
         int w = c->world_of ? c->world_of[i] : c->ledger == c ? i : -1;
         const zs_board_slot *q = i == c->rank ? NULL : zs_board_find(w);
-        if (!q || (q->seq[counter] >= my_seq) != entered)
+        if (!q || (q->seq[counter] >= my_seq) != entered || q->state == ZS_STOPPED_JOB ||
+            q->state == ZS_SIGNALLED) /* one that gave up, or mpirun ended: not stuck */
             continue;
         char st = zs_proc_state(q->pid);
         if (entered && !zs_slot_stuck(q, st))
@@ -379,6 +397,10 @@ static void zs_comm_timed_out_after(zs_comm_t c, int counter, const char *what, 
             l.p[mark] = '\0';
         }
     }
+    if (blamed < 0) { /* another rank gave up first and named one: say that */
+        zs_line named = {why, sizeof why, 0};
+        zs_line_stopped_by_other(&named, 0, &blamed);
+    }
     zs_comm_stop_job(why, blamed);
 }
 
@@ -393,7 +415,8 @@ void zs_comm_timed_out(zs_comm_t c, int counter, const char *what, long long my_
  * R:coll:K at its K-th collective of the run; R:startup before MPI_Init;
  * R:init after MPI_Init, before zs_comm_init's first collective;
  * R:shutdown as zs_comm_finalize begins. The stalled rank says so on
- * stderr, with its pid, and sleeps until a signal ends it. */
+ * stderr, with its pid, stops itself (SIGSTOP) and, once continued, sleeps
+ * until a signal ends it. */
 void zs_comm_stall_parse(zs_comm_t w)
 {
     const char *s = getenv("ZEROSIM_TEST_STALL_AT");
@@ -421,7 +444,8 @@ static void zs_comm_stall_forever(int rank, const char *where)
     fprintf(stderr, "zerosim: test hook: rank %d (pid %ld) stalls %s\n", rank, (long)getpid(),
             where);
     fflush(stderr);
-    for (;;)
+    raise(SIGSTOP); /* stopped from here on, as a SIGSTOP from outside would */
+    for (;;)        /* continued (SIGCONT before mpirun's SIGTERM): wait for it */
         pause();
 }
 
@@ -514,6 +538,11 @@ static long long zs_wd_seq;
 static const char *zs_wd_what;
 static int zs_wd_running;
 static double zs_startup_timeout_s = 600.0; /* zs_comm_set_startup_timeout */
+/* Start-up and shutdown wait at least this long, whatever the collective
+ * timeout: MPI_Init alone took over 2 s on a loaded 2-core machine, with
+ * no rank missing. max(T, 10) <= T + 10 keeps every rank's exit within the
+ * timeout plus 10 s. */
+#define ZS_EDGE_MIN_S 10.0
 
 static long long zs_now_ns(void)
 {
@@ -538,27 +567,35 @@ static int zs_env_rank(void)
 }
 
 /* The world rank of process pid, from the launcher's variable in its
- * environment (/proc/PID/environ), else -1. */
+ * environment (/proc/PID/environ, read whole up to 1 MiB), else -1. */
 static int zs_proc_rank(int pid)
 {
-    char path[40], buf[16384];
+    char path[40];
     snprintf(path, sizeof path, "/proc/%d/environ", pid);
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t got = 1;
+    while (buf && n < cap && (got = read(fd, buf + n, cap - n)) > 0)
+        n += (size_t)got;
     close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
+    int rank = -1;
     const char *key = "OMPI_COMM_WORLD_RANK=";
-    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
-        if (!strncmp(buf + i, key, strlen(key))) {
-            char *end;
-            long r = strtol(buf + i + strlen(key), &end, 10);
-            return *end == '\0' && r >= 0 && r < INT_MAX ? (int)r : -1;
-        }
-    return -1;
+    size_t kn = strlen(key);
+    if (buf) {
+        buf[n] = '\0';
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+            if (!strncmp(buf + i, key, kn)) {
+                char *end;
+                long r = strtol(buf + i + kn, &end, 10);
+                rank = *end == '\0' && r >= 0 && r < INT_MAX ? (int)r : -1;
+                break;
+            }
+    }
+    free(buf);
+    return rank;
 }
 
 /* Before the board (start-up): the ranks launched beside this one (the same
@@ -610,7 +647,12 @@ static void zs_comm_edge_timed_out(int edge, double limit_s)
         zs_line_s(&l, "the other ranks (stopped? on another node?) did not finish ");
     }
     zs_line_s(&l, what);
-    zs_line_timeout(&l, limit_s);
+    char t[32];
+    snprintf(t, sizeof t, "%g", limit_s);
+    zs_line_s(&l, " within ");
+    zs_line_s(&l, t);
+    zs_line_s(&l, " s (the collective timeout, at least 10 s at start-up and shutdown; hung or "
+                  "stopped? --collective-timeout S waits longer)");
     zs_comm_stop_job(why, blamed);
 }
 
@@ -692,7 +734,8 @@ void zs_comm_set_startup_timeout(double seconds)
 double zs_comm_startup_timeout(void) { return zs_startup_timeout_s; }
 
 /* Before MPI_Init: the test hook's R:startup, then the watchdog armed for
- * start-up (ended by zs_comm_edge_end). */
+ * start-up, the start-up timeout but at least ZS_EDGE_MIN_S (ended by
+ * zs_comm_edge_end). */
 void zs_comm_startup_begin(void)
 {
     int rank = zs_env_rank();
@@ -700,7 +743,7 @@ void zs_comm_startup_begin(void)
     zs_comm_stall_at_point("startup", "before MPI_Init", rank);
     zs_watchdog_start();
     if (zs_wd_running)
-        zs_guard_edge(ZS_EDGE_STARTUP, zs_startup_timeout_s);
+        zs_guard_edge(ZS_EDGE_STARTUP, fmax(zs_startup_timeout_s, ZS_EDGE_MIN_S));
 }
 
 /* After MPI_Init, before zs_comm_init's first collective: the hook's R:init. */
@@ -718,7 +761,8 @@ void zs_comm_edge_end(void)
 }
 
 /* As zs_comm_finalize begins: the hook's R:shutdown, then the watchdog armed
- * for shutdown with the collective timeout (until zs_comm_edge_end). */
+ * for shutdown with the collective timeout, at least ZS_EDGE_MIN_S (until
+ * zs_comm_edge_end). */
 void zs_comm_shutdown_begin(zs_comm_t w)
 {
     int n = 0, *rank = malloc((size_t)zs_board_n * sizeof *rank),
@@ -734,7 +778,7 @@ void zs_comm_shutdown_begin(zs_comm_t w)
     zs_edge = ZS_EDGE_SHUTDOWN;
     zs_comm_stall_at_point("shutdown", "at shutdown", w->rank);
     if (zs_wd_running)
-        zs_guard_edge(ZS_EDGE_SHUTDOWN, w->timeout_s);
+        zs_guard_edge(ZS_EDGE_SHUTDOWN, fmax(w->timeout_s, ZS_EDGE_MIN_S));
 }
 
 /* 1 when the watchdog runs: blocking calls may then use zs_guard_begin. */
