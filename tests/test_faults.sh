@@ -7,7 +7,7 @@
 # step, and no report or CSV file (nor a temporary one) is left behind.
 #
 # Hidden test hook (src/comm/comm.c, src/report/report.c):
-#   ZEROSIM_TEST_STALL_AT=R:step:S  world rank R stalls (sleeps) at its first
+#   ZEROSIM_TEST_STALL_AT=R:step:S  world rank R stalls (stops) at its first
 #                                   collective of step S, before arriving;
 #   ZEROSIM_TEST_STALL_AT=R:coll:K  ... at its K-th collective of the run;
 #   ZEROSIM_TEST_STALL_AT=report    the report writer stalls once a file's

@@ -92,8 +92,18 @@ typedef struct {
     double start;        /* when it began, on zs_clock()'s clock */
 } zs_comm_record;
 
-/* Initialise MPI (once per process) and return the world communicator. */
+/* Initialise MPI (once per process) and return the world communicator.
+ * MPI_Init and the set-up collectives here have a deadline: the start-up
+ * timeout (zs_comm_set_startup_timeout, default 600 s; at least 10 s),
+ * which is also the world's collective timeout until zs_comm_set_timeout
+ * (without the 10 s floor). Past it, a
+ * watchdog thread prints "zerosim: rank R: stopped during start-up: ..."
+ * naming the ranks of this node whose process is stopped or gone, and ends
+ * the process (mpirun then stops the others). */
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world);
+/* Set before zs_comm_init (from the command line: MPI is not yet there to
+ * read a configuration); seconds > 0, others ignored. */
+void zs_comm_set_startup_timeout(double seconds);
 /* A communicator of one rank that never calls MPI (library use, tests). */
 zs_comm_t zs_comm_self(void);
 /* A simulated rank `rank` of `size` for phantom runs: every call is
@@ -104,7 +114,11 @@ zs_comm_t zs_comm_self(void);
  * bad arguments or no memory. */
 zs_comm_t zs_comm_phantom(int size, int rank);
 int zs_comm_is_phantom(zs_comm_t c);
-/* Finalise MPI (and free the communicator). */
+/* Finalise MPI (and free the communicator). A real world's shutdown (the
+ * board's MPI_Win_free, MPI_Finalize) has the collective timeout (at least
+ * 10 s) for a deadline: past it the rank prints "zerosim: rank R: stopped at
+ * shutdown: ..." naming the ranks of its node that are stopped or gone,
+ * and exits with status 1. */
 void zs_comm_finalize(zs_comm_t world);
 /* Terminate every rank of the job with this exit code, after one line on
  * stderr: "zerosim: rank R: stopped at step S (phase): " and the last error

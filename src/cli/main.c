@@ -307,6 +307,28 @@ static int zs_train_finish(const zs_run_config *cfg, const zs_train_options *o, 
     return 0;
 }
 
+/* --collective-timeout S (or =S) as given, before MPI and the options are
+ * parsed: start-up's deadline (zs_comm_set_startup_timeout). 0 when absent
+ * or not a number in the option's range (the parser then refuses it). */
+static double zs_early_collective_timeout(int argc, char **argv)
+{
+    const char *name = "--collective-timeout";
+    size_t n = strlen(name);
+    double t = 0.0;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], name) && i + 1 < argc)
+            v = argv[++i];
+        else if (!strncmp(argv[i], name, n) && argv[i][n] == '=')
+            v = argv[i] + n + 1;
+        char *end;
+        double f = v ? strtod(v, &end) : 0.0;
+        if (v && *v && !*end && f >= 1e-3 && f <= 1e9)
+            t = f;
+    }
+    return t;
+}
+
 /* The communicator: MPI's, or this process alone for a phantom run (or
  * --print-program); NULL after one line on stderr. */
 static zs_comm_t zs_train_open_comm(int phantom)
@@ -328,6 +350,7 @@ static zs_comm_t zs_train_open_comm(int phantom)
 static int zs_cmd_train(int argc, char **argv)
 {
     int phantom = zs_wants_phantom(argc, argv);
+    zs_comm_set_startup_timeout(zs_early_collective_timeout(argc, argv));
     zs_comm_t comm = zs_train_open_comm(phantom);
     if (!comm)
         return 1;
@@ -345,8 +368,11 @@ static int zs_cmd_train(int argc, char **argv)
                             &phantom_world, &print_program);
     if (phantom_world)
         world = phantom_world;
+    if (!rc) /* every wait from here on: the configured collective timeout */
+        zs_comm_set_timeout(comm, cfg.collective_timeout);
     int setup_failed = 0; /* some checks run on rank 0 only: agree */
-    if (!phantom && world > 1 && zs_comm_agree(comm, rc > 0, 60.0, &setup_failed))
+    if (!phantom && world > 1 &&
+        zs_comm_agree(comm, rc > 0, zs_comm_timeout(comm), &setup_failed))
         zs_comm_abort(comm, 1);
     if (!rc && setup_failed)
         rc = 1;
@@ -371,7 +397,7 @@ static int zs_cmd_train(int argc, char **argv)
     }
     /* the report's outcome decides every rank's exit code */
     int any = 0;
-    if (zs_comm_agree(comm, rc != 0, 60.0, &any))
+    if (zs_comm_agree(comm, rc != 0, zs_comm_timeout(comm), &any))
         zs_comm_abort(comm, 1);
     zs_train_result_free(&r);
     zs_comm_finalize(comm);

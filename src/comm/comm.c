@@ -141,22 +141,17 @@ static int zs_comm_nodes_from_mpi(zs_comm_t c)
     return 0;
 }
 
-int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
+/* The world after MPI_Init: its communicators, the node map, the board.
+ * Every call here waits for every rank (under the start-up watchdog). */
+static int zs_comm_world_open(zs_comm_t c)
 {
-    *world = NULL;
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS)
-        ZS_FAIL("MPI_Init failed: check the Open MPI installation (package openmpi-bin)");
-    zs_comm_t c = calloc(1, sizeof *c);
-    if (!c)
-        ZS_FAIL("out of host memory creating the communicator");
     c->ledger = c;
     c->comm = MPI_COMM_WORLD;
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
-    MPI_Comm_dup(c->comm, &c->agree_comm);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
+    zs_comm_startup_mpi(c->rank);
+    MPI_Comm_dup(c->comm, &c->agree_comm);
     c->node = MPI_COMM_NULL;
     if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->node) ==
         MPI_SUCCESS)
@@ -164,10 +159,31 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
     else
         c->node = MPI_COMM_NULL;
     ZS_TRY(zs_comm_nodes_from_mpi(c));
-    c->timeout_s = 600.0;
+    c->timeout_s = zs_comm_startup_timeout();
     c->counter = ZS_BOARD_WORLD;
     zs_comm_stall_parse(c);
     zs_board_open(c);
+    return 0;
+}
+
+int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
+{
+    *world = NULL;
+    int inited = 0;
+    zs_comm_startup_begin(); /* a deadline for MPI_Init and the set-up below */
+    MPI_Initialized(&inited);
+    if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS) {
+        zs_comm_edge_end();
+        ZS_FAIL("MPI_Init failed: check the Open MPI installation (package openmpi-bin)");
+    }
+    zs_comm_t c = calloc(1, sizeof *c);
+    int rc = c ? zs_comm_world_open(c) : zs_error_set("out of host memory creating the "
+                                                          "communicator");
+    zs_comm_edge_end();
+    if (rc) {
+        free(c);
+        return rc;
+    }
     const char *rs = getenv("ZEROSIM_REDUCE_SCATTER");
     c->force_mpi_rs = rs && strcmp(rs, "mpi") == 0;
     MPI_Op_create(zs_sum_bf16, 1, &c->op_sum_bf16);
@@ -195,6 +211,7 @@ void zs_comm_finalize(zs_comm_t c)
         return;
     }
     if (c) {
+        zs_comm_shutdown_begin(c); /* a deadline for the calls below */
         zs_board_close(c);
         if (c->node != MPI_COMM_NULL)
             MPI_Comm_free(&c->node);
@@ -211,6 +228,7 @@ void zs_comm_finalize(zs_comm_t c)
     MPI_Finalized(&fin);
     if (!fin)
         MPI_Finalize();
+    zs_comm_edge_end(); /* shutdown is over: the watchdog disarmed */
 }
 
 zs_comm_t zs_comm_self(void)

@@ -1,12 +1,13 @@
 /* zerosim — faults: the board of this node's ranks in shared memory, the
- * collective timeout (zs_comm_finish), the watchdog of blocking calls, the
- * SIGTERM handler, the test hook that stalls a rank, and the agreement on
- * whether a rank failed. */
+ * collective timeout (zs_comm_finish), the watchdog of blocking calls and
+ * of start-up and shutdown, the SIGTERM handler, the test hook that stalls
+ * a rank, and the agreement on whether a rank failed. */
 #include "comm_impl.h"
 #include "zerosim/backend.h"
 #include "zerosim/comm.h"
 #include "zerosim/error.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -48,8 +49,14 @@ static zs_board_slot *zs_board;  /* the slots of this node's ranks */
 static int zs_board_n;
 static zs_board_slot zs_board_solo; /* no shared window: this rank alone */
 static zs_board_slot *zs_me;     /* this rank's slot; NULL before zs_comm_init */
+/* At shutdown (the board about to go): this node's other ranks, their pids */
+static int *zs_last_rank, *zs_last_pid, zs_last_n;
 static volatile sig_atomic_t zs_said; /* this rank has printed its line */
 static _Thread_local int zs_in_watchdog; /* this thread is the watchdog (no MPI) */
+/* Where this rank is outside the step loop: start-up (MPI_Init and
+ * zs_comm_init's collectives) or shutdown (zs_comm_finalize); 0 between. */
+enum { ZS_EDGE_NONE = 0, ZS_EDGE_STARTUP, ZS_EDGE_SHUTDOWN };
+static volatile sig_atomic_t zs_edge;
 
 /* A line built with nothing but stores, so that a signal handler can build
  * it too (no stdio there). */
@@ -81,7 +88,11 @@ static void zs_line_i(zs_line *l, long long v)
 /* "at step S (phase)", as the progress lines count steps (from 1). */
 static void zs_line_where(zs_line *l, int step, int phase)
 {
-    if (phase == ZS_PHASE_REPORT) {
+    if (zs_edge == ZS_EDGE_STARTUP) {
+        zs_line_s(l, "during start-up");
+    } else if (zs_edge == ZS_EDGE_SHUTDOWN) {
+        zs_line_s(l, "at shutdown");
+    } else if (phase == ZS_PHASE_REPORT) {
         zs_line_s(l, "after the last step (gathering results)");
     } else if (step < 0 || phase == ZS_PHASE_SETUP) {
         zs_line_s(l, "during setup");
@@ -96,9 +107,12 @@ static void zs_line_where(zs_line *l, int step, int phase)
 }
 
 /* A process's state: 'D' gone (or a zombie), 'T' stopped, 'R' alive, '?'
- * unknown. Async-signal-safe. */
-static char zs_proc_state(int pid)
+ * unknown; and its parent's pid in *ppid when ppid is not NULL (0 when
+ * unknown). Async-signal-safe. */
+static char zs_proc_stat(int pid, int *ppid)
 {
+    if (ppid)
+        *ppid = 0;
     if (pid <= 0)
         return '?';
     if (kill(pid, 0) != 0 && errno == ESRCH)
@@ -116,17 +130,44 @@ static char zs_proc_state(int pid)
     if (n <= 0)
         return '?';
     buf[n] = '\0';
-    const char *p = NULL; /* the state follows the last ") " */
+    const char *p = NULL; /* the state follows the last ") ", then the ppid */
     for (ssize_t i = 0; i + 2 < n; i++)
         if (buf[i] == ')' && buf[i + 1] == ' ')
             p = buf + i + 2;
     if (!p)
         return '?';
+    if (ppid && p[1] == ' ')
+        for (const char *q = p + 2; *q >= '0' && *q <= '9'; q++)
+            *ppid = *ppid * 10 + (*q - '0');
     if (*p == 'Z' || *p == 'X')
         return 'D';
     if (*p == 'T' || *p == 't')
         return 'T';
     return 'R';
+}
+
+static char zs_proc_state(int pid) { return zs_proc_stat(pid, NULL); }
+
+/* ", rank R (process stopped)" or "rank R" for the n-th rank named. */
+static void zs_line_rank(zs_line *l, int n, int world_rank, char st)
+{
+    zs_line_s(l, n ? ", rank " : "rank ");
+    zs_line_i(l, world_rank);
+    zs_line_s(l, st == 'T' ? " (process stopped)" : st == 'D' ? " (process gone)" : "");
+}
+
+/* At shutdown: the ranks of this node (as the board last had them) whose
+ * process is stopped. Async-signal-safe. */
+static int zs_line_stopped_last(zs_line *l, int *blamed)
+{
+    int named = 0;
+    for (int i = 0; i < zs_last_n; i++)
+        if (zs_proc_state(zs_last_pid[i]) == 'T') {
+            if (*blamed < 0)
+                *blamed = zs_last_rank[i];
+            zs_line_rank(l, named++, zs_last_rank[i], 'T');
+        }
+    return named;
 }
 
 static zs_board_slot *zs_board_find(int world_rank)
@@ -137,25 +178,51 @@ static zs_board_slot *zs_board_find(int world_rank)
     return NULL;
 }
 
+/* Another rank of this node that stopped the job: its reason and its rank
+ * (the rank it named in *blamed, when not NULL); one that named a rank
+ * first, any when `any`. 0 when none (l untouched). Async-signal-safe. */
+static int zs_line_stopped_by_other(zs_line *l, int any, int *blamed)
+{
+    for (int pass = 0; pass < (any ? 2 : 1); pass++)
+        for (int i = 0; i < zs_board_n; i++) {
+            const zs_board_slot *q = &zs_board[i];
+            if (q == zs_me || q->state != ZS_STOPPED_JOB || (pass == 0 && q->blamed < 0))
+                continue;
+            if (blamed)
+                *blamed = q->blamed;
+            zs_line_s(l, q->why);
+            zs_line_s(l, " (rank ");
+            zs_line_i(l, q->world_rank);
+            zs_line_s(l, " stopped the job)");
+            return 1;
+        }
+    return 0;
+}
+
 /* Why the job stops, as this rank's signal handler sees it: a rank that
  * stopped the job and said why, else the ranks whose process is gone
  * without a word. Async-signal-safe. */
 static void zs_line_cause(zs_line *l)
 {
-    for (int i = 0; i < zs_board_n; i++)
-        if (&zs_board[i] != zs_me && zs_board[i].state == ZS_STOPPED_JOB) {
-            if (zs_me && zs_board[i].blamed == zs_me->world_rank) {
-                zs_line_s(l, "this rank did not arrive in time, and rank ");
-                zs_line_i(l, zs_board[i].world_rank);
-                zs_line_s(l, " stopped the job");
-                return;
-            }
-            zs_line_s(l, zs_board[i].why);
-            zs_line_s(l, " (rank ");
+    if (zs_edge == ZS_EDGE_SHUTDOWN) { /* the board may be gone */
+        int blamed = -1;
+        if (zs_line_stopped_last(l, &blamed))
+            zs_line_s(l, " did not finish shutdown in time, and mpirun stopped the job");
+        else
+            zs_line_s(l, "mpirun stopped the job (a rank did not finish shutdown in time, or "
+                         "was lost: its line or mpirun's message names it)");
+        return;
+    }
+    for (int i = 0; i < zs_board_n; i++) /* a rank that named this one first */
+        if (&zs_board[i] != zs_me && zs_board[i].state == ZS_STOPPED_JOB && zs_me &&
+            zs_board[i].blamed == zs_me->world_rank) {
+            zs_line_s(l, "this rank did not arrive or finish in time, and rank ");
             zs_line_i(l, zs_board[i].world_rank);
-            zs_line_s(l, " stopped the job)");
+            zs_line_s(l, " stopped the job");
             return;
         }
+    if (zs_line_stopped_by_other(l, 1, NULL))
+        return;
     int lost = 0;
     for (int i = 0; i < zs_board_n; i++)
         if (&zs_board[i] != zs_me && zs_board[i].state == ZS_RUNNING &&
@@ -229,52 +296,127 @@ void zs_comm_stop(zs_comm_t c, const char *why)
     zs_comm_stop_job(why, -1);
 }
 
-/* Past the deadline in a collective on c: name the ranks of c that did not
- * enter it (from the board), and stop the job. */
-void zs_comm_timed_out(zs_comm_t c, int counter, const char *what, long long my_seq)
+static void zs_line_timeout(zs_line *l, double limit_s)
 {
-    char why[256];
-    zs_line l = {why, sizeof why, 0};
-    int absent = 0, unknown = 0, blamed = -1;
+    char t[32];
+    snprintf(t, sizeof t, "%g", limit_s);
+    zs_line_s(l, " within the collective timeout of ");
+    zs_line_s(l, t);
+    zs_line_s(l, " s (hung or stopped? --collective-timeout S waits longer)");
+}
+
+/* A rank that holds the others: its process stopped, or gone without a word
+ * (not one that stopped the job, or that mpirun stopped, itself). */
+static int zs_slot_stuck(const zs_board_slot *q, char st)
+{
+    return st == 'T' || (st == 'D' && q->state == ZS_RUNNING);
+}
+
+/* The ranks of c on the board that are behind this rank's count my_seq
+ * (when `entered` is 0: they did not enter the collective), or that entered
+ * it and whose process is stopped or gone (`entered` 1: they cannot finish
+ * it). Returns how many were named; *blamed is the first. */
+static int zs_line_members(zs_line *l, zs_comm_t c, int counter, long long my_seq, int entered,
+                           int *blamed)
+{
+    int named = 0;
     for (int i = 0; i < c->size; i++) {
         int w = c->world_of ? c->world_of[i] : c->ledger == c ? i : -1;
-        if (i == c->rank)
-            continue;
-        const zs_board_slot *q = zs_board_find(w);
-        if (!q) {
-            unknown++;
-            continue;
-        }
-        if (q->seq[counter] >= my_seq)
+        const zs_board_slot *q = i == c->rank ? NULL : zs_board_find(w);
+        if (!q || (q->seq[counter] >= my_seq) != entered || q->state == ZS_STOPPED_JOB ||
+            q->state == ZS_SIGNALLED) /* one that gave up, or mpirun ended: not stuck */
             continue;
         char st = zs_proc_state(q->pid);
-        if (blamed < 0)
-            blamed = w;
-        zs_line_s(&l, absent++ ? ", rank " : "rank ");
-        zs_line_i(&l, w);
-        zs_line_s(&l, st == 'T' ? " (process stopped)" : st == 'D' ? " (process gone)" : "");
+        if (entered && !zs_slot_stuck(q, st))
+            continue;
+        if (*blamed < 0)
+            *blamed = w;
+        zs_line_rank(l, named++, w, st);
     }
+    return named;
+}
+
+/* The ranks on this node's board whose process is stopped or gone. */
+static int zs_line_board_stuck(zs_line *l, int *blamed)
+{
+    int named = 0;
+    for (int i = 0; i < zs_board_n; i++) {
+        char st = &zs_board[i] == zs_me ? 'R' : zs_proc_state(zs_board[i].pid);
+        if (!zs_slot_stuck(&zs_board[i], st))
+            continue;
+        if (*blamed < 0)
+            *blamed = zs_board[i].world_rank;
+        zs_line_rank(l, named++, zs_board[i].world_rank, st);
+    }
+    return named;
+}
+
+/* Past limit_s in a collective on c: name the ranks of c that did not enter
+ * it and those that entered it but stopped (from the board), else any rank
+ * of this node whose process stopped, and stop the job. */
+static void zs_comm_timed_out_after(zs_comm_t c, int counter, const char *what, long long my_seq,
+                                    double limit_s) __attribute__((noreturn));
+static void zs_comm_timed_out_after(zs_comm_t c, int counter, const char *what, long long my_seq,
+                                    double limit_s)
+{
+    char why[512];
+    zs_line l = {why, sizeof why, 0};
+    int blamed = -1, unknown = 0;
+    for (int i = 0; i < c->size; i++)
+        if (i != c->rank && !zs_board_find(c->world_of ? c->world_of[i]
+                                           : c->ledger == c ? i : -1))
+            unknown++;
+    int absent = zs_line_members(&l, c, counter, my_seq, 0, &blamed);
+    if (absent) {
+        zs_line_s(&l, " did not arrive at the ");
+        zs_line_s(&l, what);
+    }
+    size_t mark = l.len;
     if (absent)
-        zs_line_s(&l, absent > 1 ? " did not arrive" : " did not arrive");
-    else if (unknown)
-        zs_line_s(&l, "a rank on another node did not arrive");
-    else
-        zs_line_s(&l, "the other ranks did not finish");
-    zs_line_s(&l, " at the ");
-    zs_line_s(&l, what);
-    zs_line_s(&l, " within the collective timeout of ");
-    char t[32];
-    snprintf(t, sizeof t, "%g", c->ledger->timeout_s);
-    zs_line_s(&l, t);
-    zs_line_s(&l, " s (hung or stopped? --collective-timeout S waits longer)");
+        zs_line_s(&l, ", and ");
+    int stuck = zs_line_members(&l, c, counter, my_seq, 1, &blamed);
+    if (stuck) {
+        zs_line_s(&l, absent ? " did not finish it" : " did not finish the ");
+        if (!absent)
+            zs_line_s(&l, what);
+    } else {
+        l.len = mark;
+        l.p[mark] = '\0';
+    }
+    if (!absent && !stuck) {
+        zs_line_s(&l, unknown ? "a rank on another node did not arrive at the "
+                              : "the other ranks did not finish the ");
+        zs_line_s(&l, what);
+    }
+    zs_line_timeout(&l, limit_s);
+    if (!absent && !stuck) { /* held up by a rank of another group? */
+        mark = l.len;
+        zs_line_s(&l, "; stopped on this node: ");
+        if (!zs_line_board_stuck(&l, &blamed)) {
+            l.len = mark;
+            l.p[mark] = '\0';
+        }
+    }
+    if (blamed < 0) { /* another rank gave up first and named one: say that */
+        zs_line named = {why, sizeof why, 0};
+        zs_line_stopped_by_other(&named, 0, &blamed);
+    }
     zs_comm_stop_job(why, blamed);
 }
 
-/* Test hook (tests/test_faults.sh): ZEROSIM_TEST_STALL_AT=R:step:S makes
- * world rank R stall at its first collective of step S (counted from 1, as
- * the progress lines count); R:coll:K at its K-th collective of the run.
- * The stalled rank says so on stderr, with its pid, and sleeps until a
- * signal ends it. */
+void zs_comm_timed_out(zs_comm_t c, int counter, const char *what, long long my_seq)
+{
+    zs_comm_timed_out_after(c, counter, what, my_seq, c->ledger->timeout_s);
+}
+
+/* Test hook (tests/test_faults.sh, tests/test_stuck_ranks.sh):
+ * ZEROSIM_TEST_STALL_AT=R:step:S makes world rank R stall at its first
+ * collective of step S (counted from 1, as the progress lines count);
+ * R:coll:K at its K-th collective of the run; R:startup before MPI_Init;
+ * R:init after MPI_Init, before zs_comm_init's first collective;
+ * R:shutdown as zs_comm_finalize begins. The stalled rank says so on
+ * stderr, with its pid, stops itself (SIGSTOP) and, once continued, sleeps
+ * until a signal ends it. */
 void zs_comm_stall_parse(zs_comm_t w)
 {
     const char *s = getenv("ZEROSIM_TEST_STALL_AT");
@@ -294,13 +436,36 @@ void zs_comm_stall_parse(zs_comm_t w)
     }
 }
 
+static void zs_guard_off(void);
+
+static void zs_comm_stall_forever(int rank, const char *where)
+{
+    zs_guard_off(); /* a stalled rank models one that does not run: it blames no one */
+    fprintf(stderr, "zerosim: test hook: rank %d (pid %ld) stalls %s\n", rank, (long)getpid(),
+            where);
+    fflush(stderr);
+    raise(SIGSTOP); /* stopped from here on, as a SIGSTOP from outside would */
+    for (;;)        /* continued (SIGCONT before mpirun's SIGTERM): wait for it */
+        pause();
+}
+
 static void zs_comm_stall(zs_comm_t w)
 {
-    fprintf(stderr, "zerosim: test hook: rank %d (pid %ld) stalls at step %d, collective %lld\n",
-            w->rank, (long)getpid(), w->step + 1, w->ncoll);
-    fflush(stderr);
-    for (;;)
-        pause();
+    char where[64];
+    snprintf(where, sizeof where, "at step %d, collective %lld", w->step + 1, w->ncoll);
+    zs_comm_stall_forever(w->rank, where);
+}
+
+/* The hook's R:point forms (startup, init, shutdown) for world rank `rank`;
+ * `label` says where on the hook's line. */
+static void zs_comm_stall_at_point(const char *point, const char *label, int rank)
+{
+    const char *s = getenv("ZEROSIM_TEST_STALL_AT");
+    int r = -1, used = 0;
+    char kind[16] = "";
+    if (s && sscanf(s, "%d:%15[a-z]%n", &r, kind, &used) == 2 && s[used] == '\0' &&
+        r == rank && rank >= 0 && !strcmp(kind, point))
+        zs_comm_stall_forever(rank, label);
 }
 
 /* Every exchange with other ranks starts here: count it (on the board, for
@@ -320,26 +485,42 @@ long long zs_comm_enter(zs_comm_t c)
     return seq;
 }
 
+/* A wait's deadline, limit_s from now, not counting the time this process
+ * was stopped: a gap of over a second between two readings (made every few
+ * microseconds while polling) is time stopped (SIGSTOP), not the others'
+ * delay, and moves the deadline; a rank continued by mpirun's SIGCONT then
+ * blames no one before its SIGTERM comes. */
+void zs_deadline_start(zs_deadline *d, double limit_s)
+{
+    d->start = d->last = MPI_Wtime();
+    d->limit_s = limit_s;
+}
+
+int zs_deadline_passed(zs_deadline *d)
+{
+    double t = MPI_Wtime();
+    if (t - d->last > 1.0)
+        d->start += t - d->last;
+    d->last = t;
+    return t - d->start > d->limit_s;
+}
+
 /* Wait for n requests, polling, at most the collective timeout; past it,
  * stop the job (zs_comm_timed_out). seq is zs_comm_enter's count. The clock
  * is read every 64 polls: MPI_Testall drives progress as MPI_Waitall would. */
 int zs_comm_finish(zs_comm_t c, int n, MPI_Request *req, long long seq, const char *what)
 {
     int done = 0;
-    double t0 = 0.0, limit = c->ledger->timeout_s;
-    for (unsigned long i = 0;; i++) {
+    zs_deadline d;
+    zs_deadline_start(&d, c->ledger->timeout_s);
+    for (unsigned long i = 1;; i++) {
         int rc = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS)
             return zs_mpi_fail(rc, what);
         if (done)
             return 0;
-        if ((i & 63) == 0) {
-            double t = MPI_Wtime();
-            if (i == 0)
-                t0 = t;
-            else if (t - t0 > limit)
-                zs_comm_timed_out(c, c->counter, what, seq);
-        }
+        if ((i & 63) == 0 && zs_deadline_passed(&d))
+            zs_comm_timed_out(c, c->counter, what, seq);
     }
 }
 
@@ -350,16 +531,129 @@ int zs_comm_finish(zs_comm_t c, int n, MPI_Request *req, long long seq, const ch
  * call, and past the timeout the watchdog prints the line and exits the
  * process, and mpirun stops the others. */
 static _Atomic long long zs_wd_armed_ns; /* start of the guarded call; 0: none */
+static _Atomic int zs_wd_edge;           /* ZS_EDGE_*: what is guarded (none: a call) */
+static double zs_wd_edge_limit_s;        /* start-up's or shutdown's deadline */
 static zs_comm_t zs_wd_comm;
 static long long zs_wd_seq;
 static const char *zs_wd_what;
 static int zs_wd_running;
+static double zs_startup_timeout_s = 600.0; /* zs_comm_set_startup_timeout */
+/* Start-up and shutdown wait at least this long, whatever the collective
+ * timeout: MPI_Init alone took over 2 s on a loaded 2-core machine, with
+ * no rank missing. max(T, 10) <= T + 10 keeps every rank's exit within the
+ * timeout plus 10 s. */
+#define ZS_EDGE_MIN_S 10.0
 
 static long long zs_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* This process's world rank before MPI knows it: the launcher's variable
+ * (Open MPI, PMIx), else -1. */
+static int zs_env_rank(void)
+{
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *v = getenv(names[i]);
+        char *end;
+        long r = v ? strtol(v, &end, 10) : -1;
+        if (v && *v && !*end && r >= 0 && r < INT_MAX)
+            return (int)r;
+    }
+    return -1;
+}
+
+/* The world rank of process pid, from the launcher's variable in its
+ * environment (/proc/PID/environ, read whole up to 1 MiB), else -1. */
+static int zs_proc_rank(int pid)
+{
+    char path[40];
+    snprintf(path, sizeof path, "/proc/%d/environ", pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t got = 1;
+    while (buf && n < cap && (got = read(fd, buf + n, cap - n)) > 0)
+        n += (size_t)got;
+    close(fd);
+    int rank = -1;
+    const char *key = "OMPI_COMM_WORLD_RANK=";
+    size_t kn = strlen(key);
+    if (buf) {
+        buf[n] = '\0';
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+            if (!strncmp(buf + i, key, kn)) {
+                char *end;
+                long r = strtol(buf + i + kn, &end, 10);
+                rank = *end == '\0' && r >= 0 && r < INT_MAX ? (int)r : -1;
+                break;
+            }
+    }
+    free(buf);
+    return rank;
+}
+
+/* Before the board (start-up): the ranks launched beside this one (the same
+ * parent process, a world rank in their environment) whose process is
+ * stopped. Returns how many were named; *blamed is the first. */
+static int zs_line_stuck_siblings(zs_line *l, int *blamed)
+{
+    int me = (int)getpid(), parent = (int)getppid(), named = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        int ppid = 0;
+        if (*end || pid <= 0 || pid > INT_MAX || pid == me)
+            continue;
+        char st = zs_proc_stat((int)pid, &ppid);
+        if (ppid != parent || st != 'T') /* one gone ended the job already */
+            continue;
+        int r = zs_proc_rank((int)pid);
+        if (r < 0)
+            continue;
+        if (*blamed < 0)
+            *blamed = r;
+        zs_line_rank(l, named++, r, st);
+    }
+    closedir(d);
+    return named;
+}
+
+/* Past the deadline of start-up or shutdown (the watchdog, no MPI): name the
+ * ranks of this node whose process is stopped, and end this process;
+ * mpirun stops the others. */
+static void zs_comm_edge_timed_out(int edge, double limit_s) __attribute__((noreturn));
+static void zs_comm_edge_timed_out(int edge, double limit_s)
+{
+    const char *what = edge == ZS_EDGE_STARTUP
+                           ? "start-up (MPI_Init and the first collectives)"
+                           : "shutdown (MPI_Win_free and MPI_Finalize)";
+    char why[512];
+    zs_line l = {why, sizeof why, 0};
+    int blamed = -1;
+    if (edge == ZS_EDGE_STARTUP ? zs_line_stuck_siblings(&l, &blamed)
+                                : zs_line_stopped_last(&l, &blamed)) {
+        zs_line_s(&l, " did not finish ");
+    } else {
+        zs_line_s(&l, "the other ranks (stopped? on another node?) did not finish ");
+    }
+    zs_line_s(&l, what);
+    char t[32];
+    snprintf(t, sizeof t, "%g", limit_s);
+    zs_line_s(&l, " within ");
+    zs_line_s(&l, t);
+    zs_line_s(&l, " s (the collective timeout, at least 10 s at start-up and shutdown; hung or "
+                  "stopped? --collective-timeout S waits longer)");
+    zs_comm_stop_job(why, blamed);
 }
 
 static void *zs_watchdog(void *arg)
@@ -370,11 +664,25 @@ static void *zs_watchdog(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are the main thread's */
     const struct timespec nap = {0, 50000000};
+    long long woke = zs_now_ns();
     for (;;) {
         nanosleep(&nap, NULL);
-        long long t = atomic_load(&zs_wd_armed_ns);
+        long long t = atomic_load(&zs_wd_armed_ns), gap = zs_now_ns() - woke;
+        woke += gap;
+        /* a nap of over a second: this process was stopped (SIGSTOP), and
+         * the time it did not run is not the others' delay: the deadline
+         * moves by it (mpirun's SIGCONT comes with its SIGTERM) */
+        if (t && gap > 1000000000LL &&
+            atomic_compare_exchange_strong(&zs_wd_armed_ns, &t, t + gap))
+            t += gap;
+        if (!t)
+            continue;
+        int edge = atomic_load(&zs_wd_edge);
+        double waited = 1e-9 * (double)(zs_now_ns() - t);
         zs_comm_t c = zs_wd_comm;
-        if (t && c && (double)(zs_now_ns() - t) > 1e9 * c->ledger->timeout_s)
+        if (edge != ZS_EDGE_NONE && waited > zs_wd_edge_limit_s)
+            zs_comm_edge_timed_out(edge, zs_wd_edge_limit_s);
+        if (edge == ZS_EDGE_NONE && c && waited > c->ledger->timeout_s)
             zs_comm_timed_out(c, c->counter, zs_wd_what, zs_wd_seq);
     }
     return NULL;
@@ -382,6 +690,8 @@ static void *zs_watchdog(void *arg)
 
 static void zs_watchdog_start(void)
 {
+    if (zs_wd_running)
+        return;
     pthread_t th;
     pthread_attr_t a;
     if (pthread_attr_init(&a) != 0)
@@ -398,10 +708,78 @@ void zs_guard_begin(zs_comm_t c, long long seq, const char *what)
     zs_wd_comm = c;
     zs_wd_seq = seq;
     zs_wd_what = what;
+    atomic_store(&zs_wd_edge, ZS_EDGE_NONE);
     atomic_store(&zs_wd_armed_ns, zs_now_ns());
 }
 
 void zs_guard_end(void) { atomic_store(&zs_wd_armed_ns, 0); }
+
+static void zs_guard_off(void) { atomic_store(&zs_wd_armed_ns, 0); }
+
+/* Arm the watchdog for start-up or shutdown, limit_s from now. */
+static void zs_guard_edge(int edge, double limit_s)
+{
+    zs_edge = edge;
+    zs_wd_edge_limit_s = limit_s;
+    atomic_store(&zs_wd_edge, edge);
+    atomic_store(&zs_wd_armed_ns, zs_now_ns());
+}
+
+void zs_comm_set_startup_timeout(double seconds)
+{
+    if (seconds > 0 && isfinite(seconds))
+        zs_startup_timeout_s = seconds;
+}
+
+double zs_comm_startup_timeout(void) { return zs_startup_timeout_s; }
+
+/* Before MPI_Init: the test hook's R:startup, then the watchdog armed for
+ * start-up, the start-up timeout but at least ZS_EDGE_MIN_S (ended by
+ * zs_comm_edge_end). */
+void zs_comm_startup_begin(void)
+{
+    int rank = zs_env_rank();
+    zs_board_solo.world_rank = rank >= 0 ? rank : 0;
+    zs_comm_stall_at_point("startup", "before MPI_Init", rank);
+    zs_watchdog_start();
+    if (zs_wd_running)
+        zs_guard_edge(ZS_EDGE_STARTUP, fmax(zs_startup_timeout_s, ZS_EDGE_MIN_S));
+}
+
+/* After MPI_Init, before zs_comm_init's first collective: the hook's R:init. */
+void zs_comm_startup_mpi(int rank)
+{
+    zs_board_solo.world_rank = rank;
+    zs_comm_stall_at_point("init", "after MPI_Init", rank);
+}
+
+/* Start-up or shutdown is over: the watchdog disarmed. */
+void zs_comm_edge_end(void)
+{
+    atomic_store(&zs_wd_armed_ns, 0);
+    zs_edge = ZS_EDGE_NONE;
+}
+
+/* As zs_comm_finalize begins: the hook's R:shutdown, then the watchdog armed
+ * for shutdown with the collective timeout, at least ZS_EDGE_MIN_S (until
+ * zs_comm_edge_end). */
+void zs_comm_shutdown_begin(zs_comm_t w)
+{
+    int n = 0, *rank = malloc((size_t)zs_board_n * sizeof *rank),
+        *pid = malloc((size_t)zs_board_n * sizeof *pid);
+    for (int i = 0; rank && pid && i < zs_board_n; i++)
+        if (&zs_board[i] != zs_me) {
+            rank[n] = zs_board[i].world_rank;
+            pid[n++] = zs_board[i].pid;
+        }
+    zs_last_rank = rank;
+    zs_last_pid = pid;
+    zs_last_n = rank && pid ? n : 0; /* the process ends soon after: never freed */
+    zs_edge = ZS_EDGE_SHUTDOWN;
+    zs_comm_stall_at_point("shutdown", "at shutdown", w->rank);
+    if (zs_wd_running)
+        zs_guard_edge(ZS_EDGE_SHUTDOWN, fmax(w->timeout_s, ZS_EDGE_MIN_S));
+}
 
 /* 1 when the watchdog runs: blocking calls may then use zs_guard_begin. */
 int zs_comm_watchdog_running(void) { return zs_wd_running; }
@@ -453,8 +831,7 @@ void zs_board_open(zs_comm_t w)
         MPI_Barrier(w->node); /* every slot is filled in */
         MPI_Win_sync(w->board_win);
     }
-    if (!zs_wd_running)
-        zs_watchdog_start();
+    zs_watchdog_start(); /* started before MPI_Init (zs_comm_startup_begin) */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = zs_comm_on_term;
@@ -472,12 +849,13 @@ void zs_comm_board_set_where(int step, int phase)
     }
 }
 
+/* Shutdown (zs_comm_shutdown_begin): the board goes; the SIGTERM handler
+ * stays and no longer reads it. */
 void zs_board_close(zs_comm_t w)
 {
     if (!zs_me)
         return;
     zs_me->state = ZS_FINISHED;
-    signal(SIGTERM, SIG_DFL);
     zs_board_solo = *zs_me;
     zs_me = &zs_board_solo;
     zs_board = &zs_board_solo;
@@ -506,14 +884,16 @@ int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
         zs_me->seq[ZS_BOARD_AGREE] = seq;
     if (MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX, c->agree_comm, &req) != MPI_SUCCESS)
         return -1;
-    double t0 = MPI_Wtime();
+    zs_deadline d;
+    zs_deadline_start(&d, timeout_s);
     int done = 0;
     while (!done) {
         MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (!done && MPI_Wtime() - t0 > timeout_s) {
+        if (!done && zs_deadline_passed(&d)) {
             if (failed) /* the caller says why this rank failed */
                 return -1;
-            zs_comm_timed_out(c, ZS_BOARD_AGREE, "agreement on whether a rank failed", seq);
+            zs_comm_timed_out_after(c, ZS_BOARD_AGREE, "agreement on whether a rank failed", seq,
+                                    timeout_s);
         }
     }
     *any = out ? c->size - out + 1 : 0; /* 1 + lowest failing rank, 0 when none */

@@ -2,6 +2,7 @@
  *
  * comm.c        init, communicators (create, split, free), nodes, the ledger
  * comm_fault.c  faults: the board, the collective timeout, the watchdog
+ *               (of blocking calls, start-up and shutdown)
  * comm_ring.c   the ring reduce-scatter and the two-level collectives
  * comm_coll.c   the collectives (reduce-scatter, allgather, allreduce, ...)
  * comm_p2p.c    point-to-point messages
@@ -192,11 +193,26 @@ void zs_comm_board_set_where(int step, int phase);
 void zs_comm_stall_parse(zs_comm_t w);
 long long zs_comm_enter(zs_comm_t c);
 int zs_comm_finish(zs_comm_t c, int n, MPI_Request *req, long long seq, const char *what);
+/* A wait's deadline that does not count the time this process was stopped. */
+typedef struct {
+    double start, last; /* MPI_Wtime: the wait's start (moved by stops), the last reading */
+    double limit_s;
+} zs_deadline;
+void zs_deadline_start(zs_deadline *d, double limit_s);
+int zs_deadline_passed(zs_deadline *d);
 void zs_comm_timed_out(zs_comm_t c, int counter, const char *what, long long my_seq)
     __attribute__((noreturn));
 int zs_comm_watchdog_running(void);
 void zs_guard_begin(zs_comm_t c, long long seq, const char *what);
 void zs_guard_end(void);
+/* Start-up and shutdown under the watchdog (zs_comm_init, zs_comm_finalize):
+ * past the deadline the rank prints one line naming the ranks of its node
+ * that are stopped or gone, and exits. */
+double zs_comm_startup_timeout(void);
+void zs_comm_startup_begin(void);
+void zs_comm_startup_mpi(int rank);
+void zs_comm_edge_end(void);
+void zs_comm_shutdown_begin(zs_comm_t w);
 
 /* comm_ring.c */
 void zs_comm_hier_free(zs_comm_t c);

@@ -246,18 +246,14 @@ int zs_ring_advance(zs_comm_t c, zs_ring *R)
  * 64 polls, as zs_comm_finish). */
 int zs_ring_finish(zs_comm_t c, zs_ring *R, long long seq)
 {
-    double t0 = 0.0, limit = c->ledger->timeout_s;
-    for (unsigned long i = 0;; i++) {
+    zs_deadline d;
+    zs_deadline_start(&d, c->ledger->timeout_s);
+    for (unsigned long i = 1;; i++) {
         ZS_TRY(zs_ring_advance(c, R));
         if (R->done)
             return 0;
-        if ((i & 63) == 0) {
-            double t = MPI_Wtime();
-            if (i == 0)
-                t0 = t;
-            else if (t - t0 > limit)
-                zs_comm_timed_out(c, c->counter, "reduce-scatter", seq);
-        }
+        if ((i & 63) == 0 && zs_deadline_passed(&d))
+            zs_comm_timed_out(c, c->counter, "reduce-scatter", seq);
     }
 }
 
