@@ -57,6 +57,9 @@ static _Thread_local int zs_in_watchdog; /* this thread is the watchdog (no MPI)
  * zs_comm_init's collectives) or shutdown (zs_comm_finalize); 0 between. */
 enum { ZS_EDGE_NONE = 0, ZS_EDGE_STARTUP, ZS_EDGE_SHUTDOWN };
 static volatile sig_atomic_t zs_edge;
+/* The ranks agreed that one failed (zs_comm_agree): its line names why, and
+ * mpirun may end this rank on the way out without another line. */
+static volatile sig_atomic_t zs_fail_agreed;
 
 /* A line built with nothing but stores, so that a signal handler can build
  * it too (no stdio there). */
@@ -201,17 +204,20 @@ static int zs_line_stopped_by_other(zs_line *l, int any, int *blamed)
 
 /* Why the job stops, as this rank's signal handler sees it: a rank that
  * stopped the job and said why, else the ranks whose process is gone
- * without a word. Async-signal-safe. */
-static void zs_line_cause(zs_line *l)
+ * without a word. 0 when this rank has nothing true to add: the ranks
+ * agreed that one failed (its line is the one line), or in shutdown no
+ * rank of this node is stopped (a rank failed and said so, or mpirun's
+ * message names the lost one). Async-signal-safe. */
+static int zs_line_cause(zs_line *l)
 {
+    if (zs_fail_agreed && zs_edge != ZS_EDGE_SHUTDOWN)
+        return 0;
     if (zs_edge == ZS_EDGE_SHUTDOWN) { /* the board may be gone */
         int blamed = -1;
-        if (zs_line_stopped_last(l, &blamed))
-            zs_line_s(l, " did not finish shutdown in time, and mpirun stopped the job");
-        else
-            zs_line_s(l, "mpirun stopped the job (a rank did not finish shutdown in time, or "
-                         "was lost: its line or mpirun's message names it)");
-        return;
+        if (!zs_line_stopped_last(l, &blamed))
+            return 0;
+        zs_line_s(l, " did not finish shutdown in time, and mpirun stopped the job");
+        return 1;
     }
     for (int i = 0; i < zs_board_n; i++) /* a rank that named this one first */
         if (&zs_board[i] != zs_me && zs_board[i].state == ZS_STOPPED_JOB && zs_me &&
@@ -219,10 +225,10 @@ static void zs_line_cause(zs_line *l)
             zs_line_s(l, "this rank did not arrive or finish in time, and rank ");
             zs_line_i(l, zs_board[i].world_rank);
             zs_line_s(l, " stopped the job");
-            return;
+            return 1;
         }
     if (zs_line_stopped_by_other(l, 1, NULL))
-        return;
+        return 1;
     int lost = 0;
     for (int i = 0; i < zs_board_n; i++)
         if (&zs_board[i] != zs_me && zs_board[i].state == ZS_RUNNING &&
@@ -238,6 +244,7 @@ static void zs_line_cause(zs_line *l)
     else
         zs_line_s(l, "mpirun stopped the job (interrupted, or a rank on another node was lost or "
                      "failed: mpirun's message names it)");
+    return 1;
 }
 
 /* SIGTERM, from mpirun when another rank was lost or aborted the job. */
@@ -256,10 +263,11 @@ static void zs_comm_on_term(int sig)
         zs_line_s(&l, ": stopped ");
         zs_line_where(&l, me->step, me->phase);
         zs_line_s(&l, ": ");
-        zs_line_cause(&l);
-        zs_line_s(&l, "\n");
-        ssize_t w = write(STDERR_FILENO, buf, l.len);
-        (void)w;
+        if (zs_line_cause(&l)) {
+            zs_line_s(&l, "\n");
+            ssize_t w = write(STDERR_FILENO, buf, l.len);
+            (void)w;
+        }
     }
     errno = saved;
     signal(sig, SIG_DFL);
@@ -897,5 +905,7 @@ int zs_comm_agree(zs_comm_t c, int failed, double timeout_s, int *any)
         }
     }
     *any = out ? c->size - out + 1 : 0; /* 1 + lowest failing rank, 0 when none */
+    if (out)
+        zs_fail_agreed = 1;
     return 0;
 }
