@@ -2,6 +2,7 @@
 #include "zerosim/quantfile.h"
 #include "zerosim/checkpoint.h"
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 #include "zerosim/io.h"
 #include "zerosim/weights.h"
 
@@ -369,9 +370,12 @@ int zs_qfile_read(const char *path, zs_model_config *mc, uint64_t *seed, zs_quan
     if (!fmt || strcmp(fmt, QF_FORMAT))
         rc = zs_error_set("%s is not a zerosim quantized file (its metadata has no format "
                           "\"%s\")", path, QF_FORMAT);
-    else if (!ver || strcmp(ver, "1"))
+    else if (!ver || strcmp(ver, "1")) {
+        char quoted[64]; /* the file's text: escaped */
         rc = zs_error_set("%s: quantized file version %s; this zerosim reads version %d", path,
-                          ver ? ver : "(none)", QF_VERSION);
+                          ver ? zs_file_escape(ver, strlen(ver), quoted, sizeof quoted)
+                              : "(none)", QF_VERSION);
+    }
     else if (!sd || !(*seed = strtoull(sd, &end, 10), end != sd && !*end))
         rc = zs_error_set("%s: the metadata's seed is missing or malformed; the file is damaged",
                           path);
