@@ -5,7 +5,9 @@
 # a crash, hang, leak or sanitizer report stops that target, leaves the input
 # in build-fuzz/ and makes this script fail. `make fuzz` runs it.
 #
-# Usage: scripts/fuzz.sh [target ...]   (targets: config train_args plan_args)
+# Usage: scripts/fuzz.sh [target ...]   (targets: config train_args plan_args,
+# and the file readers: safetensors weights tokens manifest qfile zcfile
+# calibration)
 # Environment: FUZZ_SECONDS, CLANG (default clang, then clang-14), BUILDDIR
 # (a configured build tree, for build-config.h; default the source tree).
 set -eu
@@ -13,7 +15,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILDDIR=${BUILDDIR:-$SRC}
 OUT=${FUZZ_OUT:-$BUILDDIR/build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
-TARGETS=${*:-config train_args plan_args}
+TARGETS=${*:-config train_args plan_args safetensors weights tokens manifest qfile zcfile calibration}
 
 CC_FUZZ=${CLANG:-}
 if [ -z "$CC_FUZZ" ]; then
@@ -50,12 +52,11 @@ else
     rm -f "$OUT"/obj/*.o
 fi
 
-# the library, once, instrumented for coverage (no libFuzzer main)
-LIBSRC="util/error backend/backend backend/cpu backend/phantom mem/mem model/layers
-model/layout model/model model/gpt model/llama model/decoder model/mlp model/moe model/rng model/data optim/optim zero/engine zero/program
-predict/predict predict/plan predict/steptime report/report comm/comm comm/mesh
-comm/compress config/config config/hfconfig io/io io/checkpoint io/weights io/quantfile io/zcfile quant/quant quant/huffman run/train run/trace
-run/oracle run/eval run/deepcomp cli/plan_cmd cli/plan_print cli/train_cmd cli/usage"
+# the library, once, instrumented for coverage (no libFuzzer main): every C
+# source of libzerosim_la_SOURCES in Makefile.am, and the CLI files the
+# argument targets call
+LIBSRC="$(sed -n '/^libzerosim_la_SOURCES/,/^$/p' "$SRC/Makefile.am" | grep -o 'src/[^ ]*\.c' |
+    sed 's|^src/||; s|\.c$||') cli/plan_cmd cli/plan_print cli/train_cmd cli/usage"
 OBJS=""
 for s in $LIBSRC; do
     o="$OUT/obj/$(echo "$s" | tr / _).o"
@@ -75,6 +76,8 @@ for t in $TARGETS; do
         $MPI_LIBS $PKG_LIBS -lopenblas -lm -o "$OUT/fuzz_$t" ||
         { echo "fuzz: cannot build fuzz_$t" >&2; exit 1; }
     mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t" "$OUT/run"
+    # the file readers' seeds are whole files of a few KB (fuzz/make_corpus.sh)
+    case $t in config|train_args|plan_args) max_len=4096 ;; *) max_len=16384 ;; esac
     echo "fuzz: $t for $SECONDS_EACH s (corpus $OUT/corpus/$t, seeds fuzz/corpus/$t)"
     # the train target may read --config files: run where any relative
     # name it makes up is empty. -timeout=25: the planner builds the whole
@@ -82,7 +85,7 @@ for t in $TARGETS; do
     # 4e11-parameter GPT with 9836 micro-batches: 8 million ops, 2 s
     # without sanitizers) took 15 s under ASan and tripped a 10 s limit
     if ! (cd "$OUT/run" && ASAN_OPTIONS=detect_leaks=1 "$OUT/fuzz_$t" \
-            -max_total_time="$SECONDS_EACH" -timeout=25 -rss_limit_mb=4096 -max_len=4096 \
+            -max_total_time="$SECONDS_EACH" -timeout=25 -rss_limit_mb=4096 -max_len=$max_len \
             -close_fd_mask=1 -print_final_stats=1 \
             -artifact_prefix="$OUT/artifacts/$t/" \
             "$OUT/corpus/$t" "$SRC/fuzz/corpus/$t" >"$OUT/fuzz_$t.log" 2>&1); then

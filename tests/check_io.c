@@ -174,7 +174,7 @@ static void expect_refused(const void *b, size_t n, const char *what)
     path_of(p, sizeof p, "bad.safetensors");
     spit(p, b, n);
     zs_st_file f;
-    ck_assert_int_ne(zs_st_open(&f, p), 0);
+    ck_assert_msg(zs_st_open(&f, p) != 0, "opened, expected \"%s\"", what);
     ck_assert_msg(strstr(zs_error_msg(), p) != NULL, "no path in: %s", zs_error_msg());
     ck_assert_msg(strstr(zs_error_msg(), what) != NULL, "expected \"%s\" in: %s", what,
                   zs_error_msg());
@@ -207,7 +207,7 @@ START_TEST(test_safetensors_refused)
     free(raw);
     unsigned char buf[512];
     expect_refused(buf, handmade(buf, "[1,2]", 0), "not a JSON object");
-    expect_refused(buf, handmade(buf, "{\"x\":", 0), "not a JSON object");
+    expect_refused(buf, handmade(buf, "{\"x\":", 0), "not valid JSON (byte 5: a value");
     expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8),
                    "lacks");
     expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"Q4\",\"shape\":[2],"
@@ -221,7 +221,8 @@ START_TEST(test_safetensors_refused)
                                       "\"shape\":[1],\"data_offsets\":[4,8]}}", 8), "overlap");
     expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],"
                                       "\"data_offsets\":[0,8]},\"x\":{\"dtype\":\"F32\","
-                                      "\"shape\":[2],\"data_offsets\":[0,8]}}", 8), "JSON");
+                                      "\"shape\":[2],\"data_offsets\":[0,8]}}", 8),
+                   "tensor \"x\" is named twice");
     expect_refused(buf, handmade(buf, "{\"__metadata__\":{\"k\":1}}", 0), "not a string");
     /* text of the file in the line is escaped: a newline forges no line */
     expect_refused(buf, handmade(buf, "{\"a\\nzerosim: b\":{\"dtype\":\"F32\",\"shape\":[2],"
@@ -231,6 +232,40 @@ START_TEST(test_safetensors_refused)
                    "\"k\\x0d\" holds control characters");
     expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"Q\\n4\",\"shape\":[2],"
                                       "\"data_offsets\":[0,8]}}", 8), "dtype Q\\n4,");
+    /* each bound of the header's length on its own line, the file's size
+     * as it is (it said "in a file of 0" for all three) */
+    unsigned char one[16] = {1, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+    expect_refused(one, 16, "header of 1 bytes, too short for a JSON object");
+    unsigned char huge[16] = {0, 0, 0, 0, 1, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+    expect_refused(huge, 16, "header of 4294967296 bytes, more than the 100 MiB");
+    unsigned char over[16] = {9, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+    expect_refused(over, 16, "header of 9 bytes in a file of 16;");
+    /* the data is the tensors, whole: a hole, bytes after the last tensor */
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                      "\"data_offsets\":[4,8]}}", 8), "bytes 0..4 of the data");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                      "\"data_offsets\":[0,4]}}", 8),
+                   "4 bytes after the last tensor's end (byte 4 of the data)");
+    /* sizes overflow-checked: a shape whose product wraps 64 bits */
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,"
+                                      "4294967296],\"data_offsets\":[0,0]}}", 8), "bad shape");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904"
+                                      "],\"data_offsets\":[0,0]}}", 8), "more bytes than 64");
+    /* JSON the parser refuses: nesting, encodings, numbers */
+    char deep[256] = "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"o\":";
+    for (int i = 0; i < 40; i++)
+        strcat(deep, "[");
+    expect_refused(buf, handmade(buf, deep, 4), "nested too deep");
+    expect_refused(buf, handmade(buf, "{\"\xff\":1}", 0), "not UTF-8");
+    expect_refused(buf, handmade(buf, "{\"\\ud800\":1}", 0), "lone surrogate");
+    expect_refused(buf, handmade(buf, "{\"\\u0000\":1}", 0), "\\u0000");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[01],"
+                                      "\"data_offsets\":[0,4]}}", 4), "leading zero");
+    expect_refused(buf, handmade(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1.0],"
+                                      "\"data_offsets\":[0,4]}}", 4), "bad shape");
+    expect_refused(buf, handmade(buf, "{} x", 0), "bytes after the header's object");
+    expect_refused(buf, handmade(buf, "{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", 0),
+                   "key \"k\" is given twice");
     /* a hand-made file that is right opens */
     char q[128];
     path_of(q, sizeof q, "good.safetensors");
@@ -239,6 +274,22 @@ START_TEST(test_safetensors_refused)
     zs_st_file f;
     ck_assert_int_eq(zs_st_open(&f, q), 0);
     ck_assert_int_eq(zs_st_find(&f, "x")->dtype, ZS_ST_U16);
+    zs_st_close(&f);
+    /* escapes decoded, unknown keys skipped, empty tensors anywhere */
+    spit(q, buf, handmade(buf, "{\"\\u00e9\\ud83d\\ude00\\t\\\"\":{\"dtype\":\"U8\",\"shape\":[0],"
+                               "\"data_offsets\":[9,9],\"x\":[{\"a\":null},true,-1.5e3]}, "
+                               "\"y\" : {\"shape\":[2,4],\"dtype\":\"U8\",\"data_offsets\":[0,8]}"
+                               "}  ", 8));
+    ck_assert_int_ne(zs_st_open(&f, q), 0); /* the name holds a tab */
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "\\xc3\\xa9\\xf0\\x9f\\x98\\x80\\t\""));
+    spit(q, buf, handmade(buf, "{\"\\u00e9\\ud83d\\ude00\\/\\\"\":{\"dtype\":\"U8\",\"shape\":[0],"
+                               "\"data_offsets\":[8,8],\"x\":[{\"a\":null},true,-1.5e3]}, "
+                               "\"y\" : {\"shape\":[2,4],\"dtype\":\"U8\",\"data_offsets\":[0,8]}"
+                               "}  ", 8));
+    ck_assert_msg(zs_st_open(&f, q) == 0, "%s", zs_error_msg());
+    ck_assert_int_eq(f.n, 2);
+    ck_assert_ptr_nonnull(zs_st_find(&f, "\xc3\xa9\xf0\x9f\x98\x80/\""));
+    ck_assert_int_eq(zs_st_find(&f, "y")->ndim, 2);
     zs_st_close(&f);
 }
 END_TEST

@@ -298,6 +298,27 @@ START_TEST(test_file_roundtrip)
     ck_assert_int_eq(zs_qfile_is(path), 0);
     ck_assert_int_ne(zs_qfile_read(path, &c2, &seed, &s2, &back, &st2), 0);
     ck_assert_ptr_nonnull(strstr(zs_error_msg(), "not a zerosim quantized file"));
+    /* metadata naming a model of 2^30 parameters over 12 bytes of tensors:
+     * refused before its 4 GiB are allocated */
+    zs_model_config big = mlp();
+    big.input_dim = 1 << 15;
+    big.widths[0] = 1 << 15;
+    char *model = zs_model_config_json(&big);
+    ck_assert_ptr_nonnull(model);
+    ck_assert_int_eq(zs_st_writer_open(&w, path), 0);
+    static const char *const meta[] = {"format", "zerosim-quantized", "version", "1", "seed",
+                                       "1", "quant", "nf4", "block", "64", "per_channel", "0",
+                                       "double_quant", "0"};
+    for (int i = 0; i < 14; i += 2)
+        ck_assert_int_eq(zs_st_writer_meta(&w, meta[i], meta[i + 1]), 0);
+    ck_assert_int_eq(zs_st_writer_meta(&w, "model", model), 0);
+    free(model);
+    ck_assert_int_eq(zs_st_writer_add(&w, "x", ZS_ST_F32, 1, shape), 0);
+    ck_assert_int_eq(zs_st_writer_data(&w, three, sizeof three), 0);
+    ck_assert_int_eq(zs_st_writer_commit(&w, NULL), 0);
+    ck_assert_int_ne(zs_qfile_read(path, &c2, &seed, &s2, &back, &st2), 0);
+    ck_assert_msg(strstr(zs_error_msg(), "more than its 12 bytes of tensors hold") != NULL, "%s",
+                  zs_error_msg());
     unlink(path);
     rmdir(dir);
     free(p);

@@ -7,9 +7,11 @@
 
 B=$(dirname "$ZS")/fuzz
 S=$(cd "$HERE/../fuzz" && pwd)
-for t in config train_args plan_args; do
+for t in config train_args plan_args safetensors weights tokens manifest qfile zcfile calibration; do
+    set -- "$S/corpus/$t"
+    [ -d "$S/regress/$t" ] && set -- "$S/regress/$t" "$@"
     # from an empty folder: the train target reads --config names it is given
-    if (cd "$T" && "$B/replay_$t" "$S/regress/$t" "$S/corpus/$t") >"$T/out" 2>"$T/err"; then
+    if (cd "$T" && "$B/replay_$t" "$@") >"$T/out" 2>"$T/err"; then
         ok
         echo "$t: $(tail -1 "$T/out")"
     else

@@ -56,6 +56,28 @@ int zs_io_sync_dir(const char *dir);
 /* XXH3-64 of a whole file and its size; one line naming the file on error. */
 int zs_io_hash_file(const char *path, uint64_t *hash, uint64_t *bytes);
 
+/* ---- names to indices ------------------------------------------------------- */
+
+/* A hash table from names to their indices 0..n-1, so that a reader looks a
+ * tensor up in constant time (a file of a million tensors is read in
+ * seconds, not hours). The names stay with the caller: name_of(ctx, i)
+ * gives the i-th, for building and for every lookup. */
+typedef const char *(*zs_name_of_fn)(const void *ctx, int i);
+typedef struct {
+    uint32_t *slot;       /* index + 1 of the name hashed there, 0 when free */
+    size_t mask;          /* slots - 1 (a power of two, at least 2n) */
+} zs_name_index;
+
+/* Index names 0..n-1 (distinct or not: a lookup then finds the first;
+ * *dup, when dup is not NULL, gets the index of the first name equal to
+ * an earlier one, or -1); one line on error (out of host memory). */
+int zs_name_index_build(zs_name_index *ix, int n, zs_name_of_fn name_of, const void *ctx,
+                        int *dup);
+/* The index of name, or -1. */
+int zs_name_index_find(const zs_name_index *ix, const char *name, zs_name_of_fn name_of,
+                       const void *ctx);
+void zs_name_index_free(zs_name_index *ix);
+
 /* ---- safetensors ------------------------------------------------------------ */
 
 typedef enum {
@@ -99,8 +121,12 @@ int zs_st_writer_data(zs_st_writer *w, const void *p, size_t n);
 int zs_st_writer_commit(zs_st_writer *w, uint64_t *hash);
 void zs_st_writer_abort(zs_st_writer *w);
 
-/* Reading: the header is read and checked whole at open (offsets inside
- * the file, sizes matching dtype and shape, no overlaps, known dtypes). */
+/* Reading: the header is read and checked whole at open, in one pass
+ * linear in its size (src/io/st_header.c): valid JSON of at most 100 MiB,
+ * distinct names without control characters, known dtypes, at most
+ * ZS_ST_MAX_DIMS dimensions, sizes matching dtype and shape computed without
+ * overflow, offsets inside the file, and the data exactly the tensors: no
+ * overlaps, no holes and no bytes after the last. */
 typedef struct {
     int fd;
     char *path;
@@ -109,6 +135,7 @@ typedef struct {
     char **meta;                    /* key, value, ... */
     int nmeta;
     uint64_t data_start, file_bytes;
+    zs_name_index by_name;          /* t[] by name */
 } zs_st_file;
 
 int zs_st_open(zs_st_file *f, const char *path);

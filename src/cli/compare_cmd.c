@@ -46,7 +46,10 @@ typedef struct {
     zs_gpt_tensor *gt;        /* llm.c: the tensors and the parameters */
     int ngt;
     float *params;
+    zs_name_index by_name;    /* the tensors' names, for constant-time lookups */
 } zs_cmp_src;
+
+static const char *zs_cmp_name_of(const void *s, int i);
 
 static int zs_cmp_open(zs_cmp_src *s, const char *path)
 {
@@ -59,11 +62,14 @@ static int zs_cmp_open(zs_cmp_src *s, const char *path)
     ssize_t got = read(fd, &magic, sizeof magic);
     close(fd);
     s->llmc = got == (ssize_t)sizeof magic && magic == 20240326;
-    if (!s->llmc)
-        return zs_st_open(&s->st, path);
+    if (!s->llmc) {
+        ZS_TRY(zs_st_open(&s->st, path));
+        return zs_name_index_build(&s->by_name, s->st.n, zs_cmp_name_of, s, NULL);
+    }
     zs_model_config mc;
     ZS_TRY(zs_weights_probe(path, &mc));
     ZS_TRY(zs_gpt_tensors(&mc, &s->gt, &s->ngt));
+    ZS_TRY(zs_name_index_build(&s->by_name, s->ngt, zs_cmp_name_of, s, NULL));
     s->params = malloc(zs_model_count_params(&mc) * sizeof(float) + 1);
     if (!s->params)
         ZS_FAIL("out of host memory reading %s", path);
@@ -76,6 +82,7 @@ static void zs_cmp_close(zs_cmp_src *s)
         zs_st_close(&s->st);
     free(s->gt);
     free(s->params);
+    zs_name_index_free(&s->by_name);
 }
 
 static int zs_cmp_count(const zs_cmp_src *s) { return s->llmc ? s->ngt : s->st.n; }
@@ -84,12 +91,12 @@ static const char *zs_cmp_name(const zs_cmp_src *s, int i)
     return s->llmc ? s->gt[i].name : s->st.t[i].name;
 }
 
+
+static const char *zs_cmp_name_of(const void *s, int i) { return zs_cmp_name(s, i); }
+
 static int zs_cmp_find(const zs_cmp_src *s, const char *name)
 {
-    for (int i = 0; i < zs_cmp_count(s); i++)
-        if (!strcmp(zs_cmp_name(s, i), name))
-            return i;
-    return -1;
+    return zs_name_index_find(&s->by_name, name, zs_cmp_name_of, s);
 }
 
 /* Shape of tensor i as text, and its element count. */

@@ -724,11 +724,16 @@ static int ck_check_run(const zs_ckpt *ck, json_t *m, const zs_run_config *cfg)
     json_t *df = json_object_get(json_object_get(m, "data"), "file");
     const char *saved = json_is_string(df) ? json_string_value(df) : NULL;
     if ((saved == NULL) != (cfg->data_file == NULL) ||
-        (saved && strcmp(saved, cfg->data_file) != 0))
+        (saved && strcmp(saved, cfg->data_file) != 0)) {
+        /* the saved name is the manifest's text: quoted escaped */
+        char quoted[320], given[320];
         ZS_FAIL("%s: the checkpoint was trained on %s%s, this run on %s%s: resume with the "
                 "same --data", ck->manifest, saved ? "the tokens of " : "synthetic data",
-                saved ? saved : "", cfg->data_file ? "the tokens of " : "synthetic data",
-                cfg->data_file ? cfg->data_file : "");
+                saved ? zs_file_escape(saved, strlen(saved), quoted, sizeof quoted) : "",
+                cfg->data_file ? "the tokens of " : "synthetic data",
+                cfg->data_file ? zs_file_escape(cfg->data_file, strlen(cfg->data_file), given,
+                                                sizeof given) : "");
+    }
     return 0;
 }
 

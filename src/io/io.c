@@ -2,6 +2,7 @@
 #include "zerosim/io.h"
 #include "zerosim/error.h"
 #include "zerosim/file.h"
+#include "st_header.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -206,6 +207,54 @@ int zs_io_hash_file(const char *path, uint64_t *hash, uint64_t *bytes)
     return rc;
 }
 
+/* ---- names to indices ------------------------------------------------------------ */
+
+static size_t zs_name_hash(const char *name) { return (size_t)XXH3_64bits(name, strlen(name)); }
+
+int zs_name_index_build(zs_name_index *ix, int n, zs_name_of_fn name_of, const void *ctx,
+                        int *dup)
+{
+    if (dup)
+        *dup = -1;
+    size_t slots = 16;
+    while (slots < 2 * (size_t)(n > 0 ? n : 0))
+        slots *= 2;
+    ix->slot = calloc(slots, sizeof *ix->slot);
+    ix->mask = slots - 1;
+    if (!ix->slot)
+        ZS_FAIL("out of host memory indexing %d names", n);
+    for (int i = 0; i < n; i++) {
+        const char *name = name_of(ctx, i);
+        size_t k = zs_name_hash(name) & ix->mask;
+        for (; ix->slot[k]; k = (k + 1) & ix->mask)
+            if (!strcmp(name_of(ctx, (int)ix->slot[k] - 1), name))
+                break;
+        if (!ix->slot[k]) /* the first of equal names stays */
+            ix->slot[k] = (uint32_t)i + 1;
+        else if (dup && *dup < 0)
+            *dup = i;
+    }
+    return 0;
+}
+
+int zs_name_index_find(const zs_name_index *ix, const char *name, zs_name_of_fn name_of,
+                       const void *ctx)
+{
+    if (!ix->slot)
+        return -1;
+    for (size_t k = zs_name_hash(name) & ix->mask; ix->slot[k]; k = (k + 1) & ix->mask)
+        if (!strcmp(name_of(ctx, (int)ix->slot[k] - 1), name))
+            return (int)ix->slot[k] - 1;
+    return -1;
+}
+
+void zs_name_index_free(zs_name_index *ix)
+{
+    free(ix->slot);
+    ix->slot = NULL;
+    ix->mask = 0;
+}
+
 /* ---- safetensors: dtypes ---------------------------------------------------------- */
 
 static const struct {
@@ -390,154 +439,9 @@ static int zs_st_pread(int fd, void *dst, size_t n, uint64_t off)
     return 0;
 }
 
-static int zs_st_cmp_begin(const void *a, const void *b)
+static const char *zs_st_name_of(const void *f, int i)
 {
-    const zs_st_tensor *x = *(const zs_st_tensor *const *)a, *y = *(const zs_st_tensor *const *)b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin;
-}
-
-/* A name that an error line could not quote as it is: control characters
- * (a newline would forge a line of its own). */
-static int zs_st_bad_name(const char *name)
-{
-    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
-        if (*c < 32 || *c == 127)
-            return 1;
-    return 0;
-}
-
-/* The header's __metadata__: an object of strings, kept in f->meta. */
-static int zs_st_parse_meta(zs_st_file *f, json_t *v)
-{
-    const char *path = f->path, *mk;
-    json_t *mv;
-    char quoted[160];
-    if (!json_is_object(v))
-        ZS_FAIL("%s: __metadata__ is not an object of strings", path);
-    f->meta = calloc(2 * json_object_size(v) + 1, sizeof *f->meta);
-    if (!f->meta)
-        ZS_FAIL("out of host memory reading %s", path);
-    json_object_foreach(v, mk, mv) {
-        if (zs_st_bad_name(mk))
-            ZS_FAIL("%s: the __metadata__ key \"%s\" holds control characters; the file is "
-                    "damaged", path, zs_file_escape(mk, strlen(mk), quoted, sizeof quoted));
-        if (!json_is_string(mv))
-            ZS_FAIL("%s: __metadata__ value of \"%s\" is not a string", path, mk);
-        f->meta[f->nmeta] = strdup(mk);
-        f->meta[f->nmeta + 1] = strdup(json_string_value(mv));
-        f->nmeta += 2;
-        if (!f->meta[f->nmeta - 2] || !f->meta[f->nmeta - 1])
-            ZS_FAIL("out of host memory reading %s", path);
-    }
-    return 0;
-}
-
-/* Parse and check the header; one line naming the file on error. */
-static int zs_st_parse(zs_st_file *f, const char *text, size_t len)
-{
-    const char *path = f->path;
-    json_error_t jerr;
-    json_t *h = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    char quoted[160]; /* text of the file in an error line: escaped */
-    if (!h || !json_is_object(h)) {
-        json_decref(h);
-        ZS_FAIL("%s: the safetensors header is not a JSON object (%s); the file is not "
-                "safetensors or is damaged", path, h ? "another JSON value"
-                : zs_file_escape(jerr.text, strlen(jerr.text), quoted, sizeof quoted));
-    }
-    size_t n = json_object_size(h);
-    f->t = calloc(n + 1, sizeof *f->t);
-    zs_st_tensor **order = calloc(n + 1, sizeof *order);
-    int rc = (!f->t || !order) ? zs_error_set("out of host memory reading %s", path) : 0;
-    const char *key;
-    json_t *v;
-    uint64_t data_bytes = f->file_bytes - f->data_start;
-    json_object_foreach(h, key, v) {
-        if (rc)
-            break;
-        if (zs_st_bad_name(key)) { /* every later line may quote key as it is */
-            rc = zs_error_set("%s: the name \"%s\" holds control characters; the file is "
-                              "damaged", path, zs_file_escape(key, strlen(key), quoted,
-                                                              sizeof quoted));
-            break;
-        }
-        if (!strcmp(key, "__metadata__")) {
-            rc = zs_st_parse_meta(f, v);
-            continue;
-        }
-        zs_st_tensor *t = &f->t[f->n];
-        if (strlen(key) >= sizeof t->name) {
-            rc = zs_error_set("%s: a tensor name of %zu characters is longer than zerosim "
-                              "reads (%zu)", path, strlen(key), sizeof t->name - 1);
-            break;
-        }
-        json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
-               *off = json_object_get(v, "data_offsets");
-        if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(sh) ||
-            !json_is_array(off) || json_array_size(off) != 2) {
-            rc = zs_error_set("%s: tensor \"%s\" lacks dtype, shape or data_offsets", path, key);
-            break;
-        }
-        snprintf(t->name, sizeof t->name, "%s", key);
-        t->dtype = ZS_ST_NDTYPES;
-        for (int d = 0; d < ZS_ST_NDTYPES; d++)
-            if (!strcmp(json_string_value(dt), zs_st_types[d].name))
-                t->dtype = (zs_st_dtype)d;
-        if (t->dtype == ZS_ST_NDTYPES) {
-            rc = zs_error_set("%s: tensor \"%s\" has dtype %s, which zerosim does not read", path,
-                              key, zs_file_escape(json_string_value(dt),
-                                                  strlen(json_string_value(dt)), quoted,
-                                                  sizeof quoted));
-            break;
-        }
-        if (json_array_size(sh) > ZS_ST_MAX_DIMS) {
-            rc = zs_error_set("%s: tensor \"%s\" has %zu dimensions, more than %d", path, key,
-                              json_array_size(sh), ZS_ST_MAX_DIMS);
-            break;
-        }
-        t->ndim = (int)json_array_size(sh);
-        uint64_t numel = 1;
-        for (int d = 0; d < t->ndim && !rc; d++) {
-            json_t *x = json_array_get(sh, (size_t)d);
-            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
-                (json_integer_value(x) > 0 &&
-                 numel > (UINT64_MAX / 16) / (uint64_t)json_integer_value(x)))
-                rc = zs_error_set("%s: tensor \"%s\" has a bad shape", path, key);
-            else
-                numel *= (t->shape[d] = (uint64_t)json_integer_value(x));
-        }
-        json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
-        if (!rc && (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
-                    json_integer_value(e) < json_integer_value(b)))
-            rc = zs_error_set("%s: tensor \"%s\" has bad data_offsets", path, key);
-        if (rc)
-            break;
-        t->begin = (uint64_t)json_integer_value(b);
-        t->end = (uint64_t)json_integer_value(e);
-        if (t->end - t->begin != numel * zs_st_dtype_size(t->dtype)) {
-            rc = zs_error_set("%s: tensor \"%s\" spans %" PRIu64 " bytes, its shape and dtype "
-                              "need %" PRIu64, path, key, t->end - t->begin,
-                              numel * zs_st_dtype_size(t->dtype));
-            break;
-        }
-        if (t->end > data_bytes) {
-            rc = zs_error_set("%s: tensor \"%s\" ends at byte %" PRIu64 " of the data, the file "
-                              "holds %" PRIu64 ": the file is truncated", path, key, t->end,
-                              data_bytes);
-            break;
-        }
-        order[f->n++] = t;
-    }
-    json_decref(h);
-    if (!rc) {
-        qsort(order, (size_t)f->n, sizeof *order, zs_st_cmp_begin);
-        for (int i = 1; i < f->n && !rc; i++)
-            if (order[i]->begin < order[i - 1]->end)
-                rc = zs_error_set("%s: tensors \"%s\" and \"%s\" overlap", path,
-                                  order[i - 1]->name, order[i]->name);
-    }
-    free(order);
-    return rc;
+    return ((const zs_st_file *)f)->t[i].name;
 }
 
 int zs_st_open(zs_st_file *f, const char *path)
@@ -567,17 +471,27 @@ int zs_st_open(zs_st_file *f, const char *path)
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)n8[i] << (8 * i);
-    if (hlen < 2 || hlen > ZS_ST_MAX_HEADER || hlen > f->file_bytes - 8) {
+    /* each bound its own line, saying what was checked (f->file_bytes is
+     * read before zs_st_close clears it) */
+    uint64_t file_bytes = f->file_bytes;
+    if (hlen < 2 || hlen > ZS_ST_MAX_HEADER || hlen > file_bytes - 8)
         zs_st_close(f);
+    if (hlen < 2)
+        ZS_FAIL("%s: a safetensors header of %" PRIu64 " bytes, too short for a JSON object; "
+                "the file is not safetensors", path, hlen);
+    if (hlen > ZS_ST_MAX_HEADER)
+        ZS_FAIL("%s: a safetensors header of %" PRIu64 " bytes, more than the %" PRIu64
+                " MiB zerosim reads; the file is not safetensors or is damaged", path, hlen,
+                ZS_ST_MAX_HEADER >> 20);
+    if (hlen > file_bytes - 8)
         ZS_FAIL("%s: a safetensors header of %" PRIu64 " bytes in a file of %" PRIu64
-                "; the file is not safetensors or is truncated", path, hlen, f->file_bytes);
-    }
+                "; the file is not safetensors or is truncated", path, hlen, file_bytes);
     f->data_start = 8 + hlen;
     char *text = malloc(hlen);
     int rc = !text ? zs_error_set("out of host memory reading %s", path)
          : zs_st_pread(f->fd, text, hlen, 8) ? zs_error_set("cannot read %s: %s", path,
                                                             strerror(errno))
-                                             : zs_st_parse(f, text, hlen);
+                                             : zs_st_header_parse(f, text, hlen);
     free(text);
     if (rc)
         zs_st_close(f);
@@ -593,16 +507,15 @@ void zs_st_close(zs_st_file *f)
     free(f->meta);
     free(f->t);
     free(f->path);
+    zs_name_index_free(&f->by_name);
     memset(f, 0, sizeof *f);
     f->fd = -1;
 }
 
 const zs_st_tensor *zs_st_find(const zs_st_file *f, const char *name)
 {
-    for (int i = 0; i < f->n; i++)
-        if (!strcmp(f->t[i].name, name))
-            return &f->t[i];
-    return NULL;
+    int i = zs_name_index_find(&f->by_name, name, zs_st_name_of, f);
+    return i < 0 ? NULL : &f->t[i];
 }
 
 const char *zs_st_meta(const zs_st_file *f, const char *key)

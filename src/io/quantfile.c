@@ -2,6 +2,7 @@
 #include "zerosim/quantfile.h"
 #include "zerosim/checkpoint.h"
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 #include "zerosim/io.h"
 #include "zerosim/weights.h"
 
@@ -369,9 +370,12 @@ int zs_qfile_read(const char *path, zs_model_config *mc, uint64_t *seed, zs_quan
     if (!fmt || strcmp(fmt, QF_FORMAT))
         rc = zs_error_set("%s is not a zerosim quantized file (its metadata has no format "
                           "\"%s\")", path, QF_FORMAT);
-    else if (!ver || strcmp(ver, "1"))
+    else if (!ver || strcmp(ver, "1")) {
+        char quoted[64]; /* the file's text: escaped */
         rc = zs_error_set("%s: quantized file version %s; this zerosim reads version %d", path,
-                          ver ? ver : "(none)", QF_VERSION);
+                          ver ? zs_file_escape(ver, strlen(ver), quoted, sizeof quoted)
+                              : "(none)", QF_VERSION);
+    }
     else if (!sd || !(*seed = strtoull(sd, &end, 10), end != sd && !*end))
         rc = zs_error_set("%s: the metadata's seed is missing or malformed; the file is damaged",
                           path);
@@ -384,6 +388,12 @@ int zs_qfile_read(const char *path, zs_model_config *mc, uint64_t *seed, zs_quan
         rc = zs_model_create(mc, &m);
     const zs_layout *lay = rc ? NULL : zs_model_layout(m);
     int expect = 0;
+    /* every parameter is in the file, in 4 bits at least: a model the file
+     * cannot hold is refused before its parameters are allocated */
+    if (!rc && lay->num_params / 2 > f.file_bytes - f.data_start)
+        rc = zs_error_set("%s: its metadata's model has %zu parameters, more than its %" PRIu64
+                          " bytes of tensors hold at 4 bits each; the file is damaged", path,
+                          lay->num_params, f.file_bytes - f.data_start);
     if (!rc && !(*params = malloc(lay->num_params * 4 + 1)))
         rc = zs_error_set("out of host memory reading %s", path);
     for (int i = 0; !rc && i < lay->n_entries; i++) {

@@ -234,7 +234,10 @@ static const zs_st_tensor *zs_st_find_gpt(const zs_st_file *f, const char *name)
     if (t)
         return t;
     char full[128];
-    snprintf(full, sizeof full, "transformer.%s", name);
+    if (strlen(name) + 12 >= sizeof full) /* no tensor has a name that long */
+        return NULL;
+    memcpy(full, "transformer.", 12);
+    memcpy(full + 12, name, strlen(name) + 1);
     return zs_st_find(f, full);
 }
 
@@ -318,10 +321,22 @@ static int zs_st_probe(const zs_st_file *f, const char *path, zs_model_config *m
  * not know. */
 static int zs_st_check_gpt(const zs_st_file *f, const char *path, const zs_model_config *mc)
 {
+    /* A file of fewer tensors than the model's lacks one among the model's
+     * first f->n + 1 (wte, wpe and the blocks in order): only those are
+     * listed, so that a file of a million blocks' first tensors costs no
+     * list of twelve million */
+    zs_model_config part = *mc;
+    int whole = (uint64_t)12 * (uint64_t)mc->n_layer + 4 <= (uint64_t)f->n;
+    if (!whole)
+        part.n_layer = f->n / 12 + 1;
     zs_gpt_tensor *t;
     int n;
-    ZS_TRY(zs_gpt_tensors(mc, &t, &n));
-    int rc = 0;
+    ZS_TRY(zs_gpt_tensors(&part, &t, &n));
+    if (!whole)
+        n -= 2; /* the part's ln_f is not where the model has it */
+    /* which of the file's tensors the model takes: each looked up once */
+    unsigned char *taken = calloc((size_t)f->n + 1, 1);
+    int rc = taken ? 0 : zs_error_set("out of host memory reading %s", path);
     for (int i = 0; i < n && !rc; i++) {
         const zs_st_tensor *s = zs_st_find_gpt(f, t[i].name);
         if (!s) {
@@ -329,6 +344,7 @@ static int zs_st_check_gpt(const zs_st_file *f, const char *path, const zs_model
                               mc->n_layer);
             break;
         }
+        taken[s - f->t] = 1;
         if (s->dtype != ZS_ST_F32) {
             rc = zs_error_set("%s: tensor %s is %s; zerosim reads F32 weights (convert the "
                               "file to float32)", path, s->name, zs_st_dtype_name(s->dtype));
@@ -352,17 +368,22 @@ static int zs_st_check_gpt(const zs_st_file *f, const char *path, const zs_model
                               path, s->name, got, mc->n_embd, mc->vocab, mc->seq_len, want);
         }
     }
-    /* anything else: a mask buffer or the tied head, or another model */
+    if (!whole && !rc)
+        rc = zs_error_set("internal: %s: %d tensors, the model needs %d, but none is missing",
+                          path, f->n, 12 * mc->n_layer + 4);
+    /* anything else: a mask buffer or the tied head, or another model (a
+     * name the model has, under the other prefix, is known too) */
     for (int j = 0; j < f->n && !rc; j++) {
         const char *nm = f->t[j].name;
         const char *bare = strncmp(nm, "transformer.", 12) ? nm : nm + 12;
-        int known = zs_st_ignorable(nm);
-        for (int i = 0; i < n && !known; i++)
-            known = !strcmp(bare, t[i].name);
+        const zs_st_tensor *same = taken[j] || !strncmp(bare, "transformer.", 12)
+                                       ? NULL : zs_st_find_gpt(f, bare);
+        int known = taken[j] || zs_st_ignorable(nm) || (same && taken[same - f->t]);
         if (!known)
             rc = zs_error_set("%s: tensor %s is not part of a GPT-2 with %d blocks as zerosim "
                               "builds it", path, nm, mc->n_layer);
     }
+    free(taken);
     free(t);
     return rc;
 }

@@ -1,9 +1,11 @@
 /* zerosim — step-time estimate (see zerosim/steptime.h). */
 #include "zerosim/steptime.h"
 #include "zerosim/error.h"
+#include "zerosim/file.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <string.h>
 
 const char *zs_coll_kind_name(zs_coll_kind k)
 {
@@ -160,8 +162,10 @@ int zs_steptime_load_calibration(const char *path, zs_steptime_calib *c)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
+    char quoted[200]; /* jansson's text may quote the file's: escaped */
     if (!root)
-        ZS_FAIL("calibration %s: %s (line %d, column %d)", path, jerr.text, jerr.line,
+        ZS_FAIL("calibration %s: %s (line %d, column %d)", path,
+                zs_file_escape(jerr.text, strlen(jerr.text), quoted, sizeof quoted), jerr.line,
                 jerr.column);
     if (!json_is_object(root)) {
         json_decref(root);
