@@ -67,6 +67,23 @@ if zs_run learn 0 --model mlp --input-dim 784 --widths 64 --classes 10 --data fa
     [ -n "$fp32" ] && awk -v a="$fp32" -v b="${acc:-0}" 'BEGIN { exit !(a == b) }' && ok ||
         bad "eval's fp32 test accuracy ${fp32:-none}% is not train's ${acc:-none}%"
     [ "$(grep -c '^[^#].*%' "$T/eval.txt")" -eq 6 ] && ok || bad "eval --formats: not six rows with accuracy"
+    # Deep Compression on the image set: per-layer fractions, the stages'
+    # ratio and accuracy, the fp32 accuracy as train's; the file decodes
+    # to the same weights
+    if "$ZS" compress --from "$T/ck" --out "$T/dc.zc" --data fashion-mnist --sparsity 0.9,0.5 \
+        --prune-rounds 1 --retrain-steps 20 --finetune-steps 20 --micro-batch 64 >"$T/dc.txt" 2>&1; then
+        grep -q '^fc0.w  *50176  *5018 ' "$T/dc.txt" && grep -q '^fc1.w  *640  *320 ' "$T/dc.txt" &&
+            ok || bad "compress --sparsity 0.9,0.5: not 10% and 50% kept: $(grep '^fc' "$T/dc.txt")"
+        grep -q "^trained (fp32) .* ${acc}%$" "$T/dc.txt" && grep -q '^+ Huffman coding .*%$' "$T/dc.txt" &&
+            ok || bad "compress --data: no stage table with train's ${acc}%: $(cat "$T/dc.txt")"
+        h=$(sed -n 's/^param_hash //p' "$T/dc.txt")
+        "$ZS" decompress --from "$T/dc.zc" --samples 0 | grep -q "^param_hash ${h:-none}$" && ok ||
+            bad "decompress does not give compress's weights ($h)"
+    else
+        bad "compress --data failed: $(tail -2 "$T/dc.txt")"
+    fi
+    refuse -o "$T/dc3.zc" -m "lists 3 fractions, but the model has 2 linear weights" compress --from "$T/ck" \
+        --out "$T/dc3.zc" --data fashion-mnist --sparsity 0.9,0.5,0.1
 fi
 if zs_run chance 0 --model mlp --input-dim 784 --widths 64 --classes 10 --data fashion-mnist \
     --micro-batch 64 --steps 1 --warmup 0 --lr 1e-9 --quiet; then
