@@ -14,7 +14,7 @@ HERE=$(dirname "$0")
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export OPENBLAS_NUM_THREADS=1
-C=${COMPRESS_ARGS:---prune-rounds 4 --retrain-steps 1500 --finetune-steps 1500 --lr 3e-4 --micro-batch 128 --bits 6}
+C=${COMPRESS_ARGS:---prune-rounds 6 --retrain-steps 2000 --finetune-steps 2000 --lr 3e-4 --micro-batch 128 --bits 6 --prune-schedule geometric}
 S=${SPARSITIES:-0.5,0.5,0.3 0.7,0.7,0.5 0.85,0.85,0.6 0.92,0.91,0.74 0.95,0.94,0.8}
 ck=${1:-}
 if [ -z "$ck" ]; then

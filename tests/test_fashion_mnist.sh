@@ -71,7 +71,11 @@ if zs_run learn 0 --model mlp --input-dim 784 --widths 64 --classes 10 --data fa
     # ratio and accuracy, the fp32 accuracy as train's; the file decodes
     # to the same weights
     if "$ZS" compress --from "$T/ck" --out "$T/dc.zc" --data fashion-mnist --sparsity 0.9,0.5 \
-        --prune-rounds 1 --retrain-steps 20 --finetune-steps 20 --micro-batch 64 >"$T/dc.txt" 2>&1; then
+        --prune-rounds 2 --prune-schedule geometric --retrain-steps 20 --finetune-steps 20 \
+        --micro-batch 64 >"$T/dc.txt" 2>&1; then
+        # geometric: round 1 of 2 keeps sqrt(0.1) = 0.3162 and sqrt(0.5) = 0.7071
+        grep -q '^pruned to 0.6838,0.2929 of the linear weights, retrained 20 steps: test loss [0-9.]*, accuracy [0-9.]*%$' \
+            "$T/dc.txt" && ok || bad "compress: round 1 of a geometric schedule: $(grep '^pruned' "$T/dc.txt")"
         grep -q '^fc0.w  *50176  *5018 ' "$T/dc.txt" && grep -q '^fc1.w  *640  *320 ' "$T/dc.txt" &&
             ok || bad "compress --sparsity 0.9,0.5: not 10% and 50% kept: $(grep '^fc' "$T/dc.txt")"
         grep -q "^trained (fp32) .* ${acc}%$" "$T/dc.txt" && grep -q '^+ Huffman coding .*%$' "$T/dc.txt" &&

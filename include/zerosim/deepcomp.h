@@ -27,6 +27,9 @@ typedef struct {
                                                is unused) */
     int n_layer_sparsity;   /* must equal the model's linear weights when > 0 */
     int prune_rounds;       /* iterative pruning: the sparsity reached in rounds */
+    int prune_geometric;    /* 1: round k of K keeps kept^(k/K) of each layer (each round
+                               prunes the same share of what is left); 0: prunes
+                               S k / K (equal steps of sparsity) */
     int retrain_steps;      /* steps of retraining after each round */
     int bits;               /* b: 2^b shared weights per layer, 1..16 */
     int index_bits;         /* r: bits of a relative index, 1..16 */

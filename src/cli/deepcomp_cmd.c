@@ -30,6 +30,9 @@ static const char *const zs_compress_usage =
     "                           a list: one per linear weight, in order (LeNet-300-100\n"
     "                           as the paper: 0.92,0.91,0.74)\n"
     "  --prune-rounds K         reach it in K rounds of prune + retrain (3)\n"
+    "  --prune-schedule linear|geometric  equal steps of sparsity (S k/K), or each\n"
+    "                           round pruning the same share of what is left (keeps\n"
+    "                           (1-S)^(k/K)) (linear)\n"
     "  --retrain-steps N        retraining steps after each round (300)\n"
     "  --bits B                 2^B shared weights per layer, 1-16 (5)\n"
     "  --index-bits R           relative indices of 1 .. 2^R, 1-16 (5)\n"
@@ -52,7 +55,7 @@ static const char *const zs_decompress_usage =
     "zerosim quantize read compressed files too.\n";
 
 enum { DO_FROM = 1, DO_OUT, DO_SPARSITY, DO_ROUNDS, DO_RETRAIN, DO_BITS, DO_IBITS, DO_KM,
-       DO_FT, DO_LR, DO_MB, DO_SAMPLES, DO_SEED, DO_HEADS, DO_DATA, DO_HELP };
+       DO_FT, DO_LR, DO_MB, DO_SAMPLES, DO_SEED, DO_HEADS, DO_DATA, DO_SCHED, DO_HELP };
 
 static int zs_dcli_num(const char *opt, const char *s, double lo, double hi, double *out)
 {
@@ -121,6 +124,7 @@ static int zs_dcli_parse(int argc, char **argv, int comp, zs_dcli *c, int *help)
         {"samples", required_argument, NULL, DO_SAMPLES},
         {"seed", required_argument, NULL, DO_SEED}, {"heads", required_argument, NULL, DO_HEADS},
         {"data", required_argument, NULL, DO_DATA},
+        {"prune-schedule", required_argument, NULL, DO_SCHED},
         {"help", no_argument, NULL, DO_HELP}, {NULL, 0, NULL, 0},
     };
     const char *cmd = comp ? "compress" : "decompress";
@@ -142,6 +146,11 @@ static int zs_dcli_parse(int argc, char **argv, int comp, zs_dcli *c, int *help)
         case DO_OUT: c->out = optarg; break;
         case DO_SPARSITY: ZS_TRY(zs_dcli_sparsity(optarg, &c->o)); break;
         case DO_DATA: c->o.data = optarg; break;
+        case DO_SCHED:
+            if (strcmp(optarg, "linear") && strcmp(optarg, "geometric"))
+                ZS_FAIL("--prune-schedule is linear or geometric, got \"%s\"", optarg);
+            c->o.prune_geometric = !strcmp(optarg, "geometric");
+            break;
         case DO_ROUNDS: ZS_TRY(zs_dcli_int("--prune-rounds", optarg, 1, 1000, &c->o.prune_rounds)); break;
         case DO_RETRAIN: ZS_TRY(zs_dcli_int("--retrain-steps", optarg, 0, 10000000, &c->o.retrain_steps)); break;
         case DO_BITS: ZS_TRY(zs_dcli_int("--bits", optarg, INT_MIN, INT_MAX, &c->o.bits)); break;

@@ -246,13 +246,20 @@ static double zs_dc_layer_sparsity(const zs_dc_options *o, int l)
     return o->n_layer_sparsity ? o->layer_sparsity[l] : o->sparsity;
 }
 
+/* The fraction of linear weight l pruned after round k of the rounds. */
+static double zs_dc_round_sparsity(const zs_dc_options *o, int l, int k)
+{
+    double f = (double)k / (double)o->prune_rounds, s = zs_dc_layer_sparsity(o, l);
+    return o->prune_geometric ? 1.0 - pow(1.0 - s, f) : s * f;
+}
+
 /* Prune the smallest-magnitude fraction of each linear weight that round
  * k of the rounds reaches (ties in index order). */
 static int zs_dc_prune(zs_dc *d, float *params, int k)
 {
     for (int l = 0; l < d->nlin; l++) {
         const zs_param_entry *e = &d->lay->entries[d->lin[l]];
-        double s = zs_dc_layer_sparsity(d->o, l) * (double)k / (double)d->o->prune_rounds;
+        double s = zs_dc_round_sparsity(d->o, l, k);
         zs_mag *v = malloc(e->numel * sizeof *v + 1);
         if (!v)
             ZS_FAIL("out of host memory pruning %s", e->name);
@@ -456,12 +463,10 @@ static void zs_dc_log_round(const zs_dc *d, const float *params, int k)
     const zs_dc_options *o = d->o;
     double acc, loss = zs_dc_eval(d, params, &acc);
     if (!o->n_layer_sparsity)
-        fprintf(o->log, "pruned to %.4f of each linear weight", o->sparsity * (double)k /
-                (double)o->prune_rounds);
+        fprintf(o->log, "pruned to %.4f of each linear weight", zs_dc_round_sparsity(o, 0, k));
     else
         for (int l = 0; l < d->nlin; l++)
-            fprintf(o->log, "%s%.4f", l ? "," : "pruned to ", zs_dc_layer_sparsity(o, l) *
-                    (double)k / (double)o->prune_rounds);
+            fprintf(o->log, "%s%.4f", l ? "," : "pruned to ", zs_dc_round_sparsity(o, l, k));
     fprintf(o->log, "%s, retrained %d steps: %s loss %.6f", o->n_layer_sparsity ?
             " of the linear weights" : "", o->retrain_steps, o->data ? "test" : "held-out",
             loss);
