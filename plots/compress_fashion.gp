@@ -3,9 +3,9 @@
 # with relative indices; + weight sharing with fine-tuned centroids; +
 # Huffman coding), one point per sparsity; the uncompressed model's
 # accuracy and the 0.5-point band below it as lines.
-# Usage: gnuplot -e "datafile='rows.dat'; outfile='docs/compress_fashion.png'" plots/compress_fashion.gp
+# Usage: gnuplot plots/compress_fashion.gp (or -e "datafile='rows.dat'; outfile='x.png'")
 # (rows.dat: bench/bench_compress_fashion.sh's output)
-if (!exists("datafile")) datafile = "plots/data/compress_fashion.dat"
+if (!exists("datafile")) datafile = "docs/compress_fashion.dat"
 if (!exists("outfile")) outfile = "docs/compress_fashion.png"
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
     set terminal pngcairo size 900,600 font "Sans,11" noenhanced

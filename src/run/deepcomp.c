@@ -473,6 +473,7 @@ static void zs_dc_log_round(const zs_dc *d, const float *params, int k)
     if (!isnan(acc))
         fprintf(o->log, ", accuracy %.2f%%", 100.0 * acc);
     fprintf(o->log, "\n");
+    fflush(o->log); /* a round takes minutes: show it when it ends */
 }
 
 int zs_dc_compress(const zs_model_config *mc, float *params, const zs_dc_options *o,
