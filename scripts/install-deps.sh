@@ -16,7 +16,10 @@ esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config autoconf-archive
 libopenmpi-dev openmpi-bin libopenblas-dev check gnuplot-nox
-libjansson-dev libxxhash-dev procps python3"
+libjansson-dev libxxhash-dev zlib1g-dev dataset-fashion-mnist procps python3"
+# dataset-fashion-mnist: Fashion-MNIST's IDX files in
+# /usr/share/datasets/fashion-mnist, for `--data fashion-mnist` and
+# tests/test_fashion_mnist.sh (which skips without them).
 # procps: pgrep, for tests/test_faults.sh; python3: the token files of
 # tests/test_data_dump.sh (PyTorch, python3-torch, stays optional: the
 # tests that need it skip without it). gcc's ASan and UBSan runtimes
@@ -26,11 +29,11 @@ libjansson-dev libxxhash-dev procps python3"
 # `module load mpi/openmpi-x86_64` puts it on the PATH)
 DNF_PACKAGES="gcc make autoconf automake libtool pkgconf-pkg-config autoconf-archive
 openmpi-devel openblas-devel check-devel gnuplot jansson-devel xxhash-devel
-procps-ng python3"
+zlib-devel procps-ng python3"
 
 # Homebrew's (macOS: clang is the compiler, from the Xcode command line tools)
 BREW_PACKAGES="open-mpi openblas check gnuplot autoconf automake libtool
-pkg-config autoconf-archive jansson xxhash"
+pkg-config autoconf-archive jansson xxhash zlib"
 
 # sudo_or_say COMMAND...: the prefix to run a root command with: nothing as
 # root, sudo when there is one; otherwise say what to run and stop

@@ -18,9 +18,18 @@ extern "C" {
 
 /* ---- compression ----------------------------------------------------------- */
 
+#define ZS_DC_MAX_LAYERS 64
+
 typedef struct {
     double sparsity;        /* fraction of each linear weight pruned, [0, 1) */
+    double layer_sparsity[ZS_DC_MAX_LAYERS]; /* per linear weight, in layout order,
+                                               when n_layer_sparsity > 0 (then sparsity
+                                               is unused) */
+    int n_layer_sparsity;   /* must equal the model's linear weights when > 0 */
     int prune_rounds;       /* iterative pruning: the sparsity reached in rounds */
+    int prune_geometric;    /* 1: round k of K keeps kept^(k/K) of each layer (each round
+                               prunes the same share of what is left); 0: prunes
+                               S k / K (equal steps of sparsity) */
     int retrain_steps;      /* steps of retraining after each round */
     int bits;               /* b: 2^b shared weights per layer, 1..16 */
     int index_bits;         /* r: bits of a relative index, 1..16 */
@@ -30,6 +39,9 @@ typedef struct {
     float lr;               /* Adam's learning rate for retraining and fine-tuning */
     int eval_samples;       /* held-out samples for the losses */
     uint64_t seed;          /* the synthetic task's */
+    const char *data;       /* the MLP: an image set (zerosim/data.h) to retrain on
+                               (its training images) and evaluate on (its test
+                               images: loss and accuracy), NULL: the synthetic task */
     FILE *log;              /* progress and the per-layer table, NULL: quiet */
 } zs_dc_options;
 

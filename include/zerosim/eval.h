@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "zerosim/data.h"
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
 #include "zerosim/quant.h"
@@ -32,6 +33,20 @@ extern "C" {
 int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params,
                  const zs_quant_spec *q, int samples, int mb, double *loss, double *floor,
                  zs_mem_stats *stats);
+
+/* The MLP on a part of an image set (zerosim/data.h: its held-out or test
+ * images, all of them, in order): the mean loss per sample, the share of
+ * samples whose most probable class is the label, and how many samples.
+ * params and q as zs_eval_loss's; mb samples per forward (a last partial
+ * micro-batch is padded and not counted). */
+typedef struct {
+    double loss;
+    double accuracy;      /* in [0, 1] */
+    uint64_t samples;
+} zs_eval_score;
+int zs_eval_split(const zs_model_config *mc, const zs_data *data, zs_data_split split,
+                  const float *params, const zs_quant_spec *q, int mb, zs_eval_score *out,
+                  zs_mem_stats *stats);
 
 /* A model's fp32 parameters from a file of any kind zerosim writes: a
  * checkpoint folder (tp = 1), GPT weights (.safetensors, llm.c .bin), a

@@ -275,6 +275,12 @@ size_t zs_model_boundary_elems(const zs_model_config *c, int b);
 void zs_model_forward_unit(zs_model *m, zs_backend_t be, int l, float *const *P,
                            zs_acts *a, const zs_batch *batch);
 float zs_model_loss(const zs_acts *a, zs_backend_t be);
+/* The MLP after its last unit: of the micro-batch's first n samples (their
+ * targets on the host), the sum of the losses in *loss_sum and in *correct
+ * how many have the target as their most probable class (the first of
+ * equal ones). -1 when out of host memory. */
+int zs_model_score(const zs_acts *a, zs_backend_t be, const int32_t *targets, int n,
+                   double *loss_sum, int *correct);
 /* Mixture of experts: the part of zs_model_loss that is the load-balancing
  * loss (moe_aux_coeff x the sum of the MoE blocks' l_aux), 0 without. */
 double zs_model_aux_loss(const zs_acts *a);

@@ -125,7 +125,13 @@ typedef struct {
     int error_rank;           /* after a failure: 1 when this rank should print it */
     int phantom;              /* a phantom run (zs_train_phantom) */
     double *val_loss;         /* [steps] held-out loss after each step, NaN when
-                                 not evaluated (rank 0, with options.val_data) */
+                                 not evaluated (rank 0, with options.val_data or
+                                 the MLP's image set) */
+    /* the MLP's image set (--data): [steps] the held-out images' accuracy
+     * and the test images' loss and accuracy, NaN when not evaluated
+     * (rank 0), and how many images each part holds; NULL and 0 without */
+    double *val_accuracy, *test_loss, *test_accuracy;
+    uint64_t val_samples, test_samples;
     char *trace_json;         /* rank 0, with options.trace: the trace of
                                  every rank, Chrome's trace event format */
     int trace_truncated;      /* the ledger kept only its first records */

@@ -47,6 +47,8 @@ typedef struct {
     uint64_t file_bytes;                /* the whole file, header included */
     uint64_t other_bytes;               /* the fp32 entries in it */
     char param_hash[17];                /* XXH3-64 of the final parameters */
+    double accuracy[4];                 /* with an image set (zs_dc_options.data): the
+                                           test accuracy at loss's stages, else NaN */
 } zs_dc_result;
 
 void zs_dc_result_free(zs_dc_result *r);

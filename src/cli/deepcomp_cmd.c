@@ -26,8 +26,13 @@ static const char *const zs_compress_usage =
     "holds (zerosim decompress prints the same).\n"
     "  --from CKPT|FILE         a checkpoint (tp = 1) or GPT weights, as quantize's\n"
     "  --out FILE               the compressed file\n"
-    "  --sparsity S             fraction of each linear weight pruned, [0, 1) (0.92)\n"
+    "  --sparsity S[,S2,...]    fraction of each linear weight pruned, [0, 1) (0.92);\n"
+    "                           a list: one per linear weight, in order (LeNet-300-100\n"
+    "                           as the paper: 0.92,0.91,0.74)\n"
     "  --prune-rounds K         reach it in K rounds of prune + retrain (3)\n"
+    "  --prune-schedule linear|geometric  equal steps of sparsity (S k/K), or each\n"
+    "                           round pruning the same share of what is left (keeps\n"
+    "                           (1-S)^(k/K)) (linear)\n"
     "  --retrain-steps N        retraining steps after each round (300)\n"
     "  --bits B                 2^B shared weights per layer, 1-16 (5)\n"
     "  --index-bits R           relative indices of 1 .. 2^R, 1-16 (5)\n"
@@ -37,6 +42,9 @@ static const char *const zs_compress_usage =
     "  --micro-batch B          samples a step (32)\n"
     "  --samples N              held-out samples for the losses (1024; 0: none)\n"
     "  --seed S                 the synthetic task's seed (the checkpoint's)\n"
+    "  --data DIR|fashion-mnist the MLP: retrain on an image set's training images\n"
+    "                           and give the loss and accuracy on its test images\n"
+    "                           (docs/data.md) instead of the synthetic task\n"
     "  --heads H                attention heads of a weights file that does not say\n";
 
 static const char *const zs_decompress_usage =
@@ -47,7 +55,7 @@ static const char *const zs_decompress_usage =
     "zerosim quantize read compressed files too.\n";
 
 enum { DO_FROM = 1, DO_OUT, DO_SPARSITY, DO_ROUNDS, DO_RETRAIN, DO_BITS, DO_IBITS, DO_KM,
-       DO_FT, DO_LR, DO_MB, DO_SAMPLES, DO_SEED, DO_HEADS, DO_HELP };
+       DO_FT, DO_LR, DO_MB, DO_SAMPLES, DO_SEED, DO_HEADS, DO_DATA, DO_SCHED, DO_HELP };
 
 static int zs_dcli_num(const char *opt, const char *s, double lo, double hi, double *out)
 {
@@ -77,6 +85,30 @@ typedef struct {
     int has_seed, heads;
 } zs_dcli;
 
+/* --sparsity S or S1,S2,...: one for every linear weight, or one each
+ * (checked below with the other options: [0, 1)). */
+static int zs_dcli_sparsity(const char *s, zs_dc_options *o)
+{
+    char buf[64];
+    int n = 0;
+    o->n_layer_sparsity = 0;
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (n == ZS_DC_MAX_LAYERS || len >= sizeof buf)
+            ZS_FAIL("--sparsity takes at most %d fractions, got \"%s\"", ZS_DC_MAX_LAYERS, s);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        ZS_TRY(zs_dcli_num("--sparsity", buf, -INFINITY, INFINITY, &o->layer_sparsity[n++]));
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    o->sparsity = o->layer_sparsity[0];
+    o->n_layer_sparsity = n > 1 ? n : 0;
+    return 0;
+}
+
 static int zs_dcli_parse(int argc, char **argv, int comp, zs_dcli *c, int *help)
 {
     static const struct option opts[] = {
@@ -91,6 +123,8 @@ static int zs_dcli_parse(int argc, char **argv, int comp, zs_dcli *c, int *help)
         {"lr", required_argument, NULL, DO_LR}, {"micro-batch", required_argument, NULL, DO_MB},
         {"samples", required_argument, NULL, DO_SAMPLES},
         {"seed", required_argument, NULL, DO_SEED}, {"heads", required_argument, NULL, DO_HEADS},
+        {"data", required_argument, NULL, DO_DATA},
+        {"prune-schedule", required_argument, NULL, DO_SCHED},
         {"help", no_argument, NULL, DO_HELP}, {NULL, 0, NULL, 0},
     };
     const char *cmd = comp ? "compress" : "decompress";
@@ -110,9 +144,12 @@ static int zs_dcli_parse(int argc, char **argv, int comp, zs_dcli *c, int *help)
         case 'h': case DO_HELP: *help = 1; return 0;
         case DO_FROM: c->from = optarg; break;
         case DO_OUT: c->out = optarg; break;
-        case DO_SPARSITY:
-            /* checked below with the other options: [0, 1) */
-            ZS_TRY(zs_dcli_num("--sparsity", optarg, -INFINITY, INFINITY, &c->o.sparsity));
+        case DO_SPARSITY: ZS_TRY(zs_dcli_sparsity(optarg, &c->o)); break;
+        case DO_DATA: c->o.data = optarg; break;
+        case DO_SCHED:
+            if (strcmp(optarg, "linear") && strcmp(optarg, "geometric"))
+                ZS_FAIL("--prune-schedule is linear or geometric, got \"%s\"", optarg);
+            c->o.prune_geometric = !strcmp(optarg, "geometric");
             break;
         case DO_ROUNDS: ZS_TRY(zs_dcli_int("--prune-rounds", optarg, 1, 1000, &c->o.prune_rounds)); break;
         case DO_RETRAIN: ZS_TRY(zs_dcli_int("--retrain-steps", optarg, 0, 10000000, &c->o.retrain_steps)); break;
@@ -175,6 +212,37 @@ static void zs_dcli_table(const zs_dc_result *r)
            (double)r->dense_bytes / (double)r->file_bytes);
 }
 
+/* With an image set: the ratio and the test accuracy after each stage, the
+ * linear weights counted as the paper counts them: pruning alone stores
+ * each entry (fillers too) as a 32-bit weight and an R-bit relative index;
+ * sharing as a B-bit cluster index and the R-bit relative index, plus the
+ * codebooks; Huffman coding, the coded streams, codebooks and code tables. */
+static void zs_dcli_stages(const zs_dc_options *o, const zs_dc_result *r)
+{
+    uint64_t dense = 0, pruned = 0, shared = 0, coded = 0;
+    for (int l = 0; l < r->nlayers; l++) {
+        const zs_dc_layer *y = &r->layers[l];
+        dense += 32 * (uint64_t)y->numel;
+        pruned += (uint64_t)y->entries * (32 + (uint64_t)o->index_bits);
+        shared += (uint64_t)y->entries * (uint64_t)(o->bits + o->index_bits) + y->codebook_bits;
+        coded += y->idx_bits + y->gap_bits + y->codebook_bits + y->table_bits;
+    }
+    printf("# stage                     linear weights (bytes)    ratio   test loss  accuracy\n");
+    printf("%-28s %22" PRIu64 " %7.1fx %11.6f %8.2f%%\n", "trained (fp32)", dense / 8, 1.0,
+           r->loss[0], 100.0 * r->accuracy[0]);
+    printf("%-28s %22" PRIu64 " %7.1fx %11.6f %8.2f%%\n", "pruned (+ relative indices)",
+           (pruned + 7) / 8, (double)dense / (double)pruned, r->loss[1], 100.0 * r->accuracy[1]);
+    printf("%-28s %22" PRIu64 " %7.1fx %11.6f %8.2f%%\n", "+ shared weights (k-means)",
+           (shared + 7) / 8, (double)dense / (double)shared, r->loss[2], 100.0 * r->accuracy[2]);
+    printf("%-28s %22" PRIu64 " %7.1fx %11.6f %8.2f%%\n", "+ fine-tuned centroids",
+           (shared + 7) / 8, (double)dense / (double)shared, r->loss[3], 100.0 * r->accuracy[3]);
+    printf("%-28s %22" PRIu64 " %7.1fx %11.6f %8.2f%%\n", "+ Huffman coding", (coded + 7) / 8,
+           (double)dense / (double)coded, r->loss[3], 100.0 * r->accuracy[3]);
+    printf("test accuracy %.2f%% before, %.2f%% after (%+.2f points) on the test images of "
+           "--data %s\n", 100.0 * r->accuracy[0], 100.0 * r->accuracy[3],
+           100.0 * (r->accuracy[3] - r->accuracy[0]), o->data);
+}
+
 static int zs_dcli_compress(zs_dcli *c)
 {
     zs_model_src src;
@@ -182,15 +250,25 @@ static int zs_dcli_compress(zs_dcli *c)
     if (!c->has_seed && src.has_seed)
         c->o.seed = src.seed;
     c->o.log = stdout;
-    printf("# zerosim compress %s: %zu parameters; prune %.4f of each linear weight in %d "
-           "rounds of %d retraining steps, %d shared weights per layer, %d-bit relative "
-           "indices, %d fine-tuning steps\n", c->from, src.n, c->o.sparsity, c->o.prune_rounds,
+    if (c->o.n_layer_sparsity) {
+        printf("# zerosim compress %s: %zu parameters; prune ", c->from, src.n);
+        for (int l = 0; l < c->o.n_layer_sparsity; l++)
+            printf("%s%.4f", l ? "," : "", c->o.layer_sparsity[l]);
+        printf(" of the linear weights");
+    } else {
+        printf("# zerosim compress %s: %zu parameters; prune %.4f of each linear weight",
+               c->from, src.n, c->o.sparsity);
+    }
+    printf(" in %d rounds of %d retraining steps, %d shared weights per layer, %d-bit relative "
+           "indices, %d fine-tuning steps\n", c->o.prune_rounds,
            c->o.retrain_steps, 1 << c->o.bits, c->o.index_bits, c->o.finetune_steps);
     zs_dc_result r;
     int rc = zs_dc_compress(&src.mc, src.params, &c->o, c->out, &r);
     if (!rc) {
         zs_dcli_table(&r);
-        if (c->o.eval_samples)
+        if (c->o.data)
+            zs_dcli_stages(&c->o, &r);
+        else if (c->o.eval_samples)
             printf("held-out loss (%d samples, seed %" PRIu64 "): before %.6f, pruned %.6f, "
                    "shared %.6f, fine-tuned %.6f (%+.2f%% against before)\n", c->o.eval_samples,
                    c->o.seed, r.loss[0], r.loss[1], r.loss[2], r.loss[3],

@@ -265,7 +265,14 @@ static void zs_train_print_summary(FILE *log, const zs_run_config *cfg, const zs
                 r->padded_params, k, last, r->loss_floor,
                 r->loss_floor > 0 ? 100.0 * (last - r->loss_floor) / r->loss_floor : 0.0,
                 r->seconds);
-    if (r->val_loss && r->steps > 0 && !isnan(r->val_loss[r->steps - 1]))
+    if (r->test_loss && r->steps > 0 && !isnan(r->test_loss[r->steps - 1]))
+        fprintf(log, "after step %d (the fp32 parameters): held-out loss %.4f, accuracy "
+                "%.2f%% (%llu images); test loss %.4f, accuracy %.2f%% (%llu images)\n",
+                r->first_step + r->steps, r->val_loss[r->steps - 1],
+                100.0 * r->val_accuracy[r->steps - 1], (unsigned long long)r->val_samples,
+                r->test_loss[r->steps - 1], 100.0 * r->test_accuracy[r->steps - 1],
+                (unsigned long long)r->test_samples);
+    else if (r->val_loss && r->steps > 0 && !isnan(r->val_loss[r->steps - 1]))
         fprintf(log, "held-out loss %.4f after step %d (%s, samples 0..%d, the fp32 "
                 "parameters)\n", r->val_loss[r->steps - 1], r->steps, o->val_data,
                 cfg->train_batch_size - 1);

@@ -2,6 +2,7 @@
  * quantization of a trained model's weights, and the held-out loss and
  * bytes of a model in each weight format (docs/quantization.md). */
 #include "quant_cmd.h"
+#include "zerosim/data.h"
 #include "zerosim/error.h"
 #include "zerosim/eval.h"
 #include "zerosim/quant.h"
@@ -11,6 +12,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +35,10 @@ static const char *const zs_quantize_usage =
     "  --double-quant           nf4: the block scales in 8 bits, blocks of 256\n"
     "  --out FILE               the quantized file (.safetensors)\n"
     "  --samples N              held-out samples for the loss (256; 0: no loss)\n"
-    "  --micro-batch B          samples per forward (8)\n"
+    "  --micro-batch B          samples per forward (8; 500 with --data)\n"
+    "  --data DIR|fashion-mnist the MLP: the loss and the accuracy on an image set's\n"
+    "                           test images, all of them (IDX files, as train's\n"
+    "                           --data; docs/data.md), instead of synthetic samples\n"
     "  --seed S                 the synthetic task's seed (the checkpoint's or the\n"
     "                           quantized file's; else 1234, train's default)\n"
     "  --heads H                attention heads of a weights file that does not say\n";
@@ -42,13 +47,15 @@ static const char *const zs_eval_usage =
     "usage: zerosim eval --from CKPT|FILE [--formats] [--samples N] [--seed S]\n"
     "\n"
     "The loss of a model on held-out samples of its synthetic task (indices from\n"
-    "2^40, which no run trains on) and its bytes. With --formats, the same for the\n"
+    "2^40, which no run trains on), or with --data the loss and accuracy on an\n"
+    "image set's test images, and its bytes. With --formats, the same for the\n"
     "model quantized in memory in each format: int8 per tensor and per channel,\n"
     "int8-zp per channel, nf4 blocks of 64 with and without double quantization.\n"
-    "  --from, --samples, --micro-batch, --seed, --heads as zerosim quantize's\n";
+    "  --from, --samples, --micro-batch, --data, --seed, --heads as zerosim\n"
+    "                           quantize's\n";
 
 enum { QO_FROM = 1, QO_FORMAT, QO_BLOCK, QO_PER_CHANNEL, QO_DQ, QO_OUT, QO_SAMPLES, QO_MB,
-       QO_SEED, QO_HEADS, QO_FORMATS, QO_HELP, QO_N };
+       QO_SEED, QO_HEADS, QO_FORMATS, QO_DATA, QO_HELP, QO_N };
 
 static int zs_qcli_long(const char *opt, const char *s, long lo, long hi, long *out)
 {
@@ -63,6 +70,8 @@ static int zs_qcli_long(const char *opt, const char *s, long lo, long hi, long *
 
 typedef struct {
     const char *from, *out;
+    const char *data;     /* --data: an image set's test images, or NULL */
+    int has_samples, has_mb;
     zs_quant_spec spec;
     int formats;
     long samples, mb, heads;
@@ -84,6 +93,7 @@ static int zs_qcli_parse(int argc, char **argv, int quantize, zs_qcli *c, int *h
         {"seed", required_argument, NULL, QO_SEED},
         {"heads", required_argument, NULL, QO_HEADS},
         {"formats", no_argument, NULL, QO_FORMATS},
+        {"data", required_argument, NULL, QO_DATA},
         {"help", no_argument, NULL, QO_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -112,8 +122,15 @@ static int zs_qcli_parse(int argc, char **argv, int quantize, zs_qcli *c, int *h
             break;
         case QO_PER_CHANNEL: c->spec.per_channel = 1; break;
         case QO_DQ: c->spec.double_quant = 1; break;
-        case QO_SAMPLES: ZS_TRY(zs_qcli_long("--samples", optarg, 0, 1L << 20, &c->samples)); break;
-        case QO_MB: ZS_TRY(zs_qcli_long("--micro-batch", optarg, 1, 4096, &c->mb)); break;
+        case QO_SAMPLES:
+            ZS_TRY(zs_qcli_long("--samples", optarg, 0, 1L << 20, &c->samples));
+            c->has_samples = 1;
+            break;
+        case QO_MB:
+            ZS_TRY(zs_qcli_long("--micro-batch", optarg, 1, 4096, &c->mb));
+            c->has_mb = 1;
+            break;
+        case QO_DATA: c->data = optarg; break;
         case QO_HEADS: ZS_TRY(zs_qcli_long("--heads", optarg, 1, 1L << 20, &c->heads)); break;
         case QO_SEED:
             ZS_TRY(zs_qcli_long("--seed", optarg, 0, LONG_MAX, &v));
@@ -140,7 +157,12 @@ static int zs_qcli_parse(int argc, char **argv, int quantize, zs_qcli *c, int *h
             ZS_FAIL("give --out FILE, the quantized file to write");
         ZS_TRY(zs_quant_spec_finalize(&c->spec));
     }
-    if (c->samples % c->mb)
+    if (c->data && c->has_samples)
+        ZS_FAIL("--samples counts synthetic samples; --data %s evaluates every test image: "
+                "give one of them", c->data);
+    if (c->data && !c->has_mb)
+        c->mb = 500;
+    if (!c->data && c->samples % c->mb)
         ZS_FAIL("--samples %ld must be a multiple of --micro-batch %ld", c->samples, c->mb);
     return 0;
 }
@@ -160,25 +182,51 @@ static void zs_qcli_model_line(const zs_model_src *s, const char *path)
     }
 }
 
-/* One row: the format, its bytes, bits per quantized parameter and loss. */
+/* One row: the format, its bytes, bits per quantized parameter, loss and,
+ * on an image set, accuracy (acc NaN: none). */
 static void zs_qcli_row(const char *name, uint64_t bytes, double bits, double loss,
-                        double loss0, int with_loss)
+                        double loss0, double acc, double acc0, int with_loss)
 {
     printf("%-34s %14" PRIu64 " %10.3f", name, bytes, bits);
     if (with_loss)
         printf(" %12.6f %+12.6f", loss, loss - loss0);
+    if (with_loss && !isnan(acc))
+        printf(" %8.2f%% %+8.2f", 100.0 * acc, 100.0 * (acc - acc0));
     printf("\n");
 }
 
-static void zs_qcli_header(const zs_qcli *c, uint64_t seed, double floor, int with_loss)
+static void zs_qcli_header(const zs_qcli *c, uint64_t seed, double floor, uint64_t images,
+                           int with_loss)
 {
-    if (with_loss)
+    if (with_loss && c->data)
+        printf("# test loss and accuracy: the %" PRIu64 " test images of --data %s\n", images,
+               c->data);
+    else if (with_loss)
         printf("# held-out loss: %ld samples of the synthetic task (seed %" PRIu64
                ", from sample 2^40); loss floor %.6f\n", c->samples, seed, floor);
-    printf("# %-32s %14s %10s%s\n", "format", "bytes", "bits/w", with_loss ?
-           "         loss   vs fp32" : "");
+    printf("# %-32s %14s %10s%s%s\n", "format", "bytes", "bits/w", with_loss ?
+           "         loss   vs fp32" : "", with_loss && c->data ? "  accuracy  vs fp32" : "");
     printf("# (bytes: the whole model, fp32 entries included; bits/w: per quantized weight,\n"
-           "#  scales and zero points included)\n");
+           "#  scales and zero points included%s)\n",
+           with_loss && c->data ? "; accuracy in %, its change in points" : "");
+}
+
+/* The loss of src's parameters held as q says (NULL: fp32): on synthetic
+ * samples, or with data on its test images, with their accuracy (else NaN). */
+static int zs_qcli_eval(const zs_qcli *c, const zs_model_src *src, const zs_data *data,
+                        uint64_t seed, const zs_quant_spec *q, double *loss, double *acc,
+                        double *floor, zs_mem_stats *ms)
+{
+    *acc = NAN;
+    if (!data)
+        return zs_eval_loss(&src->mc, seed, src->params, q, (int)c->samples, (int)c->mb, loss,
+                            floor, ms);
+    zs_eval_score sc;
+    ZS_TRY(zs_eval_split(&src->mc, data, ZS_DATA_TEST, src->params, q, (int)c->mb, &sc, ms));
+    *loss = sc.loss;
+    *acc = sc.accuracy;
+    *floor = NAN;
+    return 0;
 }
 
 /* The evaluation's ledger at its peak: what an inference holds. */
@@ -195,20 +243,26 @@ static int zs_qcli_run(const zs_qcli *c, int quantize)
     zs_model_src src;
     ZS_TRY(zs_model_src_load(c->from, "--from", (int)c->heads, &src));
     uint64_t seed = c->has_seed ? c->seed : src.has_seed ? src.seed : 1234;
-    int with_loss = c->samples > 0;
-    double loss0 = 0.0, floor = 0.0;
+    int with_loss = c->samples > 0 || c->data;
+    double loss0 = 0.0, acc0 = NAN, floor = 0.0;
     int rc = 0;
     zs_mem_stats ms;
-    if (with_loss)
-        rc = zs_eval_loss(&src.mc, seed, src.params, NULL, (int)c->samples, (int)c->mb, &loss0,
-                          &floor, &ms);
+    zs_data *data = NULL;
+    if (c->data && src.mc.kind != ZS_MODEL_MLP)
+        rc = zs_error_set("--data %s: image sets are the MLP's; %s is a GPT (its loss is on "
+                          "synthetic samples: drop --data)", c->data, c->from);
+    if (!rc && c->data)
+        rc = zs_data_create_images(&src.mc, seed, c->data, &data);
+    if (!rc && with_loss)
+        rc = zs_qcli_eval(c, &src, data, seed, NULL, &loss0, &acc0, &floor, &ms);
     float *dq = rc ? NULL : malloc(src.n * 4 + 1);
     if (!rc && !dq)
         rc = zs_error_set("out of host memory quantizing %s", c->from);
     if (!rc) {
         zs_qcli_model_line(&src, c->from);
-        zs_qcli_header(c, seed, floor, with_loss);
-        zs_qcli_row("fp32", 4 * (uint64_t)src.n, 32.0, loss0, loss0, with_loss);
+        zs_qcli_header(c, seed, floor, data ? zs_data_split_size(data, ZS_DATA_TEST) : 0,
+                       with_loss);
+        zs_qcli_row("fp32", 4 * (uint64_t)src.n, 32.0, loss0, loss0, acc0, acc0, with_loss);
         if (with_loss)
             zs_qcli_ledger("fp32", &ms);
     }
@@ -222,18 +276,17 @@ static int zs_qcli_run(const zs_qcli *c, int quantize)
         zs_qfile_stats st;
         rc = quantize ? zs_qfile_write(c->out, &src.mc, seed, &s, src.params, dq, &st)
                       : zs_quant_model(&src.mc, &s, src.params, dq, &st);
-        double loss = 0.0;
+        double loss = 0.0, acc = NAN;
         /* the linear weights held quantized, dequantized a unit at a time */
         if (!rc && with_loss)
-            rc = zs_eval_loss(&src.mc, seed, src.params, &s, (int)c->samples, (int)c->mb, &loss,
-                              &floor, &ms);
+            rc = zs_qcli_eval(c, &src, data, seed, &s, &loss, &acc, &floor, &ms);
         if (rc)
             break;
         char name[96];
         zs_quant_spec_describe(&s, name, sizeof name);
         zs_qcli_row(name, st.quantized_bytes + st.other_bytes,
                     8.0 * (double)st.quantized_bytes / (double)st.quantized_params, loss, loss0,
-                    with_loss);
+                    acc, acc0, with_loss);
         if (with_loss)
             zs_qcli_ledger(name, &ms);
         if (quantize)
@@ -242,6 +295,7 @@ static int zs_qcli_run(const zs_qcli *c, int quantize)
                    src.n, c->out, st.file_bytes);
     }
     free(dq);
+    zs_data_destroy(data);
     zs_model_src_free(&src);
     return rc;
 }

@@ -664,8 +664,10 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
 {
     const char *s;
     int gpt = zs_model_is_decoder(&c->model); /* a Llama's real run is refused before */
-    static const int gpt_only[] = {OPT_INIT_FROM, OPT_EXPORT, OPT_OUT, OPT_DATA, OPT_VAL_DATA,
+    static const int gpt_only[] = {OPT_INIT_FROM, OPT_EXPORT, OPT_OUT, OPT_VAL_DATA,
                                    OPT_DUMP_DIR};
+    if (cli->val[OPT_DATA] && cli->val[OPT_PHANTOM])
+        ZS_FAIL("--data needs a real run: a phantom run computes no values");
     const char *name = "?";
     for (size_t i = 0; i < sizeof gpt_only / sizeof gpt_only[0]; i++)
         if (cli->val[gpt_only[i]] && (!gpt || cli->val[OPT_PHANTOM])) {
@@ -678,9 +680,12 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
     o->init_from = cli->val[OPT_INIT_FROM];
     c->data_file = cli->val[OPT_DATA];
     o->val_data = cli->val[OPT_VAL_DATA];
-    if (cli->val[OPT_VAL_EVERY] && !o->val_data)
-        ZS_FAIL("--val-every needs --val-data FILE, the held-out tokens");
-    o->val_every = o->print_every;
+    if (cli->val[OPT_VAL_EVERY] && !o->val_data && (gpt || !c->data_file))
+        ZS_FAIL("--val-every needs --val-data FILE (the GPT's held-out tokens) or --data "
+                "DIR|fashion-mnist (the MLP's image set)");
+    /* the GPT's held-out tokens every --print-every steps; the MLP's image
+     * set (its held-out and test images, whole) after the last step only */
+    o->val_every = gpt || !c->data_file ? o->print_every : c->steps;
     long v;
     if ((s = cli->val[OPT_VAL_EVERY])) {
         ZS_TRY(zs_parse_int(OPT_VAL_EVERY, s, 1, INT_MAX, &v));

@@ -1,5 +1,6 @@
 /* zerosim — synthetic data with a known loss floor (see zerosim/data.h). */
 #include "zerosim/data.h"
+#include "images.h"
 #include "model_impl.h"
 #include "zerosim/error.h"
 
@@ -37,6 +38,8 @@ struct zs_data {
     char *tok_path;
     int tok_fd;       /* -1: synthetic data */
     uint64_t ntok;
+    /* an image set (zs_data_create_images), or NULL */
+    zs_images *images;
 };
 
 /* Build the chain, its stationary distribution (power iteration on the
@@ -262,7 +265,7 @@ int zs_data_create_tokens(const zs_model_config *mc, uint64_t seed, const char *
 {
     *out = NULL;
     if (!zs_model_is_decoder(mc))
-        ZS_FAIL("%s: token files feed the GPT; the MLP trains on its synthetic data", path);
+        ZS_FAIL("%s: token files feed the GPT; the MLP reads an image set (IDX files)", path);
     zs_data *d = calloc(1, sizeof *d);
     if (!d)
         ZS_FAIL("out of host memory creating the data reader");
@@ -279,10 +282,50 @@ int zs_data_create_tokens(const zs_model_config *mc, uint64_t seed, const char *
     return 0;
 }
 
+int zs_data_create_images(const zs_model_config *mc, uint64_t seed, const char *dir,
+                          zs_data **out)
+{
+    *out = NULL;
+    zs_data *d = calloc(1, sizeof *d);
+    if (!d)
+        ZS_FAIL("out of host memory creating the data reader");
+    d->tok_fd = -1;
+    d->mc = *mc;
+    d->seed = seed;
+    d->floor = NAN;
+    if (zs_images_open(mc, seed, strcmp(dir, "fashion-mnist") ? dir : ZS_FASHION_MNIST_DIR,
+                       &d->images)) {
+        zs_data_destroy(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int zs_data_create_file(const zs_model_config *mc, uint64_t seed, const char *path,
+                        zs_data **out)
+{
+    return mc->kind == ZS_MODEL_MLP ? zs_data_create_images(mc, seed, path, out)
+                                    : zs_data_create_tokens(mc, seed, path, out);
+}
+
+uint64_t zs_data_split_size(const zs_data *d, zs_data_split split)
+{
+    return d->images ? zs_images_split_size(d->images, split) : 0;
+}
+
+void zs_data_fill_split(const zs_data *d, zs_data_split split, uint64_t first, int b,
+                        int32_t *targets, float *x)
+{
+    if (d->images)
+        zs_images_fill(d->images, split, first, b, x, targets);
+}
+
 void zs_data_destroy(zs_data *d)
 {
     if (!d)
         return;
+    zs_images_destroy(d->images);
     if (d->tok_fd >= 0)
         close(d->tok_fd);
     free(d->tok_path);
@@ -318,6 +361,10 @@ int zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens, int32
                  float *x)
 {
     const zs_model_config *mc = &d->mc;
+    if (d->images) { /* an epoch's permutation of the training images */
+        zs_images_fill(d->images, ZS_DATA_TRAIN, first, b, x, targets);
+        return 0;
+    }
     for (int s = 0; s < b; s++) {
         uint64_t st = zs_rng_mix(d->seed ^ 0x5eedda7aULL, first + (uint64_t)s);
         if (d->tok_fd >= 0) { /* a window of T + 1 tokens at a start drawn from (seed, i) */

@@ -560,6 +560,37 @@ float zs_model_loss(const zs_acts *a, zs_backend_t be)
     return (float)(s / (double)a->n_losses + a->moe_aux);
 }
 
+int zs_model_score(const zs_acts *a, zs_backend_t be, const int32_t *targets, int n,
+                   double *loss_sum, int *correct)
+{
+    int K = a->m->cfg.n_classes;
+    float *loss = malloc((size_t)n * sizeof(float) + 1);
+    float *probs = malloc((size_t)n * (size_t)K * sizeof(float) + 1);
+    if (!loss || !probs) {
+        free(loss);
+        free(probs);
+        ZS_FAIL("out of host memory scoring %d samples", n);
+    }
+    zs_backend_copy_d2h(be, loss, a->losses, (size_t)n * sizeof(float));
+    zs_backend_copy_d2h(be, probs, a->probs, (size_t)n * (size_t)K * sizeof(float));
+    double sum = 0.0;
+    int right = 0;
+    for (int s = 0; s < n; s++) {
+        const float *p = probs + (size_t)s * K;
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (p[k] > p[best])
+                best = k;
+        right += best == targets[s];
+        sum += loss[s];
+    }
+    free(loss);
+    free(probs);
+    *loss_sum = sum;
+    *correct = right;
+    return 0;
+}
+
 double zs_model_aux_loss(const zs_acts *a) { return a->moe_aux; }
 
 int zs_model_moe_stats(const zs_acts *a, int l, zs_moe_stats *out)

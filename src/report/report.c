@@ -412,7 +412,14 @@ static void zs_report_json_outputs(json_t *root, const zs_run_config *cfg,
     if (r->val_loss) {
         json_t *v = json_array();
         for (int s = 0; s < r->steps; s++)
-            if (!isnan(r->val_loss[s])) /* evaluated */
+            if (!isnan(r->val_loss[s]) && r->test_loss) /* an image set: accuracy too */
+                json_array_append_new(v, json_pack("{s:i, s:o, s:o, s:o, s:o}", "step",
+                                                   r->first_step + s + 1, "loss",
+                                                   zs_json_real(r->val_loss[s]), "accuracy",
+                                                   zs_json_real(r->val_accuracy[s]), "test_loss",
+                                                   zs_json_real(r->test_loss[s]), "test_accuracy",
+                                                   zs_json_real(r->test_accuracy[s])));
+            else if (!isnan(r->val_loss[s])) /* evaluated */
                 json_array_append_new(v, json_pack("{s:i, s:o}", "step", r->first_step + s + 1, "loss",
                                                    zs_json_real(r->val_loss[s])));
         json_object_set_new(root, "val_loss", v);

@@ -40,6 +40,12 @@ int zs_dc_options_check(const zs_dc_options *o)
     if (!(o->sparsity >= 0.0 && o->sparsity < 1.0))
         ZS_FAIL("--sparsity must be in [0, 1) (the fraction of each layer's weights pruned), "
                 "got %g", o->sparsity);
+    if (o->n_layer_sparsity < 0 || o->n_layer_sparsity > ZS_DC_MAX_LAYERS)
+        ZS_FAIL("--sparsity lists at most %d fractions", ZS_DC_MAX_LAYERS);
+    for (int l = 0; l < o->n_layer_sparsity; l++)
+        if (!(o->layer_sparsity[l] >= 0.0 && o->layer_sparsity[l] < 1.0))
+            ZS_FAIL("--sparsity: fraction %d must be in [0, 1), got %g", l + 1,
+                    o->layer_sparsity[l]);
     if (o->bits < 1 || o->bits > 16)
         ZS_FAIL("--bits must be 1 to 16 (2^bits shared weights per layer), got %d", o->bits);
     if (o->index_bits < 1 || o->index_bits > 16)
@@ -108,7 +114,10 @@ static int zs_dc_init(zs_dc *d, const zs_model_config *mc, const zs_dc_options *
         ZS_FAIL("internal: the cpu backend's memory is not host memory");
     d->mem = zs_mem_create(d->be, 0, 0);
     ZS_TRY(zs_model_create(mc, &d->m));
-    ZS_TRY(zs_data_create(mc, o->seed, &d->data));
+    if (o->data)
+        ZS_TRY(zs_data_create_images(mc, o->seed, o->data, &d->data));
+    else
+        ZS_TRY(zs_data_create(mc, o->seed, &d->data));
     ZS_TRY(zs_model_acts_create(d->m, d->mem, o->micro_batch, &d->acts));
     d->lay = zs_model_layout(d->m);
     d->n = d->lay->num_params;
@@ -136,6 +145,10 @@ static int zs_dc_init(zs_dc *d, const zs_model_config *mc, const zs_dc_options *
     }
     if (!d->nlin)
         ZS_FAIL("the model has no linear weights to compress");
+    if (o->n_layer_sparsity && o->n_layer_sparsity != d->nlin)
+        ZS_FAIL("--sparsity lists %d fractions, but the model has %d linear weights (%s first): "
+                "give one per linear weight, or one for all", o->n_layer_sparsity, d->nlin,
+                d->lay->entries[d->lin[0]].name);
     return 0;
 }
 
@@ -227,12 +240,26 @@ static int zs_mag_cmp(const void *x, const void *y)
     return p->i < q->i ? -1 : p->i > q->i;
 }
 
-/* Prune the smallest-magnitude fraction s of each linear weight (ties in
- * index order). */
-static int zs_dc_prune(zs_dc *d, float *params, double s)
+/* The fraction of linear weight l pruned at the end. */
+static double zs_dc_layer_sparsity(const zs_dc_options *o, int l)
+{
+    return o->n_layer_sparsity ? o->layer_sparsity[l] : o->sparsity;
+}
+
+/* The fraction of linear weight l pruned after round k of the rounds. */
+static double zs_dc_round_sparsity(const zs_dc_options *o, int l, int k)
+{
+    double f = (double)k / (double)o->prune_rounds, s = zs_dc_layer_sparsity(o, l);
+    return o->prune_geometric ? 1.0 - pow(1.0 - s, f) : s * f;
+}
+
+/* Prune the smallest-magnitude fraction of each linear weight that round
+ * k of the rounds reaches (ties in index order). */
+static int zs_dc_prune(zs_dc *d, float *params, int k)
 {
     for (int l = 0; l < d->nlin; l++) {
         const zs_param_entry *e = &d->lay->entries[d->lin[l]];
+        double s = zs_dc_round_sparsity(d->o, l, k);
         zs_mag *v = malloc(e->numel * sizeof *v + 1);
         if (!v)
             ZS_FAIL("out of host memory pruning %s", e->name);
@@ -409,9 +436,19 @@ static int zs_dc_write_file(const zs_dc *d, const float *params, const zs_dc_cod
     return rc;
 }
 
-static double zs_dc_eval(const zs_dc *d, const float *params)
+/* The held-out loss; with an image set, the test images' loss and, in
+ * *accuracy, their accuracy (else NaN). */
+static double zs_dc_eval(const zs_dc *d, const float *params, double *accuracy)
 {
     double loss = NAN, floor;
+    *accuracy = NAN;
+    if (d->o->data) {
+        zs_eval_score sc;
+        if (zs_eval_split(d->mc, d->data, ZS_DATA_TEST, params, NULL, 500, &sc, NULL))
+            return NAN;
+        *accuracy = sc.accuracy;
+        return sc.loss;
+    }
     if (d->o->eval_samples &&
         zs_eval_loss(d->mc, d->o->seed, params, NULL, d->o->eval_samples, d->o->micro_batch, &loss,
                      &floor, NULL))
@@ -419,10 +456,32 @@ static double zs_dc_eval(const zs_dc *d, const float *params)
     return loss;
 }
 
+/* The line after pruning round k: the fractions pruned, the loss (and
+ * accuracy). One fraction for all layers prints as it did. */
+static void zs_dc_log_round(const zs_dc *d, const float *params, int k)
+{
+    const zs_dc_options *o = d->o;
+    double acc, loss = zs_dc_eval(d, params, &acc);
+    if (!o->n_layer_sparsity)
+        fprintf(o->log, "pruned to %.4f of each linear weight", zs_dc_round_sparsity(o, 0, k));
+    else
+        for (int l = 0; l < d->nlin; l++)
+            fprintf(o->log, "%s%.4f", l ? "," : "pruned to ", zs_dc_round_sparsity(o, l, k));
+    fprintf(o->log, "%s, retrained %d steps: %s loss %.6f", o->n_layer_sparsity ?
+            " of the linear weights" : "", o->retrain_steps, o->data ? "test" : "held-out",
+            loss);
+    if (!isnan(acc))
+        fprintf(o->log, ", accuracy %.2f%%", 100.0 * acc);
+    fprintf(o->log, "\n");
+    fflush(o->log); /* a round takes minutes: show it when it ends */
+}
+
 int zs_dc_compress(const zs_model_config *mc, float *params, const zs_dc_options *o,
                    const char *path, zs_dc_result *r)
 {
     memset(r, 0, sizeof *r);
+    for (int i = 0; i < 4; i++)
+        r->accuracy[i] = NAN;
     ZS_TRY(zs_dc_options_check(o));
     zs_dc d;
     zs_dc_code *codes = NULL;
@@ -439,31 +498,29 @@ int zs_dc_compress(const zs_model_config *mc, float *params, const zs_dc_options
     if (!rc) {
         r->nlayers = d.nlin;
         r->dense_bytes = 4 * (uint64_t)d.n;
-        r->loss[0] = zs_dc_eval(&d, params);
+        r->loss[0] = zs_dc_eval(&d, params, &r->accuracy[0]);
     }
     /* 1. iterative pruning with retraining */
     for (int k = 1; k <= o->prune_rounds && !rc; k++) {
-        double s = o->sparsity * (double)k / (double)o->prune_rounds;
-        rc = zs_dc_prune(&d, params, s);
+        rc = zs_dc_prune(&d, params, k);
         if (!rc)
             zs_dc_train(&d, params, o->retrain_steps, 0);
         if (!rc && o->log)
-            fprintf(o->log, "pruned to %.4f of each linear weight, retrained %d steps: held-out "
-                    "loss %.6f\n", s, o->retrain_steps, zs_dc_eval(&d, params));
+            zs_dc_log_round(&d, params, k);
     }
     if (!rc)
-        r->loss[1] = zs_dc_eval(&d, params);
+        r->loss[1] = zs_dc_eval(&d, params, &r->accuracy[1]);
     /* 2. weight sharing, then centroid fine-tuning */
     for (int l = 0; l < d.nlin && !rc; l++)
         zs_dc_kmeans(&d, params, l);
     if (!rc) {
         zs_dc_apply_codebook(&d, params);
-        r->loss[2] = zs_dc_eval(&d, params);
+        r->loss[2] = zs_dc_eval(&d, params, &r->accuracy[2]);
         memset(d.am, 0, d.n * 4); /* a fresh Adam for the fine-tuning */
         memset(d.av, 0, d.n * 4);
         d.t = 0;
         zs_dc_train(&d, params, o->finetune_steps, 1);
-        r->loss[3] = zs_dc_eval(&d, params);
+        r->loss[3] = zs_dc_eval(&d, params, &r->accuracy[3]);
     }
     /* 3. Huffman coding, and the file */
     for (int l = 0; l < d.nlin && !rc; l++) {

@@ -130,6 +130,144 @@ static void zs_eval_params_free(zs_eval_params *ep)
     free(ep->qt); /* their arrays live in the ledger's buffers */
 }
 
+/* What one evaluation pass reads: the model, its parameters (q: held
+ * quantized), the samples (split < 0: synthetic, from ZS_EVAL_FIRST_SAMPLE;
+ * else a part of an image set) and the micro-batch. */
+typedef struct {
+    const zs_model_config *mc;
+    const float *params;
+    const zs_quant_spec *q;
+    uint64_t seed;
+    const zs_data *data;  /* an image set, or NULL: synthetic (created here) */
+    int split;            /* zs_data_split, or -1 */
+    uint64_t samples;
+    int mb;
+} zs_eval_req;
+
+/* The buffers of one pass, in its own ledger. */
+typedef struct {
+    zs_backend_t be;
+    zs_mem_t mem;
+    zs_model *m;
+    zs_acts *acts;
+    void *dx, *dtok, *dtgt;
+    size_t tb, xb;
+    int32_t *htok, *htgt;
+    float *hx, **P;
+    zs_eval_params ep;
+} zs_eval_bufs;
+
+static int zs_eval_bufs_open(const zs_eval_req *rq, zs_eval_bufs *b)
+{
+    const zs_model_config *mc = rq->mc;
+    int gpt = mc->kind == ZS_MODEL_GPT, mb = rq->mb;
+    char err[256];
+    if (!(b->be = zs_backend_init("cpu", err, sizeof err)))
+        ZS_FAIL("%s", err);
+    b->mem = zs_mem_create(b->be, 0, 0);
+    b->ep.mem = b->mem;
+    size_t per = gpt ? (size_t)mc->seq_len : 1;
+    b->tb = (size_t)mb * per * sizeof(int32_t);
+    b->xb = gpt ? 0 : (size_t)mb * (size_t)mc->input_dim * sizeof(float);
+    b->htok = malloc(b->tb + 1);
+    b->htgt = malloc(b->tb + 1);
+    b->hx = malloc(b->xb + 1);
+    if (!b->mem || !b->htok || !b->htgt || !b->hx)
+        ZS_FAIL("out of host memory for the held-out loss");
+    ZS_TRY(zs_model_create(mc, &b->m));
+    b->ep.lay = zs_model_layout(b->m);
+    ZS_TRY(zs_eval_params_load(&b->ep, b->m, rq->params, rq->q));
+    ZS_TRY(zs_mem_alloc(b->mem, ZS_MEM_WORKSPACE, b->tb, &b->dtgt));
+    if (gpt)
+        ZS_TRY(zs_mem_alloc(b->mem, ZS_MEM_WORKSPACE, b->tb, &b->dtok));
+    else
+        ZS_TRY(zs_mem_alloc(b->mem, ZS_MEM_WORKSPACE, b->xb, &b->dx));
+    ZS_TRY(zs_model_acts_create(b->m, b->mem, mb, &b->acts));
+    if (!(b->P = calloc((size_t)b->ep.lay->n_entries, sizeof *b->P)))
+        ZS_FAIL("out of host memory for the held-out loss");
+    return 0;
+}
+
+static void zs_eval_bufs_close(zs_eval_bufs *b, zs_mem_stats *stats)
+{
+    if (stats && b->mem)
+        zs_mem_get_stats(b->mem, stats);
+    free(b->P);
+    zs_model_acts_destroy(b->acts);
+    if (b->mem) {
+        if (b->ep.lay)
+            zs_eval_params_free(&b->ep);
+        zs_mem_free(b->mem, ZS_MEM_WORKSPACE, b->dtok, b->tb);
+        zs_mem_free(b->mem, ZS_MEM_WORKSPACE, b->dtgt, b->tb);
+        zs_mem_free(b->mem, ZS_MEM_WORKSPACE, b->dx, b->xb);
+        zs_mem_destroy(b->mem);
+    }
+    zs_model_destroy(b->m);
+    if (b->be)
+        zs_backend_release(b->be);
+    free(b->htok);
+    free(b->htgt);
+    free(b->hx);
+}
+
+/* One pass over rq's samples: synthetic ones give the mean of the
+ * micro-batches' losses (*accuracy NaN); a part of an image set the mean
+ * of the samples' losses and the share classified right. */
+static int zs_eval_pass(const zs_eval_req *rq, double *loss, double *accuracy, double *floor,
+                        zs_mem_stats *stats)
+{
+    zs_eval_bufs b = {0};
+    const zs_model_config *mc = rq->mc;
+    int gpt = mc->kind == ZS_MODEL_GPT, mb = rq->mb;
+    zs_data *own = NULL;
+    int rc = zs_eval_bufs_open(rq, &b);
+    if (!rc && !rq->data)
+        rc = zs_data_create(mc, rq->seed, &own);
+    const zs_data *data = rq->data ? rq->data : own;
+    double sum = 0.0;
+    uint64_t batches = 0, right = 0;
+    zs_batch batch = {.b = mb, .tokens = b.dtok, .targets = b.dtgt, .x = b.dx};
+    for (uint64_t first = 0; !rc && first < rq->samples; first += (uint64_t)mb, batches++) {
+        if (rq->split >= 0)
+            zs_data_fill_split(data, (zs_data_split)rq->split, first, mb, b.htgt, b.hx);
+        else if (first + (uint64_t)mb > rq->samples ||
+                 (rc = zs_data_fill(data, ZS_EVAL_FIRST_SAMPLE + first, mb, b.htok, b.htgt,
+                                    b.hx)))
+            break;
+        if (gpt)
+            zs_backend_copy_h2d(b.be, b.dtok, b.htok, b.tb);
+        else
+            zs_backend_copy_h2d(b.be, b.dx, b.hx, b.xb);
+        zs_backend_copy_h2d(b.be, b.dtgt, b.htgt, b.tb);
+        for (int u = 0; u < b.ep.lay->n_layers; u++) {
+            zs_eval_params_view(&b.ep, b.m, u, b.P);
+            zs_model_forward_unit(b.m, b.be, u, b.P, b.acts, &batch);
+        }
+        if (rq->split < 0) {
+            sum += zs_model_loss(b.acts, b.be);
+            continue;
+        }
+        uint64_t left = rq->samples - first;
+        int n = left < (uint64_t)mb ? (int)left : mb, correct;
+        double part;
+        if ((rc = zs_model_score(b.acts, b.be, b.htgt, n, &part, &correct)))
+            break;
+        sum += part;
+        right += (uint64_t)correct;
+    }
+    *floor = data ? zs_data_loss_floor(data) : NAN;
+    if (!rc && rq->split < 0) {
+        *loss = sum / (double)batches;
+        *accuracy = NAN;
+    } else if (!rc) {
+        *loss = sum / (double)rq->samples;
+        *accuracy = (double)right / (double)rq->samples;
+    }
+    zs_data_destroy(own);
+    zs_eval_bufs_close(&b, stats);
+    return rc;
+}
+
 int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params,
                  const zs_quant_spec *q, int samples, int mb, double *loss, double *floor,
                  zs_mem_stats *stats)
@@ -139,84 +277,26 @@ int zs_eval_loss(const zs_model_config *mc, uint64_t seed, const float *params,
     if (mb < 1 || samples < mb || samples % mb)
         ZS_FAIL("held-out samples (%d) must be a positive multiple of the micro-batch (%d)",
                 samples, mb);
-    char err[256];
-    zs_backend_t be = zs_backend_init("cpu", err, sizeof err);
-    if (!be)
-        ZS_FAIL("%s", err);
-    zs_mem_t mem = zs_mem_create(be, 0, 0);
-    zs_model *m = NULL;
-    zs_data *data = NULL;
-    zs_acts *acts = NULL;
-    void *dx = NULL, *dtok = NULL, *dtgt = NULL;
-    zs_eval_params ep = {.mem = mem};
-    int gpt = mc->kind == ZS_MODEL_GPT;
-    size_t per = gpt ? (size_t)mc->seq_len : 1;
-    size_t tb = (size_t)mb * per * sizeof(int32_t);
-    size_t xb = gpt ? 0 : (size_t)mb * (size_t)mc->input_dim * sizeof(float);
-    int32_t *htok = malloc(tb + 1), *htgt = malloc(tb + 1);
-    float *hx = malloc(xb + 1), **P = NULL;
-    int rc = !mem || !htok || !htgt || !hx ? zs_error_set("out of host memory for the held-out loss")
-                                           : 0;
-    if (!rc)
-        rc = zs_model_create(mc, &m);
-    if (!rc)
-        rc = zs_data_create(mc, seed, &data);
-    if (!rc) {
-        ep.lay = zs_model_layout(m);
-        rc = zs_eval_params_load(&ep, m, params, q);
-    }
-    if (!rc)
-        rc = zs_mem_alloc(mem, ZS_MEM_WORKSPACE, tb, &dtgt);
-    if (!rc && gpt)
-        rc = zs_mem_alloc(mem, ZS_MEM_WORKSPACE, tb, &dtok);
-    if (!rc && !gpt)
-        rc = zs_mem_alloc(mem, ZS_MEM_WORKSPACE, xb, &dx);
-    if (!rc)
-        rc = zs_model_acts_create(m, mem, mb, &acts);
-    const zs_layout *lay = rc ? NULL : zs_model_layout(m);
-    if (!rc && !(P = calloc((size_t)lay->n_entries, sizeof *P)))
-        rc = zs_error_set("out of host memory for the held-out loss");
-    double sum = 0.0;
-    int batches = 0;
-    if (!rc) {
-        zs_batch batch = {.b = mb, .tokens = dtok, .targets = dtgt, .x = dx};
-        for (int first = 0; first + mb <= samples; first += mb, batches++) {
-            if ((rc = zs_data_fill(data, ZS_EVAL_FIRST_SAMPLE + (uint64_t)first, mb, htok, htgt,
-                                   hx)))
-                break;
-            if (gpt)
-                zs_backend_copy_h2d(be, dtok, htok, tb);
-            else
-                zs_backend_copy_h2d(be, dx, hx, xb);
-            zs_backend_copy_h2d(be, dtgt, htgt, tb);
-            for (int u = 0; u < lay->n_layers; u++) {
-                zs_eval_params_view(&ep, m, u, P);
-                zs_model_forward_unit(m, be, u, P, acts, &batch);
-            }
-            sum += zs_model_loss(acts, be);
-        }
-        *loss = sum / batches;
-        *floor = zs_data_loss_floor(data);
-    }
-    if (stats && mem)
-        zs_mem_get_stats(mem, stats);
-    free(P);
-    zs_model_acts_destroy(acts);
-    if (mem) {
-        if (ep.lay)
-            zs_eval_params_free(&ep);
-        zs_mem_free(mem, ZS_MEM_WORKSPACE, dtok, tb);
-        zs_mem_free(mem, ZS_MEM_WORKSPACE, dtgt, tb);
-        zs_mem_free(mem, ZS_MEM_WORKSPACE, dx, xb);
-        zs_mem_destroy(mem);
-    }
-    zs_data_destroy(data);
-    zs_model_destroy(m);
-    zs_backend_release(be);
-    free(htok);
-    free(htgt);
-    free(hx);
-    return rc;
+    zs_eval_req rq = {.mc = mc, .params = params, .q = q, .seed = seed, .split = -1,
+                      .samples = (uint64_t)samples, .mb = mb};
+    double accuracy;
+    return zs_eval_pass(&rq, loss, &accuracy, floor, stats);
+}
+
+int zs_eval_split(const zs_model_config *mc, const zs_data *data, zs_data_split split,
+                  const float *params, const zs_quant_spec *q, int mb, zs_eval_score *out,
+                  zs_mem_stats *stats)
+{
+    out->loss = out->accuracy = NAN;
+    out->samples = zs_data_split_size(data, split);
+    if (mc->kind != ZS_MODEL_MLP || !out->samples)
+        ZS_FAIL("accuracy is measured on the MLP's image sets (--data DIR|fashion-mnist)");
+    if (mb < 1)
+        ZS_FAIL("the micro-batch of an evaluation must be positive, got %d", mb);
+    zs_eval_req rq = {.mc = mc, .params = params, .q = q, .data = data, .split = (int)split,
+                      .samples = out->samples, .mb = mb};
+    double floor;
+    return zs_eval_pass(&rq, &out->loss, &out->accuracy, &floor, stats);
 }
 
 /* ---- a model from any file -------------------------------------------------------- */

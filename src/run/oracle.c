@@ -3,6 +3,7 @@
 #include "run/oracle.h"
 #include "zerosim/data.h"
 #include "zerosim/error.h"
+#include "zerosim/eval.h"
 #include "zerosim/io.h"
 #include "zerosim/model.h"
 #include "zerosim/weights.h"
@@ -172,7 +173,7 @@ int zs_oracle_val_create(const zs_run_config *cfg, const char *path, zs_backend_
         ZS_FAIL("out of host memory for --val-data");
     size_t total;
     zs_model_config mc = zs_oracle_full_model(cfg, &total);
-    if (zs_data_create_tokens(&mc, cfg->seed, path, &v->data)) {
+    if (zs_data_create_file(&mc, cfg->seed, path, &v->data)) {
         free(v);
         return -1;
     }
@@ -252,9 +253,22 @@ static int zs_oracle_val_forward(zs_oracle_val *v, const zs_model_config *mc, in
     return rc;
 }
 
-int zs_oracle_val_loss(zs_oracle_val *v, zs_engine *e, const zs_run_config *cfg, int world_rank,
-                       double *loss)
+/* Rank 0, an image set: its held-out and test parts, whole. */
+#define ZS_ORACLE_IMAGE_BATCH 500
+static int zs_oracle_val_images(zs_oracle_val *v, const zs_model_config *mc, const float *params,
+                                zs_eval_score *heldout, zs_eval_score *test)
 {
+    ZS_TRY(zs_eval_split(mc, v->data, ZS_DATA_HELDOUT, params, NULL, ZS_ORACLE_IMAGE_BATCH,
+                         heldout, NULL));
+    return zs_eval_split(mc, v->data, ZS_DATA_TEST, params, NULL, ZS_ORACLE_IMAGE_BATCH, test,
+                         NULL);
+}
+
+int zs_oracle_val_loss(zs_oracle_val *v, zs_engine *e, const zs_run_config *cfg, int world_rank,
+                       double *loss, zs_eval_score *heldout, zs_eval_score *test)
+{
+    heldout->loss = heldout->accuracy = test->loss = test->accuracy = NAN;
+    heldout->samples = test->samples = 0;
     size_t total;
     zs_model_config mc = zs_oracle_full_model(cfg, &total);
     int root = world_rank == 0;
@@ -264,8 +278,12 @@ int zs_oracle_val_loss(zs_oracle_val *v, zs_engine *e, const zs_run_config *cfg,
     if (!rc)
         rc = grc;
     *loss = NAN;
-    if (!rc && root && v)
+    if (!rc && root && v && mc.kind == ZS_MODEL_MLP) {
+        rc = zs_oracle_val_images(v, &mc, full, heldout, test);
+        *loss = heldout->loss;
+    } else if (!rc && root && v) {
         rc = zs_oracle_val_forward(v, &mc, cfg->micro_batch, full, total, loss);
+    }
     free(full);
     return rc;
 }

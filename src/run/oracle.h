@@ -7,6 +7,7 @@
 
 #include "zerosim/comm.h"
 #include "zerosim/config.h"
+#include "zerosim/eval.h"
 #include "zerosim/train.h"
 #include "zerosim/zero.h"
 
@@ -20,14 +21,17 @@ int zs_oracle_export(zs_engine *e, const zs_run_config *cfg, const char *path, i
 int zs_oracle_dump(zs_engine *e, const zs_run_config *cfg, const char *dir, int step,
                    const zs_step_info *info, int world_rank);
 
-/* The held-out loss: world rank 0 keeps the token file and a tp = 1 copy of
- * the model; every rank calls zs_oracle_val_loss (it gathers the
- * parameters). */
+/* The held-out loss: world rank 0 keeps the data (the GPT: --val-data's
+ * token file; the MLP: --data's image set) and a tp = 1 copy of the model;
+ * every rank calls zs_oracle_val_loss (it gathers the parameters). The
+ * GPT's *loss is the loss of samples 0 .. global batch - 1; the MLP's, its
+ * held-out images' (*heldout), with their accuracy and the test images'
+ * (*test), every image of both (NaN and 0 samples elsewhere). */
 typedef struct zs_oracle_val zs_oracle_val;
 int zs_oracle_val_create(const zs_run_config *cfg, const char *path, zs_backend_t be,
                          int global_batch, int world_rank, zs_oracle_val **out);
 int zs_oracle_val_loss(zs_oracle_val *v, zs_engine *e, const zs_run_config *cfg, int world_rank,
-                       double *loss);
+                       double *loss, zs_eval_score *heldout, zs_eval_score *test);
 void zs_oracle_val_destroy(zs_oracle_val *v);
 
 #endif

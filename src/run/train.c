@@ -58,13 +58,18 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
     if (!o->log || o->quiet || !(i == 0 || (s + 1) % every == 0 || s + 1 == cfg->steps))
         return;
     const zs_step_info *in = &r->info[i];
-    char extra[64] = "";
+    char extra[160] = "";
     if (cfg->precision == ZS_DTYPE_F16)
         snprintf(extra, sizeof extra, "  loss_scale %g%s", (double)in->loss_scale,
                  in->skipped ? " (overflow: step skipped)" : "");
     if (r->val_loss && !isnan(r->val_loss[i])) {
         size_t k = strlen(extra);
         snprintf(extra + k, sizeof extra - k, "  val_loss %.4f", r->val_loss[i]);
+    }
+    if (r->test_loss && !isnan(r->test_loss[i])) {
+        size_t k = strlen(extra);
+        snprintf(extra + k, sizeof extra - k, "  val_acc %.2f%%  test_loss %.4f  test_acc %.2f%%",
+                 100.0 * r->val_accuracy[i], r->test_loss[i], 100.0 * r->test_accuracy[i]);
     }
     fprintf(o->log, "step %5d/%d  loss %.4f  lr %.3e  grad_norm %.4f%s\n", s + 1, cfg->steps,
             (double)in->loss, (double)in->lr, (double)in->grad_norm, extra);
@@ -300,9 +305,21 @@ typedef struct {
     zs_train_result *r;
 } zs_train_run;
 
+/* The held-out data a run evaluates: --val-data's tokens, or the MLP's
+ * image set (--data); NULL for none. */
+static const char *zs_train_val_source(const zs_run_config *cfg, const zs_train_options *o)
+{
+    if (o->val_data)
+        return o->val_data;
+    return cfg->model.kind == ZS_MODEL_MLP ? cfg->data_file : NULL;
+}
+
 /* What a run with --pp or --ep cannot write yet. */
 static int zs_train_refuse(const zs_run_config *cfg, const zs_train_options *o)
 {
+    if (cfg->pp > 1 && cfg->model.kind == ZS_MODEL_MLP && cfg->data_file)
+        return zs_error_set("--pp %d does not evaluate an image set (--data %s) yet: run it "
+                            "with --pp 1", cfg->pp, cfg->data_file);
     if (cfg->pp > 1 && (o->resume || o->save_dir || o->init_from || o->n_dump_steps ||
                         o->export_path || o->val_data))
         return zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
@@ -326,9 +343,18 @@ static int zs_train_open_val(zs_train_run *run)
     for (int i = 0; run->rank == 0 && r->val_loss && i <= run->n; i++)
         r->val_loss[i] = NAN;
     if (!rc)
-        rc = zs_oracle_val_create(run->cfg, run->o->val_data, run->be,
+        rc = zs_oracle_val_create(run->cfg, zs_train_val_source(run->cfg, run->o), run->be,
                                   run->cfg->train_batch_size, run->rank, &run->val);
-    return rc;
+    if (rc || run->rank != 0 || run->cfg->model.kind != ZS_MODEL_MLP)
+        return rc;
+    double **arr[3] = {&r->val_accuracy, &r->test_loss, &r->test_accuracy};
+    for (int a = 0; a < 3; a++) {
+        if (!(*arr[a] = malloc((size_t)(run->n + 1) * sizeof(double))))
+            return zs_error_set("out of host memory for the held-out accuracies");
+        for (int i = 0; i <= run->n; i++)
+            (*arr[a])[i] = NAN;
+    }
+    return 0;
 }
 
 /* The checkpoint to resume from, the results' arrays, the engine over the
@@ -360,7 +386,7 @@ static int zs_train_open(zs_train_run *run, zs_comm_t tp, zs_comm_t pp,
         rc = zs_engine_set_ep(run->e, ep, edp);
     if (!rc && o->init_from && !zs_backend_is_phantom(run->be))
         rc = zs_oracle_init_from(run->e, cfg, o->init_from);
-    if (!rc && o->val_data && !zs_backend_is_phantom(run->be))
+    if (!rc && zs_train_val_source(cfg, o) && !zs_backend_is_phantom(run->be))
         rc = zs_train_open_val(run);
     return zs_train_agree(run->comm, rc, r);
 }
@@ -523,12 +549,20 @@ static int zs_train_one_step(zs_train_run *run, int i)
         if ((rc = zs_train_agree(run->comm, rc, r)))
             return rc;
     }
-    if (o->val_data && ((s + 1) % (o->val_every > 0 ? o->val_every : 10) == 0 ||
-                        s + 1 == cfg->steps)) {
+    if (zs_train_val_source(cfg, o) && !zs_backend_is_phantom(run->be) &&
+        ((s + 1) % (o->val_every > 0 ? o->val_every : 10) == 0 || s + 1 == cfg->steps)) {
         double vl;
-        rc = zs_oracle_val_loss(run->val, run->e, cfg, run->rank, &vl);
+        zs_eval_score held, test;
+        rc = zs_oracle_val_loss(run->val, run->e, cfg, run->rank, &vl, &held, &test);
         if (r->val_loss)
             r->val_loss[i] = vl;
+        if (r->test_loss) {
+            r->val_accuracy[i] = held.accuracy;
+            r->test_loss[i] = test.loss;
+            r->test_accuracy[i] = test.accuracy;
+            r->val_samples = held.samples;
+            r->test_samples = test.samples;
+        }
         if ((rc = zs_train_agree(run->comm, rc, r)))
             return rc;
     }
@@ -1080,6 +1114,10 @@ void zs_train_result_free(zs_train_result *r)
 {
     free(r->val_loss);
     r->val_loss = NULL;
+    free(r->val_accuracy);
+    free(r->test_loss);
+    free(r->test_accuracy);
+    r->val_accuracy = r->test_loss = r->test_accuracy = NULL;
     free(r->moe);
     free(r->moe_block);
     r->moe = NULL;

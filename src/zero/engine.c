@@ -286,7 +286,7 @@ static int zs_engine_create_layout(zs_engine *e, const zs_run_config *cfg,
     if (zs_model_create(&cm, &e->model) ||
         (e->ep_size > 1 && zs_model_create(&e->cfg.model, &e->fmodel)) ||
         (!e->phantom &&
-         (cfg->data_file ? zs_data_create_tokens(&cfg->model, cfg->seed, cfg->data_file, &e->data)
+         (cfg->data_file ? zs_data_create_file(&cfg->model, cfg->seed, cfg->data_file, &e->data)
                          : zs_data_create(&cfg->model, cfg->seed, &e->data))))
         return -1;
     /* lays out the flat arrays */
