@@ -2,7 +2,7 @@
 #include "zerosim/io.h"
 #include "zerosim/error.h"
 #include "zerosim/file.h"
-#include "st_header.h"
+#include "io_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

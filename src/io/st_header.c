@@ -10,7 +10,7 @@
  * error is one line naming the file and the byte of the header, quoting no
  * text of the file unescaped.
  */
-#include "st_header.h"
+#include "io_impl.h"
 #include "zerosim/error.h"
 #include "zerosim/file.h"
 

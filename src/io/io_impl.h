@@ -1,6 +1,7 @@
-/* zerosim — the safetensors header's parser (private to src/io). */
-#ifndef ZEROSIM_ST_HEADER_H
-#define ZEROSIM_ST_HEADER_H
+/* zerosim — private to the safetensors reader (src/io/io.c) and its header
+ * parser (st_header.c), one concern split in two files. */
+#ifndef ZEROSIM_IO_IMPL_H
+#define ZEROSIM_IO_IMPL_H
 
 #include "zerosim/io.h"
 
