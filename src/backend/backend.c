@@ -96,15 +96,16 @@ static const struct {
     int (*init)(struct zs_backend *be, int device, char *err, size_t errlen);
 } zs_backend_registry[] = {
     { "cpu", zs_backend_cpu_init },
+    { "ref", zs_backend_ref_init }, /* portable: same bytes on every machine */
     { "cpu-staged", zs_backend_cpu_staged_init }, /* tests; not in the list */
 #ifdef HAVE_CUDA
     { "cuda", zs_backend_cuda_load },
 #endif
 };
 #ifdef HAVE_CUDA
-#define ZS_BACKEND_LIST "cpu,cuda"
+#define ZS_BACKEND_LIST "cpu,ref,cuda"
 #else
-#define ZS_BACKEND_LIST "cpu"
+#define ZS_BACKEND_LIST "cpu,ref"
 #endif
 
 const char *zs_backend_list(void) { return ZS_BACKEND_LIST; }

@@ -240,6 +240,9 @@ struct zs_backend {
  * (the rank's local rank; a backend without devices ignores it). Return 0,
  * or non-zero after writing a one-line reason into err. */
 int zs_backend_cpu_init(struct zs_backend *be, int device, char *err, size_t errlen);
+/* ref.c: the portable backend, whose floating-point order depends only on
+ * the shapes (the CPU's table with its own GEMM, attention and logarithm). */
+int zs_backend_ref_init(struct zs_backend *be, int device, char *err, size_t errlen);
 /* cpu.c: the CPU backend with host_accessible = 0, for tests (unlisted). */
 int zs_backend_cpu_staged_init(struct zs_backend *be, int device, char *err, size_t errlen);
 /* cuda.cu, only in builds configured with CUDA: the module zerosim_cuda.so,

@@ -27,6 +27,7 @@ void openblas_set_num_threads(int);
 #include "backend/cpu_isa.h"
 #include "backend/cpu_llama.h"
 #include "backend/cpu_math.h"
+#include "backend/cpu_attention.h"
 
 /* ---- instruction sets -------------------------------------------------------
  * (cpu_isa.h: each kernel in SSE2, AVX2 and AVX-512F, with the same bytes) */
@@ -492,61 +493,12 @@ static void cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const fl
     }
 }
 
-/* Attention through BLAS. Each (sample, head) is a few GEMMs over row
- * tiles of ZS_ATT_TILE query rows: a tile [r0, r1) needs keys 0..r1-1 only
- * (the causal mask), so the GEMMs skip the blocks above the diagonal that
- * the mask would discard, and what a tile computes above the diagonal is
- * zeroed. Every element is one BLAS dot product over the head size (or a
- * sum over tiles in tile order), so the result of a sample does not depend
- * on how many samples share the call. */
-#define ZS_ATT_TILE 32
-
-/* Grouped-query attention. out is (B,T,NH*HD); preatt, att are (B,NH,T,T);
- * qkv is (B,T,(NH+2NKV)*HD): NH query heads, NKV key heads, NKV value heads.
- * Query head h uses key/value head h / (NH/NKV); with NKV == NH it is the
- * multi-head attention of a packed (B,T,3C) qkv. preatt = q.k / sqrt(HD),
- * att = its causal softmax (0 above the diagonal). */
+/* Attention (cpu_attention.h) with OpenBLAS's GEMM. */
 ZS_CPU_BODY cpu_attention_gqa_forward_body(void *ctx, float *out, float *preatt, float *att,
                                            const float *qkv, int b, int t, int nh, int nkv,
                                            int hs)
 {
-    (void)ctx;
-    int cq = nh * hs, ckv = nkv * hs, row = cq + 2 * ckv, group = nh / nkv;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int bi = 0; bi < b; bi++) {
-        for (int h = 0; h < nh; h++) {
-            const float *q = qkv + (size_t)bi * t * row + h * hs;
-            const float *k = qkv + (size_t)bi * t * row + cq + (h / group) * hs, *v = k + ckv;
-            size_t hoff = ((size_t)bi * nh + h) * t * t;
-            float *pre = preatt + hoff, *a = att + hoff;
-            float *o = out + (size_t)bi * t * cq + h * hs;
-            for (int r0 = 0; r0 < t; r0 += ZS_ATT_TILE) {
-                int r1 = r0 + ZS_ATT_TILE < t ? r0 + ZS_ATT_TILE : t;
-                /* pre[r0:r1, 0:r1] = scale * q[r0:r1] k[0:r1]^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
-                            q + (size_t)r0 * row, row, k, row, 0.0f, pre + (size_t)r0 * t, t);
-                for (int i = r0; i < r1; i++) {
-                    float *pi = pre + (size_t)i * t, *ai = a + (size_t)i * t;
-                    float maxval = -INFINITY;
-                    for (int j = 0; j <= i; j++)
-                        maxval = pi[j] > maxval ? pi[j] : maxval;
-                    float sum = 0.0f;
-                    for (int j = 0; j <= i; j++) {
-                        ai[j] = zs_cpu_expf(pi[j] - maxval);
-                        sum += ai[j];
-                    }
-                    float inv = 1.0f / sum;
-                    for (int j = 0; j <= i; j++)
-                        ai[j] *= inv;
-                    for (int j = i + 1; j < t; j++)
-                        pi[j] = ai[j] = 0.0f;
-                }
-                /* out[r0:r1] = att[r0:r1, 0:r1] v[0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                            a + (size_t)r0 * t, t, v, row, 0.0f, o + (size_t)r0 * cq, cq);
-            }
-        }
-    }
+    zs_attention_gqa_forward_with(cpu_sgemm, ctx, out, preatt, att, qkv, b, t, nh, nkv, hs);
 }
 ZS_CPU_KERNEL(cpu_attention_gqa_forward, (void *ctx, float *out, float *preatt, float *att,
                const float *qkv, int b, int t, int nh, int nkv, int hd),
@@ -562,60 +514,13 @@ ZS_CPU_KERNEL(cpu_attention_forward, (void *ctx, float *out, float *preatt, floa
                const float *qkv, int b, int t, int c, int nh),
               (ctx, out, preatt, att, qkv, b, t, c, nh))
 
-/* dqkv (B,T,(NH+2NKV)*HD) accumulates; dpreatt, datt (B,NH,T,T) are scratch,
- * overwritten (0 above the diagonal); dout (B,T,NH*HD); qkv as the forward's;
- * att (B,NH,T,T) from the forward pass. Per (sample, head) and row tile
- * [r0, r1):
- *   datt = dout v^T, dv += att^T dout,
- *   dpre = att * (datt - rowsum(att * datt)),
- *   dq += scale dpre k, dk += scale dpre^T q;
- * the query heads of a group add into their key/value head's dk and dv in
- * head order. */
 ZS_CPU_BODY cpu_attention_gqa_backward_body(void *ctx, float *dqkv, float *dpreatt, float *datt,
                                             const float *dout, const float *qkv,
                                             const float *att, int b, int t, int nh, int nkv,
                                             int hs)
 {
-    (void)ctx;
-    int cq = nh * hs, ckv = nkv * hs, row = cq + 2 * ckv, group = nh / nkv;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int bi = 0; bi < b; bi++) {
-        for (int h = 0; h < nh; h++) {
-            size_t base = (size_t)bi * t * row, kvoff = (size_t)cq + (size_t)(h / group) * hs;
-            const float *q = qkv + base + h * hs;
-            const float *k = qkv + base + kvoff, *v = k + ckv;
-            float *dq = dqkv + base + h * hs;
-            float *dk = dqkv + base + kvoff, *dv = dk + ckv;
-            const float *dy = dout + (size_t)bi * t * cq + h * hs;
-            size_t hoff = ((size_t)bi * nh + h) * t * t;
-            const float *a = att + hoff;
-            float *da = datt + hoff, *dpre = dpreatt + hoff;
-            for (int r0 = 0; r0 < t; r0 += ZS_ATT_TILE) {
-                int r1 = r0 + ZS_ATT_TILE < t ? r0 + ZS_ATT_TILE : t, m = r1 - r0;
-                const float *at = a + (size_t)r0 * t;
-                float *dat = da + (size_t)r0 * t, *dpt = dpre + (size_t)r0 * t;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f,
-                            dy + (size_t)r0 * cq, cq, v, row, 0.0f, dat, t);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, at, t,
-                            dy + (size_t)r0 * cq, cq, 1.0f, dv, row);
-                for (int i = r0; i < r1; i++) {
-                    const float *ai = a + (size_t)i * t;
-                    float *dai = da + (size_t)i * t, *dpi = dpre + (size_t)i * t;
-                    float adot = 0.0f;
-                    for (int j = 0; j <= i; j++)
-                        adot += ai[j] * dai[j];
-                    for (int j = 0; j <= i; j++)
-                        dpi[j] = ai[j] * (dai[j] - adot);
-                    for (int j = i + 1; j < t; j++)
-                        dpi[j] = dai[j] = 0.0f;
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, scale, dpt, t,
-                            k, row, 1.0f, dq + (size_t)r0 * row, row);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, scale, dpt, t,
-                            q + (size_t)r0 * row, row, 1.0f, dk, row);
-            }
-        }
-    }
+    zs_attention_gqa_backward_with(cpu_sgemm, ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, nh,
+                                   nkv, hs);
 }
 ZS_CPU_KERNEL(cpu_attention_gqa_backward, (void *ctx, float *dqkv, float *dpreatt, float *datt,
                const float *dout, const float *qkv, const float *att, int b, int t, int nh,
