@@ -338,8 +338,10 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
         in->keep_batch = 1;
     }
     if (v[P_HF_CONFIG]) { /* a Hugging Face config.json: the model's shape */
-        if (!v[P_CONFIG])
+        if (!v[P_CONFIG]) { /* the run's defaults, and the planner's batch */
             zs_run_config_defaults(c);
+            c->micro_batch = c->grad_accum = 1;
+        }
         ZS_TRY(zs_hf_config_load(v[P_HF_CONFIG], &c->model, zs_plan_hf_ignored,
                                  sizeof zs_plan_hf_ignored));
     }
@@ -382,6 +384,10 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
         if (v[P_KV_HEADS])
             ZS_TRY(zs_plan_int(P_KV_HEADS, v[P_KV_HEADS], 1, ZS_BOUND_HEADS_MAX,
                                &c->model.n_kv_head));
+        if (c->model.kind == ZS_MODEL_LLAMA && !c->model.ffn_hidden)
+            c->model.ffn_hidden = 4 * c->model.n_embd; /* the defaults the count takes */
+        if (c->model.kind == ZS_MODEL_LLAMA && !c->model.n_kv_head)
+            c->model.n_kv_head = c->model.n_head;
         if (v[P_TIE_EMB])
             c->model.tie_embeddings = 1;
         if (v[P_QKV_BIAS])
@@ -586,7 +592,7 @@ static int zs_plan_deepspeed(FILE *f, const zs_plan_cli *cl)
         ZS_FAIL("--deepspeed-estimate takes one --stage (2 or 3) and no --dp list");
     double total = in->has_arch ? (double)zs_model_count_params(&in->cfg.model)
                                 : (double)in->num_params;
-    double largest = in->has_arch ? (double)zs_plan_gpt_largest_layer(&in->cfg.model)
+    double largest = in->has_arch ? (double)zs_plan_largest_layer(&in->cfg.model)
                                   : (double)in->largest_layer;
     int gpn = v[P_DPN] ? in->devices_per_node : 1;
     int nodes = cl->nodes ? cl->nodes : 1;
