@@ -34,6 +34,10 @@
 #include "zerosim/mem.h"
 #include "zerosim/steptime.h"
 
+/* The most devices a plan takes (--dp, --nodes x --devices-per-node, and
+ * dp x tp x pp): 2^24, so that every count of devices stays an int. */
+#define ZS_PLAN_DEVICES_MAX (1 << 24)
+
 #ifdef __cplusplus
 extern "C" {
 #endif

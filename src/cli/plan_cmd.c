@@ -444,7 +444,11 @@ static int zs_plan_apply_cluster(zs_plan_cli *cl)
     if (v[P_NODES])
         ZS_TRY(zs_plan_int(P_NODES, v[P_NODES], 1, ZS_BOUND_RANKS_MAX, &cl->nodes));
     if (v[P_DP])
-        ZS_TRY(zs_plan_list(P_DP, v[P_DP], 1, 1 << 24, cl->dps, &cl->ndp));
+        ZS_TRY(zs_plan_list(P_DP, v[P_DP], 1, ZS_PLAN_DEVICES_MAX, cl->dps, &cl->ndp));
+    else if (cl->nodes && (long long)cl->nodes * in->devices_per_node > ZS_PLAN_DEVICES_MAX)
+        ZS_FAIL("--nodes %d x --devices-per-node %d is %lld devices; the planner takes at "
+                "most %d (give fewer nodes, or --dp)", cl->nodes, in->devices_per_node,
+                (long long)cl->nodes * in->devices_per_node, ZS_PLAN_DEVICES_MAX);
     else
         cl->dps[0] = cl->nodes ? cl->nodes * in->devices_per_node : 1, cl->ndp = 1;
     if (v[P_DEVMEM] && zs_parse_size(v[P_DEVMEM], &in->device_memory)) {
