@@ -126,8 +126,9 @@ static const char *const zs_plan_usage =
     "  --bw-host B --bw-nvme B  bytes/s device<->host (25e9) and to files (3e9)\n"
     "  --host-optimizer-rate R  host optimizer elements/s (not given: left out)\n"
     "  --deepspeed-estimate     DeepSpeed's estimate_zero{2,3}_model_states_mem_needs\n"
-    "                           table for --stage 2 or 3, --params, --largest-layer,\n"
-    "                           --nodes, --gpus-per-node, --buffer-factor X (1.5);\n"
+    "                           table for --stage 2 or 3, --params and --largest-layer\n"
+    "                           (or a model: --arch, --hf-config), --nodes,\n"
+    "                           --gpus-per-node, --buffer-factor X (1.5);\n"
     "                           --offload-optimizer cpu|none, --offload-param cpu|none,\n"
     "                           --zero-init 0|1 keep only the matching rows\n";
 
