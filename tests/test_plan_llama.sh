@@ -69,6 +69,21 @@ ds_check "llama small vocab" 3 $P $((28672 * 4096)) --arch llama --layers 2 --hi
 # the GPT's stays its own (learned positions T x C count)
 ds_check "gpt2" 3 124439808 $((50257 * 768)) --hf-config "$HF/gpt2.json"
 
+# --- a config file is the same model as its options ----------------------
+# (the planner's batch, micro-batch 1 x 1, not the run's unresolved 0s)
+"$ZS" plan --hf-config "$HF/llama3-8b.json" --seq 1024 --precision bf16 --stage 1 --dp 8 --json \
+    >"$T/hf.json" 2>/dev/null
+"$ZS" plan --arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn-hidden 14336 \
+    --vocab 128256 --seq 1024 --precision bf16 --stage 1 --dp 8 --json >"$T/arch.json"
+plan_categories "$T/hf.json" >"$T/hf.cat"
+plan_categories "$T/arch.json" >"$T/arch.cat"
+[ -s "$T/hf.cat" ] && cmp -s "$T/hf.cat" "$T/arch.cat" && ok ||
+    { bad "llama3-8b: --hf-config and the same --arch llama plan different bytes"; diff "$T/hf.cat" "$T/arch.cat"; }
+# --arch llama's defaults (intermediate 4C, as many key/value heads as heads)
+"$ZS" plan --arch llama --layers 2 --hidden 64 --heads 4 --vocab 100 --seq 16 | head -1 |
+    grep -q "4 heads, 4 key/value heads, intermediate 256," && ok ||
+    bad "--arch llama does not print its default key/value heads and intermediate size"
+
 # --- the worked example: model states by closed form ---------------------
 EX="--seq 4096 --micro-batch 1 --checkpoint-activations every:1 --precision bf16 --device-memory 80GB"
 # cat_of FILE NAME: a category's bytes in a plan's JSON
