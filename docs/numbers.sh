@@ -124,3 +124,8 @@ num hier_padded "$(commas "$(sed -n 's/^  "padded_params": \([0-9]*\),*$/\1/p' "
 num hier_tmp_bytes "$(commas $(( $(cat_bytes th comm_buffers) - $(cat_bytes tf comm_buffers) )))"
 num qgz_comm_buffers "$(commas "$(cat_bytes tq comm_buffers)")"
 num plain_comm_buffers "$(commas "$(cat_bytes tp comm_buffers)")"
+
+# docs/planner.md: the worked example and the published layouts, by the
+# plan commands the page shows (docs/plan-numbers.sh; tests/test_plan_llama.sh)
+ZEROSIM=$ZS sh "$TOP/docs/plan-numbers.sh" "$T/plan.txt"
+cat "$T/plan.txt" >>"$OUTFILE"

@@ -34,6 +34,10 @@
 #include "zerosim/mem.h"
 #include "zerosim/steptime.h"
 
+/* The most devices a plan takes (--dp, --nodes x --devices-per-node, and
+ * dp x tp x pp): 2^24, so that every count of devices stays an int. */
+#define ZS_PLAN_DEVICES_MAX (1 << 24)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -178,6 +182,12 @@ double zs_plan_megatron_activations(const zs_run_config *cfg, int sequence_paral
 /* The largest single module of a GPT (what DeepSpeed's estimator calls the
  * largest layer): a weight with its bias, or an embedding. */
 size_t zs_plan_gpt_largest_layer(const zs_model_config *c);
+/* The same for the Llama family: the largest of the embedding and the
+ * lm_head (V x C), q_proj, k_proj, v_proj, o_proj, gate, up and down
+ * projections (an expert's too), the router and an RMSNorm. */
+size_t zs_plan_llama_largest_layer(const zs_model_config *c);
+/* The largest layer of c's family (GPT or Llama). */
+size_t zs_plan_largest_layer(const zs_model_config *c);
 
 #ifdef __cplusplus
 }

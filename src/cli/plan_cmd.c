@@ -126,8 +126,9 @@ static const char *const zs_plan_usage =
     "  --bw-host B --bw-nvme B  bytes/s device<->host (25e9) and to files (3e9)\n"
     "  --host-optimizer-rate R  host optimizer elements/s (not given: left out)\n"
     "  --deepspeed-estimate     DeepSpeed's estimate_zero{2,3}_model_states_mem_needs\n"
-    "                           table for --stage 2 or 3, --params, --largest-layer,\n"
-    "                           --nodes, --gpus-per-node, --buffer-factor X (1.5);\n"
+    "                           table for --stage 2 or 3, --params and --largest-layer\n"
+    "                           (or a model: --arch, --hf-config), --nodes,\n"
+    "                           --gpus-per-node, --buffer-factor X (1.5);\n"
     "                           --offload-optimizer cpu|none, --offload-param cpu|none,\n"
     "                           --zero-init 0|1 keep only the matching rows\n";
 
@@ -338,8 +339,10 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
         in->keep_batch = 1;
     }
     if (v[P_HF_CONFIG]) { /* a Hugging Face config.json: the model's shape */
-        if (!v[P_CONFIG])
+        if (!v[P_CONFIG]) { /* the run's defaults, and the planner's batch */
             zs_run_config_defaults(c);
+            c->micro_batch = c->grad_accum = 1;
+        }
         ZS_TRY(zs_hf_config_load(v[P_HF_CONFIG], &c->model, zs_plan_hf_ignored,
                                  sizeof zs_plan_hf_ignored));
     }
@@ -382,6 +385,10 @@ static int zs_plan_apply_model(zs_plan_cli *cl)
         if (v[P_KV_HEADS])
             ZS_TRY(zs_plan_int(P_KV_HEADS, v[P_KV_HEADS], 1, ZS_BOUND_HEADS_MAX,
                                &c->model.n_kv_head));
+        if (c->model.kind == ZS_MODEL_LLAMA && !c->model.ffn_hidden)
+            c->model.ffn_hidden = 4 * c->model.n_embd; /* the defaults the count takes */
+        if (c->model.kind == ZS_MODEL_LLAMA && !c->model.n_kv_head)
+            c->model.n_kv_head = c->model.n_head;
         if (v[P_TIE_EMB])
             c->model.tie_embeddings = 1;
         if (v[P_QKV_BIAS])
@@ -438,7 +445,11 @@ static int zs_plan_apply_cluster(zs_plan_cli *cl)
     if (v[P_NODES])
         ZS_TRY(zs_plan_int(P_NODES, v[P_NODES], 1, ZS_BOUND_RANKS_MAX, &cl->nodes));
     if (v[P_DP])
-        ZS_TRY(zs_plan_list(P_DP, v[P_DP], 1, 1 << 24, cl->dps, &cl->ndp));
+        ZS_TRY(zs_plan_list(P_DP, v[P_DP], 1, ZS_PLAN_DEVICES_MAX, cl->dps, &cl->ndp));
+    else if (cl->nodes && (long long)cl->nodes * in->devices_per_node > ZS_PLAN_DEVICES_MAX)
+        ZS_FAIL("--nodes %d x --devices-per-node %d is %lld devices; the planner takes at "
+                "most %d (give fewer nodes, or --dp)", cl->nodes, in->devices_per_node,
+                (long long)cl->nodes * in->devices_per_node, ZS_PLAN_DEVICES_MAX);
     else
         cl->dps[0] = cl->nodes ? cl->nodes * in->devices_per_node : 1, cl->ndp = 1;
     if (v[P_DEVMEM] && zs_parse_size(v[P_DEVMEM], &in->device_memory)) {
@@ -586,7 +597,7 @@ static int zs_plan_deepspeed(FILE *f, const zs_plan_cli *cl)
         ZS_FAIL("--deepspeed-estimate takes one --stage (2 or 3) and no --dp list");
     double total = in->has_arch ? (double)zs_model_count_params(&in->cfg.model)
                                 : (double)in->num_params;
-    double largest = in->has_arch ? (double)zs_plan_gpt_largest_layer(&in->cfg.model)
+    double largest = in->has_arch ? (double)zs_plan_largest_layer(&in->cfg.model)
                                   : (double)in->largest_layer;
     int gpn = v[P_DPN] ? in->devices_per_node : 1;
     int nodes = cl->nodes ? cl->nodes : 1;

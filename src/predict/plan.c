@@ -233,6 +233,12 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
         ZS_FAIL("--dp must be at least 1, got %d", in->dp);
     if (in->devices_per_node < 1)
         ZS_FAIL("devices per node must be at least 1, got %d", in->devices_per_node);
+    long long devices = (long long)in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) *
+                        (in->cfg.pp > 1 ? in->cfg.pp : 1);
+    if (devices > ZS_PLAN_DEVICES_MAX)
+        ZS_FAIL("--dp %d x --tp %d x --pp %d is %lld devices; the planner takes at most %d",
+                in->dp, in->cfg.tp > 1 ? in->cfg.tp : 1, in->cfg.pp > 1 ? in->cfg.pp : 1, devices,
+                ZS_PLAN_DEVICES_MAX);
     if (!in->has_arch && in->num_params == 0)
         ZS_FAIL("no model: give --params COUNT or --arch gpt with its shape");
     zs_run_config c = in->cfg;

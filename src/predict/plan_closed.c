@@ -125,3 +125,29 @@ size_t zs_plan_gpt_largest_layer(const zs_model_config *c)
             m = cand[i];
     return m;
 }
+
+size_t zs_plan_llama_largest_layer(const zs_model_config *c)
+{
+    size_t C = (size_t)c->n_embd, V = (size_t)c->vocab;
+    size_t F = c->ffn_hidden > 0 ? (size_t)c->ffn_hidden : 4 * C; /* finalize's defaults */
+    size_t D = C / (size_t)c->n_head, bias = c->qkv_bias ? 1 : 0;
+    size_t KV = (size_t)(c->n_kv_head > 0 ? c->n_kv_head : c->n_head) * D;
+    /* DeepSpeed counts each module's own tensors (recurse=False): the
+     * embedding and the lm_head (V x C each, tied or not), q_proj and
+     * o_proj (C x C, q's bias with qkv_bias), k_proj and v_proj (KV x C),
+     * gate, up and down (F x C, an expert's as a dense block's), the
+     * router (E x C) and an RMSNorm (C) */
+    size_t cand[] = {V * C, C * C + bias * C, KV * C + bias * KV, F * C,
+                     (size_t)(c->moe_experts > 0 ? c->moe_experts : 0) * C, C};
+    size_t m = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+        if (cand[i] > m)
+            m = cand[i];
+    return m;
+}
+
+size_t zs_plan_largest_layer(const zs_model_config *c)
+{
+    return c->kind == ZS_MODEL_LLAMA ? zs_plan_llama_largest_layer(c)
+                                     : zs_plan_gpt_largest_layer(c);
+}
