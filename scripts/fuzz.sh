@@ -35,7 +35,7 @@ MPI_CFLAGS=$(mpicc --showme:compile 2>/dev/null) || {
     echo "fuzz: mpicc not found: install libopenmpi-dev" >&2; exit 1; }
 MPI_LIBS=$(mpicc --showme:link)
 PKG_FLAGS=$(pkg-config --cflags jansson libxxhash 2>/dev/null || true)
-PKG_LIBS=$(pkg-config --libs jansson libxxhash 2>/dev/null || echo "-ljansson -lxxhash")
+PKG_LIBS=$(pkg-config --libs jansson libxxhash zlib 2>/dev/null || echo "-ljansson -lxxhash -lz")
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 CFLAGS_FUZZ="-std=c11 -D_GNU_SOURCE -I$OUT/include -I$SRC/include -I$SRC/src $MPI_CFLAGS $PKG_FLAGS"
