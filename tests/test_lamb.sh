@@ -10,6 +10,9 @@
 #     at every stage), with a parameter count that the ranks do not divide,
 #     in fp32 and bf16, and with the optimizer offloaded to the host;
 #   - measured = predicted (m and v counted), phantom = real;
+#   - a run resumed from a checkpoint (saved in stage 3, resumed in stages
+#     3 and 0) gives the uninterrupted run's hashes; an AdamW checkpoint
+#     does not resume into LAMB;
 #   - the combinations not implemented are refused in one line.
 . "$(dirname "$0")/testlib.sh"
 M="--layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --quiet"
@@ -75,7 +78,23 @@ awk '$2 == "optimizer_v" && $3 > 0 { f = 1 } END { exit !f }' "$T/acc/memory.csv
     bad "LAMB's v is not in the memory report"
 phantom_same acc 3 --optimizer lamb --stage 3 --precision bf16
 
-# 5. refusals
+# 5. checkpoints: m and v saved, the optimizer named
+rm -rf "$T/ck"
+if zs_run full 2 $M --optimizer lamb --stage 3 --steps 4 --save-dir "$T/ck" --save-every 2; then
+    for st in 3 0; do
+        zs_run res$st 2 $M --optimizer lamb --stage "$st" --steps 4 \
+            --resume "$T/ck/global_step2" || continue
+        python3 -c "
+import json, sys
+a = json.load(open('$T/full.json'))['param_hashes'][2:]
+b = json.load(open('$T/res$st.json'))['param_hashes']
+sys.exit(a != b or len(b) != 2)" && ok || bad "LAMB resumed at step 2 in stage $st differs from the uninterrupted run"
+    done
+    refuse -n 2 -m "optimizer" train $M --optimizer adamw --stage 3 --steps 4 \
+        --resume "$T/ck/global_step2"
+fi
+
+# 6. refusals
 refuse -n 2 -m "LAMB" train $M --optimizer lamb --tp 2
 refuse -m "LAMB" train $M --optimizer lamb --stage 2 --offload-optimizer nvme --nvme-path "$T"
 refuse -m "LAMB" plan --config "$T/lamb.json" --dp 8 --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64
