@@ -346,6 +346,7 @@ static const struct {
 } optimizer_types[] = {
     {"Adam", ZS_OPT_ADAMW}, {"adam", ZS_OPT_ADAMW}, {"AdamW", ZS_OPT_ADAMW},
     {"ADAMW", ZS_OPT_ADAMW}, {"SGD", ZS_OPT_SGD},   {"sgd", ZS_OPT_SGD},
+    {"Lamb", ZS_OPT_LAMB},   {"LAMB", ZS_OPT_LAMB},
 };
 
 START_TEST(test_optimizer_types)
@@ -369,6 +370,14 @@ START_TEST(test_optimizer_defaults)
     ck_assert_float_eq(cfg.beta2, 0.999f);
     ck_assert_float_eq(cfg.eps, 1e-8f);
     ck_assert_float_eq(cfg.weight_decay, 0.0f);
+
+    setup();
+    ck_assert_ok(load("{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"max_coeff\": 0.3}}}"));
+    ck_assert_int_eq(cfg.optimizer, ZS_OPT_LAMB);
+    ck_assert_float_eq(cfg.lr, 1e-3f);
+    ck_assert_float_eq(cfg.beta2, 0.999f);
+    ck_assert_float_eq(cfg.lamb_max_coeff, 0.3f);
+    ck_assert_float_eq(cfg.lamb_min_coeff, 0.01f);
 
     setup();
     ck_assert_ok(load("{\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}}"));
@@ -716,9 +725,13 @@ static const bad_case wrong_values[] = {
     /* optimizer */
     {"{\"optimizer\": []}", "\"optimizer\" must be an object, got array"},
     {"{\"optimizer\": {\"params\": {\"lr\": 1}}}", "\"optimizer.type\" is required"},
-    {"{\"optimizer\": {\"type\": 3}}", "\"optimizer.type\" must be \"Adam\", \"AdamW\" or"},
-    {"{\"optimizer\": {\"type\": \"Lamb\"}}",
-     "\"optimizer.type\": Lamb is a DeepSpeed optimizer zerosim does not model yet"},
+    {"{\"optimizer\": {\"type\": 3}}", "\"optimizer.type\" must be \"Adam\", \"AdamW\", \"Lamb\" or"},
+    {"{\"optimizer\": {\"type\": \"Lion\"}}",
+     "\"optimizer.type\": Lion is a DeepSpeed optimizer zerosim does not model yet"},
+    {"{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"eps_inside_sqrt\": true}}}",
+     "eps_inside_sqrt"},
+    {"{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"max_grad_norm\": 1}}}",
+     "use \"gradient_clipping\""},
     {"{\"optimizer\": {\"type\": \"RMSprop\"}}", "got \"RMSprop\""},
     {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": []}}",
      "\"optimizer.params\" must be an object, got array"},

@@ -357,6 +357,24 @@ int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count
 /* In-place elementwise maximum over ranks of n fp32 values (tensor
  * parallelism's vocab-parallel softmax), recorded as an allreduce. */
 int zs_comm_allreduce_max_f32(zs_comm_t c, float *buf, size_t n, int layer);
+/* 1-bit Adam's error-compensated compressed all-reduce (comm_onebit.c;
+ * arXiv 2102.02888): x (n fp32, n a multiple of 8 x ranks) becomes the
+ * same compressed average on every rank. Each rank compresses x +
+ * worker_error (n) to signs and one scale, keeping the error; rank j
+ * averages chunk j (n / ranks elements) of every rank's signs, adds
+ * server_error (n / ranks) and compresses again, keeping that error; the
+ * chunks' signs and scales are all-gathered. Recorded: an all-to-all and
+ * an allgather of bytes, (ranks - 1) n / (8 ranks) wire bytes each, and
+ * two allgathers of one fp32 scale per rank as scalars. */
+int zs_comm_onebit_allreduce(zs_comm_t c, float *x, size_t n, float *worker_error,
+                             float *server_error, int layer);
+/* The bytes one rank sends in zs_comm_onebit_allreduce of n elements over
+ * N ranks: the signs' all-to-all and allgather (wire bytes) and the
+ * scales (8 N bytes gathered, scalars). */
+typedef struct {
+    double alltoall_bytes, allgather_bytes, scalar_bytes;
+} zs_onebit_sizes;
+void zs_comm_onebit_sizes(size_t n, int N, zs_onebit_sizes *s);
 /* Integer maximum over ranks (used for error and overflow flags). */
 int zs_comm_allreduce_max_int(zs_comm_t c, int *v);
 /* Gather count elements from every rank, in rank order, to rank 0. */

@@ -40,7 +40,11 @@ extern "C" {
 #define ZS_BOUND_VIRTUAL_STAGES_MAX 4096 /* --virtual-stages */
 #define ZS_BOUND_CKPT_EVERY_MAX 4096    /* --checkpoint-activations every:K */
 
-typedef enum { ZS_OPT_ADAMW = 0, ZS_OPT_SGD = 1 } zs_optim_kind;
+/* The optimizers: AdamW (and Adam with L2), SGD with momentum, and LAMB
+ * (DeepSpeed's "Lamb": Adam's moments, a layer-wise trust ratio). */
+typedef enum { ZS_OPT_ADAMW = 0, ZS_OPT_SGD = 1, ZS_OPT_LAMB = 2 } zs_optim_kind;
+/* 1 when the optimizer keeps Adam's second moment v (AdamW, LAMB). */
+static inline int zs_optim_has_variance(zs_optim_kind k) { return k != ZS_OPT_SGD; }
 typedef enum {
     ZS_SCHED_CONSTANT = 0,    /* no scheduler section */
     ZS_SCHED_WARMUP = 1,      /* DeepSpeed WarmupLR: warm up, then constant */
@@ -105,6 +109,9 @@ enum {
 
 /* ZeRO-Offload / ZeRO-Infinity: where a state lives off the device. */
 typedef enum { ZS_OFFLOAD_NONE = 0, ZS_OFFLOAD_CPU = 1, ZS_OFFLOAD_NVME = 2 } zs_offload;
+/* "adamw", "sgd", "lamb"; parse takes those and "adam" (-1: none of them). */
+const char *zs_optim_name(zs_optim_kind k);
+int zs_optim_parse(const char *s, zs_optim_kind *out);
 const char *zs_offload_name(zs_offload o);  /* "none", "cpu", "nvme" */
 int zs_offload_parse(const char *s, zs_offload *out);
 
@@ -132,6 +139,8 @@ typedef struct {
     int adam_l2;                 /* Adam with L2 regularization instead of
                                     decoupled decay (adam_w_mode false) */
     int adam_no_bias_correction; /* optimizer.params.bias_correction false */
+    float lamb_max_coeff, lamb_min_coeff; /* LAMB: the trust ratio's bounds
+                                 (optimizer.params.max_coeff, min_coeff) */
 
     zs_sched_kind scheduler;
     int warmup_steps;

@@ -30,6 +30,25 @@ void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, flo
                    float *master, float *m, float *v, const void *grad, zs_dtype gt,
                    void *param, zs_dtype pt, size_t off, size_t len);
 
+/* LAMB as DeepSpeed's FusedLamb computes it (deepspeed/ops/csrc/lamb), for
+ * one parameter tensor split into ranges (a ZeRO shard may hold part of
+ * it), in three passes over each range:
+ *   moments:  g = grad * grad_mul; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2
+ *   sumsq:    the range's sums of w^2 and u^2 in double, in order from 0,
+ *             u = m / (sqrt(v) + eps) + weight_decay * w (the update
+ *             before bias correction, as FusedLamb's)
+ *   apply:    w -= step * ratio * u, step = lr sqrt(1 - b2^t) / (1 - b1^t)
+ *             (lr without bias correction); param = round(w) when given
+ * ratio = zs_optim_lamb_ratio of the tensor's whole sums: ||w|| / ||u||
+ * clamped to [min_coeff, max_coeff], or 1 when either norm is 0. */
+void zs_optim_lamb_moments(const zs_run_config *c, float grad_mul, float *m, float *v,
+                           const void *grad, zs_dtype gt, size_t n);
+void zs_optim_lamb_sumsq(const zs_run_config *c, const float *w, const float *m, const float *v,
+                         size_t n, double *w_sq, double *u_sq);
+float zs_optim_lamb_ratio(const zs_run_config *c, double w_sq, double u_sq);
+void zs_optim_lamb_apply(const zs_run_config *c, int t, float lr, float ratio, float *w,
+                         const float *m, const float *v, void *param, zs_dtype pt, size_t n);
+
 /* fp16 dynamic loss scaling in DeepSpeed's manner: start at
  * 2^initial_scale_power; on overflow skip the step and, once the hysteresis
  * budget is spent, halve the scale (not below min_loss_scale); after

@@ -360,12 +360,8 @@ static int zs_cli_set_seed(const char *s, zs_run_config *c)
 
 static int zs_cli_set_optimizer(const char *s, zs_run_config *c)
 {
-    if (!strcmp(s, "adamw") || !strcmp(s, "adam"))
-        c->optimizer = ZS_OPT_ADAMW;
-    else if (!strcmp(s, "sgd"))
-        c->optimizer = ZS_OPT_SGD;
-    else
-        ZS_FAIL("--optimizer must be \"adamw\" or \"sgd\", got \"%s\"", s);
+    if (zs_optim_parse(s, &c->optimizer))
+        ZS_FAIL("--optimizer must be \"adamw\", \"sgd\" or \"lamb\", got \"%s\"", s);
     return 0;
 }
 
@@ -608,7 +604,7 @@ static int zs_cli_from_checkpoint(const zs_cli *cli, zs_run_config *c)
                      : !strcmp(prec, "fp16") ? ZS_DTYPE_F16 : ZS_DTYPE_F32;
     const char *opt = json_string_value(json_object_get(m, "optimizer"));
     if (opt && !cli->val[OPT_OPTIMIZER])
-        c->optimizer = !strcmp(opt, "sgd") ? ZS_OPT_SGD : ZS_OPT_ADAMW;
+        c->optimizer = zs_optim_parse(opt, &c->optimizer) ? ZS_OPT_ADAMW : c->optimizer;
     if (json_is_integer(v = json_object_get(m, "train_batch_size")) && !cli->val[OPT_TRAIN_BATCH] &&
         !cli->val[OPT_MICRO_BATCH] && !cli->val[OPT_GRAD_ACCUM]) {
         c->train_batch_size = (int)json_integer_value(v);

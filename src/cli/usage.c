@@ -54,7 +54,7 @@ const char *const zs_usage =
     "  --micro-batch N          samples per micro-batch per rank (8)\n"
     "  --grad-accum N           micro-batches per step per rank (1)\n"
     "  --train-batch-size N     global batch = micro-batch x grad-accum x ranks\n"
-    "  --optimizer adamw|sgd    optimizer (adamw)\n"
+    "  --optimizer adamw|sgd|lamb  optimizer (adamw; lamb: DeepSpeed's Lamb)\n"
     "  --lr X                   peak learning rate (3e-3)\n"
     "  --warmup N               warm-up steps before cosine decay (10)\n"
     "  --min-lr-ratio X         final learning rate as a fraction of --lr (0.1)\n"

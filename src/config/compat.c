@@ -341,6 +341,39 @@ RULE(pp_offload_param)
                "--pp 1", c->pp);
 }
 
+/* ---- LAMB --------------------------------------------------------------- */
+
+/* The trust ratio needs each tensor's whole sums: the data-parallel shards'
+ * parts are all-gathered (exec_lamb.c); the tensor-parallel and pipeline
+ * groups', and the expert store's, are not. */
+RULE(lamb_parallel)
+{
+    UNUSED_CTX;
+    const char *what = c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->ep > 1 ? "--ep" : NULL;
+    return c->optimizer == ZS_OPT_LAMB && what &&
+           SAY("LAMB (optimizer \"Lamb\") with %s above 1 is not implemented (its trust "
+               "ratio sums each tensor over the data-parallel shards only): use %s 1, or Adam",
+               what, what);
+}
+
+RULE(lamb_nvme)
+{
+    UNUSED_CTX;
+    return c->optimizer == ZS_OPT_LAMB && c->offload_optimizer == ZS_OFFLOAD_NVME &&
+           SAY("LAMB (optimizer \"Lamb\") with offload_optimizer nvme is not implemented (the "
+               "trust ratio needs a second pass over the swapped states): use "
+               "--offload-optimizer cpu or none");
+}
+
+RULE(plan_lamb)
+{
+    UNUSED_CTX;
+    return c->optimizer == ZS_OPT_LAMB &&
+           SAY("the planner's tables count AdamW and SGD: plan LAMB (optimizer \"Lamb\") as "
+               "--optimizer adamw, whose states it keeps (master, m, v), or measure it with "
+               "zerosim train --phantom");
+}
+
 /* ---- the planner -------------------------------------------------------- */
 
 /* The planner's node model takes the data-parallel group's ranks of a node
@@ -392,6 +425,13 @@ RULE(device_tp)
     return c->model.tp > 1 && !x->backend_has_tp &&
            SAY("tensor parallelism (--tp %d) has no kernels on the %s backend yet: use "
                "--backend cpu, or --tp 1", c->model.tp, x->backend);
+}
+
+RULE(device_lamb)
+{
+    return !x->backend_host && c->optimizer == ZS_OPT_LAMB &&
+           SAY("LAMB (optimizer \"Lamb\") is not supported with --backend %s yet (its step "
+               "runs on host memory): use --backend cpu", x->backend);
 }
 
 RULE(device_pp)
@@ -478,6 +518,16 @@ static const zs_compat_rule rules[] = {
      "the backend has no tensor-parallel kernels"},
     {"device+pp", "backend pp", DEVICE, REFUSE, device_pp,
      "the pipeline's messages are staged through host memory"},
+    /* the optimizers' rules, after the matrix's features' */
+    {"lamb+parallel", "lamb tp pp ep", RUN, REFUSE, lamb_parallel,
+     "not implemented yet: the trust ratio's sums over the tp, pp and expert groups "
+     "(DeepSpeed's FusedLamb sums the tensor it is given)"},
+    {"lamb+nvme", "lamb offload", RUN, REFUSE, lamb_nvme,
+     "not implemented yet: a second pass over the swapped states"},
+    {"plan:lamb", "lamb", ZS_SCOPE_PLAN, REFUSE, plan_lamb,
+     "the planner's closed forms count AdamW and SGD"},
+    {"device+lamb", "backend lamb", DEVICE, REFUSE, device_lamb,
+     "LAMB's step reads host memory"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)

@@ -68,6 +68,8 @@ void zs_run_config_defaults(zs_run_config *c)
     c->eps = 1e-8f;
     c->weight_decay = 0.0f;
     c->momentum = 0.9f;
+    c->lamb_max_coeff = 10.0f; /* DeepSpeed's FusedLamb */
+    c->lamb_min_coeff = 0.01f;
 
     c->scheduler = ZS_SCHED_WARMUP_COSINE;
     c->warmup_steps = 10;
@@ -105,6 +107,24 @@ int zs_step_overlap(const zs_run_config *cfg)
 int zs_step_reduce_once(const zs_run_config *cfg)
 {
     return cfg->stage <= 1 && cfg->grad_reduce == ZS_GRAD_REDUCE_STEP;
+}
+
+const char *zs_optim_name(zs_optim_kind k)
+{
+    return k == ZS_OPT_SGD ? "sgd" : k == ZS_OPT_LAMB ? "lamb" : "adamw";
+}
+
+int zs_optim_parse(const char *s, zs_optim_kind *out)
+{
+    if (!strcmp(s, "adamw") || !strcmp(s, "adam"))
+        *out = ZS_OPT_ADAMW;
+    else if (!strcmp(s, "sgd"))
+        *out = ZS_OPT_SGD;
+    else if (!strcmp(s, "lamb"))
+        *out = ZS_OPT_LAMB;
+    else
+        return -1;
+    return 0;
 }
 
 const char *zs_offload_name(zs_offload o)
@@ -191,11 +211,16 @@ char *zs_run_config_json(const zs_run_config *c)
     static const char *const scaling[] = {"in_loss", "prescale", "postscale"};
     json_t *betas = json_pack("[f, f]", f7(c->beta1), f7(c->beta2));
     json_t *opt = json_pack("{s:s, s:f, s:o, s:f, s:f, s:f, s:b, s:b}", "type",
-                            c->optimizer == ZS_OPT_ADAMW ? "AdamW" : "SGD", "lr", f7(c->lr),
+                            c->optimizer == ZS_OPT_ADAMW ? "AdamW"
+                            : c->optimizer == ZS_OPT_LAMB ? "Lamb" : "SGD", "lr", f7(c->lr),
                             "betas", betas, "eps", f7(c->eps), "weight_decay",
                             f7(c->weight_decay), "momentum", f7(c->momentum),
                             "adam_w_mode", !c->adam_l2, "bias_correction",
                             !c->adam_no_bias_correction);
+    if (c->optimizer == ZS_OPT_LAMB) {
+        json_object_set_new(opt, "max_coeff", json_real(f7(c->lamb_max_coeff)));
+        json_object_set_new(opt, "min_coeff", json_real(f7(c->lamb_min_coeff)));
+    }
     json_t *sch = json_pack("{s:s, s:i, s:i, s:f, s:f, s:s}", "type",
                             sched[(int)c->scheduler & 3], "warmup_num_steps", c->warmup_steps,
                             "total_num_steps", c->total_steps, "warmup_min_ratio",

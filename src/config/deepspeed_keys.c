@@ -110,7 +110,37 @@ static const field sgd_params[] = {
     F_NONE("foreach", JT_BOOL),
     F_NONE("maximize", JT_BOOL),
 };
+/* optimizer.params.max_grad_norm (LAMB): FusedLamb's own clipping, off at 0. */
+static int opt_lamb_max_grad_norm(loader *ld, const char *path, const json_t *v)
+{
+    double d;
+    long long ll;
+    ZS_TRY(zs_ds_read_number(ld, path, v, &R_NONNEG, &d, &ll));
+    if (d > 0)
+        return zs_config_fail("%s: \"%s\" %g: FusedLamb's own gradient clipping is not "
+                              "modelled: set it to 0 and use \"gradient_clipping\"",
+                              ld->name, path, d);
+    return 0;
+}
+
+/* DeepSpeed's FusedLamb (deepspeed/ops/lamb): Adam's moments, then the
+ * update scaled per parameter tensor by the trust ratio ||w|| / ||u||
+ * clamped to [min_coeff, max_coeff]. */
+static const field lamb_params[] = {
+    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
+    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
+    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
+    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    F_FUNC("bias_correction", opt_bias_correction),
+    F_FLOAT("max_coeff", lamb_max_coeff, R_POS),
+    F_FLOAT("min_coeff", lamb_min_coeff, R_NONNEG),
+    F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),
+    F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root (FusedLamb's mode 0)",
+            "set it to false"),
+    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+};
 static const field_table adam_table = TABLE(adam_params);
+static const field_table lamb_table = TABLE(lamb_params);
 static const field_table sgd_table = TABLE(sgd_params);
 
 /* The keys of the optimizer and scheduler sections themselves. */
@@ -142,7 +172,6 @@ static const struct {
                     "optionally with gradient_compression"},
     {"OneBitLamb", "1-bit LAMB compresses LAMB's momentum; use Adam, optionally with "
                    "gradient_compression"},
-    {"Lamb", "LAMB's layer-wise trust ratio is not modelled; use Adam or AdamW"},
     {"Adagrad", "use Adam or AdamW"},
     {"Lion", "use Adam or AdamW"},
     {"MuAdam", "muP's width-scaled learning rates are not modelled; use Adam"},
@@ -157,7 +186,7 @@ static const struct {
  * DeepSpeed matches the type case-insensitively. */
 static int load_optimizer(loader *ld, const char *path, const json_t *v)
 {
-    static const char choices[] = "\"Adam\", \"AdamW\" or \"SGD\"";
+    static const char choices[] = "\"Adam\", \"AdamW\", \"Lamb\" or \"SGD\"";
     const char *type = NULL;
     if (!json_is_object(v))
         return zs_ds_bad_value(ld, path, v, "an object");
@@ -182,6 +211,16 @@ static int load_optimizer(loader *ld, const char *path, const json_t *v)
         c->eps = 1e-8f;
         c->weight_decay = 0.0f;
         params = &adam_table;
+    } else if (zs_ds_equal_nocase(type, "lamb")) {
+        c->optimizer = ZS_OPT_LAMB;
+        c->lr = 1e-3f;
+        c->beta1 = 0.9f;
+        c->beta2 = 0.999f;
+        c->eps = 1e-8f;
+        c->weight_decay = 0.0f;
+        c->lamb_max_coeff = 10.0f;
+        c->lamb_min_coeff = 0.01f;
+        params = &lamb_table;
     } else if (zs_ds_equal_nocase(type, "sgd")) {
         c->optimizer = ZS_OPT_SGD;
         c->lr = 1e-3f;

@@ -224,8 +224,8 @@ static int finalize_numbers(zs_run_config *c)
                               "got %d", c->warmup_steps);
     if (c->stage < 0 || c->stage > 3)
         return zs_config_fail("zero_optimization.stage must be 0, 1, 2 or 3, got %d", c->stage);
-    if (c->optimizer != ZS_OPT_ADAMW && c->optimizer != ZS_OPT_SGD)
-        return zs_config_fail("optimizer.type is invalid (%d): use AdamW or SGD",
+    if (c->optimizer != ZS_OPT_ADAMW && c->optimizer != ZS_OPT_SGD && c->optimizer != ZS_OPT_LAMB)
+        return zs_config_fail("optimizer.type is invalid (%d): use AdamW, SGD or Lamb",
                               (int)c->optimizer);
     if ((int)c->scheduler < ZS_SCHED_CONSTANT || c->scheduler > ZS_SCHED_WARMUP_COSINE)
         return zs_config_fail("scheduler.type is invalid (%d)", (int)c->scheduler);
@@ -263,6 +263,11 @@ static int finalize_numbers(zs_run_config *c)
          c->static_loss_scale >= 0 && isfinite(c->static_loss_scale), ">= 0 (0 = dynamic)"},
         {"fp16.min_loss_scale", c->min_loss_scale,
          c->min_loss_scale > 0 && isfinite(c->min_loss_scale), "> 0"},
+        {"optimizer.params.min_coeff (LAMB)", c->lamb_min_coeff,
+         c->lamb_min_coeff >= 0 && c->lamb_min_coeff <= c->lamb_max_coeff,
+         ">= 0 and <= max_coeff"},
+        {"optimizer.params.max_coeff (LAMB)", c->lamb_max_coeff,
+         c->lamb_max_coeff > 0 && isfinite(c->lamb_max_coeff), "> 0"},
     };
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
         if (!checks[i].ok)

@@ -160,7 +160,7 @@ static json_t *ck_model_json(const zs_model_config *m)
                      m->act == ZS_ACT_GELU ? "gelu" : "relu");
 }
 
-static const char *ck_optim_name(zs_optim_kind k) { return k == ZS_OPT_SGD ? "sgd" : "adamw"; }
+static const char *ck_optim_name(zs_optim_kind k) { return zs_optim_name(k); }
 
 /* ---- saving ----------------------------------------------------------------------- */
 

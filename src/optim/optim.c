@@ -2,10 +2,11 @@
 #include "zerosim/optim.h"
 
 #include <math.h>
+#include <stdint.h>
 
 int zs_optim_state_bytes(zs_optim_kind k, zs_dtype precision)
 {
-    int b = k == ZS_OPT_ADAMW ? 8 : 4;
+    int b = zs_optim_has_variance(k) ? 8 : 4;
     return b + (precision == ZS_DTYPE_F32 ? 0 : 4);
 }
 
@@ -57,6 +58,82 @@ void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, flo
         zs_backend_adamw_step(be, master + off, m + off, v + off, g, gt, p, pt, len, &h);
     else
         zs_backend_sgd_step(be, master + off, m + off, g, gt, p, pt, len, &h);
+}
+
+/* ---- LAMB (zerosim/optim.h) ---- */
+
+static float lamb_load(const void *x, zs_dtype t, size_t i)
+{
+    if (t == ZS_DTYPE_F32)
+        return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return t == ZS_DTYPE_BF16 ? zs_bf16_to_f32(h) : zs_f16_to_f32(h);
+}
+
+static void lamb_store(void *x, zs_dtype t, size_t i, float f)
+{
+    if (t == ZS_DTYPE_F32)
+        ((float *)x)[i] = f;
+    else
+        ((uint16_t *)x)[i] = t == ZS_DTYPE_BF16 ? zs_f32_to_bf16(f) : zs_f32_to_f16(f);
+}
+
+/* The update of one element before the trust ratio (FusedLamb's mode 1:
+ * eps outside the square root). */
+static inline float lamb_update(const zs_run_config *c, float w, float m, float v)
+{
+    return m / (sqrtf(v) + c->eps) + c->weight_decay * w;
+}
+
+void zs_optim_lamb_moments(const zs_run_config *c, float grad_mul, float *m, float *v,
+                           const void *grad, zs_dtype gt, size_t n)
+{
+    float b1 = c->beta1, b2 = c->beta2;
+    for (size_t i = 0; i < n; i++) {
+        float g = lamb_load(grad, gt, i) * grad_mul;
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+    }
+}
+
+void zs_optim_lamb_sumsq(const zs_run_config *c, const float *w, const float *m, const float *v,
+                         size_t n, double *w_sq, double *u_sq)
+{
+    double ws = 0.0, us = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)lamb_update(c, w[i], m[i], v[i]);
+        ws += (double)w[i] * (double)w[i];
+        us += u * u;
+    }
+    *w_sq = ws;
+    *u_sq = us;
+}
+
+float zs_optim_lamb_ratio(const zs_run_config *c, double w_sq, double u_sq)
+{
+    if (w_sq == 0.0 || u_sq == 0.0)
+        return 1.0f;
+    double r = sqrt(w_sq) / sqrt(u_sq);
+    if (r > c->lamb_max_coeff)
+        r = c->lamb_max_coeff;
+    if (r < c->lamb_min_coeff)
+        r = c->lamb_min_coeff;
+    return (float)r;
+}
+
+void zs_optim_lamb_apply(const zs_run_config *c, int t, float lr, float ratio, float *w,
+                         const float *m, const float *v, void *param, zs_dtype pt, size_t n)
+{
+    double step = lr;
+    if (!c->adam_no_bias_correction)
+        step = lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t));
+    float scale = (float)step * ratio;
+    for (size_t i = 0; i < n; i++) {
+        float p = w[i] - scale * lamb_update(c, w[i], m[i], v[i]);
+        w[i] = p;
+        if (param)
+            lamb_store(param, pt, i, p);
+    }
 }
 
 void zs_loss_scaler_init(zs_loss_scaler *s, const zs_run_config *c)

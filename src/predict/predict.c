@@ -79,7 +79,7 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
             (st <= 1 ? ps * P + ps * S : ps * S) + (cfg->deterministic ? 8 * S : 0);
     p->bytes[ZS_MEM_OPT_MASTER] = mixed ? 4 * opt : 0;
     p->bytes[ZS_MEM_OPT_M] = 4 * opt;
-    p->bytes[ZS_MEM_OPT_V] = cfg->optimizer == ZS_OPT_ADAMW ? 4 * opt : 0;
+    p->bytes[ZS_MEM_OPT_V] = zs_optim_has_variance(cfg->optimizer) ? 4 * opt : 0;
     p->bytes[ZS_MEM_ACTIVATIONS] = zs_model_activation_bytes(&cfg->model, cfg->micro_batch);
     p->bytes[ZS_MEM_CHECKPOINTS] = zs_model_checkpoint_bytes(&cfg->model, cfg->micro_batch);
     p->has[ZS_MEM_PARAMS] = p->has[ZS_MEM_GRADS] = 1;

@@ -490,7 +490,7 @@ int zs_report_write_json(const char *path, const zs_run_config *cfg, const zs_tr
     json_object_set_new(root, "grad_accum", json_integer(cfg->grad_accum));
     json_object_set_new(root, "train_batch_size", json_integer(cfg->train_batch_size));
     json_object_set_new(root, "seed", json_integer((json_int_t)cfg->seed));
-    json_object_set_new(root, "optimizer", json_string(cfg->optimizer == ZS_OPT_ADAMW ? "adamw" : "sgd"));
+    json_object_set_new(root, "optimizer", json_string(zs_optim_name(cfg->optimizer)));
     json_object_set_new(root, "optimizer_state_bytes_per_param",
                         json_integer(zs_optim_state_bytes(cfg->optimizer, cfg->precision)));
     json_object_set_new(root, "lrs", st.lrs);

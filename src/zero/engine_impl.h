@@ -13,6 +13,7 @@
  *                    pipeline and exact sums of squares)
  *   exec_optimizer.c the optimizer on the device (full array or shard) and
  *                    on the host
+ *   exec_lamb.c      LAMB: the trust ratios' sums across the shards
  *   offload.c        the swap file, the swapped optimizer, gradients down
  *                    and parameters up
  *   exec_pipe.c      the pipeline's messages
@@ -231,6 +232,11 @@ int zs_engine_exec_norm(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_optimizer_full(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_optimizer_shard(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_optimizer_host(zs_engine *e, const zs_step_op *o, int *stop);
+/* exec_lamb.c: LAMB over this rank's arrays, which hold flat elements
+ * [base, base + n) (master, m, v fp32; grad and param typed; param NULL
+ * when the master is the parameters) */
+int zs_engine_lamb_step(zs_engine *e, size_t base, size_t n, float *master, float *m, float *v,
+                        const void *grad, void *param);
 /* offload.c */
 int zs_engine_exec_optimizer_swapped(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_offload_grads(zs_engine *e, const zs_step_op *o, int *stop);

@@ -7,7 +7,9 @@
  * OPTIMIZER_SHARD (stages 1-3: this rank's shard), OPTIMIZER_HOST
  * (offload_optimizer cpu: ZeRO-Offload's CPU step on the host's shard).
  * With DeepSpeed's layout of the experts, the device optimizers also
- * update the expert store (zs_engine_step_experts).
+ * update the expert store (zs_engine_step_experts). LAMB, whose trust
+ * ratio needs each tensor's whole sums, takes its own path
+ * (zs_engine_lamb_step, exec_lamb.c) from each of them.
  */
 #include "zero/engine_impl.h"
 #include "zerosim/error.h"
@@ -16,6 +18,9 @@
 int zs_engine_exec_optimizer_full(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
+    if (e->cfg.optimizer == ZS_OPT_LAMB)
+        return zs_engine_lamb_step(e, 0, o->elems, e->master, e->exp_avg, e->exp_avg_sq,
+                                   e->gfull, e->mixed ? e->params : NULL);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
                   e->exp_avg_sq, e->gfull, e->param_dtype, e->mixed ? e->params : NULL,
                   e->param_dtype, 0, o->elems);
@@ -28,6 +33,9 @@ int zs_engine_exec_optimizer_full(zs_engine *e, const zs_step_op *o, int *stop)
 int zs_engine_exec_optimizer_shard(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
+    if (e->cfg.optimizer == ZS_OPT_LAMB)
+        return zs_engine_lamb_step(e, e->part.shard_begin, o->elems, e->master, e->exp_avg,
+                                   e->exp_avg_sq, e->gshard, e->mixed ? e->params_shard : NULL);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
                   e->exp_avg_sq, e->gshard, e->param_dtype, e->mixed ? e->params_shard : NULL,
                   e->param_dtype, 0, o->elems);
@@ -39,6 +47,9 @@ int zs_engine_exec_optimizer_shard(zs_engine *e, const zs_step_op *o, int *stop)
 int zs_engine_exec_optimizer_host(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
+    if (e->cfg.optimizer == ZS_OPT_LAMB)
+        return zs_engine_lamb_step(e, e->part.shard_begin, o->elems, e->master, e->exp_avg,
+                                   e->exp_avg_sq, e->hgrad, e->hparam);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
                   e->exp_avg_sq, e->hgrad, e->param_dtype, e->hparam, e->param_dtype, 0,
                   o->elems);

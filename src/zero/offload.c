@@ -55,7 +55,7 @@ int zs_engine_swap_io(zs_engine *e, int write, int k, size_t i, size_t n, float 
  * nvme): after the optimizer's states when they are there too. */
 static off_t zs_swap_param_at(const zs_engine *e, size_t i)
 {
-    int states = e->offload == ZS_OFFLOAD_NVME ? 2 + (e->cfg.optimizer == ZS_OPT_ADAMW) : 0;
+    int states = e->offload == ZS_OFFLOAD_NVME ? 2 + zs_optim_has_variance(e->cfg.optimizer) : 0;
     return zs_swap_at(e, states, 0) + (off_t)(i * e->param_elsize);
 }
 
@@ -123,14 +123,14 @@ typedef struct {
 
 static float *zs_swap_slot(zs_engine *e, int slot, int k)
 {
-    int states = 2 + (e->cfg.optimizer == ZS_OPT_ADAMW);
+    int states = 2 + zs_optim_has_variance(e->cfg.optimizer);
     size_t chunk = e->part.shard < ZS_SWAP_CHUNK ? e->part.shard : ZS_SWAP_CHUNK;
     return (float *)e->buf[ZS_BUF_SWAP] + ((size_t)slot * (size_t)states + (size_t)k) * chunk;
 }
 
 static int zs_swap_move(zs_engine *e, int write, int slot, size_t at, size_t n)
 {
-    int states = 2 + (e->cfg.optimizer == ZS_OPT_ADAMW);
+    int states = 2 + zs_optim_has_variance(e->cfg.optimizer);
     for (int k = 0; k < states; k++)
         ZS_TRY(zs_engine_swap_io(e, write, k, at, n, zs_swap_slot(e, slot, k)));
     return 0;
@@ -160,7 +160,7 @@ int zs_engine_exec_optimizer_swapped(zs_engine *e, const zs_step_op *o, int *sto
     const zs_run_config *c = &e->cfg;
     size_t S = e->part.shard, chunk = S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK;
     size_t nchunks = (S + chunk - 1) / chunk;
-    int states = 2 + (c->optimizer == ZS_OPT_ADAMW);
+    int states = 2 + zs_optim_has_variance(c->optimizer);
     if (e->phantom) { /* the bytes, without the files */
         zs_comm_record_transfer(e->comm, ZS_OP_NVME_READ, S * 4 * (size_t)states, 0.0);
         zs_comm_record_transfer(e->comm, ZS_OP_NVME_WRITE, S * 4 * (size_t)states, 0.0);

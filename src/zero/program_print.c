@@ -80,7 +80,7 @@ void zs_step_program_print(const zs_step_shape *s, const zs_step_program *p, FIL
         case ZS_SOP_OPTIMIZER_SHARD:
         case ZS_SOP_OPTIMIZER_HOST:
         case ZS_SOP_OPTIMIZER_SWAPPED:
-            fprintf(f, " %s on %zu elements", s->cfg.optimizer == ZS_OPT_ADAMW ? "adamw" : "sgd", o->elems);
+            fprintf(f, " %s on %zu elements", zs_optim_name(s->cfg.optimizer), o->elems);
             break;
         case ZS_SOP_LOAD:
             fprintf(f, " %zu samples", o->elems);

@@ -257,7 +257,7 @@ static void zs_shape_offload_buffers(zs_step_shape *s)
         }
         if (off == ZS_OFFLOAD_NVME) {
             size_t chunk = S < ZS_SWAP_CHUNK ? S : ZS_SWAP_CHUNK;
-            int states = 2 + (s->cfg.optimizer == ZS_OPT_ADAMW);
+            int states = 2 + zs_optim_has_variance(s->cfg.optimizer);
             ZS_SETBUF(ZS_BUF_SWAP, ZS_MEM_WORKSPACE, 2 * chunk * (size_t)states * 4);
             b[ZS_BUF_SWAP].tier = ZS_TIER_HOST;
         }
@@ -279,7 +279,7 @@ static void zs_shape_expert_buffers(zs_step_shape *s)
         ZS_SETBUF(ZS_BUF_XGATHER, ZS_MEM_PARAMS, st == 3 ? s->xgmax * ps : 0);
         ZS_SETBUF(ZS_BUF_XMASTER, ZS_MEM_OPT_MASTER, s->mixed ? xopt * 4 : 0);
         ZS_SETBUF(ZS_BUF_XM, ZS_MEM_OPT_M, xopt * 4);
-        ZS_SETBUF(ZS_BUF_XV, ZS_MEM_OPT_V, s->cfg.optimizer == ZS_OPT_ADAMW ? xopt * 4 : 0);
+        ZS_SETBUF(ZS_BUF_XV, ZS_MEM_OPT_V, zs_optim_has_variance(s->cfg.optimizer) ? xopt * 4 : 0);
         ZS_SETBUF(ZS_BUF_XGACC, ZS_MEM_GRADS, XP * (s->det ? 8 : ps));
         /* the reduced gradient (stage 0: all of it, gathered), unless edp
          * is one rank without deterministic mode: the accumulator then */
@@ -302,7 +302,7 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_PARAMS, ZS_MEM_PARAMS, (st == 3 ? S : P) * ps);
     ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, s->mixed ? opt * 4 : 0);
     ZS_SETBUF(ZS_BUF_M, ZS_MEM_OPT_M, opt * 4);
-    ZS_SETBUF(ZS_BUF_V, ZS_MEM_OPT_V, s->cfg.optimizer == ZS_OPT_ADAMW ? opt * 4 : 0);
+    ZS_SETBUF(ZS_BUF_V, ZS_MEM_OPT_V, zs_optim_has_variance(s->cfg.optimizer) ? opt * 4 : 0);
     ZS_SETBUF(ZS_BUF_GFULL, ZS_MEM_GRADS, st <= 1 ? P * ps : 0);
     /* the step schedule reduces once, into GFULL's own part: no shard
      * accumulator, and in deterministic mode with accumulation the
