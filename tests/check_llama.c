@@ -1,8 +1,8 @@
 /* Tests of the Llama family's shapes (src/model/llama.c): the published
  * parameter counts, Hugging Face's names, the tensor-parallel split (every
  * element of the tp = 1 model held once, drawn where tp = 1 draws it), the
- * activation closed form, the validation's one-line refusals, and that a
- * real run is refused while the forward is missing. */
+ * activation closed form, the validation's one-line refusals, and that
+ * real runs with experts or tensor parallelism are refused (not built). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,11 +190,18 @@ START_TEST(test_validation)
     ck_assert_ptr_nonnull(strstr(zs_error_msg(), "model.sliding_window"));
     c.sliding_window = 16;
     ck_assert_int_eq(zs_model_config_validate(&c), 0);
-    /* shapes only: a real run is refused, a phantom run without TP taken */
-    ck_assert_int_ne(zs_model_check_runnable(&c), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "llama: real runs not built yet"));
+    /* dense blocks at tp = 1 run; experts and tensor parallelism are
+     * refused in real runs, and TP in phantom runs (their collectives) */
+    ck_assert_int_eq(zs_model_check_runnable(&c), 0);
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
+    c.moe_experts = 4;
+    ck_assert_int_ne(zs_model_check_runnable(&c), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "llama: real runs with experts not built yet"));
+    ck_assert_int_eq(zs_model_check_phantom(&c), 0);
+    c.moe_experts = 0;
     c.tp = 2;
+    ck_assert_int_ne(zs_model_check_runnable(&c), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "with tensor parallelism not built yet"));
     ck_assert_int_ne(zs_model_check_phantom(&c), 0);
 }
 END_TEST

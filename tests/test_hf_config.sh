@@ -72,10 +72,11 @@ refuse -m "model.sliding_window (4096, sliding_window)" \
 refuse -m "kv_heads (2) and the tensor-parallel size (--tp 3)" \
     plan --arch llama --layers 2 --hidden 48 --heads 6 --kv-heads 2 --vocab 48 --seq 8 --tp 3 --dp 1
 
-# the family has shapes and no forward yet: real runs, and phantom runs
-# whose tensor-parallel collectives would come from it, are refused
+# the family's forward runs dense blocks at --tp 1 (tests/test_llama.sh):
+# real runs with experts, and phantom runs whose tensor-parallel
+# collectives would come from the forward, are refused
 LL="--model llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --seq 8 --vocab 40"
-refuse -m "llama: real runs not built yet" train $LL --steps 1
+refuse -m "llama: real runs with experts not built yet" train $LL --steps 1 --moe-experts 4
 refuse -m "llama: the tensor-parallel collectives come from its forward" \
     train --phantom --world-size 4 $LL --tp 2
 

@@ -34,7 +34,8 @@ int zs_model_head_tied(const zs_model_config *c)
 int zs_model_check_phantom(const zs_model_config *c)
 {
     const zs_model_ops *ops = zs_model_ops_for(c->kind);
-    if (!ops->forward_unit && (c->tp > 1 || c->moe_ep > 1))
+    /* the Llama family's forward is built for tp = 1 without experts */
+    if ((!ops->forward_unit || c->kind == ZS_MODEL_LLAMA) && (c->tp > 1 || c->moe_ep > 1))
         ZS_FAIL("%s: the %s collectives come from its forward, not built yet: use zerosim "
                 "plan, or --%s 1", zs_model_kind_name(c->kind),
                 c->tp > 1 ? "tensor-parallel" : "expert-parallel", c->tp > 1 ? "tp" : "ep");
@@ -47,6 +48,9 @@ int zs_model_check_runnable(const zs_model_config *c)
     if (!ops->forward_unit || !ops->backward_unit)
         ZS_FAIL("%s: real runs not built yet (its forward and backward are missing): use "
                 "--phantom or zerosim plan", zs_model_kind_name(c->kind));
+    if (c->kind == ZS_MODEL_LLAMA && (c->tp > 1 || c->moe_experts > 0))
+        ZS_FAIL("llama: real runs with %s not built yet (dense blocks at --tp 1 run): use "
+                "--phantom or zerosim plan", c->tp > 1 ? "tensor parallelism" : "experts");
     return 0;
 }
 

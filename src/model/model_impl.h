@@ -91,6 +91,7 @@ struct zs_acts {
     /* GPT scratch */
     float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
     float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
+    float *s_rope;           /* the Llama family: the rotary table (T, D), in scratch */
     float *s_perm, *s_dfull, *s_loc; /* sequence parallelism: chunks in rank order,
                                         a gathered gradient, this rank's positions */
     /* mixture of experts, per MoE block (NULL in dense blocks): the gates
