@@ -266,6 +266,21 @@ void zs_model_llama_token_work(const zs_model_config *c, double *gemm_weights, d
     *act_width = c->n_layer > 0 ? a / c->n_layer : 0.0;
 }
 
+size_t zs_model_llama_entry_cols(const zs_model_config *c, int i)
+{
+    size_t C = (size_t)c->n_embd;
+    int kind, b = llama_entry_block(c, i, &kind);
+    if (b < 0) /* the embedding, model.norm, lm_head */
+        return i == llama_block_first(c, c->n_layer) ? 0 : C;
+    switch (kind) {
+    case LK_O_W: return (size_t)c->n_head * llama_head_dim(c);
+    case LK_DOWN_W: return (size_t)c->ffn_hidden;
+    case LK_Q_W: case LK_K_W: case LK_V_W: case LK_GATE_W: case LK_UP_W: case LK_ROUTER:
+        return C;
+    default: return 0; /* norms, biases (the stacked experts have no 2-D shape) */
+    }
+}
+
 /* Element j of entry i of rank tp_rank's shard as an element of the same
  * entry at tp = 1 (see the file's comment for the split). */
 static size_t llama_tp_global(const zs_model_config *c, int i, size_t j)
