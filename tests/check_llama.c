@@ -2,7 +2,8 @@
  * parameter counts, Hugging Face's names, the tensor-parallel split (every
  * element of the tp = 1 model held once, drawn where tp = 1 draws it), the
  * activation closed form, the validation's one-line refusals, and that
- * real runs with experts or tensor parallelism are refused (not built). */
+ * what the forward does not build (experts, replicated key/value heads)
+ * is refused. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,18 +191,25 @@ START_TEST(test_validation)
     ck_assert_ptr_nonnull(strstr(zs_error_msg(), "model.sliding_window"));
     c.sliding_window = 16;
     ck_assert_int_eq(zs_model_config_validate(&c), 0);
-    /* dense blocks at tp = 1 run; experts and tensor parallelism are
-     * refused in real runs, and TP in phantom runs (their collectives) */
+    /* dense blocks run, with TP when it splits the key/value heads;
+     * experts run in phantom runs only, without TP or EP; replicated
+     * key/value heads are refused in both */
+    ck_assert_int_eq(zs_model_check_runnable(&c), 0);
+    ck_assert_int_eq(zs_model_check_phantom(&c), 0);
+    c.tp = 2;
     ck_assert_int_eq(zs_model_check_runnable(&c), 0);
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.moe_experts = 4;
     ck_assert_int_ne(zs_model_check_runnable(&c), 0);
     ck_assert_ptr_nonnull(strstr(zs_error_msg(), "llama: real runs with experts not built yet"));
+    ck_assert_int_ne(zs_model_check_phantom(&c), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "Mixtral blocks"));
+    c.tp = 1;
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.moe_experts = 0;
-    c.tp = 2;
+    c.tp = 4;
     ck_assert_int_ne(zs_model_check_runnable(&c), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "with tensor parallelism not built yet"));
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "replicated key/value heads"));
     ck_assert_int_ne(zs_model_check_phantom(&c), 0);
 }
 END_TEST

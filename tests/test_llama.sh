@@ -6,9 +6,12 @@
 # mode is identical across N = 1, 2 and 4; bf16 and fp16 run; every
 # category measured = predicted (the rotary table is workspace); the
 # phantom run reports what the real one did; the model learns; tied,
-# MHA, MQA and Qwen2's biases in every stage; what is not built (--tp,
-# experts) is refused with one line; pipeline stages give the one-rank
-# run's bytes.
+# MHA, MQA and Qwen2's biases in every stage; pipeline stages give the
+# one-rank run's bytes; tensor parallelism (Megatron's split, the key/value
+# heads split over the group) and sequence parallelism give the one-rank
+# run's losses within 1e-6, stages byte-identical at a fixed mesh, the TP
+# collectives' bytes as predicted; what is not built (replicated key/value
+# heads, experts) is refused with one line.
 . "$(dirname "$0")/testlib.sh"
 
 M="--model llama --layers 3 --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --quiet"
@@ -20,13 +23,46 @@ done
 same_hashes s3 s0
 train_hashes ck1 2 --stage 1 --checkpoint-activations every:1 && same_hashes ck1 s0 &&
     measured_is_predicted "llama stage 1 every:1" "$T/ck1"
-phantom_same ck1 2 --stage 1 --checkpoint-activations every:1
 
-refuse -n 2 -m "llama: real runs with tensor parallelism not built yet" train $M --tp 2
+refuse -n 2 -m "llama: replicated key/value heads (--tp 2 > --kv-heads 1)" train $M --kv-heads 1 --tp 2
 refuse -m "llama: real runs with experts not built yet" train $M --moe-experts 4
+
+# tensor parallelism (the key/value heads split), with sequence
+# parallelism: the losses of the one-rank run within 1e-6, every category
+# and the TP collectives (all-reduce, all-gather, reduce-scatter) measured
+# = predicted, the plan's bytes, phantom = real
+tp_traffic() {
+    awk -v L="$1" '$1 !~ /^#/ && $3 == "all" &&
+            ($2 == "reduce_scatter" || $2 == "allgather" || $2 == "allreduce") {
+            if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
+            if ($2 == "allreduce" && $5 > 0) ar++ }
+         END { exit bad > 0 || ar == 0 }' "$T/$1/comm.csv" && ok || bad "$1: TP traffic"
+}
+losses() { sed -n '/^  "losses": \[/,/\]/p' "$T/$1.json" | sed '1d;$d' | tr -d ' ,'; }
+close_losses() { # NAME REF: every step's loss within 1e-6 relative
+    losses "$1" >"$T/$1.l"
+    losses "$2" >"$T/$2.l"
+    paste "$T/$1.l" "$T/$2.l" | awk 'function abs(x) { return x < 0 ? -x : x }
+        { n++; if (abs($1 - $2) > 1e-6 * abs($2)) b++ } END { exit b > 0 || n != 3 }' && ok ||
+        bad "$1: losses $(tr '\n' ' ' <"$T/$1.l") vs $2's $(tr '\n' ' ' <"$T/$2.l")"
+}
+train_hashes r1 1 --grad-accum 4
+for sp in --sequence-parallel ""; do
+    name=tp${sp:+sp}
+    train_hashes "$name" 2 --tp 2 $sp --grad-accum 4 --stage 1 && close_losses "$name" r1 &&
+        measured_is_predicted "llama --tp 2 $sp" "$T/$name" && tp_traffic "$name"
+    zs_fast && break # with sequence parallelism only in make check's fast mode
+done
+"$ZS" plan --arch llama --layers 3 --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --seq 16 \
+    --vocab 64 --micro-batch 2 --grad-accum 4 --tp 2 --sequence-parallel --dp 1 --stage 1 --json \
+    >"$T/tpsp.plan.json" 2>/dev/null && plan_is_run "llama --tp 2 plan" "$T/tpsp.plan.json" "$T/tpsp" ||
+    bad "llama --tp 2: the plan failed"
 
 # make check's fast form stops here (docs/testing.md)
 zs_fast && finish
+
+phantom_same ck1 2 --stage 1 --checkpoint-activations every:1
+phantom_same tpsp 2 --tp 2 --sequence-parallel --grad-accum 4 --stage 1
 
 for st in 1 2; do
     train_hashes "s$st" 2 --stage "$st" && same_hashes "s$st" s0 &&
@@ -72,6 +108,19 @@ train_hashes ppck 2 $P --pp 2 --stage 2 --checkpoint-activations every:1 && same
     measured_is_predicted "llama --pp 2 every:1" "$T/ppck"
 train_hashes pt1 1 $P --tie-embeddings && train_hashes ppt 2 $P --tie-embeddings --pp 2 &&
     same_hashes ppt pt1
+
+# tensor parallelism on 4 ranks (2 x 2): stages byte-identical; MHA with
+# Qwen2's biases and the head tied (vocab-parallel); with a pipeline
+for st in 0 3; do
+    train_hashes "t4s$st" 4 --tp 2 --stage "$st" && measured_is_predicted "tp 2 x dp 2 stage $st" "$T/t4s$st" &&
+        tp_traffic "t4s$st"
+done
+same_hashes t4s3 t4s0
+train_hashes rb1 1 --kv-heads 4 --qkv-bias --tie-embeddings --grad-accum 4
+train_hashes tpb 2 --kv-heads 4 --qkv-bias --tie-embeddings --grad-accum 4 --tp 2 \
+    --sequence-parallel --stage 3 && close_losses tpb rb1 && measured_is_predicted "tp mha bias tied" "$T/tpb"
+train_hashes tpp 4 $P --tp 2 --pp 2 --stage 1 && train_hashes tp2p 2 $P --tp 2 --stage 1 &&
+    same_hashes tpp tp2p && measured_is_predicted "llama --tp 2 --pp 2" "$T/tpp"
 
 # it learns: 40 steps on one rank lower the synthetic data's loss by 1/4
 if zs_run learn 0 $M --steps 40; then

@@ -7,19 +7,22 @@
  * This file holds the family's shapes: its parameter layout under Hugging
  * Face's names, the parameter count, the initialisation, the tensor-
  * parallel split of each tensor and the activation closed form; and the
- * forward and backward of dense blocks at tp = 1 (the order of calls of
- * docs/numerics.md, "In a block"). Real runs with tensor parallelism or
- * experts are refused (zs_model_check_runnable), as are tensor- and
- * expert-parallel phantom runs, whose collectives are the forward's
- * (zs_model_check_phantom); a phantom run's Mixtral block computes
- * nothing. The planner counts those collectives as the GPT makes them
- * (zs_predict_tp, src/predict/predict.c): the vocab-parallel embedding's
- * all-reduce, Megatron's f and g around attention and the MLP (two
- * all-reduces of BT*C forward, two backward per block), the head's
- * backward and the vocab-parallel loss's maxima and sums; with sequence
- * parallelism all-gather and reduce-scatter pairs and the RMSNorm weights'
- * gradients all-reduced (C per norm). A tensor-parallel forward must make
- * exactly these.
+ * forward and backward of dense blocks (the order of calls of
+ * docs/numerics.md, "In a block"), with tensor and sequence parallelism
+ * when the key/value heads split over the group. Real runs with experts
+ * are refused (zs_model_check_runnable), as are runs with replicated
+ * key/value heads and expert-parallel ones, phantom or real, whose
+ * collectives the forward does not make yet (zs_model_check_phantom); a
+ * phantom run's Mixtral block computes nothing. The forward makes the
+ * collectives the planner counts as the GPT makes them (zs_predict_tp,
+ * src/predict/predict.c), through the GPT's helpers (src/model/decoder.c):
+ * the vocab-parallel embedding's all-reduce, Megatron's f and g around
+ * attention and the MLP (two all-reduces of BT*C forward, two backward per
+ * block), the head's backward and the vocab-parallel loss's maxima and
+ * sums; with sequence parallelism all-gather and reduce-scatter pairs and
+ * the RMSNorm weights' gradients all-reduced (C per norm). Replicated
+ * key/value heads would add the sum of their weights' gradients over each
+ * copy group.
  *
  * Units: 0 = the token embedding, 1..L = the blocks, L+1 = the final
  * RMSNorm and the head (with softmax cross-entropy).
@@ -92,6 +95,7 @@
  * model draws there.
  */
 #include "model_impl.h"
+#include "zerosim/comm.h"
 #include "zerosim/error.h"
 #include "zerosim/layers.h"
 #include "zerosim/mem.h"
@@ -608,6 +612,19 @@ static void llama_bind_acts(zs_acts *a)
             a->s_logits = s;
             s += BT * ((size_t)c->vocab / P);
         }
+        if (P > 1) {
+            a->s_rowmax = s;
+            s += BT;
+            a->s_sums = s;
+            s += 2 * BT;
+        }
+        if (zs_decoder_sp(c)) {
+            a->s_perm = s;
+            s += BT * C;
+            a->s_dfull = s;
+            s += BT * C;
+            a->s_loc = s;
+        }
     }
     if (llama_fill_rope(a)) {
         free(arr);
@@ -616,7 +633,7 @@ static void llama_bind_acts(zs_acts *a)
     a->view_arrays = arr;
 }
 
-/* ---- forward and backward (tp = 1, dense blocks) ------------------------------ */
+/* ---- forward and backward (dense blocks) ---------------------------------------- */
 
 /* Entry of kind k in block l. */
 static int llama_entry(const zs_model_config *c, int l, int kind)
@@ -676,15 +693,49 @@ static llama_dims llama_dims_of(const zs_model_config *c, int B)
     return d;
 }
 
+/* An RMSNorm whose output feeds a column-parallel linear: with sequence
+ * parallelism over this rank's positions (rstd BTl), then all-gathered;
+ * else over all of them. */
+static void llama_norm_in(zs_model *m, zs_backend_t be, zs_acts *a, float *out, float *rstd,
+                          const float *inp, const float *w, int B, int u)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, BTl = B * (int)zs_decoder_seq_local(c);
+    if (!zs_decoder_sp(c)) {
+        zs_backend_rmsnorm_forward(be, out, rstd, inp, w, BTl, C, (float)c->norm_eps);
+        return;
+    }
+    zs_backend_rmsnorm_forward(be, a->s_loc, rstd, inp, w, BTl, C, (float)c->norm_eps);
+    zs_decoder_sp_gather(m, be, out, a->s_loc, a->s_perm, B, u);
+}
+
+/* Its backward: dfull (B, T, C), the gradient of the gathered output
+ * partial over the group, is summed (or reduce-scattered to this rank's
+ * positions), then the RMSNorm's backward adds into dres; with sequence
+ * parallelism the weight's gradient covers this rank's positions only and
+ * is summed over the group (C floats). */
+static void llama_norm_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *dres,
+                                   float *dw, float *dfull, const float *inp, const float *w,
+                                   const float *rstd, int B, int u)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd;
+    const float *d = zs_decoder_row_sum(m, be, a, dfull, B, u);
+    zs_backend_rmsnorm_backward(be, dres, dw, d, inp, w, rstd, B * (int)zs_decoder_seq_local(c),
+                                C);
+    if (zs_decoder_sp(c))
+        zs_decoder_tp_sum(m, dw, (size_t)C, u);
+}
+
 static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
-                                int B)
+                                int B, int u)
 {
     const zs_model_config *c = &m->cfg;
     llama_dims d = llama_dims_of(c, B);
-    float eps = (float)c->norm_eps;
+    size_t btlc = (size_t)B * zs_decoder_seq_local(c) * (size_t)d.C;
     const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
-    zs_backend_rmsnorm_forward(be, a->ln1[l], a->ln1_rstd[l], inp,
-                               P[llama_entry(c, l, LK_IN_NORM)], d.BT, d.C, eps);
+    llama_norm_in(m, be, a, a->ln1[l], a->ln1_rstd[l], inp, P[llama_entry(c, l, LK_IN_NORM)], B,
+                  u);
     /* the fused QKV GEMM, part by part into the packed rows */
     int q_b = llama_entry(c, l, LK_Q_B), k_b = llama_entry(c, l, LK_K_B);
     int v_b = llama_entry(c, l, LK_V_B), qn = d.NH * d.D, kn = d.KV * d.D;
@@ -697,11 +748,13 @@ static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *cons
     zs_backend_rope_forward(be, a->qkv[l], a->s_rope, d.T, d.B, d.T, d.NH + d.KV, d.D, d.QKV, 0);
     zs_backend_attention_gqa_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], d.B, d.T,
                                      d.NH, d.KV, d.D);
+    /* o_proj row-parallel, then g: the sum over the group */
     zs_linear_forward(be, a->s_tmp, a->atty[l], P[llama_entry(c, l, LK_O_W)], NULL, d.BT, qn,
                       d.C);
-    zs_backend_residual_forward(be, a->res2[l], inp, a->s_tmp, (size_t)d.BT * d.C);
-    zs_backend_rmsnorm_forward(be, a->ln2[l], a->ln2_rstd[l], a->res2[l],
-                               P[llama_entry(c, l, LK_POST_NORM)], d.BT, d.C, eps);
+    const float *att_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+    zs_backend_residual_forward(be, a->res2[l], inp, att_out, btlc);
+    llama_norm_in(m, be, a, a->ln2[l], a->ln2_rstd[l], a->res2[l],
+                  P[llama_entry(c, l, LK_POST_NORM)], B, u);
     /* the fused gate/up GEMM: rows [gate | up] */
     llama_part_forward(be, a->fch[l], 2 * d.F, a->ln2[l], P[llama_entry(c, l, LK_GATE_W)], NULL,
                        d.BT, d.C, d.F);
@@ -710,12 +763,13 @@ static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *cons
     zs_backend_swiglu_forward(be, a->fch_gelu[l], a->fch[l], d.BT, d.F);
     zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[llama_entry(c, l, LK_DOWN_W)], NULL, d.BT,
                       d.F, d.C);
-    zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, (size_t)d.BT * d.C);
+    const float *mlp_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+    zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, btlc);
 }
 
 /* dres holds d res3 on entry, d of the block's input on return. */
 static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
-                                 float *const *G, zs_acts *a, int B)
+                                 float *const *G, zs_acts *a, int B, int u)
 {
     const zs_model_config *c = &m->cfg;
     llama_dims d = llama_dims_of(c, B);
@@ -725,8 +779,11 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
     /* MLP: res3 = res2 + down(swiglu(gate_up(ln2(res2)))) */
     int e_down = llama_entry(c, l, LK_DOWN_W), e_gate = llama_entry(c, l, LK_GATE_W);
     int e_up = llama_entry(c, l, LK_UP_W), e_n2 = llama_entry(c, l, LK_POST_NORM);
+    /* g's backward is the identity: every rank holds all of d res3 (with
+     * sequence parallelism gathered) */
+    const float *dout = zs_decoder_dout_full(m, be, a, dres, B, u);
     zs_backend_memset0(be, a->s_dfch_gelu, btf * 4);
-    zs_linear_backward(be, a->s_dfch_gelu, G[e_down], NULL, dres, a->fch_gelu[l], P[e_down],
+    zs_linear_backward(be, a->s_dfch_gelu, G[e_down], NULL, dout, a->fch_gelu[l], P[e_down],
                        d.BT, d.F, d.C);
     zs_backend_memset0(be, a->s_dfch, 2 * btf * 4);
     zs_backend_swiglu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, d.BT, d.F);
@@ -735,12 +792,13 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
                         d.BT, d.C, d.F);
     llama_part_backward(be, a->s_tmp, G[e_up], NULL, a->s_dfch + d.F, 2 * d.F, a->ln2[l],
                         P[e_up], d.BT, d.C, d.F);
-    zs_backend_rmsnorm_backward(be, dres, G[e_n2], a->s_tmp, a->res2[l], P[e_n2], a->ln2_rstd[l],
-                                d.BT, d.C);
+    llama_norm_in_backward(m, be, a, dres, G[e_n2], a->s_tmp, a->res2[l], P[e_n2],
+                           a->ln2_rstd[l], B, u);
     /* attention: res2 = inp + o(attn(rope(qkv(ln1(inp))))) */
     int e_o = llama_entry(c, l, LK_O_W), qn = d.NH * d.D, kn = d.KV * d.D;
+    dout = zs_decoder_dout_full(m, be, a, dres, B, u);
     zs_backend_memset0(be, a->s_datty, (size_t)d.BT * qn * 4);
-    zs_linear_backward(be, a->s_datty, G[e_o], NULL, dres, a->atty[l], P[e_o], d.BT, qn, d.C);
+    zs_linear_backward(be, a->s_datty, G[e_o], NULL, dout, a->atty[l], P[e_o], d.BT, qn, d.C);
     zs_backend_memset0(be, a->s_dqkv, (size_t)d.BT * d.QKV * 4);
     zs_backend_attention_gqa_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
                                       a->qkv[l], a->att[l], d.B, d.T, d.NH, d.KV, d.D);
@@ -754,58 +812,83 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
                             d.QKV, a->ln1[l], P[w], d.BT, d.C, width[j]);
     }
     int e_n1 = llama_entry(c, l, LK_IN_NORM);
-    zs_backend_rmsnorm_backward(be, dres, G[e_n1], a->s_tmp, inp, P[e_n1], a->ln1_rstd[l], d.BT,
-                                d.C);
+    llama_norm_in_backward(m, be, a, dres, G[e_n1], a->s_tmp, inp, P[e_n1], a->ln1_rstd[l], B,
+                           u);
 }
 
-/* Unit u's forward: the embedding (no positions), block u - 1, or the
- * final norm, the head and the loss. A Mixtral block computes nothing
+/* Unit u's forward: the embedding (no positions; vocab-parallel with
+ * tensor parallelism), block u - 1, or the final norm, the head and the
+ * loss (vocab-parallel: the GPT's). A Mixtral block computes nothing
  * (phantom runs only: zs_model_check_runnable refuses real ones). */
 static void llama_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
                                const zs_batch *batch)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, V = c->vocab, BT = B * T;
-    if (u == 0) {
-        zs_backend_vocab_embedding_forward(be, a->encoded, batch->tokens, P[0], 0, V, NULL, B, T,
-                                           C);
+    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, BT = B * T;
+    int TP = llama_tp(c), r = TP > 1 ? c->tp_rank : 0, V = c->vocab / TP;
+    if (u == 0) { /* each rank its rows (zeros elsewhere), then the sum */
+        float *e = zs_decoder_sp(c) ? a->s_tmp : a->encoded;
+        zs_backend_vocab_embedding_forward(be, e, batch->tokens, P[0], r * V, V, NULL, B, T, C);
+        if (TP == 1)
+            return;
+        const float *sum = zs_decoder_row_sum(m, be, a, e, B, u);
+        if (sum != a->encoded)
+            zs_backend_copy_d2d(be, a->encoded, sum,
+                                (size_t)B * zs_decoder_seq_local(c) * (size_t)C * 4);
         return;
     }
     if (u <= L) {
         if (!zs_model_block_is_moe(c, u - 1))
-            llama_block_forward(m, be, u - 1, P, a, B);
+            llama_block_forward(m, be, u - 1, P, a, B, u);
         return;
     }
     int nw = llama_block_first(c, L);
-    zs_backend_rmsnorm_forward(be, a->lnf, a->lnf_rstd, a->res3[L - 1], P[nw], BT, C,
-                               (float)c->norm_eps);
+    llama_norm_in(m, be, a, a->lnf, a->lnf_rstd, a->res3[L - 1], P[nw], B, u);
     zs_linear_forward(be, a->s_logits, a->lnf, P[llama_head_entry(c)], NULL, BT, C, V);
-    zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT, V);
+    if (TP == 1) {
+        zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT,
+                                        V);
+        return;
+    }
+    zs_backend_xent_vocab_max(be, a->s_rowmax, a->s_logits, BT, V);
+    if (m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_rowmax, (size_t)BT, u))
+        m->tp_failed = 1;
+    zs_backend_xent_vocab_sums(be, a->s_sums, a->s_logits, a->s_rowmax, batch->targets, r * V,
+                               BT, V);
+    zs_decoder_tp_sum(m, a->s_sums, 2 * (size_t)BT, u);
+    zs_backend_xent_vocab_finish(be, a->losses, a->probs, a->s_logits, a->s_rowmax, a->s_sums,
+                                 BT, V);
 }
 
 static void llama_backward_unit(zs_model *m, zs_backend_t be, int u, float *const *P,
                                 float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, V = c->vocab, BT = B * T;
+    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, BT = B * T;
+    int TP = llama_tp(c), r = TP > 1 ? c->tp_rank : 0, V = c->vocab / TP;
     if (u == L + 1) {
         int nw = llama_block_first(c, L), h = llama_head_entry(c);
         /* the objective is dloss * the mean over BT positions of the loss */
-        zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,
-                                         dloss / (float)BT, BT, V);
+        if (TP == 1)
+            zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,
+                                             dloss / (float)BT, BT, V);
+        else
+            zs_backend_xent_vocab_backward(be, a->s_logits, a->probs, batch->targets, r * V,
+                                           dloss / (float)BT, BT, V);
         zs_backend_memset0(be, a->s_tmp, (size_t)BT * C * 4);
         zs_linear_backward(be, a->s_tmp, G[h], NULL, a->s_logits, a->lnf, P[h], BT, C, V);
-        zs_backend_memset0(be, a->s_dres, (size_t)BT * C * 4);
-        zs_backend_rmsnorm_backward(be, a->s_dres, G[nw], a->s_tmp, a->res3[L - 1], P[nw],
-                                    a->lnf_rstd, BT, C);
+        zs_backend_memset0(be, a->s_dres, (size_t)B * zs_decoder_seq_local(c) * (size_t)C * 4);
+        llama_norm_in_backward(m, be, a, a->s_dres, G[nw], a->s_tmp, a->res3[L - 1], P[nw],
+                               a->lnf_rstd, B, u);
         return;
     }
     if (u >= 1) {
         if (!zs_model_block_is_moe(c, u - 1))
-            llama_block_backward(m, be, u - 1, P, G, a, B);
+            llama_block_backward(m, be, u - 1, P, G, a, B, u);
         return;
     }
-    zs_backend_vocab_embedding_backward(be, G[0], NULL, a->s_dres, batch->tokens, 0, V, B, T, C);
+    const float *dout = zs_decoder_dout_full(m, be, a, a->s_dres, B, u);
+    zs_backend_vocab_embedding_backward(be, G[0], NULL, dout, batch->tokens, r * V, V, B, T, C);
 }
 
 const zs_model_ops zs_llama_ops = {

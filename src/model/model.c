@@ -31,14 +31,35 @@ int zs_model_head_tied(const zs_model_config *c)
     return c->kind == ZS_MODEL_GPT || (c->kind == ZS_MODEL_LLAMA && c->tie_embeddings);
 }
 
+static int zs_model_llama_check_tp(const zs_model_config *c);
+
 int zs_model_check_phantom(const zs_model_config *c)
 {
     const zs_model_ops *ops = zs_model_ops_for(c->kind);
-    /* the Llama family's forward is built for tp = 1 without experts */
-    if ((!ops->forward_unit || c->kind == ZS_MODEL_LLAMA) && (c->tp > 1 || c->moe_ep > 1))
+    if (!ops->forward_unit && (c->tp > 1 || c->moe_ep > 1))
         ZS_FAIL("%s: the %s collectives come from its forward, not built yet: use zerosim "
                 "plan, or --%s 1", zs_model_kind_name(c->kind),
                 c->tp > 1 ? "tensor-parallel" : "expert-parallel", c->tp > 1 ? "tp" : "ep");
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_model_llama_check_tp(c);
+    return 0;
+}
+
+/* The Llama family's forward makes the collectives of tensor parallelism
+ * with the key/value heads split (KV % tp == 0) in dense blocks; replicated
+ * key/value heads, experts with --tp, and expert parallelism are not built. */
+static int zs_model_llama_check_tp(const zs_model_config *c)
+{
+    int KV = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    if (c->moe_ep > 1)
+        ZS_FAIL("llama: the expert-parallel collectives come from its forward, not built yet: "
+                "use zerosim plan, or --ep 1");
+    if (c->tp > 1 && c->moe_experts > 0)
+        ZS_FAIL("llama: the tensor-parallel collectives of Mixtral blocks come from their "
+                "forward, not built yet: use zerosim plan, or --tp 1");
+    if (c->tp > 1 && KV % c->tp)
+        ZS_FAIL("llama: replicated key/value heads (--tp %d > --kv-heads %d) are not built yet "
+                "in runs (zerosim plan counts them): use a --tp that divides %d", c->tp, KV, KV);
     return 0;
 }
 
@@ -48,9 +69,11 @@ int zs_model_check_runnable(const zs_model_config *c)
     if (!ops->forward_unit || !ops->backward_unit)
         ZS_FAIL("%s: real runs not built yet (its forward and backward are missing): use "
                 "--phantom or zerosim plan", zs_model_kind_name(c->kind));
-    if (c->kind == ZS_MODEL_LLAMA && (c->tp > 1 || c->moe_experts > 0))
-        ZS_FAIL("llama: real runs with %s not built yet (dense blocks at --tp 1 run): use "
-                "--phantom or zerosim plan", c->tp > 1 ? "tensor parallelism" : "experts");
+    if (c->kind == ZS_MODEL_LLAMA && c->moe_experts > 0)
+        ZS_FAIL("llama: real runs with experts not built yet (dense blocks run): use --phantom "
+                "or zerosim plan");
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_model_llama_check_tp(c);
     return 0;
 }
 
