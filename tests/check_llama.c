@@ -191,9 +191,8 @@ START_TEST(test_validation)
     ck_assert_ptr_nonnull(strstr(zs_error_msg(), "model.sliding_window"));
     c.sliding_window = 16;
     ck_assert_int_eq(zs_model_config_validate(&c), 0);
-    /* dense blocks run, with TP when it splits the key/value heads;
-     * experts run in phantom runs only, without TP or EP; replicated
-     * key/value heads are refused in both */
+    /* dense blocks run, with TP splitting or replicating the key/value
+     * heads; experts run in phantom runs only, without TP or EP */
     ck_assert_int_eq(zs_model_check_runnable(&c), 0);
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.tp = 2;
@@ -207,10 +206,12 @@ START_TEST(test_validation)
     c.tp = 1;
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.moe_experts = 0;
-    c.tp = 4;
-    ck_assert_int_ne(zs_model_check_runnable(&c), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "replicated key/value heads"));
-    ck_assert_int_ne(zs_model_check_phantom(&c), 0);
+    c.tp = 4; /* 2 key/value heads, each on 2 ranks */
+    ck_assert_int_eq(zs_model_check_runnable(&c), 0);
+    ck_assert_int_eq(zs_model_check_phantom(&c), 0);
+    ck_assert_uint_eq(zs_llama_kv_grad_floats(&c), 2 * 2 * (4 * 32));
+    c.tp = 2;
+    ck_assert_uint_eq(zs_llama_kv_grad_floats(&c), 0);
 }
 END_TEST
 

@@ -10,8 +10,8 @@
 # one-rank run's bytes; tensor parallelism (Megatron's split, the key/value
 # heads split over the group) and sequence parallelism give the one-rank
 # run's losses within 1e-6, stages byte-identical at a fixed mesh, the TP
-# collectives' bytes as predicted; what is not built (replicated key/value
-# heads, experts) is refused with one line.
+# collectives' bytes as predicted, with the key/value heads split or
+# replicated; experts (not built) are refused with one line.
 . "$(dirname "$0")/testlib.sh"
 
 M="--model llama --layers 3 --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --quiet"
@@ -24,7 +24,6 @@ same_hashes s3 s0
 train_hashes ck1 2 --stage 1 --checkpoint-activations every:1 && same_hashes ck1 s0 &&
     measured_is_predicted "llama stage 1 every:1" "$T/ck1"
 
-refuse -n 2 -m "llama: replicated key/value heads (--tp 2 > --kv-heads 1)" train $M --kv-heads 1 --tp 2
 refuse -m "llama: real runs with experts not built yet" train $M --moe-experts 4
 
 # tensor parallelism (the key/value heads split), with sequence
@@ -119,6 +118,15 @@ same_hashes t4s3 t4s0
 train_hashes rb1 1 --kv-heads 4 --qkv-bias --tie-embeddings --grad-accum 4
 train_hashes tpb 2 --kv-heads 4 --qkv-bias --tie-embeddings --grad-accum 4 --tp 2 \
     --sequence-parallel --stage 3 && close_losses tpb rb1 && measured_is_predicted "tp mha bias tied" "$T/tpb"
+# replicated key/value heads: MQA over 2 ranks, and 2 heads over 4 ranks
+# with biases and sequence parallelism (the heads' gradients summed over
+# the group, as predicted)
+train_hashes rq1 1 --kv-heads 1 --grad-accum 4
+train_hashes tpq 2 --kv-heads 1 --tp 2 --grad-accum 4 --stage 2 && close_losses tpq rq1 &&
+    measured_is_predicted "llama MQA --tp 2" "$T/tpq" && tp_traffic tpq
+train_hashes rq2 1 --qkv-bias --grad-accum 4
+train_hashes tpq4 4 --qkv-bias --tp 4 --sequence-parallel --grad-accum 4 --stage 3 &&
+    close_losses tpq4 rq2 && measured_is_predicted "llama KV 2 --tp 4" "$T/tpq4" && tp_traffic tpq4
 train_hashes tpp 4 $P --tp 2 --pp 2 --stage 1 && train_hashes tp2p 2 $P --tp 2 --stage 1 &&
     same_hashes tpp tp2p && measured_is_predicted "llama --tp 2 --pp 2" "$T/tpp"
 

@@ -8,10 +8,9 @@
  * Face's names, the parameter count, the initialisation, the tensor-
  * parallel split of each tensor and the activation closed form; and the
  * forward and backward of dense blocks (the order of calls of
- * docs/numerics.md, "In a block"), with tensor and sequence parallelism
- * when the key/value heads split over the group. Real runs with experts
- * are refused (zs_model_check_runnable), as are runs with replicated
- * key/value heads and expert-parallel ones, phantom or real, whose
+ * docs/numerics.md, "In a block"), with tensor and sequence parallelism.
+ * Real runs with experts are refused (zs_model_check_runnable), as are
+ * tensor- and expert-parallel runs with experts, phantom or real, whose
  * collectives the forward does not make yet (zs_model_check_phantom); a
  * phantom run's Mixtral block computes nothing. The forward makes the
  * collectives the planner counts as the GPT makes them (zs_predict_tp,
@@ -20,9 +19,10 @@
  * attention and the MLP (two all-reduces of BT*C forward, two backward per
  * block), the head's backward and the vocab-parallel loss's maxima and
  * sums; with sequence parallelism all-gather and reduce-scatter pairs and
- * the RMSNorm weights' gradients all-reduced (C per norm). Replicated
- * key/value heads would add the sum of their weights' gradients over each
- * copy group.
+ * the RMSNorm weights' gradients all-reduced (C per norm); with replicated
+ * key/value heads one all-reduce per block backward of every head's k and
+ * v gradients (zs_llama_kv_grad_floats: a rank adds its share into its
+ * head's slot, the sum over the group completes each head's).
  *
  * Units: 0 = the token embedding, 1..L = the blocks, L+1 = the final
  * RMSNorm and the head (with softmax cross-entropy).
@@ -129,6 +129,18 @@ static size_t llama_kv_local(const zs_model_config *c)
 {
     int P = llama_tp(c), KV = llama_kv(c);
     return KV % P == 0 ? (size_t)(KV / P) : 1;
+}
+
+/* Replicated key/value heads (tp > KV): the floats of every head's k and v
+ * gradients (weights and biases), summed over the tensor-parallel group
+ * in each block's backward; 0 when they are split. */
+size_t zs_llama_kv_grad_floats(const zs_model_config *c)
+{
+    int P = c->tp > 1 ? c->tp : 1, KV = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    if (P <= KV)
+        return 0;
+    size_t C = (size_t)c->n_embd, D = (size_t)(c->n_embd / c->n_head);
+    return (size_t)KV * 2 * (D * C + (c->qkv_bias ? D : 0));
 }
 
 static int llama_n_moe(const zs_model_config *c)
@@ -470,6 +482,7 @@ static size_t llama_scratch_bytes(const zs_model_config *c, int b)
         f += BT * V / P;
     if (P > 1)
         f += 3 * BT;
+    f += zs_llama_kv_grad_floats(c);
     if (llama_sp(c))
         f += 2 * BT * C + B * zs_decoder_seq_local(c) * C;
     if (llama_n_moe(c) > 0) {
@@ -618,6 +631,8 @@ static void llama_bind_acts(zs_acts *a)
             a->s_sums = s;
             s += 2 * BT;
         }
+        a->s_kvgrad = s;
+        s += zs_llama_kv_grad_floats(c);
         if (zs_decoder_sp(c)) {
             a->s_perm = s;
             s += BT * C;
@@ -806,10 +821,38 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
     zs_backend_memset0(be, a->s_tmp, btc * 4);
     static const int parts[3][2] = {{LK_Q_W, LK_Q_B}, {LK_K_W, LK_K_B}, {LK_V_W, LK_V_B}};
     const int off[3] = {0, qn, qn + kn}, width[3] = {qn, kn, kn};
+    /* replicated key/value heads: this rank's share of its head's k and v
+     * gradients into the head's slot of s_kvgrad, summed over the group
+     * (each slot then holds the sum over the head's copies), added below */
+    size_t kvf = zs_llama_kv_grad_floats(c), slot = 0;
+    float *mine = NULL;
+    if (kvf) {
+        int KV = llama_kv(c), Pg = llama_tp(c);
+        slot = kvf / (size_t)KV;
+        mine = a->s_kvgrad + (size_t)(c->tp_rank / (Pg / KV)) * slot;
+        zs_backend_memset0(be, a->s_kvgrad, kvf * 4);
+    }
     for (int j = 0; j < 3; j++) {
         int w = llama_entry(c, l, parts[j][0]), bb = llama_entry(c, l, parts[j][1]);
-        llama_part_backward(be, a->s_tmp, G[w], bb >= 0 ? G[bb] : NULL, a->s_dqkv + off[j],
-                            d.QKV, a->ln1[l], P[w], d.BT, d.C, width[j]);
+        float *gw = G[w], *gb = bb >= 0 ? G[bb] : NULL;
+        if (mine && j > 0) { /* k, v: weight (kn, C) then bias (kn) */
+            size_t part = (size_t)kn * d.C + (gb ? (size_t)kn : 0);
+            gw = mine + (size_t)(j - 1) * part;
+            gb = gb ? gw + (size_t)kn * d.C : NULL;
+        }
+        llama_part_backward(be, a->s_tmp, gw, gb, a->s_dqkv + off[j], d.QKV, a->ln1[l], P[w],
+                            d.BT, d.C, width[j]);
+    }
+    if (mine) {
+        zs_decoder_tp_sum(m, a->s_kvgrad, kvf, u);
+        for (int j = 1; j < 3; j++) {
+            int w = llama_entry(c, l, parts[j][0]), bb = llama_entry(c, l, parts[j][1]);
+            size_t part = (size_t)kn * d.C + (bb >= 0 ? (size_t)kn : 0);
+            const float *src = mine + (size_t)(j - 1) * part;
+            zs_backend_axpy(be, G[w], 1.0f, src, (size_t)kn * d.C);
+            if (bb >= 0)
+                zs_backend_axpy(be, G[bb], 1.0f, src + (size_t)kn * d.C, (size_t)kn);
+        }
     }
     int e_n1 = llama_entry(c, l, LK_IN_NORM);
     llama_norm_in_backward(m, be, a, dres, G[e_n1], a->s_tmp, inp, P[e_n1], a->ln1_rstd[l], B,

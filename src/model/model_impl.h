@@ -112,6 +112,9 @@ struct zs_acts {
     float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
     float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
     float *s_rope;           /* the Llama family: the rotary table (T, D), in scratch */
+    float *s_kvgrad;         /* the Llama family with replicated key/value heads: the
+                                k and v weights' (and biases') gradients of every
+                                head, summed over the group */
     float *s_perm, *s_dfull, *s_loc; /* sequence parallelism: chunks in rank order,
                                         a gathered gradient, this rank's positions */
     /* mixture of experts, per MoE block (NULL in dense blocks): the gates
