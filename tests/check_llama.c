@@ -1,8 +1,9 @@
 /* Tests of the Llama family's shapes (src/model/llama.c): the published
  * parameter counts, Hugging Face's names, the tensor-parallel split (every
  * element of the tp = 1 model held once, drawn where tp = 1 draws it), the
- * activation closed form, the validation's one-line refusals, and that a
- * real run is refused while the forward is missing. */
+ * activation closed form, the validation's one-line refusals, and that
+ * what the forward does not build (experts, replicated key/value heads)
+ * is refused. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,12 +191,27 @@ START_TEST(test_validation)
     ck_assert_ptr_nonnull(strstr(zs_error_msg(), "model.sliding_window"));
     c.sliding_window = 16;
     ck_assert_int_eq(zs_model_config_validate(&c), 0);
-    /* shapes only: a real run is refused, a phantom run without TP taken */
-    ck_assert_int_ne(zs_model_check_runnable(&c), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "llama: real runs not built yet"));
+    /* dense blocks run, with TP splitting or replicating the key/value
+     * heads; experts run in phantom runs only, without TP or EP */
+    ck_assert_int_eq(zs_model_check_runnable(&c), 0);
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.tp = 2;
+    ck_assert_int_eq(zs_model_check_runnable(&c), 0);
+    ck_assert_int_eq(zs_model_check_phantom(&c), 0);
+    c.moe_experts = 4;
+    ck_assert_int_ne(zs_model_check_runnable(&c), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "llama: real runs with experts not built yet"));
     ck_assert_int_ne(zs_model_check_phantom(&c), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "Mixtral blocks"));
+    c.tp = 1;
+    ck_assert_int_eq(zs_model_check_phantom(&c), 0);
+    c.moe_experts = 0;
+    c.tp = 4; /* 2 key/value heads, each on 2 ranks */
+    ck_assert_int_eq(zs_model_check_runnable(&c), 0);
+    ck_assert_int_eq(zs_model_check_phantom(&c), 0);
+    ck_assert_uint_eq(zs_llama_kv_grad_floats(&c), 2 * 2 * (4 * 32));
+    c.tp = 2;
+    ck_assert_uint_eq(zs_llama_kv_grad_floats(&c), 0);
 }
 END_TEST
 

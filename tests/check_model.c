@@ -25,6 +25,17 @@ static zs_model_config gpt_cfg(int L, int C, int NH, int T, int V)
     return c;
 }
 
+static zs_model_config llama_cfg(int L, int C, int NH, int KV, int F, int T, int V)
+{
+    zs_model_config c = gpt_cfg(L, C, NH, T, V);
+    c.kind = ZS_MODEL_LLAMA;
+    c.n_kv_head = KV;
+    c.ffn_hidden = F;
+    c.norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    return c;
+}
+
 static zs_model_config mlp_cfg(int in, int classes, int nh, const int *w, zs_activation act)
 {
     zs_model_config c;
@@ -158,7 +169,7 @@ static void harness_init(harness *h, const zs_model_config *c, int B)
     }
     zs_data *d;
     ck_assert_int_eq(zs_data_create(c, 7, &d), 0);
-    size_t n = c->kind == ZS_MODEL_GPT ? (size_t)B * c->seq_len : (size_t)B;
+    size_t n = zs_model_is_decoder(c) ? (size_t)B * c->seq_len : (size_t)B;
     h->batch.b = B;
     h->batch.tokens = calloc(n, sizeof(int32_t));
     h->batch.targets = calloc(n, sizeof(int32_t));
@@ -371,6 +382,31 @@ START_TEST(test_gpt_gradients)
 }
 END_TEST
 
+/* The Llama family (src/model/llama.c): every entry of GQA (4 query heads
+ * on 2 key/value heads, untied head), MHA with the head tied, MQA with
+ * Qwen2's q, k and v biases, and Llama 3.1's rope scaling with eps 1e-6,
+ * against finite differences as the GPT's. */
+START_TEST(test_llama_gradients)
+{
+    zs_model_config gqa = llama_cfg(2, 16, 4, 2, 24, 6, 11);
+    check_model_gradients(&gqa, 2);
+    zs_model_config mha = llama_cfg(2, 16, 4, 4, 20, 6, 11);
+    mha.tie_embeddings = 1;
+    check_model_gradients(&mha, 2);
+    zs_model_config mqa = llama_cfg(1, 24, 4, 1, 16, 7, 13);
+    mqa.qkv_bias = 1;
+    check_model_gradients(&mqa, 3);
+    zs_model_config l31 = llama_cfg(2, 16, 2, 1, 24, 8, 11);
+    l31.norm_eps = 1e-6;
+    l31.rope_theta = 500000.0;
+    l31.rope_scaling_factor = 8.0;
+    l31.rope_low_freq_factor = 1.0;
+    l31.rope_high_freq_factor = 4.0;
+    l31.rope_original_max_pos = 4;
+    check_model_gradients(&l31, 2);
+}
+END_TEST
+
 START_TEST(test_mlp_gradients)
 {
     const int w[2] = {12, 9};
@@ -460,6 +496,7 @@ int main(void)
     tcase_add_test(tc, test_config_validation);
     tcase_add_test(tc, test_gpt_gradients);
     tcase_add_test(tc, test_mlp_gradients);
+    tcase_add_test(tc, test_llama_gradients);
     tcase_add_test(tc, test_moe_top1_gradients);
     tcase_add_test(tc, test_moe_top2_gradients);
     tcase_add_test(tc, test_moe_count);

@@ -144,6 +144,15 @@ int zs_model_check_phantom(const zs_model_config *c);
  * *act_width the width of one block's SwiGLU (F, or k F), averaged over
  * the blocks. */
 void zs_model_llama_token_work(const zs_model_config *c, double *gemm_weights, double *act_width);
+/* A dense Llama's entry i of the tp = 1 layout as Hugging Face stores it
+ * (its Linear weights are (out, in), zerosim's rows): the columns of a
+ * matrix (rows = numel / cols), 0 for a vector (the norms, the biases). */
+size_t zs_model_llama_entry_cols(const zs_model_config *c, int i);
+/* Tensor parallelism with replicated key/value heads (tp > kv_heads): the
+ * floats of every head's k and v gradients (weights, and Qwen2's biases)
+ * that each block's backward sums over the tensor-parallel group (each
+ * head's copies hold a share); 0 when the heads are split. */
+size_t zs_llama_kv_grad_floats(const zs_model_config *c);
 
 /* Check shapes; 0 or non-zero with a one-line message naming the field. */
 int zs_model_config_validate(const zs_model_config *c);

@@ -55,7 +55,10 @@ typedef struct {
     int transpose;
 } zs_gpt_tensor;
 
-/* The 4 + 12 L tensors of the GPT mc, in layout order (malloc'd in *out). */
+/* The 4 + 12 L tensors of the GPT mc, in layout order (malloc'd in *out);
+ * for a dense Llama-family mc its layout's entries, whose names and (out,
+ * in) shapes are Hugging Face's already (the dumps use them; weight files
+ * do not yet). */
 int zs_gpt_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int *n);
 /* The tensor's values from the flat parameters, in the file's layout. */
 void zs_gpt_tensor_get(const zs_gpt_tensor *t, const float *params, float *out);

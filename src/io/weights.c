@@ -94,10 +94,45 @@ static void zs_gpt_tensor_add(zs_gpt_tensor *x, const char *name, size_t rows, s
     }
 }
 
+/* A dense Llama's tensors: its layout's entries, already in Hugging Face's
+ * names and (out, in) shapes. */
+static int zs_llama_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int *n)
+{
+    if (mc->moe_experts > 0)
+        ZS_FAIL("weight files and dumps hold dense Llama models only: Mixtral's experts "
+                "(--moe-experts %d) have no tensor names here yet; use training checkpoints "
+                "(--save-dir)", mc->moe_experts);
+    zs_model_config one = *mc;
+    one.tp = one.tp_rank = 0;
+    one.sequence_parallel = 0;
+    one.ckpt_blocks = 0;
+    one.pp_on = 0;
+    zs_model *m;
+    ZS_TRY(zs_model_create(&one, &m));
+    const zs_layout *lay = zs_model_layout(m);
+    zs_gpt_tensor *t = calloc((size_t)lay->n_entries, sizeof *t);
+    if (!t) {
+        zs_model_destroy(m);
+        ZS_FAIL("out of host memory listing %d tensors", lay->n_entries);
+    }
+    size_t off = 0;
+    for (int i = 0; i < lay->n_entries; i++) {
+        const zs_param_entry *e = &lay->entries[i];
+        size_t cols = zs_model_llama_entry_cols(&one, i);
+        zs_gpt_tensor_add(&t[i], e->name, cols ? e->numel / cols : e->numel, cols, 0, &off);
+    }
+    *n = lay->n_entries;
+    *out = t;
+    zs_model_destroy(m);
+    return 0;
+}
+
 int zs_gpt_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int *n)
 {
     *out = NULL;
     *n = 0;
+    if (mc->kind == ZS_MODEL_LLAMA)
+        return zs_llama_tensors(mc, out, n);
     if (mc->kind != ZS_MODEL_GPT)
         ZS_FAIL("weight files hold GPT models only (GPT-2's tensor names); the MLP has none");
     if (mc->moe_experts > 0)

@@ -3,6 +3,7 @@
  * pipeline stage's blocks, activation checkpointing's slots and
  * checkpoints. Units: 0 the embeddings, 1..L the blocks, L+1 the head. */
 #include "model_impl.h"
+#include "zerosim/comm.h"
 
 void zs_decoder_stage(const zs_model_config *c, int *b0, int *b1, int *head)
 {
@@ -50,4 +51,83 @@ size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b)
         return zs_decoder_pp_ckpt(c) ? 4 * zs_decoder_pp_ckpt_count(c) * BTlC : 0;
     int K = zs_decoder_slots(c), nseg = (c->n_layer + K - 1) / K;
     return 4 * (size_t)(nseg - 1) * BTlC;
+}
+
+int zs_decoder_sp(const zs_model_config *c) { return c->tp > 1 && c->sequence_parallel; }
+
+/* ---- tensor and sequence parallelism's collectives (the GPT's and the
+ * Llama family's) ---------------------------------------------------------- */
+
+/* Sequence parallelism: all-gather each rank's (B, T/P, C) positions into
+ * full (B, T, C), through perm (the ranks' chunks one after the other). */
+void zs_decoder_sp_gather(zs_model *m, zs_backend_t be, float *full, const float *local,
+                          float *perm, int B, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64], displs[64];
+    size_t chunk = (size_t)B * Ts * C;
+    for (int q = 0; q < P; q++) {
+        counts[q] = (int)chunk;
+        displs[q] = (int)(q * chunk);
+    }
+    zs_backend_copy_d2d(be, perm + (size_t)c->tp_rank * chunk, local, chunk * 4);
+    if (m->tp && zs_comm_allgatherv_inplace(m->tp, perm, counts, displs, ZS_CT_F32, unit))
+        m->tp_failed = 1;
+    for (int q = 0; q < P; q++)
+        for (int b = 0; b < B; b++)
+            zs_backend_copy_d2d(be, full + ((size_t)b * T + (size_t)q * Ts) * C,
+                                perm + q * chunk + (size_t)b * Ts * C, (size_t)Ts * C * 4);
+}
+
+/* Sequence parallelism: reduce-scatter full (B, T, C) partial sums so that
+ * each rank gets the sum of its (B, T/P, C) positions. */
+void zs_decoder_sp_scatter(zs_model *m, zs_backend_t be, float *local, const float *full,
+                           float *perm, int B, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64];
+    size_t chunk = (size_t)B * Ts * C;
+    for (int q = 0; q < P; q++) {
+        counts[q] = (int)chunk;
+        for (int b = 0; b < B; b++)
+            zs_backend_copy_d2d(be, perm + q * chunk + (size_t)b * Ts * C,
+                                full + ((size_t)b * T + (size_t)q * Ts) * C, (size_t)Ts * C * 4);
+    }
+    if (m->tp && zs_comm_reduce_scatter(m->tp, perm, local, counts, ZS_CT_F32, unit))
+        m->tp_failed = 1;
+}
+
+/* Megatron's g (forward) and f (backward): the sum over the tensor-
+ * parallel group, in place, of n floats. */
+void zs_decoder_tp_sum(zs_model *m, float *x, size_t n, int unit)
+{
+    if (m->tp && m->cfg.tp > 1 && zs_comm_allreduce_sum(m->tp, x, n, ZS_CT_F32, unit))
+        m->tp_failed = 1;
+}
+
+/* The output of a row-parallel linear, summed over the group: in place
+ * (all-reduce), or with sequence parallelism reduce-scattered into this
+ * rank's positions, in a->s_loc. Returns where the sum is. */
+const float *zs_decoder_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float *x, int B,
+                                int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    if (!zs_decoder_sp(c)) {
+        zs_decoder_tp_sum(m, x, (size_t)B * c->seq_len * c->n_embd, unit);
+        return x;
+    }
+    zs_decoder_sp_scatter(m, be, a->s_loc, x, a->s_perm, B, unit);
+    return a->s_loc;
+}
+
+/* The gradient of a row-parallel linear's output, whole on every rank:
+ * dres itself, or with sequence parallelism all-gathered from the ranks'
+ * positions (the conjugate of the forward's reduce-scatter). */
+const float *zs_decoder_dout_full(zs_model *m, zs_backend_t be, zs_acts *a, const float *dres,
+                                  int B, int unit)
+{
+    if (!zs_decoder_sp(&m->cfg))
+        return dres;
+    zs_decoder_sp_gather(m, be, a->s_dfull, dres, a->s_perm, B, unit);
+    return a->s_dfull;
 }

@@ -498,53 +498,6 @@ static void gpt_bind_acts(zs_acts *a)
     }
 }
 
-/* Sequence parallelism: all-gather each rank's (B, T/P, C) positions into
- * full (B, T, C), through perm (the ranks' chunks one after the other). */
-static void gpt_sp_gather(zs_model *m, zs_backend_t be, float *full, const float *local,
-                          float *perm, int B, int unit)
-{
-    const zs_model_config *c = &m->cfg;
-    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64], displs[64];
-    size_t chunk = (size_t)B * Ts * C;
-    for (int q = 0; q < P; q++) {
-        counts[q] = (int)chunk;
-        displs[q] = (int)(q * chunk);
-    }
-    zs_backend_copy_d2d(be, perm + (size_t)c->tp_rank * chunk, local, chunk * 4);
-    if (m->tp && zs_comm_allgatherv_inplace(m->tp, perm, counts, displs, ZS_CT_F32, unit))
-        m->tp_failed = 1;
-    for (int q = 0; q < P; q++)
-        for (int b = 0; b < B; b++)
-            zs_backend_copy_d2d(be, full + ((size_t)b * T + (size_t)q * Ts) * C,
-                                perm + q * chunk + (size_t)b * Ts * C, (size_t)Ts * C * 4);
-}
-
-/* Sequence parallelism: reduce-scatter full (B, T, C) partial sums so that
- * each rank gets the sum of its (B, T/P, C) positions. */
-static void gpt_sp_scatter(zs_model *m, zs_backend_t be, float *local, const float *full,
-                           float *perm, int B, int unit)
-{
-    const zs_model_config *c = &m->cfg;
-    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64];
-    size_t chunk = (size_t)B * Ts * C;
-    for (int q = 0; q < P; q++) {
-        counts[q] = (int)chunk;
-        for (int b = 0; b < B; b++)
-            zs_backend_copy_d2d(be, perm + q * chunk + (size_t)b * Ts * C,
-                                full + ((size_t)b * T + (size_t)q * Ts) * C, (size_t)Ts * C * 4);
-    }
-    if (m->tp && zs_comm_reduce_scatter(m->tp, perm, local, counts, ZS_CT_F32, unit))
-        m->tp_failed = 1;
-}
-
-/* Megatron's g (forward) and f (backward): the sum over the tensor-
- * parallel group, in place, of n floats. */
-static void gpt_tp_sum(zs_model *m, float *x, size_t n, int unit)
-{
-    if (m->tp && gpt_tp(&m->cfg) > 1 && zs_comm_allreduce_sum(m->tp, x, n, ZS_CT_F32, unit))
-        m->tp_failed = 1;
-}
-
 /* A LayerNorm whose output feeds a column-parallel linear: with sequence
  * parallelism over this rank's positions, then all-gathered (Megatron's g
  * of Korthikanti et al.); else over all of them. */
@@ -560,22 +513,7 @@ static void gpt_ln_in(zs_model *m, zs_backend_t be, zs_acts *a, float *out, floa
     }
     zs_backend_layernorm_forward(be, a->s_loc, mean, rstd, inp, w, bias,
                                  B * (int)gpt_seq_local(c), C);
-    gpt_sp_gather(m, be, out, a->s_loc, a->s_perm, B, unit);
-}
-
-/* The output of a row-parallel linear, summed over the group: in place
- * (all-reduce), or with sequence parallelism reduce-scattered into this
- * rank's positions, in a->s_loc. Returns where the sum is. */
-static const float *gpt_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float *x, int B,
-                                int unit)
-{
-    const zs_model_config *c = &m->cfg;
-    if (!gpt_sp(c)) {
-        gpt_tp_sum(m, x, (size_t)B * c->seq_len * c->n_embd, unit);
-        return x;
-    }
-    gpt_sp_scatter(m, be, a->s_loc, x, a->s_perm, B, unit);
-    return a->s_loc;
+    zs_decoder_sp_gather(m, be, out, a->s_loc, a->s_perm, B, unit);
 }
 
 /* ---- mixture of experts ------------------------------------------------------ */
@@ -828,7 +766,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         float *e = gpt_sp(c) ? a->s_tmp : a->encoded;
         zs_backend_vocab_embedding_forward(be, e, batch->tokens, P[0], r * V, V,
                                            bias_here ? P[1] : NULL, B, T, C);
-        const float *sum = gpt_row_sum(m, be, a, e, B, u);
+        const float *sum = zs_decoder_row_sum(m, be, a, e, B, u);
         if (sum != a->encoded)
             zs_backend_copy_d2d(be, a->encoded, sum, (size_t)BTl * C * 4);
         return;
@@ -846,7 +784,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         /* row-parallel output projection, then g: the sum */
         zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(c, l, B_PROJW)],
                           bias_here ? P[blk(c, l, B_PROJB)] : NULL, BT, Cl, C);
-        const float *att_out = gpt_row_sum(m, be, a, a->s_tmp, B, u);
+        const float *att_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
         zs_backend_residual_forward(be, a->res2[l], inp, att_out, (size_t)BTl * C);
         gpt_ln_in(m, be, a, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l],
                   P[blk(c, l, B_LN2W)], P[blk(c, l, B_LN2B)], B, u);
@@ -859,7 +797,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * Cl);
         zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(c, l, B_FCPW)],
                           bias_here ? P[blk(c, l, B_FCPB)] : NULL, BT, 4 * Cl, C);
-        const float *mlp_out = gpt_row_sum(m, be, a, a->s_tmp, B, u);
+        const float *mlp_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
         zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, (size_t)BTl * C);
         return;
     }
@@ -887,7 +825,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         m->tp_failed = 1;
     zs_backend_xent_vocab_sums(be, a->s_sums, a->s_logits, a->s_rowmax, batch->targets, r * V,
                                BT, V);
-    gpt_tp_sum(m, a->s_sums, 2 * (size_t)BT, u);
+    zs_decoder_tp_sum(m, a->s_sums, 2 * (size_t)BT, u);
     zs_backend_xent_vocab_finish(be, a->losses, a->probs, a->s_logits, a->s_rowmax, a->s_sums,
                                  BT, V);
 }
@@ -905,25 +843,13 @@ static void gpt_ln_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *
 {
     const zs_model_config *c = &m->cfg;
     int C = c->n_embd;
-    const float *d = gpt_row_sum(m, be, a, dfull, B, unit);
+    const float *d = zs_decoder_row_sum(m, be, a, dfull, B, unit);
     zs_backend_layernorm_backward(be, dres, dw, db, d, inp, w, mean, rstd,
                                   B * (int)gpt_seq_local(c), C);
     if (gpt_sp(c)) {
-        gpt_tp_sum(m, dw, (size_t)C, unit);
-        gpt_tp_sum(m, db, (size_t)C, unit);
+        zs_decoder_tp_sum(m, dw, (size_t)C, unit);
+        zs_decoder_tp_sum(m, db, (size_t)C, unit);
     }
-}
-
-/* The gradient of a row-parallel linear's output, whole on every rank:
- * dres itself, or with sequence parallelism all-gathered from the ranks'
- * positions (the conjugate of the forward's reduce-scatter). */
-static const float *gpt_dout_full(zs_model *m, zs_backend_t be, zs_acts *a, const float *dres,
-                                  int B, int unit)
-{
-    if (!gpt_sp(&m->cfg))
-        return dres;
-    gpt_sp_gather(m, be, a->s_dfull, dres, a->s_perm, B, unit);
-    return a->s_dfull;
 }
 
 static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const *P,
@@ -963,7 +889,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         if (zs_model_block_is_moe(c, l)) {
             gpt_moe_backward(m, be, l, P, G, a, dres, B, u, dloss);
         } else {
-            dout = gpt_dout_full(m, be, a, dres, B, u);
+            dout = zs_decoder_dout_full(m, be, a, dres, B, u);
             zs_backend_memset0(be, a->s_dfch_gelu, btcl * 16);
             zs_linear_backward(be, a->s_dfch_gelu, G[blk(c, l, B_FCPW)], G[blk(c, l, B_FCPB)], dout,
                                a->fch_gelu[l], P[blk(c, l, B_FCPW)], BT, 4 * Cl, C);
@@ -976,7 +902,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
                                a->res2[l], P[blk(c, l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
         }
         /* attention branch: res2 = inp + proj(attn(qkv(ln1(inp)))) */
-        dout = gpt_dout_full(m, be, a, dres, B, u);
+        dout = zs_decoder_dout_full(m, be, a, dres, B, u);
         zs_backend_memset0(be, a->s_datty, btcl * 4);
         zs_linear_backward(be, a->s_datty, G[blk(c, l, B_PROJW)], G[blk(c, l, B_PROJB)], dout,
                            a->atty[l], P[blk(c, l, B_PROJW)], BT, Cl, C);
@@ -990,7 +916,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
                            P[blk(c, l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l], B, u);
         return;
     }
-    const float *dout = gpt_dout_full(m, be, a, a->s_dres, B, u);
+    const float *dout = zs_decoder_dout_full(m, be, a, a->s_dres, B, u);
     if (TP == 1)
         zs_backend_embedding_backward(be, G[0], G[1], dout, batch->tokens, B, T, C);
     else

@@ -6,18 +6,23 @@
  *
  * This file holds the family's shapes: its parameter layout under Hugging
  * Face's names, the parameter count, the initialisation, the tensor-
- * parallel split of each tensor and the activation closed form. Its forward
- * and backward are not built yet: forward_unit and backward_unit are NULL,
- * so phantom runs and the planner work and a real run is refused
- * (zs_model_check_runnable), as are tensor- and expert-parallel phantom
- * runs, whose collectives are the forward's (zs_model_check_phantom). The
- * planner counts those as the GPT makes them (zs_predict_tp, src/predict/
- * predict.c): the vocab-parallel embedding's all-reduce, Megatron's f and g
- * around attention and the MLP (two all-reduces of BT*C forward, two
- * backward per block), the head's backward and the vocab-parallel loss's
- * maxima and sums; with sequence parallelism all-gather and reduce-scatter
- * pairs and the RMSNorm weights' gradients all-reduced (C per norm). The
- * forward must make exactly these.
+ * parallel split of each tensor and the activation closed form; and the
+ * forward and backward of dense blocks (the order of calls of
+ * docs/numerics.md, "In a block"), with tensor and sequence parallelism.
+ * Real runs with experts are refused (zs_model_check_runnable), as are
+ * tensor- and expert-parallel runs with experts, phantom or real, whose
+ * collectives the forward does not make yet (zs_model_check_phantom); a
+ * phantom run's Mixtral block computes nothing. The forward makes the
+ * collectives the planner counts as the GPT makes them (zs_predict_tp,
+ * src/predict/predict.c), through the GPT's helpers (src/model/decoder.c):
+ * the vocab-parallel embedding's all-reduce, Megatron's f and g around
+ * attention and the MLP (two all-reduces of BT*C forward, two backward per
+ * block), the head's backward and the vocab-parallel loss's maxima and
+ * sums; with sequence parallelism all-gather and reduce-scatter pairs and
+ * the RMSNorm weights' gradients all-reduced (C per norm); with replicated
+ * key/value heads one all-reduce per block backward of every head's k and
+ * v gradients (zs_llama_kv_grad_floats: a rank adds its share into its
+ * head's slot, the sum over the group completes each head's).
  *
  * Units: 0 = the token embedding, 1..L = the blocks, L+1 = the final
  * RMSNorm and the head (with softmax cross-entropy).
@@ -51,9 +56,10 @@
  *     probabilities BT*E, the experts' input E*Cap*C, their gate, up and
  *     SwiGLU E*Cap*F each, their output E*Cap*C (Cap the capacity)
  *   head: lnf BT*C, lnf_rstd BTl, probs BT*V/P, losses BT
- * RoPE's angles are computed from the positions and rope_theta (and the
- * rope scaling) inside the kernels: no table is kept. Without tensor or
- * sequence parallelism:
+ * q, k and v are one packed buffer (rows of (NHl + 2 KVl) D, the fused
+ * QKV GEMM's output, q and k rotated in place), gate and up one (rows
+ * [gate | up] of 2 Fl): the fused GEMMs run as one GEMM per weight entry
+ * into the packed rows. Without tensor or sequence parallelism:
  *   4 * (2*BT*C + L*(4*BT*C + 2*BT + 2*BT*C + 2*BT*KV*D + B*NH*T*T + 3*BT*F)
  *        + BT*(V + 2)) bytes.
  * With activation checkpointing in segments of K blocks, K slots replace
@@ -61,7 +67,9 @@
  * segment's last block but the final one is a checkpoint (BTl*C floats;
  * zs_decoder_checkpoint_bytes), as the GPT's.
  *
- * Backward scratch (one block at a time, category workspace): tmp and dres
+ * Scratch (category workspace): the rotary table T*D (cos and sin of
+ * positions 0..T-1, zs_rope_table_fill, filled when the activations are
+ * created); the backward's, one block at a time: tmp and dres
  * BT*C each, datty, dq BT*NHl*D each, dk, dv BT*KVl*D each, dgate, dup,
  * dswiglu BT*Fl each, preatt and datt B*NHl*T*T each, the logits BT*V/P on
  * the head's stage; with tensor parallelism the loss's row maxima and sums
@@ -87,8 +95,10 @@
  * model draws there.
  */
 #include "model_impl.h"
+#include "zerosim/comm.h"
 #include "zerosim/error.h"
 #include "zerosim/layers.h"
+#include "zerosim/mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +129,18 @@ static size_t llama_kv_local(const zs_model_config *c)
 {
     int P = llama_tp(c), KV = llama_kv(c);
     return KV % P == 0 ? (size_t)(KV / P) : 1;
+}
+
+/* Replicated key/value heads (tp > KV): the floats of every head's k and v
+ * gradients (weights and biases), summed over the tensor-parallel group
+ * in each block's backward; 0 when they are split. */
+size_t zs_llama_kv_grad_floats(const zs_model_config *c)
+{
+    int P = c->tp > 1 ? c->tp : 1, KV = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    if (P <= KV)
+        return 0;
+    size_t C = (size_t)c->n_embd, D = (size_t)(c->n_embd / c->n_head);
+    return (size_t)KV * 2 * (D * C + (c->qkv_bias ? D : 0));
 }
 
 static int llama_n_moe(const zs_model_config *c)
@@ -258,6 +280,21 @@ void zs_model_llama_token_work(const zs_model_config *c, double *gemm_weights, d
     }
     *gemm_weights = w;
     *act_width = c->n_layer > 0 ? a / c->n_layer : 0.0;
+}
+
+size_t zs_model_llama_entry_cols(const zs_model_config *c, int i)
+{
+    size_t C = (size_t)c->n_embd;
+    int kind, b = llama_entry_block(c, i, &kind);
+    if (b < 0) /* the embedding, model.norm, lm_head */
+        return i == llama_block_first(c, c->n_layer) ? 0 : C;
+    switch (kind) {
+    case LK_O_W: return (size_t)c->n_head * llama_head_dim(c);
+    case LK_DOWN_W: return (size_t)c->ffn_hidden;
+    case LK_Q_W: case LK_K_W: case LK_V_W: case LK_GATE_W: case LK_UP_W: case LK_ROUTER:
+        return C;
+    default: return 0; /* norms, biases (the stacked experts have no 2-D shape) */
+    }
 }
 
 /* Element j of entry i of rank tp_rank's shard as an element of the same
@@ -437,7 +474,7 @@ static size_t llama_scratch_bytes(const zs_model_config *c, int b)
     size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)llama_tp(c);
     size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
     size_t BT = B * T, Fl = (size_t)c->ffn_hidden / P, V = (size_t)c->vocab;
-    size_t f = 2 * BT * C + 2 * BT * NHl * D + 2 * BT * KVl * D + 3 * BT * Fl +
+    size_t f = T * D + 2 * BT * C + 2 * BT * NHl * D + 2 * BT * KVl * D + 3 * BT * Fl +
                2 * B * NHl * T * T;
     int b0, b1, head;
     zs_decoder_stage(c, &b0, &b1, &head);
@@ -445,6 +482,7 @@ static size_t llama_scratch_bytes(const zs_model_config *c, int b)
         f += BT * V / P;
     if (P > 1)
         f += 3 * BT;
+    f += zs_llama_kv_grad_floats(c);
     if (llama_sp(c))
         f += 2 * BT * C + B * zs_decoder_seq_local(c) * C;
     if (llama_n_moe(c) > 0) {
@@ -456,69 +494,444 @@ static size_t llama_scratch_bytes(const zs_model_config *c, int b)
     return 4 * f;
 }
 
-/* The views the engine reads between units (the stage's input and each
- * block's output for the pipeline's messages, the input's gradient, the
- * losses), at the places the closed form lays them out; the forward binds
- * the other views of the list above. */
+/* Views of block l at base (a slot holding the views of kinds, bit 1 a
+ * dense block's MLP), in the order of the file's comment: qkv is q, k and v
+ * packed (rows of (NHl + 2 KVl) D), fch gate and up packed (rows [gate |
+ * up] of 2 Fl), fch_gelu the SwiGLU. */
+static void llama_bind_block(zs_acts *a, int l, float *base, int kinds)
+{
+    size_t sz[LA_N], moe[6];
+    llama_block_sizes(&a->m->cfg, a->b, sz, moe);
+    float **at[LA_N] = {&a->ln1[l], &a->ln1_rstd[l], &a->qkv[l], NULL, NULL, &a->att[l],
+                        &a->atty[l], &a->res2[l], &a->ln2[l], &a->ln2_rstd[l], &a->fch[l],
+                        NULL, &a->fch_gelu[l], &a->res3[l]};
+    for (int k = 0; k < LA_N; k++) {
+        if (!(kinds & 1) && (k == LA_GATE || k == LA_UP || k == LA_SWIGLU))
+            continue;
+        if (at[k])
+            *at[k] = base;
+        base += sz[k];
+    }
+}
+
+/* The rotary table (T rows from position 0) into a->s_rope; 0, or -1 when
+ * host memory ran out. A phantom backend's table holds nothing. */
+static int llama_fill_rope(zs_acts *a)
+{
+    const zs_model_config *c = &a->m->cfg;
+    zs_backend_t be = zs_mem_backend(a->mem);
+    if (!a->s_rope || zs_backend_is_phantom(be))
+        return 0;
+    int T = c->seq_len, D = (int)llama_head_dim(c);
+    zs_rope_params rp = {c->rope_theta, c->rope_scaling_factor != 0.0, c->rope_scaling_factor,
+                         c->rope_low_freq_factor, c->rope_high_freq_factor,
+                         (double)c->rope_original_max_pos};
+    float *h = malloc((size_t)T * (size_t)D * sizeof(float));
+    if (!h || zs_rope_table_fill(h, 0, T, D, &rp)) {
+        free(h);
+        return -1;
+    }
+    zs_backend_copy_h2d(be, a->s_rope, h, (size_t)T * (size_t)D * sizeof(float));
+    free(h);
+    return 0;
+}
+
+/* Carve the views: the saved blocks as llama_activation_bytes counts them
+ * (checkpointing's slots and checkpoints as the GPT's), the scratch as
+ * llama_scratch_bytes does (the rotary table first). */
 static void llama_bind_acts(zs_acts *a)
 {
     const zs_model_config *c = &a->m->cfg;
-    int L = c->n_layer, b = a->b, b0, b1, head;
-    size_t BT = (size_t)b * c->seq_len, BTlC = (size_t)b * zs_decoder_seq_local(c) * c->n_embd;
-    float **arr = calloc((size_t)L, sizeof(float *));
-    a->view_arrays = arr;
+    int L = c->n_layer, b = a->b, b0, b1, head, K = zs_decoder_slots(c);
+    size_t B = (size_t)b, BT = B * (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t BTl = B * zs_decoder_seq_local(c), BTlC = BTl * C, P = (size_t)llama_tp(c);
+    float **arr = calloc((size_t)L * 11, sizeof(float *));
     if (!arr)
         return;
-    a->res3 = arr;
+    float ***views[11] = {&a->ln1, &a->ln1_rstd, &a->qkv, &a->att, &a->atty, &a->res2,
+                          &a->ln2, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->res3};
+    for (int k = 0; k < 11; k++)
+        *views[k] = arr + (size_t)k * (size_t)L;
     zs_decoder_stage(c, &b0, &b1, &head);
-    size_t sz[LA_N], moe[6], res3_at = 0;
-    llama_block_sizes(c, b, sz, moe);
-    for (int k = 0; k < LA_RES3; k++)
-        res3_at += sz[k];
     float *p = a->saved;
     a->encoded = p;
     p += BTlC;
     if (zs_decoder_pp_ckpt(c)) { /* the last output; the blocks' in the shared slots */
-        int K = zs_decoder_slots(c);
-        float *ck = a->ckpt;
-        a->res3[b1] = p;
+        int kinds = llama_range_kinds(c, b0, b1);
+        size_t w = llama_slot_floats(c, b, kinds);
+        float *ck = a->ckpt, *last = p;
         p += BTlC;
+        for (int l = b0; a->work && l <= b1; l++)
+            llama_bind_block(a, l, a->work + (size_t)((l - b0) % K) * w, kinds);
         for (int l = b0; l < b1; l++)
             if ((l + 1) % K == 0) {
                 a->res3[l] = ck;
                 ck += BTlC;
             }
-        for (int l = b0; l < b1; l++)
-            if ((l + 1) % K && a->work) { /* a working slot's output */
-                size_t w = llama_slot_floats(c, b, llama_range_kinds(c, b0, b1));
-                a->res3[l] = a->work + (size_t)((l - b0) % K) * w + res3_at;
-            }
+        a->res3[b1] = last;
     } else if (c->pp_on) {
         for (int l = b0; l <= b1; l++) {
             int kinds = zs_model_block_is_moe(c, l) ? 2 : 1;
-            a->res3[l] = p + res3_at - (kinds & 1 ? 0 : 3 * sz[LA_GATE]);
+            llama_bind_block(a, l, p, kinds);
             p += llama_slot_floats(c, b, kinds);
         }
     } else {
-        int K = zs_decoder_slots(c);
         for (int s = 0; s < K; s++) {
             int kinds = llama_slot_kinds(c, s);
             for (int l = s; l < L; l += K)
-                a->res3[l] = p + res3_at - (kinds & 1 ? 0 : 3 * sz[LA_GATE]);
+                llama_bind_block(a, l, p, kinds);
             p += llama_slot_floats(c, b, kinds);
         }
+        /* each segment's last block but the final one writes the next
+         * segment's checkpoint */
+        for (int l = K - 1; l < L - 1; l += K)
+            a->res3[l] = a->ckpt + (size_t)(l / K) * BTlC;
     }
     if (b0 >= 1)
         a->res3[b0 - 1] = a->encoded;
+    a->n_losses = BT;
     if (head) { /* lnf, lnf_rstd, probs, losses */
-        p += BT * (size_t)c->n_embd + (size_t)b * zs_decoder_seq_local(c);
+        a->lnf = p;
+        p += BT * C;
+        a->lnf_rstd = p;
+        p += BTl;
         a->probs = p;
-        p += BT * ((size_t)c->vocab / (size_t)llama_tp(c));
+        p += BT * ((size_t)c->vocab / P);
         a->losses = p;
-        a->n_losses = BT;
     }
-    if (a->scratch)
-        a->s_dres = a->scratch + BT * (size_t)c->n_embd; /* after tmp */
+    if (a->scratch) {
+        size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
+        size_t Fl = (size_t)c->ffn_hidden / P, att = B * NHl * (size_t)c->seq_len * c->seq_len;
+        float *s = a->scratch;
+        a->s_rope = s;
+        s += (size_t)c->seq_len * D;
+        a->s_tmp = s;
+        s += BT * C;
+        a->s_dres = s;
+        s += BT * C;
+        a->s_datty = s;
+        s += BT * NHl * D;
+        a->s_dqkv = s;
+        s += BT * (NHl + 2 * KVl) * D;
+        a->s_dfch = s; /* d [gate | up] */
+        s += 2 * BT * Fl;
+        a->s_dfch_gelu = s; /* d SwiGLU */
+        s += BT * Fl;
+        a->s_preatt = s;
+        s += att;
+        a->s_datt = s;
+        s += att;
+        if (head) {
+            a->s_logits = s;
+            s += BT * ((size_t)c->vocab / P);
+        }
+        if (P > 1) {
+            a->s_rowmax = s;
+            s += BT;
+            a->s_sums = s;
+            s += 2 * BT;
+        }
+        a->s_kvgrad = s;
+        s += zs_llama_kv_grad_floats(c);
+        if (zs_decoder_sp(c)) {
+            a->s_perm = s;
+            s += BT * C;
+            a->s_dfull = s;
+            s += BT * C;
+            a->s_loc = s;
+        }
+    }
+    if (llama_fill_rope(a)) {
+        free(arr);
+        return;
+    }
+    a->view_arrays = arr;
+}
+
+/* ---- forward and backward (dense blocks) ---------------------------------------- */
+
+/* Entry of kind k in block l. */
+static int llama_entry(const zs_model_config *c, int l, int kind)
+{
+    int k[LK_NKINDS], n = llama_block_kinds(c, l, k);
+    for (int j = 0; j < n; j++)
+        if (k[j] == kind)
+            return llama_block_first(c, l) + j;
+    return -1;
+}
+
+/* The head's weight: lm_head, or the tied embedding. */
+static int llama_head_entry(const zs_model_config *c)
+{
+    return c->tie_embeddings ? 0 : llama_block_first(c, c->n_layer) + 1;
+}
+
+/* out(BT, n) of a packed row of ldo floats = inp(BT, k) W(n, k)^T + bias:
+ * one part of a fused GEMM whose weights are separate entries. */
+static void llama_part_forward(zs_backend_t be, float *out, int ldo, const float *inp,
+                               const float *w, const float *bias, int bt, int k, int n)
+{
+    zs_backend_sgemm(be, 0, 1, bt, n, k, 1.0f, inp, k, w, k, 0.0f, out, ldo);
+    for (int r = 0; bias && r < bt; r++)
+        zs_backend_axpy(be, out + (size_t)r * ldo, 1.0f, bias, (size_t)n);
+}
+
+/* Its backward: dinp(BT, k) += dout W, dw += dout^T inp, dbias += the
+ * column sums of dout (rows in order); dout rows of ldo floats. */
+static void llama_part_backward(zs_backend_t be, float *dinp, float *dw, float *dbias,
+                                const float *dout, int ldo, const float *inp, const float *w,
+                                int bt, int k, int n)
+{
+    zs_backend_sgemm(be, 0, 0, bt, k, n, 1.0f, dout, ldo, w, k, 1.0f, dinp, k);
+    zs_backend_sgemm(be, 1, 0, n, k, bt, 1.0f, dout, ldo, inp, k, 1.0f, dw, k);
+    for (int r = 0; dbias && r < bt; r++)
+        zs_backend_axpy(be, dbias, 1.0f, dout + (size_t)r * ldo, (size_t)n);
+}
+
+/* The shapes of a block on this rank. */
+typedef struct {
+    int B, T, C, D, NH, KV, F, BT, QKV;
+} llama_dims;
+
+static llama_dims llama_dims_of(const zs_model_config *c, int B)
+{
+    llama_dims d;
+    d.B = B;
+    d.T = c->seq_len;
+    d.C = c->n_embd;
+    d.D = (int)llama_head_dim(c);
+    d.NH = c->n_head / llama_tp(c);
+    d.KV = (int)llama_kv_local(c);
+    d.F = c->ffn_hidden / llama_tp(c);
+    d.BT = B * d.T;
+    d.QKV = (d.NH + 2 * d.KV) * d.D;
+    return d;
+}
+
+/* An RMSNorm whose output feeds a column-parallel linear: with sequence
+ * parallelism over this rank's positions (rstd BTl), then all-gathered;
+ * else over all of them. */
+static void llama_norm_in(zs_model *m, zs_backend_t be, zs_acts *a, float *out, float *rstd,
+                          const float *inp, const float *w, int B, int u)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, BTl = B * (int)zs_decoder_seq_local(c);
+    if (!zs_decoder_sp(c)) {
+        zs_backend_rmsnorm_forward(be, out, rstd, inp, w, BTl, C, (float)c->norm_eps);
+        return;
+    }
+    zs_backend_rmsnorm_forward(be, a->s_loc, rstd, inp, w, BTl, C, (float)c->norm_eps);
+    zs_decoder_sp_gather(m, be, out, a->s_loc, a->s_perm, B, u);
+}
+
+/* Its backward: dfull (B, T, C), the gradient of the gathered output
+ * partial over the group, is summed (or reduce-scattered to this rank's
+ * positions), then the RMSNorm's backward adds into dres; with sequence
+ * parallelism the weight's gradient covers this rank's positions only and
+ * is summed over the group (C floats). */
+static void llama_norm_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *dres,
+                                   float *dw, float *dfull, const float *inp, const float *w,
+                                   const float *rstd, int B, int u)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd;
+    const float *d = zs_decoder_row_sum(m, be, a, dfull, B, u);
+    zs_backend_rmsnorm_backward(be, dres, dw, d, inp, w, rstd, B * (int)zs_decoder_seq_local(c),
+                                C);
+    if (zs_decoder_sp(c))
+        zs_decoder_tp_sum(m, dw, (size_t)C, u);
+}
+
+static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
+                                int B, int u)
+{
+    const zs_model_config *c = &m->cfg;
+    llama_dims d = llama_dims_of(c, B);
+    size_t btlc = (size_t)B * zs_decoder_seq_local(c) * (size_t)d.C;
+    const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+    llama_norm_in(m, be, a, a->ln1[l], a->ln1_rstd[l], inp, P[llama_entry(c, l, LK_IN_NORM)], B,
+                  u);
+    /* the fused QKV GEMM, part by part into the packed rows */
+    int q_b = llama_entry(c, l, LK_Q_B), k_b = llama_entry(c, l, LK_K_B);
+    int v_b = llama_entry(c, l, LK_V_B), qn = d.NH * d.D, kn = d.KV * d.D;
+    llama_part_forward(be, a->qkv[l], d.QKV, a->ln1[l], P[llama_entry(c, l, LK_Q_W)],
+                       q_b >= 0 ? P[q_b] : NULL, d.BT, d.C, qn);
+    llama_part_forward(be, a->qkv[l] + qn, d.QKV, a->ln1[l], P[llama_entry(c, l, LK_K_W)],
+                       k_b >= 0 ? P[k_b] : NULL, d.BT, d.C, kn);
+    llama_part_forward(be, a->qkv[l] + qn + kn, d.QKV, a->ln1[l], P[llama_entry(c, l, LK_V_W)],
+                       v_b >= 0 ? P[v_b] : NULL, d.BT, d.C, kn);
+    zs_backend_rope_forward(be, a->qkv[l], a->s_rope, d.T, d.B, d.T, d.NH + d.KV, d.D, d.QKV, 0);
+    zs_backend_attention_gqa_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], d.B, d.T,
+                                     d.NH, d.KV, d.D);
+    /* o_proj row-parallel, then g: the sum over the group */
+    zs_linear_forward(be, a->s_tmp, a->atty[l], P[llama_entry(c, l, LK_O_W)], NULL, d.BT, qn,
+                      d.C);
+    const float *att_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+    zs_backend_residual_forward(be, a->res2[l], inp, att_out, btlc);
+    llama_norm_in(m, be, a, a->ln2[l], a->ln2_rstd[l], a->res2[l],
+                  P[llama_entry(c, l, LK_POST_NORM)], B, u);
+    /* the fused gate/up GEMM: rows [gate | up] */
+    llama_part_forward(be, a->fch[l], 2 * d.F, a->ln2[l], P[llama_entry(c, l, LK_GATE_W)], NULL,
+                       d.BT, d.C, d.F);
+    llama_part_forward(be, a->fch[l] + d.F, 2 * d.F, a->ln2[l], P[llama_entry(c, l, LK_UP_W)],
+                       NULL, d.BT, d.C, d.F);
+    zs_backend_swiglu_forward(be, a->fch_gelu[l], a->fch[l], d.BT, d.F);
+    zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[llama_entry(c, l, LK_DOWN_W)], NULL, d.BT,
+                      d.F, d.C);
+    const float *mlp_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+    zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, btlc);
+}
+
+/* dres holds d res3 on entry, d of the block's input on return. */
+static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
+                                 float *const *G, zs_acts *a, int B, int u)
+{
+    const zs_model_config *c = &m->cfg;
+    llama_dims d = llama_dims_of(c, B);
+    size_t btc = (size_t)d.BT * d.C, btf = (size_t)d.BT * d.F;
+    float *dres = a->s_dres;
+    const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+    /* MLP: res3 = res2 + down(swiglu(gate_up(ln2(res2)))) */
+    int e_down = llama_entry(c, l, LK_DOWN_W), e_gate = llama_entry(c, l, LK_GATE_W);
+    int e_up = llama_entry(c, l, LK_UP_W), e_n2 = llama_entry(c, l, LK_POST_NORM);
+    /* g's backward is the identity: every rank holds all of d res3 (with
+     * sequence parallelism gathered) */
+    const float *dout = zs_decoder_dout_full(m, be, a, dres, B, u);
+    zs_backend_memset0(be, a->s_dfch_gelu, btf * 4);
+    zs_linear_backward(be, a->s_dfch_gelu, G[e_down], NULL, dout, a->fch_gelu[l], P[e_down],
+                       d.BT, d.F, d.C);
+    zs_backend_memset0(be, a->s_dfch, 2 * btf * 4);
+    zs_backend_swiglu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, d.BT, d.F);
+    zs_backend_memset0(be, a->s_tmp, btc * 4);
+    llama_part_backward(be, a->s_tmp, G[e_gate], NULL, a->s_dfch, 2 * d.F, a->ln2[l], P[e_gate],
+                        d.BT, d.C, d.F);
+    llama_part_backward(be, a->s_tmp, G[e_up], NULL, a->s_dfch + d.F, 2 * d.F, a->ln2[l],
+                        P[e_up], d.BT, d.C, d.F);
+    llama_norm_in_backward(m, be, a, dres, G[e_n2], a->s_tmp, a->res2[l], P[e_n2],
+                           a->ln2_rstd[l], B, u);
+    /* attention: res2 = inp + o(attn(rope(qkv(ln1(inp))))) */
+    int e_o = llama_entry(c, l, LK_O_W), qn = d.NH * d.D, kn = d.KV * d.D;
+    dout = zs_decoder_dout_full(m, be, a, dres, B, u);
+    zs_backend_memset0(be, a->s_datty, (size_t)d.BT * qn * 4);
+    zs_linear_backward(be, a->s_datty, G[e_o], NULL, dout, a->atty[l], P[e_o], d.BT, qn, d.C);
+    zs_backend_memset0(be, a->s_dqkv, (size_t)d.BT * d.QKV * 4);
+    zs_backend_attention_gqa_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
+                                      a->qkv[l], a->att[l], d.B, d.T, d.NH, d.KV, d.D);
+    zs_backend_rope_backward(be, a->s_dqkv, a->s_rope, d.T, d.B, d.T, d.NH + d.KV, d.D, d.QKV, 0);
+    zs_backend_memset0(be, a->s_tmp, btc * 4);
+    static const int parts[3][2] = {{LK_Q_W, LK_Q_B}, {LK_K_W, LK_K_B}, {LK_V_W, LK_V_B}};
+    const int off[3] = {0, qn, qn + kn}, width[3] = {qn, kn, kn};
+    /* replicated key/value heads: this rank's share of its head's k and v
+     * gradients into the head's slot of s_kvgrad, summed over the group
+     * (each slot then holds the sum over the head's copies), added below */
+    size_t kvf = zs_llama_kv_grad_floats(c), slot = 0;
+    float *mine = NULL;
+    if (kvf) {
+        int KV = llama_kv(c), Pg = llama_tp(c);
+        slot = kvf / (size_t)KV;
+        mine = a->s_kvgrad + (size_t)(c->tp_rank / (Pg / KV)) * slot;
+        zs_backend_memset0(be, a->s_kvgrad, kvf * 4);
+    }
+    for (int j = 0; j < 3; j++) {
+        int w = llama_entry(c, l, parts[j][0]), bb = llama_entry(c, l, parts[j][1]);
+        float *gw = G[w], *gb = bb >= 0 ? G[bb] : NULL;
+        if (mine && j > 0) { /* k, v: weight (kn, C) then bias (kn) */
+            size_t part = (size_t)kn * d.C + (gb ? (size_t)kn : 0);
+            gw = mine + (size_t)(j - 1) * part;
+            gb = gb ? gw + (size_t)kn * d.C : NULL;
+        }
+        llama_part_backward(be, a->s_tmp, gw, gb, a->s_dqkv + off[j], d.QKV, a->ln1[l], P[w],
+                            d.BT, d.C, width[j]);
+    }
+    if (mine) {
+        zs_decoder_tp_sum(m, a->s_kvgrad, kvf, u);
+        for (int j = 1; j < 3; j++) {
+            int w = llama_entry(c, l, parts[j][0]), bb = llama_entry(c, l, parts[j][1]);
+            size_t part = (size_t)kn * d.C + (bb >= 0 ? (size_t)kn : 0);
+            const float *src = mine + (size_t)(j - 1) * part;
+            zs_backend_axpy(be, G[w], 1.0f, src, (size_t)kn * d.C);
+            if (bb >= 0)
+                zs_backend_axpy(be, G[bb], 1.0f, src + (size_t)kn * d.C, (size_t)kn);
+        }
+    }
+    int e_n1 = llama_entry(c, l, LK_IN_NORM);
+    llama_norm_in_backward(m, be, a, dres, G[e_n1], a->s_tmp, inp, P[e_n1], a->ln1_rstd[l], B,
+                           u);
+}
+
+/* Unit u's forward: the embedding (no positions; vocab-parallel with
+ * tensor parallelism), block u - 1, or the final norm, the head and the
+ * loss (vocab-parallel: the GPT's). A Mixtral block computes nothing
+ * (phantom runs only: zs_model_check_runnable refuses real ones). */
+static void llama_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
+                               const zs_batch *batch)
+{
+    const zs_model_config *c = &m->cfg;
+    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, BT = B * T;
+    int TP = llama_tp(c), r = TP > 1 ? c->tp_rank : 0, V = c->vocab / TP;
+    if (u == 0) { /* each rank its rows (zeros elsewhere), then the sum */
+        float *e = zs_decoder_sp(c) ? a->s_tmp : a->encoded;
+        zs_backend_vocab_embedding_forward(be, e, batch->tokens, P[0], r * V, V, NULL, B, T, C);
+        if (TP == 1)
+            return;
+        const float *sum = zs_decoder_row_sum(m, be, a, e, B, u);
+        if (sum != a->encoded)
+            zs_backend_copy_d2d(be, a->encoded, sum,
+                                (size_t)B * zs_decoder_seq_local(c) * (size_t)C * 4);
+        return;
+    }
+    if (u <= L) {
+        if (!zs_model_block_is_moe(c, u - 1))
+            llama_block_forward(m, be, u - 1, P, a, B, u);
+        return;
+    }
+    int nw = llama_block_first(c, L);
+    llama_norm_in(m, be, a, a->lnf, a->lnf_rstd, a->res3[L - 1], P[nw], B, u);
+    zs_linear_forward(be, a->s_logits, a->lnf, P[llama_head_entry(c)], NULL, BT, C, V);
+    if (TP == 1) {
+        zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT,
+                                        V);
+        return;
+    }
+    zs_backend_xent_vocab_max(be, a->s_rowmax, a->s_logits, BT, V);
+    if (m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_rowmax, (size_t)BT, u))
+        m->tp_failed = 1;
+    zs_backend_xent_vocab_sums(be, a->s_sums, a->s_logits, a->s_rowmax, batch->targets, r * V,
+                               BT, V);
+    zs_decoder_tp_sum(m, a->s_sums, 2 * (size_t)BT, u);
+    zs_backend_xent_vocab_finish(be, a->losses, a->probs, a->s_logits, a->s_rowmax, a->s_sums,
+                                 BT, V);
+}
+
+static void llama_backward_unit(zs_model *m, zs_backend_t be, int u, float *const *P,
+                                float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
+{
+    const zs_model_config *c = &m->cfg;
+    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, BT = B * T;
+    int TP = llama_tp(c), r = TP > 1 ? c->tp_rank : 0, V = c->vocab / TP;
+    if (u == L + 1) {
+        int nw = llama_block_first(c, L), h = llama_head_entry(c);
+        /* the objective is dloss * the mean over BT positions of the loss */
+        if (TP == 1)
+            zs_backend_softmax_xent_backward(be, a->s_logits, a->probs, batch->targets,
+                                             dloss / (float)BT, BT, V);
+        else
+            zs_backend_xent_vocab_backward(be, a->s_logits, a->probs, batch->targets, r * V,
+                                           dloss / (float)BT, BT, V);
+        zs_backend_memset0(be, a->s_tmp, (size_t)BT * C * 4);
+        zs_linear_backward(be, a->s_tmp, G[h], NULL, a->s_logits, a->lnf, P[h], BT, C, V);
+        zs_backend_memset0(be, a->s_dres, (size_t)B * zs_decoder_seq_local(c) * (size_t)C * 4);
+        llama_norm_in_backward(m, be, a, a->s_dres, G[nw], a->s_tmp, a->res3[L - 1], P[nw],
+                               a->lnf_rstd, B, u);
+        return;
+    }
+    if (u >= 1) {
+        if (!zs_model_block_is_moe(c, u - 1))
+            llama_block_backward(m, be, u - 1, P, G, a, B, u);
+        return;
+    }
+    const float *dout = zs_decoder_dout_full(m, be, a, a->s_dres, B, u);
+    zs_backend_vocab_embedding_backward(be, G[0], NULL, dout, batch->tokens, r * V, V, B, T, C);
 }
 
 const zs_model_ops zs_llama_ops = {
@@ -529,8 +942,8 @@ const zs_model_ops zs_llama_ops = {
     .checkpoint_bytes = zs_decoder_checkpoint_bytes,
     .shared_activation_bytes = llama_shared_activation_bytes,
     .bind_acts = llama_bind_acts,
-    .forward_unit = NULL,  /* not built yet: zs_model_check_runnable refuses real runs */
-    .backward_unit = NULL,
+    .forward_unit = llama_forward_unit,
+    .backward_unit = llama_backward_unit,
     .tp_global = llama_tp_global,
     .tp_replicated = llama_tp_replicated,
 };

@@ -31,6 +31,8 @@ int zs_model_head_tied(const zs_model_config *c)
     return c->kind == ZS_MODEL_GPT || (c->kind == ZS_MODEL_LLAMA && c->tie_embeddings);
 }
 
+static int zs_model_llama_check_tp(const zs_model_config *c);
+
 int zs_model_check_phantom(const zs_model_config *c)
 {
     const zs_model_ops *ops = zs_model_ops_for(c->kind);
@@ -38,6 +40,22 @@ int zs_model_check_phantom(const zs_model_config *c)
         ZS_FAIL("%s: the %s collectives come from its forward, not built yet: use zerosim "
                 "plan, or --%s 1", zs_model_kind_name(c->kind),
                 c->tp > 1 ? "tensor-parallel" : "expert-parallel", c->tp > 1 ? "tp" : "ep");
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_model_llama_check_tp(c);
+    return 0;
+}
+
+/* The Llama family's forward makes the collectives of tensor parallelism
+ * (the key/value heads split or replicated) in dense blocks; Mixtral
+ * blocks with --tp, and expert parallelism, are not built. */
+static int zs_model_llama_check_tp(const zs_model_config *c)
+{
+    if (c->moe_ep > 1)
+        ZS_FAIL("llama: the expert-parallel collectives come from its forward, not built yet: "
+                "use zerosim plan, or --ep 1");
+    if (c->tp > 1 && c->moe_experts > 0)
+        ZS_FAIL("llama: the tensor-parallel collectives of Mixtral blocks come from their "
+                "forward, not built yet: use zerosim plan, or --tp 1");
     return 0;
 }
 
@@ -47,6 +65,11 @@ int zs_model_check_runnable(const zs_model_config *c)
     if (!ops->forward_unit || !ops->backward_unit)
         ZS_FAIL("%s: real runs not built yet (its forward and backward are missing): use "
                 "--phantom or zerosim plan", zs_model_kind_name(c->kind));
+    if (c->kind == ZS_MODEL_LLAMA && c->moe_experts > 0)
+        ZS_FAIL("llama: real runs with experts not built yet (dense blocks run): use --phantom "
+                "or zerosim plan");
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_model_llama_check_tp(c);
     return 0;
 }
 

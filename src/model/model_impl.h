@@ -46,6 +46,26 @@ size_t zs_decoder_pp_ckpt_count(const zs_model_config *c);
 size_t zs_decoder_seq_local(const zs_model_config *c);
 size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b);
 
+/* Tensor and sequence parallelism's collectives over the model's
+ * tensor-parallel group (src/model/decoder.c), for the GPT and the Llama
+ * family: whether sequence parallelism is on; the all-gather of each
+ * rank's (B, T/P, C) positions into full (B, T, C) through perm, and the
+ * reduce-scatter back; Megatron's g and f, the sum of n floats in place;
+ * a row-parallel linear's output summed (in place, or with sequence
+ * parallelism reduce-scattered into a->s_loc; returns where the sum is);
+ * the gradient of that output whole on every rank (dres, or gathered into
+ * a->s_dfull). A failed collective sets m->tp_failed. */
+int zs_decoder_sp(const zs_model_config *c);
+void zs_decoder_sp_gather(zs_model *m, zs_backend_t be, float *full, const float *local,
+                          float *perm, int B, int unit);
+void zs_decoder_sp_scatter(zs_model *m, zs_backend_t be, float *local, const float *full,
+                           float *perm, int B, int unit);
+void zs_decoder_tp_sum(zs_model *m, float *x, size_t n, int unit);
+const float *zs_decoder_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float *x, int B,
+                                int unit);
+const float *zs_decoder_dout_full(zs_model *m, zs_backend_t be, zs_acts *a, const float *dres,
+                                  int B, int unit);
+
 /* The Llama family's counts and expert entries (src/model/llama.c). */
 size_t zs_llama_count_params(const zs_model_config *c);
 size_t zs_llama_count_expert_params(const zs_model_config *c);
@@ -91,6 +111,10 @@ struct zs_acts {
     /* GPT scratch */
     float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
     float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
+    float *s_rope;           /* the Llama family: the rotary table (T, D), in scratch */
+    float *s_kvgrad;         /* the Llama family with replicated key/value heads: the
+                                k and v weights' (and biases') gradients of every
+                                head, summed over the group */
     float *s_perm, *s_dfull, *s_loc; /* sequence parallelism: chunks in rank order,
                                         a gathered gradient, this rank's positions */
     /* mixture of experts, per MoE block (NULL in dense blocks): the gates

@@ -424,6 +424,13 @@ static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
             p->tp_allreduce_bytes_per_step = GA * 4.0 * floats * 2.0 * ring;
             p->tp_allreduce_calls_per_step = GA * (first + 3.0 * last + 4.0 * L + 2.0 * rec);
         }
+        /* a Llama's replicated key/value heads: their gradients' sum per block */
+        double kv = cfg->model.kind == ZS_MODEL_LLAMA ? (double)zs_llama_kv_grad_floats(&cfg->model)
+                                                      : 0.0;
+        if (kv > 0) {
+            p->tp_allreduce_bytes_per_step += GA * 4.0 * kv * L * 2.0 * ring;
+            p->tp_allreduce_calls_per_step += GA * L;
+        }
     }
 }
 

@@ -77,7 +77,9 @@ static int zs_oracle_dump_write(const zs_run_config *cfg, const zs_model_config 
     if (!rc)
         rc = zs_st_writer_meta(&w, "step", v);
     if (!rc)
-        rc = zs_st_writer_meta(&w, "names", "huggingface-gpt2 (param./grad. prefixes)");
+        rc = zs_st_writer_meta(&w, "names", mc->kind == ZS_MODEL_LLAMA
+                                                ? "huggingface-llama (param./grad. prefixes)"
+                                                : "huggingface-gpt2 (param./grad. prefixes)");
     snprintf(v, sizeof v, "%d", cfg->stage);
     if (!rc)
         rc = zs_st_writer_meta(&w, "zero_stage", v);
