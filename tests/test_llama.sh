@@ -26,6 +26,16 @@ train_hashes ck1 2 --stage 1 --checkpoint-activations every:1 && same_hashes ck1
 
 refuse -m "llama: real runs with experts not built yet" train $M --moe-experts 4
 
+# a checkpoint records the family's shape: a save at step 2 resumed to
+# step 3 ends at the uninterrupted run's parameters; another shape (key/
+# value heads) or family is refused with one line
+zs_run save 2 $M --stage 2 --save-every 2 --save-dir "$T/ck" &&
+    zs_run resumed 2 $M --stage 2 --resume "$T/ck/global_step2" &&
+    { [ "$(key "$T/resumed.json" param_hash)" = "$(key "$T/s0.json" param_hash)" ] && ok ||
+          bad "llama: resumed to $(key "$T/resumed.json" param_hash), uninterrupted $(key "$T/s0.json" param_hash)"; }
+refuse -n 2 -m "the checkpoint's model has n_kv_head 2, this run's 4" train $M --kv-heads 4 --resume "$T/ck/global_step2"
+refuse -n 2 -m "kind \"llama\", this run's \"gpt\"" train --layers 3 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2 --steps 3 --quiet --resume "$T/ck/global_step2"
+
 # tensor parallelism (the key/value heads split), with sequence
 # parallelism: the losses of the one-rank run within 1e-6, every category
 # and the TP collectives (all-reduce, all-gather, reduce-scatter) measured

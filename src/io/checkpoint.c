@@ -106,6 +106,18 @@ int zs_ckpt_agree(zs_comm_t w, int rc)
 /* The model's shape as JSON (what must match to load). */
 json_t *zs_ckpt_model_json(const zs_model_config *m)
 {
+    if (m->kind == ZS_MODEL_LLAMA) /* every field that changes the bytes */
+        return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:i, "
+                         "s:i, s:i, s:i, s:i, s:i}",
+                         "kind", "llama", "n_layer", m->n_layer, "n_embd", m->n_embd, "n_head",
+                         m->n_head, "n_kv_head", m->n_kv_head, "ffn_hidden", m->ffn_hidden,
+                         "seq_len", m->seq_len, "vocab", m->vocab, "norm_eps", m->norm_eps,
+                         "rope_theta", m->rope_theta, "rope_scaling_factor",
+                         m->rope_scaling_factor, "rope_low_freq_factor", m->rope_low_freq_factor,
+                         "rope_high_freq_factor", m->rope_high_freq_factor,
+                         "rope_original_max_pos", m->rope_original_max_pos, "qkv_bias",
+                         m->qkv_bias, "tie_embeddings", m->tie_embeddings, "moe_experts",
+                         m->moe_experts, "moe_every", m->moe_every, "moe_top_k", m->moe_top_k);
     if (m->kind == ZS_MODEL_GPT && m->moe_experts > 0) /* a MoE model: its experts too */
         return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "kind", "gpt", "n_layer",
                          m->n_layer, "n_embd", m->n_embd, "n_head", m->n_head, "seq_len",

@@ -766,6 +766,10 @@ static int ck_model_from_json(const zs_ckpt *ck, json_t *j, zs_model_config *mc)
     memset(mc, 0, sizeof *mc);
     const char *kind = ck_str(j, "kind");
     json_int_t v;
+    if (kind && !strcmp(kind, "llama"))
+        ZS_FAIL("%s: the checkpoint holds a Llama-family model, and only the GPT's and the "
+                "MLP's parameters are read from a checkpoint here: resume it with zerosim train "
+                "--resume instead", ck->manifest);
     if (!kind || (strcmp(kind, "gpt") && strcmp(kind, "mlp")))
         ZS_FAIL("%s: \"model\" has no kind gpt or mlp; the manifest is damaged", ck->manifest);
     if (!strcmp(kind, "gpt")) {
