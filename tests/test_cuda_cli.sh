@@ -23,7 +23,7 @@ one_line_error() {
 }
 
 if [ "$built" = yes ]; then
-    "$ZS" --version | grep -q "backends: cpu,cuda" && ok || bad "--version does not list cuda"
+    "$ZS" --version | grep -q "backends: cpu,ref,cuda" && ok || bad "--version does not list cuda"
     # no GPU: a clear error; with one, a run
     if "$ZS" train --backend cuda --steps 2 --quiet --report "$T/cuda.json" >"$T/out" 2>"$T/err"; then
         grep -q '"param_hash"' "$T/cuda.json" && ok || bad "--backend cuda ran but wrote no report"
@@ -45,7 +45,7 @@ if [ "$built" = yes ]; then
         "cannot load the CUDA backend's module ($T/none.so)" train --backend cuda --steps 1
     unset ZEROSIM_CUDA_MODULE
 else
-    "$ZS" --version | grep -q "backends: cpu)" && ok || bad "--version should list cpu only"
+    "$ZS" --version | grep -q "backends: cpu,ref)" && ok || bad "--version should list cpu and ref only"
     one_line_error "--backend cuda without CUDA" "--with-cuda" train --backend cuda --steps 1
 fi
 one_line_error "--backend bogus" "unknown backend 'bogus'" train --backend bogus --steps 1
