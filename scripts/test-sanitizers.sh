@@ -30,7 +30,10 @@ fi
 # for a change that the subset does not reach
 TESTS=${ZS_SANITIZER_TESTS:-"tests/check_config tests/test_cli.sh tests/test_train_cli.sh
     tests/test_fuzz_regress.sh tests/test_accounting.sh tests/test_zero_stages.sh"}
-PROGS="zerosim fuzz/replay_config fuzz/replay_train_args fuzz/replay_plan_args"
+# zerosim and every fuzz target's replay program that Makefile.am builds
+# (test_fuzz_regress.sh replays each)
+PROGS="zerosim $(sed -n 's|^[[:space:]]*\(fuzz/replay_[a-z_]*\).*|\1|p' "$SRC/Makefile.am" | sort -u |
+    tr '\n' ' ')"
 for t in $TESTS; do
     case $t in *.sh) ;; *) PROGS="$PROGS $t" ;; esac
 done
