@@ -105,6 +105,27 @@ void zs_decoder_tp_sum(zs_model *m, float *x, size_t n, int unit)
         m->tp_failed = 1;
 }
 
+/* The head's loss over this rank's logits (a->s_logits, BT rows of V, the
+ * vocabulary's slice r of a tensor-parallel group): the softmax
+ * cross-entropy, or with tp > 1 the vocab-parallel one, whose logits never
+ * leave their rank: the group agrees on each row's maximum, then on the
+ * sum of exponentials and the target's logit. */
+void zs_decoder_head_loss(zs_model *m, zs_backend_t be, zs_acts *a, const int32_t *targets,
+                          int BT, int V, int r, int unit)
+{
+    if (m->cfg.tp <= 1) {
+        zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, targets, BT, V);
+        return;
+    }
+    zs_backend_xent_vocab_max(be, a->s_rowmax, a->s_logits, BT, V);
+    if (m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_rowmax, (size_t)BT, unit))
+        m->tp_failed = 1;
+    zs_backend_xent_vocab_sums(be, a->s_sums, a->s_logits, a->s_rowmax, targets, r * V, BT, V);
+    zs_decoder_tp_sum(m, a->s_sums, 2 * (size_t)BT, unit);
+    zs_backend_xent_vocab_finish(be, a->losses, a->probs, a->s_logits, a->s_rowmax, a->s_sums,
+                                 BT, V);
+}
+
 /* The output of a row-parallel linear, summed over the group: in place
  * (all-reduce), or with sequence parallelism reduce-scattered into this
  * rank's positions, in a->s_loc. Returns where the sum is. */

@@ -812,22 +812,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     gpt_ln_in(m, be, a, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1], P[lnw], P[lnw + 1], B,
               u);
     zs_linear_forward(be, a->s_logits, a->lnf, P[0], NULL, BT, C, V);
-    if (TP == 1) {
-        zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, batch->targets, BT,
-                                        V);
-        return;
-    }
-    /* vocab-parallel cross-entropy: the logits never leave their rank; the
-     * group agrees on each row's maximum, then on the sum of exponentials
-     * and the target's logit */
-    zs_backend_xent_vocab_max(be, a->s_rowmax, a->s_logits, BT, V);
-    if (m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_rowmax, (size_t)BT, u))
-        m->tp_failed = 1;
-    zs_backend_xent_vocab_sums(be, a->s_sums, a->s_logits, a->s_rowmax, batch->targets, r * V,
-                               BT, V);
-    zs_decoder_tp_sum(m, a->s_sums, 2 * (size_t)BT, u);
-    zs_backend_xent_vocab_finish(be, a->losses, a->probs, a->s_logits, a->s_rowmax, a->s_sums,
-                                 BT, V);
+    zs_decoder_head_loss(m, be, a, batch->targets, BT, V, r, u);
 }
 
 /* The backward of gpt_ln_in: dfull (B, T, C) is the gradient of the

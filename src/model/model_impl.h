@@ -61,6 +61,8 @@ void zs_decoder_sp_gather(zs_model *m, zs_backend_t be, float *full, const float
 void zs_decoder_sp_scatter(zs_model *m, zs_backend_t be, float *local, const float *full,
                            float *perm, int B, int unit);
 void zs_decoder_tp_sum(zs_model *m, float *x, size_t n, int unit);
+void zs_decoder_head_loss(zs_model *m, zs_backend_t be, zs_acts *a, const int32_t *targets,
+                          int BT, int V, int r, int unit);
 const float *zs_decoder_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float *x, int B,
                                 int unit);
 const float *zs_decoder_dout_full(zs_model *m, zs_backend_t be, zs_acts *a, const float *dres,
