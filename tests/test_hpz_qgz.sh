@@ -157,6 +157,28 @@ for zpp in "--quantized-weights" "--hpz-partition-size 2" "--quantized-gradients
         --ranks-per-node 2 $zpp 2>&1)
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "plan $zpp: $b, phantom $a"
 done
+# with --tp 2: the node holds two data-parallel groups' blocks (K = 2 of
+# each on nodes of 4; K = 1 on nodes of 2) and the tensor-parallel rings
+# stay inside it
+node0tp() { # csv ranks-per-node steps: as node0, the TP all-reduces in rank 0's bytes
+    awk -v K="$2" -v S="$3" '$1 !~ /^#/ && $3 == "all" && ($2 == "allgather" || $2 == "reduce_scatter" || $2 == "alltoall" || $2 == "allreduce") {
+        if ($1 < K) i += $9; if ($1 == 0) t += $5 }
+        END { printf "%.0f %.0f\n", i / S, t / S }' "$1/comm.csv"
+}
+for nz in "4 --quantized-weights --hpz-partition-size 2 --quantized-gradients" \
+    "2 --quantized-weights --quantized-gradients"; do
+    set -- $nz
+    rpn=$1
+    shift
+    "$ZS" train $PM --stage 3 --steps 2 --precision bf16 --phantom --world-size 8 --tp 2 \
+        --ranks-per-node "$rpn" "$@" --quiet --csv "$T/pt" > "$T/pt.log" 2>&1 || bad "phantom tp 2 $nz failed"
+    a=$(node0tp "$T/pt" "$rpn" 2) b=$(planned --arch gpt $PM --stage 3 --precision bf16 --dp 4 \
+        --tp 2 --ranks-per-node "$rpn" "$@" 2>&1)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "plan --tp 2, nodes of $nz: $b, phantom $a"
+done
+err_plan=$("$ZS" plan --arch gpt $PM --stage 3 --dp 2 --tp 4 --ranks-per-node 2 \
+    --quantized-weights 2>&1 >/dev/null)
+case $err_plan in *"inside a node"*) ok ;; *) bad "plan: a TP group across nodes with ZeRO++: $err_plan" ;; esac
 a=$(node0 "$T/b1" 8 1)
 b=$(planned --arch gpt --layers 40 --hidden 6144 --heads 48 --seq 256 --vocab 50257 --micro-batch 1 \
     --stage 3 --precision fp16 --dp 64 --ranks-per-node 8 --quantized-weights \

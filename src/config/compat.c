@@ -376,18 +376,6 @@ RULE(plan_lamb)
 
 /* ---- the planner -------------------------------------------------------- */
 
-/* The planner's node model takes the data-parallel group's ranks of a node
- * as the node's devices; with a tensor-parallel group inside the node they
- * are fewer (zerosim train counts them from the mesh). */
-RULE(plan_zeropp_tp)
-{
-    UNUSED_CTX;
-    return c->stage == 3 && zeropp_on(c) && c->tp > 1 &&
-           SAY("ZeRO++ (qwZ, hpZ, qgZ) with --tp %d is not planned yet (the planner's nodes "
-               "hold data-parallel ranks only): plan with --tp 1, or measure it with zerosim "
-               "train --phantom", c->tp);
-}
-
 RULE(plan_hierarchical)
 {
     UNUSED_CTX;
@@ -504,8 +492,6 @@ static const zs_compat_rule rules[] = {
      ep_layout_deepspeed,
      "DeepSpeed's layout of the experts' store is implemented without offload, compression "
      "and ZeRO++"},
-    {"plan:zeropp+tp", "qwZ hpZ qgZ tp", ZS_SCOPE_PLAN, REFUSE, plan_zeropp_tp,
-     "the planner's node model; zerosim train runs it"},
     {"plan:hierarchical", "hierarchical tp pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,
      plan_hierarchical, "the planner's node model; zerosim train runs it"},
     {"device+offload", "backend offload", DEVICE, REFUSE, device_offload,

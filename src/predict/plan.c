@@ -3,6 +3,7 @@
 #include "plan_impl.h"
 #include "zerosim/compat.h"
 #include "zerosim/error.h"
+#include "zerosim/mesh.h"
 #include "zerosim/model.h"
 #include "zerosim/predict.h"
 #include "zerosim/program.h"
@@ -225,6 +226,32 @@ static int zs_plan_devices(const zs_plan_input *in)
     return in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) * (in->cfg.pp > 1 ? in->cfg.pp : 1);
 }
 
+/* ZeRO++'s nodes: the world's devices in whole nodes of devices_per_node
+ * (consecutive ranks, as zerosim mesh lays them: tensor-parallel fastest),
+ * the run's ranks per node, and K, the data-parallel group's devices in one
+ * node (zs_mesh_dp_node_blocks: the dp group of tp rank 0; with --tp T the
+ * node holds T such groups' blocks, each the same). A tensor-parallel
+ * group must stay inside a node: the planner's node link model counts one
+ * group's rings per node (zerosim train runs the rest). */
+static int zs_plan_zeropp_nodes(const zs_plan_input *in, zs_run_config *c, int world, int *K)
+{
+    int dpn = in->devices_per_node, T = c->tp > 1 ? c->tp : 1, P = c->pp > 1 ? c->pp : 1;
+    if (world > dpn && world % dpn) {
+        if (T == 1)
+            ZS_FAIL("ZeRO++ needs the %d devices in whole nodes of %d: use a multiple of %d",
+                    in->dp, dpn, dpn);
+        ZS_FAIL("ZeRO++ needs the %d devices (--dp %d x --tp %d) in whole nodes of %d: use a "
+                "--dp that makes a multiple of %d", world, in->dp, T, dpn, dpn);
+    }
+    if (T > 1 && world > dpn && dpn % T)
+        ZS_FAIL("ZeRO++ with --tp %d is planned with each tensor-parallel group inside a node "
+                "of %d devices: use a --tp that divides %d, or measure it with zerosim train "
+                "--phantom", T, dpn, dpn);
+    c->ranks_per_node = world < dpn ? world : dpn; /* qgZ's two levels */
+    *K = zs_mesh_dp_node_blocks(world, T, P, 0, 0, c->ranks_per_node);
+    return 0;
+}
+
 /* The configuration a plan counts: the input's, validated and finalized
  * as a run would, with the planner's own rules. */
 static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_step *ps)
@@ -263,22 +290,19 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
         c.sequence_parallel = 1; /* the run's own sharding and collectives */
     r->zeropp = c.stage == 3 && (c.quantized_weights || c.quantized_gradients ||
                                  c.hpz_partition_size > 1);
+    int world = zs_plan_devices(in);
     int node_ranks = in->dp < in->devices_per_node ? in->dp : in->devices_per_node;
     if (r->zeropp) {
         if (in->convention != ZS_PLAN_ZEROSIM || !in->has_arch)
             ZS_FAIL("ZeRO++ (qwZ, hpZ, qgZ) is planned in the zerosim convention for a GPT "
                     "(--arch gpt or --config)");
-        if (in->dp % node_ranks)
-            ZS_FAIL("ZeRO++ needs the %d devices in whole nodes of %d: use a multiple of %d",
-                    in->dp, in->devices_per_node, in->devices_per_node);
+        ZS_TRY(zs_plan_zeropp_nodes(in, &c, world, &node_ranks));
         if (c.hpz_partition_size > 1 && node_ranks % c.hpz_partition_size)
             ZS_FAIL("zero_hpz_partition_size %d must divide the %d devices per node (hpZ's "
                     "groups stay inside a node)", c.hpz_partition_size, node_ranks);
-        c.ranks_per_node = node_ranks; /* qgZ's two levels */
     } else if (c.stage == 3 && in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical &&
                c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
-    int world = zs_plan_devices(in);
     ZS_TRY(zs_run_config_finalize(&c, world));
     zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1}; /* the planner's own rules */
     ZS_TRY(zs_compat_apply(&c, &cx));
@@ -426,10 +450,12 @@ static void zs_plan_colls_gather(zs_plan_result *r, const zs_plan_step *ps)
         if (ps->st == 3 && pr->ag_bytes_per_step > 0)
             r->colls[r->ncolls - 1].link_bytes = pr->ag_link_bytes_per_step;
     }
-    if (r->zeropp && M > 1) /* node 0's link: its last device's rings, qgZ's second level */
-        r->inter_node_bytes = zs_ring_bytes(pr->rs_bytes_per_step, N) +
-                              zs_ring_bytes((size_t)((double)pr->ag_bytes_per_step - hz), N) +
-                              pr->qgz_inter_bytes_node0;
+    if (r->zeropp && M > 1) /* node 0's link: its last device's rings, qgZ's second level,
+                             * for each of the node's T data-parallel groups (--tp T) */
+        r->inter_node_bytes = (c->tp > 1 ? c->tp : 1) *
+                              (zs_ring_bytes(pr->rs_bytes_per_step, N) +
+                               zs_ring_bytes((size_t)((double)pr->ag_bytes_per_step - hz), N) +
+                               pr->qgz_inter_bytes_node0);
     if (pr->ep_a2a_calls_per_step > 0) /* the experts' dispatch and combine, over ep */
         zs_plan_add_group(r, ZS_COLL_ALLTOALL, pr->ep_a2a_bytes_per_step * c->ep / (c->ep - 1.0),
                           pr->ep_a2a_calls_per_step, c->ep, c->ep <= ps->node_ranks ? 1 : 0);
@@ -450,7 +476,7 @@ static void zs_plan_colls_gather(zs_plan_result *r, const zs_plan_step *ps)
 static void zs_plan_colls_tp(zs_plan_result *r, const zs_plan_step *ps)
 {
     const zs_prediction *pr = &ps->pr;
-    int T = ps->c.tp;
+    int T = ps->c.tp, first = r->ncolls;
     if (pr->tp_allreduce_bytes_per_step > 0) {
         double full = pr->tp_allreduce_bytes_per_step * T / (2.0 * (T - 1));
         r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLREDUCE, .bytes = full,
@@ -467,6 +493,10 @@ static void zs_plan_colls_tp(zs_plan_result *r, const zs_plan_step *ps)
                                                    .bytes = full, .calls = calls, .ranks = T};
         r->traffic_bytes += pr->tp_rs_bytes_per_step + pr->tp_ag_bytes_per_step;
     }
+    /* with ZeRO++ the tensor-parallel groups are inside a node
+     * (zs_plan_zeropp_nodes): their rings use its link */
+    for (int i = first; r->zeropp && i < r->ncolls; i++)
+        r->colls[i].link = 1;
 }
 
 /* A bare parameter count in the zerosim convention: one layout of Ψ,
