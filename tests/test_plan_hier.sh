@@ -9,8 +9,11 @@
 #  * the step's communication time, by hand from a hand-written
 #    calibration: per call (K-1) alpha_in + (K-1)/K S / beta_in inside,
 #    (M-1) alpha_x + (M-1)/M (S/K) / beta_x across;
-#  * what it does not plan (--tp, ZeRO++) and nodes that are not whole are
-#    refused with one line.
+#  * with --tp 2 (each TP group inside a node of 4, the node holding two
+#    data-parallel groups' halves): rank 0's data-parallel bytes across and
+#    inside nodes, and its TP all-reduces inside, equal a phantom run's;
+#  * what it does not plan (--pp, --ep, ZeRO++, a TP group across nodes) and
+#    nodes that are not whole are refused with one line.
 # And the inter-node bytes of a plan with --tp and --pp (ranks as zerosim
 # mesh lays them): per group, the most loaded stage's average equals a
 # phantom run's ledger over the same devices (its prediction for the DP and
@@ -51,6 +54,24 @@ PY
         [ "$c" = 1 ] && ok || bad "stage $st: the hierarchical plan is not (M-1)/N of the flat buffers"
     else
         bad "stage $st: the run failed: $(tail -2 "$T/r$st.log")"
+    fi
+done
+
+# --tp 2 on nodes of 4: the plan's inter and intra bytes per device equal
+# rank 0's ledger (its data-parallel rings, then its TP all-reduces inside)
+for st in 2 3; do
+    if "$ZS" train --phantom --world-size 8 --tp 2 $M --steps 2 --warmup 0 --stage $st \
+            --ranks-per-node 4 --hierarchical --quiet --csv "$T/t$st" > "$T/t$st.log" 2>&1; then
+        "$ZS" plan --arch gpt $M --stage $st --dp 4 --tp 2 --ranks-per-node 4 --hierarchical \
+            --json > "$T/tp$st.json" 2> "$T/e" || bad "plan --tp 2 stage $st: $(cat "$T/e")"
+        a=$(awk '$1 == 0 && $3 == "all" && ($2 == "reduce_scatter" || $2 == "allgather") {
+                x += $9; t += $5 } $1 == 0 && $3 == "all" && $2 == "allreduce" { t += $5 }
+                END { printf "%.0f %.0f\n", x / 2, (t - x) / 2 }' "$T/t$st/comm.csv")
+        b=$(planned "$T/tp$st.json")
+        case $a in "0 "*) bad "--tp 2 stage $st: no bytes crossed nodes ($a)" ;; esac
+        [ "$a" = "$b" ] && ok || bad "--tp 2 stage $st, 2 nodes of 4: phantom (inter intra) $a, plan $b"
+    else
+        bad "--tp 2 stage $st: the phantom run failed: $(tail -2 "$T/t$st.log")"
     fi
 done
 
@@ -136,7 +157,8 @@ err() { # WHAT ARGS...: a one-line error naming WHAT
         [ "$(wc -l < "$T/e")" = 1 ] && grep -q -- "$what" "$T/e" && ok || bad "$*: $(cat "$T/e")"
     fi
 }
-err "--hierarchical is planned without --tp" --arch gpt $M --stage 3 --dp 4 --ranks-per-node 2 --tp 2 --hierarchical
+err "--hierarchical is planned without --pp" --arch gpt $M --stage 1 --dp 2 --ranks-per-node 2 --pp 2 --hierarchical
+err "each tensor-parallel group inside a node" --arch gpt $M --stage 3 --dp 2 --ranks-per-node 2 --tp 4 --hierarchical
 err "--hierarchical is planned without" --arch gpt $M --stage 3 --dp 4 --ranks-per-node 2 --hpz-partition-size 2 --hierarchical
 err "whole nodes of 4" --params 1e6 --stage 2 --dp 6 --ranks-per-node 4 --hierarchical
 finish

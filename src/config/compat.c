@@ -380,9 +380,9 @@ RULE(plan_hierarchical)
 {
     UNUSED_CTX;
     return c->hierarchical &&
-           (c->tp > 1 || c->pp > 1 || c->ep > 1 || (c->stage == 3 && zeropp_on(c))) &&
-           SAY("--hierarchical is planned without --tp, --pp, --ep and ZeRO++ (qwZ, hpZ, "
-               "qgZ): drop --hierarchical or those");
+           (c->pp > 1 || c->ep > 1 || (c->stage == 3 && zeropp_on(c))) &&
+           SAY("--hierarchical is planned without --pp, --ep and ZeRO++ (qwZ, hpZ, qgZ): "
+               "drop --hierarchical or those, or measure it with zerosim train --phantom");
 }
 
 /* ---- a backend whose memory the host cannot read ----------------------- */
@@ -492,7 +492,7 @@ static const zs_compat_rule rules[] = {
      ep_layout_deepspeed,
      "DeepSpeed's layout of the experts' store is implemented without offload, compression "
      "and ZeRO++"},
-    {"plan:hierarchical", "hierarchical tp pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,
+    {"plan:hierarchical", "hierarchical pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,
      plan_hierarchical, "the planner's node model; zerosim train runs it"},
     {"device+offload", "backend offload", DEVICE, REFUSE, device_offload,
      "the host optimizer reads host memory"},

@@ -226,28 +226,30 @@ static int zs_plan_devices(const zs_plan_input *in)
     return in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) * (in->cfg.pp > 1 ? in->cfg.pp : 1);
 }
 
-/* ZeRO++'s nodes: the world's devices in whole nodes of devices_per_node
- * (consecutive ranks, as zerosim mesh lays them: tensor-parallel fastest),
- * the run's ranks per node, and K, the data-parallel group's devices in one
- * node (zs_mesh_dp_node_blocks: the dp group of tp rank 0; with --tp T the
- * node holds T such groups' blocks, each the same). A tensor-parallel
- * group must stay inside a node: the planner's node link model counts one
+/* The nodes of ZeRO++ and of --hierarchical (WHAT names it): the world's
+ * devices in whole nodes of devices_per_node (consecutive ranks, as
+ * zerosim mesh lays them: tensor-parallel fastest), the run's ranks per
+ * node, and K, the data-parallel group's devices in one node
+ * (zs_mesh_dp_node_blocks: the dp group of tp rank 0; with --tp T the node
+ * holds T such groups' blocks, each the same). A tensor-parallel group
+ * must stay inside a node: the planner's node link model counts one
  * group's rings per node (zerosim train runs the rest). */
-static int zs_plan_zeropp_nodes(const zs_plan_input *in, zs_run_config *c, int world, int *K)
+static int zs_plan_node_blocks(const zs_plan_input *in, zs_run_config *c, int world,
+                               const char *what, int *K)
 {
     int dpn = in->devices_per_node, T = c->tp > 1 ? c->tp : 1, P = c->pp > 1 ? c->pp : 1;
     if (world > dpn && world % dpn) {
         if (T == 1)
-            ZS_FAIL("ZeRO++ needs the %d devices in whole nodes of %d: use a multiple of %d",
+            ZS_FAIL("%s needs the %d devices in whole nodes of %d: use a multiple of %d", what,
                     in->dp, dpn, dpn);
-        ZS_FAIL("ZeRO++ needs the %d devices (--dp %d x --tp %d) in whole nodes of %d: use a "
-                "--dp that makes a multiple of %d", world, in->dp, T, dpn, dpn);
+        ZS_FAIL("%s needs the %d devices (--dp %d x --tp %d) in whole nodes of %d: use a "
+                "--dp that makes a multiple of %d", what, world, in->dp, T, dpn, dpn);
     }
     if (T > 1 && world > dpn && dpn % T)
-        ZS_FAIL("ZeRO++ with --tp %d is planned with each tensor-parallel group inside a node "
+        ZS_FAIL("%s with --tp %d is planned with each tensor-parallel group inside a node "
                 "of %d devices: use a --tp that divides %d, or measure it with zerosim train "
-                "--phantom", T, dpn, dpn);
-    c->ranks_per_node = world < dpn ? world : dpn; /* qgZ's two levels */
+                "--phantom", what, T, dpn, dpn);
+    c->ranks_per_node = world < dpn ? world : dpn;
     *K = zs_mesh_dp_node_blocks(world, T, P, 0, 0, c->ranks_per_node);
     return 0;
 }
@@ -296,10 +298,12 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
         if (in->convention != ZS_PLAN_ZEROSIM || !in->has_arch)
             ZS_FAIL("ZeRO++ (qwZ, hpZ, qgZ) is planned in the zerosim convention for a GPT "
                     "(--arch gpt or --config)");
-        ZS_TRY(zs_plan_zeropp_nodes(in, &c, world, &node_ranks));
+        ZS_TRY(zs_plan_node_blocks(in, &c, world, "ZeRO++", &node_ranks)); /* qgZ's levels */
         if (c.hpz_partition_size > 1 && node_ranks % c.hpz_partition_size)
             ZS_FAIL("zero_hpz_partition_size %d must divide the %d devices per node (hpZ's "
                     "groups stay inside a node)", c.hpz_partition_size, node_ranks);
+    } else if (c.hierarchical && c.tp > 1 && in->convention == ZS_PLAN_ZEROSIM) {
+        ZS_TRY(zs_plan_node_blocks(in, &c, world, "--hierarchical", &node_ranks));
     } else if (c.stage == 3 && in->convention == ZS_PLAN_ZEROSIM && !c.hierarchical &&
                c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
@@ -493,9 +497,9 @@ static void zs_plan_colls_tp(zs_plan_result *r, const zs_plan_step *ps)
                                                    .bytes = full, .calls = calls, .ranks = T};
         r->traffic_bytes += pr->tp_rs_bytes_per_step + pr->tp_ag_bytes_per_step;
     }
-    /* with ZeRO++ the tensor-parallel groups are inside a node
-     * (zs_plan_zeropp_nodes): their rings use its link */
-    for (int i = first; r->zeropp && i < r->ncolls; i++)
+    /* with ZeRO++ or --hierarchical the tensor-parallel groups are inside a
+     * node (zs_plan_node_blocks): their rings use its link */
+    for (int i = first; (r->zeropp || ps->c.hierarchical) && i < r->ncolls; i++)
         r->colls[i].link = 1;
 }
 
