@@ -28,6 +28,7 @@ void openblas_set_num_threads(int);
 #include "backend/cpu_llama.h"
 #include "backend/cpu_math.h"
 #include "backend/cpu_attention.h"
+#include "backend/cpu_xent.h"
 
 /* ---- instruction sets -------------------------------------------------------
  * (cpu_isa.h: each kernel in SSE2, AVX2 and AVX-512F, with the same bytes) */
@@ -172,14 +173,7 @@ ZS_CPU_BODY cpu_xent_vocab_finish_body(void *ctx, float *losses, float *probs, c
                                        const float *rowmax, const float *sums, int bt, int v)
 {
     (void)ctx;
-    for (int i = 0; i < bt; i++) {
-        const float *z = logits + (size_t)i * v;
-        float *p = probs + (size_t)i * v;
-        float inv = 1.0f / sums[i];
-        for (int j = 0; j < v; j++)
-            p[j] = zs_cpu_expf(z[j] - rowmax[i]) * inv;
-        losses[i] = logf(sums[i]) + rowmax[i] - sums[bt + i];
-    }
+    zs_xent_vocab_finish_rows(logf, losses, probs, logits, rowmax, sums, bt, v);
 }
 ZS_CPU_KERNEL(cpu_xent_vocab_finish, (void *ctx, float *losses, float *probs, const float *logits,
                const float *rowmax, const float *sums, int bt, int v),
@@ -539,29 +533,13 @@ ZS_CPU_KERNEL(cpu_attention_backward, (void *ctx, float *dqkv, float *dpreatt, f
                const float *dout, const float *qkv, const float *att, int b, int t, int c, int nh),
               (ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh))
 
-/* losses (BT); probs, logits (BT,V); targets (BT) */
+/* losses (BT); probs, logits (BT,V); targets (BT) (cpu_xent.h) */
 ZS_CPU_BODY cpu_softmax_xent_forward_body(void *ctx, float *losses, float *probs,
                                           const float *logits, const int32_t *targets, int bt,
                                           int v)
 {
     (void)ctx;
-    for (int i = 0; i < bt; i++) {
-        const float *z = logits + (size_t)i * v;
-        float *p = probs + (size_t)i * v;
-        float maxval = -INFINITY;
-        for (int j = 0; j < v; j++)
-            if (z[j] > maxval)
-                maxval = z[j];
-        float sum = 0.0f;
-        for (int j = 0; j < v; j++) {
-            p[j] = zs_cpu_expf(z[j] - maxval);
-            sum += p[j];
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < v; j++)
-            p[j] *= inv;
-        losses[i] = -logf(p[targets[i]]);
-    }
+    zs_xent_softmax_forward_rows(logf, losses, probs, logits, targets, bt, v);
 }
 ZS_CPU_KERNEL(cpu_softmax_xent_forward, (void *ctx, float *losses, float *probs,
                const float *logits, const int32_t *targets, int bt, int v),

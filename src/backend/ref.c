@@ -12,8 +12,9 @@
  *   - sgemm: ref_sgemm below, no BLAS (the order is stated there);
  *   - attention (GPT and grouped-query, forward and backward): the same tile
  *     code as the CPU's (cpu_attention.h) over ref_sgemm;
- *   - softmax_xent_forward, xent_vocab_finish: the CPU's loops, with the
- *     project's logarithm (ref_math.h) instead of libm's logf.
+ *   - softmax_xent_forward, xent_vocab_finish: the CPU's loops
+ *     (cpu_xent.h), with the project's logarithm (ref_math.h) in place of
+ *     libm's logf.
  * The CPU's other kernels (LayerNorm, RMSNorm, GELU, SwiGLU, RoPE, the
  * embeddings, the optimizers, the conversions, the fixed-point sums) are
  * plain loops in a fixed order with the project's exp and tanh
@@ -36,6 +37,7 @@
 #include "backend/cpu_isa.h"
 #include "backend/cpu_math.h"
 #include "backend/cpu_attention.h"
+#include "backend/cpu_xent.h"
 #include "backend/ref_math.h"
 
 #if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
@@ -229,32 +231,15 @@ static void ref_attention_backward(void *ctx, float *dqkv, float *dpreatt, float
                                    nh, c / nh);
 }
 
-/* ---- the loss: the CPU's loops with zs_ref_logf --------------------------- */
+/* ---- the loss: cpu_xent.h's loops with zs_ref_logf ------------------------ */
 
-/* losses (BT); probs, logits (BT,V); targets (BT): the row's max, then
- * p = exp(z - max) with the sum in index order, p *= 1/sum, loss = -log p. */
+/* losses (BT); probs, logits (BT,V); targets (BT) (cpu_xent.h) */
 ZS_CPU_BODY ref_softmax_xent_forward_body(void *ctx, float *losses, float *probs,
                                           const float *logits, const int32_t *targets, int bt,
                                           int v)
 {
     (void)ctx;
-    for (int i = 0; i < bt; i++) {
-        const float *z = logits + (size_t)i * v;
-        float *p = probs + (size_t)i * v;
-        float maxval = -INFINITY;
-        for (int j = 0; j < v; j++)
-            if (z[j] > maxval)
-                maxval = z[j];
-        float sum = 0.0f;
-        for (int j = 0; j < v; j++) {
-            p[j] = zs_cpu_expf(z[j] - maxval);
-            sum += p[j];
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < v; j++)
-            p[j] *= inv;
-        losses[i] = -zs_ref_logf(p[targets[i]]);
-    }
+    zs_xent_softmax_forward_rows(zs_ref_logf, losses, probs, logits, targets, bt, v);
 }
 ZS_CPU_KERNEL(ref_softmax_xent_forward, (void *ctx, float *losses, float *probs,
                const float *logits, const int32_t *targets, int bt, int v),
@@ -265,14 +250,7 @@ ZS_CPU_BODY ref_xent_vocab_finish_body(void *ctx, float *losses, float *probs, c
                                        const float *rowmax, const float *sums, int bt, int v)
 {
     (void)ctx;
-    for (int i = 0; i < bt; i++) {
-        const float *z = logits + (size_t)i * v;
-        float *p = probs + (size_t)i * v;
-        float inv = 1.0f / sums[i];
-        for (int j = 0; j < v; j++)
-            p[j] = zs_cpu_expf(z[j] - rowmax[i]) * inv;
-        losses[i] = zs_ref_logf(sums[i]) + rowmax[i] - sums[bt + i];
-    }
+    zs_xent_vocab_finish_rows(zs_ref_logf, losses, probs, logits, rowmax, sums, bt, v);
 }
 ZS_CPU_KERNEL(ref_xent_vocab_finish, (void *ctx, float *losses, float *probs, const float *logits,
                const float *rowmax, const float *sums, int bt, int v),
