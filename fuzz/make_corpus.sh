@@ -42,6 +42,11 @@ damaged int8zp.zq "$W/q8.zq" qfile
 damaged model.zc "$W/c.zc" zcfile
 python3 "$SRC/tests/make_files.py" tokens 64 "$W/tokens.bin"
 damaged tokens.bin "$W/tokens.bin" tokens
+python3 "$SRC/tests/make_files.py" tokens32 64 "$W/tokens32.bin"
+damaged tokens32.bin "$W/tokens32.bin" tokens
+printf 'It was the best of times, it was the worst of times.\n' >"$W/text.txt"
+"$ZS" tokens "$W/text.txt" --out "$W/bytes.bin" --bits 32 >/dev/null
+damaged bytes32.bin "$W/bytes.bin" tokens
 cat >"$W/cal.json" <<'JSON'
 {"gemm_flops": 1.5e12, "intra_latency_s": 2e-6, "intra_bandwidth": 1e10,
  "inter_latency_s": 5e-6, "inter_bandwidth": 1e9, "optimizer_elems_per_s": 1e9,

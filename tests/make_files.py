@@ -9,6 +9,8 @@ is refused (the blocks' other tensors are missing).
 KIND flat: N tensors t{i} of one F32 each (value i), in order.
 KIND tokens: llm.c's token file (magic 20240520, version 1) of N tokens
 i % 7.
+KIND tokens32: the same tokens in llm.c's 32-bit file (magic 20240801,
+version 7, uint32 tokens).
 Written with struct and json alone.
 """
 import json
@@ -38,8 +40,13 @@ def main():
             f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
             f.write(struct.pack("<%dH" % n, *(i % 7 for i in range(n))))
         return
+    elif kind == "tokens32":
+        with open(out, "wb") as f:
+            f.write(struct.pack("<256i", 20240801, 7, n, *([0] * 253)))
+            f.write(struct.pack("<%dI" % n, *(i % 7 for i in range(n))))
+        return
     else:
-        sys.exit("make_files.py: KIND is gpt, flat or tokens")
+        sys.exit("make_files.py: KIND is gpt, flat, tokens or tokens32")
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     with open(out, "wb") as f:

@@ -29,9 +29,23 @@ extern "C" {
 typedef struct zs_data zs_data;
 
 int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out);
-/* GPT samples from a file of tokens in llm.c's format (a header of 256
- * int32: magic 20240520, version 1, the token count; then uint16 tokens),
- * checked whole at the start (every token below mc->vocab) and read with
+/* llm.c's token files: a header of 256 int32 (magic, version, the token
+ * count, the rest zero), then the tokens, little-endian: uint16 under
+ * magic 20240520 version 1 (llm.c's GPT-2 files), uint32 under magic
+ * 20240801 version 7 (its Llama 3 files, for vocabularies over 65,536).
+ * zerosim tokens (zerosim/tokfile.h) also sets header word 3 to 1: each
+ * token is one byte of text, so a loss per token is a loss per byte. */
+#define ZS_TOKENS_MAGIC 20240520
+#define ZS_TOKENS_VERSION 1
+#define ZS_TOKENS32_MAGIC 20240801
+#define ZS_TOKENS32_VERSION 7
+#define ZS_TOKENS_HEADER_BYTES 1024
+#define ZS_TOKENS_WORD_BYTE_LEVEL 3
+#define ZS_TOKENS_MAX ((uint64_t)INT32_MAX) /* the count is an int32 */
+
+/* GPT samples from a token file (above), of either width,
+ * checked whole at the start (every token below mc->vocab, and below 256
+ * in a byte-level file) and read with
  * pread window by window, each window checked again. Sample
  * i is the window of seq_len + 1 tokens from a start drawn from (seed, i)
  * alone, uniform over the ntokens - seq_len starts. One line naming the file
@@ -79,6 +93,10 @@ void zs_data_fill_split(const zs_data *d, zs_data_split split, uint64_t first, i
  * the start is one line naming it (-1). */
 int zs_data_fill(const zs_data *d, uint64_t first, int b, int32_t *tokens,
                  int32_t *targets, float *x);
+
+/* Whether the data is a byte-level token file (header word 3 is 1): each
+ * token one byte of text, so its loss in nats / ln 2 is bits per byte. */
+int zs_data_tokens_are_bytes(const zs_data *d);
 
 /* The loss floor in nats (the Markov chain's entropy rate; 0 for the MLP;
  * NaN for a token file or an image set: unknown). */

@@ -48,6 +48,25 @@ int zs_eval_split(const zs_model_config *mc, const zs_data *data, zs_data_split 
                   const float *params, const zs_quant_spec *q, int mb, zs_eval_score *out,
                   zs_mem_stats *stats);
 
+/* Sampling (zerosim sample): n_new tokens after the prompt's n_prompt
+ * (at least one), each from the model's next-token distribution p at the
+ * last position of the context (the last seq_len tokens, the rest of the
+ * window zeros, which the causal model does not see). temperature 0: the
+ * most probable token (the first of equal ones); T > 0: token k with
+ * probability p_k^(1/T) / sum_j p_j^(1/T), that is softmax(logits / T),
+ * by a uniform draw from (seed, k) alone: the same seed, the same tokens.
+ * A decoder only (GPT or Llama family), one line otherwise; a prompt
+ * token outside the vocabulary is refused. One process, the cpu backend. */
+typedef struct {
+    const int32_t *prompt;
+    int n_prompt;
+    int n_new;
+    double temperature;
+    uint64_t seed;
+} zs_eval_sample_req;
+int zs_eval_sample(const zs_model_config *mc, const float *params, const zs_eval_sample_req *rq,
+                   int32_t *out);
+
 /* A model's fp32 parameters from a file of any kind zerosim writes: a
  * checkpoint folder (tp = 1), GPT weights (.safetensors, llm.c .bin), a
  * quantized file (dequantized), a compressed file (decoded). */

@@ -290,6 +290,10 @@ float zs_model_loss(const zs_acts *a, zs_backend_t be);
  * equal ones). -1 when out of host memory. */
 int zs_model_score(const zs_acts *a, zs_backend_t be, const int32_t *targets, int n,
                    double *loss_sum, int *correct);
+/* A decoder at tp = 1 after its last unit: the next-token distribution
+ * (softmax of the logits) at row r of the micro-batch (sample b, position
+ * t: r = b T + t) into out[vocab]; -1 with one line otherwise. */
+int zs_model_next_probs(const zs_acts *a, zs_backend_t be, size_t r, float *out);
 /* Mixture of experts: the part of zs_model_loss that is the load-balancing
  * loss (moe_aux_coeff x the sum of the MoE blocks' l_aux), 0 without. */
 double zs_model_aux_loss(const zs_acts *a);

@@ -127,6 +127,8 @@ typedef struct {
     double *val_loss;         /* [steps] held-out loss after each step, NaN when
                                  not evaluated (rank 0, with options.val_data or
                                  the MLP's image set) */
+    int val_byte_level;       /* the held-out tokens are bytes of text (rank 0):
+                                 val_loss / ln 2 is bits per byte */
     /* the MLP's image set (--data): [steps] the held-out images' accuracy
      * and the test images' loss and accuracy, NaN when not evaluated
      * (rank 0), and how many images each part holds; NULL and 0 without */

@@ -26,6 +26,7 @@
 #include "deepcomp_cmd.h"
 #include "plan_cmd.h"
 #include "mesh_cmd.h"
+#include "text_cmd.h"
 #include "train_cmd.h"
 #include "usage.h"
 
@@ -244,6 +245,16 @@ static void zs_train_print_phantom_summary(FILE *log, const zs_run_config *cfg, 
 
 /* A real run's summary: parameters, the last steps' mean loss against the
  * floor, the held-out loss, what it wrote, the hash, and MoE routing. */
+/* " (B bits per byte)" after a held-out loss on bytes of text, else "". */
+static const char *zs_val_bpb_text(const zs_train_result *r, double loss)
+{
+    static char text[48];
+    text[0] = 0;
+    if (r->val_byte_level)
+        snprintf(text, sizeof text, " (%.4f bits per byte)", loss / M_LN2);
+    return text;
+}
+
 static void zs_train_print_summary(FILE *log, const zs_run_config *cfg, const zs_train_options *o,
                                    int world, const zs_train_result *r)
 {
@@ -273,8 +284,9 @@ static void zs_train_print_summary(FILE *log, const zs_run_config *cfg, const zs
                 r->test_loss[r->steps - 1], 100.0 * r->test_accuracy[r->steps - 1],
                 (unsigned long long)r->test_samples);
     else if (r->val_loss && r->steps > 0 && !isnan(r->val_loss[r->steps - 1]))
-        fprintf(log, "held-out loss %.4f after step %d (%s, samples 0..%d, the fp32 "
-                "parameters)\n", r->val_loss[r->steps - 1], r->steps, o->val_data,
+        fprintf(log, "held-out loss %.4f%s after step %d (%s, samples 0..%d, the fp32 "
+                "parameters)\n", r->val_loss[r->steps - 1],
+                zs_val_bpb_text(r, r->val_loss[r->steps - 1]), r->steps, o->val_data,
                 cfg->train_batch_size - 1);
     if (o->export_path)
         fprintf(log, "wrote %s (%s)\n", o->export_path,
@@ -437,6 +449,10 @@ int main(int argc, char **argv)
         return zs_cmd_compress(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decompress"))
         return zs_cmd_decompress(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "tokens"))
+        return zs_cmd_tokens(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sample"))
+        return zs_cmd_sample(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return zs_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))
@@ -465,7 +481,7 @@ int main(int argc, char **argv)
                 argv[2]);
         return 2;
     }
-    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, plan, mesh, bench, config-keys; see zerosim --help)\n",
+    fprintf(stderr, "zerosim: unknown command \"%s\" (commands: train, export, compare, quantize, eval, compress, decompress, tokens, sample, plan, mesh, bench, config-keys; see zerosim --help)\n",
             argv[1]);
     return 2;
 }

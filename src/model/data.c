@@ -38,6 +38,8 @@ struct zs_data {
     char *tok_path;
     int tok_fd;       /* -1: synthetic data */
     uint64_t ntok;
+    int tok_width;    /* bytes per token: 2 (magic 20240520) or 4 (20240801) */
+    int tok_bytes;    /* a byte-level file: every token below 256 */
     /* an image set (zs_data_create_images), or NULL */
     zs_images *images;
 };
@@ -182,35 +184,66 @@ int zs_data_create(const zs_model_config *mc, uint64_t seed, zs_data **out)
     return 0;
 }
 
-#define ZS_TOKENS_MAGIC 20240520
-#define ZS_TOKENS_HEADER 1024 /* 256 int32 */
-
 /* Tokens [first, first + n) of the file into out, checked: every one read
  * (a file that shrank since the start is an error) and below the
  * vocabulary (one that changed). One line naming the file. */
 #define ZS_TOKENS_CHUNK 4096
-static int zs_data_read_tokens(const zs_data *d, uint64_t first, size_t n, uint16_t *out)
+static int zs_data_read_tokens(const zs_data *d, uint64_t first, size_t n, uint32_t *out)
 {
+    unsigned char raw[4 * (ZS_TOKENS_CHUNK + 1)];
+    const uint64_t w = (uint64_t)d->tok_width;
     size_t got = 0;
     while (got < n) {
-        uint64_t off = ZS_TOKENS_HEADER + 2 * (first + got);
-        ssize_t r = pread(d->tok_fd, (char *)(out + got), 2 * (n - got), (off_t)off);
+        uint64_t off = ZS_TOKENS_HEADER_BYTES + w * (first + got);
+        ssize_t r = pread(d->tok_fd, raw + w * got, w * (n - got), (off_t)off);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
             ZS_FAIL("%s: cannot read at offset %llu: %s", d->tok_path, (unsigned long long)off,
                     strerror(errno));
-        if (r < 2)
+        if ((uint64_t)r < w)
             ZS_FAIL("%s: the file ends before offset %llu, where its %llu tokens went on when "
                     "the run started: it was truncated or replaced while the run read it",
-                    d->tok_path, (unsigned long long)off + 2, (unsigned long long)d->ntok);
-        got += (size_t)r / 2; /* half a token is read again whole */
+                    d->tok_path, (unsigned long long)(off + w), (unsigned long long)d->ntok);
+        got += (size_t)((uint64_t)r / w); /* part of a token is read again whole */
     }
-    for (size_t i = 0; i < n; i++)
-        if (out[i] >= d->mc.vocab)
-            ZS_FAIL("%s: token %u at offset %llu is outside the vocabulary of %d", d->tok_path,
-                    (unsigned)out[i], (unsigned long long)(ZS_TOKENS_HEADER + 2 * (first + i)),
-                    d->mc.vocab);
+    uint32_t bound = d->tok_bytes && d->mc.vocab > 256 ? 256 : (uint32_t)d->mc.vocab;
+    for (size_t i = 0; i < n; i++) {
+        if (w == 2) {
+            uint16_t t;
+            memcpy(&t, raw + 2 * i, 2);
+            out[i] = t;
+        } else {
+            memcpy(&out[i], raw + 4 * i, 4);
+        }
+        if (out[i] >= bound)
+            ZS_FAIL("%s: token %lu at offset %llu is outside %s of %u", d->tok_path,
+                    (unsigned long)out[i], (unsigned long long)(ZS_TOKENS_HEADER_BYTES +
+                                                                w * (first + i)),
+                    bound < (uint32_t)d->mc.vocab ? "the byte-level file's (header word 3) "
+                                                    "vocabulary"
+                                                  : "the vocabulary", (unsigned)bound);
+    }
+    return 0;
+}
+
+/* The header's magic and version: the token's width in *width. */
+static int zs_data_tokens_kind(const char *path, const int32_t *hdr, int *width)
+{
+    if (hdr[0] != ZS_TOKENS_MAGIC && hdr[0] != ZS_TOKENS32_MAGIC)
+        ZS_FAIL("%s: bad magic %d at offset 0: not a token file in llm.c's format (magic %d, "
+                "uint16 tokens, or %d, uint32)", path, (int)hdr[0], ZS_TOKENS_MAGIC,
+                ZS_TOKENS32_MAGIC);
+    int wide = hdr[0] == ZS_TOKENS32_MAGIC;
+    int version = wide ? ZS_TOKENS32_VERSION : ZS_TOKENS_VERSION;
+    if (hdr[1] != version)
+        ZS_FAIL("%s: version %d at offset 4; zerosim reads magic %d with version %d (%s "
+                "tokens)", path, (int)hdr[1], (int)hdr[0], version, wide ? "uint32" : "uint16");
+    if (hdr[ZS_TOKENS_WORD_BYTE_LEVEL] != 0 && hdr[ZS_TOKENS_WORD_BYTE_LEVEL] != 1)
+        ZS_FAIL("%s: %d at offset %d, where zerosim tokens writes 1 (each token a byte of "
+                "text) and llm.c 0", path, (int)hdr[ZS_TOKENS_WORD_BYTE_LEVEL],
+                4 * ZS_TOKENS_WORD_BYTE_LEVEL);
+    *width = wide ? 4 : 2;
     return 0;
 }
 
@@ -228,19 +261,17 @@ static int zs_data_open_tokens(zs_data *d, const char *path)
     if (!S_ISREG(st.st_mode))
         ZS_FAIL("%s: not a plain file", path);
     uint64_t bytes = (uint64_t)st.st_size;
-    int32_t hdr[3];
-    if (bytes < ZS_TOKENS_HEADER || pread(d->tok_fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+    int32_t hdr[ZS_TOKENS_WORD_BYTE_LEVEL + 1];
+    if (bytes < ZS_TOKENS_HEADER_BYTES ||
+        pread(d->tok_fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
         ZS_FAIL("%s: truncated at offset %llu: llm.c's token files start with a header of %d "
-                "bytes", path, (unsigned long long)bytes, ZS_TOKENS_HEADER);
-    if (hdr[0] != ZS_TOKENS_MAGIC)
-        ZS_FAIL("%s: bad magic %d at offset 0: not a token file in llm.c's format (magic %d)",
-                path, (int)hdr[0], ZS_TOKENS_MAGIC);
-    if (hdr[1] != 1)
-        ZS_FAIL("%s: version %d at offset 4; zerosim reads version 1 (uint16 tokens)", path,
-                (int)hdr[1]);
+                "bytes", path, (unsigned long long)bytes, ZS_TOKENS_HEADER_BYTES);
+    ZS_TRY(zs_data_tokens_kind(path, hdr, &d->tok_width));
+    d->tok_bytes = hdr[ZS_TOKENS_WORD_BYTE_LEVEL] == 1;
     if (hdr[2] < 0)
         ZS_FAIL("%s: negative token count %d at offset 8", path, (int)hdr[2]);
-    uint64_t n = (uint64_t)(uint32_t)hdr[2], want = ZS_TOKENS_HEADER + 2 * n;
+    uint64_t n = (uint64_t)(uint32_t)hdr[2], want = ZS_TOKENS_HEADER_BYTES +
+                                                   (uint64_t)d->tok_width * n;
     if (bytes < want)
         ZS_FAIL("%s: truncated at offset %llu: the header (offset 8) says %llu tokens, which "
                 "end at offset %llu", path, (unsigned long long)bytes, (unsigned long long)n,
@@ -253,7 +284,7 @@ static int zs_data_open_tokens(zs_data *d, const char *path)
         ZS_FAIL("%s: %llu tokens, fewer than one sample of --seq %d + 1", path,
                 (unsigned long long)n, d->mc.seq_len);
     d->ntok = n;
-    uint16_t buf[ZS_TOKENS_CHUNK];
+    uint32_t buf[ZS_TOKENS_CHUNK];
     for (uint64_t i = 0; i < n; i += ZS_TOKENS_CHUNK)
         ZS_TRY(zs_data_read_tokens(d, i, n - i < ZS_TOKENS_CHUNK ? (size_t)(n - i)
                                                                  : ZS_TOKENS_CHUNK, buf));
@@ -339,19 +370,21 @@ void zs_data_destroy(zs_data *d)
 
 double zs_data_loss_floor(const zs_data *d) { return d->floor; }
 
+int zs_data_tokens_are_bytes(const zs_data *d) { return d->tok_fd >= 0 && d->tok_bytes; }
+
 /* Sample s's window of T + 1 tokens, at a start drawn from (seed, i), read
  * from the file in chunks: tokens[t] = window[t], targets[t] = window[t+1]. */
 static int zs_data_fill_window(const zs_data *d, uint64_t *st, int32_t *tokens, int32_t *targets)
 {
     int T = d->mc.seq_len;
     uint64_t start = zs_rng_next(st) % (d->ntok - (uint64_t)T);
-    uint16_t buf[ZS_TOKENS_CHUNK + 1];
+    uint32_t buf[ZS_TOKENS_CHUNK + 1];
     for (int t0 = 0; t0 < T; t0 += ZS_TOKENS_CHUNK) {
         int n = T - t0 < ZS_TOKENS_CHUNK ? T - t0 : ZS_TOKENS_CHUNK;
         ZS_TRY(zs_data_read_tokens(d, start + (uint64_t)t0, (size_t)n + 1, buf));
         for (int t = 0; t < n; t++) {
-            tokens[t0 + t] = buf[t];
-            targets[t0 + t] = buf[t + 1];
+            tokens[t0 + t] = (int32_t)buf[t];
+            targets[t0 + t] = (int32_t)buf[t + 1];
         }
     }
     return 0;

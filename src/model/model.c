@@ -614,6 +614,17 @@ int zs_model_score(const zs_acts *a, zs_backend_t be, const int32_t *targets, in
     return 0;
 }
 
+int zs_model_next_probs(const zs_acts *a, zs_backend_t be, size_t r, float *out)
+{
+    const zs_model_config *c = &a->m->cfg;
+    if (!zs_model_is_decoder(c) || !a->m->ops->forward_unit || c->tp > 1)
+        ZS_FAIL("the next-token distribution is a decoder's, at tp = 1, after a forward");
+    if (r >= a->n_losses)
+        ZS_FAIL("row %zu of a micro-batch of %zu positions", r, a->n_losses);
+    zs_backend_copy_d2h(be, out, a->probs + r * (size_t)c->vocab, (size_t)c->vocab * sizeof(float));
+    return 0;
+}
+
 double zs_model_aux_loss(const zs_acts *a) { return a->moe_aux; }
 
 int zs_model_moe_stats(const zs_acts *a, int l, zs_moe_stats *out)

@@ -419,6 +419,11 @@ static void zs_report_json_outputs(json_t *root, const zs_run_config *cfg,
                                                    zs_json_real(r->val_accuracy[s]), "test_loss",
                                                    zs_json_real(r->test_loss[s]), "test_accuracy",
                                                    zs_json_real(r->test_accuracy[s])));
+            else if (!isnan(r->val_loss[s]) && r->val_byte_level) /* bytes of text */
+                json_array_append_new(v, json_pack("{s:i, s:o, s:o}", "step",
+                                                   r->first_step + s + 1, "loss",
+                                                   zs_json_real(r->val_loss[s]), "bits_per_byte",
+                                                   zs_json_real(r->val_loss[s] / M_LN2)));
             else if (!isnan(r->val_loss[s])) /* evaluated */
                 json_array_append_new(v, json_pack("{s:i, s:o}", "step", r->first_step + s + 1, "loss",
                                                    zs_json_real(r->val_loss[s])));

@@ -160,7 +160,7 @@ typedef struct {
 static int zs_eval_bufs_open(const zs_eval_req *rq, zs_eval_bufs *b)
 {
     const zs_model_config *mc = rq->mc;
-    int gpt = mc->kind == ZS_MODEL_GPT, mb = rq->mb;
+    int gpt = zs_model_is_decoder(mc), mb = rq->mb;
     char err[256];
     if (!(b->be = zs_backend_init("cpu", err, sizeof err)))
         ZS_FAIL("%s", err);
@@ -218,7 +218,7 @@ static int zs_eval_pass(const zs_eval_req *rq, double *loss, double *accuracy, d
 {
     zs_eval_bufs b = {0};
     const zs_model_config *mc = rq->mc;
-    int gpt = mc->kind == ZS_MODEL_GPT, mb = rq->mb;
+    int gpt = zs_model_is_decoder(mc), mb = rq->mb;
     zs_data *own = NULL;
     int rc = zs_eval_bufs_open(rq, &b);
     if (!rc && !rq->data)
@@ -297,6 +297,100 @@ int zs_eval_split(const zs_model_config *mc, const zs_data *data, zs_data_split 
                       .samples = out->samples, .mb = mb};
     double floor;
     return zs_eval_pass(&rq, &out->loss, &out->accuracy, &floor, stats);
+}
+
+/* ---- sampling ------------------------------------------------------------------- */
+
+/* The uniform draw in [0, 1) of sampled token k: SplitMix64 of (seed, k). */
+static double zs_eval_sample_uniform(uint64_t seed, uint64_t k)
+{
+    uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * (k + 1));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* The token drawn from p[V] at temperature t with the draw u (w: V
+ * doubles of scratch): see zs_eval_sample. The weights are taken relative
+ * to the most probable token, so none overflows. */
+static int32_t zs_eval_sample_pick(const float *p, int V, double t, double u, double *w)
+{
+    int best = 0;
+    for (int k = 1; k < V; k++)
+        if (p[k] > p[best])
+            best = k;
+    if (t <= 0.0 || !(p[best] > 0.0f))
+        return best;
+    double sum = 0.0, acc = 0.0;
+    for (int k = 0; k < V; k++) {
+        w[k] = p[k] > 0.0f ? exp(log((double)p[k] / (double)p[best]) / t) : 0.0;
+        sum += w[k];
+    }
+    for (int k = 0; k < V; k++)
+        if (w[k] > 0.0 && u * sum < (acc += w[k]))
+            return k;
+    return best; /* u * sum rounded past the last sum: the likeliest */
+}
+
+/* The context's last n (<= T) tokens as one sample (zeros after), and the
+ * forward of every unit. */
+static void zs_eval_sample_forward(zs_eval_bufs *b, const int32_t *ctx, int n, int T)
+{
+    for (int t = 0; t < T; t++) {
+        b->htok[t] = t < n ? ctx[t] : 0;
+        b->htgt[t] = 0;
+    }
+    zs_backend_copy_h2d(b->be, b->dtok, b->htok, b->tb);
+    zs_backend_copy_h2d(b->be, b->dtgt, b->htgt, b->tb);
+    zs_batch batch = {.b = 1, .tokens = b->dtok, .targets = b->dtgt, .x = NULL};
+    for (int u = 0; u < b->ep.lay->n_layers; u++) {
+        zs_eval_params_view(&b->ep, b->m, u, b->P);
+        zs_model_forward_unit(b->m, b->be, u, b->P, b->acts, &batch);
+    }
+}
+
+int zs_eval_sample(const zs_model_config *mc, const float *params, const zs_eval_sample_req *rq,
+                   int32_t *out)
+{
+    if (!zs_model_is_decoder(mc))
+        ZS_FAIL("the model is an MLP (a classifier of %d classes): sampling needs a GPT or "
+                "Llama-family checkpoint", mc->n_classes);
+    ZS_TRY(zs_model_check_runnable(mc));
+    if (rq->n_prompt < 1 || rq->n_new < 1)
+        ZS_FAIL("sampling needs a prompt of at least one token and at least one token to "
+                "generate");
+    for (int i = 0; i < rq->n_prompt; i++)
+        if (rq->prompt[i] < 0 || rq->prompt[i] >= mc->vocab)
+            ZS_FAIL("the prompt's token %d (position %d) is outside the model's vocabulary "
+                    "of %d", (int)rq->prompt[i], i, mc->vocab);
+    int T = mc->seq_len, V = mc->vocab;
+    size_t n_ctx = (size_t)rq->n_prompt + (size_t)rq->n_new;
+    int32_t *ctx = malloc(n_ctx * sizeof(int32_t));
+    float *p = malloc((size_t)V * sizeof(float));
+    double *w = malloc((size_t)V * sizeof(double));
+    zs_eval_req er = {.mc = mc, .params = params, .split = -1, .mb = 1};
+    zs_eval_bufs b = {0};
+    int rc = !ctx || !p || !w ? zs_error_set("out of host memory for sampling") : 0;
+    if (!rc)
+        rc = zs_eval_bufs_open(&er, &b);
+    size_t n = (size_t)rq->n_prompt;
+    if (!rc)
+        memcpy(ctx, rq->prompt, n * sizeof(int32_t));
+    for (int k = 0; !rc && k < rq->n_new; k++) {
+        int len = n < (size_t)T ? (int)n : T;
+        zs_eval_sample_forward(&b, ctx + n - (size_t)len, len, T);
+        if ((rc = zs_model_next_probs(b.acts, b.be, (size_t)len - 1, p)))
+            break;
+        out[k] = zs_eval_sample_pick(p, V, rq->temperature,
+                                     zs_eval_sample_uniform(rq->seed, (uint64_t)k), w);
+        ctx[n++] = out[k];
+    }
+    zs_eval_bufs_close(&b, NULL);
+    free(ctx);
+    free(p);
+    free(w);
+    return rc;
 }
 
 /* ---- a model from any file -------------------------------------------------------- */

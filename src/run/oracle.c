@@ -185,6 +185,11 @@ int zs_oracle_val_create(const zs_run_config *cfg, const char *path, zs_backend_
     return 0;
 }
 
+int zs_oracle_val_byte_level(const zs_oracle_val *v)
+{
+    return v && zs_data_tokens_are_bytes(v->data);
+}
+
 void zs_oracle_val_destroy(zs_oracle_val *v)
 {
     if (!v)

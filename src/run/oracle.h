@@ -33,5 +33,8 @@ int zs_oracle_val_create(const zs_run_config *cfg, const char *path, zs_backend_
 int zs_oracle_val_loss(zs_oracle_val *v, zs_engine *e, const zs_run_config *cfg, int world_rank,
                        double *loss, zs_eval_score *heldout, zs_eval_score *test);
 void zs_oracle_val_destroy(zs_oracle_val *v);
+/* Whether the held-out tokens are bytes of text (a byte-level file of
+ * zerosim tokens): the loss per token is then a loss per byte. */
+int zs_oracle_val_byte_level(const zs_oracle_val *v);
 
 #endif

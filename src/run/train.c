@@ -65,6 +65,9 @@ static void zs_train_log_step(const zs_run_config *cfg, const zs_train_options *
     if (r->val_loss && !isnan(r->val_loss[i])) {
         size_t k = strlen(extra);
         snprintf(extra + k, sizeof extra - k, "  val_loss %.4f", r->val_loss[i]);
+        k = strlen(extra);
+        if (r->val_byte_level) /* nats per byte / ln 2 */
+            snprintf(extra + k, sizeof extra - k, "  val_bpb %.4f", r->val_loss[i] / M_LN2);
     }
     if (r->test_loss && !isnan(r->test_loss[i])) {
         size_t k = strlen(extra);
@@ -345,6 +348,7 @@ static int zs_train_open_val(zs_train_run *run)
     if (!rc)
         rc = zs_oracle_val_create(run->cfg, zs_train_val_source(run->cfg, run->o), run->be,
                                   run->cfg->train_batch_size, run->rank, &run->val);
+    r->val_byte_level = zs_oracle_val_byte_level(run->val);
     if (rc || run->rank != 0 || run->cfg->model.kind != ZS_MODEL_MLP)
         return rc;
     double **arr[3] = {&r->val_accuracy, &r->test_loss, &r->test_accuracy};
