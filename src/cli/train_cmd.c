@@ -593,7 +593,8 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
 #define ZS_FIELD(cfgp) (*(int *)((char *)&(cfgp)->model + sh[i].off))
         int file = *(int *)((char *)&f + sh[i].off), have = ZS_FIELD(c);
         int by_cli = cli->val[sh[i].id] != NULL;
-        int by_config = ZS_FIELD(from_config) != ZS_FIELD(&def);
+        /* --hf-config gives every shape; --config those it changes */
+        int by_config = cli->val[OPT_HF_CONFIG] || ZS_FIELD(from_config) != ZS_FIELD(&def);
 #undef ZS_FIELD
         if (sh[i].id == OPT_KV_HEADS && file == 0)
             continue; /* from the heads, below */
@@ -627,10 +628,11 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
                 zs_init_source(cli, cli->val[OPT_KV_HEADS] != NULL), c->model.n_kv_head,
                 cli->val[OPT_KV_HEADS] ? "option" : "key");
     c->model.n_kv_head = kv.n_kv_head;
-    if (f.rope_theta > 0.0 && !cli->val[OPT_ROPE_THETA] &&
+    int hf = cli->val[OPT_HF_CONFIG] != NULL;
+    if (f.rope_theta > 0.0 && !cli->val[OPT_ROPE_THETA] && !hf &&
         from_config->model.rope_theta == def.model.rope_theta)
         c->model.rope_theta = f.rope_theta;
-    if (f.norm_eps > 0.0 && !cli->val[OPT_NORM_EPS] &&
+    if (f.norm_eps > 0.0 && !cli->val[OPT_NORM_EPS] && !hf &&
         from_config->model.norm_eps == def.model.norm_eps)
         c->model.norm_eps = f.norm_eps;
     return 0;
