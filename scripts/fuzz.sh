@@ -7,7 +7,7 @@
 #
 # Usage: scripts/fuzz.sh [target ...]   (targets: config train_args plan_args,
 # and the file readers: safetensors weights tokens manifest qfile zcfile
-# calibration)
+# calibration st_index)
 # Environment: FUZZ_SECONDS, CLANG (default clang, then clang-14), BUILDDIR
 # (a configured build tree, for build-config.h; default the source tree).
 set -eu
@@ -15,7 +15,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILDDIR=${BUILDDIR:-$SRC}
 OUT=${FUZZ_OUT:-$BUILDDIR/build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
-TARGETS=${*:-config train_args plan_args safetensors weights tokens manifest qfile zcfile calibration}
+TARGETS=${*:-config train_args plan_args safetensors weights tokens manifest qfile zcfile calibration st_index}
 
 CC_FUZZ=${CLANG:-}
 if [ -z "$CC_FUZZ" ]; then

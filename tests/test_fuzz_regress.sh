@@ -7,7 +7,7 @@
 
 B=$(dirname "$ZS")/fuzz
 S=$(cd "$HERE/../fuzz" && pwd)
-for t in config train_args plan_args safetensors weights tokens manifest qfile zcfile calibration; do
+for t in config train_args plan_args safetensors weights tokens manifest qfile zcfile calibration st_index; do
     set -- "$S/corpus/$t"
     [ -d "$S/regress/$t" ] && set -- "$S/regress/$t" "$@"
     # from an empty folder: the train target reads --config names it is given

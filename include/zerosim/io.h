@@ -147,6 +147,59 @@ const char *zs_st_meta(const zs_st_file *f, const char *key);
 /* Read n bytes at byte offset off of tensor t into dst. */
 int zs_st_read(const zs_st_file *f, const zs_st_tensor *t, uint64_t off, void *dst, size_t n);
 
+/* ---- safetensors: a model in one file or in shards --------------------------- */
+
+/* A model's tensors, in one safetensors file or in the shards of a Hugging
+ * Face sharded checkpoint: model.safetensors.index.json, {"metadata":
+ * {"total_size": bytes}, "weight_map": {"tensor": "file", ...}}, beside
+ * the files it names (model-00001-of-00003.safetensors, ...). Opening
+ * checks the whole set: the index's JSON (at most 64 MiB, no key twice),
+ * each file a plain name in the index's folder that zs_st_open accepts,
+ * every tensor in exactly one file, the one the weight_map names, and every
+ * tensor of every file in the weight_map. Tensors are then found by name
+ * in constant time, whichever file holds them. */
+typedef struct {
+    int file, index;                /* files[file].t[index] */
+} zs_st_set_entry;
+typedef struct {
+    char *path;                     /* as given: a file, an index or a folder */
+    char *index_path;               /* the index read; NULL for one file */
+    zs_st_file *files;
+    int n_files;
+    zs_st_set_entry *entry;         /* every tensor, file by file */
+    int n;
+    zs_name_index by_name;          /* entry[] by name */
+} zs_st_set;
+
+/* path: a .safetensors file, an .index.json, or a folder holding
+ * model.safetensors.index.json or else model.safetensors. */
+int zs_st_set_open(zs_st_set *s, const char *path);
+void zs_st_set_close(zs_st_set *s);
+/* The index of the tensor named name in the set, or -1. */
+int zs_st_set_find(const zs_st_set *s, const char *name);
+const zs_st_tensor *zs_st_set_tensor(const zs_st_set *s, int i);
+/* The path of the file that holds tensor i. */
+const char *zs_st_set_file_path(const zs_st_set *s, int i);
+/* The metadata value of key in the (first) file, or NULL. */
+const char *zs_st_set_meta(const zs_st_set *s, const char *key);
+/* Read n bytes at byte offset off of tensor i into dst. */
+int zs_st_set_read(const zs_st_set *s, int i, uint64_t off, void *dst, size_t n);
+
+/* Give the data of declared tensor i (zs_st_writer_data, its bytes whole). */
+typedef int (*zs_st_data_fn)(void *ctx, int i, zs_st_writer *w);
+/* Write n tensors (t[i]'s name, dtype and shape; offsets ignored) with the
+ * metadata pairs meta[0..2*nmeta) as path (a name ending .safetensors):
+ * one file when shard_bytes is 0 or they fit in one shard; else shards of
+ * at most shard_bytes of tensor data each (a larger tensor alone in its
+ * own), in order, named as Hugging Face names them (NAME.safetensors ->
+ * NAME-00001-of-0000n.safetensors beside it), each with the metadata, then
+ * the index PATH.index.json. Each file is written atomically and the index
+ * last; on failure the shards already written are removed. *n_shards (may
+ * be NULL) gets the number of files, 1 for one file. */
+int zs_st_write_sharded(const char *path, uint64_t shard_bytes, const zs_st_tensor *t, int n,
+                        const char *const *meta, int nmeta, zs_st_data_fn data, void *ctx,
+                        int *n_shards);
+
 #ifdef __cplusplus
 }
 #endif

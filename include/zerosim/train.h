@@ -33,6 +33,8 @@ typedef struct {
                                  must be the file's), NULL = the seed's */
     const char *export_path;  /* write the parameters after the last step */
     int export_format;        /* zs_weights_format */
+    uint64_t export_shard_bytes; /* --shard-size: safetensors shards of at most
+                                    this many bytes of tensors; 0 = one file */
     int no_steps;             /* build and load, export, take no step */
     const char *val_data;     /* held-out token file, NULL = none */
     int val_every;            /* held-out loss every K steps and after the last */

@@ -1,4 +1,4 @@
-/* zerosim — GPT weights in other tools' formats.
+/* zerosim — GPT and Llama-family weights in other tools' formats.
  *
  * Two formats, both full fp32 parameters of the tp = 1 model:
  *
@@ -12,6 +12,17 @@
  *   weight as (in, out), the transpose of zerosim's (out, in) rows. The
  *   metadata names the shapes (n_layer, n_head, n_embd, n_ctx, vocab_size),
  *   since the tensors do not say the number of heads.
+ * - safetensors with the names and shapes of Hugging Face's
+ *   LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM (the Llama
+ *   family's layout entries, src/model/llama.c: model.embed_tokens.weight
+ *   [V,C], model.layers.{i}.input_layernorm.weight [C],
+ *   .self_attn.{q,k,v,o}_proj.weight [out,in] (+ q/k/v biases for Qwen2),
+ *   .post_attention_layernorm.weight, .mlp.{gate,up,down}_proj.weight,
+ *   model.norm.weight, lm_head.weight when untied), no transposition and no
+ *   RoPE permutation (weights_llama.c says why); metadata n_head,
+ *   n_kv_head, n_ctx, rope_theta and rms_norm_eps among others.
+ * Either safetensors kind may be one file or a Hugging Face sharded
+ * checkpoint (model.safetensors.index.json and its shards; zerosim/io.h).
  * - llm.c's gpt2_*.bin: 256 int32 (20240326, version 3, maxT, V, L, NH, C,
  *   padded V), then the 16 tensors of train_gpt2.c in its order, each
  *   holding all L blocks: wte (Vp,C), wpe (maxT,C), ln1w (L,C), ln1b,
@@ -57,8 +68,8 @@ typedef struct {
 
 /* The 4 + 12 L tensors of the GPT mc, in layout order (malloc'd in *out);
  * for a dense Llama-family mc its layout's entries, whose names and (out,
- * in) shapes are Hugging Face's already (the dumps use them; weight files
- * do not yet). */
+ * in) shapes are Hugging Face's already (the dumps and weight files use
+ * them as they are). */
 int zs_gpt_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int *n);
 /* The tensor's values from the flat parameters, in the file's layout. */
 void zs_gpt_tensor_get(const zs_gpt_tensor *t, const float *params, float *out);
@@ -70,10 +81,16 @@ void zs_gpt_tensor_put(const zs_gpt_tensor *t, const float *in, float *params);
 int zs_gpt_st_declare(zs_st_writer *w, const char *prefix, const zs_model_config *mc);
 int zs_gpt_st_data(zs_st_writer *w, const zs_model_config *mc, const float *params);
 
-/* The shapes a weights file describes: kind GPT, n_layer, n_embd, seq_len,
- * vocab and n_head (0 when a safetensors file does not say it). One line
- * naming the file when it does not describe a GPT zerosim can build. */
+/* The shapes a weights file (or sharded checkpoint: its index or folder)
+ * describes: kind GPT, n_layer, n_embd, seq_len, vocab and n_head (0 when
+ * a safetensors file does not say it); or kind LLAMA, n_layer, n_embd,
+ * vocab, ffn_hidden, qkv_bias, tie_embeddings, and n_head, n_kv_head,
+ * seq_len, rope_theta and norm_eps from the metadata (0 when absent). One
+ * line naming the file when it does not describe a model zerosim can build. */
 int zs_weights_probe(const char *path, zs_model_config *mc);
+/* A Llama mc whose n_head is known and n_kv_head 0: n_kv_head from the
+ * file's k_proj rows (nothing for other models). */
+int zs_weights_probe_heads(const char *path, zs_model_config *mc);
 /* Read the file's parameters for the model mc (the shapes zs_weights_probe
  * gave, n_head set) into params (zs_model_count_params floats, the tp = 1
  * layout order). */
@@ -82,6 +99,10 @@ int zs_weights_read(const char *path, const zs_model_config *mc, float *params);
  * format f, atomically. */
 int zs_weights_write(const char *path, zs_weights_format f, const zs_model_config *mc,
                      const float *params);
+/* The same in shards of at most shard_bytes of tensor data (0: one file),
+ * as zs_st_write_sharded names them, safetensors only. */
+int zs_weights_write_sharded(const char *path, zs_weights_format f, const zs_model_config *mc,
+                             const float *params, uint64_t shard_bytes);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* zerosim — `zerosim compare A B [--rtol X] [--atol Y]`: two dumps or two
  * weight files, tensor by tensor.
  *
- * A file is safetensors (any numeric dtype, compared as doubles) or llm.c's
+ * A file is safetensors (any numeric dtype, compared as doubles; one file,
+ * or a sharded checkpoint given by its .index.json or folder) or llm.c's
  * gpt2 .bin (its tensors under Hugging Face's GPT-2 names, as zerosim
  * exports them, so a .bin compares with a .safetensors). A tensor is within
  * tolerance when every element has |a - b| <= atol + rtol * |b|
@@ -28,7 +29,8 @@ static const char *const zs_compare_usage =
     "usage: zerosim compare A B [--rtol X] [--atol Y]\n"
     "\n"
     "Compare two files tensor by tensor: dumps (train --dump-dir), weight files\n"
-    "(safetensors, or llm.c's .bin under GPT-2's names) or any safetensors files.\n"
+    "(safetensors, or llm.c's .bin under GPT-2's names) or any safetensors files;\n"
+    "a sharded checkpoint by its model.safetensors.index.json or its folder.\n"
     "Prints per tensor the largest absolute and relative error and whether every\n"
     "element has |a - b| <= atol + rtol * |b| (numpy.allclose's rule). Exit 1 when\n"
     "a tensor is not within tolerance, is missing from one file or has another\n"
@@ -42,11 +44,11 @@ static const char *const zs_compare_usage =
 typedef struct {
     const char *path;
     int llmc;                 /* an llm.c .bin: its tensors from params */
-    zs_st_file st;
+    zs_st_set st;             /* safetensors: one file or a sharded checkpoint */
     zs_gpt_tensor *gt;        /* llm.c: the tensors and the parameters */
     int ngt;
     float *params;
-    zs_name_index by_name;    /* the tensors' names, for constant-time lookups */
+    zs_name_index by_name;    /* llm.c: the tensors' names, for constant-time lookups */
 } zs_cmp_src;
 
 static const char *zs_cmp_name_of(const void *s, int i);
@@ -63,8 +65,7 @@ static int zs_cmp_open(zs_cmp_src *s, const char *path)
     close(fd);
     s->llmc = got == (ssize_t)sizeof magic && magic == 20240326;
     if (!s->llmc) {
-        ZS_TRY(zs_st_open(&s->st, path));
-        return zs_name_index_build(&s->by_name, s->st.n, zs_cmp_name_of, s, NULL);
+        return zs_st_set_open(&s->st, path);
     }
     zs_model_config mc;
     ZS_TRY(zs_weights_probe(path, &mc));
@@ -79,7 +80,7 @@ static int zs_cmp_open(zs_cmp_src *s, const char *path)
 static void zs_cmp_close(zs_cmp_src *s)
 {
     if (!s->llmc && s->st.path)
-        zs_st_close(&s->st);
+        zs_st_set_close(&s->st);
     free(s->gt);
     free(s->params);
     zs_name_index_free(&s->by_name);
@@ -88,7 +89,7 @@ static void zs_cmp_close(zs_cmp_src *s)
 static int zs_cmp_count(const zs_cmp_src *s) { return s->llmc ? s->ngt : s->st.n; }
 static const char *zs_cmp_name(const zs_cmp_src *s, int i)
 {
-    return s->llmc ? s->gt[i].name : s->st.t[i].name;
+    return s->llmc ? s->gt[i].name : zs_st_set_tensor(&s->st, i)->name;
 }
 
 
@@ -96,14 +97,16 @@ static const char *zs_cmp_name_of(const void *s, int i) { return zs_cmp_name(s, 
 
 static int zs_cmp_find(const zs_cmp_src *s, const char *name)
 {
+    if (!s->llmc)
+        return zs_st_set_find(&s->st, name);
     return zs_name_index_find(&s->by_name, name, zs_cmp_name_of, s);
 }
 
 /* Shape of tensor i as text, and its element count. */
 static uint64_t zs_cmp_shape(const zs_cmp_src *s, int i, char *buf, size_t n)
 {
-    int nd = s->llmc ? s->gt[i].ndim : s->st.t[i].ndim;
-    const uint64_t *sh = s->llmc ? s->gt[i].shape : s->st.t[i].shape;
+    int nd = s->llmc ? s->gt[i].ndim : zs_st_set_tensor(&s->st, i)->ndim;
+    const uint64_t *sh = s->llmc ? s->gt[i].shape : zs_st_set_tensor(&s->st, i)->shape;
     uint64_t numel = 1;
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int d = 0; d < nd; d++) {
@@ -147,12 +150,12 @@ static int zs_cmp_read(const zs_cmp_src *s, int i, uint64_t numel, double **out)
         free(f);
         return 0;
     }
-    const zs_st_tensor *t = &s->st.t[i];
+    const zs_st_tensor *t = zs_st_set_tensor(&s->st, i);
     size_t es = zs_st_dtype_size(t->dtype), bytes = (size_t)numel * es;
     unsigned char *raw = malloc(bytes + 1);
     if (!raw)
         ZS_FAIL("out of host memory reading %s", s->path);
-    int rc = zs_st_read(&s->st, t, 0, raw, bytes);
+    int rc = zs_st_set_read(&s->st, i, 0, raw, bytes);
     for (uint64_t k = 0; k < numel && !rc; k++) {
         const unsigned char *p = raw + k * es;
         switch (t->dtype) {

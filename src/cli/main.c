@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* With --ep: which of the engine's two layouts the run took, and why
  * (zs_step_ep_split, zerosim/program.h). */
@@ -222,11 +223,23 @@ static void zs_train_print_start(const zs_run_config *cfg, const zs_train_option
 static void zs_train_print_export(FILE *log, const zs_run_config *cfg, const zs_train_options *o,
                                   const zs_train_result *r)
 {
-    fprintf(log, "wrote %s (%s): a GPT of %d blocks, hidden %d, %d heads, seq %d, "
-            "vocab %d; %zu parameters, param_hash %s\n", o->export_path,
-            zs_weights_format_name((zs_weights_format)o->export_format), cfg->model.n_layer,
-            cfg->model.n_embd, cfg->model.n_head, cfg->model.seq_len, cfg->model.vocab,
-            zs_model_count_params(&cfg->model), r->param_hash);
+    const zs_model_config *m = &cfg->model;
+    char index[4200];
+    snprintf(index, sizeof index, "%s.index.json", o->export_path);
+    if (o->export_shard_bytes && access(index, F_OK) == 0) /* written in shards */
+        fprintf(log, "wrote %s, the index of shards of at most %llu bytes beside it "
+                "(safetensors)", index, (unsigned long long)o->export_shard_bytes);
+    else
+        fprintf(log, "wrote %s (%s)", o->export_path,
+                zs_weights_format_name((zs_weights_format)o->export_format));
+    if (m->kind == ZS_MODEL_LLAMA)
+        fprintf(log, ": a Llama of %d blocks, hidden %d, %d heads, %d key/value heads, "
+                "intermediate %d, vocab %d, head %s", m->n_layer, m->n_embd, m->n_head,
+                m->n_kv_head, m->ffn_hidden, m->vocab, m->tie_embeddings ? "tied" : "untied");
+    else
+        fprintf(log, ": a GPT of %d blocks, hidden %d, %d heads, seq %d, vocab %d", m->n_layer,
+                m->n_embd, m->n_head, m->seq_len, m->vocab);
+    fprintf(log, "; %zu parameters, param_hash %s\n", zs_model_count_params(m), r->param_hash);
 }
 
 /* A phantom run's summary: sizes and memory, no values. */

@@ -44,7 +44,7 @@ enum {
     OPT_AUX_LOSS_COEFF, OPT_EP, OPT_EP_LAYOUT, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_VIRTUAL_STAGES,
     OPT_REPORT_PER_RANK,
     OPT_FFN_HIDDEN, OPT_KV_HEADS, OPT_ROPE_THETA, OPT_NORM_EPS, OPT_TIE_EMB, OPT_QKV_BIAS,
-    OPT_HF_CONFIG,
+    OPT_HF_CONFIG, OPT_SHARD_SIZE,
     OPT_LAST
 };
 
@@ -118,6 +118,7 @@ static const struct option zs_long_options[] = {
     {"init-from", required_argument, NULL, OPT_INIT_FROM},
     {"export", required_argument, NULL, OPT_EXPORT},
     {"format", required_argument, NULL, OPT_FORMAT},
+    {"shard-size", required_argument, NULL, OPT_SHARD_SIZE},
     {"out", required_argument, NULL, OPT_OUT},
     {"data", required_argument, NULL, OPT_DATA},
     {"val-data", required_argument, NULL, OPT_VAL_DATA},
@@ -526,48 +527,114 @@ static int zs_cli_apply(const zs_cli *cli, zs_run_config *c, int had_config)
     return 0;
 }
 
-/* --init-from: the GPT's shapes are the file's. A shape the command line
- * or the --config file (what it set differs from the defaults) gave must
- * agree with the file. */
+/* --init-from's shapes: a field of zs_model_config, its option, whether
+ * the file's value is only a default (soft: the Llama's context, which no
+ * tensor holds) and whether 0 is a value (flag: the biases, the tied head;
+ * else 0 is what the file does not say). */
+typedef struct {
+    int id;
+    const char *what;
+    size_t off;
+    int soft, flag;
+} zs_init_field;
+
+static const zs_init_field zs_init_gpt[] = {
+    {OPT_LAYERS, "layers", offsetof(zs_model_config, n_layer), 0, 0},
+    {OPT_HIDDEN, "hidden", offsetof(zs_model_config, n_embd), 0, 0},
+    {OPT_HEADS, "heads", offsetof(zs_model_config, n_head), 0, 0},
+    {OPT_SEQ, "seq", offsetof(zs_model_config, seq_len), 0, 0},
+    {OPT_VOCAB, "vocab", offsetof(zs_model_config, vocab), 0, 0},
+    {0, NULL, 0, 0, 0},
+};
+static const zs_init_field zs_init_llama[] = {
+    {OPT_LAYERS, "layers", offsetof(zs_model_config, n_layer), 0, 0},
+    {OPT_HIDDEN, "hidden", offsetof(zs_model_config, n_embd), 0, 0},
+    {OPT_VOCAB, "vocab", offsetof(zs_model_config, vocab), 0, 0},
+    {OPT_FFN_HIDDEN, "ffn-hidden", offsetof(zs_model_config, ffn_hidden), 0, 0},
+    {OPT_QKV_BIAS, "qkv-bias", offsetof(zs_model_config, qkv_bias), 0, 1},
+    {OPT_TIE_EMB, "tie-embeddings", offsetof(zs_model_config, tie_embeddings), 0, 1},
+    {OPT_HEADS, "heads", offsetof(zs_model_config, n_head), 0, 0},
+    {OPT_KV_HEADS, "kv-heads", offsetof(zs_model_config, n_kv_head), 0, 0},
+    {OPT_SEQ, "seq", offsetof(zs_model_config, seq_len), 1, 0},
+    {0, NULL, 0, 0, 0},
+};
+
+/* Where a shape came from other than the file, for the error line. */
+static const char *zs_init_source(const zs_cli *cli, int by_cli)
+{
+    return by_cli ? "the command line"
+           : cli->val[OPT_HF_CONFIG] ? "--hf-config" : "the --config file";
+}
+
+/* --init-from: the model's family and shapes are the file's. A shape the
+ * command line or a config file (what it set differs from the defaults)
+ * gave must agree with the file; a Llama's rope theta, norm eps and
+ * context are the file's metadata's where nothing else gives them. */
 static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
                             zs_run_config *c)
 {
     const char *path = cli->val[OPT_INIT_FROM];
-    if (c->model.kind != ZS_MODEL_GPT)
-        ZS_FAIL("--init-from %s: weight files hold GPTs; drop --model %s", path,
-                zs_model_kind_name(c->model.kind));
+    if (c->model.kind == ZS_MODEL_MLP)
+        ZS_FAIL("--init-from %s: weight files hold the GPT and the Llama family; drop --model "
+                "mlp", path);
     zs_model_config f;
     ZS_TRY(zs_weights_probe(path, &f));
     zs_run_config def;
     zs_run_config_defaults(&def);
-    static const struct { int id; const char *what; size_t off; } sh[] = {
-        {OPT_LAYERS, "layers", offsetof(zs_model_config, n_layer)},
-        {OPT_HIDDEN, "hidden", offsetof(zs_model_config, n_embd)},
-        {OPT_HEADS, "heads", offsetof(zs_model_config, n_head)},
-        {OPT_SEQ, "seq", offsetof(zs_model_config, seq_len)},
-        {OPT_VOCAB, "vocab", offsetof(zs_model_config, vocab)},
-    };
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+    if (f.kind != c->model.kind) {
+        if (cli->val[OPT_MODEL] || from_config->model.kind != def.model.kind)
+            ZS_FAIL("--init-from %s holds a %s, but %s gives --model %s: drop it", path,
+                    zs_model_kind_name(f.kind), zs_init_source(cli, cli->val[OPT_MODEL] != NULL),
+                    zs_model_kind_name(c->model.kind));
+        c->model.kind = f.kind;
+    }
+    const zs_init_field *sh = f.kind == ZS_MODEL_LLAMA ? zs_init_llama : zs_init_gpt;
+    for (size_t i = 0; sh[i].what; i++) {
 #define ZS_FIELD(cfgp) (*(int *)((char *)&(cfgp)->model + sh[i].off))
         int file = *(int *)((char *)&f + sh[i].off), have = ZS_FIELD(c);
         int by_cli = cli->val[sh[i].id] != NULL;
-        int by_config = ZS_FIELD(from_config) != ZS_FIELD(&def);
+        /* --hf-config gives every shape; --config those it changes */
+        int by_config = cli->val[OPT_HF_CONFIG] || ZS_FIELD(from_config) != ZS_FIELD(&def);
 #undef ZS_FIELD
-        if (file == 0) { /* the number of heads, when the file does not say it */
+        if (sh[i].id == OPT_KV_HEADS && file == 0)
+            continue; /* from the heads, below */
+        if (file == 0 && sh[i].id == OPT_HEADS) { /* the file does not say it */
             if (!by_cli && !by_config)
                 ZS_FAIL("--init-from %s: the file does not say the number of heads (no n_head "
-                        "in its metadata): give --heads", path);
+                        "in its metadata): give --heads%s", path, f.kind == ZS_MODEL_LLAMA
+                        ? " and --kv-heads, or the checkpoint's config.json with --hf-config"
+                        : "");
             continue;
         }
+        if ((file == 0 && !sh[i].flag) || (sh[i].soft && (by_cli || by_config)))
+            continue;
         if ((by_cli || by_config) && have != file)
-            ZS_FAIL("--init-from %s holds a GPT with %s %d, but %s gives %d: drop the %s",
-                    path, sh[i].what, file, by_cli ? "the command line" : "the --config file",
-                    have, by_cli ? "option" : "key");
+            ZS_FAIL("--init-from %s holds a %s with %s %d, but %s gives %d: drop the %s",
+                    path, f.kind == ZS_MODEL_LLAMA ? "Llama" : "GPT", sh[i].what, file,
+                    zs_init_source(cli, by_cli), have, by_cli ? "option" : "key");
         *(int *)((char *)&c->model + sh[i].off) = file;
     }
     if (c->model.n_embd % c->model.n_head)
         ZS_FAIL("--init-from %s: --heads %d does not divide the file's hidden size %d", path,
                 c->model.n_head, c->model.n_embd);
+    if (f.kind != ZS_MODEL_LLAMA)
+        return 0;
+    zs_model_config kv = c->model; /* the key/value heads k_proj's rows hold */
+    kv.n_kv_head = 0;
+    ZS_TRY(zs_weights_probe_heads(path, &kv));
+    if (c->model.n_kv_head && c->model.n_kv_head != kv.n_kv_head)
+        ZS_FAIL("--init-from %s holds a Llama with kv-heads %d (k_proj's rows, %d heads), but "
+                "%s gives %d: drop the %s", path, kv.n_kv_head, c->model.n_head,
+                zs_init_source(cli, cli->val[OPT_KV_HEADS] != NULL), c->model.n_kv_head,
+                cli->val[OPT_KV_HEADS] ? "option" : "key");
+    c->model.n_kv_head = kv.n_kv_head;
+    int hf = cli->val[OPT_HF_CONFIG] != NULL;
+    if (f.rope_theta > 0.0 && !cli->val[OPT_ROPE_THETA] && !hf &&
+        from_config->model.rope_theta == def.model.rope_theta)
+        c->model.rope_theta = f.rope_theta;
+    if (f.norm_eps > 0.0 && !cli->val[OPT_NORM_EPS] && !hf &&
+        from_config->model.norm_eps == def.model.norm_eps)
+        c->model.norm_eps = f.norm_eps;
     return 0;
 }
 
@@ -707,6 +774,15 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
             ZS_TRY(zs_weights_format_of(out, &f));
         o->export_path = out;
         o->export_format = (int)f;
+    }
+    if (cli->val[OPT_SHARD_SIZE]) {
+        size_t bytes;
+        if (!out)
+            ZS_FAIL("--shard-size splits --export FILE (or export's --out FILE) into shards");
+        if (zs_parse_size(cli->val[OPT_SHARD_SIZE], &bytes) || bytes < 1)
+            ZS_FAIL("--shard-size must be a size in bytes such as 5GB or 200MB, got \"%s\"",
+                    cli->val[OPT_SHARD_SIZE]);
+        o->export_shard_bytes = (uint64_t)bytes;
     }
     o->no_steps = export_cmd;
     if (cli->val[OPT_FROM] && !export_cmd)

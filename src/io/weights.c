@@ -2,6 +2,7 @@
  * (see zerosim/weights.h). */
 #include "zerosim/weights.h"
 #include "zerosim/error.h"
+#include "weights_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -232,48 +233,88 @@ int zs_gpt_st_data(zs_st_writer *w, const zs_model_config *mc, const float *para
     return rc;
 }
 
-/* ---- safetensors --------------------------------------------------------------- */
+/* ---- safetensors ----------------------------------------------------------------- */
 
-static int zs_st_write_gpt(const char *path, const zs_model_config *mc, const float *params)
+/* The tensors' data for zs_st_write_sharded: tensor i of the list, in the
+ * file's layout. */
+typedef struct {
+    const zs_gpt_tensor *t;
+    const float *params;
+    float *buf; /* the largest transposed tensor */
+} zs_st_out;
+
+static int zs_st_out_data(void *ctx, int i, zs_st_writer *w)
 {
-    zs_st_writer w;
-    ZS_TRY(zs_st_writer_open(&w, path));
-    char v[5][32];
-    snprintf(v[0], sizeof v[0], "%d", mc->n_layer);
-    snprintf(v[1], sizeof v[1], "%d", mc->n_head);
-    snprintf(v[2], sizeof v[2], "%d", mc->n_embd);
-    snprintf(v[3], sizeof v[3], "%d", mc->seq_len);
-    snprintf(v[4], sizeof v[4], "%d", mc->vocab);
-    int rc = zs_st_writer_meta(&w, "format", "pt");
-    if (!rc)
-        rc = zs_st_writer_meta(&w, "producer", "zerosim");
-    static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size"};
-    for (int i = 0; i < 5 && !rc; i++)
-        rc = zs_st_writer_meta(&w, keys[i], v[i]);
-    if (!rc)
-        rc = zs_gpt_st_declare(&w, "", mc);
-    if (!rc)
-        rc = zs_gpt_st_data(&w, mc, params);
-    if (rc) {
-        zs_st_writer_abort(&w);
-        return rc;
-    }
-    return zs_st_writer_commit(&w, NULL);
+    const zs_st_out *o = ctx;
+    const zs_gpt_tensor *t = &o->t[i];
+    if (!t->transpose)
+        return zs_st_writer_data(w, o->params + t->offset, t->numel * sizeof(float));
+    zs_gpt_tensor_get(t, o->params, o->buf);
+    return zs_st_writer_data(w, o->buf, t->numel * sizeof(float));
 }
 
-/* The tensor named name in f, with or without Hugging Face's "transformer."
- * prefix (GPT2LMHeadModel's own files have it, gpt2's model.safetensors not). */
-static const zs_st_tensor *zs_st_find_gpt(const zs_st_file *f, const char *name)
+/* The GPT's metadata: the shapes the tensors do not say (the heads). */
+static int zs_st_meta_gpt(const zs_model_config *mc, char v[][32], const char **meta)
 {
-    const zs_st_tensor *t = zs_st_find(f, name);
-    if (t)
-        return t;
+    static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size"};
+    const int vals[5] = {mc->n_layer, mc->n_head, mc->n_embd, mc->seq_len, mc->vocab};
+    meta[0] = "format";
+    meta[1] = "pt";
+    meta[2] = "producer";
+    meta[3] = "zerosim";
+    for (int i = 0; i < 5; i++) {
+        snprintf(v[i], 32, "%d", vals[i]);
+        meta[4 + 2 * i] = keys[i];
+        meta[5 + 2 * i] = v[i];
+    }
+    return 7;
+}
+
+static int zs_st_write_model(const char *path, uint64_t shard_bytes, const zs_model_config *mc,
+                             const float *params)
+{
+    zs_gpt_tensor *t;
+    int n;
+    ZS_TRY(zs_gpt_tensors(mc, &t, &n));
+    size_t most = 0;
+    for (int i = 0; i < n; i++)
+        most = t[i].transpose && t[i].numel > most ? t[i].numel : most;
+    zs_st_tensor *decl = calloc((size_t)n + 1, sizeof *decl);
+    zs_st_out out = {t, params, malloc((most ? most : 1) * sizeof(float))};
+    int rc = decl && out.buf ? 0 : zs_error_set("out of host memory writing %s", path);
+    for (int i = 0; i < n && !rc; i++) {
+        snprintf(decl[i].name, sizeof decl[i].name, "%s", t[i].name);
+        decl[i].dtype = ZS_ST_F32;
+        decl[i].ndim = t[i].ndim;
+        decl[i].shape[0] = t[i].shape[0];
+        decl[i].shape[1] = t[i].shape[1];
+    }
+    char v[ZS_WEIGHTS_META_MAX][32];
+    const char *meta[2 * ZS_WEIGHTS_META_MAX];
+    int nmeta = mc->kind == ZS_MODEL_LLAMA ? zs_llama_st_meta(mc, v, meta)
+                                           : zs_st_meta_gpt(mc, v, meta);
+    if (!rc)
+        rc = zs_st_write_sharded(path, shard_bytes, decl, n, meta, nmeta, zs_st_out_data, &out,
+                                 NULL);
+    free(out.buf);
+    free(decl);
+    free(t);
+    return rc;
+}
+
+/* The tensor named name in s, with or without Hugging Face's "transformer."
+ * prefix (GPT2LMHeadModel's own files have it, gpt2's model.safetensors not). */
+static int zs_st_find_gpt(const zs_st_set *s, const char *name)
+{
+    int i = zs_st_set_find(s, name);
+    if (i >= 0)
+        return i;
     char full[128];
     if (strlen(name) + 12 >= sizeof full) /* no tensor has a name that long */
-        return NULL;
+        return -1;
     memcpy(full, "transformer.", 12);
     memcpy(full + 12, name, strlen(name) + 1);
-    return zs_st_find(f, full);
+    return zs_st_set_find(s, full);
 }
 
 /* Tensors a GPT-2 file may hold that zerosim does not use: the attention's
@@ -303,7 +344,7 @@ static int zs_st_dim(const char *path, const zs_st_tensor *t, int want_ndim, uin
     return 0;
 }
 
-static int zs_pos_int(const char *path, const char *what, uint64_t v, int *out)
+int zs_weights_pos_int(const char *path, const char *what, uint64_t v, int *out)
 {
     if (v < 1 || v > (1u << 20))
         ZS_FAIL("%s: %s is %llu, outside 1..%d", path, what, (unsigned long long)v, 1 << 20);
@@ -312,12 +353,14 @@ static int zs_pos_int(const char *path, const char *what, uint64_t v, int *out)
 }
 
 /* Shapes from the tensors (wte, wpe, the blocks present) and the metadata. */
-static int zs_st_probe(const zs_st_file *f, const char *path, zs_model_config *mc)
+static int zs_st_probe(const zs_st_set *s, const char *path, zs_model_config *mc)
 {
-    const zs_st_tensor *wte = zs_st_find_gpt(f, "wte.weight"), *wpe = zs_st_find_gpt(f, "wpe.weight");
-    if (!wte || !wpe)
-        ZS_FAIL("%s: no tensor %s: not a GPT-2 checkpoint in Hugging Face's names", path,
-                wte ? "wpe.weight" : "wte.weight");
+    int iwte = zs_st_find_gpt(s, "wte.weight"), iwpe = zs_st_find_gpt(s, "wpe.weight");
+    if (iwte < 0 || iwpe < 0)
+        ZS_FAIL("%s: no tensor %s: neither a GPT-2 nor a Llama-family checkpoint in Hugging "
+                "Face's names", path, iwte >= 0 ? "wpe.weight" : "wte.weight (nor "
+                "model.embed_tokens.weight)");
+    const zs_st_tensor *wte = zs_st_set_tensor(s, iwte), *wpe = zs_st_set_tensor(s, iwpe);
     uint64_t V = 0, C = 0, T = 0, C2 = 0;
     ZS_TRY(zs_st_dim(path, wte, 2, &V, &C));
     ZS_TRY(zs_st_dim(path, wpe, 2, &T, &C2));
@@ -326,20 +369,20 @@ static int zs_st_probe(const zs_st_file *f, const char *path, zs_model_config *m
                 (unsigned long long)T, (unsigned long long)C2, (unsigned long long)C);
     memset(mc, 0, sizeof *mc);
     mc->kind = ZS_MODEL_GPT;
-    ZS_TRY(zs_pos_int(path, "the vocabulary (wte.weight's rows)", V, &mc->vocab));
-    ZS_TRY(zs_pos_int(path, "the hidden size (wte.weight's columns)", C, &mc->n_embd));
-    ZS_TRY(zs_pos_int(path, "the sequence length (wpe.weight's rows)", T, &mc->seq_len));
+    ZS_TRY(zs_weights_pos_int(path, "the vocabulary (wte.weight's rows)", V, &mc->vocab));
+    ZS_TRY(zs_weights_pos_int(path, "the hidden size (wte.weight's columns)", C, &mc->n_embd));
+    ZS_TRY(zs_weights_pos_int(path, "the sequence length (wpe.weight's rows)", T, &mc->seq_len));
     int L = 0;
     char name[64];
     for (;; L++) {
         snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
-        if (!zs_st_find_gpt(f, name))
+        if (zs_st_find_gpt(s, name) < 0)
             break;
     }
     if (L < 1)
         ZS_FAIL("%s: no block h.0 (h.0.ln_1.weight): not a GPT-2 checkpoint", path);
     mc->n_layer = L;
-    const char *nh = zs_st_meta(f, "n_head");
+    const char *nh = zs_st_set_meta(s, "n_head");
     if (nh) {
         char *end;
         errno = 0;
@@ -352,9 +395,33 @@ static int zs_st_probe(const zs_st_file *f, const char *path, zs_model_config *m
     return 0;
 }
 
+int zs_weights_check_shape(const char *path, const zs_st_tensor *s, const zs_gpt_tensor *t,
+                           const char *model)
+{
+    if (s->dtype != ZS_ST_F32)
+        ZS_FAIL("%s: tensor %s is %s; zerosim reads F32 weights (convert the file to float32)",
+                path, s->name, zs_st_dtype_name(s->dtype));
+    int same = s->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = s->shape[d] == t->shape[d];
+    if (same)
+        return 0;
+    char want[64], got[96] = "";
+    if (t->ndim == 1)
+        snprintf(want, sizeof want, "[%llu]", (unsigned long long)t->shape[0]);
+    else
+        snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)t->shape[0],
+                 (unsigned long long)t->shape[1]);
+    size_t k = 0;
+    for (int d = 0; d < s->ndim && k + 24 < sizeof got; d++)
+        k += (size_t)snprintf(got + k, sizeof got - k, "%s%llu", d ? ", " : "",
+                              (unsigned long long)s->shape[d]);
+    ZS_FAIL("%s: tensor %s has shape [%s], %s has %s", path, s->name, got, model, want);
+}
+
 /* Every tensor of mc present, F32, in its shape; no tensor zerosim would
  * not know. */
-static int zs_st_check_gpt(const zs_st_file *f, const char *path, const zs_model_config *mc)
+static int zs_st_check_gpt(const zs_st_set *f, const char *path, const zs_model_config *mc)
 {
     /* A file of fewer tensors than the model's lacks one among the model's
      * first f->n + 1 (wte, wpe and the blocks in order): only those are
@@ -372,36 +439,18 @@ static int zs_st_check_gpt(const zs_st_file *f, const char *path, const zs_model
     /* which of the file's tensors the model takes: each looked up once */
     unsigned char *taken = calloc((size_t)f->n + 1, 1);
     int rc = taken ? 0 : zs_error_set("out of host memory reading %s", path);
+    char model[96];
+    snprintf(model, sizeof model, "GPT-2 (C=%d, V=%d, T=%d)", mc->n_embd, mc->vocab, mc->seq_len);
     for (int i = 0; i < n && !rc; i++) {
-        const zs_st_tensor *s = zs_st_find_gpt(f, t[i].name);
-        if (!s) {
+        int s = zs_st_find_gpt(f, t[i].name);
+        if (s < 0) {
             rc = zs_error_set("%s: missing tensor %s (GPT-2 with %d blocks)", path, t[i].name,
                               mc->n_layer);
             break;
         }
-        taken[s - f->t] = 1;
-        if (s->dtype != ZS_ST_F32) {
-            rc = zs_error_set("%s: tensor %s is %s; zerosim reads F32 weights (convert the "
-                              "file to float32)", path, s->name, zs_st_dtype_name(s->dtype));
-            break;
-        }
-        int same = s->ndim == t[i].ndim;
-        for (int d = 0; same && d < t[i].ndim; d++)
-            same = s->shape[d] == t[i].shape[d];
-        if (!same) {
-            char want[64], got[96] = "";
-            if (t[i].ndim == 1)
-                snprintf(want, sizeof want, "[%llu]", (unsigned long long)t[i].shape[0]);
-            else
-                snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)t[i].shape[0],
-                         (unsigned long long)t[i].shape[1]);
-            size_t k = 0;
-            for (int d = 0; d < s->ndim && k + 24 < sizeof got; d++)
-                k += (size_t)snprintf(got + k, sizeof got - k, "%s%llu", d ? ", " : "",
-                                      (unsigned long long)s->shape[d]);
-            rc = zs_error_set("%s: tensor %s has shape [%s], GPT-2 (C=%d, V=%d, T=%d) has %s",
-                              path, s->name, got, mc->n_embd, mc->vocab, mc->seq_len, want);
-        }
+        taken[s] = 1;
+        rc = zs_weights_check_shape(zs_st_set_file_path(f, s), zs_st_set_tensor(f, s), &t[i],
+                                    model);
     }
     if (!whole && !rc)
         rc = zs_error_set("internal: %s: %d tensors, the model needs %d, but none is missing",
@@ -409,25 +458,25 @@ static int zs_st_check_gpt(const zs_st_file *f, const char *path, const zs_model
     /* anything else: a mask buffer or the tied head, or another model (a
      * name the model has, under the other prefix, is known too) */
     for (int j = 0; j < f->n && !rc; j++) {
-        const char *nm = f->t[j].name;
+        const char *nm = zs_st_set_tensor(f, j)->name;
         const char *bare = strncmp(nm, "transformer.", 12) ? nm : nm + 12;
-        const zs_st_tensor *same = taken[j] || !strncmp(bare, "transformer.", 12)
-                                       ? NULL : zs_st_find_gpt(f, bare);
-        int known = taken[j] || zs_st_ignorable(nm) || (same && taken[same - f->t]);
+        int same = taken[j] || !strncmp(bare, "transformer.", 12) ? -1 : zs_st_find_gpt(f, bare);
+        int known = taken[j] || zs_st_ignorable(nm) || (same >= 0 && taken[same]);
         if (!known)
             rc = zs_error_set("%s: tensor %s is not part of a GPT-2 with %d blocks as zerosim "
-                              "builds it", path, nm, mc->n_layer);
+                              "builds it", zs_st_set_file_path(f, j), nm, mc->n_layer);
     }
     free(taken);
     free(t);
     return rc;
 }
 
-static int zs_st_read_gpt(const char *path, const zs_model_config *mc, float *params)
+/* The tensors of mc (checked first) from the set into params. */
+static int zs_st_read_model(const zs_st_set *s, const char *path, const zs_model_config *mc,
+                            float *params)
 {
-    zs_st_file f;
-    ZS_TRY(zs_st_open(&f, path));
-    int rc = zs_st_check_gpt(&f, path, mc);
+    int llama = mc->kind == ZS_MODEL_LLAMA;
+    int rc = llama ? zs_llama_st_check(s, path, mc) : zs_st_check_gpt(s, path, mc);
     zs_gpt_tensor *t = NULL;
     int n = 0;
     if (!rc)
@@ -439,15 +488,14 @@ static int zs_st_read_gpt(const char *path, const zs_model_config *mc, float *pa
     if (!rc && !buf)
         rc = zs_error_set("out of host memory reading %s", path);
     for (int i = 0; i < n && !rc; i++) {
-        const zs_st_tensor *s = zs_st_find_gpt(&f, t[i].name);
+        int k = llama ? zs_st_set_find(s, t[i].name) : zs_st_find_gpt(s, t[i].name);
         float *dst = t[i].transpose ? buf : params + t[i].offset;
-        rc = zs_st_read(&f, s, 0, dst, t[i].numel * sizeof(float));
+        rc = zs_st_set_read(s, k, 0, dst, t[i].numel * sizeof(float));
         if (!rc && t[i].transpose)
             zs_gpt_tensor_put(&t[i], buf, params);
     }
     free(buf);
     free(t);
-    zs_st_close(&f);
     return rc;
 }
 
@@ -622,9 +670,13 @@ static int zs_llmc_read(const char *path, const zs_model_config *mc, float *para
 /* ---- either ------------------------------------------------------------------------ */
 
 /* The format of an existing file: its first bytes (llm.c's magic), else
- * safetensors. */
+ * safetensors (one file, a sharded checkpoint's index, or a folder). */
 static int zs_weights_sniff(const char *path, zs_weights_format *f)
 {
+    struct stat sb;
+    *f = ZS_WEIGHTS_SAFETENSORS;
+    if (zs_ends_with(path, ".index.json") || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        return 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         ZS_FAIL("%s: %s", path, strerror(errno));
@@ -638,6 +690,12 @@ static int zs_weights_sniff(const char *path, zs_weights_format *f)
     if (*f == ZS_WEIGHTS_SAFETENSORS && zs_ends_with(path, ".bin"))
         *f = ZS_WEIGHTS_LLMC; /* then its magic is named wrong */
     return 0;
+}
+
+/* The family of a safetensors set: the Llama family's embedding's name. */
+static int zs_st_is_llama(const zs_st_set *s)
+{
+    return zs_st_set_find(s, "model.embed_tokens.weight") >= 0;
 }
 
 int zs_weights_probe(const char *path, zs_model_config *mc)
@@ -654,16 +712,32 @@ int zs_weights_probe(const char *path, zs_model_config *mc)
         close(fd);
         return rc;
     }
-    zs_st_file sf;
-    ZS_TRY(zs_st_open(&sf, path));
-    int rc = zs_st_probe(&sf, path, mc);
-    if (!rc) { /* the rest checked now, with any n_head that divides C */
-        zs_model_config any = *mc;
-        if (!any.n_head)
-            any.n_head = 1;
-        rc = zs_st_check_gpt(&sf, path, &any);
+    zs_st_set s;
+    ZS_TRY(zs_st_set_open(&s, path));
+    int rc;
+    if (zs_st_is_llama(&s)) {
+        rc = zs_llama_st_probe(&s, path, mc);
+    } else {
+        rc = zs_st_probe(&s, path, mc);
+        if (!rc) { /* the rest checked now, with any n_head that divides C */
+            zs_model_config any = *mc;
+            if (!any.n_head)
+                any.n_head = 1;
+            rc = zs_st_check_gpt(&s, path, &any);
+        }
     }
-    zs_st_close(&sf);
+    zs_st_set_close(&s);
+    return rc;
+}
+
+int zs_weights_probe_heads(const char *path, zs_model_config *mc)
+{
+    if (mc->kind != ZS_MODEL_LLAMA || mc->n_kv_head > 0)
+        return 0;
+    zs_st_set s;
+    ZS_TRY(zs_st_set_open(&s, path));
+    int rc = zs_llama_st_kv_heads(&s, path, mc);
+    zs_st_set_close(&s);
     return rc;
 }
 
@@ -671,15 +745,36 @@ int zs_weights_read(const char *path, const zs_model_config *mc, float *params)
 {
     zs_weights_format f;
     ZS_TRY(zs_weights_sniff(path, &f));
-    return f == ZS_WEIGHTS_LLMC ? zs_llmc_read(path, mc, params)
-                                : zs_st_read_gpt(path, mc, params);
+    if (f == ZS_WEIGHTS_LLMC)
+        return zs_llmc_read(path, mc, params);
+    zs_st_set s;
+    ZS_TRY(zs_st_set_open(&s, path));
+    int rc = 0;
+    if (mc->kind == ZS_MODEL_GPT && zs_st_is_llama(&s))
+        rc = zs_error_set("%s holds a Llama-family model (model.embed_tokens.weight), not a "
+                          "GPT-2: give --model llama", path);
+    if (!rc)
+        rc = zs_st_read_model(&s, path, mc, params);
+    zs_st_set_close(&s);
+    return rc;
+}
+
+int zs_weights_write_sharded(const char *path, zs_weights_format f, const zs_model_config *mc,
+                             const float *params, uint64_t shard_bytes)
+{
+    if (mc->kind != ZS_MODEL_GPT && mc->kind != ZS_MODEL_LLAMA)
+        ZS_FAIL("%s: weight files hold the GPT and the Llama family (Hugging Face's names); "
+                "the MLP has none", path);
+    if (f == ZS_WEIGHTS_LLMC && mc->kind == ZS_MODEL_LLAMA)
+        ZS_FAIL("%s: llm.c's .bin holds GPT-2 models only: write the Llama as .safetensors", path);
+    if (f == ZS_WEIGHTS_LLMC && shard_bytes)
+        ZS_FAIL("%s: --shard-size splits safetensors checkpoints; llm.c's .bin is one file", path);
+    return f == ZS_WEIGHTS_LLMC ? zs_llmc_write(path, mc, params)
+                                : zs_st_write_model(path, shard_bytes, mc, params);
 }
 
 int zs_weights_write(const char *path, zs_weights_format f, const zs_model_config *mc,
                      const float *params)
 {
-    if (mc->kind != ZS_MODEL_GPT)
-        ZS_FAIL("%s: weight files hold GPT models only (GPT-2's names); the MLP has none", path);
-    return f == ZS_WEIGHTS_LLMC ? zs_llmc_write(path, mc, params)
-                                : zs_st_write_gpt(path, mc, params);
+    return zs_weights_write_sharded(path, f, mc, params, 0);
 }

@@ -39,7 +39,7 @@ int zs_oracle_init_from(zs_engine *e, const zs_run_config *cfg, const char *path
 }
 
 int zs_oracle_export(zs_engine *e, const zs_run_config *cfg, const char *path, int format,
-                     int world_rank)
+                     uint64_t shard_bytes, int world_rank)
 {
     size_t total;
     zs_model_config mc = zs_oracle_full_model(cfg, &total);
@@ -50,7 +50,7 @@ int zs_oracle_export(zs_engine *e, const zs_run_config *cfg, const char *path, i
     if (!rc)
         rc = grc;
     if (!rc && world_rank == 0)
-        rc = zs_weights_write(path, (zs_weights_format)format, &mc, full);
+        rc = zs_weights_write_sharded(path, (zs_weights_format)format, &mc, full, shard_bytes);
     free(full);
     return rc;
 }

@@ -13,9 +13,10 @@
 
 /* Every rank: read the weights file and set the engine's parameters. */
 int zs_oracle_init_from(zs_engine *e, const zs_run_config *cfg, const char *path);
-/* Collective: gather the parameters; world rank 0 writes them. */
+/* Collective: gather the parameters; world rank 0 writes them (in shards
+ * of at most shard_bytes, 0: one file). */
 int zs_oracle_export(zs_engine *e, const zs_run_config *cfg, const char *path, int format,
-                     int world_rank);
+                     uint64_t shard_bytes, int world_rank);
 /* Collective: the dump of step `step` (1-based; 0 = the state before step
  * 1, parameters only) into dir, written by world rank 0. */
 int zs_oracle_dump(zs_engine *e, const zs_run_config *cfg, const char *dir, int step,

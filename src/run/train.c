@@ -588,7 +588,8 @@ static int zs_train_collect(zs_train_run *run, size_t rec0, double trace_t0)
     zs_engine *e = run->e;
     int rc;
     if (o->export_path && !zs_backend_is_phantom(run->be)) {
-        rc = zs_oracle_export(e, cfg, o->export_path, o->export_format, run->rank);
+        rc = zs_oracle_export(e, cfg, o->export_path, o->export_format,
+                              o->export_shard_bytes, run->rank);
         if ((rc = zs_train_agree(run->comm, rc, r)))
             return rc;
     }
