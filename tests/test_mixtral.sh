@@ -4,7 +4,8 @@
 # drops choices): ZeRO stages byte-identical on 2 ranks, every category and
 # the all-to-alls measured = predicted, expert parallelism (--ep 2, --ep 4,
 # in --ep 1's layout and DeepSpeed's) byte-identical to --ep 1 on the same
-# ranks, plan = phantom = real, activation checkpointing exact, bf16, the
+# ranks, deterministic mode across N = 1, 2, 4, plan = phantom = real,
+# activation checkpointing exact, a checkpoint's resume exact, bf16, the
 # tiny Mixtral of tests/hf/mixtral-tiny.json (dropless, as Hugging Face's)
 # through --hf-config, and what is not built (tensor parallelism, pipeline
 # stages with experts) refused with one line. The gradients against
@@ -69,6 +70,19 @@ EOC
         { [ -z "$ref" ] || same_hashes "$name" "$ref"; }
 done
 phantom_same fd 4 --stage 3 --grad-accum 1 --ep 2 --ep-layout deepspeed
+
+# deterministic mode: one global batch of 4 micro-batches gives the same
+# bytes on N = 1, 2 (--ep 2) and 4 (--ep 4)
+train_hashes d1 1 --deterministic --grad-accum 4
+train_hashes d2 2 --deterministic --grad-accum 2 --stage 2 --ep 2 && same_hashes d2 d1
+train_hashes d4 4 --deterministic --grad-accum 1 --stage 3 --ep 4 && same_hashes d4 d1
+
+# a checkpoint saved at step 2 and resumed to step 3 ends at the
+# uninterrupted run's parameters
+zs_run save 2 $M --stage 2 --save-every 2 --save-dir "$T/ck" &&
+    zs_run resumed 2 $M --stage 2 --resume "$T/ck/global_step2" &&
+    { [ "$(key "$T/resumed.json" param_hash)" = "$(key "$T/s2.json" param_hash)" ] && ok ||
+          bad "mixtral: resumed to $(key "$T/resumed.json" param_hash), uninterrupted $(key "$T/s2.json" param_hash)"; }
 
 # bf16: stages agree, accounting holds
 train_hashes b0 2 --precision bf16 --stage 0 && train_hashes b3 2 --precision bf16 --stage 3 \
