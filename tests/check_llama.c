@@ -192,18 +192,22 @@ START_TEST(test_validation)
     c.sliding_window = 16;
     ck_assert_int_eq(zs_model_config_validate(&c), 0);
     /* dense blocks run, with TP splitting or replicating the key/value
-     * heads; experts run in phantom runs only, without TP or EP */
+     * heads; experts run (src/model/llama_moe.c), without TP: the
+     * configuration is refused (the experts' MLPs are not split) */
     ck_assert_int_eq(zs_model_check_runnable(&c), 0);
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.tp = 2;
     ck_assert_int_eq(zs_model_check_runnable(&c), 0);
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.moe_experts = 4;
-    ck_assert_int_ne(zs_model_check_runnable(&c), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "llama: real runs with experts not built yet"));
-    ck_assert_int_ne(zs_model_check_phantom(&c), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "Mixtral blocks"));
+    c.moe_every = 1;
+    c.moe_top_k = 2;
+    c.moe_capacity_factor = 1.0;
+    ck_assert_int_ne(zs_model_config_validate(&c), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "a mixture of experts with tensor parallelism"));
     c.tp = 1;
+    ck_assert_int_eq(zs_model_config_validate(&c), 0);
+    ck_assert_int_eq(zs_model_check_runnable(&c), 0);
     ck_assert_int_eq(zs_model_check_phantom(&c), 0);
     c.moe_experts = 0;
     c.tp = 4; /* 2 key/value heads, each on 2 ranks */

@@ -407,6 +407,90 @@ START_TEST(test_llama_gradients)
 }
 END_TEST
 
+/* Mixtral-style blocks (src/model/llama_moe.c): E SwiGLU experts behind a
+ * top-k router with the chosen weights renormalised. Top-2 in every block
+ * of a GQA model without drops (Mixtral's dropless routing); top-2 in the
+ * second block only with a capacity that drops second choices; top-1
+ * renormalised (a kept choice weighs 1: the router learns through l_aux
+ * alone) with drops. Every entry against finite differences, as the GPT's
+ * MoE. */
+static zs_model_config mixtral_cfg(int E, int every, int k, double cf, int minc)
+{
+    zs_model_config c = llama_cfg(2, 16, 4, 2, 12, 6, 11);
+    c.moe_experts = E;
+    c.moe_every = every;
+    c.moe_top_k = k;
+    c.moe_capacity_factor = cf;
+    c.moe_min_capacity = minc;
+    c.moe_aux_coeff = 0.1;
+    c.moe_renormalize = 1;
+    return c;
+}
+
+/* The weights of Mixtral's routing (renorm): softmax over all E, the top k
+ * kept, divided by their sum; top-1 weighs 1 and sends the router nothing
+ * through the weight (only l_aux's gradient, 0 here). DeepSpeed's top-1
+ * (renorm 0) weighs the gate. */
+START_TEST(test_mixtral_routing)
+{
+    const float logits[2][4] = {{0.1f, 1.2f, -0.3f, 0.7f}, {2.0f, -1.0f, 0.5f, 0.4f}};
+    for (int k = 1; k <= 2; k++)
+        for (int renorm = 0; renorm <= 1; renorm++) {
+            zs_moe_routing r;
+            ck_assert_int_eq(zs_moe_routing_alloc(&r, 2, 4, k, 2, 3), 0);
+            r.renorm = renorm;
+            zs_moe_softmax(r.hgates, &logits[0][0], 2, 4);
+            zs_moe_route(&r);
+            for (int t = 0; t < 2; t++) {
+                const float *g = r.hgates + 4 * t;
+                double sum = 0.0, top = 0.0;
+                for (int j = 0; j < 4; j++)
+                    sum += g[j];
+                ck_assert(fabs(sum - 1.0) < 1e-6);
+                ck_assert_int_eq(r.expert[t], t == 0 ? 1 : 0);
+                if (k == 2)
+                    ck_assert_int_eq(r.expert[2 + t], t == 0 ? 3 : 2);
+                for (int i = 0; i < k; i++)
+                    top += g[r.expert[i * 2 + t]];
+                for (int i = 0; i < k; i++) {
+                    double gi = g[r.expert[i * 2 + t]], want = k == 1 && !renorm ? gi : gi / top;
+                    ck_assert_msg(fabs(r.weight[i * 2 + t] - want) < 1e-6,
+                                  "k %d renorm %d: %g, not %g", k, renorm,
+                                  (double)r.weight[i * 2 + t], want);
+                }
+                r.dweight[t] = 0.5f; /* as if combine_backward had set it */
+                if (k == 2)
+                    r.dweight[2 + t] = -0.25f;
+            }
+            float dl[8];
+            zs_moe_gate_backward(dl, &r, 0.0f);
+            double mag = 0.0;
+            for (int j = 0; j < 8; j++)
+                mag += fabs(dl[j]);
+            if (k == 1 && renorm)
+                ck_assert(mag == 0.0);
+            else
+                ck_assert(mag > 1e-3);
+            zs_moe_routing_free(&r);
+        }
+}
+END_TEST
+
+START_TEST(test_mixtral_gradients)
+{
+    int dropped;
+    zs_model_config none = mixtral_cfg(3, 1, 2, 1.5, 0); /* Cap = the 12 tokens */
+    check_moe_gradients(&none, 2, &dropped);
+    ck_assert_int_eq(dropped, 0);
+    zs_model_config drop = mixtral_cfg(3, 2, 2, 0.5, 1);
+    check_moe_gradients(&drop, 2, &dropped);
+    ck_assert_int_gt(dropped, 0);
+    zs_model_config top1 = mixtral_cfg(3, 2, 1, 1.0, 0);
+    check_moe_gradients(&top1, 2, &dropped);
+    ck_assert_int_gt(dropped, 0);
+}
+END_TEST
+
 START_TEST(test_mlp_gradients)
 {
     const int w[2] = {12, 9};
@@ -499,6 +583,8 @@ int main(void)
     tcase_add_test(tc, test_llama_gradients);
     tcase_add_test(tc, test_moe_top1_gradients);
     tcase_add_test(tc, test_moe_top2_gradients);
+    tcase_add_test(tc, test_mixtral_routing);
+    tcase_add_test(tc, test_mixtral_gradients);
     tcase_add_test(tc, test_moe_count);
     tcase_add_test(tc, test_activation_bytes);
     tcase_add_test(tc, test_markov_floor);

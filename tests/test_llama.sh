@@ -11,7 +11,7 @@
 # heads split over the group) and sequence parallelism give the one-rank
 # run's losses within 1e-6, stages byte-identical at a fixed mesh, the TP
 # collectives' bytes as predicted, with the key/value heads split or
-# replicated; experts (not built) are refused with one line.
+# replicated. Mixtral-style experts: tests/test_mixtral.sh.
 . "$(dirname "$0")/testlib.sh"
 
 M="--model llama --layers 3 --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --quiet"
@@ -23,8 +23,6 @@ done
 same_hashes s3 s0
 train_hashes ck1 2 --stage 1 --checkpoint-activations every:1 && same_hashes ck1 s0 &&
     measured_is_predicted "llama stage 1 every:1" "$T/ck1"
-
-refuse -m "llama: real runs with experts not built yet" train $M --moe-experts 4
 
 # a checkpoint records the family's shape: a save at step 2 resumed to
 # step 3 ends at the uninterrupted run's parameters; another shape (key/

@@ -47,6 +47,9 @@ int zs_moe_capacity(int n, int experts, int top_k, double factor, int min_capaci
 
 typedef struct {
     int n, e, k, cap, c;
+    int renorm;       /* top-1: 1 weighs a kept choice 1 (Mixtral's top-k
+                         renormalised), 0 by its gate (DeepSpeed's); top-2
+                         renormalises the kept gates either way */
     int *expert;      /* [k][n] chosen expert */
     int *slot;        /* [k][n] slot in the expert's buffer, -1: dropped */
     float *weight;    /* [k][n] combine weight (0 when dropped) */

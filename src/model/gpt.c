@@ -29,13 +29,9 @@
 #include "zerosim/error.h"
 #include "zerosim/layers.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-/* the most ranks of an expert-parallel group (the all-to-alls' count arrays) */
-#define ZS_MOE_MAX_EP 256
 
 /* Experts this rank holds (all of them without expert parallelism). */
 static int gpt_local_experts(const zs_model_config *c)
@@ -337,6 +333,8 @@ double zs_model_moe_home_bytes(const zs_model_config *c)
 const float *zs_model_moe_source_grads(const zs_model *m, const zs_acts *a, size_t *chunk)
 {
     const zs_model_config *c = &m->cfg;
+    if (c->kind == ZS_MODEL_LLAMA)
+        return zs_llama_moe_source_grads(m, a, chunk);
     *chunk = 0;
     if (c->moe_ep_home != ZS_MOE_EP_BY_SOURCE || gpt_home_floats(c) == 0)
         return NULL;
@@ -523,35 +521,6 @@ static void gpt_ln_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *
                                const float *w, const float *mean, const float *rstd, int B,
                                int unit);
 
-/* Expert parallelism: the all-to-all over the expert-parallel group that
- * sends chunk q of send (E/Ep experts' Cap rows, (E,Cap,C) in expert order)
- * to rank q and receives each rank's chunk for this rank's experts, in
- * source order; a copy without it. */
-static void gpt_moe_alltoall(zs_model *m, zs_backend_t be, float *recv, const float *send,
-                             size_t ecc, int unit)
-{
-    int Ep = m->cfg.moe_ep > 1 ? m->cfg.moe_ep : 1;
-    if (Ep == 1 || !m->ep) {
-        zs_backend_copy_d2d(be, recv, send, ecc * 4);
-        return;
-    }
-    int cnt[ZS_MOE_MAX_EP], dis[ZS_MOE_MAX_EP];
-    size_t chunk = ecc / (size_t)Ep * 4;
-    if (Ep > ZS_MOE_MAX_EP || (size_t)Ep * chunk > (size_t)INT_MAX) {
-        zs_error_set("expert parallelism: the all-to-all of %zu bytes per rank is more than one "
-                     "MPI call carries (2 GiB): use a larger --ep or a smaller micro-batch",
-                     (size_t)Ep * chunk);
-        m->tp_failed = 1;
-        return;
-    }
-    for (int q = 0; q < Ep; q++) {
-        cnt[q] = (int)chunk;
-        dis[q] = (int)((size_t)q * chunk);
-    }
-    if (zs_comm_alltoallv_bytes(m->ep, send, cnt, dis, recv, cnt, dis, unit))
-        m->tp_failed = 1;
-}
-
 /* The experts' MLPs over their buffers: in (Ep sources, E/Ep experts, Cap,
  * C) (without expert parallelism: (E, Cap, C)), one linear per source and
  * expert, so that each source's rows go through the arithmetic they get
@@ -616,85 +585,11 @@ static void gpt_experts_backward(zs_model *m, zs_backend_t be, int l, float *con
     }
     if (!home)
         return;
-    if (c->moe_ep_home == ZS_MOE_EP_BY_SOURCE) {
-        /* the sources' gradients kept (zs_model_moe_source_grads), and
-         * added into G in source order */
-        const size_t part[4] = {(size_t)El * 4 * CC, (size_t)El * 4 * C, (size_t)El * 4 * CC,
-                                (size_t)El * C};
-        const int ent[4] = {M_FCW, M_FCB, M_FCPW, M_FCPB};
-        for (int q = 0; q < Ep; q++) {
-            const float *src = a->s_gsrc + (size_t)q * chunk;
-            for (int k = 0; k < 4; src += part[k], k++)
-                zs_backend_axpy(be, G[blk(c, l, ent[k])], 1.0f, src, part[k]);
-        }
-        return;
-    }
-    /* each source's chunk home; from owner o come its experts' gradients
-     * from this rank's tokens: experts o El .. o El + El - 1 of each entry */
-    int cnt[ZS_MOE_MAX_EP], dis[ZS_MOE_MAX_EP];
-    if (Ep > ZS_MOE_MAX_EP || (size_t)Ep * chunk * 4 > (size_t)INT_MAX) {
-        zs_error_set("expert parallelism: the experts' gradients, %zu bytes per rank, are more "
-                     "than one MPI all-to-all carries (2 GiB): use a larger --ep",
-                     (size_t)Ep * chunk * 4);
-        m->tp_failed = 1;
-        return;
-    }
-    for (int q = 0; q < Ep; q++) {
-        cnt[q] = (int)(chunk * 4);
-        dis[q] = (int)((size_t)q * chunk * 4);
-    }
-    if (m->ep && zs_comm_alltoallv_bytes(m->ep, a->s_gsrc, cnt, dis, a->s_grecv, cnt, dis, l + 1))
-        m->tp_failed = 1;
-    if (!m->ep)
-        zs_backend_copy_d2d(be, a->s_grecv, a->s_gsrc, (size_t)Ep * chunk * 4);
+    float *dst[4] = {G[blk(c, l, M_FCW)], G[blk(c, l, M_FCB)], G[blk(c, l, M_FCPW)],
+                     G[blk(c, l, M_FCPB)]};
     const size_t part[4] = {(size_t)El * 4 * CC, (size_t)El * 4 * C, (size_t)El * 4 * CC,
                             (size_t)El * C};
-    const int ent[4] = {M_FCW, M_FCB, M_FCPW, M_FCPB};
-    for (int o = 0; o < Ep; o++) {
-        const float *src = a->s_grecv + (size_t)o * chunk;
-        for (int k = 0; k < 4; src += part[k], k++)
-            zs_backend_axpy(be, G[blk(c, l, ent[k])] + (size_t)o * part[k], 1.0f, src, part[k]);
-    }
-}
-
-/* The router of block l: logits, softmax (host), routing; the gates are
- * kept in a->m_gates[l] (forward) or read back from there (backward). */
-static void gpt_moe_route(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
-                          int BT, int forward)
-{
-    const zs_model_config *c = &m->cfg;
-    int C = c->n_embd, E = c->moe_experts;
-    zs_moe_routing *r = a->moe;
-    size_t ne = (size_t)BT * E;
-    if (forward) {
-        zs_linear_forward(be, a->s_gl, a->ln2[l], P[blk(c, l, M_GATEW)], NULL, BT, C, E);
-        zs_backend_copy_d2h(be, r->hbuf, a->s_gl, ne * 4);
-        zs_moe_softmax(r->hgates, r->hbuf, BT, E);
-        zs_backend_copy_h2d(be, a->m_gates[l], r->hgates, ne * 4);
-    } else {
-        zs_backend_copy_d2h(be, r->hgates, a->m_gates[l], ne * 4);
-    }
-    zs_moe_route(r);
-}
-
-/* Routing statistics of block l from a->moe. */
-static void gpt_moe_keep_stats(zs_acts *a, int l)
-{
-    const zs_moe_routing *r = a->moe;
-    zs_moe_stats *st = &a->moe_stats[l];
-    st->experts = r->e;
-    st->capacity = r->cap;
-    st->tokens = r->n;
-    st->dropped = r->dropped;
-    st->l_aux = r->l_aux;
-    for (int j = 0; j < r->e && j < 256; j++) {
-        st->routed[j] = r->routed[j];
-        st->kept[j] = r->kept[j];
-    }
-    uint64_t h = 0x9e3779b97f4a7c15ULL;
-    for (size_t i = 0; i < (size_t)r->k * r->n; i++)
-        h = zs_rng_mix(h, (uint64_t)(uint32_t)r->expert[i] << 32 | (uint32_t)r->slot[i]);
-    st->route_hash = h;
+    zs_moe_grads_home(m, be, a, l, dst, part, 4);
 }
 
 /* MoE block l's MLP: res3 = res2 + combine(experts(dispatch(ln2))). */
@@ -704,15 +599,15 @@ static void gpt_moe_forward(zs_model *m, zs_backend_t be, int l, float *const *P
     const zs_model_config *c = &m->cfg;
     int BT = B * c->seq_len, C = c->n_embd, cap = a->moe->cap;
     size_t ecc = (size_t)c->moe_experts * cap * C;
-    gpt_moe_route(m, be, l, P, a, BT, 1);
-    gpt_moe_keep_stats(a, l);
+    zs_moe_route_block(m, be, a, l, P[blk(c, l, M_GATEW)], BT, 1);
+    zs_moe_keep_stats(a, l);
     int ep = c->moe_ep > 1;
     zs_moe_dispatch_forward(be, ep ? a->s_me1 : a->m_xin[l], a->ln2[l], a->moe);
     if (ep)
-        gpt_moe_alltoall(m, be, a->m_xin[l], a->s_me1, ecc, u);
+        zs_moe_alltoall(m, be, a->m_xin[l], a->s_me1, ecc, u);
     gpt_experts_forward(m, be, l, P, a, ep ? a->s_me1 : a->m_out[l], cap);
     if (ep)
-        gpt_moe_alltoall(m, be, a->m_out[l], a->s_me1, ecc, u);
+        zs_moe_alltoall(m, be, a->m_out[l], a->s_me1, ecc, u);
     zs_moe_combine_forward(be, a->s_tmp, a->m_out[l], a->moe);
     zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, (size_t)BT * C);
 }
@@ -725,16 +620,16 @@ static void gpt_moe_backward(zs_model *m, zs_backend_t be, int l, float *const *
     int BT = B * c->seq_len, C = c->n_embd, E = c->moe_experts, cap = a->moe->cap;
     size_t ecc = (size_t)E * cap * C;
     int ep = c->moe_ep > 1;
-    gpt_moe_route(m, be, l, P, a, BT, 0);
+    zs_moe_route_block(m, be, a, l, P[blk(c, l, M_GATEW)], BT, 0);
     /* combine: d expert outputs (in s_me1) and d combine weights (host) */
     zs_moe_combine_backward(be, a->s_me1, dres, a->m_out[l], a->moe);
     if (ep)
-        gpt_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
+        zs_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
     /* experts: d their inputs into s_me1 (s_me2 with expert parallelism) */
     float *dout = ep ? a->s_me2 : a->s_me1, *din = ep ? a->s_me1 : a->s_me2;
     gpt_experts_backward(m, be, l, P, G, a, din, dout, cap);
     if (ep)
-        gpt_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
+        zs_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
     zs_backend_memset0(be, a->s_tmp, (size_t)BT * C * 4);
     zs_moe_dispatch_backward(be, a->s_tmp, a->s_me2, a->moe);
     /* the router: through the combine weights, the softmax and l_aux */
@@ -804,10 +699,7 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     /* the objective's aux term: of each MoE block's latest forward, summed
      * here (a recomputed block's forward rewrites its own l_aux; the head's
      * forward is never recomputed) */
-    a->moe_aux = 0.0;
-    for (int l = 0; l < L; l++)
-        if (zs_model_block_is_moe(c, l))
-            a->moe_aux += c->moe_aux_coeff * a->moe_stats[l].l_aux;
+    zs_moe_sum_aux(a);
     int lnw = zs_moe_block_first_entry(c, L);
     gpt_ln_in(m, be, a, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3[L - 1], P[lnw], P[lnw + 1], B,
               u);

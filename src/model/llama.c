@@ -7,12 +7,10 @@
  * This file holds the family's shapes: its parameter layout under Hugging
  * Face's names, the parameter count, the initialisation, the tensor-
  * parallel split of each tensor and the activation closed form; and the
- * forward and backward of dense blocks (the order of calls of
- * docs/numerics.md, "In a block"), with tensor and sequence parallelism.
- * Real runs with experts are refused (zs_model_check_runnable), as are
- * tensor- and expert-parallel runs with experts, phantom or real, whose
- * collectives the forward does not make yet (zs_model_check_phantom); a
- * phantom run's Mixtral block computes nothing. The forward makes the
+ * forward and backward of blocks (the order of calls of
+ * docs/numerics.md, "In a block"), with tensor and sequence parallelism;
+ * a Mixtral block's experts are llama_moe.c's (expert parallelism as the
+ * GPT's; with tensor parallelism refused, compat.c). The forward makes the
  * collectives the planner counts as the GPT makes them (zs_predict_tp,
  * src/predict/predict.c), through the GPT's helpers (src/model/decoder.c):
  * the vocab-parallel embedding's all-reduce, Megatron's f and g around
@@ -512,6 +510,17 @@ static void llama_bind_block(zs_acts *a, int l, float *base, int kinds)
             *at[k] = base;
         base += sz[k];
     }
+    if (!(kinds & 2))
+        return;
+    /* the experts' views: gates, input, [gate | up] (moe[2] + moe[3] floats
+     * in packed rows of 2F), SwiGLU, output */
+    float **mv[6] = {&a->m_gates[l], &a->m_xin[l], &a->m_fch[l], NULL, &a->m_gelu[l],
+                     &a->m_out[l]};
+    for (int k = 0; k < 6; k++) {
+        if (mv[k])
+            *mv[k] = base;
+        base += moe[k];
+    }
 }
 
 /* The rotary table (T rows from position 0) into a->s_rope; 0, or -1 when
@@ -545,12 +554,14 @@ static void llama_bind_acts(zs_acts *a)
     int L = c->n_layer, b = a->b, b0, b1, head, K = zs_decoder_slots(c);
     size_t B = (size_t)b, BT = B * (size_t)c->seq_len, C = (size_t)c->n_embd;
     size_t BTl = B * zs_decoder_seq_local(c), BTlC = BTl * C, P = (size_t)llama_tp(c);
-    float **arr = calloc((size_t)L * 11, sizeof(float *));
+    float **arr = calloc((size_t)L * 16, sizeof(float *));
     if (!arr)
         return;
-    float ***views[11] = {&a->ln1, &a->ln1_rstd, &a->qkv, &a->att, &a->atty, &a->res2,
-                          &a->ln2, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->res3};
-    for (int k = 0; k < 11; k++)
+    float ***views[16] = {&a->ln1,  &a->ln1_rstd, &a->qkv,     &a->att,    &a->atty,
+                          &a->res2, &a->ln2,      &a->ln2_rstd, &a->fch,   &a->fch_gelu,
+                          &a->res3, &a->m_gates,  &a->m_xin,   &a->m_fch,  &a->m_gelu,
+                          &a->m_out};
+    for (int k = 0; k < 16; k++)
         *views[k] = arr + (size_t)k * (size_t)L;
     zs_decoder_stage(c, &b0, &b1, &head);
     float *p = a->saved;
@@ -602,6 +613,10 @@ static void llama_bind_acts(zs_acts *a)
     if (a->scratch) {
         size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
         size_t Fl = (size_t)c->ffn_hidden / P, att = B * NHl * (size_t)c->seq_len * c->seq_len;
+        /* the MLP's inner gradients, as wide as the experts' when those are
+         * more (llama_scratch_bytes) */
+        size_t E = (size_t)c->moe_experts, cap = llama_n_moe(c) ? (size_t)llama_moe_cap(c, b) : 0;
+        size_t ecf = E * cap * (size_t)c->ffn_hidden, fw = ecf > BT * Fl ? ecf : BT * Fl;
         float *s = a->scratch;
         a->s_rope = s;
         s += (size_t)c->seq_len * D;
@@ -614,9 +629,9 @@ static void llama_bind_acts(zs_acts *a)
         a->s_dqkv = s;
         s += BT * (NHl + 2 * KVl) * D;
         a->s_dfch = s; /* d [gate | up] */
-        s += 2 * BT * Fl;
+        s += 2 * fw;
         a->s_dfch_gelu = s; /* d SwiGLU */
-        s += BT * Fl;
+        s += fw;
         a->s_preatt = s;
         s += att;
         a->s_datt = s;
@@ -639,6 +654,17 @@ static void llama_bind_acts(zs_acts *a)
             a->s_dfull = s;
             s += BT * C;
             a->s_loc = s;
+            s += BTl * C;
+        }
+        if (llama_n_moe(c) > 0) { /* two (E, Cap, C), the router's logits, by source */
+            a->s_me1 = s;
+            s += E * cap * C;
+            a->s_me2 = s;
+            s += E * cap * C;
+            a->s_gl = s;
+            s += BT * E;
+            a->s_gsrc = s; /* E experts' gate, up and down, then s_grecv as much */
+            a->s_grecv = s + (llama_home_floats(c) ? E * 3 * (size_t)c->ffn_hidden * C : 0);
         }
     }
     if (llama_fill_rope(a)) {
@@ -664,6 +690,14 @@ static int llama_entry(const zs_model_config *c, int l, int kind)
 static int llama_head_entry(const zs_model_config *c)
 {
     return c->tie_embeddings ? 0 : llama_block_first(c, c->n_layer) + 1;
+}
+
+/* A Mixtral block's router, gate, up and down parameters (or gradients). */
+static void llama_moe_entries(const zs_model_config *c, int l, float *const *P, float **w)
+{
+    static const int kinds[4] = {LK_ROUTER, LK_X_GATE, LK_X_UP, LK_X_DOWN};
+    for (int k = 0; k < 4; k++)
+        w[k] = P[llama_entry(c, l, kinds[k])];
 }
 
 /* out(BT, n) of a packed row of ldo floats = inp(BT, k) W(n, k)^T + bias:
@@ -770,6 +804,13 @@ static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *cons
     zs_backend_residual_forward(be, a->res2[l], inp, att_out, btlc);
     llama_norm_in(m, be, a, a->ln2[l], a->ln2_rstd[l], a->res2[l],
                   P[llama_entry(c, l, LK_POST_NORM)], B, u);
+    if (zs_model_block_is_moe(c, l)) { /* the experts (no tensor parallelism) */
+        float *w[4];
+        llama_moe_entries(c, l, P, w);
+        zs_llama_moe_forward(m, be, l, (const float *const *)w, a, a->s_tmp, B, u);
+        zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, btlc);
+        return;
+    }
     /* the fused gate/up GEMM: rows [gate | up] */
     llama_part_forward(be, a->fch[l], 2 * d.F, a->ln2[l], P[llama_entry(c, l, LK_GATE_W)], NULL,
                        d.BT, d.C, d.F);
@@ -782,21 +823,17 @@ static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *cons
     zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, btlc);
 }
 
-/* dres holds d res3 on entry, d of the block's input on return. */
-static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
-                                 float *const *G, zs_acts *a, int B, int u)
+/* A dense block's MLP backward: from dout (BT, C), the gradient of down's
+ * output (whole on every rank), d ln2 into a->s_tmp (partial over the
+ * tensor-parallel group), gate's, up's and down's gradients added. */
+static void llama_mlp_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
+                               float *const *G, zs_acts *a, const float *dout, int B)
 {
     const zs_model_config *c = &m->cfg;
     llama_dims d = llama_dims_of(c, B);
     size_t btc = (size_t)d.BT * d.C, btf = (size_t)d.BT * d.F;
-    float *dres = a->s_dres;
-    const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
-    /* MLP: res3 = res2 + down(swiglu(gate_up(ln2(res2)))) */
     int e_down = llama_entry(c, l, LK_DOWN_W), e_gate = llama_entry(c, l, LK_GATE_W);
-    int e_up = llama_entry(c, l, LK_UP_W), e_n2 = llama_entry(c, l, LK_POST_NORM);
-    /* g's backward is the identity: every rank holds all of d res3 (with
-     * sequence parallelism gathered) */
-    const float *dout = zs_decoder_dout_full(m, be, a, dres, B, u);
+    int e_up = llama_entry(c, l, LK_UP_W);
     zs_backend_memset0(be, a->s_dfch_gelu, btf * 4);
     zs_linear_backward(be, a->s_dfch_gelu, G[e_down], NULL, dout, a->fch_gelu[l], P[e_down],
                        d.BT, d.F, d.C);
@@ -807,6 +844,37 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
                         d.BT, d.C, d.F);
     llama_part_backward(be, a->s_tmp, G[e_up], NULL, a->s_dfch + d.F, 2 * d.F, a->ln2[l],
                         P[e_up], d.BT, d.C, d.F);
+}
+
+/* A Mixtral block's experts backward: d ln2 into a->s_tmp. */
+static void llama_moe_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
+                               float *const *G, zs_acts *a, const float *dout, int B, int u,
+                               float dloss)
+{
+    float *w[4], *g[4];
+    llama_moe_entries(&m->cfg, l, P, w);
+    llama_moe_entries(&m->cfg, l, G, g);
+    zs_llama_moe_backward(m, be, l, (const float *const *)w, g, a, a->s_tmp, dout, B, u, dloss);
+}
+
+/* dres holds d res3 on entry, d of the block's input on return. */
+static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
+                                 float *const *G, zs_acts *a, int B, int u, float dloss)
+{
+    const zs_model_config *c = &m->cfg;
+    llama_dims d = llama_dims_of(c, B);
+    size_t btc = (size_t)d.BT * d.C;
+    float *dres = a->s_dres;
+    const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+    /* MLP: res3 = res2 + down(swiglu(gate_up(ln2(res2)))) */
+    int e_n2 = llama_entry(c, l, LK_POST_NORM);
+    /* g's backward is the identity: every rank holds all of d res3 (with
+     * sequence parallelism gathered) */
+    const float *dout = zs_decoder_dout_full(m, be, a, dres, B, u);
+    if (zs_model_block_is_moe(c, l))
+        llama_moe_backward(m, be, l, P, G, a, dout, B, u, dloss);
+    else
+        llama_mlp_backward(m, be, l, P, G, a, dout, B);
     llama_norm_in_backward(m, be, a, dres, G[e_n2], a->s_tmp, a->res2[l], P[e_n2],
                            a->ln2_rstd[l], B, u);
     /* attention: res2 = inp + o(attn(rope(qkv(ln1(inp))))) */
@@ -861,8 +929,8 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
 
 /* Unit u's forward: the embedding (no positions; vocab-parallel with
  * tensor parallelism), block u - 1, or the final norm, the head and the
- * loss (vocab-parallel: the GPT's). A Mixtral block computes nothing
- * (phantom runs only: zs_model_check_runnable refuses real ones). */
+ * loss (vocab-parallel: the GPT's). A Mixtral block's experts are
+ * llama_moe.c's. */
 static void llama_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
                                const zs_batch *batch)
 {
@@ -881,10 +949,12 @@ static void llama_forward_unit(zs_model *m, zs_backend_t be, int u, float *const
         return;
     }
     if (u <= L) {
-        if (!zs_model_block_is_moe(c, u - 1))
-            llama_block_forward(m, be, u - 1, P, a, B, u);
+        llama_block_forward(m, be, u - 1, P, a, B, u);
         return;
     }
+    /* the objective's aux term, of each Mixtral block's latest forward */
+    if (llama_n_moe(c) > 0)
+        zs_moe_sum_aux(a);
     int nw = llama_block_first(c, L);
     llama_norm_in(m, be, a, a->lnf, a->lnf_rstd, a->res3[L - 1], P[nw], B, u);
     zs_linear_forward(be, a->s_logits, a->lnf, P[llama_head_entry(c)], NULL, BT, C, V);
@@ -914,8 +984,7 @@ static void llama_backward_unit(zs_model *m, zs_backend_t be, int u, float *cons
         return;
     }
     if (u >= 1) {
-        if (!zs_model_block_is_moe(c, u - 1))
-            llama_block_backward(m, be, u - 1, P, G, a, B, u);
+        llama_block_backward(m, be, u - 1, P, G, a, B, u, dloss);
         return;
     }
     const float *dout = zs_decoder_dout_full(m, be, a, a->s_dres, B, u);

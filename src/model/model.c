@@ -31,8 +31,6 @@ int zs_model_head_tied(const zs_model_config *c)
     return c->kind == ZS_MODEL_GPT || (c->kind == ZS_MODEL_LLAMA && c->tie_embeddings);
 }
 
-static int zs_model_llama_check_tp(const zs_model_config *c);
-
 int zs_model_check_phantom(const zs_model_config *c)
 {
     const zs_model_ops *ops = zs_model_ops_for(c->kind);
@@ -40,22 +38,6 @@ int zs_model_check_phantom(const zs_model_config *c)
         ZS_FAIL("%s: the %s collectives come from its forward, not built yet: use zerosim "
                 "plan, or --%s 1", zs_model_kind_name(c->kind),
                 c->tp > 1 ? "tensor-parallel" : "expert-parallel", c->tp > 1 ? "tp" : "ep");
-    if (c->kind == ZS_MODEL_LLAMA)
-        return zs_model_llama_check_tp(c);
-    return 0;
-}
-
-/* The Llama family's forward makes the collectives of tensor parallelism
- * (the key/value heads split or replicated) in dense blocks; Mixtral
- * blocks with --tp, and expert parallelism, are not built. */
-static int zs_model_llama_check_tp(const zs_model_config *c)
-{
-    if (c->moe_ep > 1)
-        ZS_FAIL("llama: the expert-parallel collectives come from its forward, not built yet: "
-                "use zerosim plan, or --ep 1");
-    if (c->tp > 1 && c->moe_experts > 0)
-        ZS_FAIL("llama: the tensor-parallel collectives of Mixtral blocks come from their "
-                "forward, not built yet: use zerosim plan, or --tp 1");
     return 0;
 }
 
@@ -65,15 +47,10 @@ int zs_model_check_runnable(const zs_model_config *c)
     if (!ops->forward_unit || !ops->backward_unit)
         ZS_FAIL("%s: real runs not built yet (its forward and backward are missing): use "
                 "--phantom or zerosim plan", zs_model_kind_name(c->kind));
-    if (c->kind == ZS_MODEL_LLAMA && c->moe_experts > 0)
-        ZS_FAIL("llama: real runs with experts not built yet (dense blocks run): use --phantom "
-                "or zerosim plan");
-    if (c->kind == ZS_MODEL_LLAMA)
-        return zs_model_llama_check_tp(c);
     return 0;
 }
 
-/* The mixture-of-experts fields of a GPT. */
+/* The mixture-of-experts fields of a decoder (the GPT, the Llama family). */
 static int zs_model_moe_validate(const zs_model_config *c)
 {
     if (c->moe_experts < 0 || c->moe_experts > 4096)
@@ -205,8 +182,8 @@ int zs_model_config_validate(const zs_model_config *c)
         ZS_TRY(zs_model_moe_validate(c));
     } else if (c->kind == ZS_MODEL_MLP) {
         if (c->moe_experts > 0)
-            ZS_FAIL("a mixture of experts (--moe-experts) is implemented for the GPT: use --model "
-                    "gpt");
+            ZS_FAIL("a mixture of experts (--moe-experts) is implemented for the decoders: use "
+                    "--model gpt or llama");
         if (c->tp > 1)
             ZS_FAIL("tensor parallelism is implemented for the GPT: use --tp 1 with --model mlp");
         if (c->ckpt_blocks > 0)
@@ -469,7 +446,7 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
         ZS_FAIL("out of host memory creating activation views");
     }
     const zs_model_config *c = &m->cfg;
-    if (c->kind == ZS_MODEL_GPT && c->moe_experts > 0) { /* the router's host side */
+    if (zs_model_is_decoder(c) && c->moe_experts > 0) { /* the router's host side */
         int n = b * c->seq_len;
         a->moe = calloc(1, sizeof *a->moe);
         a->moe_stats = calloc((size_t)c->n_layer, sizeof *a->moe_stats);
@@ -481,6 +458,7 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
             zs_model_acts_destroy(a);
             ZS_FAIL("out of host memory creating the mixture of experts' routing tables");
         }
+        a->moe->renorm = c->moe_renormalize;
     }
     *out = a;
     return 0;

@@ -68,12 +68,45 @@ const float *zs_decoder_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float 
 const float *zs_decoder_dout_full(zs_model *m, zs_backend_t be, zs_acts *a, const float *dres,
                                   int B, int unit);
 
+/* A MoE block's steps that both families take (src/model/moe.c): the
+ * expert-parallel all-to-all that sends chunk q of send (E/Ep experts' Cap
+ * rows, (E,Cap,C) in expert order) to rank q and receives each rank's
+ * chunk for this rank's experts in source order (a copy without expert
+ * parallelism); the router of block l (router (E, C) over a->ln2[l]:
+ * logits, the softmax on the host, the routing into a->moe; the gates
+ * kept in a->m_gates[l] forward, read back from there backward); block l's
+ * routing statistics into a->moe_stats[l]; the objective's aux term
+ * (a->moe_aux, from every MoE block's latest forward); with moe_ep_home,
+ * the experts' gradients by source (a->s_gsrc, chunks of the nparts
+ * stacked entries' parts) added into dst[k] in source order
+ * (ZS_MOE_EP_BY_SOURCE) or sent to their owners and added there. */
+void zs_moe_alltoall(zs_model *m, zs_backend_t be, float *recv, const float *send, size_t ecc,
+                     int unit);
+void zs_moe_route_block(zs_model *m, zs_backend_t be, zs_acts *a, int l, const float *router,
+                        int BT, int forward);
+void zs_moe_keep_stats(zs_acts *a, int l);
+void zs_moe_sum_aux(zs_acts *a);
+void zs_moe_grads_home(zs_model *m, zs_backend_t be, zs_acts *a, int l, float *const *dst,
+                       const size_t *part, int nparts);
+
 /* The Llama family's counts and expert entries (src/model/llama.c). */
 size_t zs_llama_count_params(const zs_model_config *c);
 size_t zs_llama_count_expert_params(const zs_model_config *c);
 int zs_llama_entry_is_expert(const zs_model_config *c, int i);
 /* zs_model_moe_home_bytes of a Mixtral model: E experts' gate, up, down. */
 double zs_llama_moe_home_bytes(const zs_model_config *c);
+/* A Mixtral block's experts (src/model/llama_moe.c): w and g the router's,
+ * and the stacked gate's, up's and down's parameters and gradients (the
+ * experts this rank holds). Forward: out (BT, C) = the experts' outputs
+ * over a->ln2[l], combined; backward: dln2 (BT, C) = the gradient of
+ * a->ln2[l] from dout, the gradient of out; gradients added into g. The
+ * experts' gradients by source (zs_model_moe_source_grads). */
+void zs_llama_moe_forward(zs_model *m, zs_backend_t be, int l, const float *const *w,
+                          zs_acts *a, float *out, int B, int u);
+void zs_llama_moe_backward(zs_model *m, zs_backend_t be, int l, const float *const *w,
+                           float *const *g, zs_acts *a, float *dln2, const float *dout, int B,
+                           int u, float dloss);
+const float *zs_llama_moe_source_grads(const zs_model *m, const zs_acts *a, size_t *chunk);
 
 #define ZS_MAX_USES ZS_MAX_USES_PUBLIC
 

@@ -2,12 +2,18 @@
  * or top-2 choice, capacity, load-balancing loss), dispatch into the
  * experts' buffers and combine out of them (see zerosim/layers.h); and
  * the expert layout: which GPT blocks are MoE blocks and which entries are
- * the experts' (see zerosim/model.h and model_impl.h). */
+ * the experts' (see zerosim/model.h and model_impl.h); and the steps of a
+ * MoE block that the GPT and the Llama family share: the router, the
+ * expert-parallel all-to-all, the statistics, the aux term and the
+ * experts' gradients sent home (model_impl.h). */
 #include "model_impl.h"
+#include "zerosim/comm.h"
+#include "zerosim/error.h"
 #include "zerosim/layers.h"
 #include "zerosim/model.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +139,7 @@ void zs_moe_route(zs_moe_routing *r)
     for (int t = 0; t < n; t++) {
         const float *g = r->hgates + (size_t)t * E;
         if (K == 1) {
-            r->weight[t] = r->slot[t] >= 0 ? g[r->expert[t]] : 0.0f;
+            r->weight[t] = r->slot[t] < 0 ? 0.0f : r->renorm ? 1.0f : g[r->expert[t]];
             continue;
         }
         float g1 = r->slot[t] >= 0 ? g[r->expert[t]] : 0.0f;
@@ -218,7 +224,7 @@ void zs_moe_gate_backward(float *dlogits, const zs_moe_routing *r, float aux_gra
         for (int j = 0; j < E; j++) /* d l_aux / d gates[t][j] = E ce[j] / n */
             dg[j] = aux_grad * (float)E * r->ce[j] / (float)n;
         if (r->k == 1) {
-            if (r->slot[t] >= 0)
+            if (r->slot[t] >= 0 && !r->renorm) /* renormalised: the weight is 1 */
                 dg[r->expert[t]] += r->dweight[t];
         } else {
             int k1 = r->slot[t] >= 0, k2 = r->slot[n + t] >= 0;
@@ -284,4 +290,123 @@ int zs_model_entry_is_expert(const zs_model_config *c, int i)
     if (c->kind == ZS_MODEL_LLAMA)
         return zs_llama_entry_is_expert(c, i);
     return c->kind == ZS_MODEL_GPT && zs_moe_entry_block(c, i, &k) >= 0 && k > M_GATEW;
+}
+
+/* ---- a MoE block's steps that the GPT and the Llama family share ------------- */
+
+/* the most ranks of an expert-parallel group (the all-to-alls' count arrays) */
+#define ZS_MOE_MAX_EP 256
+
+void zs_moe_alltoall(zs_model *m, zs_backend_t be, float *recv, const float *send, size_t ecc,
+                     int unit)
+{
+    int Ep = m->cfg.moe_ep > 1 ? m->cfg.moe_ep : 1;
+    if (Ep == 1 || !m->ep) {
+        zs_backend_copy_d2d(be, recv, send, ecc * 4);
+        return;
+    }
+    int cnt[ZS_MOE_MAX_EP], dis[ZS_MOE_MAX_EP];
+    size_t chunk = ecc / (size_t)Ep * 4;
+    if (Ep > ZS_MOE_MAX_EP || (size_t)Ep * chunk > (size_t)INT_MAX) {
+        zs_error_set("expert parallelism: the all-to-all of %zu bytes per rank is more than one "
+                     "MPI call carries (2 GiB): use a larger --ep or a smaller micro-batch",
+                     (size_t)Ep * chunk);
+        m->tp_failed = 1;
+        return;
+    }
+    for (int q = 0; q < Ep; q++) {
+        cnt[q] = (int)chunk;
+        dis[q] = (int)((size_t)q * chunk);
+    }
+    if (zs_comm_alltoallv_bytes(m->ep, send, cnt, dis, recv, cnt, dis, unit))
+        m->tp_failed = 1;
+}
+
+void zs_moe_route_block(zs_model *m, zs_backend_t be, zs_acts *a, int l, const float *router,
+                        int BT, int forward)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, E = c->moe_experts;
+    zs_moe_routing *r = a->moe;
+    size_t ne = (size_t)BT * E;
+    if (forward) {
+        zs_linear_forward(be, a->s_gl, a->ln2[l], router, NULL, BT, C, E);
+        zs_backend_copy_d2h(be, r->hbuf, a->s_gl, ne * 4);
+        zs_moe_softmax(r->hgates, r->hbuf, BT, E);
+        zs_backend_copy_h2d(be, a->m_gates[l], r->hgates, ne * 4);
+    } else {
+        zs_backend_copy_d2h(be, r->hgates, a->m_gates[l], ne * 4);
+    }
+    zs_moe_route(r);
+}
+
+void zs_moe_keep_stats(zs_acts *a, int l)
+{
+    const zs_moe_routing *r = a->moe;
+    zs_moe_stats *st = &a->moe_stats[l];
+    st->experts = r->e;
+    st->capacity = r->cap;
+    st->tokens = r->n;
+    st->dropped = r->dropped;
+    st->l_aux = r->l_aux;
+    for (int j = 0; j < r->e && j < 256; j++) {
+        st->routed[j] = r->routed[j];
+        st->kept[j] = r->kept[j];
+    }
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < (size_t)r->k * r->n; i++)
+        h = zs_rng_mix(h, (uint64_t)(uint32_t)r->expert[i] << 32 | (uint32_t)r->slot[i]);
+    st->route_hash = h;
+}
+
+void zs_moe_sum_aux(zs_acts *a)
+{
+    const zs_model_config *c = &a->m->cfg;
+    a->moe_aux = 0.0;
+    for (int l = 0; l < c->n_layer; l++)
+        if (zs_model_block_is_moe(c, l))
+            a->moe_aux += c->moe_aux_coeff * a->moe_stats[l].l_aux;
+}
+
+void zs_moe_grads_home(zs_model *m, zs_backend_t be, zs_acts *a, int l, float *const *dst,
+                       const size_t *part, int nparts)
+{
+    const zs_model_config *c = &m->cfg;
+    int Ep = c->moe_ep > 1 ? c->moe_ep : 1;
+    size_t chunk = 0;
+    for (int k = 0; k < nparts; k++)
+        chunk += part[k];
+    if (c->moe_ep_home == ZS_MOE_EP_BY_SOURCE) {
+        /* the sources' gradients kept (zs_model_moe_source_grads), and
+         * added into the gradients in source order */
+        for (int q = 0; q < Ep; q++) {
+            const float *src = a->s_gsrc + (size_t)q * chunk;
+            for (int k = 0; k < nparts; src += part[k], k++)
+                zs_backend_axpy(be, dst[k], 1.0f, src, part[k]);
+        }
+        return;
+    }
+    /* each source's chunk home; from owner o come its experts' gradients
+     * from this rank's tokens: experts o El .. o El + El - 1 of each entry */
+    int cnt[ZS_MOE_MAX_EP], dis[ZS_MOE_MAX_EP];
+    if (Ep > ZS_MOE_MAX_EP || (size_t)Ep * chunk * 4 > (size_t)INT_MAX) {
+        zs_error_set("expert parallelism: the experts' gradients, %zu bytes per rank, are more "
+                     "than one MPI all-to-all carries (2 GiB): use a larger --ep",
+                     (size_t)Ep * chunk * 4);
+        m->tp_failed = 1;
+        return;
+    }
+    for (int q = 0; q < Ep; q++) {
+        cnt[q] = (int)(chunk * 4);
+        dis[q] = (int)((size_t)q * chunk * 4);
+    }
+    if (m->ep && zs_comm_alltoallv_bytes(m->ep, a->s_gsrc, cnt, dis, a->s_grecv, cnt, dis, l + 1))
+        m->tp_failed = 1;
+    if (!m->ep)
+        zs_backend_copy_d2d(be, a->s_grecv, a->s_gsrc, (size_t)Ep * chunk * 4);
+    for (int o = 0; o < Ep; o++) {
+        const float *src = a->s_grecv + (size_t)o * chunk;
+        for (int k = 0; k < nparts; src += part[k], k++)
+            zs_backend_axpy(be, dst[k] + (size_t)o * part[k], 1.0f, src, part[k]);
+    }
 }

@@ -1,0 +1,100 @@
+#!/bin/sh
+# Real runs of Mixtral-style models (src/model/llama_moe.c: every Llama
+# block's MLP is 4 SwiGLU experts behind a top-2 router, a capacity that
+# drops choices): ZeRO stages byte-identical on 2 ranks, every category and
+# the all-to-alls measured = predicted, expert parallelism (--ep 2, --ep 4,
+# in --ep 1's layout and DeepSpeed's) byte-identical to --ep 1 on the same
+# ranks, deterministic mode across N = 1, 2, 4, plan = phantom = real,
+# activation checkpointing exact, a checkpoint's resume exact, bf16, the
+# tiny Mixtral of tests/hf/mixtral-tiny.json (dropless, as Hugging Face's)
+# through --hf-config, and what is not built (tensor parallelism, pipeline
+# stages with experts) refused with one line. The gradients against
+# finite differences are tests/check_model.c's (test_mixtral_gradients).
+. "$(dirname "$0")/testlib.sh"
+
+M="--model llama --layers 2 --hidden 16 --heads 4 --kv-heads 2 --ffn-hidden 24 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --moe-experts 4 --moe-top-k 2 --capacity-factor 0.5 --min-capacity 1 --aux-loss-coeff 0.05 --quiet"
+P="--arch llama --layers 2 --hidden 16 --heads 4 --kv-heads 2 --ffn-hidden 24 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --moe-experts 4 --moe-top-k 2 --capacity-factor 0.5"
+
+# all_to_alls NAME: rank 0's expert-parallel all-to-alls in run NAME: calls
+# and bytes sent
+all_to_alls() { awk '$1 == 0 && $2 == "ep" && $3 == "alltoall" { print $4, $5 }' "$T/$1/comm_groups.csv"; }
+
+# stage 3, and stage 1 with --ep 2, byte-identical, accounting; --ep 2's
+# all-to-alls as predicted and by hand: 4 per MoE block and
+# micro-batch (2 blocks x 2 micro-batches x 3 steps: 48), each of the
+# (E, Cap, C) buffer, capacity ceil(16 tokens / 4 experts x 0.5 x 2) = 4:
+# 4 x 4 x 16 floats = 1024 bytes, of which a rank sends half; none at --ep 1
+train_hashes s3 2 --stage 3 && measured_is_predicted "mixtral stage 3" "$T/s3"
+train_hashes e2 2 --stage 1 --ep 2 && same_hashes e2 s3 &&
+    measured_is_predicted "mixtral --ep 2" "$T/e2"
+[ "$(all_to_alls e2)" = "48 24576.000" ] && ok ||
+    bad "mixtral --ep 2: all-to-alls (calls, bytes) $(all_to_alls e2), not 48 24576.000"
+[ -z "$(all_to_alls s3)" ] && ok || bad "mixtral --ep 1: made all-to-alls"
+refuse -m "a mixture of experts with tensor parallelism" train $M --tp 2
+refuse -m "with --pp 2 is not supported" train $M --pp 2
+
+# make check's fast form stops here (docs/testing.md)
+zs_fast && finish
+
+# plan = phantom = real, without and with expert parallelism
+"$ZS" plan $P --stage 3 --dp 2 --json >"$T/s3.plan.json" 2>"$T/s3.plan.err" &&
+    plan_is_run "mixtral plan stage 3" "$T/s3.plan.json" "$T/s3" ||
+    bad "mixtral plan stage 3 failed: $(cat "$T/s3.plan.err")"
+"$ZS" plan $P --stage 1 --dp 2 --ep 2 --json >"$T/e2.plan.json" 2>"$T/e2.plan.err" &&
+    plan_is_run "mixtral plan --ep 2" "$T/e2.plan.json" "$T/e2" ||
+    bad "mixtral plan --ep 2 failed: $(cat "$T/e2.plan.err")"
+phantom_same s3 2 --stage 3
+phantom_same e2 2 --stage 1 --ep 2
+
+# the other stages, and activation checkpointing: the same bytes
+for st in 0 1 2; do
+    train_hashes "s$st" 2 --stage "$st" && same_hashes "s$st" s3
+done
+train_hashes ck 2 --stage 3 --checkpoint-activations every:1 && same_hashes ck s3 &&
+    measured_is_predicted "mixtral every:1" "$T/ck"
+
+# 4 ranks: --ep 2 and --ep 4 in --ep 1's layout (the experts' gradients
+# sent home) give the bytes of --ep 1 on the same ranks, as --ep 4 in
+# DeepSpeed's (deterministic mode: each source's gradients apart) does in
+# deterministic mode; DeepSpeed's layout on request (the sources summed in
+# one pass: close to --ep 1, not its bytes) is byte-identical across stages
+train_hashes f1 4 --stage 2 --grad-accum 1
+train_hashes fd1 4 --stage 0 --grad-accum 1 --deterministic
+for c in "f2:--ep 2:2:f1" "f4:--ep 4:2:f1" "fdd:--ep 4 --deterministic:3:fd1" \
+    "fd:--ep 2 --ep-layout deepspeed:3:" "fd0:--ep 2 --ep-layout deepspeed:1:fd"; do
+    IFS=: read -r name opts st ref <<EOC
+$c
+EOC
+    train_hashes "$name" 4 --stage "$st" --grad-accum 1 $opts &&
+        measured_is_predicted "mixtral $opts stage $st" "$T/$name" &&
+        { [ -z "$ref" ] || same_hashes "$name" "$ref"; }
+done
+phantom_same fd 4 --stage 3 --grad-accum 1 --ep 2 --ep-layout deepspeed
+
+# deterministic mode: one global batch of 4 micro-batches gives the same
+# bytes on N = 1, 2 (--ep 2) and 4 (--ep 4)
+train_hashes d1 1 --deterministic --grad-accum 4
+train_hashes d2 2 --deterministic --grad-accum 2 --stage 2 --ep 2 && same_hashes d2 d1
+train_hashes d4 4 --deterministic --grad-accum 1 --stage 3 --ep 4 && same_hashes d4 d1
+
+# a checkpoint saved at step 2 and resumed to step 3 ends at the
+# uninterrupted run's parameters
+zs_run save 2 $M --stage 2 --save-every 2 --save-dir "$T/ck" &&
+    zs_run resumed 2 $M --stage 2 --resume "$T/ck/global_step2" &&
+    { [ "$(key "$T/resumed.json" param_hash)" = "$(key "$T/s2.json" param_hash)" ] && ok ||
+          bad "mixtral: resumed to $(key "$T/resumed.json" param_hash), uninterrupted $(key "$T/s2.json" param_hash)"; }
+
+# bf16: stages agree, accounting holds
+train_hashes b0 2 --precision bf16 --stage 0 && train_hashes b3 2 --precision bf16 --stage 3 \
+    --ep 2 && same_hashes b3 b0 && measured_is_predicted "mixtral bf16 --ep 2" "$T/b3"
+
+# Hugging Face's Mixtral (num_local_experts, num_experts_per_tok): dropless
+# (the capacity is every token), stages byte-identical
+H="--hf-config $HERE/hf/mixtral-tiny.json --seq 8 --micro-batch 2 --steps 3 --quiet"
+zs_run h0 2 $H --stage 0 && zs_run h3 2 $H --stage 3 --ep 2 &&
+    { [ "$(hashes "$T/h3.json")" = "$(hashes "$T/h0.json")" ] && ok ||
+          bad "mixtral-tiny: stage 3 --ep 2 differs from stage 0"; } &&
+    measured_is_predicted "mixtral-tiny --ep 2" "$T/h3"
+sed -n '/"moe_routing"/,/^  \]/p' "$T/h0.json" | grep -q '"dropped": [1-9]' &&
+    bad "mixtral-tiny: dropped tokens" || ok
+finish
