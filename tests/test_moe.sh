@@ -112,7 +112,7 @@ refuse -q -m "moe-every" train --steps 1 --quiet --moe-experts 4 --layers 2 --mo
 refuse -q -m "moe-experts" train --steps 1 --quiet --moe-experts 1
 refuse -q -m "capacity-factor" train --steps 1 --quiet --moe-experts 4 --capacity-factor 0
 refuse -q -m "needs a mixture of experts" train --steps 1 --quiet --ep 2
-refuse -q -m "GPT" train --steps 1 --quiet --model mlp --moe-experts 4
+refuse -q -m "decoders" train --steps 1 --quiet --model mlp --moe-experts 4
 refuse -q -m "must divide the data-parallel size" train --steps 1 --quiet --moe-experts 4 --ep 2
 # with tensor parallelism (2 ranks: the mesh must hold --tp 2 first)
 if sh "$HERE/mpirun.sh" 2 "$ZS" train --steps 1 --quiet --moe-experts 4 --tp 2 >"$T/o" 2>&1 </dev/null; then
