@@ -2,7 +2,8 @@
  *
  * The input is a file's bytes, named in.bin when it starts with llm.c's
  * magic (20240326) and in.safetensors otherwise. Its model is probed
- * (zs_weights_probe, as --init-from and eval --from do) and, when the model
+ * (zs_weights_probe, as --init-from and eval --from do; a Llama's heads as
+ * --heads 2 would give them) and, when the model
  * has at most 4 million parameters, the weights are read into it.
  * Errors are expected; crashes, hangs, leaks and sanitizer reports are not.
  */
@@ -21,7 +22,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!path || zs_weights_probe(path, &mc) != 0)
         return 0;
     if (!mc.n_head)
-        mc.n_head = 1; /* a file without n_head loads with --heads */
+        mc.n_head = mc.kind == ZS_MODEL_LLAMA ? 2 : 1; /* without n_head: --heads */
+    if (zs_weights_probe_heads(path, &mc) != 0) /* a Llama's key/value heads */
+        return 0;
+    if (mc.kind == ZS_MODEL_LLAMA) { /* what the options give when the file does not */
+        mc.seq_len = mc.seq_len ? mc.seq_len : 2;
+        mc.norm_eps = mc.norm_eps > 0.0 ? mc.norm_eps : 1e-5;
+        mc.rope_theta = mc.rope_theta > 0.0 ? mc.rope_theta : 10000.0;
+        if (zs_model_config_validate(&mc) != 0)
+            return 0;
+    }
     size_t n = zs_model_count_params(&mc);
     if (n > ((size_t)4 << 20))
         return 0;

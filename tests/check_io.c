@@ -1,5 +1,5 @@
 /* Tests of the atomic writer, of the files zerosim creates (never through a
- * symlink), and of the safetensors reader and writer. */
+ * symlink), and of the safetensors reader and writer, sharded too. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -438,6 +438,74 @@ START_TEST(test_writers_never_follow_symlinks)
 }
 END_TEST
 
+/* Tensor i of test_sharded: element k is 100 i + k. */
+static int sharded_data(void *ctx, int i, zs_st_writer *w)
+{
+    const zs_st_tensor *t = ctx;
+    float v[32];
+    for (uint64_t k = 0; k < t[i].shape[0]; k++)
+        v[k] = (float)(100 * i + (int)k);
+    return zs_st_writer_data(w, v, t[i].shape[0] * sizeof(float));
+}
+
+/* Shards of at most 64 bytes of tensors of 40, 24, 100, 8 and 8 bytes:
+ * the first two fill one exactly, the third (larger than 64) is alone, the
+ * last two share the third; names and index as Hugging Face's, read back
+ * through the index and the folder. */
+START_TEST(test_sharded)
+{
+    static const uint64_t len[5] = {10, 6, 25, 2, 2};
+    static const int shard_of[5] = {1, 1, 2, 3, 3};
+    zs_st_tensor t[5];
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < 5; i++) {
+        snprintf(t[i].name, sizeof t[i].name, "t%d", i);
+        t[i].dtype = ZS_ST_F32;
+        t[i].ndim = 1;
+        t[i].shape[0] = len[i];
+    }
+    const char *meta[2] = {"format", "pt"};
+    char p[128];
+    path_of(p, sizeof p, "model.safetensors");
+    int shards = 0;
+    ck_assert_int_eq(zs_st_write_sharded(p, 64, t, 5, meta, 1, sharded_data, t, &shards), 0);
+    ck_assert_int_eq(shards, 3);
+    ck_assert_int_eq(count_files(), 4); /* three shards and the index */
+    for (int pass = 0; pass < 2; pass++) {
+        char ip[128];
+        path_of(ip, sizeof ip, "model.safetensors.index.json");
+        zs_st_set set;
+        ck_assert_int_eq(zs_st_set_open(&set, pass ? dir : ip), 0);
+        ck_assert_int_eq(set.n_files, 3);
+        ck_assert_int_eq(set.n, 5);
+        ck_assert_str_eq(zs_st_set_meta(&set, "format"), "pt");
+        for (int i = 0; i < 5; i++) {
+            int k = zs_st_set_find(&set, t[i].name);
+            ck_assert_int_ge(k, 0);
+            char want[64];
+            snprintf(want, sizeof want, "model-%05d-of-00003.safetensors", shard_of[i]);
+            const char *file = strrchr(zs_st_set_file_path(&set, k), '/') + 1;
+            ck_assert_str_eq(file, want);
+            float v[32];
+            ck_assert_int_eq(zs_st_set_read(&set, k, 0, v, len[i] * sizeof(float)), 0);
+            for (uint64_t j = 0; j < len[i]; j++)
+                ck_assert_float_eq(v[j], (float)(100 * i + (int)j));
+        }
+        ck_assert_int_eq(zs_st_set_find(&set, "t5"), -1);
+        zs_st_set_close(&set);
+    }
+    /* all in one shard: one file, and the older index removed */
+    ck_assert_int_eq(zs_st_write_sharded(p, 1000, t, 5, meta, 1, sharded_data, t, &shards), 0);
+    ck_assert_int_eq(shards, 1);
+    ck_assert_int_eq(count_files(), 4); /* the three older shards and model.safetensors */
+    zs_st_set set;
+    ck_assert_int_eq(zs_st_set_open(&set, dir), 0);
+    ck_assert_int_eq(set.n_files, 1);
+    ck_assert_int_eq(set.n, 5);
+    zs_st_set_close(&set);
+}
+END_TEST
+
 START_TEST(test_escape)
 {
     char out[64];
@@ -462,6 +530,7 @@ int main(void)
     tcase_add_test(tc, test_file_create_unique);
     tcase_add_test(tc, test_writers_never_follow_symlinks);
     tcase_add_test(tc, test_escape);
+    tcase_add_test(tc, test_sharded);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -12,7 +12,7 @@
 #   parameters bit for bit (the step-0 dump), and with torch its loss is
 #   what transformers' arithmetic (rotate_half RoPE) gives, while RoPE
 #   with interleaved pairs gives another;
-# - zerosim compare reads sharded checkpoints;
+# - zerosim compare reads sharded checkpoints, and the GPT's files shard too;
 # - a missing tensor, a wrong shape, an unknown tensor, an index naming a
 #   missing file, a tensor in two shards, a weight_map that disagrees with
 #   the files are refused with one line naming the file and the tensor,
@@ -51,7 +51,22 @@ for from in "$T/s" "$T/s/model.safetensors.index.json"; do
 done
 "$ZS" compare "$T/s" "$T/a.safetensors" --rtol 0 --atol 0 >"$T/log" 2>&1 && ok || bad "compare of the shards and the file"
 "$ZS" export $L --seed 4 --out "$T/c.safetensors" >/dev/null 2>&1
+# one file written over shards removes their index, which would shadow it
+cp -r "$T/s" "$T/s1"
+"$ZS" export --init-from "$T/c.safetensors" --out "$T/s1/model.safetensors" >/dev/null 2>&1
+[ ! -e "$T/s1/model.safetensors.index.json" ] &&
+    "$ZS" compare "$T/s1" "$T/c.safetensors" --rtol 0 --atol 0 >/dev/null 2>&1 && ok ||
+    bad "one file over shards: the older index stayed, or the folder reads otherwise"
 "$ZS" compare "$T/s/model.safetensors.index.json" "$T/c.safetensors" >/dev/null 2>&1 && bad "compare: seeds 3 and 4 equal" || ok
+
+# the GPT's files shard the same way (GPT-2's names)
+G="--layers 2 --hidden 24 --heads 4 --seq 8 --vocab 30"
+mkdir -p "$T/g"
+"$ZS" export $G --seed 5 --out "$T/g.safetensors" >/dev/null 2>&1
+"$ZS" export --init-from "$T/g.safetensors" --shard-size 3KB --out "$T/g/model.safetensors" >"$T/log" 2>&1 &&
+    [ -f "$T/g/model.safetensors.index.json" ] &&
+    "$ZS" export --init-from "$T/g" --out "$T/g2.safetensors" >>"$T/log" 2>&1 &&
+    cmp -s "$T/g.safetensors" "$T/g2.safetensors" && ok || { bad "GPT-2 shards: the round trip differs"; cat "$T/log"; }
 
 # the round trip in every stage, on 1-4 ranks and a tensor-parallel mesh,
 # into one file and into shards
@@ -119,6 +134,8 @@ refuse -o "$X" -m "holds a llama, but the command line gives --model gpt" \
 refuse -o "$X" -m "tie-embeddings 0, but the command line gives 1" \
     export --init-from "$T/hf" --heads 4 --tie-embeddings --out "$X"
 refuse -o "$X" -m "llm.c's .bin holds GPT-2 models only" export $L --out "$T/x.bin"
+refuse -m "a.safetensors holds a Llama-family model: this command reads GPT-2 weights only" \
+    eval --from "$T/a.safetensors"
 refuse -o "$X" -m "shard-size splits safetensors" export --layers 1 --hidden 8 --heads 2 --seq 4 --vocab 8 \
     --shard-size 1KB --out "$T/x.bin"
 refuse -o "$X" -m "shard-size must be a size" export $L --shard-size lots --out "$X"

@@ -194,8 +194,9 @@ typedef int (*zs_st_data_fn)(void *ctx, int i, zs_st_writer *w);
  * own), in order, named as Hugging Face names them (NAME.safetensors ->
  * NAME-00001-of-0000n.safetensors beside it), each with the metadata, then
  * the index PATH.index.json. Each file is written atomically and the index
- * last; on failure the shards already written are removed. *n_shards (may
- * be NULL) gets the number of files, 1 for one file. */
+ * last; on failure the shards already written are removed. One file
+ * removes an older PATH.index.json, which readers would take before it.
+ * *n_shards (may be NULL) gets the number of files, 1 for one file. */
 int zs_st_write_sharded(const char *path, uint64_t shard_bytes, const zs_st_tensor *t, int n,
                         const char *const *meta, int nmeta, zs_st_data_fn data, void *ctx,
                         int *n_shards);

@@ -219,11 +219,9 @@ static void zs_train_print_start(const zs_run_config *cfg, const zs_train_option
         fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
 }
 
-/* zerosim export's line: what it wrote. */
-static void zs_train_print_export(FILE *log, const zs_run_config *cfg, const zs_train_options *o,
-                                  const zs_train_result *r)
+/* "wrote FILE (format)", or the index of the shards --shard-size wrote. */
+static void zs_print_export_path(FILE *log, const zs_train_options *o)
 {
-    const zs_model_config *m = &cfg->model;
     char index[4200];
     snprintf(index, sizeof index, "%s.index.json", o->export_path);
     if (o->export_shard_bytes && access(index, F_OK) == 0) /* written in shards */
@@ -232,6 +230,14 @@ static void zs_train_print_export(FILE *log, const zs_run_config *cfg, const zs_
     else
         fprintf(log, "wrote %s (%s)", o->export_path,
                 zs_weights_format_name((zs_weights_format)o->export_format));
+}
+
+/* zerosim export's line: what it wrote. */
+static void zs_train_print_export(FILE *log, const zs_run_config *cfg, const zs_train_options *o,
+                                  const zs_train_result *r)
+{
+    const zs_model_config *m = &cfg->model;
+    zs_print_export_path(log, o);
     if (m->kind == ZS_MODEL_LLAMA)
         fprintf(log, ": a Llama of %d blocks, hidden %d, %d heads, %d key/value heads, "
                 "intermediate %d, vocab %d, head %s", m->n_layer, m->n_embd, m->n_head,
@@ -301,9 +307,10 @@ static void zs_train_print_summary(FILE *log, const zs_run_config *cfg, const zs
                 "parameters)\n", r->val_loss[r->steps - 1],
                 zs_val_bpb_text(r, r->val_loss[r->steps - 1]), r->steps, o->val_data,
                 cfg->train_batch_size - 1);
-    if (o->export_path)
-        fprintf(log, "wrote %s (%s)\n", o->export_path,
-                zs_weights_format_name((zs_weights_format)o->export_format));
+    if (o->export_path) {
+        zs_print_export_path(log, o);
+        fprintf(log, "\n");
+    }
     fprintf(log, "param_hash %s, peak accounted memory on rank 0: %zu bytes\n",
             r->param_hash, r->mem.total_peak);
     zs_print_ep_layout(log, cfg, world);

@@ -784,6 +784,11 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
                     cli->val[OPT_SHARD_SIZE]);
         o->export_shard_bytes = (uint64_t)bytes;
     }
+    /* what the writer would refuse after training, refused now */
+    if (out && o->export_format == ZS_WEIGHTS_LLMC && o->export_shard_bytes)
+        ZS_FAIL("%s: --shard-size splits safetensors checkpoints; llm.c's .bin is one file", out);
+    if (out && o->export_format == ZS_WEIGHTS_LLMC && c->model.kind == ZS_MODEL_LLAMA)
+        ZS_FAIL("%s: llm.c's .bin holds GPT-2 models only: write the Llama as .safetensors", out);
     o->no_steps = export_cmd;
     if (cli->val[OPT_FROM] && !export_cmd)
         ZS_FAIL("--from is zerosim export's; zerosim train starts from a checkpoint with --resume");

@@ -401,9 +401,18 @@ int zs_st_write_sharded(const char *path, uint64_t shard_bytes, const zs_st_tens
     int shards = zs_st_shard_cut(t, n, shard_bytes, first);
     if (n_shards)
         *n_shards = shards;
-    if (shards == 1) {
+    if (shards == 1) { /* one file; an index of the same name would shadow it */
         free(first);
-        return zs_st_write_one(path, t, 0, n, meta, nmeta, data, ctx);
+        int rc = zs_st_write_one(path, t, 0, n, meta, nmeta, data, ctx);
+        char *index = rc ? NULL : malloc(strlen(path) + 16);
+        if (index) {
+            snprintf(index, strlen(path) + 16, "%s.index.json", path);
+            if (unlink(index) != 0 && errno != ENOENT)
+                rc = zs_error_set("cannot remove the older index %s beside %s: %s", index, path,
+                                  strerror(errno));
+        }
+        free(index);
+        return rc;
     }
     if (shards > ZS_ST_MAX_SHARDS) {
         free(first);

@@ -96,7 +96,10 @@ static void zs_gpt_tensor_add(zs_gpt_tensor *x, const char *name, size_t rows, s
 }
 
 /* A dense Llama's tensors: its layout's entries, already in Hugging Face's
- * names and (out, in) shapes. */
+ * names and (out, in) shapes, one file tensor per entry. An entry a file
+ * splits (Mixtral's stacked experts, (E, F, C) in the layout, are
+ * block_sparse_moe.experts.{j}.w1.weight [F, C] ... in Hugging Face's
+ * files) becomes E tensors here, each at offset + j * numel / E. */
 static int zs_llama_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int *n)
 {
     if (mc->moe_experts > 0)

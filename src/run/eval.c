@@ -433,6 +433,9 @@ int zs_model_src_load(const char *path, const char *opt, int n_head, zs_model_sr
     }
     s->kind = "weights";
     ZS_TRY(zs_weights_probe(path, &s->mc));
+    if (s->mc.kind != ZS_MODEL_GPT)
+        ZS_FAIL("%s %s holds a Llama-family model: this command reads GPT-2 weights only "
+                "so far", opt, path);
     if (!s->mc.n_head)
         s->mc.n_head = n_head;
     if (!s->mc.n_head)
