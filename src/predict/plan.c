@@ -632,7 +632,9 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
     const zs_run_config *c = &ps->c;
     double rec_e, rec_b, GA = ps->GA, Psi = ps->Psi;
     zs_plan_recompute(in, r, ps, &rec_e, &rec_b);
-    double seq = in->has_arch ? c->model.seq_len : in->seq_len;
+    /* a device's tokens: with context parallelism its T / cp of each sample
+     * (each still attending over the whole sequence's keys, below) */
+    double seq = (in->has_arch ? c->model.seq_len : in->seq_len) / (c->cp > 1 ? c->cp : 1);
     r->tokens_per_step = (double)c->micro_batch * GA * seq;
     double per_token = 6.0 * Psi * (ps->have ? 1.0 + rec_e / 3.0 : 1.0), attn = 0.0;
     if (in->has_arch)
@@ -645,7 +647,7 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
     if ((r->pp > 1 || c->tp > 1) && Psi > 0)
         pp_scale = (double)ps->pr.num_params / Psi / (1.0 - r->pp_bubble);
     r->flops_per_step *= pp_scale;
-    r->traffic_bytes += r->pp_send_bytes;
+    r->traffic_bytes += r->pp_send_bytes + r->cp_ring_bytes;
     *gemm = 0.0;
     memset(work, 0, ZS_WORK_NKINDS * sizeof work[0]);
     *fwd = ps->have ? 1.0 / (3.0 + rec_e) : r->recompute ? 0.25 : 1.0 / 3.0;
