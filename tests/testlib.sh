@@ -27,7 +27,8 @@ bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 zs_fast() { [ "${ZS_TEST_LEVEL:-full}" = fast ]; }
 
 # check_csv LABEL DIR: measured = predicted for every memory category
-# (activations included) and for reduce-scatter, allgather and all-to-all
+# (activations included) and for reduce-scatter, allgather and all-to-all,
+# and for the point-to-point sends and receives where a prediction exists
 # (a run without experts predicts no all-to-all, -1, and makes none)
 check_csv() {
     awk -v L="$1" '
@@ -41,6 +42,8 @@ check_csv() {
             if ($5 != $6 && !($2 == "alltoall" && $6 == -1 && $5 == 0)) {
                 printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
             n++ }
+        $3 == "all" && ($2 == "send" || $2 == "recv") && $6 != -1 && $5 != $6 {
+            printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ }
         END { exit (bad > 0 || n < 6) }' "$2/comm.csv"
 }
 

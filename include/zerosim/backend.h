@@ -141,6 +141,33 @@ void zs_backend_attention_backward(zs_backend_t be, float *dqkv, float *dpreatt,
                                    const float *dout, const float *qkv, const float *att,
                                    int b, int t, int c, int nh);
 
+/* Ring attention's blocks (context parallelism, src/backend/cpu_ring.c):
+ * this rank's B x tq query rows against tk rows of one rank's keys and
+ * values, C (= NH heads) wide; each sequence cut into chunks of `chunk`
+ * positions, the queries' rows being chunks q_chunk0 then q_chunk1, the
+ * keys' k_chunk0 then k_chunk1; a key is seen where its position is at
+ * most the query's. first: the ring's first block (the forward starts its
+ * running statistics); last: the ring's last (the forward normalises). */
+typedef struct {
+    int b, tq, tk, c, nh, chunk;
+    int q_chunk0, q_chunk1, k_chunk0, k_chunk1;
+    int first, last;
+} zs_ring_block;
+/* out(B,tq,C) and stats(B,tq,NH,2) ([max, sum] per row and head)
+ * accumulate one block; q from qkv(B,tq,3C); k and v at kv (k at column 0,
+ * v at column C, kv_stride floats per row). OPTIONAL in a backend's table:
+ * zerosim/compat.h refuses --cp where it is missing. */
+void zs_backend_ring_attention_forward(zs_backend_t be, float *out, float *stats,
+                                       const float *qkv, const float *kv, int kv_stride,
+                                       const zs_ring_block *blk);
+/* One block's backward from the forward's out and stats: dqkv's q columns
+ * and dkv (dk at column 0, dv at column C, dkv_stride floats per row)
+ * accumulate. */
+void zs_backend_ring_attention_backward(zs_backend_t be, float *dqkv, float *dkv, int dkv_stride,
+                                        const float *dout, const float *out, const float *stats,
+                                        const float *qkv, const float *kv, int kv_stride,
+                                        const zs_ring_block *blk);
+
 /* ---- the Llama family's kernels (docs/numerics.md, "Llama kernels") ----
  * Extra dimension letters: F the MLP's intermediate size, NKV key/value
  * heads, HD the head size, P rows of a rotary table. */

@@ -56,6 +56,7 @@ typedef enum {
 typedef enum {
     ZS_GROUP_DP = 0, ZS_GROUP_TP, ZS_GROUP_PP, ZS_GROUP_EP,
     ZS_GROUP_EDP,        /* expert-data-parallel: the experts' reduction */
+    ZS_GROUP_CP,         /* context-parallel: the ring attention's messages */
     ZS_GROUP_NGROUPS
 } zs_comm_group;
 

@@ -32,6 +32,7 @@ extern "C" {
 #define ZS_BOUND_BATCH_MAX (1 << 20)    /* --micro-batch, --grad-accum */
 #define ZS_BOUND_TP_MAX (1 << 16)       /* --tp */
 #define ZS_BOUND_PP_MAX (1 << 16)       /* --pp */
+#define ZS_BOUND_CP_MAX (1 << 12)       /* --cp */
 #define ZS_BOUND_RANKS_MAX (1 << 20)    /* ranks: --world-size, --ranks-per-node, hpZ, nodes */
 #define ZS_BOUND_MOE_EXPERTS_MAX 4096   /* --moe-experts (0: no mixture of experts) */
 #define ZS_BOUND_MOE_EVERY_MAX 4096     /* --moe-every */
@@ -206,6 +207,11 @@ typedef struct {
      * tp and sequence_parallel into the model's configuration. */
     int tp, pp;
     int sequence_parallel;
+    /* --cp C: context parallelism (Megatron-LM's, zerosim/mesh.h): each
+     * sample's sequence split over C ranks (2C chunks, rank i holding
+     * chunks i and 2C-1-i), attention as ring attention; ZeRO runs over
+     * the combined data-and-context group. 1: none. */
+    int cp;
     zs_pp_schedule pp_schedule; /* --pp-schedule (1f1b) */
     int virtual_stages;           /* --virtual-stages: model chunks per rank (1) */
     zs_pp_partition pp_partition; /* --pp-partition (uniform) */

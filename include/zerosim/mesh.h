@@ -71,10 +71,39 @@ int zs_mesh_ep_ngroups(int world, int tp, int pp, int ep, int edp);
 int zs_mesh_ep_group_size(int world, int tp, int pp, int ep, int edp);
 int zs_mesh_ep_group_ranks(int world, int tp, int pp, int ep, int edp, int index, int *ranks);
 
+/* Context parallelism (Megatron-LM's cp; its order is tp-cp-dp-pp): C
+ * ranks split each sample's sequence. The axis sits between tensor and
+ * data, so the "dp" axis of the functions above, with D' = N / (T·P), is
+ * then the combined data-and-context group (Megatron's data-parallel group
+ * with context parallelism), member c + C·d for context rank c and data
+ * rank d:
+ *
+ *   rank = tp_rank + T · (cp_rank + C · (dp_rank + D · pp_rank)),
+ *
+ * D = N / (T·C·P). ZeRO partitions and reduces over that combined group.
+ * Each combined group is cut into context-parallel groups of C consecutive
+ * members (cp = 0: the ring of a sample's chunks) and into C pure data-
+ * parallel groups of every C-th member (cp = 1): with 8 ranks, tp = pp = 1
+ * and C = 2, context groups [0,1], [2,3], [4,5], [6,7] and data groups
+ * [0,2,4,6], [1,3,5,7]. 0 when T·C·P divides N, else a one-line message. */
+int zs_mesh_check_cp(int world, int tp, int pp, int cp);
+/* The number of context-parallel (dp_axis 0) or pure data-parallel
+ * (dp_axis 1) groups, their size, and the members of group `index` (in
+ * combined-group order); returns their number. */
+int zs_mesh_cp_ngroups(int world, int tp, int pp, int cp, int dp_axis);
+int zs_mesh_cp_group_size(int world, int tp, int pp, int cp, int dp_axis);
+int zs_mesh_cp_group_ranks(int world, int tp, int pp, int cp, int dp_axis, int index,
+                           int *ranks);
+
 typedef struct zs_mesh zs_mesh;
 /* Collective over world (or a phantom world: phantom groups). With
  * tp = pp = 1 the data-parallel communicator is the world itself. */
 int zs_mesh_create(zs_comm_t world, int tp, int pp, zs_mesh **out);
+/* The same with context parallelism of cp ranks: the dp communicator is
+ * the combined data-and-context group, and the ZS_GROUP_CP communicator
+ * the context-parallel group (its rank = this rank's cp_rank, from
+ * zs_mesh_self(m).dp mod cp). zs_mesh_create is cp = 1. */
+int zs_mesh_create_cp(zs_comm_t world, int tp, int pp, int cp, zs_mesh **out);
 zs_comm_t zs_mesh_comm(const zs_mesh *m, zs_comm_group g);
 zs_mesh_coord zs_mesh_self(const zs_mesh *m);
 void zs_mesh_free(zs_mesh *m);

@@ -49,6 +49,12 @@ typedef struct {
      * embedding and the row-parallel biases replicated. 0 or 1: none. */
     int tp, tp_rank;
     int sequence_parallel; /* Korthikanti et al.: not implemented yet */
+    /* context parallelism (Megatron-LM): with cp > 1 this rank computes
+     * seq_len / cp positions of each sample, chunks cp_rank and
+     * 2 cp - 1 - cp_rank of 2 cp equal chunks (load balanced), and the
+     * attention is ring attention over the context-parallel group
+     * (src/model/ring_attention.c). 0 or 1: none. */
+    int cp, cp_rank;
     /* pipeline parallelism: with pp_on the model's activations (and the
      * loss's scratch) cover units pp_first .. pp_last only, one pipeline
      * stage's; the layout stays the whole model's. The stage's input
@@ -203,6 +209,25 @@ int zs_model_set_tp_comm(zs_model *m, struct zs_comm *tp);
  * and backward exchange the expert buffers over it with two all-to-alls
  * each. Returns non-zero when its size or rank differ. */
 int zs_model_set_ep_comm(zs_model *m, struct zs_comm *ep);
+/* Context parallelism (src/model/ring_attention.c): the communicator of the
+ * context-parallel group (its size cfg.cp, this rank cfg.cp_rank), over
+ * which every block's ring attention passes keys, values and their
+ * gradients. Returns non-zero when its size or rank differ. */
+int zs_model_set_cp_comm(zs_model *m, struct zs_comm *cp);
+/* The context-parallel size (1 without), and the chunk (of 2 cp) that a
+ * context rank holds as its k-th (k = 0: chunk rank, k = 1: 2 cp - 1 -
+ * rank): Megatron-LM's load balancing. */
+int zs_model_cp_size(const zs_model_config *c);
+int zs_model_cp_chunk(const zs_model_config *c, int rank, int k);
+/* In place, for each of b samples of seq_len tokens (host memory, row
+ * after row): this rank's two chunks, first b x seq_len / cp entries. A
+ * no-op without context parallelism or tokens; non-zero out of memory. */
+int zs_model_cp_local_tokens(const zs_model_config *c, int32_t *tokens, int b);
+/* The bytes one rank sends around the ring in one block's forward
+ * (backward 0) or backward (1) for a micro-batch of b: *sends messages of
+ * this rank's keys and values (and backward, as many of their gradients);
+ * it receives as many. 0 without context parallelism. */
+double zs_model_cp_ring_bytes(const zs_model_config *c, int b, int backward, int *sends);
 /* Element `local` of this shard's flat layout as an element of the tp = 1
  * layout of the same model (what zs_model_init_slice draws there, and
  * where a gathered parameter vector puts it); *run gets how many elements

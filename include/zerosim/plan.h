@@ -145,6 +145,10 @@ typedef struct {
     size_t device_params;
     double pp_send_bytes, pp_recv_bytes;
     double pp_bubble;             /* (P - 1)/(m + P - 1) */
+    /* context parallelism (--cp): its size, and the ring attention's point-
+     * to-point bytes per step one device sends (as many it receives) */
+    int cp;
+    double cp_ring_bytes;
 } zs_plan_result;
 
 /* Plan one (model, stage, N). Returns 0, or non-zero with a one-line message

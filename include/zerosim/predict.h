@@ -148,6 +148,13 @@ typedef struct {
     int edp_rs_calls_per_step, edp_ag_calls_per_step;
     /* the experts' parameters of this rank's store (0 without one) */
     size_t expert_params;
+    /* context parallelism (--cp): ring attention's point-to-point bytes per
+     * step that this rank sends (and as many it receives) over the context
+     * group, and its messages: per block and micro-batch, each forward
+     * (recomputed ones included) C - 1 of this rank's keys and values, each
+     * backward 2 (C - 1), keys and values and their gradients
+     * (zs_model_cp_ring_bytes) */
+    double cp_ring_bytes_per_step, cp_ring_sends_per_step;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

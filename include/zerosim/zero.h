@@ -70,6 +70,9 @@ int zs_engine_set_tp(zs_engine *e, struct zs_comm *tp);
  * the model sends each source's expert gradients home (ZS_MOE_EP_HOME);
  * edp is then not used (NULL allowed). */
 int zs_engine_set_ep(zs_engine *e, struct zs_comm *ep, struct zs_comm *edp);
+/* Context parallelism (cfg.cp > 1): the context-parallel group, over which
+ * the model's ring attention passes its messages (NULL without). */
+int zs_engine_set_cp(zs_engine *e, struct zs_comm *cp);
 /* 1 when the engine uses DeepSpeed's layout for the experts; the expert
  * store's padded elements then (0 otherwise). */
 int zs_engine_ep_split(const zs_engine *e);

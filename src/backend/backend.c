@@ -636,6 +636,43 @@ void zs_backend_attention_backward(zs_backend_t be, float *dqkv, float *dpreatt,
     be->iface->attention_backward(be->ctx, dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
 }
 
+#define ZS_BE_CHECK_RING(blk)                                                                  \
+    ZS_BE_CHECK((blk) != NULL && (blk)->b >= 0 && (blk)->tq >= 0 && (blk)->tk >= 0 &&         \
+                (blk)->nh > 0 && (blk)->c > 0 && (blk)->c % (blk)->nh == 0 &&                  \
+                (blk)->chunk > 0 && (blk)->tq <= 2 * (blk)->chunk &&                           \
+                (blk)->tk <= 2 * (blk)->chunk)
+
+void zs_backend_ring_attention_forward(zs_backend_t be, float *out, float *stats,
+                                       const float *qkv, const float *kv, int kv_stride,
+                                       const zs_ring_block *blk)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK_RING(blk);
+    ZS_BE_CHECK(be->iface->ring_attention_forward != NULL);
+    if (blk->b == 0 || blk->tq == 0)
+        return;
+    ZS_BE_CHECK(out != NULL && stats != NULL && qkv != NULL && kv != NULL &&
+                kv_stride >= 2 * blk->c);
+    be->iface->ring_attention_forward(be->ctx, out, stats, qkv, kv, kv_stride, blk);
+}
+
+void zs_backend_ring_attention_backward(zs_backend_t be, float *dqkv, float *dkv, int dkv_stride,
+                                        const float *dout, const float *out, const float *stats,
+                                        const float *qkv, const float *kv, int kv_stride,
+                                        const zs_ring_block *blk)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_CHECK_RING(blk);
+    ZS_BE_CHECK(be->iface->ring_attention_backward != NULL);
+    if (blk->b == 0 || blk->tq == 0)
+        return;
+    ZS_BE_CHECK(dqkv != NULL && dkv != NULL && dout != NULL && out != NULL && stats != NULL &&
+                qkv != NULL && kv != NULL && kv_stride >= 2 * blk->c &&
+                dkv_stride >= 2 * blk->c);
+    be->iface->ring_attention_backward(be->ctx, dqkv, dkv, dkv_stride, dout, out, stats, qkv, kv,
+                                       kv_stride, blk);
+}
+
 void zs_backend_rmsnorm_forward(zs_backend_t be, float *out, float *rstd, const float *inp,
                                 const float *weight, int bt, int c, float eps)
 {

@@ -106,6 +106,13 @@ struct zs_backend_i {
     void (*attention_backward)(void *ctx, float *dqkv, float *dpreatt, float *datt,
                                const float *dout, const float *qkv, const float *att,
                                int b, int t, int c, int nh);
+    /* OPTIONAL. Ring attention's blocks (zerosim/backend.h; cpu_ring.c). */
+    void (*ring_attention_forward)(void *ctx, float *out, float *stats, const float *qkv,
+                                   const float *kv, int kv_stride, const zs_ring_block *blk);
+    void (*ring_attention_backward)(void *ctx, float *dqkv, float *dkv, int dkv_stride,
+                                    const float *dout, const float *out, const float *stats,
+                                    const float *qkv, const float *kv, int kv_stride,
+                                    const zs_ring_block *blk);
     /* REQUIRED. RMSNorm over C: rstd = 1/sqrt(mean(x^2) + eps), out =
      * (x * rstd) * weight; saves rstd. */
     void (*rmsnorm_forward)(void *ctx, float *out, float *rstd, const float *inp,
@@ -235,6 +242,15 @@ struct zs_backend {
     const struct zs_backend_i *iface;
     void *ctx;
 };
+
+/* cpu_ring.c: ring attention's blocks, the CPU's (and so the portable
+ * backend's) table members. */
+void zs_cpu_ring_attention_forward(void *ctx, float *out, float *stats, const float *qkv,
+                                   const float *kv, int kv_stride, const zs_ring_block *blk);
+void zs_cpu_ring_attention_backward(void *ctx, float *dqkv, float *dkv, int dkv_stride,
+                                    const float *dout, const float *out, const float *stats,
+                                    const float *qkv, const float *kv, int kv_stride,
+                                    const zs_ring_block *blk);
 
 /* Constructors: set be->iface and be->ctx for the device numbered `device`
  * (the rank's local rank; a backend without devices ignores it). Return 0,

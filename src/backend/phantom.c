@@ -113,6 +113,19 @@ static void zs_phantom_att_bwd(void *ctx, float *dqkv, float *dpreatt, float *da
 {
     ZS_UNUSED4(ctx, dqkv, dpreatt, datt); ZS_UNUSED4(dout, qkv, att, b); ZS_UNUSED4(t, c, nh, 0);
 }
+static void zs_phantom_ring_fwd(void *ctx, float *out, float *stats, const float *qkv,
+                                const float *kv, int kv_stride, const zs_ring_block *blk)
+{
+    ZS_UNUSED4(ctx, out, stats, qkv); ZS_UNUSED4(kv, kv_stride, blk, 0);
+}
+static void zs_phantom_ring_bwd(void *ctx, float *dqkv, float *dkv, int dkv_stride,
+                                const float *dout, const float *out, const float *stats,
+                                const float *qkv, const float *kv, int kv_stride,
+                                const zs_ring_block *blk)
+{
+    ZS_UNUSED4(ctx, dqkv, dkv, dkv_stride); ZS_UNUSED4(dout, out, stats, qkv);
+    ZS_UNUSED4(kv, kv_stride, blk, 0);
+}
 static void zs_phantom_rms_fwd(void *ctx, float *out, float *rstd, const float *inp,
                                const float *w, int bt, int c, float eps)
 {
@@ -264,6 +277,8 @@ static const struct zs_backend_i zs_phantom_iface = {
     .embedding_backward = zs_phantom_emb_bwd,
     .attention_forward = zs_phantom_att_fwd,
     .attention_backward = zs_phantom_att_bwd,
+    .ring_attention_forward = zs_phantom_ring_fwd,
+    .ring_attention_backward = zs_phantom_ring_bwd,
     .rmsnorm_forward = zs_phantom_rms_fwd,
     .rmsnorm_backward = zs_phantom_rms_bwd,
     .swiglu_forward = zs_phantom_swiglu_fwd,

@@ -64,6 +64,9 @@ static const char *const zs_plan_usage =
     "                           pipeline rank (chunk c of rank r is stage c*P + r)\n"
     "  --sequence-parallel      with --tp: sequence parallelism (megatron convention:\n"
     "                           Korthikanti et al.'s activations sbh/t (34 + 5as/h))\n"
+    "  --cp C                   context parallelism: each sequence split over C\n"
+    "                           devices (ring attention); --dp counts data-parallel\n"
+    "                           ranks, ZeRO partitions over dp x C (zerosim convention)\n"
     "  --devices-per-node N     devices per node (8); aliases --gpus-per-node,\n"
     "                           --ranks-per-node\n"
     "  --nodes N                nodes (--dp defaults to nodes x devices per node)\n"
@@ -138,7 +141,7 @@ enum {
     P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
     P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
-    P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP,
+    P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP, P_CP,
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP, P_EP_LAYOUT,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION, P_VIRTUAL_STAGES,
@@ -213,6 +216,7 @@ static const struct option zs_plan_options[] = {
     {"config", required_argument, NULL, P_CONFIG},
     {"tp", required_argument, NULL, P_TP},
     {"sequence-parallel", no_argument, NULL, P_SP},
+    {"cp", required_argument, NULL, P_CP},
     {"grad-reduce", required_argument, NULL, P_GRAD_REDUCE},
     {"overlap-comm", required_argument, NULL, P_OVERLAP_COMM},
     {"pp", required_argument, NULL, P_PP},
@@ -535,6 +539,8 @@ static int zs_plan_apply_run(zs_plan_cli *cl)
         ZS_TRY(zs_plan_int(P_TP, v[P_TP], 1, ZS_BOUND_TP_MAX, &c->tp));
     if (v[P_PP])
         ZS_TRY(zs_plan_int(P_PP, v[P_PP], 1, ZS_BOUND_PP_MAX, &c->pp));
+    if (v[P_CP])
+        ZS_TRY(zs_plan_int(P_CP, v[P_CP], 1, ZS_BOUND_CP_MAX, &c->cp));
     if (v[P_VIRTUAL_STAGES])
         ZS_TRY(zs_plan_int(P_VIRTUAL_STAGES, v[P_VIRTUAL_STAGES], 1, ZS_BOUND_VIRTUAL_STAGES_MAX,
                            &c->virtual_stages));

@@ -58,7 +58,11 @@ static void zs_plan_print_setup(FILE *f, const zs_plan_input *in, const zs_plan_
             c->micro_batch, c->grad_accum,
             c->stage <= 1 && c->grad_reduce == ZS_GRAD_REDUCE_STEP ? ", gradients reduced once per step" : "",
             zs_plan_convention_name(in->convention));
-    if (c->pp > 1)
+    if (c->cp > 1)
+        fprintf(f, "cluster: %d data-parallel x %d context-parallel x %d tensor-parallel x %d "
+                   "pipeline = %d devices, %d per node", in->dp, c->cp, c->tp, c->pp,
+                in->dp * c->cp * c->tp * c->pp, in->devices_per_node);
+    else if (c->pp > 1)
         fprintf(f, "cluster: %d data-parallel x %d tensor-parallel x %d pipeline = %d devices, "
                    "%d per node", in->dp, c->tp, c->pp, in->dp * c->tp * c->pp,
                 in->devices_per_node);
@@ -98,6 +102,10 @@ static void zs_plan_print_memory(FILE *f, const zs_plan_input *in, const zs_plan
         fprintf(f, "  (stage 3 holds %zu live gathered parameters%s)\n", r->live_params,
                 in->has_arch ? "" : in->largest_layer ? ": --largest-layer"
                                                       : ": give --largest-layer to count them");
+    if (r->cp > 1)
+        fprintf(f, "context parallelism: each sequence over %d devices (ring attention); point "
+                   "to point per step: %.0f bytes sent, as many received\n", r->cp,
+                r->cp_ring_bytes);
     if (r->pp > 1) {
         int il = c->pp_schedule == ZS_PP_INTERLEAVED;
         if (il)
@@ -453,6 +461,10 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
         json_object_set_new(o, "params_per_device", json_integer((json_int_t)r->device_params));
     if (r->pp > 1)
         json_object_set_new(o, "pipeline", zs_plan_json_pipeline(in, r));
+    if (r->cp > 1) { /* context parallelism (written only when on) */
+        json_object_set_new(o, "cp", json_integer(r->cp));
+        json_object_set_new(o, "cp_ring_send_bytes_per_step", zs_json_bytes(r->cp_ring_bytes));
+    }
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "convention", json_string(zs_plan_convention_name(in->convention)));
     json_object_set_new(o, "grad_reduce", json_string(zs_grad_reduce_name(c->grad_reduce)));

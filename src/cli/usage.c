@@ -112,6 +112,8 @@ const char *const zs_usage =
     "                           by parameters (DeepSpeed's partition_method; uniform)\n"
     "  --sequence-parallel      shard LayerNorm and residual activations along the\n"
     "                           sequence in the tensor-parallel group (--tp 2 or more)\n"
+    "  --cp C                   context parallelism (1): each sample's sequence split\n"
+    "                           over C ranks, ring attention (docs/parallelism.md)\n"
     "  --ranks-per-node K       K consecutive ranks make a node (default: the nodes\n"
     "                           MPI reports; a phantom run: one node); the ledger\n"
     "                           splits traffic into intra- and inter-node bytes\n"

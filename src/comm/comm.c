@@ -41,6 +41,7 @@ static const char *const zs_group_names[ZS_GROUP_NGROUPS] = {
     [ZS_GROUP_PP] = "pp",
     [ZS_GROUP_EP] = "ep",
     [ZS_GROUP_EDP] = "edp",
+    [ZS_GROUP_CP] = "cp",
 };
 
 const char *zs_comm_group_name(zs_comm_group g)

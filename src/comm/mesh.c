@@ -121,25 +121,80 @@ int zs_mesh_ep_group_ranks(int world, int tp, int pp, int ep, int edp, int index
     return n;
 }
 
+int zs_mesh_check_cp(int world, int tp, int pp, int cp)
+{
+    if (cp < 1)
+        ZS_FAIL("the context-parallel size (--cp %d) must be at least 1", cp);
+    if (world < 1 || tp < 1 || pp < 1 || world % (tp * cp * pp))
+        ZS_FAIL("%d ranks do not divide into tensor-parallel groups of %d times context-parallel "
+                "groups of %d times pipeline stages of %d (%d): use a number of ranks that "
+                "tp x cp x pp divides", world, tp, cp, pp, tp * cp * pp);
+    return 0;
+}
+
+/* The context axis cuts the combined data-and-context group as the expert
+ * axis cuts the data-parallel group: consecutive members (cp groups) and
+ * every C-th member (pure data groups). */
+int zs_mesh_cp_ngroups(int world, int tp, int pp, int cp, int dp_axis)
+{
+    return zs_mesh_ep_ngroups(world, tp, pp, cp, dp_axis);
+}
+
+int zs_mesh_cp_group_size(int world, int tp, int pp, int cp, int dp_axis)
+{
+    return zs_mesh_ep_group_size(world, tp, pp, cp, dp_axis);
+}
+
+int zs_mesh_cp_group_ranks(int world, int tp, int pp, int cp, int dp_axis, int index,
+                           int *ranks)
+{
+    return zs_mesh_ep_group_ranks(world, tp, pp, cp, dp_axis, index, ranks);
+}
+
 struct zs_mesh {
     zs_comm_t world;
-    int tp, pp;
+    int tp, pp, cp;
     zs_mesh_coord self;
-    zs_comm_t comm[ZS_GROUP_NGROUPS]; /* dp, tp, pp; NULL elsewhere */
+    zs_comm_t comm[ZS_GROUP_NGROUPS]; /* dp, tp, pp, cp; NULL elsewhere */
     int owns_dp;                      /* the dp comm is a split, not the world */
 };
 
+/* The context-parallel group of this rank: a split of the world tagged cp,
+ * its members' world ranks set for the node map. */
+static int zs_mesh_split_cp(zs_mesh *m, int N, int rank)
+{
+    int per = N / (m->tp * m->pp) / m->cp; /* cp groups per combined group */
+    int index = zs_mesh_group_index(N, m->tp, m->pp, ZS_GROUP_DP, rank) * per +
+                m->self.dp / m->cp;
+    int key = m->self.dp % m->cp;
+    ZS_TRY(zs_comm_split(m->world, index, key, m->cp, key, ZS_GROUP_CP, &m->comm[ZS_GROUP_CP]));
+    int *members = malloc((size_t)m->cp * sizeof(int));
+    if (!members)
+        ZS_FAIL("out of host memory for the mesh's context-parallel group");
+    zs_mesh_cp_group_ranks(N, m->tp, m->pp, m->cp, 0, index, members);
+    int rc = zs_comm_set_world_ranks(m->comm[ZS_GROUP_CP], members);
+    free(members);
+    return rc;
+}
+
 int zs_mesh_create(zs_comm_t world, int tp, int pp, zs_mesh **out)
+{
+    return zs_mesh_create_cp(world, tp, pp, 1, out);
+}
+
+int zs_mesh_create_cp(zs_comm_t world, int tp, int pp, int cp, zs_mesh **out)
 {
     *out = NULL;
     int N = zs_comm_size(world), rank = zs_comm_rank(world);
     ZS_TRY(zs_mesh_check(N, tp, pp));
+    ZS_TRY(zs_mesh_check_cp(N, tp, pp, cp));
     zs_mesh *m = calloc(1, sizeof *m);
     if (!m)
         ZS_FAIL("out of host memory creating the mesh");
     m->world = world;
     m->tp = tp;
     m->pp = pp;
+    m->cp = cp;
     m->self = zs_mesh_coord_of(N, tp, pp, rank);
     static const zs_comm_group axes[] = {ZS_GROUP_TP, ZS_GROUP_DP, ZS_GROUP_PP};
     for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++) {
@@ -166,6 +221,10 @@ int zs_mesh_create(zs_comm_t world, int tp, int pp, zs_mesh **out)
         if (g == ZS_GROUP_DP)
             m->owns_dp = 1;
     }
+    if (cp > 1 && zs_mesh_split_cp(m, N, rank)) {
+        zs_mesh_free(m);
+        return -1;
+    }
     *out = m;
     return 0;
 }
@@ -183,6 +242,7 @@ void zs_mesh_free(zs_mesh *m)
         return;
     zs_comm_free(m->comm[ZS_GROUP_TP]);
     zs_comm_free(m->comm[ZS_GROUP_PP]);
+    zs_comm_free(m->comm[ZS_GROUP_CP]);
     if (m->owns_dp)
         zs_comm_free(m->comm[ZS_GROUP_DP]);
     free(m);

@@ -205,6 +205,71 @@ RULE(moe_tp)
                "--moe-experts");
 }
 
+/* ---- context parallelism (--cp) ----------------------------------------- */
+
+RULE(cp_world)
+{
+    if (c->cp <= 1 || x->world < 1 || x->world % (c->tp * c->cp * c->pp) == 0)
+        return 0;
+    return SAY("%d ranks do not divide into tensor-parallel groups of %d (--tp) times "
+               "context-parallel groups of %d (--cp) times %d pipeline stages (--pp): use a "
+               "number of ranks that %d divides", x->world, c->tp, c->cp, c->pp,
+               c->tp * c->cp * c->pp);
+}
+
+RULE(cp_seq)
+{
+    UNUSED_CTX;
+    return c->cp > 1 && c->model.kind == ZS_MODEL_GPT && c->model.seq_len % (2 * c->cp) &&
+           SAY("context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal chunks "
+               "(rank i holds chunks i and %d - i): the sequence length %d is not a multiple "
+               "of %d; use --seq a multiple of %d, or another --cp", c->cp, c->cp, 2 * c->cp,
+               2 * c->cp - 1, c->model.seq_len, 2 * c->cp, 2 * c->cp);
+}
+
+RULE(cp_model)
+{
+    UNUSED_CTX;
+    return c->cp > 1 && c->model.kind != ZS_MODEL_GPT &&
+           SAY("context parallelism (--cp %d) is implemented for the GPT (its ring attention; "
+               "the Llama family's rotary, grouped-query attention not yet): use --model gpt, "
+               "or --cp 1", c->cp);
+}
+
+RULE(cp_sp)
+{
+    UNUSED_CTX;
+    return c->cp > 1 && c->sequence_parallel &&
+           SAY("context parallelism (--cp %d) with --sequence-parallel is not implemented yet "
+               "(the gathers of the tensor-parallel group over this rank's chunks): drop one",
+               c->cp);
+}
+
+RULE(cp_pp)
+{
+    UNUSED_CTX;
+    return c->cp > 1 && c->pp > 1 &&
+           SAY("context parallelism (--cp %d) with --pp %d is not implemented yet (a stage's "
+               "messages carry this rank's chunks): use --pp 1", c->cp, c->pp);
+}
+
+RULE(cp_moe)
+{
+    UNUSED_CTX;
+    return c->cp > 1 && c->model.moe_experts > 0 &&
+           SAY("context parallelism (--cp %d) with a mixture of experts is not implemented yet "
+               "(an expert's capacity counts a whole sample's tokens): drop --moe-experts or use "
+               "--cp 1", c->cp);
+}
+
+RULE(cp_partition_activations)
+{
+    UNUSED_CTX;
+    return c->cp > 1 && c->partition_activations &&
+           SAY("activation_checkpointing.partition_activations with --cp %d is not modelled: "
+               "set it to false", c->cp);
+}
+
 /* DeepSpeed's layout asked for (--ep-layout deepspeed) where it is not
  * implemented: zs_compat_ep_split_why, for the configuration as
  * finalisation leaves it (it sets the model's ep and tp after this table).
@@ -415,6 +480,13 @@ RULE(device_tp)
                "--backend cpu, or --tp 1", c->model.tp, x->backend);
 }
 
+RULE(device_cp)
+{
+    return c->cp > 1 && !x->backend_host &&
+           SAY("context parallelism (--cp %d) has no ring-attention kernels on the %s backend "
+               "yet: use --backend cpu or ref", c->cp, x->backend);
+}
+
 RULE(device_lamb)
 {
     return !x->backend_host && c->optimizer == ZS_OPT_LAMB &&
@@ -514,6 +586,20 @@ static const zs_compat_rule rules[] = {
      "the planner's closed forms count AdamW and SGD"},
     {"device+lamb", "backend lamb", DEVICE, REFUSE, device_lamb,
      "LAMB's step reads host memory"},
+    /* context parallelism's rules, after the older ones (their numbers stay) */
+    {"cp+world", "cp tp pp", RUN, REFUSE, cp_world,
+     "Megatron-LM's RankGenerator needs tp x cp x pp to divide the world"},
+    {"cp+seq", "cp seq", RUN, REFUSE, cp_seq,
+     "Megatron-LM's load balancing cuts the sequence into 2 cp chunks"},
+    {"cp+model", "cp model", RUN, REFUSE, cp_model,
+     "ring attention is implemented for the GPT's multi-head attention"},
+    {"cp+sp", "cp sp", RUN, REFUSE, cp_sp, "not implemented yet"},
+    {"cp+pp", "cp pp", RUN, REFUSE, cp_pp, "not implemented yet"},
+    {"cp+moe", "cp moe", RUN, REFUSE, cp_moe, "not implemented yet"},
+    {"cp+partition-activations", "cp ckpt", RUN, REFUSE, cp_partition_activations,
+     "not implemented yet"},
+    {"device+cp", "backend cp", DEVICE, REFUSE, device_cp,
+     "the ring attention's kernels are the CPU's and the portable backend's"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)

@@ -47,6 +47,7 @@ void zs_run_config_defaults(zs_run_config *c)
 
     c->precision = ZS_DTYPE_F32;
     c->tp = c->pp = 1;
+    c->cp = 1;
     c->pp_schedule = ZS_PP_1F1B;
     c->virtual_stages = 1;
     c->ep = 1;
@@ -268,6 +269,8 @@ char *zs_run_config_json(const zs_run_config *c)
         "gradient_predivide_factor", c->grad_predivide, "deterministic", c->deterministic, "tp",
         c->tp, "pp", c->pp, "sequence_parallel", c->sequence_parallel, "auto", autos,
         "no_effect", none);
+    if (root && c->cp > 1) /* context parallelism (written only when on) */
+        json_object_set_new(root, "cp", json_integer(c->cp));
     if (root && c->adjusted[0]) /* what zerosim/compat.h's rules adjusted */
         json_object_set_new(root, "adjusted", json_string(c->adjusted));
     if (root && c->model.moe_experts > 0) /* the moe section, as the file gives it */

@@ -30,7 +30,7 @@
  * rules: any two determine the third; all three must agree). */
 static int resolve_batch(zs_run_config *c, int world)
 {
-    const char *ws = c->tp * c->pp > 1 ? "data-parallel size" : "world size";
+    const char *ws = c->tp * c->pp * c->cp > 1 ? "data-parallel size" : "world size";
     long long tb = c->train_batch_size, mb = c->micro_batch, ga = c->grad_accum, w = world;
 
     if (tb < 0 || mb < 0 || ga < 0)
@@ -186,6 +186,7 @@ static int finalize_parallel(zs_run_config *c, int world_size)
                               "divides", world_size, c->tp, c->pp, c->tp * c->pp);
     c->model.tp = c->tp;
     c->model.sequence_parallel = c->sequence_parallel;
+    c->model.cp = c->cp;
     if (c->ep < 1)
         return zs_config_fail("moe.ep_size (--ep) must be at least 1, got %d", c->ep);
     if (c->ep > ZS_BOUND_EP_MAX)
@@ -198,7 +199,9 @@ static int finalize_parallel(zs_run_config *c, int world_size)
                               "size (%d ranks / (tp %d x pp %d))", c->ep,
                               world_size / (c->tp * c->pp), c->tp, c->pp);
     c->model.moe_ep = c->ep;
-    ZS_TRY(resolve_batch(c, world_size / (c->tp * c->pp)));
+    /* the batch over the pure data-parallel size: a context-parallel group
+     * computes one micro-batch together */
+    ZS_TRY(resolve_batch(c, world_size / (c->tp * c->pp * c->cp)));
     return 0;
 }
 

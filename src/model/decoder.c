@@ -39,9 +39,14 @@ size_t zs_decoder_pp_ckpt_count(const zs_model_config *c)
     return n;
 }
 
+size_t zs_decoder_seq_rank(const zs_model_config *c)
+{
+    return (size_t)c->seq_len / (size_t)zs_model_cp_size(c);
+}
+
 size_t zs_decoder_seq_local(const zs_model_config *c)
 {
-    return (size_t)c->seq_len / (size_t)(c->tp > 1 && c->sequence_parallel ? c->tp : 1);
+    return zs_decoder_seq_rank(c) / (size_t)(c->tp > 1 && c->sequence_parallel ? c->tp : 1);
 }
 
 size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b)
@@ -134,7 +139,7 @@ const float *zs_decoder_row_sum(zs_model *m, zs_backend_t be, zs_acts *a, float 
 {
     const zs_model_config *c = &m->cfg;
     if (!zs_decoder_sp(c)) {
-        zs_decoder_tp_sum(m, x, (size_t)B * c->seq_len * c->n_embd, unit);
+        zs_decoder_tp_sum(m, x, (size_t)B * zs_decoder_seq_rank(c) * c->n_embd, unit);
         return x;
     }
     zs_decoder_sp_scatter(m, be, a->s_loc, x, a->s_perm, B, unit);

@@ -59,7 +59,7 @@ static int gpt_tp(const zs_model_config *c) { return c->tp > 1 ? c->tp : 1; }
 static int gpt_sp(const zs_model_config *c) { return c->tp > 1 && c->sequence_parallel; }
 static size_t gpt_seq_local(const zs_model_config *c)
 {
-    return (size_t)c->seq_len / (size_t)(gpt_sp(c) ? c->tp : 1);
+    return zs_decoder_seq_rank(c) / (size_t)(gpt_sp(c) ? c->tp : 1);
 }
 
 static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
@@ -200,6 +200,22 @@ static int gpt_slots(const zs_model_config *c) { return zs_decoder_slots(c); }
  * every segment of the stage is recomputed before its backward. */
 static int gpt_pp_ckpt(const zs_model_config *c) { return zs_decoder_pp_ckpt(c); }
 
+/* Context parallelism: each block keeps, in place of the attention's
+ * probabilities (B·NH/P·T² floats), the ring's statistics, a maximum and a
+ * sum per row and head (2·B·NH/P·T/cp); the scratch holds, in place of
+ * preatt and datt, the ring's four messages (zs_ring_kv_floats each: keys
+ * and values, and their gradients, as sent and as received). */
+static size_t gpt_att_floats(const zs_model_config *c, size_t B)
+{
+    size_t NH = (size_t)c->n_head / (size_t)gpt_tp(c), T = zs_decoder_seq_rank(c);
+    return zs_model_cp_size(c) > 1 ? 2 * B * NH * T : B * NH * T * T;
+}
+
+static size_t gpt_att_scratch_floats(const zs_model_config *c, size_t B)
+{
+    return zs_model_cp_size(c) > 1 ? 4 * zs_ring_kv_floats(c, (int)B) : 2 * gpt_att_floats(c, B);
+}
+
 /* With tensor parallelism (P ranks) the attention's and the MLP's inner
  * activations (qkv, atty, fch, fch_gelu, att) and the logits hold 1/P:
  * BT·C·(2 + L·(4 + 12/P)) + L·(4·BT + B·NH/P·T²) + BT·(V/P + 3). */
@@ -210,16 +226,16 @@ static int gpt_pp_ckpt(const zs_model_config *c) { return zs_decoder_pp_ckpt(c);
  * B·NH/P·T²) + BT·C + 2·BTl + BT·(V/P + 1), BTl = B·T/P. */
 static size_t gpt_block_floats(const zs_model_config *c, int b)
 {
-    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
-    size_t NH = (size_t)c->n_head, BT = B * T, BTl = B * gpt_seq_local(c);
-    return gpt_sp(c) ? 2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl + B * NH / P * T * T
-                     : 4 * BT * C + 12 * BT * C / P + 4 * BT + B * NH / P * T * T;
+    size_t B = (size_t)b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t BT = B * T, BTl = B * gpt_seq_local(c);
+    return gpt_sp(c) ? 2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl + gpt_att_floats(c, B)
+                     : 4 * BT * C + 12 * BT * C / P + 4 * BT + gpt_att_floats(c, B);
 }
 
 static size_t gpt_activation_floats(const zs_model_config *c, int b)
 {
-    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
-    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
+    size_t B = (size_t)b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
     size_t BT = B * T, BTl = B * gpt_seq_local(c);
     if (c->pp_on) { /* a pipeline stage: its input, its blocks, the head if it has it */
         int b0, b1, head;
@@ -232,8 +248,8 @@ static size_t gpt_activation_floats(const zs_model_config *c, int b)
     }
     if (gpt_sp(c))
         return BTl * C + L * (2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
-                              B * NH / P * T * T) + BT * C + 2 * BTl + BT * (V / P + 1);
-    return BT * C * 2 + L * (4 * BT * C + 12 * BT * C / P) + L * (4 * BT + B * NH / P * T * T) +
+                              gpt_att_floats(c, B)) + BT * C + 2 * BTl + BT * (V / P + 1);
+    return BT * C * 2 + L * (4 * BT * C + 12 * BT * C / P) + L * (4 * BT + gpt_att_floats(c, B)) +
            BT * (V / P + 3);
 }
 
@@ -288,7 +304,7 @@ static size_t gpt_shared_activation_bytes(const zs_model_config *c, int b)
 
 static size_t gpt_activation_bytes(const zs_model_config *c, int b)
 {
-    size_t f = gpt_activation_floats(c, b), BTC = (size_t)b * c->seq_len * c->n_embd;
+    size_t f = gpt_activation_floats(c, b), BTC = (size_t)b * zs_decoder_seq_rank(c) * c->n_embd;
     if (gpt_n_moe(c) == 0 || c->pp_on)
         return 4 * f;
     for (int s = 0; s < gpt_slots(c); s++) {
@@ -345,8 +361,8 @@ const float *zs_model_moe_source_grads(const zs_model *m, const zs_acts *a, size
 
 static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
 {
-    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
-    size_t NH = (size_t)c->n_head, V = (size_t)c->vocab, BT = B * T;
+    size_t B = (size_t)b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t V = (size_t)c->vocab, BT = B * T;
     size_t sp = gpt_sp(c) ? 2 * BT * C + B * gpt_seq_local(c) * C : 0; /* perm, dfull, loc */
     /* mixture of experts: dfch and dfch_gelu as large as an expert buffer's
      * inner activations (E·Cap·4C) when that is more, two (E,Cap,C) buffers
@@ -360,14 +376,15 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
     }
     int b0, b1, head; /* a pipeline stage without the head has no logits */
     gpt_stage(c, &b0, &b1, &head);
-    return 4 * (BT * C * 2 + 12 * BT * C / P + 2 * B * NH / P * T * T + (head ? BT * V / P : 0) +
+    return 4 * (BT * C * 2 + 12 * BT * C / P + gpt_att_scratch_floats(c, B) +
+                (head ? BT * V / P : 0) +
                 (P > 1 ? 3 * BT : 0) + sp + moe);
 }
 
 static void gpt_bind_acts(zs_acts *a)
 {
     const zs_model_config *c = &a->m->cfg;
-    size_t B = (size_t)a->b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t B = (size_t)a->b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
     size_t NH = (size_t)c->n_head / P, V = (size_t)c->vocab / P, BT = B * T, Cl = C / P;
     int L = c->n_layer;
     float **arr = calloc((size_t)L * 18, sizeof(float *));
@@ -385,7 +402,7 @@ static void gpt_bind_acts(zs_acts *a)
                           &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch,
                           &a->fch_gelu, &a->res3};
     size_t BTl = B * gpt_seq_local(c); /* positions of the residual stream */
-    const size_t sz[13] = {BT * C, BTl, BTl, 3 * BT * Cl, BT * Cl, B * NH * T * T,
+    const size_t sz[13] = {BT * C, BTl, BTl, 3 * BT * Cl, BT * Cl, gpt_att_floats(c, B),
                            BTl * C, BT * C, BTl, BTl, 4 * BT * Cl, 4 * BT * Cl, BTl * C};
     for (int k = 0; k < 13; k++)
         *views[k] = arr + (size_t)k * (size_t)L;
@@ -472,8 +489,13 @@ static void gpt_bind_acts(zs_acts *a)
     size_t dfch = 4 * BT * Cl > 4 * ecc ? 4 * BT * Cl : 4 * ecc;
     a->s_dfch = s; s += dfch;
     a->s_dfch_gelu = s; s += dfch;
-    a->s_preatt = s; s += B * NH * T * T;
-    a->s_datt = s; s += B * NH * T * T;
+    if (zs_model_cp_size(c) > 1) { /* the ring's messages: keys and values, their gradients */
+        a->s_preatt = a->s_datt = s;
+        s += gpt_att_scratch_floats(c, B);
+    } else {
+        a->s_preatt = s; s += B * NH * T * T;
+        a->s_datt = s; s += B * NH * T * T;
+    }
     if (head) {
         a->s_logits = s;
         s += BT * V;
@@ -506,7 +528,8 @@ static void gpt_ln_in(zs_model *m, zs_backend_t be, zs_acts *a, float *out, floa
     const zs_model_config *c = &m->cfg;
     int C = c->n_embd;
     if (!gpt_sp(c)) {
-        zs_backend_layernorm_forward(be, out, mean, rstd, inp, w, bias, B * c->seq_len, C);
+        zs_backend_layernorm_forward(be, out, mean, rstd, inp, w, bias,
+                                     B * (int)zs_decoder_seq_rank(c), C);
         return;
     }
     zs_backend_layernorm_forward(be, a->s_loc, mean, rstd, inp, w, bias,
@@ -641,11 +664,58 @@ static void gpt_moe_backward(zs_model *m, zs_backend_t be, int l, float *const *
                        a->res2[l], P[blk(c, l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
 }
 
+/* The embeddings of this rank's positions: all T of each sample, or with
+ * context parallelism its two chunks (the tokens already this rank's,
+ * zs_model_cp_local_tokens), each at its original positions. wv: the
+ * vocab-parallel rows [first, first + V) (V < vocab), else the whole
+ * table; wpe NULL: no positions (a vocab-parallel rank but the first). */
+static void gpt_embed(const zs_model_config *c, zs_backend_t be, float *out,
+                      const int32_t *tokens, const float *wte, const float *wpe, int first,
+                      int V, int B)
+{
+    int C = c->n_embd, cp = zs_model_cp_size(c), T = (int)zs_decoder_seq_rank(c), S = T / 2;
+    int vocab_parallel = V < c->vocab;
+    for (int b = 0; b < (cp > 1 ? B : 1); b++)
+        for (int k = 0; k < (cp > 1 ? 2 : 1); k++) {
+            int n = cp > 1 ? 1 : B, t = cp > 1 ? S : T;
+            size_t row = cp > 1 ? (size_t)b * T + (size_t)k * S : 0;
+            const float *pos = wpe && cp > 1
+                                   ? wpe + (size_t)zs_model_cp_chunk(c, c->cp_rank, k) * S * C
+                                   : wpe;
+            if (vocab_parallel)
+                zs_backend_vocab_embedding_forward(be, out + row * C, tokens + row, wte, first, V,
+                                                   pos, n, t, C);
+            else
+                zs_backend_embedding_forward(be, out + row * C, tokens + row, wte, pos, n, t, C);
+        }
+}
+
+/* Its backward: dwte (or its vocab-parallel rows) and dwpe accumulate. */
+static void gpt_embed_backward(const zs_model_config *c, zs_backend_t be, float *dwte,
+                               float *dwpe, const float *dout, const int32_t *tokens, int first,
+                               int V, int B)
+{
+    int C = c->n_embd, cp = zs_model_cp_size(c), T = (int)zs_decoder_seq_rank(c), S = T / 2;
+    for (int b = 0; b < (cp > 1 ? B : 1); b++)
+        for (int k = 0; k < (cp > 1 ? 2 : 1); k++) {
+            int n = cp > 1 ? 1 : B, t = cp > 1 ? S : T;
+            size_t row = cp > 1 ? (size_t)b * T + (size_t)k * S : 0;
+            float *pos = cp > 1 ? dwpe + (size_t)zs_model_cp_chunk(c, c->cp_rank, k) * S * C
+                                : dwpe;
+            if (V < c->vocab)
+                zs_backend_vocab_embedding_backward(be, dwte, pos, dout + row * C, tokens + row,
+                                                    first, V, n, t, C);
+            else
+                zs_backend_embedding_backward(be, dwte, pos, dout + row * C, tokens + row, n, t,
+                                              C);
+        }
+}
+
 static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *P, zs_acts *a,
                              const zs_batch *batch)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer;
+    int B = batch->b, T = (int)zs_decoder_seq_rank(c), C = c->n_embd, L = c->n_layer;
     int TP = gpt_tp(c), r = TP > 1 ? c->tp_rank : 0;
     int NH = c->n_head / TP, V = c->vocab / TP, Cl = C / TP;
     int BT = B * T, BTl = B * (int)gpt_seq_local(c);
@@ -653,14 +723,13 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     int bias_here = r == 0;
     if (u == 0) {
         if (TP == 1) {
-            zs_backend_embedding_forward(be, a->encoded, batch->tokens, P[0], P[1], B, T, C);
+            gpt_embed(c, be, a->encoded, batch->tokens, P[0], P[1], 0, V, B);
             return;
         }
         /* vocab-parallel: each rank its rows (zeros elsewhere), positions on
          * rank 0, then the sum over the group */
         float *e = gpt_sp(c) ? a->s_tmp : a->encoded;
-        zs_backend_vocab_embedding_forward(be, e, batch->tokens, P[0], r * V, V,
-                                           bias_here ? P[1] : NULL, B, T, C);
+        gpt_embed(c, be, e, batch->tokens, P[0], bias_here ? P[1] : NULL, r * V, V, B);
         const float *sum = zs_decoder_row_sum(m, be, a, e, B, u);
         if (sum != a->encoded)
             zs_backend_copy_d2d(be, a->encoded, sum, (size_t)BTl * C * 4);
@@ -674,8 +743,11 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         /* f: identity; QKV column-parallel (this rank's heads) */
         zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(c, l, B_QKVW)], P[blk(c, l, B_QKVB)], BT, C,
                           3 * Cl);
-        zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T, Cl,
-                                     NH);
+        if (zs_model_cp_size(c) > 1) /* ring attention: att[l] holds its statistics */
+            zs_ring_attention_forward(m, be, a->s_preatt, a->atty[l], a->att[l], a->qkv[l], B, u);
+        else
+            zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T,
+                                         Cl, NH);
         /* row-parallel output projection, then g: the sum */
         zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(c, l, B_PROJW)],
                           bias_here ? P[blk(c, l, B_PROJB)] : NULL, BT, Cl, C);
@@ -733,7 +805,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
                               float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer;
+    int B = batch->b, T = (int)zs_decoder_seq_rank(c), C = c->n_embd, L = c->n_layer;
     int TP = gpt_tp(c), r = TP > 1 ? c->tp_rank : 0;
     int NH = c->n_head / TP, V = c->vocab / TP, Cl = C / TP;
     int BT = B * T, BTl = B * (int)gpt_seq_local(c);
@@ -784,8 +856,12 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         zs_linear_backward(be, a->s_datty, G[blk(c, l, B_PROJW)], G[blk(c, l, B_PROJB)], dout,
                            a->atty[l], P[blk(c, l, B_PROJW)], BT, Cl, C);
         zs_backend_memset0(be, a->s_dqkv, btcl * 12);
-        zs_backend_attention_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
-                                      a->qkv[l], a->att[l], B, T, Cl, NH);
+        if (zs_model_cp_size(c) > 1)
+            zs_ring_attention_backward(m, be, a->s_preatt, a->s_dqkv, a->s_datty, a->atty[l],
+                                       a->att[l], a->qkv[l], B, u);
+        else
+            zs_backend_attention_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
+                                          a->qkv[l], a->att[l], B, T, Cl, NH);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
         zs_linear_backward(be, a->s_tmp, G[blk(c, l, B_QKVW)], G[blk(c, l, B_QKVB)], a->s_dqkv,
                            a->ln1[l], P[blk(c, l, B_QKVW)], BT, C, 3 * Cl);
@@ -794,11 +870,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         return;
     }
     const float *dout = zs_decoder_dout_full(m, be, a, a->s_dres, B, u);
-    if (TP == 1)
-        zs_backend_embedding_backward(be, G[0], G[1], dout, batch->tokens, B, T, C);
-    else
-        zs_backend_vocab_embedding_backward(be, G[0], G[1], dout, batch->tokens, r * V, V, B, T,
-                                            C);
+    gpt_embed_backward(c, be, G[0], G[1], dout, batch->tokens, r * V, V, B);
 }
 
 const zs_model_ops zs_gpt_ops = {

@@ -624,6 +624,16 @@ int zs_model_set_ep_comm(zs_model *m, struct zs_comm *ep)
     return 0;
 }
 
+int zs_model_set_cp_comm(zs_model *m, struct zs_comm *cp)
+{
+    int C = m->cfg.cp > 1 ? m->cfg.cp : 1;
+    if (C > 1 && (!cp || zs_comm_size(cp) != C || zs_comm_rank(cp) != m->cfg.cp_rank))
+        ZS_FAIL("the context-parallel communicator is not of %d ranks with this rank at %d", C,
+                m->cfg.cp_rank);
+    m->cp = C > 1 ? cp : NULL;
+    return 0;
+}
+
 /* ---- tensor parallelism --------------------------------------------------- */
 
 int zs_model_set_tp_comm(zs_model *m, struct zs_comm *tp)

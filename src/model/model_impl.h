@@ -89,6 +89,21 @@ void zs_moe_sum_aux(zs_acts *a);
 void zs_moe_grads_home(zs_model *m, zs_backend_t be, zs_acts *a, int l, float *const *dst,
                        const size_t *part, int nparts);
 
+/* Context parallelism (src/model/ring_attention.c): the floats of one ring
+ * message (this rank's keys and values, B·(T/C)·2C/tp); ring attention's
+ * forward over the context group (out and stats, the forward's saved
+ * [max, sum] per row and head, zerosim/backend.h) and its backward (dqkv
+ * accumulates). ring: scratch of 2 (forward) or 4 (backward) messages. A
+ * failed message sets m->tp_failed. */
+size_t zs_ring_kv_floats(const zs_model_config *c, int b);
+void zs_ring_attention_forward(zs_model *m, zs_backend_t be, float *ring, float *out,
+                               float *stats, const float *qkv, int B, int unit);
+void zs_ring_attention_backward(zs_model *m, zs_backend_t be, float *ring, float *dqkv,
+                                const float *dout, const float *out, const float *stats,
+                                const float *qkv, int B, int unit);
+/* The positions of the residual stream this rank computes: T / cp. */
+size_t zs_decoder_seq_rank(const zs_model_config *c);
+
 /* The Llama family's counts and expert entries (src/model/llama.c). */
 size_t zs_llama_count_params(const zs_model_config *c);
 size_t zs_llama_count_expert_params(const zs_model_config *c);
@@ -118,6 +133,7 @@ struct zs_model {
     int *uses_count;           /* [n_layers] */
     struct zs_comm *tp;        /* tensor-parallel group (cfg.tp > 1) */
     struct zs_comm *ep;        /* expert-parallel group (cfg.moe_ep > 1) */
+    struct zs_comm *cp;        /* context-parallel group (cfg.cp > 1) */
     size_t *full_offset;       /* [n_entries] each entry's offset at tp = 1 */
     int tp_failed;             /* a tensor-parallel collective failed */
 };

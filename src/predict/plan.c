@@ -38,6 +38,14 @@ void zs_plan_input_defaults(zs_plan_input *in)
 
 static size_t zs_ceil_div(size_t a, size_t b) { return b ? (a + b - 1) / b : 1; }
 
+/* The ranks ZeRO partitions over: the data-parallel ones, times the
+ * context-parallel size (Megatron's data-parallel group with context
+ * parallelism, zerosim/mesh.h). */
+static int zs_plan_zero_ranks(const zs_plan_input *in)
+{
+    return in->dp * (in->cfg.cp > 1 ? in->cfg.cp : 1);
+}
+
 /* The gradient bytes of a count with gradients of gs bytes where the
  * program holds them in the working precision's ps: the fixed-point
  * buffers (fixed of them) as they are, the others at gs a gradient. A run
@@ -74,7 +82,7 @@ static int zs_plan_states_stages(const zs_plan_input *in, const zs_run_config *c
         zs_run_config cs = *c;
         zs_prediction ps_;
         ZS_TRY(zs_pp_stage_config(&cs, s));
-        ZS_TRY(zs_predict(&cs, in->dp, &ps_));
+        ZS_TRY(zs_predict(&cs, zs_plan_zero_ranks(in), &ps_));
         double tot = 0.0;
         for (int k = 0; k < ZS_MEM_NCAT; k++)
             tot += ps_.has[k] ? (double)ps_.bytes[k] : 0.0;
@@ -107,9 +115,11 @@ static int zs_plan_states_program(const zs_plan_input *in, const zs_run_config *
     if (c->pp > 1) {
         ZS_TRY(zs_plan_states_stages(in, c, r, pr));
     } else {
-        ZS_TRY(zs_predict(c, in->dp, pr));
+        ZS_TRY(zs_predict(c, zs_plan_zero_ranks(in), pr));
         r->device_params = pr->num_params + pr->expert_params;
     }
+    r->cp = c->cp > 1 ? c->cp : 1;
+    r->cp_ring_bytes = pr->cp_ring_bytes_per_step;
     zs_plan_states_count(pr->bytes, pr->tier_bytes, pr->grad_fixed_bytes, gs, ps, r);
     for (int k = 0; k < ZS_MEM_NCAT; k++)
         r->has[k] = pr->has[k];
@@ -220,10 +230,11 @@ typedef struct {
     double GA, RA, Psi, Pp, p, g, rs_calls, ag_calls, gathered;
 } zs_plan_step;
 
-/* The plan's devices: dp x tp x pp (the world a run of it takes). */
+/* The plan's devices: dp x tp x cp x pp (the world a run of it takes). */
 static int zs_plan_devices(const zs_plan_input *in)
 {
-    return in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) * (in->cfg.pp > 1 ? in->cfg.pp : 1);
+    return in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) * (in->cfg.pp > 1 ? in->cfg.pp : 1) *
+           (in->cfg.cp > 1 ? in->cfg.cp : 1);
 }
 
 /* The nodes of ZeRO++ and of --hierarchical (WHAT names it): the world's
@@ -263,7 +274,7 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
     if (in->devices_per_node < 1)
         ZS_FAIL("devices per node must be at least 1, got %d", in->devices_per_node);
     long long devices = (long long)in->dp * (in->cfg.tp > 1 ? in->cfg.tp : 1) *
-                        (in->cfg.pp > 1 ? in->cfg.pp : 1);
+                        (in->cfg.pp > 1 ? in->cfg.pp : 1) * (in->cfg.cp > 1 ? in->cfg.cp : 1);
     if (devices > ZS_PLAN_DEVICES_MAX)
         ZS_FAIL("--dp %d x --tp %d x --pp %d is %lld devices; the planner takes at most %d",
                 in->dp, in->cfg.tp > 1 ? in->cfg.tp : 1, in->cfg.pp > 1 ? in->cfg.pp : 1, devices,
@@ -288,6 +299,9 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
     c.steps = c.steps > 0 ? c.steps : 1;
     if (c.tp > 1 && !in->has_arch)
         ZS_FAIL("tensor parallelism (--tp) needs the model's shape: use --arch gpt");
+    if (c.cp > 1 && (!in->has_arch || in->convention != ZS_PLAN_ZEROSIM))
+        ZS_FAIL("context parallelism (--cp) is planned in the zerosim convention for a GPT "
+                "(--arch gpt), as a run counts it");
     if (in->sequence_parallel && in->convention == ZS_PLAN_ZEROSIM)
         c.sequence_parallel = 1; /* the run's own sharding and collectives */
     r->zeropp = c.stage == 3 && (c.quantized_weights || c.quantized_gradients ||
@@ -377,7 +391,7 @@ static void zs_plan_step_sizes(const zs_plan_input *in, const zs_plan_result *r,
                                zs_plan_step *ps)
 {
     const zs_run_config *c = &ps->c;
-    ps->N = in->dp;
+    ps->N = zs_plan_zero_ranks(in);
     ps->st = c->stage;
     ps->ndp = -1;
     ps->GA = c->grad_accum;
@@ -652,7 +666,9 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
     const zs_run_config *c = &ps->c;
     double rec_e, rec_b, GA = ps->GA, Psi = ps->Psi;
     zs_plan_recompute(in, r, ps, &rec_e, &rec_b);
-    double seq = in->has_arch ? c->model.seq_len : in->seq_len;
+    /* a device's tokens: with context parallelism its T / cp of each sample
+     * (each still attending over the whole sequence's keys, below) */
+    double seq = (in->has_arch ? c->model.seq_len : in->seq_len) / (c->cp > 1 ? c->cp : 1);
     r->tokens_per_step = (double)c->micro_batch * GA * seq;
     double per_token = 6.0 * Psi * (ps->have ? 1.0 + rec_e / 3.0 : 1.0), attn = 0.0;
     if (in->has_arch)
@@ -665,7 +681,7 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
     if ((r->pp > 1 || c->tp > 1) && Psi > 0)
         pp_scale = (double)ps->pr.num_params / Psi / (1.0 - r->pp_bubble);
     r->flops_per_step *= pp_scale;
-    r->traffic_bytes += r->pp_send_bytes;
+    r->traffic_bytes += r->pp_send_bytes + r->cp_ring_bytes;
     *gemm = 0.0;
     memset(work, 0, ZS_WORK_NKINDS * sizeof work[0]);
     *fwd = ps->have ? 1.0 / (3.0 + rec_e) : r->recompute ? 0.25 : 1.0 / 3.0;

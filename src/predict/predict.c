@@ -230,6 +230,24 @@ static void zs_predict_ep(const zs_model_config *mc, int b, const zs_step_progra
     }
 }
 
+/* Context parallelism: the ring attention's messages in one step of program
+ * prog, per forward (recomputed ones included) and backward of each block
+ * (units 1..L), as zs_model_cp_ring_bytes counts them. */
+static void zs_predict_cp(const zs_model_config *mc, int b, const zs_step_program *prog,
+                          zs_prediction *p)
+{
+    for (size_t i = 0; i < prog->n; i++) {
+        const zs_step_op *o = &prog->ops[i];
+        int sends;
+        if ((o->kind != ZS_SOP_FORWARD && o->kind != ZS_SOP_BACKWARD) || o->unit < 1 ||
+            o->unit > mc->n_layer)
+            continue;
+        p->cp_ring_bytes_per_step +=
+            zs_model_cp_ring_bytes(mc, b, o->kind == ZS_SOP_BACKWARD, &sends);
+        p->cp_ring_sends_per_step += sends;
+    }
+}
+
 /* The step-time model's counts of program prog (zs_prediction): its small
  * collectives, its reduction rounds and its forwards. Units 1..L are the
  * GPT's blocks. */
@@ -399,7 +417,9 @@ static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
     int T = cfg->model.tp > 1 ? cfg->model.tp : 1;
     if (T > 1 && zs_model_is_decoder(&cfg->model)) {
         double norm = cfg->model.kind == ZS_MODEL_LLAMA ? 1.0 : 2.0; /* per norm, x C */
-        double BT = (double)cfg->micro_batch * cfg->model.seq_len, C = cfg->model.n_embd;
+        /* this rank's positions: T, or T / cp with context parallelism */
+        double BT = (double)cfg->micro_batch * cfg->model.seq_len / zs_model_cp_size(&cfg->model),
+               C = cfg->model.n_embd;
         /* this pipeline stage's share (the whole model without one): the
          * embedding's all-reduce on the first stage, four per block, the
          * head's backward and the loss's on the last */
@@ -481,6 +501,7 @@ static int zs_predict_program(const zs_run_config *cfg, const zs_run_config *sc,
             return -1;
     zs_predict_tp(cfg, sh, &c, p);
     zs_predict_ep(&sc->model, micro_batch, prog, p);
+    zs_predict_cp(&sc->model, micro_batch, prog, p);
     zs_predict_experts(sh, prog, p);
     return 0;
 }

@@ -295,6 +295,7 @@ typedef struct {
     zs_train_options rank_log; /* o, with its log on rank 0 only */
     zs_comm_t comm;
     zs_comm_t dp;             /* this rank's data-parallel group */
+    zs_comm_t cp;             /* its context-parallel group (--cp), or NULL */
     int rank;
     zs_backend_t be;
     zs_mem_t mem;
@@ -388,6 +389,8 @@ static int zs_train_open(zs_train_run *run, zs_comm_t tp, zs_comm_t pp,
         rc = zs_engine_set_pp(run->e, pp, run->comm);
     if (!rc)
         rc = zs_engine_set_ep(run->e, ep, edp);
+    if (!rc)
+        rc = zs_engine_set_cp(run->e, run->cp);
     if (!rc && o->init_from && !zs_backend_is_phantom(run->be))
         rc = zs_oracle_init_from(run->e, cfg, o->init_from);
     if (!rc && zs_train_val_source(cfg, o) && !zs_backend_is_phantom(run->be))
@@ -627,9 +630,10 @@ static int zs_train_collect(zs_train_run *run, size_t rec0, double trace_t0)
  * comm (a phantom comm makes it one simulated rank). */
 static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm,
                          zs_comm_t dp, zs_comm_t tp, zs_comm_t pp, zs_comm_t ep,
-                         zs_comm_t edp, zs_backend_t be, const zs_step_shape *shape, zs_train_result *r)
+                         zs_comm_t edp, zs_comm_t cp, zs_backend_t be, const zs_step_shape *shape,
+                         zs_train_result *r)
 {
-    zs_train_run run = {.cfg = cfg, .o = o, .rank_log = *o, .comm = comm, .dp = dp,
+    zs_train_run run = {.cfg = cfg, .o = o, .rank_log = *o, .comm = comm, .dp = dp, .cp = cp,
                         .rank = zs_comm_rank(comm), .be = be, .r = r};
     run.rank_log.log = run.rank == 0 ? o->log : NULL;
     run.mem = zs_mem_create(be, o->device_memory, run.rank);
@@ -754,16 +758,19 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_mesh *mesh = NULL;
     zs_run_config local = *cfg;
     int rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node);
-    if (!rc && cfg->tp * cfg->pp > 1) {
-        rc = zs_mesh_create(comm, cfg->tp, cfg->pp, &mesh);
+    if (!rc && cfg->tp * cfg->pp * cfg->cp > 1) {
+        rc = zs_mesh_create_cp(comm, cfg->tp, cfg->pp, cfg->cp, &mesh);
         if (!rc)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
+        if (!rc) /* context rank: the combined group's member mod cp */
+            local.model.cp_rank = zs_mesh_self(mesh).dp % cfg->cp;
         if (!rc && cfg->pp > 1) /* this rank's pipeline stage */
             rc = zs_pp_stage_config(&local, zs_mesh_self(mesh).pp);
     }
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     zs_comm_t tp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL;
     zs_comm_t pp = mesh && cfg->pp > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL;
+    zs_comm_t cpc = mesh && cfg->cp > 1 ? zs_mesh_comm(mesh, ZS_GROUP_CP) : NULL;
     zs_comm_t ep = NULL, edp = NULL;
     if (!rc && cfg->ep > 1)
         rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
@@ -779,6 +786,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_comm_set_backend(tp, be);
     if (!rc && pp)
         rc = zs_comm_set_backend(pp, be);
+    if (!rc && cpc)
+        rc = zs_comm_set_backend(cpc, be);
     if (!rc && ep)
         rc = zs_comm_set_backend(ep, be);
     if (!rc && edp)
@@ -790,7 +799,7 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     if (!rc)
         rc = zs_comm_set_quantized_gradients(dp, cfg->quantized_gradients);
     if (!zs_train_agree(comm, rc, r)) {
-        rc = zs_train_rank(&local, o, comm, dp, tp, pp, ep, edp, be, NULL, r);
+        rc = zs_train_rank(&local, o, comm, dp, tp, pp, ep, edp, cpc, be, NULL, r);
         if (!rc) {
             rc = zs_train_gather_stats(comm, r);
             rc = zs_train_agree(comm, rc, r);
@@ -802,6 +811,8 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         zs_comm_set_backend(tp, NULL);
     if (pp)
         zs_comm_set_backend(pp, NULL);
+    if (cpc)
+        zs_comm_set_backend(cpc, NULL);
     if (ep) {
         zs_comm_set_backend(ep, NULL);
         zs_comm_free(ep);
@@ -1019,8 +1030,10 @@ static int zs_phantom_run_rank(const zs_run_config *cfg, const zs_train_options 
         rc = zs_error_set("out of host memory creating simulated rank %d", q);
     else if ((rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node)) != 0)
         ;
-    else if (T * P > 1 && (rc = zs_mesh_create(comm, T, P, &mesh)) == 0)
+    else if (T * P * cfg->cp > 1 && (rc = zs_mesh_create_cp(comm, T, P, cfg->cp, &mesh)) == 0) {
         local.model.tp_rank = zs_mesh_self(mesh).tp;
+        local.model.cp_rank = zs_mesh_self(mesh).dp % cfg->cp;
+    }
     int stage = mesh && P > 1 ? zs_mesh_self(mesh).pp : 0;
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;
     if (!rc && P > 1)
@@ -1038,7 +1051,8 @@ static int zs_phantom_run_rank(const zs_run_config *cfg, const zs_train_options 
         rc = zs_train_ep_comm(comm, cfg, &local, &ep, &edp);
     if (!rc)
         rc = zs_train_rank(&local, po, comm, dp, mesh ? zs_mesh_comm(mesh, ZS_GROUP_TP) : NULL,
-                           mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, edp, be,
+                           mesh && P > 1 ? zs_mesh_comm(mesh, ZS_GROUP_PP) : NULL, ep, edp,
+                           mesh && cfg->cp > 1 ? zs_mesh_comm(mesh, ZS_GROUP_CP) : NULL, be,
                            &shapes[stage], rq);
     if (ep)
         zs_comm_free(ep);

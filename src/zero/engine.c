@@ -657,6 +657,15 @@ int zs_engine_set_tp(zs_engine *e, zs_comm_t tp)
 }
 const zs_step_program *zs_engine_program(const zs_engine *e) { return &e->prog; }
 
+int zs_engine_set_cp(zs_engine *e, zs_comm_t cp)
+{
+    if (e->cfg.cp > 1 && !cp)
+        ZS_FAIL("context parallelism (--cp %d) needs its communicator", e->cfg.cp);
+    for (int c = 0; c < e->shape->nchunks; c++)
+        ZS_TRY(zs_model_set_cp_comm(e->cmodel[c], cp));
+    return 0;
+}
+
 int zs_engine_ep_split(const zs_engine *e) { return e->xsplit; }
 size_t zs_engine_expert_padded(const zs_engine *e) { return e->xsplit ? e->shape->xpadded : 0; }
 

@@ -14,6 +14,10 @@ static int zs_engine_load_batch(zs_engine *e, uint64_t first)
     int mb = e->cfg.micro_batch;
     if (e->data)
         ZS_TRY(zs_data_fill(e->data, first, mb, e->h_tokens, e->h_targets, e->h_x));
+    if (e->data && e->cfg.cp > 1) { /* context parallelism: this rank's chunks */
+        ZS_TRY(zs_model_cp_local_tokens(zs_model_get_config(e->model), e->h_tokens, mb));
+        ZS_TRY(zs_model_cp_local_tokens(zs_model_get_config(e->model), e->h_targets, mb));
+    }
     if (e->batch.tokens)
         zs_backend_copy_h2d(e->be, e->batch.tokens, e->h_tokens, e->shape->tok_bytes);
     zs_backend_copy_h2d(e->be, e->batch.targets, e->h_targets, e->shape->tok_bytes);
@@ -131,14 +135,17 @@ static int zs_engine_commit_grads(zs_engine *e, int u, const zs_acts *a)
 
 /* ---- executors ------------------------------------------------------------- */
 
-/* Micro-batch j = a*N + rank of the step holds samples j*MB .. j*MB+MB-1. */
+/* Micro-batch j = a*N + rank of the step holds samples j*MB .. j*MB+MB-1.
+ * With context parallelism N and rank are the pure data-parallel ones (the
+ * combined group's size and member over cp): a context group's ranks load
+ * the same samples and take their chunks. */
 int zs_engine_exec_load(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
     const zs_run_config *c = &e->cfg;
-    int N = e->part.world;
+    int cp = c->cp > 1 ? c->cp : 1, N = e->part.world / cp;
     uint64_t global = (uint64_t)c->micro_batch * (uint64_t)c->grad_accum * (uint64_t)N;
-    uint64_t j = (uint64_t)o->micro * (uint64_t)N + (uint64_t)e->part.rank;
+    uint64_t j = (uint64_t)o->micro * (uint64_t)N + (uint64_t)(e->part.rank / cp);
     return zs_engine_load_batch(e, (uint64_t)e->step * global + j * (uint64_t)c->micro_batch);
 }
 
