@@ -1,6 +1,10 @@
 #!/bin/sh
 # 1-bit Adam (optimizer "OneBitAdam", --optimizer onebitadam --freeze-step N;
 # docs/onebit.md):
+#   - each step equals an independent float64 reference on one rank
+#     (tests/onebit_ref.py: exact steps, then the compressed momentum with
+#     both errors, variance frozen); a reference with another freeze_step
+#     fails;
 #   - before the freeze it is Adam without bias correction, hash for hash
 #     (a DeepSpeed config of each); after it, it differs from Adam (the
 #     check can fail);
@@ -18,6 +22,22 @@
 #     1-bit LAMB.
 . "$(dirname "$0")/testlib.sh"
 M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 6 --warmup 0 --quiet"
+
+# 0. the float64 reference on one rank (tests/onebit_ref.py), 4 exact steps
+# and 4 compressed; the reference with another freeze_step fails
+R="--layers 2 --hidden 16 --heads 2 --seq 8 --vocab 23 --micro-batch 2 --grad-accum 2 --steps 8 --warmup 0 --lr 1e-3 --quiet"
+rm -rf "$T/dd"
+if "$ZS" train $R --optimizer onebitadam --freeze-step 4 --weight-decay 0.01 --grad-clip 0 \
+        --dump-dir "$T/dd" --dump-steps 0-8 >"$T/dd.log" 2>&1; then
+    python3 "$HERE/onebit_ref.py" "$T/dd" 8 4 0.9 0.95 1e-8 0.01 >"$T/ref" && ok ||
+        { bad "1-bit Adam differs from the float64 reference"; head -5 "$T/ref"; }
+    python3 "$HERE/onebit_ref.py" "$T/dd" 8 5 0.9 0.95 1e-8 0.01 >"$T/ref5" &&
+        bad "the reference with freeze_step 5 agrees too: the check cannot fail" || ok
+else
+    bad "zerosim train --optimizer onebitadam --dump-dir failed"; tail -3 "$T/dd.log"
+fi
+refuse -n 2 -m "freeze" train $M --optimizer onebitadam --freeze-step 2 --dump-dir "$T/d2" \
+    --dump-steps 0-6
 
 # 1. the exact steps are Adam's without bias correction
 cat >"$T/adam.cfg" <<'JSON'
@@ -80,6 +100,19 @@ zs_run f1 2 --config "$T/fp16.cfg" && zs_run f2 2 --config "$T/fp16.cfg" &&
           bad "1-bit Adam fp16 is not deterministic"; }
 [ -s "$T/f1.json" ] && measured_is_predicted "1-bit Adam fp16" "$T/f1"
 M=$M0
+
+# an image set whose border pixels are always 0: their weights' variance is
+# 0 at the freeze and their momentum stays 0 (1-bit signs cannot say 0)
+if [ -d /usr/share/datasets/fashion-mnist ] && ! zs_fast; then
+    zs_run mnist 2 --model mlp --input-dim 784 --widths 300,100 --classes 10 \
+        --data fashion-mnist --micro-batch 64 --steps 40 --lr 1e-3 --warmup 100 --quiet \
+        --optimizer onebitadam --freeze-step 20 &&
+        { python3 -c "
+import json, math, sys
+r = json.load(open('$T/mnist.json'))
+sys.exit(not all(x is not None and math.isfinite(x) for x in r['losses']) or r['losses'][-1] > 2.2)" && ok ||
+              bad "1-bit Adam on Fashion-MNIST diverged"; }
+fi
 
 # 4. resumed after the freeze: the uninterrupted run's bytes
 rm -rf "$T/ck"

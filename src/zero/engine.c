@@ -584,7 +584,8 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
     /* 1-bit Adam: its own program once freeze_step steps have been applied */
     const zs_step_program *prog =
         e->prog_onebit.n && e->opt_steps >= c->onebit_freeze_step ? &e->prog_onebit : &e->prog;
-    info->compressed = e->comp_now || prog == &e->prog_onebit;
+    e->grads_local = prog == &e->prog_onebit;
+    info->compressed = e->comp_now || e->grads_local;
     info->loss_scale = scale;
     info->lr = zs_lr_at(c, step);
     /* the comm context and the memory phase follow the ops' phases */

@@ -54,6 +54,8 @@ struct zs_engine {
     zs_step_program prog;
     zs_step_program prog_onebit; /* 1-bit Adam: the program after the freeze
                                     (zs_step_program_build_onebit); else empty */
+    int grads_local;            /* the last step ran prog_onebit: gfull holds
+                                   this rank's own gradient, gshard nothing */
     int stage, det;
     zs_model *model;            /* the model that computes (with expert
                                    parallelism: this rank's experts only) */

@@ -17,8 +17,12 @@
  *                     m = the compressed all-reduce of m
  *                     (zs_comm_onebit_allreduce: the same on every rank),
  *                     its worker and server errors in the residual buffer;
- *                     the padding's momentum set back to 0 (it holds no
- *                     parameter: DeepSpeed's momentum mask for exact zeros);
+ *                     the momentum set back to 0 where the frozen variance
+ *                     is 0 (every gradient of the element was exactly 0:
+ *                     an input pixel that is always 0, the padding), which
+ *                     1-bit signs cannot represent (DeepSpeed asks for
+ *                     this mask, exp_avg_mask, from the user; without it
+ *                     such an element moves by lr scale / eps);
  *                     w -= lr (m / (sqrt(v) + eps) + weight_decay w), v frozen
  *
  * The gradient buffer holds the sum over micro-batches of the gradient
@@ -60,7 +64,10 @@ int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop
     ZS_TRY(zs_comm_onebit_allreduce(e->comm, e->exp_avg, n, worker_error, server_error, -1));
     if (e->phantom)
         return 0;
-    for (size_t i = p->num_params; i < n; i++)
+    for (size_t i = 0; i < p->padded; i++)
+        if (e->exp_avg_sq[i] == 0.0f)
+            e->exp_avg[i] = 0.0f;
+    for (size_t i = p->padded; i < n; i++)
         e->exp_avg[i] = 0.0f;
     zs_optim_onebit_apply(&e->cfg, e->info->lr, e->master, e->exp_avg, e->exp_avg_sq,
                           e->mixed ? e->params : NULL, e->param_dtype, p->padded);
