@@ -725,7 +725,8 @@ static const bad_case wrong_values[] = {
     /* optimizer */
     {"{\"optimizer\": []}", "\"optimizer\" must be an object, got array"},
     {"{\"optimizer\": {\"params\": {\"lr\": 1}}}", "\"optimizer.type\" is required"},
-    {"{\"optimizer\": {\"type\": 3}}", "\"optimizer.type\" must be \"Adam\", \"AdamW\", \"Lamb\" or"},
+    {"{\"optimizer\": {\"type\": 3}}",
+     "\"optimizer.type\" must be \"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\" or"},
     {"{\"optimizer\": {\"type\": \"Lion\"}}",
      "\"optimizer.type\": Lion is a DeepSpeed optimizer zerosim does not model yet"},
     {"{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"eps_inside_sqrt\": true}}}",
@@ -1147,8 +1148,18 @@ START_TEST(test_unmodelled_off)
     ck_assert_error(load("{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\", "
                          "\"ratio\": 0.5}}}"), "Twin-Flow) is a DeepSpeed feature zerosim does not "
                     "model yet: remove it or set it to 1");
-    ck_assert_error(load("{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {}}}"),
-                    "OneBitAdam is a DeepSpeed optimizer zerosim does not model yet");
+    ck_assert_error(load("{\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {}}}"),
+                    "ZeroOneAdam is a DeepSpeed optimizer zerosim does not model yet");
+    /* 1-bit Adam is modelled: its keys read, its transport's keys of no effect */
+    setup();
+    ck_assert_ok(load("{\"optimizer\": {\"type\": \"OnebitAdam\", \"params\": {\"lr\": 4e-4, "
+                      "\"freeze_step\": 23000, \"bias_correction\": false, \"cuda_aware\": "
+                      "false, \"comm_backend_name\": \"nccl\", \"weight_decay\": 0.01}}}"));
+    ck_assert_int_eq(cfg.optimizer, ZS_OPT_ONEBITADAM);
+    ck_assert_int_eq(cfg.onebit_freeze_step, 23000);
+    ck_assert_float_eq_tol(cfg.weight_decay, 0.01f, 1e-9f);
+    ck_assert_error(load("{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": "
+                         "{\"freeze_step\": -1}}}"), "freeze_step");
 }
 END_TEST
 

@@ -376,6 +376,9 @@ typedef struct {
     double alltoall_bytes, allgather_bytes, scalar_bytes;
 } zs_onebit_sizes;
 void zs_comm_onebit_sizes(size_t n, int N, zs_onebit_sizes *s);
+/* The elements an array of n takes in zs_comm_onebit_allreduce over N
+ * ranks: n rounded up to a multiple of 8 N (at least 8 N). */
+size_t zs_comm_onebit_padded(size_t n, int N);
 /* Integer maximum over ranks (used for error and overflow flags). */
 int zs_comm_allreduce_max_int(zs_comm_t c, int *v);
 /* Gather count elements from every rank, in rank order, to rank 0. */

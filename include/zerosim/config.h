@@ -43,7 +43,15 @@ extern "C" {
 
 /* The optimizers: AdamW (and Adam with L2), SGD with momentum, and LAMB
  * (DeepSpeed's "Lamb": Adam's moments, a layer-wise trust ratio). */
-typedef enum { ZS_OPT_ADAMW = 0, ZS_OPT_SGD = 1, ZS_OPT_LAMB = 2 } zs_optim_kind;
+/* ZS_OPT_ONEBITADAM: DeepSpeed's OneBitAdam (Tang et al., arXiv 2102.02888):
+ * Adam without bias correction for onebit_freeze_step applied steps, then
+ * the variance frozen and the momentum exchanged 1-bit compressed. */
+typedef enum {
+    ZS_OPT_ADAMW = 0,
+    ZS_OPT_SGD = 1,
+    ZS_OPT_LAMB = 2,
+    ZS_OPT_ONEBITADAM = 3
+} zs_optim_kind;
 /* 1 when the optimizer keeps Adam's second moment v (AdamW, LAMB). */
 static inline int zs_optim_has_variance(zs_optim_kind k) { return k != ZS_OPT_SGD; }
 typedef enum {
@@ -142,6 +150,8 @@ typedef struct {
     int adam_no_bias_correction; /* optimizer.params.bias_correction false */
     float lamb_max_coeff, lamb_min_coeff; /* LAMB: the trust ratio's bounds
                                  (optimizer.params.max_coeff, min_coeff) */
+    int onebit_freeze_step;  /* 1-bit Adam: exact steps before the variance
+                                freezes (optimizer.params.freeze_step) */
 
     zs_sched_kind scheduler;
     int warmup_steps;

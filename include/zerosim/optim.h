@@ -49,6 +49,17 @@ float zs_optim_lamb_ratio(const zs_run_config *c, double w_sq, double u_sq);
 void zs_optim_lamb_apply(const zs_run_config *c, int t, float lr, float ratio, float *w,
                          const float *m, const float *v, void *param, zs_dtype pt, size_t n);
 
+/* 1-bit Adam after its freeze (DeepSpeed's OnebitAdam, Tang et al., arXiv
+ * 2102.02888), the two halves around the momentum's compressed all-reduce:
+ *   momentum: m = b1 m + (1 - b1) grad * grad_mul (this rank's gradient)
+ *   apply:    w -= lr (m / (sqrt(v) + eps) + weight_decay w), v frozen,
+ *             no bias correction (as its exact steps, zs_optim_step);
+ *             param = round(w) when given. */
+void zs_optim_onebit_momentum(const zs_run_config *c, float grad_mul, float *m, const void *grad,
+                              zs_dtype gt, size_t n);
+void zs_optim_onebit_apply(const zs_run_config *c, float lr, float *w, const float *m,
+                           const float *v, void *param, zs_dtype pt, size_t n);
+
 /* fp16 dynamic loss scaling in DeepSpeed's manner: start at
  * 2^initial_scale_power; on overflow skip the step and, once the hysteresis
  * budget is spent, halve the scale (not below min_loss_scale); after

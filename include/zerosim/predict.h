@@ -88,6 +88,12 @@ typedef struct {
     double rs_calls_per_step, ag_calls_per_step, ag_calls_per_skipped_step;
     double recompute_units;
     double a2a_bytes_rank0;
+    /* zs_predict only, 1-bit Adam: rank 0's wire bytes per applied step
+     * after the freeze (whose program has no reduce-scatter and no
+     * allgather of the gradient): the signs' all-to-all and allgather of
+     * the momentum's compressed all-reduce (zs_comm_onebit_sizes); 0
+     * otherwise */
+    double onebit_a2a_bytes_per_step, onebit_ag_bytes_per_step;
     /* zs_predict only, for the step-time model: the program's small
      * collectives over the world per step (the loss's sum, the overflow
      * flags, the gradient norm), its gradient reduction rounds (the

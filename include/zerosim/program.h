@@ -50,7 +50,9 @@ typedef enum {
                             full gradient accumulated in int64 fixed point */
     ZS_BUF_FIXBUF,       /* deterministic: one bucket in fixed point */
     ZS_BUF_RECV,         /* this rank's part of one bucket */
-    ZS_BUF_RESIDUAL,     /* error feedback */
+    ZS_BUF_RESIDUAL,     /* error feedback: gradient compression's (Ψp), or
+                            1-bit Adam's worker error (onebit_elems) then
+                            its server error (onebit_elems / N) */
     ZS_BUF_CX, ZS_BUF_CAPPROX, ZS_BUF_CACC,  /* compression workspaces */
     ZS_BUF_CSEND, ZS_BUF_CRECV,              /* compressed bytes out and in */
     ZS_BUF_RING,         /* ring reduce-scatter scratch (more than 2 ranks) */
@@ -134,6 +136,8 @@ typedef struct zs_step_shape_s {
     size_t stage_elems;  /* fp32 staging: the largest unit */
     size_t tok_bytes, x_bytes;
     size_t csend_bytes, crecv_bytes;
+    size_t onebit_elems; /* 1-bit Adam: the momentum's elements, padded for
+                            its exchange (zs_comm_onebit_padded); else 0 */
     zs_buf_spec buf[ZS_BUF_N];
     zs_run_config cfg;
     /* pipeline (cfg.pp > 1; else pp = 1, the whole model): the shape of
@@ -361,6 +365,12 @@ typedef enum {
                             the embedding's as the whole model adds it */
     ZS_SOP_TIED_SYNC,    /* pipeline: the updated embedding, first stage to
                             the last stage's copy */
+    ZS_SOP_LOCAL_NORM,   /* 1-bit Adam after the freeze: overflow flags over
+                            the ranks, the norm of this rank's own gradient,
+                            loss scaler; an overflow ends the step here */
+    ZS_SOP_OPTIMIZER_ONEBIT, /* 1-bit Adam after the freeze: the momentum
+                            from the local gradient, its compressed
+                            all-reduce, the step with the variance frozen */
     ZS_SOP_NKINDS
 } zs_step_op_kind;
 
@@ -391,6 +401,12 @@ typedef struct zs_step_program_s {
  * today; the pipeline's schedules will differ per rank). */
 int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
                           zs_step_program *p);
+/* 1-bit Adam (stage 0) after its freeze_step: the steps' program, in which
+ * the backward keeps this rank's gradient (accumulated over the
+ * micro-batches in the full gradient, no reduction), then LOCAL_NORM and
+ * OPTIMIZER_ONEBIT. */
+int zs_step_program_build_onebit(const zs_step_shape *s, const zs_model *m, int rank,
+                                 zs_step_program *p);
 void zs_step_program_free(zs_step_program *p);
 const char *zs_step_op_name(zs_step_op_kind k);
 /* One op a line, with its sizes, group and the buffers it touches. */

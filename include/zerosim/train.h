@@ -93,7 +93,9 @@ typedef struct {
     zs_prediction pred;       /* for rank 0's shard size (every shard is the same) */
     zs_prediction *pp_pred;   /* [pp_size] pipeline: each stage's (rank 0), else NULL */
     int steps_applied;        /* steps not skipped */
-    int compressed_steps;     /* steps whose gradients went compressed */
+    int compressed_steps;     /* steps whose gradients went compressed (or,
+                                 1-bit Adam, whose momentum did) */
+    int compressed_applied_steps; /* of them, those not skipped */
     double *h2d_pred;         /* [world_size] offload_param: bytes each rank's
                                  gathers send up per step, or NULL */
     double *a2a_pred;         /* [world_size] predicted all-to-all bytes per

@@ -147,7 +147,9 @@ typedef enum {
     ZS_STATE_MASTER,      /* fp32 master weights */
     ZS_STATE_EXP_AVG,     /* AdamW's m, SGD's momentum buffer */
     ZS_STATE_EXP_AVG_SQ,  /* AdamW's v */
-    ZS_STATE_RESIDUAL,    /* compression's error feedback: this rank's own, all Ψp */
+    ZS_STATE_RESIDUAL,    /* error feedback, this rank's own: gradient
+                             compression's (Ψp) or 1-bit Adam's worker and
+                             server errors (zs_engine_state_range's n) */
     ZS_STATE_N
 } zs_state_kind;
 

@@ -34,6 +34,12 @@ void zs_comm_onebit_sizes(size_t n, int N, zs_onebit_sizes *s)
     s->scalar_bytes = 2.0 * 4.0 * (double)N;
 }
 
+size_t zs_comm_onebit_padded(size_t n, int N)
+{
+    size_t q = 8 * (size_t)(N > 0 ? N : 1);
+    return n ? (n + q - 1) / q * q : q;
+}
+
 /* The signs of x[0, n) into bits (1: >= 0), element i at bit i % 8 of
  * byte i / 8; x -= s sign(x) as the error left behind, into err. */
 static void onebit_compress(const float *x, size_t n, float s, unsigned char *bits, float *err)

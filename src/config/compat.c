@@ -439,6 +439,51 @@ RULE(plan_lamb)
                "zerosim train --phantom");
 }
 
+/* ---- 1-bit Adam ---------------------------------------------------------- */
+
+/* After the freeze every rank keeps its own gradient and the momentum is
+ * exchanged whole (exec_onebit.c): DeepSpeed's 1-bit optimizers run without
+ * ZeRO's partitioning, and so does zerosim's. */
+RULE(onebit_stage)
+{
+    UNUSED_CTX;
+    return c->optimizer == ZS_OPT_ONEBITADAM && c->stage != 0 &&
+           SAY("1-bit Adam (optimizer \"OneBitAdam\") runs with ZeRO stage 0 only, as in "
+               "DeepSpeed (its compressed all-reduce of the whole momentum replaces the "
+               "gradient reduction that ZeRO partitions): use --stage 0, or Adam with stage %d",
+               c->stage);
+}
+
+RULE(onebit_parallel)
+{
+    UNUSED_CTX;
+    const char *what = c->tp > 1 ? "--tp above 1" : c->pp > 1 ? "--pp above 1"
+                     : c->ep > 1 ? "--ep above 1" : c->model.moe_experts > 0 ? "experts (--moe)"
+                     : c->offload_optimizer != ZS_OFFLOAD_NONE ? "offload_optimizer"
+                     : c->compression.kind != ZS_COMP_NONE ? "gradient compression"
+                     : NULL;
+    return c->optimizer == ZS_OPT_ONEBITADAM && what &&
+           SAY("1-bit Adam (optimizer \"OneBitAdam\") with %s is not implemented (its "
+               "momentum exchange covers the data-parallel group's flat array only): drop %s, "
+               "or use Adam", what, what);
+}
+
+RULE(plan_onebit)
+{
+    UNUSED_CTX;
+    return c->optimizer == ZS_OPT_ONEBITADAM &&
+           SAY("the planner's tables count AdamW and SGD: plan 1-bit Adam (optimizer "
+               "\"OneBitAdam\") as --optimizer adamw --stage 0, or measure it with zerosim "
+               "train --phantom");
+}
+
+RULE(device_onebit)
+{
+    return !x->backend_host && c->optimizer == ZS_OPT_ONEBITADAM &&
+           SAY("1-bit Adam (optimizer \"OneBitAdam\") is not supported with --backend %s yet "
+               "(its compressed exchange runs on host memory): use --backend cpu", x->backend);
+}
+
 /* ---- the planner -------------------------------------------------------- */
 
 RULE(plan_hierarchical)
@@ -600,6 +645,14 @@ static const zs_compat_rule rules[] = {
      "not implemented yet"},
     {"device+cp", "backend cp", DEVICE, REFUSE, device_cp,
      "the ring attention's kernels are the CPU's and the portable backend's"},
+    {"onebitadam+stage", "onebitadam stage", RUN, REFUSE, onebit_stage,
+     "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
+    {"onebitadam+parallel", "onebitadam tp pp ep moe offload compression", RUN, REFUSE,
+     onebit_parallel, "not implemented yet: the momentum exchange over the flat array only"},
+    {"plan:onebitadam", "onebitadam", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
+     "the planner's closed forms count AdamW and SGD"},
+    {"device+onebitadam", "backend onebitadam", DEVICE, REFUSE, device_onebit,
+     "the compressed exchange reads host memory"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)

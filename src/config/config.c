@@ -71,6 +71,7 @@ void zs_run_config_defaults(zs_run_config *c)
     c->momentum = 0.9f;
     c->lamb_max_coeff = 10.0f; /* DeepSpeed's FusedLamb */
     c->lamb_min_coeff = 0.01f;
+    c->onebit_freeze_step = 100000; /* DeepSpeed's OnebitAdam */
 
     c->scheduler = ZS_SCHED_WARMUP_COSINE;
     c->warmup_steps = 10;
@@ -112,7 +113,8 @@ int zs_step_reduce_once(const zs_run_config *cfg)
 
 const char *zs_optim_name(zs_optim_kind k)
 {
-    return k == ZS_OPT_SGD ? "sgd" : k == ZS_OPT_LAMB ? "lamb" : "adamw";
+    return k == ZS_OPT_SGD ? "sgd" : k == ZS_OPT_LAMB ? "lamb" : k == ZS_OPT_ONEBITADAM ? "onebitadam"
+                                                                                   : "adamw";
 }
 
 int zs_optim_parse(const char *s, zs_optim_kind *out)
@@ -123,6 +125,8 @@ int zs_optim_parse(const char *s, zs_optim_kind *out)
         *out = ZS_OPT_SGD;
     else if (!strcmp(s, "lamb"))
         *out = ZS_OPT_LAMB;
+    else if (!strcmp(s, "onebitadam"))
+        *out = ZS_OPT_ONEBITADAM;
     else
         return -1;
     return 0;
@@ -213,7 +217,9 @@ char *zs_run_config_json(const zs_run_config *c)
     json_t *betas = json_pack("[f, f]", f7(c->beta1), f7(c->beta2));
     json_t *opt = json_pack("{s:s, s:f, s:o, s:f, s:f, s:f, s:b, s:b}", "type",
                             c->optimizer == ZS_OPT_ADAMW ? "AdamW"
-                            : c->optimizer == ZS_OPT_LAMB ? "Lamb" : "SGD", "lr", f7(c->lr),
+                            : c->optimizer == ZS_OPT_LAMB ? "Lamb"
+                            : c->optimizer == ZS_OPT_ONEBITADAM ? "OneBitAdam" : "SGD", "lr",
+                            f7(c->lr),
                             "betas", betas, "eps", f7(c->eps), "weight_decay",
                             f7(c->weight_decay), "momentum", f7(c->momentum),
                             "adam_w_mode", !c->adam_l2, "bias_correction",
@@ -222,6 +228,8 @@ char *zs_run_config_json(const zs_run_config *c)
         json_object_set_new(opt, "max_coeff", json_real(f7(c->lamb_max_coeff)));
         json_object_set_new(opt, "min_coeff", json_real(f7(c->lamb_min_coeff)));
     }
+    if (c->optimizer == ZS_OPT_ONEBITADAM)
+        json_object_set_new(opt, "freeze_step", json_integer(c->onebit_freeze_step));
     json_t *sch = json_pack("{s:s, s:i, s:i, s:f, s:f, s:s}", "type",
                             sched[(int)c->scheduler & 3], "warmup_num_steps", c->warmup_steps,
                             "total_num_steps", c->total_steps, "warmup_min_ratio",

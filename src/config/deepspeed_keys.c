@@ -110,14 +110,15 @@ static const field sgd_params[] = {
     F_NONE("foreach", JT_BOOL),
     F_NONE("maximize", JT_BOOL),
 };
-/* optimizer.params.max_grad_norm (LAMB): FusedLamb's own clipping, off at 0. */
+/* optimizer.params.max_grad_norm (LAMB, 1-bit Adam): the optimizer's own
+ * clipping, off at 0. */
 static int opt_lamb_max_grad_norm(loader *ld, const char *path, const json_t *v)
 {
     double d;
     long long ll;
     ZS_TRY(zs_ds_read_number(ld, path, v, &R_NONNEG, &d, &ll));
     if (d > 0)
-        return zs_config_fail("%s: \"%s\" %g: FusedLamb's own gradient clipping is not "
+        return zs_config_fail("%s: \"%s\" %g: the optimizer's own gradient clipping is not "
                               "modelled: set it to 0 and use \"gradient_clipping\"",
                               ld->name, path, d);
     return 0;
@@ -139,7 +140,26 @@ static const field lamb_params[] = {
             "set it to false"),
     F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
 };
+/* DeepSpeed's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py): Adam
+ * without bias correction (its step takes bias_correction and does not use
+ * it) for freeze_step steps, then the variance frozen and the momentum
+ * exchanged 1-bit compressed; cuda_aware and comm_backend_name choose how
+ * its exchange reaches the network, which zerosim's MPI collectives do. */
+static const field onebit_adam_params[] = {
+    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
+    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
+    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
+    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    F_INT("freeze_step", onebit_freeze_step, R_NONNEG_INT),
+    F_NONE("bias_correction", JT_BOOL),
+    F_NONE("cuda_aware", JT_BOOL),
+    F_NONE("comm_backend_name", JT_STRING),
+    F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),
+    F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
+    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+};
 static const field_table adam_table = TABLE(adam_params);
+static const field_table onebit_adam_table = TABLE(onebit_adam_params);
 static const field_table lamb_table = TABLE(lamb_params);
 static const field_table sgd_table = TABLE(sgd_params);
 
@@ -165,13 +185,10 @@ static const struct {
     const char *name;
     const char *why;
 } unmodelled_optimizers[] = {
-    {"OneBitAdam", "1-bit Adam compresses Adam's momentum after its freeze_step warm-up; zerosim's "
-                   "nearest is Adam with \"gradient_compression\": {\"method\": \"sign\"} and "
-                   "its warmup_steps, which compresses gradients"},
-    {"ZeroOneAdam", "0/1 Adam freezes the variance and compresses the momentum; use Adam, "
-                    "optionally with gradient_compression"},
-    {"OneBitLamb", "1-bit LAMB compresses LAMB's momentum; use Adam, optionally with "
-                   "gradient_compression"},
+    {"ZeroOneAdam", "0/1 Adam's adaptive variance freezing and local steps are not modelled; "
+                    "use OneBitAdam (the same compressed momentum after a fixed freeze_step)"},
+    {"OneBitLamb", "1-bit LAMB's compressed momentum with frozen trust-ratio scaling is not "
+                   "modelled; use OneBitAdam, or Lamb without compression"},
     {"Adagrad", "use Adam or AdamW"},
     {"Lion", "use Adam or AdamW"},
     {"MuAdam", "muP's width-scaled learning rates are not modelled; use Adam"},
@@ -186,7 +203,7 @@ static const struct {
  * DeepSpeed matches the type case-insensitively. */
 static int load_optimizer(loader *ld, const char *path, const json_t *v)
 {
-    static const char choices[] = "\"Adam\", \"AdamW\", \"Lamb\" or \"SGD\"";
+    static const char choices[] = "\"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\" or \"SGD\"";
     const char *type = NULL;
     if (!json_is_object(v))
         return zs_ds_bad_value(ld, path, v, "an object");
@@ -221,6 +238,15 @@ static int load_optimizer(loader *ld, const char *path, const json_t *v)
         c->lamb_max_coeff = 10.0f;
         c->lamb_min_coeff = 0.01f;
         params = &lamb_table;
+    } else if (zs_ds_equal_nocase(type, "onebitadam")) {
+        c->optimizer = ZS_OPT_ONEBITADAM;
+        c->lr = 1e-3f;
+        c->beta1 = 0.9f;
+        c->beta2 = 0.999f;
+        c->eps = 1e-8f;
+        c->weight_decay = 0.0f;
+        c->onebit_freeze_step = 100000;
+        params = &onebit_adam_table;
     } else if (zs_ds_equal_nocase(type, "sgd")) {
         c->optimizer = ZS_OPT_SGD;
         c->lr = 1e-3f;
@@ -1119,6 +1145,7 @@ void zs_config_print_keys(FILE *f)
         {"optimizer", &typed_table},
         {"optimizer.params (Adam, AdamW)", &adam_table},
         {"optimizer.params (SGD)", &sgd_table},
+        {"optimizer.params (OneBitAdam)", &onebit_adam_table},
         {"scheduler", &typed_table},
         {"scheduler.params (WarmupLR)", &schedulers[0].params},
         {"scheduler.params (WarmupDecayLR)", &schedulers[1].params},

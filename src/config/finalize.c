@@ -227,9 +227,13 @@ static int finalize_numbers(zs_run_config *c)
                               "got %d", c->warmup_steps);
     if (c->stage < 0 || c->stage > 3)
         return zs_config_fail("zero_optimization.stage must be 0, 1, 2 or 3, got %d", c->stage);
-    if (c->optimizer != ZS_OPT_ADAMW && c->optimizer != ZS_OPT_SGD && c->optimizer != ZS_OPT_LAMB)
-        return zs_config_fail("optimizer.type is invalid (%d): use AdamW, SGD or Lamb",
+    if (c->optimizer != ZS_OPT_ADAMW && c->optimizer != ZS_OPT_SGD &&
+        c->optimizer != ZS_OPT_LAMB && c->optimizer != ZS_OPT_ONEBITADAM)
+        return zs_config_fail("optimizer.type is invalid (%d): use AdamW, SGD, Lamb or OneBitAdam",
                               (int)c->optimizer);
+    if (c->onebit_freeze_step < 0)
+        return zs_config_fail("optimizer.params.freeze_step (--freeze-step) must be >= 0, got %d",
+                              c->onebit_freeze_step);
     if ((int)c->scheduler < ZS_SCHED_CONSTANT || c->scheduler > ZS_SCHED_WARMUP_COSINE)
         return zs_config_fail("scheduler.type is invalid (%d)", (int)c->scheduler);
     if (c->precision != ZS_DTYPE_F32 && c->precision != ZS_DTYPE_BF16 &&

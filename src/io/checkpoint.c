@@ -142,8 +142,10 @@ uint64_t zs_ckpt_tensor_bytes(const zs_engine *e)
     const zs_partition *p = zs_engine_partition(e);
     uint64_t n = p->shard * (1 + (uint64_t)zs_engine_has_state(e, ZS_STATE_EXP_AVG) +
                              (uint64_t)zs_engine_has_state(e, ZS_STATE_EXP_AVG_SQ));
+    size_t rlo, rn; /* the error-feedback residual: this rank's own */
+    zs_engine_state_range(e, ZS_STATE_RESIDUAL, &rlo, &rn);
     if (zs_engine_has_state(e, ZS_STATE_RESIDUAL))
-        n += p->padded;
+        n += rn;
     size_t xlo, xs;
     zs_engine_expert_shard(e, &xlo, &xs);
     for (int k = 0; k < ZS_STATE_RESIDUAL; k++)
@@ -190,7 +192,9 @@ static int ck_write_shard(const char *path, zs_engine *e, const zs_ckpt_place *p
     for (int k = 0; k < ZS_STATE_N && !rc; k++) {
         if (!zs_engine_has_state(e, (zs_state_kind)k))
             continue;
-        uint64_t n = k == ZS_STATE_RESIDUAL ? p->padded : p->shard;
+        size_t rlo, rn;
+        zs_engine_state_range(e, ZS_STATE_RESIDUAL, &rlo, &rn);
+        uint64_t n = k == ZS_STATE_RESIDUAL ? rn : p->shard;
         rc = zs_st_writer_add(&w, zs_ckpt_state_name[k], ZS_ST_F32, 1, &n);
     }
     size_t xlo, xs;
@@ -203,8 +207,9 @@ static int ck_write_shard(const char *path, zs_engine *e, const zs_ckpt_place *p
     for (int k = 0; k < ZS_STATE_N && !rc; k++) {
         if (!zs_engine_has_state(e, (zs_state_kind)k))
             continue;
-        size_t lo = k == ZS_STATE_RESIDUAL ? 0 : p->shard_begin;
-        size_t n = k == ZS_STATE_RESIDUAL ? p->padded : p->shard;
+        size_t lo = p->shard_begin, n = p->shard;
+        if (k == ZS_STATE_RESIDUAL)
+            zs_engine_state_range(e, ZS_STATE_RESIDUAL, &lo, &n);
         for (size_t off = 0; off < n && !rc; off += ZS_INIT_CHUNK) {
             size_t m = n - off < ZS_INIT_CHUNK ? n - off : ZS_INIT_CHUNK;
             rc = zs_engine_read_state(e, (zs_state_kind)k, lo + off, m, buf);

@@ -717,20 +717,23 @@ static int ck_load_local(zs_ckpt *ck, zs_engine *e, const zs_ckpt_place *pl, zs_
     for (int i = 0; i < ck->nfiles; i++)
         if (ck->files[i].tp == pl->tp_rank && ck->files[i].dp == pl->dp_rank)
             mine = &ck->files[i];
+    size_t rlo, rn; /* gradient compression's residual, or 1-bit Adam's errors */
+    zs_engine_state_range(e, ZS_STATE_RESIDUAL, &rlo, &rn);
     if (!rc && zs_engine_has_state(e, ZS_STATE_RESIDUAL) && mine && mine->residual) {
         if (ck->dp != pl->dp_size || ck->padded != p->padded || !same_tp) {
-            rc = zs_error_set("%s: the error-feedback residuals of gradient compression belong "
-                              "to %d data-parallel x %d tensor-parallel ranks and cannot be "
-                              "dealt to %d x %d: resume on that mesh, or with --compression "
-                              "none", ck->manifest, ck->dp, ck->tp, pl->dp_size, pl->tp_size);
+            rc = zs_error_set("%s: the error-feedback residuals (gradient compression's or "
+                              "1-bit Adam's) belong to %d data-parallel x %d tensor-parallel "
+                              "ranks and cannot be dealt to %d x %d: resume on that mesh, or "
+                              "with --compression none", ck->manifest, ck->dp, ck->tp,
+                              pl->dp_size, pl->tp_size);
         } else {
             rc = ck_file_ready(ck, mine, io);
             const zs_st_tensor *t = rc ? NULL : zs_st_find(&mine->f, "residual");
-            if (!rc && (!t || zs_st_numel(t) != p->padded))
+            if (!rc && (!t || zs_st_numel(t) != rn))
                 rc = zs_error_set("%s/%s: tensor \"residual\" is missing or has another size",
                                   ck->dir, mine->name);
-            for (size_t off = 0; off < p->padded && !rc; off += ZS_INIT_CHUNK) {
-                size_t m = p->padded - off < ZS_INIT_CHUNK ? p->padded - off : ZS_INIT_CHUNK;
+            for (size_t off = 0; off < rn && !rc; off += ZS_INIT_CHUNK) {
+                size_t m = rn - off < ZS_INIT_CHUNK ? rn - off : ZS_INIT_CHUNK;
                 rc = zs_st_read(&mine->f, t, off * 4, buf, m * 4);
                 io->tensor_read += m * 4;
                 io->read += m * 4;

@@ -39,6 +39,10 @@ void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, flo
                    float *master, float *m, float *v, const void *grad, zs_dtype gt,
                    void *param, zs_dtype pt, size_t off, size_t len)
 {
+    /* 1-bit Adam's exact steps are Adam's without bias correction
+     * (DeepSpeed's OnebitAdam takes bias_correction and does not use it) */
+    int adam = c->optimizer == ZS_OPT_ADAMW || c->optimizer == ZS_OPT_ONEBITADAM;
+    int no_bc = c->adam_no_bias_correction || c->optimizer == ZS_OPT_ONEBITADAM;
     zs_optim_hparams h = {
         .lr = lr,
         .beta1 = c->beta1,
@@ -47,14 +51,14 @@ void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, flo
         .weight_decay = c->adam_l2 && c->optimizer == ZS_OPT_ADAMW ? 0.0f : c->weight_decay,
         .momentum = c->momentum,
         .grad_mul = grad_mul,
-        .bias_corr1 = c->adam_no_bias_correction ? 1.0f : (float)(1.0 - pow(c->beta1, t)),
-        .bias_corr2 = c->adam_no_bias_correction ? 1.0f : (float)(1.0 - pow(c->beta2, t)),
+        .bias_corr1 = no_bc ? 1.0f : (float)(1.0 - pow(c->beta1, t)),
+        .bias_corr2 = no_bc ? 1.0f : (float)(1.0 - pow(c->beta2, t)),
         .l2 = c->adam_l2 && c->optimizer == ZS_OPT_ADAMW ? c->weight_decay : 0.0f,
     };
     size_t gs = zs_dtype_size(gt), ps = zs_dtype_size(pt);
     const void *g = (const char *)grad + off * gs;
     void *p = param ? (char *)param + off * ps : NULL;
-    if (c->optimizer == ZS_OPT_ADAMW)
+    if (adam)
         zs_backend_adamw_step(be, master + off, m + off, v + off, g, gt, p, pt, len, &h);
     else
         zs_backend_sgd_step(be, master + off, m + off, g, gt, p, pt, len, &h);
@@ -174,4 +178,29 @@ int zs_loss_scaler_update(zs_loss_scaler *s, int overflow)
         s->cur_hysteresis = s->hysteresis;
     }
     return 0;
+}
+
+/* ---- 1-bit Adam after the freeze (zerosim/optim.h) ---- */
+
+void zs_optim_onebit_momentum(const zs_run_config *c, float grad_mul, float *m, const void *grad,
+                              zs_dtype gt, size_t n)
+{
+    float b1 = c->beta1;
+    for (size_t i = 0; i < n; i++) {
+        float g = lamb_load(grad, gt, i) * grad_mul;
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+    }
+}
+
+void zs_optim_onebit_apply(const zs_run_config *c, float lr, float *w, const float *m,
+                           const float *v, void *param, zs_dtype pt, size_t n)
+{
+    float eps = c->eps, wd = c->weight_decay;
+    for (size_t i = 0; i < n; i++) {
+        float p = w[i];
+        p -= lr * (m[i] / (sqrtf(v[i]) + eps) + wd * p);
+        w[i] = p;
+        if (param)
+            lamb_store(param, pt, i, p);
+    }
 }

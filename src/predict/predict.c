@@ -474,6 +474,12 @@ static void zs_predict_experts(const zs_step_shape *sh, const zs_step_program *p
         p->edp_ag_calls_per_step += gc;
         p->expert_params = sh->xnum;
     }
+    if (sh->onebit_elems) { /* 1-bit Adam after the freeze */
+        zs_onebit_sizes ob;
+        zs_comm_onebit_sizes(sh->onebit_elems, sh->part.world, &ob);
+        p->onebit_a2a_bytes_per_step = ob.alltoall_bytes;
+        p->onebit_ag_bytes_per_step = ob.allgather_bytes;
+    }
     for (size_t i = 0; sh->comp && i < prog->n; i++) /* one exchange per reduce op */
         if (prog->ops[i].kind == ZS_SOP_REDUCE)
             p->a2a_bytes_rank0 += zs_step_alltoall_bytes(sh, prog->ops[i].index, 0);

@@ -121,8 +121,12 @@ double zs_report_op_pred(const zs_train_result *r, int q, int o)
                    r->steps +
                pr->tp_ag_bytes_per_step * r->steps;
     }
+    /* 1-bit Adam's steps after the freeze: the signs' exchange in place of
+     * the allgather of the gradient */
+    int onebit = pr->onebit_ag_bytes_per_step > 0 ? r->compressed_applied_steps : 0;
     if (o == ZS_OP_ALLGATHER)
-        return zs_ring_bytes(pr->ag_bytes_per_step, N) * r->steps_applied +
+        return zs_ring_bytes(pr->ag_bytes_per_step, N) * (r->steps_applied - onebit) +
+               pr->onebit_ag_bytes_per_step * onebit +
                zs_ring_bytes(pr->ag_bytes_per_skipped_step, N) * r->skipped_steps +
                (pr->tp_ag_bytes_per_step + pr->edp_ag_bytes_per_step) * r->steps +
                pr->edp_ag_bytes_per_applied_step * r->steps_applied;
@@ -130,6 +134,8 @@ double zs_report_op_pred(const zs_train_result *r, int q, int o)
         return r->qgz_pred[q] * r->steps;
     if (o == ZS_OP_ALLTOALL && r->a2a_pred)
         return r->a2a_pred[q] * r->compressed_steps + pr->ep_a2a_bytes_per_step * r->steps;
+    if (o == ZS_OP_ALLTOALL && onebit)
+        return pr->onebit_a2a_bytes_per_step * onebit;
     if (o == ZS_OP_ALLTOALL && pr->ep_a2a_calls_per_step > 0) /* the experts' dispatch */
         return pr->ep_a2a_bytes_per_step * r->steps;
     if (o == ZS_OP_D2H)

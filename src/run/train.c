@@ -577,6 +577,7 @@ static int zs_train_one_step(zs_train_run *run, int i)
     r->skipped_steps += r->info[i].skipped;
     r->steps_applied += !r->info[i].skipped;
     r->compressed_steps += r->info[i].compressed;
+    r->compressed_applied_steps += r->info[i].compressed && !r->info[i].skipped;
     zs_train_log_step(cfg, &run->rank_log, r, s, i);
     return 0;
 }

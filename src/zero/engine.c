@@ -316,6 +316,8 @@ static int zs_engine_create_layout(zs_engine *e, const zs_run_config *cfg,
     }
     ZS_TRY(zs_step_shape_check_run(e->shape));
     ZS_TRY(zs_step_program_build(e->shape, lm, e->part.rank, &e->prog));
+    if (e->shape->onebit_elems)
+        ZS_TRY(zs_step_program_build_onebit(e->shape, lm, e->part.rank, &e->prog_onebit));
     /* fixed point: fp16 values are exact with 24 fractional bits; fp32 and
      * bf16 keep 40. The limit keeps the sum of all micro-batches of a step
      * below 2^62. */
@@ -495,6 +497,7 @@ void zs_engine_destroy(zs_engine *e)
     free(e->loss_local);
     free(e->loss_all);
     zs_step_program_free(&e->prog);
+    zs_step_program_free(&e->prog_onebit);
     zs_step_shape_free(&e->own_shape);
     zs_data_destroy(e->data);
     for (int c = 1; e->cmodel && e->shape && c < e->shape->nchunks; c++)
@@ -542,6 +545,8 @@ static const zs_engine_exec_fn zs_engine_executors[ZS_SOP_NKINDS] = {
     [ZS_SOP_TIED_SEND] = zs_engine_exec_tied_send,
     [ZS_SOP_TIED_RECV] = zs_engine_exec_tied_recv,
     [ZS_SOP_TIED_SYNC] = zs_engine_exec_tied_sync,
+    [ZS_SOP_LOCAL_NORM] = zs_engine_exec_local_norm,
+    [ZS_SOP_OPTIMIZER_ONEBIT] = zs_engine_exec_optimizer_onebit,
 };
 
 /* Execute one op of the step program. *stop = 1 ends the step (skipped). */
@@ -576,7 +581,11 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
         e->dloss = scale / (float)(GA * N);
     }
     e->comp_now = e->comp_on && step >= c->compression_warmup;
-    info->compressed = e->comp_now;
+    /* 1-bit Adam: its own program once freeze_step steps have been applied */
+    const zs_step_program *prog =
+        e->prog_onebit.n && e->opt_steps >= c->onebit_freeze_step ? &e->prog_onebit : &e->prog;
+    e->grads_local = prog == &e->prog_onebit;
+    info->compressed = e->comp_now || e->grads_local;
     info->loss_scale = scale;
     info->lr = zs_lr_at(c, step);
     /* the comm context and the memory phase follow the ops' phases */
@@ -585,8 +594,8 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
         [ZS_PHASE_SETUP] = ZS_MEM_PHASE_SETUP, [ZS_PHASE_FORWARD] = ZS_MEM_PHASE_FORWARD,
         [ZS_PHASE_BACKWARD] = ZS_MEM_PHASE_BACKWARD, [ZS_PHASE_STEP] = ZS_MEM_PHASE_STEP,
         [ZS_PHASE_REPORT] = ZS_MEM_PHASE_STEP};
-    for (size_t i = 0; i < e->prog.n; i++) {
-        const zs_step_op *o = &e->prog.ops[i];
+    for (size_t i = 0; i < prog->n; i++) {
+        const zs_step_op *o = &prog->ops[i];
         if (o->phase != cur) {
             cur = o->phase;
             zs_comm_set_context(e->comm, cur, step);

@@ -394,6 +394,14 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
     double post = c->grad_scaling == ZS_GRAD_POSTSCALE ? c->grad_predivide / p->world : 1.0;
     double mul = post / (double)loss_scale;
     int lead = p->rank == 0, root = lead && e->tp_rank == 0;
+    /* 1-bit Adam after its freeze: the gradient is each rank's own (on one
+     * rank, the whole of it, summed with dloss scale / grad_accum) */
+    const void *grad = e->gshard;
+    if (e->grads_local && p->world > 1)
+        ZS_FAIL("the gradients of a step after 1-bit Adam's freeze are each rank's own, not "
+                "one array: dump them on one rank, or only the steps up to freeze_step");
+    if (e->grads_local)
+        grad = e->gfull;
     size_t n = p->num_params;
     float *shard = malloc(p->shard * sizeof(float) + 1);
     void *raw = malloc(p->shard * e->param_elsize + 1);
@@ -404,7 +412,7 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
         rc = zs_error_set("out of host memory gathering %zu gradients", p->padded);
     if (!rc) {
         zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
-        zs_backend_copy_d2h(e->be, raw, e->gshard, p->shard * e->param_elsize);
+        zs_backend_copy_d2h(e->be, raw, grad, p->shard * e->param_elsize);
         for (size_t i = 0; i < p->shard; i++) {
             float g = e->param_dtype == ZS_DTYPE_F32
                           ? ((const float *)raw)[i]

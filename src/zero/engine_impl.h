@@ -14,6 +14,8 @@
  *   exec_optimizer.c the optimizer on the device (full array or shard) and
  *                    on the host
  *   exec_lamb.c      LAMB: the trust ratios' sums across the shards
+ *   exec_onebit.c    1-bit Adam after its freeze: the local norm, the
+ *                    momentum's compressed all-reduce, the frozen step
  *   offload.c        the swap file, the swapped optimizer, gradients down
  *                    and parameters up
  *   exec_pipe.c      the pipeline's messages
@@ -50,6 +52,10 @@ struct zs_engine {
     zs_step_shape own_shape;    /* when not shared */
     const zs_step_shape *shape; /* what a step allocates and does */
     zs_step_program prog;
+    zs_step_program prog_onebit; /* 1-bit Adam: the program after the freeze
+                                    (zs_step_program_build_onebit); else empty */
+    int grads_local;            /* the last step ran prog_onebit: gfull holds
+                                   this rank's own gradient, gshard nothing */
     int stage, det;
     zs_model *model;            /* the model that computes (with expert
                                    parallelism: this rank's experts only) */
@@ -237,6 +243,14 @@ int zs_engine_exec_optimizer_host(zs_engine *e, const zs_step_op *o, int *stop);
  * when the master is the parameters) */
 int zs_engine_lamb_step(zs_engine *e, size_t base, size_t n, float *master, float *m, float *v,
                         const void *grad, void *param);
+/* exec_onebit.c */
+int zs_engine_exec_local_norm(zs_engine *e, const zs_step_op *o, int *stop);
+int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop);
+/* exec_norm.c: the loss scaler, clipping and the optimizer's gradient
+ * multiplier from the step's norm (unscaled; INFINITY on overflow) and the
+ * factor that makes the stored gradient the averaged one (before the
+ * unscaling); 1 in *skip when the step is skipped */
+int zs_engine_norm_finish(zs_engine *e, double norm, double mul, int *skip);
 /* offload.c */
 int zs_engine_exec_optimizer_swapped(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_offload_grads(zs_engine *e, const zs_step_op *o, int *stop);

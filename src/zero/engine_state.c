@@ -101,7 +101,10 @@ int zs_engine_has_state(const zs_engine *e, zs_state_kind k)
 void zs_engine_state_range(const zs_engine *e, zs_state_kind k, size_t *lo, size_t *n)
 {
     const zs_partition *p = &e->part;
-    if (k == ZS_STATE_RESIDUAL || e->stage == 0) {
+    if (k == ZS_STATE_RESIDUAL) { /* this rank's own, whole */
+        *lo = 0;
+        *n = e->shape->buf[ZS_BUF_RESIDUAL].bytes / 4;
+    } else if (e->stage == 0) {
         *lo = 0;
         *n = p->padded;
     } else {
@@ -154,13 +157,14 @@ static size_t zs_clip(size_t lo, size_t n, size_t base, size_t len, size_t *a, s
 int zs_engine_write_state(zs_engine *e, zs_state_kind k, size_t lo, size_t n, const float *host)
 {
     const zs_partition *p = &e->part;
-    if (!zs_engine_has_state(e, k) || lo > p->padded || n > p->padded - lo)
+    size_t base, len, a, b;
+    zs_engine_state_range(e, k, &base, &len);
+    size_t limit = k == ZS_STATE_RESIDUAL ? len : p->padded;
+    if (!zs_engine_has_state(e, k) || lo > limit || n > limit - lo)
         ZS_FAIL("internal: state %d elements [%zu, %zu) are outside the layout", (int)k, lo,
                 lo + n);
     if (e->phantom)
         return 0;
-    size_t base, len, a, b;
-    zs_engine_state_range(e, k, &base, &len);
     if (k != ZS_STATE_MASTER || e->sep_master) {
         if (zs_clip(lo, n, base, len, &a, &b)) {
             if (e->offload == ZS_OFFLOAD_NVME && k != ZS_STATE_RESIDUAL)

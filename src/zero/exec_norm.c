@@ -328,7 +328,6 @@ static int zs_engine_norm_blocks(zs_engine *e, double *sumsq)
 static int zs_engine_norm(zs_engine *e, int *skip)
 {
     float scale = e->scaler.scale;
-    zs_step_info *info = e->info;
     double sumsq = 0.0;
     if (!e->overflow && e->pp_comm)
         ZS_TRY(zs_engine_norm_pp(e, &sumsq));
@@ -339,6 +338,13 @@ static int zs_engine_norm(zs_engine *e, int *skip)
     else if (!e->overflow)
         ZS_TRY(zs_engine_norm_blocks(e, &sumsq));
     double norm = e->overflow ? INFINITY : sqrt(sumsq) * e->post_scale / scale;
+    return zs_engine_norm_finish(e, norm, e->post_scale, skip);
+}
+
+int zs_engine_norm_finish(zs_engine *e, double norm, double mul, int *skip)
+{
+    float scale = e->scaler.scale;
+    zs_step_info *info = e->info;
     info->grad_norm = (float)norm;
     *skip = 0;
     if (zs_loss_scaler_update(&e->scaler, e->overflow)) {
@@ -357,7 +363,7 @@ static int zs_engine_norm(zs_engine *e, int *skip)
             coef = cc;
     }
     e->opt_steps++;
-    e->grad_mul = (float)(coef * e->post_scale / scale);
+    e->grad_mul = (float)(coef * mul / scale);
     return 0;
 }
 

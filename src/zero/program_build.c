@@ -39,6 +39,8 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_TIED_SEND] = "tied_send",
     [ZS_SOP_TIED_RECV] = "tied_recv",
     [ZS_SOP_TIED_SYNC] = "tied_sync",
+    [ZS_SOP_LOCAL_NORM] = "local_norm",
+    [ZS_SOP_OPTIMIZER_ONEBIT] = "optimizer_onebit",
 };
 
 const char *zs_step_op_name(zs_step_op_kind k) { return k < ZS_SOP_NKINDS ? zs_sop_names[k] : "?"; }
@@ -57,6 +59,9 @@ typedef struct {              /* the builder's state */
     int fwd_micro;            /* the micro-batch whose forward ran last, with no
                                  backward since; or -1 */
     int fwd_chunk;            /* and its chunk */
+    int local;                /* 1-bit Adam after the freeze: the gradient
+                                 stays this rank's, summed over the
+                                 micro-batches in the full gradient */
     int fail;
 } zs_builder;
 
@@ -248,13 +253,17 @@ static void zs_b_backward_micro(zs_builder *b, int c, int a)
         zs_emit(b, ZS_SOP_LOAD, -1, -1, 0, (size_t)s->cfg.micro_batch);
     /* the chunk's part of the full gradient (all of it with one chunk;
      * the padding with the last) */
+    if (b->local) { /* as the step schedule without fixed point: zeroed once */
+        once = 1;
+        fixacc = 0;
+    }
     if (st <= 1 && (!once || fixacc || a == 0))
         zs_emit(b, ZS_SOP_ZERO_GRADS, -1, c, 0,
                 (c + 1 < s->nchunks ? s->clo[c + 1] : s->part.padded) - s->clo[c]);
     /* buckets reduced inside the backward, as each is ready: stages 2 and
      * 3, and stages 0 and 1 with overlap_comm (in the reducing
      * micro-batches; not when fixed point accumulates locally) */
-    int inside = st >= 2 || (s->overlap && !fixacc && (!once || a == GA - 1));
+    int inside = !b->local && (st >= 2 || (s->overlap && !fixacc && (!once || a == GA - 1)));
     /* a pipeline stage whose last forward was this micro-batch's, with no
      * backward since (the last stage under 1F1B), still holds its last
      * segment's activations in the working slots: not recomputed */
@@ -292,7 +301,7 @@ static void zs_b_backward_micro(zs_builder *b, int c, int a)
         if (s->uchunk[s->buckets[k].unit] == c)
             zs_emit(b, ZS_SOP_ACCUM_FIXED, s->buckets[k].unit, k, 0,
                     s->buckets[k].hi - s->buckets[k].lo);
-    if (!inside && st <= 1 && (!once || a == GA - 1))
+    if (!inside && !b->local && st <= 1 && (!once || a == GA - 1))
         for (int k = 0; k < s->nbuckets; k++)
             if (s->uchunk[s->buckets[k].unit] == c)
                 zs_b_reduce(b, k, 0);
@@ -310,13 +319,22 @@ static zs_step_op_kind zs_step_optimizer_kind(const zs_step_shape *s)
     return s->stage == 0 ? ZS_SOP_OPTIMIZER_FULL : ZS_SOP_OPTIMIZER_SHARD;
 }
 
-int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
-                          zs_step_program *p)
+/* The step's ops after the backward in 1-bit Adam's program: the loss, the
+ * local norm and the compressed optimizer on the whole padded array. */
+static void zs_b_onebit_step(zs_builder *b)
 {
-    (void)rank; /* the shape is this rank's pipeline stage's */
+    const zs_step_shape *s = b->s;
+    zs_emit(b, ZS_SOP_LOSS_SUM, -1, -1, 0, (size_t)s->cfg.grad_accum);
+    zs_emit(b, ZS_SOP_LOCAL_NORM, -1, -1, 0, s->part.padded);
+    zs_emit(b, ZS_SOP_OPTIMIZER_ONEBIT, -1, -1, ZS_SOPF_APPLIED, s->onebit_elems);
+}
+
+static int zs_program_build(const zs_step_shape *s, const zs_model *m, int local,
+                            zs_step_program *p)
+{
     memset(p, 0, sizeof *p);
     zs_builder b = {.s = s, .m = m, .p = p, .micro = -1, .pending = -1, .fwd_micro = -1,
-                    .fwd_chunk = -1};
+                    .fwd_chunk = -1, .local = local};
     b.live = calloc((size_t)s->U, 1);
     b.touched = calloc((size_t)s->nbuckets + 1, 1);
     if (!b.live || !b.touched) {
@@ -353,6 +371,10 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
     b.micro = -1;
     b.chunk = 0;
     b.phase = ZS_PHASE_STEP;
+    if (local) {
+        zs_b_onebit_step(&b);
+        goto built;
+    }
     zs_emit(&b, ZS_SOP_LOSS_SUM, -1, -1, 0, (size_t)s->cfg.grad_accum);
     zs_emit(&b, ZS_SOP_CHECK, -1, -1, 0, s->part.shard);
     zs_emit(&b, ZS_SOP_NORM, -1, -1, 0, s->part.shard);
@@ -384,6 +406,7 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
         zs_emit_pp(&b, ZS_SOP_TIED_SYNC, 0, ZS_SOPF_APPLIED, s->tied_elems);
     if (gather_tied)
         zs_b_release(&b, 0);
+built:
     free(b.live);
     free(b.touched);
     if (b.fail) {
@@ -391,6 +414,22 @@ int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
         ZS_FAIL("out of host memory building the step program");
     }
     return 0;
+}
+
+int zs_step_program_build(const zs_step_shape *s, const zs_model *m, int rank,
+                          zs_step_program *p)
+{
+    (void)rank; /* the shape is this rank's pipeline stage's */
+    return zs_program_build(s, m, 0, p);
+}
+
+int zs_step_program_build_onebit(const zs_step_shape *s, const zs_model *m, int rank,
+                                 zs_step_program *p)
+{
+    (void)rank;
+    if (s->stage != 0 || s->pp > 1 || !s->onebit_elems)
+        ZS_FAIL("internal: 1-bit Adam's program is built for stage 0 without a pipeline");
+    return zs_program_build(s, m, 1, p);
 }
 
 void zs_step_program_free(zs_step_program *p)

@@ -3,6 +3,7 @@
  * the table of buffers. The expert layout's configurations are
  * program_ep.c's, the pipeline's cut and schedules program_pipe.c's. */
 #include "zerosim/program.h"
+#include "zerosim/comm.h"
 #include "zerosim/compress.h"
 #include "zerosim/error.h"
 
@@ -301,7 +302,8 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
     zs_buf_spec *b = s->buf;
     ZS_SETBUF(ZS_BUF_PARAMS, ZS_MEM_PARAMS, (st == 3 ? S : P) * ps);
     ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, s->mixed ? opt * 4 : 0);
-    ZS_SETBUF(ZS_BUF_M, ZS_MEM_OPT_M, opt * 4);
+    /* 1-bit Adam's momentum is exchanged padded: the padding stays 0 */
+    ZS_SETBUF(ZS_BUF_M, ZS_MEM_OPT_M, (s->onebit_elems ? s->onebit_elems : opt) * 4);
     ZS_SETBUF(ZS_BUF_V, ZS_MEM_OPT_V, zs_optim_has_variance(s->cfg.optimizer) ? opt * 4 : 0);
     ZS_SETBUF(ZS_BUF_GFULL, ZS_MEM_GRADS, st <= 1 ? P * ps : 0);
     /* the step schedule reduces once, into GFULL's own part: no shard
@@ -314,7 +316,9 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
               s->det && s->reduce_step && s->cfg.grad_accum > 1 ? P * 8 : 0);
     ZS_SETBUF(ZS_BUF_FIXBUF, ZS_MEM_COMM_BUFFERS, s->det ? s->max_bucket * 8 : 0);
     ZS_SETBUF(ZS_BUF_RECV, ZS_MEM_COMM_BUFFERS, s->max_chunk * (s->det ? 8 : ps));
-    ZS_SETBUF(ZS_BUF_RESIDUAL, ZS_MEM_COMPRESSION, s->comp && s->cfg.error_feedback ? P * 4 : 0);
+    ZS_SETBUF(ZS_BUF_RESIDUAL, ZS_MEM_COMPRESSION,
+              s->onebit_elems ? (s->onebit_elems + s->onebit_elems / (size_t)p->world) * 4
+              : s->comp && s->cfg.error_feedback ? P * 4 : 0);
     ZS_SETBUF(ZS_BUF_CX, ZS_MEM_WORKSPACE, s->comp ? s->max_bucket * 4 : 0);
     ZS_SETBUF(ZS_BUF_CAPPROX, ZS_MEM_WORKSPACE, s->comp ? s->max_bucket * 4 : 0);
     ZS_SETBUF(ZS_BUF_CACC, ZS_MEM_WORKSPACE, s->comp ? s->max_chunk * 4 + 4 : 0);
@@ -556,6 +560,8 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     size_t ntok = zs_model_is_decoder(mc) ? (size_t)mb * (size_t)mc->seq_len : (size_t)mb;
     s->tok_bytes = ntok * sizeof(int32_t);
     s->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * (size_t)mc->input_dim * sizeof(float) : 0;
+    if (cfg->optimizer == ZS_OPT_ONEBITADAM)
+        s->onebit_elems = zs_comm_onebit_padded(s->part.padded, world);
     zs_step_shape_place_buffers(s);
     return 0;
 }
