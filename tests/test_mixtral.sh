@@ -8,7 +8,7 @@
 # activation checkpointing exact, a checkpoint's resume exact, bf16, the
 # tiny Mixtral of tests/hf/mixtral-tiny.json (dropless, as Hugging Face's)
 # through --hf-config, and what is not built (tensor parallelism, pipeline
-# stages with experts) refused with one line. The gradients against
+# stages with experts, weight files) refused with one line. The gradients against
 # finite differences are tests/check_model.c's (test_mixtral_gradients).
 . "$(dirname "$0")/testlib.sh"
 
@@ -32,6 +32,9 @@ train_hashes e2 2 --stage 1 --ep 2 && same_hashes e2 s3 &&
 [ -z "$(all_to_alls s3)" ] && ok || bad "mixtral --ep 1: made all-to-alls"
 refuse -m "a mixture of experts with tensor parallelism" train $M --tp 2
 refuse -m "with --pp 2 is not supported" train $M --pp 2
+# weight files: dense only so far (dumps name the experts: test_torch_llama.sh)
+refuse -m "weight files hold dense Llama-family models only" -o "$T/mx.safetensors" \
+    train $M --steps 1 --export "$T/mx.safetensors"
 
 # make check's fast form stops here (docs/testing.md)
 zs_fast && finish
