@@ -8,7 +8,7 @@
 # activation checkpointing exact, a checkpoint's resume exact, bf16, the
 # tiny Mixtral of tests/hf/mixtral-tiny.json (dropless, as Hugging Face's)
 # through --hf-config, and what is not built (tensor parallelism, pipeline
-# stages with experts) refused with one line. The gradients against
+# stages with experts, weight files) refused with one line. The gradients against
 # finite differences are tests/check_model.c's (test_mixtral_gradients).
 . "$(dirname "$0")/testlib.sh"
 
@@ -32,6 +32,9 @@ train_hashes e2 2 --stage 1 --ep 2 && same_hashes e2 s3 &&
 [ -z "$(all_to_alls s3)" ] && ok || bad "mixtral --ep 1: made all-to-alls"
 refuse -m "a mixture of experts with tensor parallelism" train $M --tp 2
 refuse -m "with --pp 2 is not supported" train $M --pp 2
+# weight files: dense only so far (dumps name the experts: test_torch_llama.sh)
+refuse -m "weight files hold dense Llama-family models only" -o "$T/mx.safetensors" \
+    train $M --steps 1 --export "$T/mx.safetensors"
 
 # make check's fast form stops here (docs/testing.md)
 zs_fast && finish
@@ -78,11 +81,15 @@ train_hashes d2 2 --deterministic --grad-accum 2 --stage 2 --ep 2 && same_hashes
 train_hashes d4 4 --deterministic --grad-accum 1 --stage 3 --ep 4 && same_hashes d4 d1
 
 # a checkpoint saved at step 2 and resumed to step 3 ends at the
-# uninterrupted run's parameters
-zs_run save 2 $M --stage 2 --save-every 2 --save-dir "$T/ck" &&
-    zs_run resumed 2 $M --stage 2 --resume "$T/ck/global_step2" &&
-    { [ "$(key "$T/resumed.json" param_hash)" = "$(key "$T/s2.json" param_hash)" ] && ok ||
-          bad "mixtral: resumed to $(key "$T/resumed.json" param_hash), uninterrupted $(key "$T/s2.json" param_hash)"; }
+# uninterrupted run's parameters, at stage 2 and at stage 3 with --ep 2
+# (DeepSpeed's layout: the expert store's shards)
+for c in "2:" "3:--ep 2"; do
+    st=${c%%:*} opts=${c#*:}
+    zs_run "save$st" 2 $M --stage "$st" $opts --save-every 2 --save-dir "$T/ck$st" &&
+        zs_run "resumed$st" 2 $M --stage "$st" $opts --resume "$T/ck$st/global_step2" &&
+        { [ "$(key "$T/resumed$st.json" param_hash)" = "$(key "$T/s2.json" param_hash)" ] && ok ||
+              bad "mixtral stage $st $opts: resumed to $(key "$T/resumed$st.json" param_hash), uninterrupted $(key "$T/s2.json" param_hash)"; }
+done
 
 # bf16: stages agree, accounting holds
 train_hashes b0 2 --precision bf16 --stage 0 && train_hashes b3 2 --precision bf16 --stage 3 \

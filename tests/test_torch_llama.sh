@@ -14,10 +14,13 @@
 #   param.  2.1e-6 .. 4.0e-6 against 2.7e-6 .. 5.4e-6
 #   loss    equal after rounding to float32 but one step (1.2e-7 both)
 # and `zerosim compare` with the GPT's tolerances (tests/test_torch_oracle.sh).
-# Three runs: GQA (4 query heads on 2 key/value heads, untied) at ZeRO
-# stage 3, the same with --tp 2 and sequence parallelism, and MQA with Qwen2's biases, the head tied, eps 1e-6 and theta
-# 500,000 at stage 1. A control: PyTorch with RoPE's interleaved pairs must
-# fail. Skipped (77) without torch.
+# Four runs: GQA (4 query heads on 2 key/value heads, untied) at ZeRO
+# stage 3, the same with --tp 2 and sequence parallelism, MQA with Qwen2's biases, the head tied, eps 1e-6 and theta
+# 500,000 at stage 1, and a Mixtral-style model (4 SwiGLU experts in every
+# block, top 2 renormalised, dropless, the load-balancing loss weighed
+# 0.05) at stage 3, its experts dumped under Hugging Face's per-expert
+# names. Controls: PyTorch with RoPE's interleaved pairs, and the Mixtral
+# without its load-balancing loss, must fail. Skipped (77) without torch.
 . "$(dirname "$0")/testlib.sh"
 PY=${TORCH_PYTHON:-/usr/bin/python3}
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
@@ -63,6 +66,21 @@ oracle mqa "--heads 4 --kv-heads 1 --qkv-bias --tie-embeddings --norm-eps 1e-6 -
 grep -q 'param.model.layers.0.self_attn.k_proj.bias' "$T/mqa/z/step_000001.safetensors" &&
     ! grep -q 'lm_head' "$T/mqa/z/step_000001.safetensors" && ok ||
     bad "the tied MQA dump's names: no k_proj.bias or an lm_head"
+
+# Mixtral: the objective per micro-batch of 2 sequences (l_aux is per
+# micro-batch), the capacity every token (factor 2 = E/k)
+MX="--moe-experts 4 --moe-top-k 2 --capacity-factor 2 --aux-loss-coeff 0.05"
+oracle moe "--heads 4 --kv-heads 2 --stage 3 $MX" "--heads 4 --kv-heads 2 --micro-batch 2 --top-k 2 --aux 0.05"
+grep -q 'param.model.layers.1.block_sparse_moe.experts.3.w2.weight' "$T/moe/z/step_000001.safetensors" &&
+    ok || bad "the Mixtral dump's names: no block_sparse_moe.experts.3.w2.weight"
+d="$T/moe"
+mkdir -p "$d/c64" "$d/c32"
+for dt in float64 float32; do
+    "$PY" "$ORACLE" steps "$d/z" "$d/c${dt#float}" --heads 4 --kv-heads 2 --micro-batch 2 \
+        --top-k 2 --aux 0 $HP --steps 1 --dtype $dt || bad "torch_llama_oracle.py --aux 0 $dt failed"
+done
+"$PY" "$ORACLE" judge "$d/z" "$d/c64" "$d/c32" --steps 1 >"$T/ctl" 2>&1 &&
+    bad "the Mixtral without its load-balancing loss passed the comparison" || ok
 
 # the control: the interleaved rotary pairs are caught
 d="$T/gqa"

@@ -5,7 +5,7 @@
         writes DIR/tokens.bin (llm.c's token format) for `zerosim train --data`.
     torch_llama_oracle.py steps ZDUMPS OUT --heads NH --kv-heads KV --steps K
             --lr X --wd Y --clip Z --adam-eps E [--norm-eps E] [--theta X]
-            [--dtype float64|float32] [--perturb]
+            [--dtype float64|float32] [--perturb] [--micro-batch B --top-k K --aux A]
         reads the initial parameters from zerosim's dump of step 0
         (ZDUMPS/step_000000.safetensors, param.<Hugging Face name>) and, for
         each step 1..K, the tokens and targets of ZDUMPS/step_00000k; runs
@@ -13,6 +13,9 @@
         OUT/step_... in the dump's names (float32) for `zerosim compare`.
         --perturb rotates RoPE's interleaved pairs (2i, 2i + 1) instead of
         rotate_half's (i, i + D/2): a control that the comparison can fail.
+        A dump with block_sparse_moe tensors is a Mixtral model (below):
+        its objective is per micro-batch of B rows of the step's tokens
+        (zerosim's micro-batch j holds samples jB .. jB + B - 1), averaged.
     torch_llama_oracle.py judge ZDUMPS T64 T32 --steps K [--factor F]
         for each step and each of loss, grad_norm, the gradients and the
         parameters: zerosim's largest |zerosim - float64| relative to each
@@ -26,7 +29,12 @@ cos and sin built in float64 (as docs/numerics.md says an oracle should),
 grouped-query attention by repeating each key/value head over its
 NH / KV query heads, causal softmax, o_proj, SwiGLU (silu(gate) * up,
 down), the final norm and lm_head (the embedding when the dump has no
-lm_head.weight: tied). The loss is the mean cross-entropy over the global
+lm_head.weight: tied). A Mixtral block (Hugging Face's MixtralSparseMoeBlock):
+the router's softmax over all E experts, the top K, their weights divided
+by their sum, each token through its K experts (experts.{e}.w1 gate, w3
+up, w2 down: SwiGLU) and weighted, nothing dropped; the objective adds A
+times DeepSpeed's load-balancing loss of each block, E * sum_e mean(gates
+of e) * mean(first choice is e) (zerosim's, docs/moe.md). The loss is the mean cross-entropy over the global
 batch; AdamW with betas (0.9, 0.95) (zerosim's defaults), decoupled weight
 decay on every tensor, global-norm clipping, a constant learning rate.
 """
@@ -74,13 +82,38 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def forward(w, L, NH, KV, eps, table, tokens, targets, perturb):
+def moe(w, p, h, k):
+    """A Mixtral block's MLP over h (B, T, C); returns it and l_aux."""
+    B, T, C = h.shape
+    x = h.reshape(B * T, C)
+    gate = w[p + "block_sparse_moe.gate.weight"]
+    E = gate.shape[0]
+    gates = (x @ gate.t()).softmax(dim=-1)
+    top, idx = gates.topk(k, dim=-1)
+    weight = top / top.sum(dim=-1, keepdim=True)
+    y = torch.zeros_like(x)
+    for e in range(E):
+        rows, slot = (idx == e).nonzero(as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        xe = x[rows]
+        q = p + "block_sparse_moe.experts.%d." % e
+        out = (F.silu(xe @ w[q + "w1.weight"].t()) * (xe @ w[q + "w3.weight"].t())) @ \
+            w[q + "w2.weight"].t()
+        y = y.index_add(0, rows, out * weight[rows, slot][:, None])
+    first = F.one_hot(idx[:, 0], E).to(gates.dtype)
+    l_aux = E * (gates.mean(dim=0) * first.mean(dim=0)).sum()
+    return y.view(B, T, C), l_aux
+
+
+def forward(w, L, NH, KV, eps, table, tokens, targets, perturb, top_k=2, aux=0.0):
     B, T = tokens.shape
     C = w["model.embed_tokens.weight"].shape[1]
     D = C // NH
     cos, sin = table[0][:T], table[1][:T]
     x = w["model.embed_tokens.weight"][tokens.long()]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    aux_sum = 0.0
     for i in range(L):
         p = "model.layers.%d." % i
         h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
@@ -99,13 +132,18 @@ def forward(w, L, NH, KV, eps, table, tokens, targets, perturb):
         y = (att @ v).transpose(1, 2).reshape(B, T, NH * D)
         x = x + y @ w[p + "self_attn.o_proj.weight"].t()
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if p + "block_sparse_moe.gate.weight" in w:
+            y, l_aux = moe(w, p, h, top_k)
+            x = x + y
+            aux_sum = aux_sum + aux * l_aux
+            continue
         g = h @ w[p + "mlp.gate_proj.weight"].t()
         u = h @ w[p + "mlp.up_proj.weight"].t()
         x = x + (F.silu(g) * u) @ w[p + "mlp.down_proj.weight"].t()
     x = rmsnorm(x, w["model.norm.weight"], eps)
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
     logits = x @ head.t()
-    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1).long())
+    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1).long()) + aux_sum
 
 
 def run_steps(a):
@@ -123,8 +161,12 @@ def run_steps(a):
     for step in range(1, a.steps + 1):
         z, _ = st_read(os.path.join(a.zdumps, "step_%06d.safetensors" % step))
         opt.zero_grad()
-        loss = forward(w, L, a.heads, a.kv_heads, a.norm_eps, table, z["tokens"], z["targets"],
-                       a.perturb)
+        tok, tgt = z["tokens"], z["targets"]
+        mb = a.micro_batch or tok.shape[0]
+        parts = [forward(w, L, a.heads, a.kv_heads, a.norm_eps, table, tok[j:j + mb],
+                         tgt[j:j + mb], a.perturb, a.top_k, a.aux)
+                 for j in range(0, tok.shape[0], mb)]
+        loss = sum(parts) / len(parts)
         loss.backward()
         grads = {n: w[n].grad.detach().clone() for n in names}
         norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values()))
@@ -199,6 +241,9 @@ def main():
     s.add_argument("--theta", type=float, default=10000.0)
     s.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     s.add_argument("--perturb", action="store_true")
+    s.add_argument("--micro-batch", type=int, default=0)
+    s.add_argument("--top-k", type=int, default=2)
+    s.add_argument("--aux", type=float, default=0.0)
     j = sub.add_parser("judge")
     j.add_argument("zdumps")
     j.add_argument("t64")

@@ -95,37 +95,51 @@ static void zs_gpt_tensor_add(zs_gpt_tensor *x, const char *name, size_t rows, s
     }
 }
 
-/* A dense Llama's tensors: its layout's entries, already in Hugging Face's
- * names and (out, in) shapes, one file tensor per entry. An entry a file
- * splits (Mixtral's stacked experts, (E, F, C) in the layout, are
- * block_sparse_moe.experts.{j}.w1.weight [F, C] ... in Hugging Face's
- * files) becomes E tensors here, each at offset + j * numel / E. */
+/* A Llama's tensors: its layout's entries, already in Hugging Face's names
+ * and (out, in) shapes; a Mixtral block's stacked experts as Hugging Face
+ * names them, one tensor per expert (block_sparse_moe.experts.{e}.w1: gate
+ * (F, C), w3: up (F, C), w2: down (C, F)), expert e the e-th slice of the
+ * stacked entry. */
 static int zs_llama_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int *n)
 {
-    if (mc->moe_experts > 0)
-        ZS_FAIL("weight files and dumps hold dense Llama models only: Mixtral's experts "
-                "(--moe-experts %d) have no tensor names here yet; use training checkpoints "
-                "(--save-dir)", mc->moe_experts);
     zs_model_config one = *mc;
     one.tp = one.tp_rank = 0;
     one.sequence_parallel = 0;
     one.ckpt_blocks = 0;
     one.pp_on = 0;
+    one.moe_ep = 1;
+    one.moe_ep_rank = 0;
+    one.moe_ep_split = 0;
     zs_model *m;
     ZS_TRY(zs_model_create(&one, &m));
     const zs_layout *lay = zs_model_layout(m);
-    zs_gpt_tensor *t = calloc((size_t)lay->n_entries, sizeof *t);
+    int E = mc->moe_experts > 0 ? mc->moe_experts : 1, cnt = 0;
+    for (int i = 0; i < lay->n_entries; i++)
+        cnt += zs_model_entry_is_expert(&one, i) ? E : 1;
+    zs_gpt_tensor *t = calloc((size_t)cnt, sizeof *t);
     if (!t) {
         zs_model_destroy(m);
-        ZS_FAIL("out of host memory listing %d tensors", lay->n_entries);
+        ZS_FAIL("out of host memory listing %d tensors", cnt);
     }
-    size_t off = 0;
+    size_t off = 0, C = (size_t)mc->n_embd, F = (size_t)mc->ffn_hidden;
+    int k = 0;
     for (int i = 0; i < lay->n_entries; i++) {
         const zs_param_entry *e = &lay->entries[i];
-        size_t cols = zs_model_llama_entry_cols(&one, i);
-        zs_gpt_tensor_add(&t[i], e->name, cols ? e->numel / cols : e->numel, cols, 0, &off);
+        const char *x = strstr(e->name, ".experts.");
+        if (!zs_model_entry_is_expert(&one, i) || !x) {
+            size_t cols = zs_model_llama_entry_cols(&one, i);
+            zs_gpt_tensor_add(&t[k++], e->name, cols ? e->numel / cols : e->numel, cols, 0,
+                              &off);
+            continue;
+        }
+        int down = strstr(x, ".w2.") != NULL, stem = (int)(x - e->name) + 9; /* ".experts." */
+        char name[sizeof t->name];
+        for (int j = 0; j < E; j++) { /* "...experts." "{j}." "w1.weight" */
+            snprintf(name, sizeof name, "%.*s%d.%s", stem, e->name, j, e->name + stem);
+            zs_gpt_tensor_add(&t[k++], name, down ? C : F, down ? F : C, 0, &off);
+        }
     }
-    *n = lay->n_entries;
+    *n = cnt;
     *out = t;
     zs_model_destroy(m);
     return 0;
@@ -770,6 +784,10 @@ int zs_weights_write_sharded(const char *path, zs_weights_format f, const zs_mod
                 "the MLP has none", path);
     if (f == ZS_WEIGHTS_LLMC && mc->kind == ZS_MODEL_LLAMA)
         ZS_FAIL("%s: llm.c's .bin holds GPT-2 models only: write the Llama as .safetensors", path);
+    if (mc->kind == ZS_MODEL_LLAMA && mc->moe_experts > 0) /* zs_llama_st_shapes reads none */
+        ZS_FAIL("%s: weight files hold dense Llama-family models only so far (dumps name "
+                "Mixtral's experts, --init-from does not read them): use training checkpoints "
+                "(--save-dir) for --moe-experts %d", path, mc->moe_experts);
     if (f == ZS_WEIGHTS_LLMC && shard_bytes)
         ZS_FAIL("%s: --shard-size splits safetensors checkpoints; llm.c's .bin is one file", path);
     return f == ZS_WEIGHTS_LLMC ? zs_llmc_write(path, mc, params)
