@@ -1,7 +1,9 @@
 /* Tests of the models: parameter layouts and counts, whole-model gradients
- * against finite differences, and the synthetic data's loss floor. */
+ * against finite differences, the synthetic data's loss floor, token files
+ * of both widths, and the next-token distribution sampling reads. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -570,6 +572,110 @@ START_TEST(test_data_dealing)
 }
 END_TEST
 
+/* A token file of n tokens i * 37 % mod, width 2 or 4, header word 3 =
+ * byte_level, written here with stdio (not by zerosim); the path in path. */
+static void write_tokens(char *path, int width, int n, uint32_t mod, int byte_level,
+                         uint32_t bad_at, uint32_t bad)
+{
+    strcpy(path, "/tmp/check_model_tokXXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "wb");
+    int32_t hdr[256] = {width == 4 ? 20240801 : 20240520, width == 4 ? 7 : 1, n, byte_level};
+    fwrite(hdr, sizeof hdr, 1, f);
+    for (int i = 0; i < n; i++) {
+        uint32_t t = (uint32_t)i == bad_at ? bad : (uint32_t)i * 37u % mod;
+        uint16_t t16 = (uint16_t)t;
+        fwrite(width == 4 ? (void *)&t : (void *)&t16, (size_t)width, 1, f);
+    }
+    fclose(f);
+}
+
+/* The 32-bit file (llm.c's Llama 3 format) gives the samples of the 16-bit
+ * file of the same tokens; the byte-level word is read; a token outside
+ * the vocabulary (of the 32-bit width's range) is refused with its offset. */
+START_TEST(test_token_files)
+{
+    zs_model_config c = gpt_cfg(1, 8, 1, 10, 300);
+    char p16[64], p32[64], pbad[64], pbytes[64];
+    write_tokens(p16, 2, 500, 300, 0, ~0u, 0);
+    write_tokens(p32, 4, 500, 300, 0, ~0u, 0);
+    write_tokens(pbad, 4, 500, 300, 0, 123, 70000);
+    write_tokens(pbytes, 2, 500, 300, 1, ~0u, 0);
+    zs_data *a, *b, *d;
+    ck_assert_int_eq(zs_data_create_tokens(&c, 3, p16, &a), 0);
+    ck_assert_int_eq(zs_data_create_tokens(&c, 3, p32, &b), 0);
+    int32_t ta[40], ga[40], tb[40], gb[40];
+    ck_assert_int_eq(zs_data_fill(a, 11, 4, ta, ga, NULL), 0);
+    ck_assert_int_eq(zs_data_fill(b, 11, 4, tb, gb, NULL), 0);
+    ck_assert_mem_eq(ta, tb, sizeof ta);
+    ck_assert_mem_eq(ga, gb, sizeof ga);
+    for (int s = 0; s < 4; s++) /* a window of the file: t * 37 % 300 in order */
+        for (int t = 0; t + 1 < 10; t++)
+            ck_assert_int_eq(ta[s * 10 + t + 1], ga[s * 10 + t]);
+    ck_assert_int_eq(zs_data_tokens_are_bytes(a), 0);
+    zs_data_destroy(a);
+    zs_data_destroy(b);
+    ck_assert_int_ne(zs_data_create_tokens(&c, 3, pbad, &d), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "token 70000 at offset 1516"));
+    /* byte-level: tokens up to 299 with vocab 300 exceed the bytes' 256 */
+    ck_assert_int_ne(zs_data_create_tokens(&c, 3, pbytes, &d), 0);
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "byte-level"));
+    remove(pbytes);
+    write_tokens(pbytes, 2, 500, 256, 1, ~0u, 0);
+    ck_assert_int_eq(zs_data_create_tokens(&c, 3, pbytes, &d), 0);
+    ck_assert_int_eq(zs_data_tokens_are_bytes(d), 1);
+    zs_data_destroy(d);
+    remove(p16);
+    remove(p32);
+    remove(pbad);
+    remove(pbytes);
+}
+END_TEST
+
+/* zs_model_next_probs after a GPT's forward: each row a distribution. */
+START_TEST(test_next_probs)
+{
+    char err[256];
+    zs_backend_t be = zs_backend_init("cpu", err, sizeof err);
+    ck_assert_ptr_nonnull(be);
+    zs_model_config c = gpt_cfg(1, 8, 2, 6, 11);
+    zs_model *m;
+    ck_assert_int_eq(zs_model_create(&c, &m), 0);
+    zs_mem_t mem = zs_mem_create(be, 0, 0);
+    size_t n = zs_model_count_params(&c);
+    float *params = malloc(n * sizeof(float));
+    zs_model_init_params(m, params, 4);
+    const zs_layout *lay = zs_model_layout(m);
+    float **P = calloc((size_t)lay->n_entries, sizeof *P);
+    for (int i = 0; i < lay->n_entries; i++)
+        P[i] = params + lay->entries[i].offset;
+    zs_acts *acts;
+    ck_assert_int_eq(zs_model_acts_create(m, mem, 1, &acts), 0);
+    int32_t tok[6] = {1, 2, 3, 4, 5, 6}, tgt[6] = {2, 3, 4, 5, 6, 7};
+    zs_batch batch = {.b = 1, .tokens = tok, .targets = tgt, .x = NULL};
+    for (int u = 0; u < lay->n_layers; u++)
+        zs_model_forward_unit(m, be, u, P, acts, &batch);
+    float p[11];
+    for (size_t r = 0; r < 6; r++) {
+        ck_assert_int_eq(zs_model_next_probs(acts, be, r, p), 0);
+        double sum = 0.0;
+        for (int k = 0; k < 11; k++) {
+            ck_assert(p[k] > 0.0f && p[k] < 1.0f);
+            sum += p[k];
+        }
+        ck_assert(fabs(sum - 1.0) < 1e-5);
+    }
+    ck_assert_int_ne(zs_model_next_probs(acts, be, 6, p), 0);
+    zs_model_acts_destroy(acts);
+    free(P);
+    free(params);
+    zs_mem_destroy(mem);
+    zs_model_destroy(m);
+    zs_backend_release(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -589,6 +695,8 @@ int main(void)
     tcase_add_test(tc, test_activation_bytes);
     tcase_add_test(tc, test_markov_floor);
     tcase_add_test(tc, test_data_dealing);
+    tcase_add_test(tc, test_token_files);
+    tcase_add_test(tc, test_next_probs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -5,7 +5,9 @@
 # zerosim sample. The files are read back by Python's struct here, not by
 # zerosim; a 32-bit file trains to the same bytes as the 16-bit file of the
 # same tokens; sampling is deterministic for a seed; bad files and
-# arguments are refused with one line, nothing written.
+# arguments are refused with one line, nothing written; --init-from reads
+# quantized and compressed files (the weights zerosim decompress and
+# zerosim eval decode).
 # Quick form (ZS_TEST_LEVEL=fast): one process everywhere; full: the
 # 32-bit file also on 2 ranks and stage 3 against the 16-bit one on 1.
 . "$(dirname "$0")/testlib.sh"
@@ -105,6 +107,43 @@ cmp -s "$T/s1" "$T/s3" && bad "seeds 5 and 6 sampled the same 40 tokens" || ok
     bad "export failed"
 "$ZS" sample --from "$T/w.safetensors" --prompt "It was" --tokens 40 --seed 5 >"$T/s4" 2>&1
 cmp -s "$T/s1" "$T/s4" && ok || bad "the exported weights sample other text than the checkpoint"
+
+# ---- --init-from a quantized or compressed file ------------------------------------
+"$ZS" compress --from "$T/ck" --out "$T/c.zc" >/dev/null 2>&1 || bad "compress failed"
+"$ZS" quantize --from "$T/ck" --format nf4 --out "$T/q.zq" --samples 0 >/dev/null 2>&1 ||
+    bad "quantize failed"
+# the decoded weights: export's param_hash is the one decompress prints
+want=$("$ZS" decompress --from "$T/c.zc" --samples 0 2>&1 | sed -n 's/^param_hash \([0-9a-f]*\).*/\1/p')
+"$ZS" export --init-from "$T/c.zc" --out "$T/ec.safetensors" >"$T/ec.log" 2>&1 ||
+    bad "export --init-from c.zc failed"
+[ -n "$want" ] && grep -q "param_hash $want" "$T/ec.log" && ok ||
+    bad "export --init-from c.zc: not decompress's param_hash $want"
+# the dequantized weights: the same held-out loss as eval --from the .zq file's fp32 row
+"$ZS" export --init-from "$T/q.zq" --out "$T/eq.safetensors" >/dev/null 2>&1 ||
+    bad "export --init-from q.zq failed"
+l1=$("$ZS" eval --from "$T/q.zq" --seed 1 --samples 16 2>&1 | awk '$1 == "fp32" { print $4 }')
+l2=$("$ZS" eval --from "$T/eq.safetensors" --heads 2 --seed 1 --samples 16 2>&1 |
+     awk '$1 == "fp32" { print $4 }')
+[ -n "$l1" ] && [ "$l1" = "$l2" ] && ok ||
+    bad "export --init-from q.zq: held-out loss $l2, the .zq file's $l1"
+# training from them: accepted on 2 ranks, stage 3; an MLP's .zc too
+if ! zs_fast; then
+    zs_run ftq 2 --init-from "$T/q.zq" --stage 3 --micro-batch 2 --steps 2 \
+        --data "$T/tr.bin" --val-data "$T/va.bin"
+fi
+"$ZS" train --model mlp --steps 20 --lr 1e-2 --save-dir "$T/mlpc" --silent >/dev/null 2>&1 ||
+    bad "mlp run failed"
+"$ZS" compress --from "$T/mlpc" --out "$T/m.zc" >/dev/null 2>&1 || bad "compress (MLP) failed"
+zs_run mz 0 --init-from "$T/m.zc" --steps 1
+zs_run m0 0 --model mlp --steps 1
+l1=$(sed -n 's/^step     1\/1  loss \([0-9.]*\).*/\1/p' "$T/mz.log")
+l0=$(sed -n 's/^step     1\/1  loss \([0-9.]*\).*/\1/p' "$T/m0.log")
+awk -v a="$l1" -v b="$l0" 'BEGIN { exit !(a != "" && a + 0 < b + 0) }' && ok ||
+    bad "--init-from m.zc: step 1's loss $l1 is not below the seed's initialisation's $l0"
+refuse -m "holds quantized gpt, but the run's model is mlp" \
+    train --init-from "$T/q.zq" --model mlp --steps 1
+refuse -m "holds a GPT with layers 1, but the command line gives 2" \
+    train --init-from "$T/q.zq" --layers 2 --steps 1
 
 # ---- refused -----------------------------------------------------------------------
 "$PY" - "$T" <<'EOF'

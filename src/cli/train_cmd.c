@@ -8,11 +8,14 @@
 #include "usage.h"
 #include "zerosim/config.h"
 #include "zerosim/error.h"
+#include "zerosim/eval.h"
 #include "zerosim/mem.h"
 #include "zerosim/model.h"
 #include "zerosim/quant.h"
+#include "zerosim/quantfile.h"
 #include "zerosim/report.h"
 #include "zerosim/weights.h"
+#include "zerosim/zcfile.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -571,6 +574,45 @@ static const char *zs_init_source(const zs_cli *cli, int by_cli)
            : cli->val[OPT_HF_CONFIG] ? "--hf-config" : "the --config file";
 }
 
+static int zs_cli_init_from_gpt(const zs_cli *cli, const zs_run_config *from_config,
+                                zs_run_config *c, const zs_model_config *f);
+
+/* --init-from a quantized (.zq) or Deep Compression (.zc) file: the model,
+ * a GPT or an MLP, is the file's (its weights dequantized or decoded when
+ * the run starts: zs_oracle_init_from). A kind or an MLP shape the command
+ * line gave must agree with it; a GPT's shapes as for weights files. */
+static int zs_cli_init_from_model_file(const zs_cli *cli, const zs_run_config *from_config,
+                                       zs_run_config *c, const char *path)
+{
+    zs_model_src src;
+    ZS_TRY(zs_model_src_load(path, "--init-from", 0, &src));
+    zs_model_config f = src.mc;
+    const char *kind = src.kind;
+    zs_model_src_free(&src);
+    if ((cli->val[OPT_MODEL] || from_config->model.kind != ZS_MODEL_GPT) &&
+        c->model.kind != f.kind)
+        ZS_FAIL("--init-from %s holds %s %s, but the run's model is %s: drop --model", path,
+                kind, zs_model_kind_name(f.kind), zs_model_kind_name(c->model.kind));
+    c->model.kind = f.kind;
+    if (f.kind != ZS_MODEL_MLP)
+        return zs_cli_init_from_gpt(cli, from_config, c, &f);
+    int widths_differ = f.n_hidden != c->model.n_hidden;
+    for (int i = 0; i < f.n_hidden && !widths_differ; i++)
+        widths_differ = f.widths[i] != c->model.widths[i];
+    if ((cli->val[OPT_INPUT_DIM] && c->model.input_dim != f.input_dim) ||
+        (cli->val[OPT_CLASSES] && c->model.n_classes != f.n_classes) ||
+        (cli->val[OPT_WIDTHS] && widths_differ) ||
+        (cli->val[OPT_ACTIVATION] && c->model.act != f.act))
+        ZS_FAIL("--init-from %s holds an MLP of other shapes or activation than the command "
+                "line gives: drop --input-dim, --classes, --widths and --activation", path);
+    c->model.input_dim = f.input_dim;
+    c->model.n_classes = f.n_classes;
+    c->model.n_hidden = f.n_hidden;
+    memcpy(c->model.widths, f.widths, sizeof f.widths);
+    c->model.act = f.act;
+    return 0;
+}
+
 /* --init-from: the model's family and shapes are the file's. A shape the
  * command line or a config file (what it set differs from the defaults)
  * gave must agree with the file; a Llama's rope theta, norm eps and
@@ -579,11 +621,23 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
                             zs_run_config *c)
 {
     const char *path = cli->val[OPT_INIT_FROM];
+    if (zs_qfile_is(path) || zs_dc_file_is(path))
+        return zs_cli_init_from_model_file(cli, from_config, c, path);
     if (c->model.kind == ZS_MODEL_MLP)
         ZS_FAIL("--init-from %s: weight files hold the GPT and the Llama family; drop --model "
                 "mlp", path);
     zs_model_config f;
     ZS_TRY(zs_weights_probe(path, &f));
+    return zs_cli_init_from_gpt(cli, from_config, c, &f);
+}
+
+/* A GPT's shapes from f, the file's: those the command line or the config
+ * gave must agree. */
+static int zs_cli_init_from_gpt(const zs_cli *cli, const zs_run_config *from_config,
+                                zs_run_config *c, const zs_model_config *fp)
+{
+    const char *path = cli->val[OPT_INIT_FROM];
+    zs_model_config f = *fp;
     zs_run_config def;
     zs_run_config_defaults(&def);
     if (f.kind != c->model.kind) {
@@ -737,8 +791,12 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
     if (cli->val[OPT_DATA] && cli->val[OPT_PHANTOM])
         ZS_FAIL("--data needs a real run: a phantom run computes no values");
     const char *name = "?";
+    /* a quantized or compressed file holds an MLP as well as a GPT */
+    int model_file = cli->val[OPT_INIT_FROM] && (zs_qfile_is(cli->val[OPT_INIT_FROM]) ||
+                                                 zs_dc_file_is(cli->val[OPT_INIT_FROM]));
     for (size_t i = 0; i < sizeof gpt_only / sizeof gpt_only[0]; i++)
-        if (cli->val[gpt_only[i]] && (!gpt || cli->val[OPT_PHANTOM])) {
+        if (cli->val[gpt_only[i]] && (!gpt || cli->val[OPT_PHANTOM]) &&
+            !(gpt_only[i] == OPT_INIT_FROM && model_file && !cli->val[OPT_PHANTOM])) {
             zs_opt_name_is(gpt_only[i], &name);
             if (!gpt)
                 ZS_FAIL("--%s is for the GPT (GPT-2's tensor names, token files): the MLP has "

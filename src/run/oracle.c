@@ -6,7 +6,9 @@
 #include "zerosim/eval.h"
 #include "zerosim/io.h"
 #include "zerosim/model.h"
+#include "zerosim/quantfile.h"
 #include "zerosim/weights.h"
+#include "zerosim/zcfile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +26,30 @@ static zs_model_config zs_oracle_full_model(const zs_run_config *cfg, size_t *to
     return mc;
 }
 
+/* A quantized or compressed file: its weights dequantized or decoded
+ * (zs_model_src_load), which must be the run's model's. */
+static int zs_oracle_init_from_model_file(zs_engine *e, const zs_run_config *cfg,
+                                          const char *path)
+{
+    size_t total;
+    zs_model_config mc = zs_oracle_full_model(cfg, &total);
+    zs_model_src src;
+    ZS_TRY(zs_model_src_load(path, "--init-from", mc.n_head, &src));
+    int rc = src.mc.kind != mc.kind || src.n != total
+                 ? zs_error_set("--init-from %s: %zu parameters of a%s %s, where the run's model "
+                                "has %zu", path, src.n, src.mc.kind == ZS_MODEL_MLP ? "n" : "",
+                                zs_model_kind_name(src.mc.kind), total)
+                 : 0;
+    if (!rc)
+        rc = zs_engine_set_full_params(e, src.params);
+    zs_model_src_free(&src);
+    return rc;
+}
+
 int zs_oracle_init_from(zs_engine *e, const zs_run_config *cfg, const char *path)
 {
+    if (zs_qfile_is(path) || zs_dc_file_is(path))
+        return zs_oracle_init_from_model_file(e, cfg, path);
     size_t total;
     zs_model_config mc = zs_oracle_full_model(cfg, &total);
     float *full = malloc(total * sizeof(float) + 1);
