@@ -80,6 +80,9 @@ layout layout-gpt 2 --tp 2 --checkpoint-activations every:1
 layout layout-gpt 2 --tp 2 --sequence-parallel
 layout layout-gpt 4 --tp 4 --sequence-parallel
 layout layout-gpt 4 --tp 2 --sequence-parallel --stage 2
+layout layout-gpt-odd 1
+layout layout-gpt-odd 2 --tp 2
+layout layout-gpt-odd 4 --tp 2 --sequence-parallel
 # a mixture of experts: data and expert parallelism
 layout layout-moe 1
 layout layout-moe 2

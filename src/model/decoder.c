@@ -111,8 +111,10 @@ int zs_decoder_exact(const zs_model_config *c) { return c->tp_exact_slices > 0; 
 
 int zs_decoder_exact_slices(const zs_model_config *c, int K, int P)
 {
-    int S = c->tp_exact_slices;
-    return S % P == 0 && K % S == 0 ? S : P;
+    for (int S = c->tp_exact_slices; S >= 1; S--)
+        if (c->tp_exact_slices % S == 0 && K % S == 0 && S % P == 0)
+            return S;
+    return P;
 }
 
 /* tmp(rows, n) = slice q (of this rank's) of segment g's product */

@@ -80,9 +80,10 @@ const float *zs_decoder_dout_full(zs_model *m, zs_backend_t be, zs_acts *a, cons
  * or zs_decoder_tp_sum) is exact. */
 int zs_decoder_exact(const zs_model_config *c);
 /* The slices of a reduction of K values (of each segment) when P ranks
- * split it: tp_exact_slices when P divides it and it divides K (the same
- * slices on every such layout), else P, one per rank (exact and
- * deterministic, but this layout's own). */
+ * split it: the largest divisor of tp_exact_slices that divides K and
+ * that P divides (the same on every layout whose P divides the largest
+ * divisor that divides K), else P, one per rank (exact and deterministic,
+ * but this layout's own). */
 int zs_decoder_exact_slices(const zs_model_config *c, int K, int P);
 void zs_decoder_exact_gemm(zs_model *m, zs_backend_t be, zs_acts *a, float *out, int trans_b,
                            int rows, int n, int K, int nseg, const float *A, int lda,
