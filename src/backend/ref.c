@@ -264,8 +264,9 @@ ZS_CPU_KERNEL(ref_xent_vocab_finish, (void *ctx, float *losses, float *probs, co
  * with ref_sgemm (or the loss's sums), and adds the slices on a grid of
  * their row on which float addition is exact, so the result is the same
  * whichever rank computed which slice and in whatever order the group's
- * sum adds them. Plain loops in index order; the rounding is in double,
- * where each step is exact but the one nearbyint (correctly rounded). */
+ * sum adds them. Plain loops in index order; the rounding is one double
+ * addition of a power-of-two multiple (round to nearest, ties to even)
+ * and its exact subtraction. */
 
 static void ref_rows_absmax(void *ctx, float *rowmax, const float *x, int rows, int n)
 {
@@ -303,9 +304,14 @@ static void ref_grid_add(void *ctx, float *out, const float *x, const float *row
         int ge = e + lg - 24;
         if (ge < -149)
             ge = -149;
-        double up = ldexp(1.0, -ge), down = ldexp(1.0, ge);
-        for (int j = 0; j < n; j++)
-            o[j] += (float)(nearbyint((double)row[j] * up) * down);
+        /* v + 1.5 2^(ge+52) - 1.5 2^(ge+52) in double rounds v (|v| <
+         * 2^(ge+24) here) to a multiple of 2^ge, to nearest, ties to even:
+         * nearbyint(v 2^-ge) 2^ge, without a call */
+        double shift = ldexp(1.5, ge + 52);
+        for (int j = 0; j < n; j++) {
+            double up = (double)row[j] + shift;
+            o[j] += (float)(up - shift);
+        }
     }
 }
 
