@@ -404,6 +404,11 @@ static void rk_rest(zs_backend_t be, kernel_hashes *kh)
     zs_backend_xent_vocab_finish(be, loss, pr, lg, mx, sums, HBT, HV);
     zs_backend_xent_vocab_backward(be, dl, pr, tg, 0, 0.25f, HBT, HV);
     RK3("xent_vocab", sums, sizeof sums, loss, sizeof loss, dl, sizeof dl);
+    memset(pr, 0, sizeof pr);
+    zs_backend_xent_slice_sums(be, sums, lg, mx, HBT, HV, 3, HV - 5);
+    zs_backend_rows_absmax(be, mx, lg, HBT, HV);
+    zs_backend_grid_add(be, pr, lg, mx, HBT, HV, 3);
+    RK2("exact_slices", sums, sizeof sums, pr, sizeof pr);
     fill(x, HN), fill(y, HN);
     double ss = zs_backend_sumsq(be, x, ZS_DTYPE_F32, HN);
     size_t nf = zs_backend_count_nonfinite(be, x, ZS_DTYPE_F32, HN);
@@ -431,6 +436,57 @@ static void rk_rest(zs_backend_t be, kernel_hashes *kh)
     zs_backend_sgd_step(be, ma, m, y, ZS_DTYPE_F32, p16, ZS_DTYPE_F16, HN, &h);
     RK2("sgd_step", ma, sizeof ma, p16, sizeof p16);
 }
+
+/* ---- exact sums of slices: any order, the same bytes, within the bound ---- */
+
+/* S slices of (R, N) values whose magnitudes differ by up to 2^20 between
+ * slices and rows, their rows' maxima, then sums of the rounded slices in
+ * two orders and as two partial sums added both ways: the same bytes, and
+ * within S g / 2 of the float64 sum, g the row's grid. */
+START_TEST(test_ref_exact_slices_any_order)
+{
+    enum { S = 4, R = 9, N = 33 };
+    static float x[S][R * N], mx[R], o1[R * N], o2[R * N], h1[R * N], h2[R * N];
+    zs_backend_t be = ref_open(NULL);
+    ck_assert(zs_backend_has_exact_sums(be));
+    rng_state = 0x5eed;
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < R * N; i++)
+            x[s][i] = ldexpf(rnd(), (s * 7 + i / N * 3) % 21 - 10);
+    for (int j = 0; j < N; j++)
+        x[2][4 * N + j] = 0.0f; /* a row of zeros in one slice */
+    memset(mx, 0, sizeof mx);
+    for (int s = 0; s < S; s++)
+        zs_backend_rows_absmax(be, mx, x[s], R, N);
+    static const int ord[2][S] = { { 0, 1, 2, 3 }, { 3, 1, 0, 2 } };
+    memset(o1, 0, sizeof o1), memset(o2, 0, sizeof o2);
+    for (int s = 0; s < S; s++) {
+        zs_backend_grid_add(be, o1, x[ord[0][s]], mx, R, N, S);
+        zs_backend_grid_add(be, o2, x[ord[1][s]], mx, R, N, S);
+    }
+    ck_assert_msg(memcmp(o1, o2, sizeof o1) == 0, "two orders give other bytes");
+    memset(h1, 0, sizeof h1), memset(h2, 0, sizeof h2);
+    zs_backend_grid_add(be, h1, x[0], mx, R, N, S);
+    zs_backend_grid_add(be, h1, x[1], mx, R, N, S);
+    zs_backend_grid_add(be, h2, x[2], mx, R, N, S);
+    zs_backend_grid_add(be, h2, x[3], mx, R, N, S);
+    for (int i = 0; i < R * N; i++) {
+        float ab = h1[i] + h2[i], ba = h2[i] + h1[i];
+        ck_assert_msg(memcmp(&ab, &o1[i], 4) == 0 && memcmp(&ba, &o1[i], 4) == 0,
+                      "element %d: partial sums added give %a, %a, not %a", i, (double)ab,
+                      (double)ba, (double)o1[i]);
+        int e;
+        frexp((double)mx[i / N], &e);
+        double g = ldexp(1.0, e + 2 - 24), want = 0.0;
+        for (int s = 0; s < S; s++)
+            want += (double)x[s][i];
+        ck_assert_msg(fabs((double)o1[i] - want) <= S * g / 2,
+                      "element %d: %a, float64 %a, more than S g / 2 apart", i, (double)o1[i],
+                      want);
+    }
+    zs_backend_release(be);
+}
+END_TEST
 
 /* 0 and the list in kh, or -1 (with the reason in err) when the backend
  * cannot start in that instruction set. */
@@ -522,6 +578,7 @@ static Suite *ref_suite(void)
     tcase_add_test(tc, test_ref_attention_float64);
     tcase_add_test(tc, test_ref_softmax_xent_float64);
     tcase_add_test(tc, test_ref_logf_ulps);
+    tcase_add_test(tc, test_ref_exact_slices_any_order);
     suite_add_tcase(s, tc);
     tc = tcase_create("bytes");
     tcase_set_timeout(tc, 120);

@@ -276,6 +276,15 @@ void zs_backend_xent_vocab_finish(zs_backend_t be, float *losses, float *probs,
 void zs_backend_xent_vocab_backward(zs_backend_t be, float *dlogits, const float *probs,
                                     const int32_t *targets, int v0, float dloss, int bt, int v);
 
+/* Exact sums of slices (the portable backend's; backend_impl.h states
+ * each): non-zero when this backend has them. */
+int zs_backend_has_exact_sums(zs_backend_t be);
+void zs_backend_rows_absmax(zs_backend_t be, float *rowmax, const float *x, int rows, int n);
+void zs_backend_grid_add(zs_backend_t be, float *out, const float *x, const float *rowmax,
+                         int rows, int n, int slices);
+void zs_backend_xent_slice_sums(zs_backend_t be, float *sums, const float *logits,
+                                const float *rowmax, int bt, int ld, int j0, int vn);
+
 /* Sum of squares of a typed buffer, accumulated in double in index order. */
 double zs_backend_sumsq(zs_backend_t be, const void *x, zs_dtype t, size_t n);
 /* Number of non-finite (inf or NaN) elements of a typed buffer. */

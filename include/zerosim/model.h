@@ -30,6 +30,10 @@ extern "C" {
 /* ZS_MODEL_LLAMA: the Llama family's decoder (src/model/llama.c): Llama 2/3,
  * Mistral, Qwen2 (qkv_bias) and Mixtral (moe_experts). */
 typedef enum { ZS_MODEL_MLP = 0, ZS_MODEL_GPT = 1, ZS_MODEL_LLAMA = 2 } zs_model_kind;
+
+/* zs_model_config.tp_exact_slices of a deterministic run on the portable
+ * backend: tensor-parallel sizes 1, 2 and 4 give the same bytes. */
+#define ZS_TP_EXACT_SLICES 4
 typedef enum { ZS_ACT_RELU = 0, ZS_ACT_GELU = 1 } zs_activation;
 
 typedef struct {
@@ -55,6 +59,16 @@ typedef struct {
      * attention is ring attention over the context-parallel group
      * (src/model/ring_attention.c). 0 or 1: none. */
     int cp, cp_rank;
+    /* The portable backend with deterministic sums (docs/portable.md):
+     * tensor parallelism's sums over a split reduction (the row-parallel
+     * linears, the column-parallel linears' input gradients, the
+     * vocab-parallel loss's sums) are sums of this many fixed slices of
+     * the reduction, each slice's result rounded to a grid of its row on
+     * which float addition is exact (zs_decoder_exact_gemm), so that tp
+     * sizes dividing it give the same bytes. 0: plain sums. The GPT's
+     * (zs_train sets ZS_TP_EXACT_SLICES there); the Llama family's sums
+     * are plain. */
+    int tp_exact_slices;
     /* pipeline parallelism: with pp_on the model's activations (and the
      * loss's scratch) cover units pp_first .. pp_last only, one pipeline
      * stage's; the layout stays the whole model's. The stage's input

@@ -802,6 +802,40 @@ int zs_backend_has_tp(zs_backend_t be)
 
 #define ZS_BE_TP(be, fn) ZS_BE_CHECK((be)->iface->fn != NULL)
 
+int zs_backend_has_exact_sums(zs_backend_t be)
+{
+    const struct zs_backend_i *i = be->iface;
+    return i->rows_absmax && i->grid_add && i->xent_slice_sums;
+}
+
+void zs_backend_rows_absmax(zs_backend_t be, float *rowmax, const float *x, int rows, int n)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, rows_absmax);
+    if (rows > 0 && n > 0)
+        be->iface->rows_absmax(be->ctx, rowmax, x, rows, n);
+}
+
+void zs_backend_grid_add(zs_backend_t be, float *out, const float *x, const float *rowmax,
+                         int rows, int n, int slices)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, grid_add);
+    ZS_BE_CHECK(slices >= 1);
+    if (rows > 0 && n > 0)
+        be->iface->grid_add(be->ctx, out, x, rowmax, rows, n, slices);
+}
+
+void zs_backend_xent_slice_sums(zs_backend_t be, float *sums, const float *logits,
+                                const float *rowmax, int bt, int ld, int j0, int vn)
+{
+    ZS_BE_VALID(be);
+    ZS_BE_TP(be, xent_slice_sums);
+    ZS_BE_CHECK(j0 >= 0 && vn >= 0 && j0 + vn <= ld);
+    if (bt > 0)
+        be->iface->xent_slice_sums(be->ctx, sums, logits, rowmax, bt, ld, j0, vn);
+}
+
 void zs_backend_vocab_embedding_forward(zs_backend_t be, float *out, const int32_t *tokens,
                                         const float *wte, int v0, int vn, const float *wpe,
                                         int b, int t, int c)

@@ -172,6 +172,23 @@ struct zs_backend_i {
     void (*xent_vocab_backward)(void *ctx, float *dlogits, const float *probs,
                                 const int32_t *targets, int v0, float dloss, int bt, int v);
 
+    /* ---- exact sums of slices (OPTIONAL as a group: the portable
+     * backend's; see zs_backend_has_exact_sums and docs/portable.md) ------ */
+    /* rowmax[i] = max(rowmax[i], max_j |x[i,j]|), x (rows, n). */
+    void (*rows_absmax)(void *ctx, float *rowmax, const float *x, int rows, int n);
+    /* out(rows, n) += x rounded to row i's grid, nearest, ties to even:
+     * the power of two g_i = 2^(e_i + ceil(log2 slices) - 24), rowmax[i]
+     * < 2^e_i, at least 2^-149. Slices values of magnitude at most
+     * rowmax[i] so rounded are integer multiples of g_i summing to at most
+     * 2^24 g_i: their float sum is exact in any order. A row whose rowmax
+     * is 0 or not finite is added as it is. */
+    void (*grid_add)(void *ctx, float *out, const float *x, const float *rowmax, int rows,
+                     int n, int slices);
+    /* sums[i] = sum over j in [j0, j0 + vn) of exp(logits[i * ld + j] -
+     * rowmax[i]), in index order from 0 (xent_vocab_sums over a slice). */
+    void (*xent_slice_sums)(void *ctx, float *sums, const float *logits, const float *rowmax,
+                            int bt, int ld, int j0, int vn);
+
     /* ---- reductions ------------------------------------------------------ */
 
     /* OPTIONAL. Sum of squares of a typed buffer in double, index order.

@@ -12,6 +12,8 @@
  *   - sgemm: ref_sgemm below, no BLAS (the order is stated there);
  *   - attention (GPT and grouped-query, forward and backward): the same tile
  *     code as the CPU's (cpu_attention.h) over ref_sgemm;
+ *   - the exact sums of slices that tensor parallelism's sums use in a
+ *     deterministic run (rows_absmax, grid_add, xent_slice_sums: below);
  *   - softmax_xent_forward, xent_vocab_finish: the CPU's loops
  *     (cpu_xent.h), with the project's logarithm (ref_math.h) in place of
  *     libm's logf.
@@ -256,6 +258,76 @@ ZS_CPU_KERNEL(ref_xent_vocab_finish, (void *ctx, float *losses, float *probs, co
                const float *rowmax, const float *sums, int bt, int v),
               (ctx, losses, probs, logits, rowmax, sums, bt, v))
 
+/* ---- exact sums of slices (backend_impl.h; docs/portable.md) --------------
+ * Tensor parallelism splits a reduction between ranks; with deterministic
+ * sums the model cuts it into fixed slices, computes each slice's result
+ * with ref_sgemm (or the loss's sums), and adds the slices on a grid of
+ * their row on which float addition is exact, so the result is the same
+ * whichever rank computed which slice and in whatever order the group's
+ * sum adds them. Plain loops in index order; the rounding is one double
+ * addition of a power-of-two multiple (round to nearest, ties to even)
+ * and its exact subtraction. */
+
+static void ref_rows_absmax(void *ctx, float *rowmax, const float *x, int rows, int n)
+{
+    (void)ctx;
+    for (int i = 0; i < rows; i++) {
+        const float *row = x + (size_t)i * n;
+        float m = rowmax[i];
+        for (int j = 0; j < n; j++) {
+            float v = fabsf(row[j]);
+            if (v > m || v != v) /* a NaN stays */
+                m = v;
+        }
+        rowmax[i] = m;
+    }
+}
+
+static void ref_grid_add(void *ctx, float *out, const float *x, const float *rowmax, int rows,
+                         int n, int slices)
+{
+    (void)ctx;
+    int lg = 0;
+    while ((1 << lg) < slices)
+        lg++;
+    for (int i = 0; i < rows; i++) {
+        float *o = out + (size_t)i * n;
+        const float *row = x + (size_t)i * n;
+        float m = rowmax[i];
+        if (!(m > 0.0f) || !isfinite(m)) {
+            for (int j = 0; j < n; j++)
+                o[j] += row[j];
+            continue;
+        }
+        int e;
+        (void)frexpf(m, &e); /* m < 2^e */
+        int ge = e + lg - 24;
+        if (ge < -149)
+            ge = -149;
+        /* v + 1.5 2^(ge+52) - 1.5 2^(ge+52) in double rounds v (|v| <
+         * 2^(ge+24) here) to a multiple of 2^ge, to nearest, ties to even:
+         * nearbyint(v 2^-ge) 2^ge, without a call */
+        double shift = ldexp(1.5, ge + 52);
+        for (int j = 0; j < n; j++) {
+            double up = (double)row[j] + shift;
+            o[j] += (float)(up - shift);
+        }
+    }
+}
+
+static void ref_xent_slice_sums(void *ctx, float *sums, const float *logits, const float *rowmax,
+                                int bt, int ld, int j0, int vn)
+{
+    (void)ctx;
+    for (int i = 0; i < bt; i++) {
+        const float *z = logits + (size_t)i * ld + j0;
+        float s = 0.0f;
+        for (int j = 0; j < vn; j++)
+            s += zs_cpu_expf(z[j] - rowmax[i]);
+        sums[i] = s;
+    }
+}
+
 /* ---- the table -------------------------------------------------------------- */
 
 static void ref_release(void *ctx)
@@ -290,6 +362,9 @@ int zs_backend_ref_init(struct zs_backend *be, int device, char *err, size_t err
     ref_iface.attention_gqa_backward = ref_attention_gqa_backward;
     ref_iface.softmax_xent_forward = ref_softmax_xent_forward;
     ref_iface.xent_vocab_finish = ref_xent_vocab_finish;
+    ref_iface.rows_absmax = ref_rows_absmax;
+    ref_iface.grid_add = ref_grid_add;
+    ref_iface.xent_slice_sums = ref_xent_slice_sums;
     be->iface = &ref_iface;
     be->ctx = rc;
     return 0;

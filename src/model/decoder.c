@@ -110,6 +110,79 @@ void zs_decoder_tp_sum(zs_model *m, float *x, size_t n, int unit)
         m->tp_failed = 1;
 }
 
+/* ---- exact sums of slices (the portable backend, deterministic) ---------- */
+
+int zs_decoder_exact(const zs_model_config *c) { return c->tp_exact_slices > 0; }
+
+int zs_decoder_exact_slices(const zs_model_config *c, int K, int P)
+{
+    for (int S = c->tp_exact_slices; S >= 1; S--)
+        if (c->tp_exact_slices % S == 0 && K % S == 0 && S % P == 0)
+            return S;
+    return P;
+}
+
+/* tmp(rows, n) = slice q (of this rank's) of segment g's product */
+static void decoder_slice_gemm(zs_backend_t be, float *tmp, int trans_b, int rows, int n, int kc,
+                               const float *A, int lda, const float *B, int ldb, size_t off)
+{
+    zs_backend_sgemm(be, 0, trans_b, rows, n, kc, 1.0f, A + off, lda,
+                     trans_b ? B + off : B + off * (size_t)ldb, ldb, 0.0f, tmp, n);
+}
+
+void zs_decoder_exact_gemm(zs_model *m, zs_backend_t be, zs_acts *a, float *out, int trans_b,
+                           int rows, int n, int K, int nseg, const float *A, int lda,
+                           const float *B, int ldb, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int T = c->tp > 1 ? c->tp : 1, S = zs_decoder_exact_slices(c, K / nseg, T), per = S / T;
+    int kc = K / nseg / S, segl = K / nseg / T; /* a slice's and a local segment's values */
+    float *tmp = a->s_xtmp, *mx = a->s_xmax;
+    zs_backend_memset0(be, mx, (size_t)rows * 4);
+    for (int g = 0; g < nseg; g++)
+        for (int q = 0; q < per; q++) {
+            decoder_slice_gemm(be, tmp, trans_b, rows, n, kc, A, lda, B, ldb,
+                               (size_t)g * segl + (size_t)q * kc);
+            zs_backend_rows_absmax(be, mx, tmp, rows, n);
+        }
+    if (T > 1 && m->tp && zs_comm_allreduce_max_f32(m->tp, mx, (size_t)rows, unit))
+        m->tp_failed = 1;
+    zs_backend_memset0(be, out, (size_t)rows * n * 4);
+    for (int g = 0; g < nseg; g++)
+        for (int q = 0; q < per; q++) {
+            if (nseg * per > 1) /* the one slice is still in tmp */
+                decoder_slice_gemm(be, tmp, trans_b, rows, n, kc, A, lda, B, ldb,
+                                   (size_t)g * segl + (size_t)q * kc);
+            zs_backend_grid_add(be, out, tmp, mx, rows, n, nseg * S);
+        }
+}
+
+/* The vocab-parallel loss's sums of exponentials (a->s_sums[0, BT)) as an
+ * exact sum of the vocabulary's slices, this rank's V of them: the slices'
+ * sums, their largest over the group, then each rounded to its row's grid
+ * and added. */
+static void decoder_exact_xent_sums(zs_model *m, zs_backend_t be, zs_acts *a, int BT, int V,
+                                    int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int T = c->tp > 1 ? c->tp : 1, S = zs_decoder_exact_slices(c, V * T, T), per = S / T;
+    int vc = V / per;
+    zs_backend_memset0(be, a->s_xmax, (size_t)BT * 4);
+    for (int q = 0; q < per; q++) {
+        zs_backend_xent_slice_sums(be, a->s_xtmp, a->s_logits, a->s_rowmax, BT, V, q * vc, vc);
+        zs_backend_rows_absmax(be, a->s_xmax, a->s_xtmp, BT, 1);
+    }
+    if (T > 1 && m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_xmax, (size_t)BT, unit))
+        m->tp_failed = 1;
+    zs_backend_memset0(be, a->s_sums, (size_t)BT * 4);
+    for (int q = 0; q < per; q++) {
+        if (per > 1)
+            zs_backend_xent_slice_sums(be, a->s_xtmp, a->s_logits, a->s_rowmax, BT, V, q * vc,
+                                       vc);
+        zs_backend_grid_add(be, a->s_sums, a->s_xtmp, a->s_xmax, BT, 1, S);
+    }
+}
+
 /* The head's loss over this rank's logits (a->s_logits, BT rows of V, the
  * vocabulary's slice r of a tensor-parallel group): the softmax
  * cross-entropy, or with tp > 1 the vocab-parallel one, whose logits never
@@ -118,14 +191,18 @@ void zs_decoder_tp_sum(zs_model *m, float *x, size_t n, int unit)
 void zs_decoder_head_loss(zs_model *m, zs_backend_t be, zs_acts *a, const int32_t *targets,
                           int BT, int V, int r, int unit)
 {
-    if (m->cfg.tp <= 1) {
+    if (m->cfg.tp <= 1 && !zs_decoder_exact(&m->cfg)) {
         zs_backend_softmax_xent_forward(be, a->losses, a->probs, a->s_logits, targets, BT, V);
         return;
     }
     zs_backend_xent_vocab_max(be, a->s_rowmax, a->s_logits, BT, V);
-    if (m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_rowmax, (size_t)BT, unit))
+    if (m->cfg.tp > 1 && m->tp && zs_comm_allreduce_max_f32(m->tp, a->s_rowmax, (size_t)BT, unit))
         m->tp_failed = 1;
+    /* the target's logit (sums[BT + i]) is on one rank, zeros elsewhere:
+     * its sum is exact either way */
     zs_backend_xent_vocab_sums(be, a->s_sums, a->s_logits, a->s_rowmax, targets, r * V, BT, V);
+    if (zs_decoder_exact(&m->cfg))
+        decoder_exact_xent_sums(m, be, a, BT, V, unit);
     zs_decoder_tp_sum(m, a->s_sums, 2 * (size_t)BT, unit);
     zs_backend_xent_vocab_finish(be, a->losses, a->probs, a->s_logits, a->s_rowmax, a->s_sums,
                                  BT, V);

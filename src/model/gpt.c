@@ -376,9 +376,11 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
     }
     int b0, b1, head; /* a pipeline stage without the head has no logits */
     gpt_stage(c, &b0, &b1, &head);
+    /* exact sums of slices: a slice's result and its rows' maxima, and the
+     * vocab-parallel loss's maxima and sums without tensor parallelism */
+    size_t exact = zs_decoder_exact(c) ? (BT > 12 ? BT : 12) * C + BT : 0;
     return 4 * (BT * C * 2 + 12 * BT * C / P + gpt_att_scratch_floats(c, B) +
-                (head ? BT * V / P : 0) +
-                (P > 1 ? 3 * BT : 0) + sp + moe);
+                (head ? BT * V / P : 0) + (P > 1 || exact ? 3 * BT : 0) + sp + moe + exact);
 }
 
 static void gpt_bind_acts(zs_acts *a)
@@ -500,9 +502,13 @@ static void gpt_bind_acts(zs_acts *a)
         a->s_logits = s;
         s += BT * V;
     }
-    if (P > 1) {
+    if (P > 1 || zs_decoder_exact(c)) {
         a->s_rowmax = s; s += BT;
         a->s_sums = s; s += 2 * BT;
+    }
+    if (zs_decoder_exact(c)) {
+        a->s_xtmp = s; s += (BT > 12 ? BT : 12) * C;
+        a->s_xmax = s; s += BT;
     }
     if (gpt_sp(c)) {
         a->s_perm = s; s += BT * C;
@@ -535,6 +541,48 @@ static void gpt_ln_in(zs_model *m, zs_backend_t be, zs_acts *a, float *out, floa
     zs_backend_layernorm_forward(be, a->s_loc, mean, rstd, inp, w, bias,
                                  B * (int)gpt_seq_local(c), C);
     zs_decoder_sp_gather(m, be, out, a->s_loc, a->s_perm, B, unit);
+}
+
+/* A row-parallel linear's output summed over the group (Megatron's g):
+ * inp (BT, Kl) times w (C, Kl) transposed, plus the bias once; with
+ * sequence parallelism reduce-scattered to this rank's positions. Plain:
+ * the bias added on TP rank 0 before the sum; with exact sums of slices,
+ * the slices' exact sum, then the bias on every rank after it. Returns
+ * where the sum is (a->s_tmp, or a->s_loc). */
+static const float *gpt_row_linear(zs_model *m, zs_backend_t be, zs_acts *a, const float *inp,
+                                   const float *w, const float *bias, int B, int Kl, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, BT = B * c->seq_len;
+    if (!zs_decoder_exact(c)) {
+        int bias_here = gpt_tp(c) == 1 || c->tp_rank == 0;
+        zs_linear_forward(be, a->s_tmp, inp, w, bias_here ? bias : NULL, BT, Kl, C);
+        return zs_decoder_row_sum(m, be, a, a->s_tmp, B, unit);
+    }
+    zs_decoder_exact_gemm(m, be, a, a->s_tmp, 1, BT, C, Kl * gpt_tp(c), 1, inp, Kl, w, Kl, unit);
+    zs_decoder_row_sum(m, be, a, a->s_tmp, B, unit);
+    float *sum = gpt_sp(c) ? a->s_loc : a->s_tmp;
+    zs_backend_add_bias(be, sum, bias, B * (int)gpt_seq_local(c), C);
+    return sum;
+}
+
+/* A column-parallel linear's backward: its parameters' gradients added,
+ * and dinp (BT, C, zeroed by the caller) this rank's part of the input's
+ * gradient, which gpt_ln_in_backward sums over the group: dout (BT, OCl)
+ * times w (OCl, C), whose OCl is nseg segments (a QKV's q, k, v) of the
+ * whole model's OC / T; with exact sums of slices, as an exact sum. */
+static void gpt_col_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *dinp, float *dw,
+                             float *db, const float *dout, const float *inp, const float *w,
+                             int BT, int OCl, int nseg, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd;
+    if (!zs_decoder_exact(c)) {
+        zs_linear_backward(be, dinp, dw, db, dout, inp, w, BT, C, OCl);
+        return;
+    }
+    zs_linear_backward(be, NULL, dw, db, dout, inp, w, BT, C, OCl);
+    zs_decoder_exact_gemm(m, be, a, dinp, 0, BT, C, OCl * gpt_tp(c), nseg, dout, OCl, w, C, unit);
 }
 
 /* ---- mixture of experts ------------------------------------------------------ */
@@ -749,9 +797,8 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
             zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T,
                                          Cl, NH);
         /* row-parallel output projection, then g: the sum */
-        zs_linear_forward(be, a->s_tmp, a->atty[l], P[blk(c, l, B_PROJW)],
-                          bias_here ? P[blk(c, l, B_PROJB)] : NULL, BT, Cl, C);
-        const float *att_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+        const float *att_out = gpt_row_linear(m, be, a, a->atty[l], P[blk(c, l, B_PROJW)],
+                                              P[blk(c, l, B_PROJB)], B, Cl, u);
         zs_backend_residual_forward(be, a->res2[l], inp, att_out, (size_t)BTl * C);
         gpt_ln_in(m, be, a, a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l],
                   P[blk(c, l, B_LN2W)], P[blk(c, l, B_LN2B)], B, u);
@@ -762,9 +809,8 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(c, l, B_FCW)], P[blk(c, l, B_FCB)], BT, C,
                           4 * Cl);
         zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * Cl);
-        zs_linear_forward(be, a->s_tmp, a->fch_gelu[l], P[blk(c, l, B_FCPW)],
-                          bias_here ? P[blk(c, l, B_FCPB)] : NULL, BT, 4 * Cl, C);
-        const float *mlp_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+        const float *mlp_out = gpt_row_linear(m, be, a, a->fch_gelu[l], P[blk(c, l, B_FCPW)],
+                                              P[blk(c, l, B_FCPB)], B, 4 * Cl, u);
         zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, (size_t)BTl * C);
         return;
     }
@@ -777,6 +823,47 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
               u);
     zs_linear_forward(be, a->s_logits, a->lnf, P[0], NULL, BT, C, V);
     zs_decoder_head_loss(m, be, a, batch->targets, BT, V, r, u);
+}
+
+/* The LayerNorm's backward over this rank's positions (B, Tl, C) with
+ * exact sums of slices: the positions cut into the same slices on every
+ * layout (of T / S positions of each sequence), each slice's parameter
+ * gradients summed apart, rounded per element to the grid of its largest
+ * slice value over the group and added (exact), summed over the group
+ * with sequence parallelism (exact), then added into dw and db. */
+static void gpt_ln_backward_exact(zs_model *m, zs_backend_t be, zs_acts *a, float *dres,
+                                  float *dw, float *db, const float *dout, const float *inp,
+                                  const float *w, const float *mean, const float *rstd, int B,
+                                  int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int C = c->n_embd, T = c->seq_len, P = gpt_sp(c) ? gpt_tp(c) : 1, Tl = T / P;
+    int S = zs_decoder_exact_slices(c, T, P);
+    int per = S / P, ts = T / S;
+    /* s_xtmp: per slices' (dw, db), their maxima, their sum (2C each) */
+    float *part = a->s_xtmp, *mx = part + (size_t)per * 2 * C, *sum = mx + 2 * C;
+    zs_backend_memset0(be, part, (size_t)per * 2 * C * 4);
+    zs_backend_memset0(be, mx, (size_t)2 * C * 4);
+    for (int q = 0; q < per; q++) {
+        float *pw = part + (size_t)q * 2 * C;
+        for (int b = 0; b < B; b++) {
+            size_t row = (size_t)b * Tl + (size_t)q * ts;
+            zs_backend_layernorm_backward(be, dres + row * C, pw, pw + C, dout + row * C,
+                                          inp + row * C, w, mean + row, rstd + row, ts, C);
+        }
+        zs_backend_rows_absmax(be, mx, pw, 2 * C, 1);
+    }
+    if (P > 1 && m->tp && zs_comm_allreduce_max_f32(m->tp, mx, (size_t)2 * C, unit))
+        m->tp_failed = 1;
+    zs_backend_memset0(be, sum, (size_t)2 * C * 4);
+    for (int q = 0; q < per; q++)
+        zs_backend_grid_add(be, sum, part + (size_t)q * 2 * C, mx, 2 * C, 1, S);
+    if (P > 1) {
+        zs_decoder_tp_sum(m, sum, (size_t)C, unit);
+        zs_decoder_tp_sum(m, sum + C, (size_t)C, unit);
+    }
+    zs_backend_axpy(be, dw, 1.0f, sum, (size_t)C);
+    zs_backend_axpy(be, db, 1.0f, sum + C, (size_t)C);
 }
 
 /* The backward of gpt_ln_in: dfull (B, T, C) is the gradient of the
@@ -793,6 +880,10 @@ static void gpt_ln_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *
     const zs_model_config *c = &m->cfg;
     int C = c->n_embd;
     const float *d = zs_decoder_row_sum(m, be, a, dfull, B, unit);
+    if (zs_decoder_exact(c)) {
+        gpt_ln_backward_exact(m, be, a, dres, dw, db, d, inp, w, mean, rstd, B, unit);
+        return;
+    }
     zs_backend_layernorm_backward(be, dres, dw, db, d, inp, w, mean, rstd,
                                   B * (int)gpt_seq_local(c), C);
     if (gpt_sp(c)) {
@@ -820,7 +911,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
             zs_backend_xent_vocab_backward(be, a->s_logits, a->probs, batch->targets, r * V,
                                            dloss / (float)BT, BT, V);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
-        zs_linear_backward(be, a->s_tmp, G[0], NULL, a->s_logits, a->lnf, P[0], BT, C, V);
+        gpt_col_backward(m, be, a, a->s_tmp, G[0], NULL, a->s_logits, a->lnf, P[0], BT, V, 1, u);
         /* the head is column-parallel in the vocabulary: its input gradient
          * is summed over the group */
         zs_backend_memset0(be, a->s_dres, (size_t)BTl * C * 4);
@@ -845,8 +936,8 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
             zs_backend_memset0(be, a->s_dfch, btcl * 16);
             zs_backend_gelu_backward(be, a->s_dfch, a->fch[l], a->s_dfch_gelu, btcl * 4);
             zs_backend_memset0(be, a->s_tmp, btc * 4);
-            zs_linear_backward(be, a->s_tmp, G[blk(c, l, B_FCW)], G[blk(c, l, B_FCB)], a->s_dfch,
-                               a->ln2[l], P[blk(c, l, B_FCW)], BT, C, 4 * Cl);
+            gpt_col_backward(m, be, a, a->s_tmp, G[blk(c, l, B_FCW)], G[blk(c, l, B_FCB)],
+                             a->s_dfch, a->ln2[l], P[blk(c, l, B_FCW)], BT, 4 * Cl, 1, u);
             gpt_ln_in_backward(m, be, a, dres, G[blk(c, l, B_LN2W)], G[blk(c, l, B_LN2B)], a->s_tmp,
                                a->res2[l], P[blk(c, l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
         }
@@ -863,8 +954,8 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
             zs_backend_attention_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
                                           a->qkv[l], a->att[l], B, T, Cl, NH);
         zs_backend_memset0(be, a->s_tmp, btc * 4);
-        zs_linear_backward(be, a->s_tmp, G[blk(c, l, B_QKVW)], G[blk(c, l, B_QKVB)], a->s_dqkv,
-                           a->ln1[l], P[blk(c, l, B_QKVW)], BT, C, 3 * Cl);
+        gpt_col_backward(m, be, a, a->s_tmp, G[blk(c, l, B_QKVW)], G[blk(c, l, B_QKVB)],
+                         a->s_dqkv, a->ln1[l], P[blk(c, l, B_QKVW)], BT, 3 * Cl, 3, u);
         gpt_ln_in_backward(m, be, a, dres, G[blk(c, l, B_LN1W)], G[blk(c, l, B_LN1B)], a->s_tmp, inp,
                            P[blk(c, l, B_LN1W)], a->ln1_mean[l], a->ln1_rstd[l], B, u);
         return;

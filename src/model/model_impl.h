@@ -103,6 +103,26 @@ void zs_ring_attention_backward(zs_model *m, zs_backend_t be, float *ring, float
                                 const float *qkv, int B, int unit);
 /* The positions of the residual stream this rank computes: T / cp. */
 size_t zs_decoder_seq_rank(const zs_model_config *c);
+/* Exact sums of slices (c->tp_exact_slices > 0, docs/portable.md): whether
+ * they are on; out(rows, n) = this rank's part of a product whose
+ * reduction, of K values in the whole model, the tensor-parallel group
+ * splits: op(A) (rows, Kl) times op(B) (Kl, n), A row-major with lda, B
+ * (n, Kl) with trans_b, else (Kl, n), both with ldb. The reduction is nseg
+ * equal segments (a fused QKV's q, k and v; else 1), each cut into the
+ * same slices on every layout; each slice's product is rounded to its
+ * row's grid (the group's largest slice value of the row, one max over the
+ * group) and added, so that out summed over the group (zs_decoder_row_sum
+ * or zs_decoder_tp_sum) is exact. */
+int zs_decoder_exact(const zs_model_config *c);
+/* The slices of a reduction of K values (of each segment) when P ranks
+ * split it: the largest divisor of tp_exact_slices that divides K and
+ * that P divides (the same on every layout whose P divides the largest
+ * divisor that divides K), else P, one per rank (exact and deterministic,
+ * but this layout's own). */
+int zs_decoder_exact_slices(const zs_model_config *c, int K, int P);
+void zs_decoder_exact_gemm(zs_model *m, zs_backend_t be, zs_acts *a, float *out, int trans_b,
+                           int rows, int n, int K, int nseg, const float *A, int lda,
+                           const float *B, int ldb, int unit);
 
 /* The Llama family's counts and expert entries (src/model/llama.c). */
 size_t zs_llama_count_params(const zs_model_config *c);
@@ -162,6 +182,8 @@ struct zs_acts {
     /* GPT scratch */
     float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
     float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
+    float *s_xtmp, *s_xmax;    /* exact sums of slices (tp_exact_slices): a slice's
+                                  result (BT,C), its rows' largest magnitude (BT) */
     float *s_rope;           /* the Llama family: the rotary table (T, D), in scratch */
     float *s_kvgrad;         /* the Llama family with replicated key/value heads: the
                                 k and v weights' (and biases') gradients of every

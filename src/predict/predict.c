@@ -444,6 +444,22 @@ static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
             p->tp_allreduce_bytes_per_step = GA * 4.0 * floats * 2.0 * ring;
             p->tp_allreduce_calls_per_step = GA * (first + 3.0 * last + 4.0 * L + 2.0 * rec);
         }
+        /* exact sums of slices (the GPT on the portable backend, deterministic):
+         * the maxima of the slices' rows (BT floats) of each row-parallel
+         * linear (two per block, forward and recomputed) and each column-
+         * parallel one's input gradient (two per block and the head), and
+         * of the loss's sums; with sequence parallelism also each
+         * LayerNorm's parameter gradients' (2C floats, two per block and
+         * the final one) */
+        if (cfg->model.tp_exact_slices > 0) {
+            double calls = 4.0 * L + 2.0 * rec + 2.0 * last, floats = BT * calls;
+            if (cfg->model.sequence_parallel) {
+                calls += 2.0 * L + last;
+                floats += 2.0 * C * (2.0 * L + last);
+            }
+            p->tp_allreduce_bytes_per_step += GA * 4.0 * floats * 2.0 * ring;
+            p->tp_allreduce_calls_per_step += GA * calls;
+        }
         /* a Llama's replicated key/value heads: their gradients' sum per block */
         double kv = cfg->model.kind == ZS_MODEL_LLAMA ? (double)zs_llama_kv_grad_floats(&cfg->model)
                                                       : 0.0;
