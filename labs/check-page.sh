@@ -19,6 +19,7 @@ esac
 page=$1; numbers=$2
 [ -r "$page" ] || { echo "check-page: cannot read $page" >&2; exit 1; }
 [ -r "$numbers" ] || { echo "check-page: cannot read $numbers" >&2; exit 1; }
+# shellcheck disable=SC2016 # an awk program: awk expands its own $
 prog='
     # the value quoted after a tag: a number (1,656,064  3.73  8.7e-08),
     # a hash, or a word (yes, grads, 2B), without a closing , or .

@@ -30,6 +30,7 @@ resumes() {
     if ! run --steps 6 --resume "$T/ck" --save-dir "$T/ck" --save-every 2 >"$T/log" 2>&1; then
         bad "$1: the next save failed: $(cat "$T/log")"; return
     fi
+    # shellcheck disable=SC2010 # the hidden names only; the files are this test's own
     left=$(ls -A "$T/ck" | grep '^\.' | tr '\n' ' ')
     [ "$(cat "$T/ck/latest")" = global_step6 ] && [ -z "$left" ] && ok ||
         bad "$1: after the next save latest is $(cat "$T/ck/latest"), left: $left"

@@ -51,6 +51,7 @@ refused() {
 
 # every line of the manifest with a number, a boolean or a checksum
 edits=0
+# shellcheck disable=SC2013 # grep -n lines of one JSON key each, without spaces
 for line in $(grep -n '": \(-\{0,1\}[0-9]\|true\|false\|"[0-9a-f]\{16\}"\)' "$T/keep.json" |
               cut -d: -f1); do
     awk -v L="$line" 'NR == L {

@@ -41,6 +41,7 @@ for d in d2 d4; do for s in 1 3; do
         >"$T/cmp" 2>&1 && ok || { bad "$d step $s differs from N=1"; grep -v ' ok$' "$T/cmp" | head -5; }
 done; done
 [ "$(hashes "$T/r1.json")" = "$(hashes "$T/r2.json")" ] && ok || bad "param_hashes differ across N"
+# shellcheck disable=SC2012 # the names the run wrote, which have no spaces
 [ "$(ls "$T/d4" | tr '\n' ' ')" = "step_000000.safetensors step_000001.safetensors step_000002.safetensors step_000003.safetensors " ] \
     && ok || bad "dump files: $(ls "$T/d4")"
 grep -q '"data": ".*train.bin"' "$T/r1.json" && ok || bad "report lacks the data file"

@@ -8,6 +8,7 @@
 
 # tokens FILE N: llm.c's token format, magic 20240520 (0x0134d888),
 # version 1, N tokens, all token 0
+# shellcheck disable=SC2059,SC2129 # the format is the octal escape of the byte to write
 tokens() {
     c=$(printf '%08x' "$2")
     printf '\210\330\064\001\001\000\000\000' >"$1"

@@ -91,6 +91,7 @@ EOC
     first=${stages%% *}
     ps=4 && case $extra in *bf16*|*fp16*) ps=2 ;; esac
     q=$n && case $extra in *deterministic*) q=$((n * 1024)) ;; esac
+    # shellcheck disable=SC2017 # integer division first, as the run counts
     qx=$((n / P)) && case $extra in *deterministic*) qx=$((n / P * 1024)) ;; esac
     x=$((2 * 2128 * 4 / P))
     hand=$(( ((9424 + q - 1) / q * q + (x + qx - 1) / qx * qx) * ps ))

@@ -93,6 +93,7 @@ done
 # phantom = plan = real (case b, stage 3, 8 ranks in bf16): the phantom run
 # gives every category of every rank, the timeline and every op
 # (phantom_same); the plan rank 0's bytes per category
+# shellcheck disable=SC2034 # M is read by testlib.sh's phantom_same
 M="$MODEL $MOE"
 phantom_same b-s3 8 --stage 3 --ep 2 --ep-layout deepspeed --precision bf16
 if "$ZS" plan --arch gpt --layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 \

@@ -98,14 +98,17 @@ fi
 
 # ---- bad files: one line naming the file and the offset ------------------------
 # be32 N: N as 4 big-endian bytes
+# shellcheck disable=SC2059 # the format is the octal escape of the byte to write
 be32() {
     printf "\\$(printf %03o $(($1 >> 24 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))"
     printf "\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 & 255)))"
 }
 # images FILE COUNT ROWS COLS [TYPE-DIMS]: an IDX image file of zeros
+# shellcheck disable=SC2059 # the format is the octal escape of the byte to write
 images() { { printf '\000\000\010'; printf "\\${5:-003}"; be32 "$2"; be32 "$3"; be32 "$4"
              head -c $(($2 * $3 * $4)) /dev/zero; } >"$1"; }
 # labels FILE COUNT [BAD]: labels 0, the sixth BAD when given
+# shellcheck disable=SC2059 # the format is the octal escape of the byte to write
 labels() { { printf '\000\000\010\001'; be32 "$2"
              if [ -n "${3:-}" ]; then head -c 5 /dev/zero; printf "\\$(printf %03o "$3")"
                                      head -c $(($2 - 6)) /dev/zero

@@ -60,7 +60,7 @@ ZEROSIM=/nonexistent/zerosim sh "$LABS/06-planning/run.sh" --out "$T/x" >"$T/bad
 
 # --show in a terminal without a display: the pictures as text
 if [ "$have_gp" -eq 1 ]; then
-    DISPLAY= WAYLAND_DISPLAY= LABS_TERM=dumb sh "$LABS/06-planning/run.sh" --show --out "$T/show" >"$T/show.log" 2>&1 && ok || bad "--show failed"
+    DISPLAY='' WAYLAND_DISPLAY='' LABS_TERM=dumb sh "$LABS/06-planning/run.sh" --show --out "$T/show" >"$T/show.log" 2>&1 && ok || bad "--show failed"
     grep -q 'Lab 6: GPT-3' "$T/show.log" && ok || bad "--show drew nothing in the terminal"
 fi
 finish

@@ -7,6 +7,7 @@
 # Written with printf and truncate alone.
 . "$(dirname "$0")/testlib.sh"
 
+# shellcheck disable=SC2059 # the format is the octal escape of the byte to write
 le() { # an int32, little-endian
     c=$(printf '%08x' "$1")
     printf "\\$(printf %03o $((0x$(echo "$c" | cut -c7-8))))\\$(printf %03o $((0x$(echo "$c" | cut -c5-6))))"

@@ -54,6 +54,7 @@ TAB
 for model in 7.5e9 128e9 1e12; do
     "$ZS" plan --params "$model" --convention paper --precision fp16 --stage 1,2,3 \
         --dp 1,4,16,64,256,1024 --csv "$T/t1.dat" >/dev/null || { bad "plan $model"; continue; }
+    # shellcheck disable=SC2034 # s1, s2 and s3 are read by the eval below
     while read -r m n s1 s2 s3; do
         [ "$m" = "$model" ] || continue
         for st in 1 2 3; do

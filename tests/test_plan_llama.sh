@@ -132,7 +132,6 @@ for m in "llama3-8b 8030261248 128256 4096 32 32 8 14336 0" \
         # shellcheck disable=SC2086
         "$ZS" plan --hf-config "$HF/$f.json" $EX --stage 3 --dp $n --offload-optimizer cpu \
             --offload-param cpu --json >"$T/off.json" 2>/dev/null
-        sh=$(( (psi + n - 1) / n ))
         got="$(cat_of "$T/off.json" params) $(cat_of "$T/off.json" grads) $(cat_of "$T/off.json" optimizer_m)"
         [ "$got" = "$((2 * live)) 0 0" ] && ok ||
             bad "$f N = $n, offload: device params, grads, m are $got; by hand $((2 * live)) 0 0"
@@ -174,6 +173,7 @@ done
     { bad "405B at TP 8 x PP 16 x DP 128 did not plan"; cat "$T/l405.err"; }
 C=16384
 blk=$((2 * C + 2 * C * C / 8 + 2 * 128 * C + 3 * 53248 * C / 8))
+# shellcheck disable=SC2017 # integer division first, as the plan counts
 want="$((8 * blk + 128256 / 8 * C)) $(i=1; while [ $i -le 13 ]; do printf '%s ' $((8 * blk)); i=$((i + 1)); done)$((7 * blk)) $((7 * blk + C + 128256 / 8 * C))"
 got=$(sed -n '/"stage_params"/,/\]/p' "$T/l405.json" | sed -n 's/^ *\([0-9][0-9]*\),*$/\1/p' | tr '\n' ' ')
 [ "${got% }" = "$want" ] && ok || bad "405B stages hold $got; by hand $want"

@@ -71,6 +71,7 @@ writes() {
         plant "$T/trap" "$f" "$f.tmp.{pid}"
     done
     [ $# -gt 0 ] && plant "$T/trap" "$@"
+    # shellcheck disable=SC2034 # OUT is read by the eval of writes' command
     OUT=$T/trap
     if eval "$cmd" </dev/null >"$T/log" 2>&1; then
         ok

@@ -63,6 +63,7 @@ done
 
 # sequence parallelism: the activations per rank fall as the closed form
 # says (B = 2, T = 16, C = 32, L = 2, NH = 4, V = 64; BTl = B·T/P)
+# shellcheck disable=SC2043 # one degree for now; the loop takes more
 for tp in 2; do
     n=4
     a=$(awk '$1 == 0 && $2 == "activations" { print $3 }' "$T/m$n-$tp-3/memory.csv")

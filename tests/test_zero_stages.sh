@@ -78,6 +78,7 @@ done
 grep -q '"grad_reduce": "micro-batch"' "$T/s.json" && ok || bad "report lacks grad_reduce"
 
 # the padding was exercised: no N in 2..4 divides the parameter count
+# shellcheck disable=SC2012 # the reports the run wrote, which have no spaces
 np=$(sed -n 's/^  "num_params": \([0-9]*\),$/\1/p' "$(ls "$T"/r-*-0.json | head -1)") # whichever N and precision ran
 for n in 2 3 4; do
     [ $((np % n)) -ne 0 ] && ok || bad "num_params $np divisible by $n: padding untested"

@@ -99,7 +99,7 @@ zs_run() {
 # or beside a PATH. One pass or one failure; the command's output is in
 # $T/refuse.out and $T/refuse.err
 refuse() {
-    zs_n=0 zs_want= zs_outs= zs_quiet=
+    zs_n=0 zs_want='' zs_outs='' zs_quiet=''
     while :; do
         case $1 in
             -n) zs_n=$2; shift 2 ;;
@@ -126,8 +126,10 @@ refuse() {
     [ -z "$zs_quiet" ] || [ ! -s "$T/refuse.out" ] || zs_why="output on stdout"
     for zs_p in $zs_outs; do
         [ -e "$zs_p" ] && zs_why="left $zs_p"
+        # shellcheck disable=SC2010 # any temporary file beside the output
         ls -A "$(dirname "$zs_p")" | grep -q '\.tmp' && zs_why="left a temporary file beside $zs_p"
     done
+    # shellcheck disable=SC2010 # any temporary file at all in $T
     [ -z "$zs_outs" ] || ! ls -A "$T" | grep -q '\.tmp' || zs_why="left a temporary file in \$T"
     if [ -z "$zs_why" ]; then
         ok

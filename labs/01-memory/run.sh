@@ -50,6 +50,7 @@ for s in 0 1 2 3; do
     echo "$s $pa $gr $op $ac $cb $ws $tot $ms $cf $paper" >>"$OUT/memory.dat"
     for c in pa:params gr:grads op:optimizer ac:activations cb:comm_buffers ws:workspace tot:total ms:states cf:closed paper:paper; do
         eval v=\$${c%%:*}
+        # shellcheck disable=SC2154 # v is set by the eval above
         lab_num "s${s}_${c#*:}" "$(lab_fmt "$v")"
     done
     lab_check "stage $s: measured model states ($(lab_fmt $ms) bytes) = the closed form" lab_eq "$ms" "$cf"
@@ -79,6 +80,7 @@ else
 fi
 
 # the timeline of one step of stage 3 (stage 0 allocates nothing during a step)
+# shellcheck disable=SC2043 # one stage for now; the loop takes more
 for s in 3; do
     { echo "# run ZeRO stage $s, N=$N"; cat "$OUT/stage$s/timeline.csv"; } >"$OUT/timeline_s$s.dat"
 done

@@ -64,6 +64,7 @@ while read -r s m; do lab_num "xl_max_s$s" "$m"; done <"$OUT/xl_max.dat"
 # 4. GPT-3 175B on 1024 devices, stage 0-3, sqrt checkpointing, 32 GB
 plan gpt3 --arch gpt $GPT3 --stage 0,1,2,3 --dp 1024 --device-memory 32GB --checkpoint-activations sqrt
 awk '$2 == 1024 && $1 ~ /^[0-3]$/ { print $1, $3, $4, $5, $6, $7, $NF }' "$OUT/plan_gpt3.txt" >"$OUT/fit.dat"
+# shellcheck disable=SC2034 # every column named, for the reader
 while read -r s pa gr op ac tot fit; do
     lab_num "gpt3_t${s}_total" "$tot"; lab_num "gpt3_t${s}_fits" "$fit"
 done <"$OUT/fit.dat"
