@@ -759,8 +759,10 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_mesh *mesh = NULL;
     zs_run_config local = *cfg;
     /* the portable backend with deterministic sums: the GPT's tensor-
-     * parallel sums as exact sums of fixed slices (docs/portable.md) */
-    if (cfg->deterministic && cfg->model.kind == ZS_MODEL_GPT && zs_backend_has_exact_sums(be))
+     * parallel sums as exact sums of fixed slices (docs/portable.md); not
+     * with context parallelism (their rows are the whole sequence's) */
+    if (cfg->deterministic && cfg->model.kind == ZS_MODEL_GPT && cfg->cp <= 1 &&
+        zs_backend_has_exact_sums(be))
         local.model.tp_exact_slices = ZS_TP_EXACT_SLICES;
     int rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node);
     if (!rc && cfg->tp * cfg->pp * cfg->cp > 1) {
