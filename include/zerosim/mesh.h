@@ -94,6 +94,9 @@ int zs_mesh_cp_ngroups(int world, int tp, int pp, int cp, int dp_axis);
 int zs_mesh_cp_group_size(int world, int tp, int pp, int cp, int dp_axis);
 int zs_mesh_cp_group_ranks(int world, int tp, int pp, int cp, int dp_axis, int index,
                            int *ranks);
+/* Member `member` of a combined data-and-context group: its context rank
+ * (member mod cp) and its pure data-parallel rank (member / cp). */
+void zs_mesh_cp_split(int member, int cp, int *cp_rank, int *dp_rank);
 
 typedef struct zs_mesh zs_mesh;
 /* Collective over world (or a phantom world: phantom groups). With

@@ -213,8 +213,13 @@ static void zs_train_print_start(const zs_run_config *cfg, const zs_train_option
             zs_dtype_name(cfg->precision), cfg->stage, world, phantom ? "simulated " : "",
             world == 1 ? "" : "s",
             cfg->deterministic ? " (deterministic)" : "", cfg->micro_batch, cfg->grad_accum,
-            world / (cfg->tp * cfg->pp), cfg->tp * cfg->pp > 1 ? " data-parallel" : "", reduce,
-            offl, cfg->steps);
+            world / (cfg->tp * cfg->pp * cfg->cp), cfg->tp * cfg->pp * cfg->cp > 1 ? " data-parallel" : "",
+            reduce, offl, cfg->steps);
+    if (cfg->cp > 1)
+        fprintf(o->log, "context parallelism: each sample's %d positions over %d ranks (chunks "
+                "of %d, ring attention); ZeRO over the %d ranks of data x context\n",
+                cfg->model.seq_len, cfg->cp, cfg->model.seq_len / (2 * cfg->cp),
+                world / (cfg->tp * cfg->pp));
     if (zs_print_notices(cfg, world / (cfg->tp * cfg->pp), o->log))
         fprintf(stderr, "zerosim: %s\n", zs_error_msg()); /* the run says it again */
 }

@@ -151,6 +151,13 @@ int zs_mesh_cp_group_ranks(int world, int tp, int pp, int cp, int dp_axis, int i
     return zs_mesh_ep_group_ranks(world, tp, pp, cp, dp_axis, index, ranks);
 }
 
+void zs_mesh_cp_split(int member, int cp, int *cp_rank, int *dp_rank)
+{
+    int C = cp > 1 ? cp : 1;
+    *cp_rank = member % C;
+    *dp_rank = member / C;
+}
+
 struct zs_mesh {
     zs_comm_t world;
     int tp, pp, cp;
@@ -164,9 +171,9 @@ struct zs_mesh {
 static int zs_mesh_split_cp(zs_mesh *m, int N, int rank)
 {
     int per = N / (m->tp * m->pp) / m->cp; /* cp groups per combined group */
-    int index = zs_mesh_group_index(N, m->tp, m->pp, ZS_GROUP_DP, rank) * per +
-                m->self.dp / m->cp;
-    int key = m->self.dp % m->cp;
+    int key, data;
+    zs_mesh_cp_split(m->self.dp, m->cp, &key, &data);
+    int index = zs_mesh_group_index(N, m->tp, m->pp, ZS_GROUP_DP, rank) * per + data;
     ZS_TRY(zs_comm_split(m->world, index, key, m->cp, key, ZS_GROUP_CP, &m->comm[ZS_GROUP_CP]));
     int *members = malloc((size_t)m->cp * sizeof(int));
     if (!members)

@@ -245,14 +245,6 @@ RULE(cp_sp)
                c->cp);
 }
 
-RULE(cp_pp)
-{
-    UNUSED_CTX;
-    return c->cp > 1 && c->pp > 1 &&
-           SAY("context parallelism (--cp %d) with --pp %d is not implemented yet (a stage's "
-               "messages carry this rank's chunks): use --pp 1", c->cp, c->pp);
-}
-
 RULE(cp_moe)
 {
     UNUSED_CTX;
@@ -639,7 +631,6 @@ static const zs_compat_rule rules[] = {
     {"cp+model", "cp model", RUN, REFUSE, cp_model,
      "ring attention is implemented for the GPT's multi-head attention"},
     {"cp+sp", "cp sp", RUN, REFUSE, cp_sp, "not implemented yet"},
-    {"cp+pp", "cp pp", RUN, REFUSE, cp_pp, "not implemented yet"},
     {"cp+moe", "cp moe", RUN, REFUSE, cp_moe, "not implemented yet"},
     {"cp+partition-activations", "cp ckpt", RUN, REFUSE, cp_partition_activations,
      "not implemented yet"},

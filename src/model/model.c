@@ -508,10 +508,8 @@ float *zs_model_input_grad(zs_acts *a, size_t *n)
 
 size_t zs_model_boundary_elems(const zs_model_config *c, int b)
 {
-    size_t T = (size_t)c->seq_len;
-    if (c->tp > 1 && c->sequence_parallel)
-        T /= (size_t)c->tp;
-    return (size_t)b * T * (size_t)c->n_embd;
+    /* this rank's positions: T, over cp, over tp with sequence parallelism */
+    return (size_t)b * zs_decoder_seq_local(c) * (size_t)c->n_embd;
 }
 
 void zs_model_acts_destroy(zs_acts *a)

@@ -101,14 +101,17 @@ double zs_report_op_bytes(const zs_train_result *r, int q, int o, double *calls,
 double zs_report_op_pred(const zs_train_result *r, int q, int o)
 {
     const zs_prediction *pr = zs_report_pred_of(r, q);
+    /* the pipeline's messages, and context parallelism's ring */
     if (o == ZS_OP_SEND && r->pp_pred)
         return pr->p2p_send_bytes_per_step * r->steps +
-               pr->tied_send_bytes_per_applied_step * r->steps_applied;
+               pr->tied_send_bytes_per_applied_step * r->steps_applied +
+               pr->cp_ring_bytes_per_step * r->steps;
     if (o == ZS_OP_RECV && r->pp_pred)
         return pr->p2p_recv_bytes_per_step * r->steps +
-               pr->tied_recv_bytes_per_applied_step * r->steps_applied;
+               pr->tied_recv_bytes_per_applied_step * r->steps_applied +
+               pr->cp_ring_bytes_per_step * r->steps;
     if ((o == ZS_OP_SEND || o == ZS_OP_RECV) && pr->cp_ring_sends_per_step > 0)
-        return pr->cp_ring_bytes_per_step * r->steps; /* context parallelism's ring */
+        return pr->cp_ring_bytes_per_step * r->steps;
     int N = r->dp_size > 0 ? r->dp_size : r->world_size, dense = r->steps - r->compressed_steps;
     if (o == ZS_OP_ALLREDUCE && pr->tp_allreduce_bytes_per_step > 0)
         return pr->tp_allreduce_bytes_per_step * r->steps;

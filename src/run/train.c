@@ -769,8 +769,9 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
         rc = zs_mesh_create_cp(comm, cfg->tp, cfg->pp, cfg->cp, &mesh);
         if (!rc)
             local.model.tp_rank = zs_mesh_self(mesh).tp;
-        if (!rc) /* context rank: the combined group's member mod cp */
-            local.model.cp_rank = zs_mesh_self(mesh).dp % cfg->cp;
+        int data_rank;
+        if (!rc) /* context rank: of the combined group's member */
+            zs_mesh_cp_split(zs_mesh_self(mesh).dp, cfg->cp, &local.model.cp_rank, &data_rank);
         if (!rc && cfg->pp > 1) /* this rank's pipeline stage */
             rc = zs_pp_stage_config(&local, zs_mesh_self(mesh).pp);
     }
@@ -1039,7 +1040,8 @@ static int zs_phantom_run_rank(const zs_run_config *cfg, const zs_train_options 
         ;
     else if (T * P * cfg->cp > 1 && (rc = zs_mesh_create_cp(comm, T, P, cfg->cp, &mesh)) == 0) {
         local.model.tp_rank = zs_mesh_self(mesh).tp;
-        local.model.cp_rank = zs_mesh_self(mesh).dp % cfg->cp;
+        int data_rank;
+        zs_mesh_cp_split(zs_mesh_self(mesh).dp, cfg->cp, &local.model.cp_rank, &data_rank);
     }
     int stage = mesh && P > 1 ? zs_mesh_self(mesh).pp : 0;
     zs_comm_t dp = mesh ? zs_mesh_comm(mesh, ZS_GROUP_DP) : comm;

@@ -6,6 +6,7 @@
  */
 #include "zero/engine_impl.h"
 #include "zerosim/error.h"
+#include "zerosim/mesh.h"
 
 #include <stdint.h>
 
@@ -143,9 +144,11 @@ int zs_engine_exec_load(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
     const zs_run_config *c = &e->cfg;
-    int cp = c->cp > 1 ? c->cp : 1, N = e->part.world / cp;
+    int cp_rank, data_rank, N = e->part.world / (c->cp > 1 ? c->cp : 1);
+    zs_mesh_cp_split(e->part.rank, c->cp, &cp_rank, &data_rank);
+    (void)cp_rank; /* the model knows its chunks (cfg.model.cp_rank) */
     uint64_t global = (uint64_t)c->micro_batch * (uint64_t)c->grad_accum * (uint64_t)N;
-    uint64_t j = (uint64_t)o->micro * (uint64_t)N + (uint64_t)(e->part.rank / cp);
+    uint64_t j = (uint64_t)o->micro * (uint64_t)N + (uint64_t)data_rank;
     return zs_engine_load_batch(e, (uint64_t)e->step * global + j * (uint64_t)c->micro_batch);
 }
 
