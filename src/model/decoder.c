@@ -122,7 +122,8 @@ int zs_decoder_exact_slices(const zs_model_config *c, int K, int P)
     return P;
 }
 
-/* tmp(rows, n) = slice q (of this rank's) of segment g's product */
+/* tmp(rows, n) = the product over kc values of the reduction from off:
+ * op(A)[:, off:off+kc] times op(B)[off:off+kc, :] */
 static void decoder_slice_gemm(zs_backend_t be, float *tmp, int trans_b, int rows, int n, int kc,
                                const float *A, int lda, const float *B, int ldb, size_t off)
 {
@@ -185,9 +186,10 @@ static void decoder_exact_xent_sums(zs_model *m, zs_backend_t be, zs_acts *a, in
 
 /* The head's loss over this rank's logits (a->s_logits, BT rows of V, the
  * vocabulary's slice r of a tensor-parallel group): the softmax
- * cross-entropy, or with tp > 1 the vocab-parallel one, whose logits never
- * leave their rank: the group agrees on each row's maximum, then on the
- * sum of exponentials and the target's logit. */
+ * cross-entropy, or with tp > 1 (and with exact sums of slices, at any tp)
+ * the vocab-parallel one, whose logits never leave their rank: the group
+ * agrees on each row's maximum, then on the sum of exponentials (with
+ * exact sums of slices, as one) and the target's logit. */
 void zs_decoder_head_loss(zs_model *m, zs_backend_t be, zs_acts *a, const int32_t *targets,
                           int BT, int V, int r, int unit)
 {
