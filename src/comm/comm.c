@@ -379,12 +379,12 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
             s->world_of = NULL;
         }
         free(mine);
-        zs_comm_nodes_derive(s);
-        if (r != rank || n != size) {
+        if (r != rank || n != size) { /* world_of holds n ranks, not size */
             zs_comm_free(s);
             ZS_FAIL("the %s group has rank %d of %d where the mesh expects %d of %d",
                     zs_comm_group_name(group), r, n, rank, size);
         }
+        zs_comm_nodes_derive(s);
     } else if (size > 1 && !c->phantom) {
         free(s);
         ZS_FAIL("a %s group of %d ranks needs MPI (this communicator is a single rank)",
