@@ -166,6 +166,19 @@ static int zs_comm_world_open(zs_comm_t c)
     return 0;
 }
 
+int zs_comm_launcher_size(void)
+{
+    const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *v = getenv(names[i]);
+        char *end;
+        long n = v && *v ? strtol(v, &end, 10) : 0;
+        if (n > 0 && n < INT_MAX && !*end)
+            return (int)n;
+    }
+    return 0;
+}
+
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 {
     *world = NULL;
@@ -174,7 +187,8 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
     MPI_Initialized(&inited);
     if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS) {
         zs_comm_edge_end();
-        ZS_FAIL("MPI_Init failed: check the Open MPI installation (package openmpi-bin)");
+        ZS_FAIL("MPI_Init failed: check the MPI installation (Open MPI or MPICH: mpiexec "
+                "--version names it)");
     }
     zs_comm_t c = calloc(1, sizeof *c);
     int rc = c ? zs_comm_world_open(c) : zs_error_set("out of host memory creating the "
