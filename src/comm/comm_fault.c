@@ -500,13 +500,13 @@ long long zs_comm_enter(zs_comm_t c)
  * blames no one before its SIGTERM comes. */
 void zs_deadline_start(zs_deadline *d, double limit_s)
 {
-    d->start = d->last = MPI_Wtime();
+    d->start = d->last = zs_mpi_wtime();
     d->limit_s = limit_s;
 }
 
 int zs_deadline_passed(zs_deadline *d)
 {
-    double t = MPI_Wtime();
+    double t = zs_mpi_wtime();
     if (t - d->last > 1.0)
         d->start += t - d->last;
     d->last = t;
