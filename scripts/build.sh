@@ -10,4 +10,5 @@ fi
 if [ ! -f Makefile ]; then
     ./configure "$@"
 fi
-make -j"$(nproc)"
+# the cores: nproc (GNU coreutils), or sysctl on macOS
+make -j"$(nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)"

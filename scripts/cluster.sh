@@ -56,18 +56,22 @@ cmd_down() {
     fi
     fail=0
     # in reverse order of making
-    tac "$STATE/made" | while read -r kind what; do
+    # (a file, not a pipe: the loop's fail=1 must reach this shell)
+    sed -n '1!G;h;$p' "$STATE/made" >"$STATE/unmake"
+    while read -r kind what; do
         case $kind in
             netns)
                 pids=$(ip netns pids "$what" 2>/dev/null)
+                # shellcheck disable=SC2086 # one word per process id
                 [ -n "$pids" ] && kill $pids 2>/dev/null
+                # shellcheck disable=SC2046 # one word per process id
                 [ -n "$pids" ] && sleep 0.5 && kill -9 $(ip netns pids "$what" 2>/dev/null) 2>/dev/null
                 ip netns del "$what" 2>/dev/null || [ ! -e "/run/netns/$what" ] ||
                     { echo "$me: could not remove namespace $what" >&2; fail=1; } ;;
             file) rm -f "$what" ;;
             dir) rmdir "$what" 2>/dev/null ;;
         esac
-    done
+    done <"$STATE/unmake"
     rm -rf "$STATE"
     left=$(ip netns list 2>/dev/null | grep -c "^$P-\(n[0-9]*\|sw\)\b")
     [ "$left" -eq 0 ] || die "namespaces left behind: $(ip netns list | grep "^$P-" | tr '\n' ' ')"
@@ -76,7 +80,7 @@ cmd_down() {
 }
 
 cmd_up() {
-    K=2 RATE=${ZS_CLUSTER_RATE:-2gbit} DELAY= QUEUE=100ms
+    K=2 RATE=${ZS_CLUSTER_RATE:-2gbit} DELAY='' QUEUE=100ms
     while [ $# -gt 0 ]; do
         case $1 in
             --nodes) K=$2; shift 2 ;;
@@ -87,7 +91,7 @@ cmd_up() {
         esac
     done
     case $K in ''|*[!0-9]*) die "up: --nodes needs a number from 1 to 200, got \"$K\"" ;; esac
-    [ "$K" -ge 1 ] && [ "$K" -le 200 ] || die "up: --nodes needs a number from 1 to 200, got $K"
+    if [ "$K" -lt 1 ] || [ "$K" -gt 200 ]; then die "up: --nodes needs a number from 1 to 200, got $K"; fi
     echo "$QUEUE" | grep -Eq '^[0-9]+([.][0-9]+)?(ms|us)$' ||
         die "up: --queue must be a time in ms or us (20ms), got \"$QUEUE\""
     [ -e "$STATE/made" ] && die "a cluster is already up ($STATE): run $me down first"
@@ -95,6 +99,13 @@ cmd_up() {
     for t in ip tc unshare mpirun; do
         command -v $t > /dev/null || { echo "$me: $t not found (iproute2, util-linux, Open MPI)" >&2; exit 77; }
     done
+    # the nodes are started through Open MPI's rsh agent and MCA options;
+    # MPICH's mpiexec (hydra) takes other ones, not written here yet
+    case $(mpirun --version 2>&1) in
+        *"Open MPI"*|*OpenRTE*) ;;
+        *) echo "$me: the emulated cluster needs Open MPI's mpirun (this one is not: $(mpirun --version 2>&1 | head -n 1))" >&2
+           exit 77 ;;
+    esac
     mkdir -p "$STATE" || die "cannot create $STATE"
     : > "$STATE/made"
     if ! ip netns add "$P-sw" 2> "$STATE/err"; then
@@ -210,6 +221,8 @@ EOF
     chmod +x "$STATE/agent.sh"
     np=$((K * R))
     # mpirun in the first node; OMPI's variables for root and oversubscription
+    # shellcheck disable=SC2016,SC2086 # the inner shell expands $0 and $@;
+    # ZS_CLUSTER_MPI_ARGS is mpirun's options, split into words on purpose
     ip netns exec "$P-n0" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$P-n0" \
         env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 \
         mpirun -q -np "$np" --hostfile "$STATE/hostfile" --oversubscribe --bind-to none \

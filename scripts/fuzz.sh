@@ -31,9 +31,17 @@ if [ ! -f "$BUILDDIR/build-config.h" ]; then
     echo "fuzz: $BUILDDIR is not configured (no build-config.h): run ./configure first" >&2
     exit 1
 fi
-MPI_CFLAGS=$(mpicc --showme:compile 2>/dev/null) || {
-    echo "fuzz: mpicc not found: install libopenmpi-dev" >&2; exit 1; }
-MPI_LIBS=$(mpicc --showme:link)
+# MPI's flags: Open MPI's mpicc says them with --showme:compile and :link,
+# MPICH's with -compile_info and -link_info (the compiler's name first)
+if MPI_CFLAGS=$(mpicc --showme:compile 2>/dev/null); then
+    MPI_LIBS=$(mpicc --showme:link)
+elif MPI_CFLAGS=$(mpicc -compile_info 2>/dev/null); then
+    MPI_CFLAGS=$(echo "$MPI_CFLAGS" | sed 's/^[^ ]* //; s/^-c //; s/ -c / /g')
+    MPI_LIBS=$(mpicc -link_info | sed 's/^[^ ]* //')
+else
+    echo "fuzz: mpicc not found, or neither Open MPI's nor MPICH's: install libopenmpi-dev or libmpich-dev" >&2
+    exit 1
+fi
 PKG_FLAGS=$(pkg-config --cflags jansson libxxhash 2>/dev/null || true)
 PKG_LIBS=$(pkg-config --libs jansson libxxhash zlib 2>/dev/null || echo "-ljansson -lxxhash -lz")
 
@@ -60,7 +68,7 @@ LIBSRC="$(sed -n '/^libzerosim_la_SOURCES/,/^$/p' "$SRC/Makefile.am" | grep -o '
 OBJS=""
 for s in $LIBSRC; do
     o="$OUT/obj/$(echo "$s" | tr / _).o"
-    if [ ! -f "$o" ] || [ "$SRC/src/$s.c" -nt "$o" ]; then
+    if [ ! -f "$o" ] || [ -n "$(find "$SRC/src/$s.c" -newer "$o")" ]; then
         # shellcheck disable=SC2086
         "$CC_FUZZ" $CFLAGS_FUZZ $SAN -fsanitize=fuzzer-no-link -c "$SRC/src/$s.c" -o "$o" ||
             { echo "fuzz: cannot compile src/$s.c with $CC_FUZZ" >&2; exit 1; }

@@ -49,8 +49,9 @@ for b in $builds; do
     cflags=${rest#*:}
     d="$W/build-$name"
     mkdir -p "$d"
-    echo "# building $name (OMPI_CC=$cc CFLAGS=$cflags)"
-    if ! (cd "$d" && OMPI_CC=$cc "$W/src/configure" CFLAGS="$cflags" >configure.log 2>&1 &&
+    echo "# building $name (OMPI_CC=MPICH_CC=$cc CFLAGS=$cflags)"
+    # the wrapper's compiler: OMPI_CC for Open MPI's mpicc, MPICH_CC for MPICH's
+    if ! (cd "$d" && OMPI_CC=$cc MPICH_CC=$cc "$W/src/configure" CFLAGS="$cflags" >configure.log 2>&1 &&
           make -j"$JOBS" zerosim tests/check_ref >make.log 2>&1); then
         echo "build $name failed: see $d/configure.log and $d/make.log"
         fail=1
@@ -102,6 +103,7 @@ while read -r run want _; do
     if [ "$got" = "$want" ]; then
         echo "$run: $want in all $n runs"
     else
+        # shellcheck disable=SC2086,SC2116 # echo joins got's lines with spaces
         echo "$run: DIFFERS: recorded $want, got: $(echo $got)"
         fail=1
     fi

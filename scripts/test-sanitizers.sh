@@ -11,7 +11,7 @@
 # expected zerosim to fail. Prints "sanitizers: N passed, N failed (S s)".
 # scripts/test.sh runs it after make check, from a built source tree.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 SRC=$(pwd)
 B=$SRC/build-asan
 t0=$(date +%s)
@@ -50,7 +50,7 @@ mkdir -p "$R"
 export ASAN_OPTIONS="log_path=$R/asan:detect_leaks=1:fast_unwind_on_malloc=0"
 export LSAN_OPTIONS="suppressions=$SRC/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$R/ubsan:print_stacktrace=1:halt_on_error=1"
-export ZEROSIM="$B/obj/zerosim" MPIEXEC=${MPIEXEC:-mpiexec} OPENBLAS_NUM_THREADS=1
+export ZEROSIM="$B/obj/zerosim" MPIEXEC="${MPIEXEC:-mpiexec}" OPENBLAS_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # the sweeps of test_accounting.sh and test_zero_stages.sh at N = 2 only, and
 # not every precision (mixed precision and the fixed-point sums; fp16's loss
@@ -66,7 +66,7 @@ for t in $TESTS; do
         *) "$B/obj/$t" >"$B/$name.log" 2>&1 ;;
     esac
     rc=$?
-    reports=$(ls "$R" 2>/dev/null | wc -l)
+    reports=$(find "$R" -type f 2>/dev/null | wc -l)
     if [ "$rc" -eq 0 ] && [ "$reports" -eq 0 ]; then
         pass=$((pass + 1)); echo "PASS: $t ($(($(date +%s) - s)) s)"
     else

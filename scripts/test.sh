@@ -7,7 +7,7 @@
 # here rather than inside make check because it needs a second build of the
 # whole library with other compiler flags. ZS_SKIP_SANITIZERS=1 leaves it out.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 sh scripts/build.sh || exit 1
 export OPENBLAS_NUM_THREADS=1
 t0=$(date +%s)

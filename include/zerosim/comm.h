@@ -105,6 +105,11 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world);
 /* Set before zs_comm_init (from the command line: MPI is not yet there to
  * read a configuration); seconds > 0, others ignored. */
 void zs_comm_set_startup_timeout(double seconds);
+/* The world size the launcher gave this process, read from its environment
+ * before (or without) MPI_Init: Open MPI's OMPI_COMM_WORLD_SIZE, or PMI's
+ * PMI_SIZE (MPICH's mpiexec, hydra); 0 when neither is set (not started by
+ * mpiexec). */
+int zs_comm_launcher_size(void);
 /* A communicator of one rank that never calls MPI (library use, tests). */
 zs_comm_t zs_comm_self(void);
 /* A simulated rank `rank` of `size` for phantom runs: every call is

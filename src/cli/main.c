@@ -70,7 +70,7 @@ static int zs_wants_phantom(int argc, char **argv)
         if (!strcmp(argv[i], "--"))
             break;
         if ((!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) &&
-            !getenv("OMPI_COMM_WORLD_SIZE"))
+            !zs_comm_launcher_size())
             return 1;
         if (n >= 4 && !strncmp(argv[i], "--phantom", n))
             return 1;
@@ -400,9 +400,9 @@ static int zs_cmd_train(int argc, char **argv)
         return 1;
     int rank = zs_comm_rank(comm), world = zs_comm_size(comm);
     if (phantom) { /* started by mpirun anyway? setup refuses it */
-        const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
-        if (ws && atoi(ws) > 1)
-            world = atoi(ws);
+        int ws = zs_comm_launcher_size();
+        if (ws > 1)
+            world = ws;
     }
     zs_train_options o = {.backend = "cpu", .log = stdout, .print_every = 10};
     zs_run_config cfg;

@@ -167,6 +167,19 @@ static int zs_comm_world_open(zs_comm_t c)
     return 0;
 }
 
+int zs_comm_launcher_size(void)
+{
+    const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *v = getenv(names[i]);
+        char *end;
+        long n = v && *v ? strtol(v, &end, 10) : 0;
+        if (n > 0 && n < INT_MAX && !*end)
+            return (int)n;
+    }
+    return 0;
+}
+
 int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
 {
     *world = NULL;
@@ -175,7 +188,8 @@ int zs_comm_init(int *argc, char ***argv, zs_comm_t *world)
     MPI_Initialized(&inited);
     if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS) {
         zs_comm_edge_end();
-        ZS_FAIL("MPI_Init failed: check the Open MPI installation (package openmpi-bin)");
+        ZS_FAIL("MPI_Init failed: check the MPI installation (Open MPI or MPICH: mpiexec "
+                "--version names it)");
     }
     zs_comm_t c = calloc(1, sizeof *c);
     int rc = c ? zs_comm_world_open(c) : zs_error_set("out of host memory creating the "
@@ -380,12 +394,12 @@ int zs_comm_split(zs_comm_t c, int color, int key, int size, int rank, zs_comm_g
             s->world_of = NULL;
         }
         free(mine);
-        zs_comm_nodes_derive(s);
-        if (r != rank || n != size) {
+        if (r != rank || n != size) { /* world_of holds n ranks, not size */
             zs_comm_free(s);
             ZS_FAIL("the %s group has rank %d of %d where the mesh expects %d of %d",
                     zs_comm_group_name(group), r, n, rank, size);
         }
+        zs_comm_nodes_derive(s);
     } else if (size > 1 && !c->phantom) {
         free(s);
         ZS_FAIL("a %s group of %d ranks needs MPI (this communicator is a single rank)",

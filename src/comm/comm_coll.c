@@ -27,10 +27,10 @@ int zs_comm_reduce_scatter(zs_comm_t c, const void *send, void *recv, const int 
                 "communicator");
     size_t total = zs_comm_total(c, counts);
     zs_comm_record rec = zs_comm_rec(c, ZS_OP_REDUCE_SCATTER, layer, total, t);
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     ZS_TRY(zs_comm_reduce_scatter_run(c, send, recv, counts, t, total));
     if (!c->phantom && c->size > 1)
-        rec.seconds = MPI_Wtime() - t0;
+        rec.seconds = zs_mpi_wtime() - t0;
     zs_comm_record_add(c, &rec);
     return 0;
 }
@@ -49,7 +49,7 @@ int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int
     p->r = zs_comm_rec(c, ZS_OP_REDUCE_SCATTER, layer, total, t);
     p->req = MPI_REQUEST_NULL;
     p->what = "reduce-scatter";
-    p->t0 = MPI_Wtime();
+    p->t0 = zs_mpi_wtime();
     int rc = 0;
     if (c->qgz && (t == ZS_CT_F32 || t == ZS_CT_BF16 || t == ZS_CT_F16)) {
         /* qgZ: two all-to-alls, each recorded; complete on return */
@@ -59,7 +59,7 @@ int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int
             return rc;
         }
         p->norec = 1;
-        p->t1 = MPI_Wtime();
+        p->t1 = zs_mpi_wtime();
         c->rs_pending = 1;
         *request = p;
         return 0;
@@ -69,7 +69,7 @@ int zs_comm_ireduce_scatter(zs_comm_t c, const void *send, void *recv, const int
         /* no ring to drive (or two levels): complete on return (MPI_Reduce_scatter's own
          * progress is Open MPI's, which moves only inside MPI calls) */
         rc = zs_comm_reduce_scatter_run(c, send, recv, counts, t, total);
-        p->t1 = MPI_Wtime();
+        p->t1 = zs_mpi_wtime();
     } else {
         p->seq = zs_comm_enter(c);
         rc = zs_ring_start(c, send, recv, counts, t, c->scratch, &p->ring);
@@ -95,7 +95,7 @@ int zs_comm_test(zs_comm_t c, void **request)
     if (p->ring) {
         ZS_TRY(zs_ring_advance(c, p->ring));
         if (p->ring->done)
-            p->t1 = MPI_Wtime();
+            p->t1 = zs_mpi_wtime();
         return 0;
     }
     int flag = 0, rc = MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE);
@@ -131,7 +131,7 @@ int zs_comm_iallgatherv_inplace(zs_comm_t c, void *buf, const int *counts, const
         *request = p;
         return 0;
     }
-    p->t0 = MPI_Wtime();
+    p->t0 = zs_mpi_wtime();
     p->seq = zs_comm_enter(c);
     void *mbuf = buf;
     if (c->staged) {
@@ -198,7 +198,7 @@ int zs_comm_wait(zs_comm_t c, void **request)
         c->rs_pending = 0;
         if (p->t1 == 0.0) {
             rc = zs_ring_finish(c, p->ring, p->seq);
-            p->t1 = MPI_Wtime();
+            p->t1 = zs_mpi_wtime();
         }
         p->r.seconds = p->t1 - p->t0;
     } else if (p->what && !p->p2p) { /* a reduce-scatter that completed when it started */
@@ -213,7 +213,7 @@ int zs_comm_wait(zs_comm_t c, void **request)
         for (int r = 0; !rc && p->qbuf && p->qcounts && r < c->size; r++) /* qwZ: every part */
             zs_q8_decode((const unsigned char *)p->qbuf + p->qdispls[r], (size_t)p->ecounts[r],
                          p->qt, (char *)p->qdst + (size_t)p->edispls[r] * es);
-        p->r.seconds = MPI_Wtime() - p->t0;
+        p->r.seconds = zs_mpi_wtime() - p->t0;
     }
     if (!rc && !p->norec)
         zs_comm_record_add(c, &p->r);
@@ -237,7 +237,7 @@ static int zs_comm_allreduce_op(zs_comm_t c, void *buf, size_t n, zs_comm_type t
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     size_t bytes = n * zs_comm_type_size(t);
     void *mbuf = buf;
     if (c->staged) {
@@ -259,7 +259,7 @@ static int zs_comm_allreduce_op(zs_comm_t c, void *buf, size_t n, zs_comm_type t
     }
     if (rc == MPI_SUCCESS && c->staged)
         zs_backend_copy_h2d(c->be, buf, c->h_send, bytes);
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Allreduce");
     zs_comm_record_add(c, &rec);
@@ -291,14 +291,14 @@ int zs_comm_allgather_small(zs_comm_t c, const void *send, void *recv, int count
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     MPI_Request req;
     long long seq = zs_comm_enter(c);
     int rc = MPI_Iallgather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), c->comm,
                             &req);
     if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "allgather of scalars"))
         return -1;
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Allgather");
     zs_comm_record_add(c, &rec);
@@ -312,7 +312,7 @@ int zs_comm_allreduce_max_int(zs_comm_t c, int *v)
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     long long seq = zs_comm_enter(c);
     int rc;
     if (zs_comm_watchdog_running()) {
@@ -325,7 +325,7 @@ int zs_comm_allreduce_max_int(zs_comm_t c, int *v)
         if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "allreduce of a flag"))
             return -1;
     }
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Allreduce");
     zs_comm_record_add(c, &rec);
@@ -344,14 +344,14 @@ int zs_comm_gather_root(zs_comm_t c, const void *send, int count, void *recv, zs
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     MPI_Request req;
     long long seq = zs_comm_enter(c);
     int rc = MPI_Igather(send, count, zs_mpi_type(t), recv, count, zs_mpi_type(t), 0, c->comm,
                          &req);
     if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "gather to rank 0"))
         return -1;
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Gather");
     zs_comm_record_add(c, &rec);
@@ -388,7 +388,7 @@ int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, co
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     const void *msend = send;
     void *mrecv = recv;
     size_t sspan = 0, rspan = 0;
@@ -413,7 +413,7 @@ int zs_comm_alltoallv_bytes(zs_comm_t c, const void *send, const int *scount, co
         return -1;
     if (rc == MPI_SUCCESS && c->staged)
         zs_backend_copy_h2d(c->be, recv, c->h_recv, rspan);
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Alltoallv");
     zs_comm_record_add(c, &rec);

@@ -500,13 +500,13 @@ long long zs_comm_enter(zs_comm_t c)
  * blames no one before its SIGTERM comes. */
 void zs_deadline_start(zs_deadline *d, double limit_s)
 {
-    d->start = d->last = MPI_Wtime();
+    d->start = d->last = zs_mpi_wtime();
     d->limit_s = limit_s;
 }
 
 int zs_deadline_passed(zs_deadline *d)
 {
-    double t = MPI_Wtime();
+    double t = zs_mpi_wtime();
     if (t - d->last > 1.0)
         d->start += t - d->last;
     d->last = t;
@@ -522,7 +522,7 @@ int zs_comm_finish(zs_comm_t c, int n, MPI_Request *req, long long seq, const ch
     zs_deadline d;
     zs_deadline_start(&d, c->ledger->timeout_s);
     for (unsigned long i = 1;; i++) {
-        int rc = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+        int rc = zs_mpi_testall(n, req, &done);
         if (rc != MPI_SUCCESS)
             return zs_mpi_fail(rc, what);
         if (done)
@@ -559,23 +559,34 @@ static long long zs_now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* The launchers' variables that hold a process's world rank: Open MPI's,
+ * PMIx's, and PMI's (MPICH's mpiexec, hydra). */
+static const char *const zs_rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+#define ZS_RANK_VARS (sizeof zs_rank_vars / sizeof *zs_rank_vars)
+
+/* A rank from a variable's value: a whole non-negative int, else -1. */
+static int zs_rank_parse(const char *v)
+{
+    char *end;
+    long r = v && *v ? strtol(v, &end, 10) : -1;
+    return r >= 0 && r < INT_MAX && !*end ? (int)r : -1;
+}
+
 /* This process's world rank before MPI knows it: the launcher's variable
- * (Open MPI, PMIx), else -1. */
+ * (zs_rank_vars), else -1. */
 static int zs_env_rank(void)
 {
-    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        const char *v = getenv(names[i]);
-        char *end;
-        long r = v ? strtol(v, &end, 10) : -1;
-        if (v && *v && !*end && r >= 0 && r < INT_MAX)
-            return (int)r;
+    for (size_t i = 0; i < ZS_RANK_VARS; i++) {
+        int r = zs_rank_parse(getenv(zs_rank_vars[i]));
+        if (r >= 0)
+            return r;
     }
     return -1;
 }
 
 /* The world rank of process pid, from the launcher's variable in its
- * environment (/proc/PID/environ, read whole up to 1 MiB), else -1. */
+ * environment (/proc/PID/environ, read whole up to 1 MiB; the first of
+ * zs_rank_vars that it holds), else -1. */
 static int zs_proc_rank(int pid)
 {
     char path[40];
@@ -590,17 +601,16 @@ static int zs_proc_rank(int pid)
         n += (size_t)got;
     close(fd);
     int rank = -1;
-    const char *key = "OMPI_COMM_WORLD_RANK=";
-    size_t kn = strlen(key);
     if (buf) {
         buf[n] = '\0';
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-            if (!strncmp(buf + i, key, kn)) {
-                char *end;
-                long r = strtol(buf + i + kn, &end, 10);
-                rank = *end == '\0' && r >= 0 && r < INT_MAX ? (int)r : -1;
-                break;
-            }
+        for (size_t k = 0; k < ZS_RANK_VARS && rank < 0; k++) {
+            size_t kn = strlen(zs_rank_vars[k]);
+            for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+                if (!strncmp(buf + i, zs_rank_vars[k], kn) && buf[i + kn] == '=') {
+                    rank = zs_rank_parse(buf + i + kn + 1);
+                    break;
+                }
+        }
     }
     free(buf);
     return rank;

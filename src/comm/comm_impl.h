@@ -21,6 +21,35 @@
 #include "zerosim/comm.h"
 #include "zerosim/mem.h"
 
+/* MPI_Wtime where MPI is up, else 0 (a phantom or self communicator, which
+ * records 0 seconds): MPICH aborts on MPI_Wtime before MPI_Init, where Open
+ * MPI answers. MPI_Initialized and MPI_Finalized may be called any time. */
+static inline double zs_mpi_wtime(void)
+{
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    if (up)
+        MPI_Finalized(&down);
+    return up && !down ? MPI_Wtime() : 0.0;
+}
+
+/* MPI_Testall without the statuses. MPICH defines MPI_STATUSES_IGNORE as
+ * (MPI_Status *)1, which gcc 12's -Wstringop-overflow takes for an array of
+ * no statuses where MPI_Testall's prototype (MPI_Status []) wants n of them;
+ * the call is the standard's way to ignore them, so that warning is off for
+ * this call alone. */
+static inline int zs_mpi_testall(int n, MPI_Request *req, int *flag)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+    return MPI_Testall(n, req, flag, MPI_STATUSES_IGNORE);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+}
+
 /* Counters of collectives entered, one per kind of communicator: the world,
  * each group of the mesh, and the agreement (zs_comm_agree). */
 #define ZS_BOARD_WORLD 0

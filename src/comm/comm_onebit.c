@@ -84,7 +84,7 @@ static int onebit_exchange(zs_comm_t c, zs_comm_op op, const unsigned char *send
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     MPI_Request req;
     long long seq = zs_comm_enter(c);
     int rc = op == ZS_OP_ALLTOALL
@@ -92,7 +92,7 @@ static int onebit_exchange(zs_comm_t c, zs_comm_op op, const unsigned char *send
                  : MPI_Iallgather(send, (int)cb, MPI_BYTE, recv, (int)cb, MPI_BYTE, c->comm, &req);
     if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "1-bit exchange"))
         return -1;
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, op == ZS_OP_ALLTOALL ? "MPI_Alltoall" : "MPI_Allgather");
     zs_comm_record_add(c, &rec);

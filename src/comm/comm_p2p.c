@@ -19,7 +19,7 @@ int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_ty
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     MPI_Request req;
     long long seq = zs_comm_enter(c);
     int rc = c->rank == from
@@ -27,7 +27,7 @@ int zs_comm_send_to_root(zs_comm_t c, int from, void *buf, int count, zs_comm_ty
                  : MPI_Irecv(buf, count, zs_mpi_type(t), from, 7002, c->comm, &req);
     if (rc == MPI_SUCCESS && zs_comm_finish(c, 1, &req, seq, "send to rank 0"))
         return -1;
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     if (rc != MPI_SUCCESS)
         return zs_mpi_fail(rc, "MPI_Send/MPI_Recv");
     zs_comm_record_add(c, &rec);
@@ -51,7 +51,7 @@ int zs_comm_isend(zs_comm_t c, int peer, const void *buf, size_t count, zs_comm_
     *request = p;
     if (c->phantom || c->size == 1)
         return 0;
-    p->t0 = MPI_Wtime();
+    p->t0 = zs_mpi_wtime();
     p->seq = zs_comm_enter(c);
     const void *mbuf = buf;
     if (c->staged) { /* the device buffer, copied to the host first */
@@ -79,7 +79,7 @@ int zs_comm_recv(zs_comm_t c, int peer, void *buf, size_t count, zs_comm_type t,
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     long long seq = zs_comm_enter(c);
     size_t bytes = count * zs_comm_type_size(t);
     void *mbuf = buf;
@@ -96,7 +96,7 @@ int zs_comm_recv(zs_comm_t c, int peer, void *buf, size_t count, zs_comm_type t,
         return -1;
     if (c->staged)
         zs_backend_copy_h2d(c->be, buf, mbuf, bytes);
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     zs_comm_record_add(c, &rec);
     return 0;
 }
@@ -109,7 +109,7 @@ static int zs_comm_small(zs_comm_t c, int peer, double *v, int n, int send)
         zs_comm_record_add(c, &rec);
         return 0;
     }
-    double t0 = MPI_Wtime();
+    double t0 = zs_mpi_wtime();
     long long seq = zs_comm_enter(c);
     MPI_Request req;
     int rc = send ? MPI_Isend(v, n, MPI_DOUBLE, peer, 7003, c->comm, &req)
@@ -118,7 +118,7 @@ static int zs_comm_small(zs_comm_t c, int peer, double *v, int n, int send)
         return zs_mpi_fail(rc, send ? "MPI_Isend" : "MPI_Irecv");
     if (zs_comm_finish(c, 1, &req, seq, send ? "send of partial sums" : "receive of partial sums"))
         return -1;
-    rec.seconds = MPI_Wtime() - t0;
+    rec.seconds = zs_mpi_wtime() - t0;
     zs_comm_record_add(c, &rec);
     return 0;
 }

@@ -219,7 +219,7 @@ int zs_ring_advance(zs_comm_t c, zs_ring *R)
 {
     while (!R->done) {
         MPI_Request *q = &R->rq[2 * (R->gs % ZS_RING_WINDOW)];
-        int flag = 0, rc = MPI_Testall(2, q, &flag, MPI_STATUSES_IGNORE);
+        int flag = 0, rc = zs_mpi_testall(2, q, &flag);
         if (rc != MPI_SUCCESS)
             return zs_mpi_fail(rc, "ring reduce-scatter");
         if (!flag)

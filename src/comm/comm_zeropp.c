@@ -132,7 +132,7 @@ int zs_comm_iallgather_q8(zs_comm_t c, void *buf, const int *counts, const int *
         *request = p;
         return 0;
     }
-    p->t0 = MPI_Wtime();
+    p->t0 = zs_mpi_wtime();
     p->seq = zs_comm_enter(c);
     if (!p->qmem)
         p->qbuf = malloc(qtotal + 1);
