@@ -553,7 +553,7 @@ static const float *gpt_row_linear(zs_model *m, zs_backend_t be, zs_acts *a, con
                                    const float *w, const float *bias, int B, int Kl, int unit)
 {
     const zs_model_config *c = &m->cfg;
-    int C = c->n_embd, BT = B * c->seq_len;
+    int C = c->n_embd, BT = B * (int)zs_decoder_seq_rank(c);
     if (!zs_decoder_exact(c)) {
         int bias_here = gpt_tp(c) == 1 || c->tp_rank == 0;
         zs_linear_forward(be, a->s_tmp, inp, w, bias_here ? bias : NULL, BT, Kl, C);
