@@ -545,6 +545,69 @@ static int llama_fill_rope(zs_acts *a)
     return 0;
 }
 
+/* The scratch views, as llama_scratch_bytes counts them (the rotary table
+ * first; the MLP's inner gradients as wide as the experts' when those are
+ * more). */
+static void llama_bind_scratch(zs_acts *a, int head)
+{
+    const zs_model_config *c = &a->m->cfg;
+    size_t B = (size_t)a->b, BT = B * (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t BTl = B * zs_decoder_seq_local(c), P = (size_t)llama_tp(c);
+    size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
+    size_t Fl = (size_t)c->ffn_hidden / P, att = B * NHl * (size_t)c->seq_len * c->seq_len;
+    size_t E = (size_t)c->moe_experts, cap = llama_n_moe(c) ? (size_t)llama_moe_cap(c, a->b) : 0;
+    size_t ecf = E * cap * (size_t)c->ffn_hidden, fw = ecf > BT * Fl ? ecf : BT * Fl;
+    float *s = a->scratch;
+    a->s_rope = s;
+    s += (size_t)c->seq_len * D;
+    a->s_tmp = s;
+    s += BT * C;
+    a->s_dres = s;
+    s += BT * C;
+    a->s_datty = s;
+    s += BT * NHl * D;
+    a->s_dqkv = s;
+    s += BT * (NHl + 2 * KVl) * D;
+    a->s_dfch = s; /* d [gate | up] */
+    s += 2 * fw;
+    a->s_dfch_gelu = s; /* d SwiGLU */
+    s += fw;
+    a->s_preatt = s;
+    s += att;
+    a->s_datt = s;
+    s += att;
+    if (head) {
+        a->s_logits = s;
+        s += BT * ((size_t)c->vocab / P);
+    }
+    if (P > 1) {
+        a->s_rowmax = s;
+        s += BT;
+        a->s_sums = s;
+        s += 2 * BT;
+    }
+    a->s_kvgrad = s;
+    s += zs_llama_kv_grad_floats(c);
+    if (zs_decoder_sp(c)) {
+        a->s_perm = s;
+        s += BT * C;
+        a->s_dfull = s;
+        s += BT * C;
+        a->s_loc = s;
+        s += BTl * C;
+    }
+    if (llama_n_moe(c) > 0) { /* two (E, Cap, C), the router's logits, by source */
+        a->s_me1 = s;
+        s += E * cap * C;
+        a->s_me2 = s;
+        s += E * cap * C;
+        a->s_gl = s;
+        s += BT * E;
+        a->s_gsrc = s; /* E experts' gate, up and down, then s_grecv as much */
+        a->s_grecv = s + (llama_home_floats(c) ? E * 3 * (size_t)c->ffn_hidden * C : 0);
+    }
+}
+
 /* Carve the views: the saved blocks as llama_activation_bytes counts them
  * (checkpointing's slots and checkpoints as the GPT's), the scratch as
  * llama_scratch_bytes does (the rotary table first). */
@@ -610,63 +673,8 @@ static void llama_bind_acts(zs_acts *a)
         p += BT * ((size_t)c->vocab / P);
         a->losses = p;
     }
-    if (a->scratch) {
-        size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
-        size_t Fl = (size_t)c->ffn_hidden / P, att = B * NHl * (size_t)c->seq_len * c->seq_len;
-        /* the MLP's inner gradients, as wide as the experts' when those are
-         * more (llama_scratch_bytes) */
-        size_t E = (size_t)c->moe_experts, cap = llama_n_moe(c) ? (size_t)llama_moe_cap(c, b) : 0;
-        size_t ecf = E * cap * (size_t)c->ffn_hidden, fw = ecf > BT * Fl ? ecf : BT * Fl;
-        float *s = a->scratch;
-        a->s_rope = s;
-        s += (size_t)c->seq_len * D;
-        a->s_tmp = s;
-        s += BT * C;
-        a->s_dres = s;
-        s += BT * C;
-        a->s_datty = s;
-        s += BT * NHl * D;
-        a->s_dqkv = s;
-        s += BT * (NHl + 2 * KVl) * D;
-        a->s_dfch = s; /* d [gate | up] */
-        s += 2 * fw;
-        a->s_dfch_gelu = s; /* d SwiGLU */
-        s += fw;
-        a->s_preatt = s;
-        s += att;
-        a->s_datt = s;
-        s += att;
-        if (head) {
-            a->s_logits = s;
-            s += BT * ((size_t)c->vocab / P);
-        }
-        if (P > 1) {
-            a->s_rowmax = s;
-            s += BT;
-            a->s_sums = s;
-            s += 2 * BT;
-        }
-        a->s_kvgrad = s;
-        s += zs_llama_kv_grad_floats(c);
-        if (zs_decoder_sp(c)) {
-            a->s_perm = s;
-            s += BT * C;
-            a->s_dfull = s;
-            s += BT * C;
-            a->s_loc = s;
-            s += BTl * C;
-        }
-        if (llama_n_moe(c) > 0) { /* two (E, Cap, C), the router's logits, by source */
-            a->s_me1 = s;
-            s += E * cap * C;
-            a->s_me2 = s;
-            s += E * cap * C;
-            a->s_gl = s;
-            s += BT * E;
-            a->s_gsrc = s; /* E experts' gate, up and down, then s_grecv as much */
-            a->s_grecv = s + (llama_home_floats(c) ? E * 3 * (size_t)c->ffn_hidden * C : 0);
-        }
-    }
+    if (a->scratch)
+        llama_bind_scratch(a, head);
     if (llama_fill_rope(a)) {
         free(arr);
         return;
