@@ -39,6 +39,7 @@ done
 mkdir -p "$T/s"
 "$ZS" export --init-from "$T/a.safetensors" --shard-size 8KB --out "$T/s/model.safetensors" \
     >"$T/log" 2>&1 || { bad "export --shard-size failed"; cat "$T/log"; }
+# shellcheck disable=SC2010 # the shard names export wrote, which have no spaces
 n=$(ls "$T/s" | grep -c '^model-000[0-9][0-9]-of-000[0-9][0-9]\.safetensors$')
 [ "$n" -ge 3 ] && [ -f "$T/s/model.safetensors.index.json" ] && [ ! -e "$T/s/model.safetensors" ] &&
     ok || bad "--shard-size 8KB: $n shards, index or a stray model.safetensors"
@@ -78,6 +79,7 @@ for nsp in "2 3 bf16 --tp 2" "1 0 fp32" "2 1 fp16" "3 2 fp32" "3 3 bf16" "4 1 fp
     rm -rf "$T/rs"; mkdir "$T/rs"
     run "$n" "$ZS" export --init-from "$T/a.safetensors" --stage "$st" --precision "$p" "$@" \
         --shard-size 8KB --out "$T/rs/model.safetensors" >"$T/log" 2>&1 || { bad "N=$n $*: sharded export failed"; continue; }
+    # shellcheck disable=SC2045 # the shard names export wrote, which have no spaces
     for f in $(ls "$T/s"); do cmp -s "$T/s/$f" "$T/rs/$f" || bad "N=$n stage $st $*: shard $f differs"; done
     [ "$(ls "$T/s")" = "$(ls "$T/rs")" ] && ok || bad "N=$n stage $st $*: other shards"
     zs_fast && break
