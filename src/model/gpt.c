@@ -383,11 +383,13 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
                 (head ? BT * V / P : 0) + (P > 1 || exact ? 3 * BT : 0) + sp + moe + exact);
 }
 
+static void gpt_bind_scratch(zs_acts *a, int head, size_t ecc);
+
 static void gpt_bind_acts(zs_acts *a)
 {
     const zs_model_config *c = &a->m->cfg;
     size_t B = (size_t)a->b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
-    size_t NH = (size_t)c->n_head / P, V = (size_t)c->vocab / P, BT = B * T, Cl = C / P;
+    size_t V = (size_t)c->vocab / P, BT = B * T, Cl = C / P;
     int L = c->n_layer;
     float **arr = calloc((size_t)L * 18, sizeof(float *));
     a->view_arrays = arr;
@@ -482,7 +484,18 @@ static void gpt_bind_acts(zs_acts *a)
         a->probs = p; p += BT * V;
         a->losses = p; p += BT;
     }
+    gpt_bind_scratch(a, head, nmoe ? ecc : 0);
+}
 
+/* The scratch's views (a->scratch, gpt_scratch_bytes): temporaries of one
+ * unit's pass, reused by every block; head: this stage computes the loss;
+ * ecc: a MoE block's expert rows (E x capacity x C), 0 without experts. */
+static void gpt_bind_scratch(zs_acts *a, int head, size_t ecc)
+{
+    const zs_model_config *c = &a->m->cfg;
+    size_t B = (size_t)a->b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t NH = (size_t)c->n_head / P, V = (size_t)c->vocab / P, BT = B * T, Cl = C / P;
+    size_t BTl = B * gpt_seq_local(c);
     float *s = a->scratch;
     a->s_tmp = s; s += BT * C;
     a->s_dres = s; s += BT * C;
@@ -515,7 +528,7 @@ static void gpt_bind_acts(zs_acts *a)
         a->s_dfull = s; s += BT * C;
         a->s_loc = s; s += BTl * C;
     }
-    if (nmoe) {
+    if (gpt_n_moe(c)) {
         a->s_me1 = s; s += ecc;
         a->s_me2 = s; s += ecc;
         a->s_gsrc = s; s += gpt_home_floats(c);
