@@ -121,6 +121,16 @@ for t in 1 2 4; do
         lab_num "kor_ratio_t$t" "$(lab_calc %.2f "$(lab_calc "$S*$B*$C*(34 + 5*$NH*$S/$C)") / $k")"
         lab_num "kor_sp_ratio_t$t" "$(lab_calc %.2f "$(lab_calc "$S*$B*$C*(34 + 5*$NH*$S/$C)") / $ksp")"
     fi
+    # the planner's Megatron convention gives Korthikanti et al.'s bytes for the L layers
+    for sp in "" --sequence-parallel; do
+        [ "$t" -eq 1 ] && [ -n "$sp" ] && continue
+        "$ZS" plan --arch gpt --convention megatron --layers $L --hidden $C --heads $NH --seq $S --vocab $V \
+            --micro-batch $B --tp "$t" --dp 1 $sp >"$OUT/plan_t$t$sp.txt" || lab_die "zerosim plan --convention megatron --tp $t $sp failed"
+        pa=$(awk '$1 == "activations" { print $2; exit }' "$OUT/plan_t$t$sp.txt")
+        kk=$k; [ -n "$sp" ] && kk=$ksp
+        lab_num "plan_act_t$t${sp:+_sp}" "$(lab_fmt "$pa")"
+        lab_check "t = $t${sp:+ with SP}: zerosim plan --convention megatron gives L x Korthikanti's layer" lab_eq "$pa" "$(lab_calc "$L * $kk")"
+    done
     echo "$t $(lab_mem "t$t" params) $a $asp $k $ksp" >>"$OUT/slicing.dat"
 done
 lab_check "SP lowers the activations per rank at t = 2 and t = 4" \
