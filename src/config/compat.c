@@ -453,7 +453,7 @@ RULE(onebit_parallel)
                      : c->ep > 1 ? "--ep above 1" : c->model.moe_experts > 0 ? "experts (--moe)"
                      : c->offload_optimizer != ZS_OFFLOAD_NONE ? "offload_optimizer"
                      : c->compression.kind != ZS_COMP_NONE ? "gradient compression"
-                     : NULL;
+                     : c->hierarchical ? "--hierarchical" : NULL;
     return c->optimizer == ZS_OPT_ONEBITADAM && what &&
            SAY("1-bit Adam (optimizer \"OneBitAdam\") with %s is not implemented (its "
                "momentum exchange covers the data-parallel group's flat array only): drop %s, "
@@ -638,7 +638,7 @@ static const zs_compat_rule rules[] = {
      "the ring attention's kernels are the CPU's and the portable backend's"},
     {"onebitadam+stage", "onebitadam stage", RUN, REFUSE, onebit_stage,
      "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
-    {"onebitadam+parallel", "onebitadam tp pp ep moe offload compression", RUN, REFUSE,
+    {"onebitadam+parallel", "onebitadam tp pp ep moe offload compression hierarchical", RUN, REFUSE,
      onebit_parallel, "not implemented yet: the momentum exchange over the flat array only"},
     {"plan:onebitadam", "onebitadam", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
      "the planner's closed forms count AdamW and SGD"},

@@ -248,6 +248,18 @@ double zs_report_op_pred_inter(const zs_train_result *r, int q, int o)
                tpx * pr->tp_ag_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && r->qgz_pred)
         return r->qgz_pred[r->world_size + q] * r->steps;
+    /* 1-bit Adam after the freeze: the all-to-all sends the rank's chunk of
+     * signs to every rank on another node (N - K of them); its allgather's
+     * records sit beside the ring allgathers', whose inter-node bytes the
+     * ledger keeps in the ring model: not predicted */
+    int onebit = pr->onebit_ag_bytes_per_step > 0 && N > 1 ? r->compressed_applied_steps : 0;
+    if (o == ZS_OP_ALLTOALL && onebit) {
+        int known = zs_dp_nodes(r, q, &K, &M);
+        double chunk = pr->onebit_ag_bytes_per_step / (N - 1);
+        return (known ? (double)(N - K) : dpx * (N - 1)) * chunk * onebit;
+    }
+    if (o == ZS_OP_ALLGATHER && onebit)
+        return -1.0;
     if (o == ZS_OP_ALLGATHER)
         return dpx * (zs_ring_bytes(r->pred.ag_bytes_per_step, N) * r->steps_applied +
                       zs_ring_bytes(r->pred.ag_bytes_per_skipped_step, N) * r->skipped_steps) +
