@@ -1,6 +1,7 @@
 /* zerosim — `zerosim compress` and `zerosim decompress`: Deep Compression
  * of a trained model (zerosim/deepcomp.h, docs/quantization.md). */
 #include "deepcomp_cmd.h"
+#include "cli_num.h"
 #include "zerosim/deepcomp.h"
 #include "zerosim/error.h"
 #include "zerosim/eval.h"
@@ -57,24 +58,10 @@ static const char *const zs_decompress_usage =
 enum { DO_FROM = 1, DO_OUT, DO_SPARSITY, DO_ROUNDS, DO_RETRAIN, DO_BITS, DO_IBITS, DO_KM,
        DO_FT, DO_LR, DO_MB, DO_SAMPLES, DO_SEED, DO_HEADS, DO_DATA, DO_SCHED, DO_HELP };
 
-static int zs_dcli_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi)
-        ZS_FAIL("%s must be a number in [%g, %g], got \"%s\"", opt, lo, hi, s);
-    *out = v;
-    return 0;
-}
-
 static int zs_dcli_int(const char *opt, const char *s, long lo, long hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        ZS_FAIL("%s must be an integer in [%ld, %ld], got \"%s\"", opt, lo, hi, s);
+    long v;
+    ZS_TRY(zs_cli_parse_long(opt, s, lo, hi, &v));
     *out = (int)v;
     return 0;
 }
@@ -99,7 +86,7 @@ static int zs_dcli_sparsity(const char *s, zs_dc_options *o)
             ZS_FAIL("--sparsity takes at most %d fractions, got \"%s\"", ZS_DC_MAX_LAYERS, s);
         memcpy(buf, p, len);
         buf[len] = 0;
-        ZS_TRY(zs_dcli_num("--sparsity", buf, -INFINITY, INFINITY, &o->layer_sparsity[n++]));
+        ZS_TRY(zs_cli_parse_number("--sparsity", buf, -INFINITY, INFINITY, &o->layer_sparsity[n++]));
         if (!comma)
             break;
         p = comma + 1;
@@ -158,14 +145,14 @@ static int zs_dcli_parse(int argc, char **argv, int comp, zs_dcli *c, int *help)
         case DO_KM: ZS_TRY(zs_dcli_int("--kmeans-iters", optarg, 0, 100000, &c->o.kmeans_iters)); break;
         case DO_FT: ZS_TRY(zs_dcli_int("--finetune-steps", optarg, 0, 10000000, &c->o.finetune_steps)); break;
         case DO_LR:
-            ZS_TRY(zs_dcli_num("--lr", optarg, 1e-12, 10, &v));
+            ZS_TRY(zs_cli_parse_number("--lr", optarg, 1e-12, 10, &v));
             c->o.lr = (float)v;
             break;
         case DO_MB: ZS_TRY(zs_dcli_int("--micro-batch", optarg, 1, 4096, &c->o.micro_batch)); break;
         case DO_SAMPLES: ZS_TRY(zs_dcli_int("--samples", optarg, 0, 1 << 20, &c->o.eval_samples)); break;
         case DO_HEADS: ZS_TRY(zs_dcli_int("--heads", optarg, 1, 1 << 20, &c->heads)); break;
         case DO_SEED:
-            ZS_TRY(zs_dcli_num("--seed", optarg, 0, 9.0e15, &v));
+            ZS_TRY(zs_cli_parse_number("--seed", optarg, 0, 9.0e15, &v));
             c->o.seed = (uint64_t)v;
             c->has_seed = 1;
             break;

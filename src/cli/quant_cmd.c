@@ -2,6 +2,7 @@
  * quantization of a trained model's weights, and the held-out loss and
  * bytes of a model in each weight format (docs/quantization.md). */
 #include "quant_cmd.h"
+#include "cli_num.h"
 #include "zerosim/data.h"
 #include "zerosim/error.h"
 #include "zerosim/eval.h"
@@ -57,17 +58,6 @@ static const char *const zs_eval_usage =
 enum { QO_FROM = 1, QO_FORMAT, QO_BLOCK, QO_PER_CHANNEL, QO_DQ, QO_OUT, QO_SAMPLES, QO_MB,
        QO_SEED, QO_HEADS, QO_FORMATS, QO_DATA, QO_HELP, QO_N };
 
-static int zs_qcli_long(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        ZS_FAIL("%s must be an integer in [%ld, %ld], got \"%s\"", opt, lo, hi, s);
-    *out = v;
-    return 0;
-}
-
 typedef struct {
     const char *from, *out;
     const char *data;     /* --data: an image set's test images, or NULL */
@@ -117,23 +107,23 @@ static int zs_qcli_parse(int argc, char **argv, int quantize, zs_qcli *c, int *h
         case QO_OUT: c->out = optarg; break;
         case QO_FORMAT: ZS_TRY(zs_quant_format_parse(optarg, &c->spec.format)); break;
         case QO_BLOCK:
-            ZS_TRY(zs_qcli_long("--block", optarg, 1, 1L << 30, &v));
+            ZS_TRY(zs_cli_parse_long("--block", optarg, 1, 1L << 30, &v));
             c->spec.block = (size_t)v;
             break;
         case QO_PER_CHANNEL: c->spec.per_channel = 1; break;
         case QO_DQ: c->spec.double_quant = 1; break;
         case QO_SAMPLES:
-            ZS_TRY(zs_qcli_long("--samples", optarg, 0, 1L << 20, &c->samples));
+            ZS_TRY(zs_cli_parse_long("--samples", optarg, 0, 1L << 20, &c->samples));
             c->has_samples = 1;
             break;
         case QO_MB:
-            ZS_TRY(zs_qcli_long("--micro-batch", optarg, 1, 4096, &c->mb));
+            ZS_TRY(zs_cli_parse_long("--micro-batch", optarg, 1, 4096, &c->mb));
             c->has_mb = 1;
             break;
         case QO_DATA: c->data = optarg; break;
-        case QO_HEADS: ZS_TRY(zs_qcli_long("--heads", optarg, 1, 1L << 20, &c->heads)); break;
+        case QO_HEADS: ZS_TRY(zs_cli_parse_long("--heads", optarg, 1, 1L << 20, &c->heads)); break;
         case QO_SEED:
-            ZS_TRY(zs_qcli_long("--seed", optarg, 0, LONG_MAX, &v));
+            ZS_TRY(zs_cli_parse_long("--seed", optarg, 0, LONG_MAX, &v));
             c->seed = (uint64_t)v;
             c->has_seed = 1;
             break;

@@ -3,6 +3,7 @@
  * the work is zs_tokfile_write_bytes's (src/io/tokfile.c) and
  * zs_eval_sample's (src/run/eval.c). */
 #include "text_cmd.h"
+#include "cli_num.h"
 #include "zerosim/error.h"
 #include "zerosim/eval.h"
 #include "zerosim/tokfile.h"
@@ -53,28 +54,6 @@ static const char *const zs_sample_usage =
     "                           same text (1)\n"
     "  --heads H                attention heads of a weights file that does not say\n";
 
-static int zs_text_number(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v >= lo && v <= hi))
-        ZS_FAIL("%s must be a number in [%g, %g], got \"%s\"", opt, lo, hi, s);
-    *out = v;
-    return 0;
-}
-
-static int zs_text_integer(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        ZS_FAIL("%s must be an integer in [%ld, %ld], got \"%s\"", opt, lo, hi, s);
-    *out = v;
-    return 0;
-}
-
 /* ---- zerosim tokens ----------------------------------------------------------------- */
 
 enum { TO_OUT = 1, TO_VAL_OUT, TO_VAL_FRACTION, TO_BITS, TO_HELP };
@@ -102,7 +81,7 @@ static int zs_tokens_parse(int argc, char **argv, zs_tokfile_request *rq, int *h
         case TO_OUT: rq->out = optarg; break;
         case TO_VAL_OUT: rq->val_out = optarg; break;
         case TO_VAL_FRACTION:
-            ZS_TRY(zs_text_number("--val-fraction", optarg, 1e-9, 1.0 - 1e-9, &v));
+            ZS_TRY(zs_cli_parse_number("--val-fraction", optarg, 1e-9, 1.0 - 1e-9, &v));
             rq->val_fraction = v;
             has_fraction = 1;
             break;
@@ -198,15 +177,15 @@ static int zs_sample_parse(int argc, char **argv, zs_sample_cli *c, int *help)
         case 'h': case SO_HELP: *help = 1; return 0;
         case SO_FROM: c->from = optarg; break;
         case SO_PROMPT: c->prompt = optarg; break;
-        case SO_TOKENS: ZS_TRY(zs_text_integer("--tokens", optarg, 1, 1L << 20, &c->tokens)); break;
+        case SO_TOKENS: ZS_TRY(zs_cli_parse_long("--tokens", optarg, 1, 1L << 20, &c->tokens)); break;
         case SO_TEMPERATURE:
-            ZS_TRY(zs_text_number("--temperature", optarg, 0.0, 100.0, &c->temperature));
+            ZS_TRY(zs_cli_parse_number("--temperature", optarg, 0.0, 100.0, &c->temperature));
             break;
         case SO_SEED:
-            ZS_TRY(zs_text_integer("--seed", optarg, 0, LONG_MAX, &v));
+            ZS_TRY(zs_cli_parse_long("--seed", optarg, 0, LONG_MAX, &v));
             c->seed = (uint64_t)v;
             break;
-        case SO_HEADS: ZS_TRY(zs_text_integer("--heads", optarg, 1, 1L << 20, &c->heads)); break;
+        case SO_HEADS: ZS_TRY(zs_cli_parse_long("--heads", optarg, 1, 1L << 20, &c->heads)); break;
         default:
             ZS_FAIL("%s %s (see zerosim sample --help)",
                     optopt ? "option needs a value or is unknown:" : "unknown option",
