@@ -4,7 +4,8 @@
 # sequences a step, --train-batch-size) give the same param_hash on every
 # layout of a class: data-parallel sizes 1, 2 and 4, ZeRO stages 0-3,
 # pipeline stages 1, 2 and 4 under each schedule, the GPT's tensor-parallel
-# sizes 1, 2 and 4 with and without sequence parallelism, expert
+# sizes 1, 2 and 4 with and without sequence parallelism (and 3, 6 and 8
+# with --exact-slices 12 and 8), expert
 # parallelism 1, 2 and 4, activation checkpointing, optimizer and parameter
 # offload (host and nvme). Each class's hash is the one recorded in
 # tests/ref_hashes.txt (the layout-* entries), not one this test computes:
@@ -50,6 +51,7 @@ if zs_fast; then
     layout layout-gpt 2 --stage 3
     layout layout-gpt 2 --tp 2 --sequence-parallel
     layout layout-moe 2 --ep 2
+    layout layout-gpt-s12 3 --tp 3
     finish
 fi
 
@@ -83,6 +85,15 @@ layout layout-gpt 4 --tp 2 --sequence-parallel --stage 2
 layout layout-gpt-odd 1
 layout layout-gpt-odd 2 --tp 2
 layout layout-gpt-odd 4 --tp 2 --sequence-parallel
+# more slices: TP sizes that 4 does not divide (--exact-slices)
+layout layout-gpt-s12 2 --tp 2
+layout layout-gpt-s12 3 --tp 3
+layout layout-gpt-s12 4 --tp 4 --sequence-parallel
+layout layout-gpt-s12 6 --tp 6
+layout layout-gpt-s12 6 --tp 3 --stage 3
+layout layout-gpt-s8 2 --tp 2 --sequence-parallel
+layout layout-gpt-s8 8 --tp 8
+layout layout-gpt-s8 8 --tp 4 --pp 2
 # a mixture of experts: data and expert parallelism
 layout layout-moe 1
 layout layout-moe 2

@@ -193,6 +193,12 @@ typedef struct {
      * on the number of ranks or the MPI algorithm (see zerosim/zero.h). */
     int deterministic;
 
+    /* zerosim.exact_slices / --exact-slices S: with --backend ref
+     * --deterministic, the number of fixed slices each tensor-parallel sum
+     * is cut into (docs/portable.md): every TP size that divides S gives
+     * the same bytes. 0 = ZS_TP_EXACT_SLICES (4). */
+    int exact_slices;
+
     /* zerosim.qat / --qat: quantization-aware training; 0 = off, else the
      * zs_quant_format (int8 or nf4, zerosim/quant.h) whose fake-quantized
      * linear weights the forward and backward use (docs/quantization.md) */

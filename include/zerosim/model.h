@@ -34,6 +34,8 @@ typedef enum { ZS_MODEL_MLP = 0, ZS_MODEL_GPT = 1, ZS_MODEL_LLAMA = 2 } zs_model
 /* zs_model_config.tp_exact_slices of a deterministic run on the portable
  * backend: tensor-parallel sizes 1, 2 and 4 give the same bytes. */
 #define ZS_TP_EXACT_SLICES 4
+/* the most slices --exact-slices takes */
+#define ZS_EXACT_SLICES_MAX 64
 typedef enum { ZS_ACT_RELU = 0, ZS_ACT_GELU = 1 } zs_activation;
 
 typedef struct {

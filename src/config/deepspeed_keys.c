@@ -19,6 +19,7 @@
 #include <string.h>
 
 static const num_rule R_POS_INT = {1, INT_MAX, 0, 0, 1, "a positive integer"};
+static const num_rule R_EXACT_SLICES = {1, ZS_EXACT_SLICES_MAX, 0, 0, 1, "an integer from 1 to 64"};
 static const num_rule R_BIG_INT = {0, INTEGRAL_MAX, 0, 0, 1, "a non-negative integer"};
 static const num_rule R_SCALE_POWER = {0, MAX_SCALE_POWER, 0, 0, 1,
                                        "an integer from 0 to " XSTR(MAX_SCALE_POWER)};
@@ -774,6 +775,7 @@ static int zerosim_collective_timeout(loader *ld, const char *path, const json_t
 static const field zerosim_fields[] = {
     F_INT("steps", steps, R_POS_INT),
     F_FUNC("deterministic", zerosim_deterministic),
+    F_INT("exact_slices", exact_slices, R_EXACT_SLICES),
     F_FUNC("sequence_parallel", zerosim_sequence_parallel),
     F_FUNC("hierarchical_collectives", zerosim_hierarchical),
     F_FUNC("grad_reduce", zerosim_grad_reduce),
