@@ -14,6 +14,14 @@
 #                (gnuplot's dumb terminal); LABS_SHOW=1 does the same and
 #                LABS_TERM names a gnuplot terminal to use instead
 #   --out DIR    where results go (default ./labs-out/<lab>)
+#   --data text  the labs that train a GPT (1, 3, 4, 5) learn a real English
+#                text instead of the synthetic task: Debian's fortunes
+#                (songs-poems) where it is installed, else the GPL-3 text
+#                every Debian system has (/usr/share/common-licenses),
+#                byte by byte (zerosim tokens: vocabulary 256); --data FILE
+#                takes a byte-level token file of your own. The claims are
+#                checked as always; the page's numbers are the synthetic
+#                task's, so they are shown beside the run's, not checked
 #   --help       this text
 # Environment: ZEROSIM (the program; default ./zerosim, else the one built
 # beside labs/), MPIEXEC (default mpiexec), GNUPLOT (default gnuplot; "no"
@@ -32,6 +40,7 @@ lab_init() {
     SHOW=${LABS_SHOW:-0}
     case $SHOW in 1|yes|true) SHOW=1 ;; *) SHOW=0 ;; esac
     OUT=""
+    DATA=""
     while [ $# -gt 0 ]; do
         case $1 in
             --quick) QUICK=1 ;;
@@ -40,8 +49,12 @@ lab_init() {
                 [ $# -ge 2 ] && [ -n "$2" ] || lab_die "--out needs a folder"
                 OUT=$2; shift ;;
             --out=*) OUT=${1#--out=}; [ -n "$OUT" ] || lab_die "--out needs a folder" ;;
+            --data)
+                [ $# -ge 2 ] && [ -n "$2" ] || lab_die "--data needs 'text' or a token file"
+                DATA=$2; shift ;;
+            --data=*) DATA=${1#--data=}; [ -n "$DATA" ] || lab_die "--data needs 'text' or a token file" ;;
             --help|-h)
-                echo "usage: sh labs/$LAB/run.sh [--quick] [--show] [--out DIR]"
+                echo "usage: sh labs/$LAB/run.sh [--quick] [--show] [--out DIR] [--data text|FILE]"
                 sed -n '2,/^$/s/^# \{0,1\}//p' "$LAB_DIR/run.sh"
                 sed -n '/^# Options of every run.sh:/,/^# Environment/p' "$LABS/lib.sh" | sed 's/^# \{0,1\}//; $d'
                 exit 0 ;;
@@ -71,6 +84,37 @@ lab_init() {
     export OPENBLAS_NUM_THREADS=1
     mode=full; [ "$QUICK" -eq 1 ] && mode=quick
     echo "$LAB ($mode): results in $OUT"
+    lab_data_init
+}
+
+# lab_data_init: with --data, LAB_DATA_ARGS (the options every lab_run
+# appends: the token files and --vocab 256) and LAB_SHAPE_ARGS (what a
+# phantom run appends: --vocab 256, so its bytes are the real runs'); without,
+# both empty
+lab_data_init() {
+    LAB_DATA_ARGS=""
+    LAB_SHAPE_ARGS=""
+    [ -n "$DATA" ] || return 0
+    case $OUT in *\ *) lab_die "--data: the output folder's name may not contain a space: $OUT" ;; esac
+    if [ "$DATA" = text ]; then
+        txt=""
+        for f in /usr/share/games/fortunes/songs-poems /usr/share/common-licenses/GPL-3; do
+            [ -r "$f" ] && { txt=$f; break; }
+        done
+        [ -n "$txt" ] || lab_die "--data text: neither Debian's fortunes (songs-poems) nor /usr/share/common-licenses/GPL-3 is here; give a token file: --data FILE"
+        "$ZS" tokens "$txt" --out "$OUT/text-train.bin" --val-out "$OUT/text-val.bin" >"$OUT/tokens.log" 2>&1 ||
+            { cat "$OUT/tokens.log" >&2; lab_die "zerosim tokens failed on $txt"; }
+        echo "$LAB: --data text: $txt, byte by byte ($OUT/text-train.bin, text-val.bin)"
+        LAB_DATA_ARGS="--data $OUT/text-train.bin --val-data $OUT/text-val.bin --vocab 256"
+        LAB_SHAPE_ARGS="--vocab 256"
+    else
+        [ -r "$DATA" ] || lab_die "--data $DATA: no such file (give 'text' or a byte-level token file from zerosim tokens)"
+        case $DATA in /*) ;; *) DATA=$(pwd)/$DATA ;; esac
+        case $DATA in *\ *|*\'*|*\"*) lab_die "--data: the file's name may not contain a space or a quote: $DATA" ;; esac
+        echo "$LAB: --data $DATA (trained with --vocab 256)"
+        LAB_DATA_ARGS="--data $DATA --vocab 256"
+        LAB_SHAPE_ARGS="--vocab 256"
+    fi
 }
 
 lab_die() { echo "${LAB:-labs}: $*" >&2; exit 1; }
@@ -83,10 +127,11 @@ lab_run() {
     d=$OUT/$name
     rm -rf "$d"; mkdir -p "$d"
     if [ "$n" -eq 1 ]; then echo "zerosim train $*"; else echo "mpirun -np $n zerosim train $*"; fi >"$d/command"
+    # shellcheck disable=SC2086 # LAB_DATA_ARGS is words (lab_data_init)
     if [ "$n" -eq 1 ]; then
-        set -- "$ZS" train "$@" --quiet --csv "$d" --report "$d/report.json"
+        set -- "$ZS" train "$@" $LAB_DATA_ARGS --quiet --csv "$d" --report "$d/report.json"
     else
-        set -- sh "$TOP/tests/mpirun.sh" "$n" "$ZS" train "$@" --quiet --csv "$d" --report "$d/report.json"
+        set -- sh "$TOP/tests/mpirun.sh" "$n" "$ZS" train "$@" $LAB_DATA_ARGS --quiet --csv "$d" --report "$d/report.json"
     fi
     if ! "$@" </dev/null >"$d/log" 2>&1; then
         [ "${LAB_EXPECT_FAIL:-0}" -eq 1 ] && return 1
@@ -111,7 +156,8 @@ lab_phantom() {
     name=$1; shift
     d=$OUT/$name
     rm -rf "$d"; mkdir -p "$d"
-    if ! "$ZS" train --phantom "$@" --quiet --csv "$d" --report "$d/report.json" </dev/null >"$d/log" 2>&1; then
+    # shellcheck disable=SC2086 # LAB_SHAPE_ARGS is words (lab_data_init)
+    if ! "$ZS" train --phantom "$@" $LAB_SHAPE_ARGS --quiet --csv "$d" --report "$d/report.json" </dev/null >"$d/log" 2>&1; then
         cat "$d/log" >&2
         lab_die "this phantom run failed: zerosim train --phantom $*"
     fi
@@ -188,6 +234,16 @@ lab_check() {
     fi
 }
 
+# lab_loss_check TEXT CONDITION...: a claim about how training goes (the
+# losses), which the page makes for the synthetic task: checked as lab_check
+# does, except with --data, where it is shown (seen: yes/no), not checked
+lab_loss_check() {
+    if [ -z "$DATA" ]; then lab_check "$@"; return; fi
+    text=$1; shift
+    if "$@"; then seen=yes; else seen=no; fi
+    echo "  seen on --data $DATA: $text: $seen (the page's claim is the synthetic task's)" | tee -a "$OUT/checks.txt"
+}
+
 # lab_eq A B: awk's numeric equality (for lab_check)
 lab_eq() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a == b) }'; }
 # lab_lt A B: A < B numerically
@@ -230,6 +286,15 @@ lab_screen_term() {
 # the summary, exit non-zero when a check failed
 lab_finish() {
     page=$LAB_DIR/README.md
+    if [ -n "$DATA" ]; then
+        # the page quotes the synthetic task's numbers: shown, not checked
+        sh "$LABS/check-page.sh" --partial "$page" "$OUT/numbers.txt" >"$OUT/page-check.txt" 2>&1 || true
+        echo "  page: not checked with --data (its numbers are the synthetic task's; what differs:)"
+        sed 's/^/    /' "$OUT/page-check.txt"
+        echo "$LAB: $((LAB_CHECKS - LAB_FAILS)) of $LAB_CHECKS checks hold on --data $DATA (checks.txt and the pictures in $OUT)"
+        [ "$LAB_FAILS" -eq 0 ]
+        exit
+    fi
     if ! sh "$LABS/check-page.sh" $([ "$QUICK" -eq 1 ] && echo --partial) "$page" "$OUT/numbers.txt" >"$OUT/page-check.txt" 2>&1; then
         LAB_FAILS=$((LAB_FAILS + 1))
     fi
