@@ -14,7 +14,7 @@ GP=${GNUPLOT:-gnuplot}
 have_gp=0
 [ "$GP" != no ] && command -v "$GP" >/dev/null 2>&1 && have_gp=1
 
-for lab in 01-memory 02-traffic 03-bit-for-bit 04-checkpointing 05-compression 06-planning 07-slicing 08-pipeline 09-experts; do
+for lab in 01-memory 02-traffic 03-bit-for-bit 04-checkpointing 05-compression 06-planning 07-slicing 08-pipeline 09-experts 10-offload 11-cluster; do
     start=$(date +%s)
     if sh "$LABS/$lab/run.sh" --quick --out "$T/$lab" >"$T/$lab.log" 2>&1; then
         ok
