@@ -18,8 +18,9 @@ is the slow part):
     ln-eps    every LayerNorm with eps 1e-3 instead of GPT-2's 1e-5
     no-scale  attention scores not divided by sqrt(head size)
 
-Written for reading: every layer from torch's basic operations, nothing
-from torch.nn but the parameters' container. The safetensors files are
+Written for reading: every layer from torch's basic operations (nothing
+from torch.nn but the parameters' container and the gradient clipping),
+the optimizer torch.optim.AdamW. The safetensors files are
 read and written with struct and json (no safetensors package needed).
 """
 import argparse
