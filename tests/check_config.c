@@ -1184,12 +1184,18 @@ START_TEST(test_offload_optimizer)
                       "\"offload_optimizer\": {\"device\": \"cpu\"}}}"));
     ck_assert_int_eq(cfg.offload_param, ZS_OFFLOAD_CPU);
     ck_assert_int_eq(zs_run_config_finalize(&cfg, 1), 0);
-    /* parameter offload: stage 3, with the optimizer offloaded too */
+    /* parameter offload alone: cpu runs (the optimizer on the device),
+     * nvme is refused */
     cfg.offload_optimizer = ZS_OFFLOAD_NONE;
+    ck_assert_int_eq(zs_run_config_finalize(&cfg, 1), 0);
+    cfg.offload_param = ZS_OFFLOAD_NVME;
+    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "/local_nvme");
     ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "offload_param without offload_optimizer "
-                                                 "(parameters off the device, the optimizer on it) "
-                                                 "is a DeepSpeed feature zerosim does not model"));
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "offload_param nvme without offload_optimizer "
+                                                 "(parameters in a file, the optimizer on the "
+                                                 "device) is a DeepSpeed feature zerosim does not "
+                                                 "model"));
+    cfg.offload_param = ZS_OFFLOAD_CPU;
     /* below stage 3, DeepSpeed does not read offload_param: no effect */
     cfg.offload_optimizer = ZS_OFFLOAD_CPU;
     cfg.stage = 2;
