@@ -1140,7 +1140,29 @@ START_TEST(test_unmodelled_off)
     setup();
     ck_assert_error(load("{\"compression_training\": {\"weight_quantization\": {"
                          "\"shared_parameters\": {\"enabled\": true}}}}"),
-                    "\"compression_training\" is a DeepSpeed feature zerosim does not model yet");
+                    "\"compression_training.weight_quantization\" is a DeepSpeed feature zerosim "
+                    "does not model yet");
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "--qat int8|nf4"));
+    /* compression_training: each enabled section named, with what instead */
+    setup();
+    ck_assert_error(load("{\"compression_training\": {\"activation_quantization\": {"
+                         "\"shared_parameters\": {\"enabled\": true}}, \"layer_reduction\": "
+                         "{\"enabled\": true}, \"sparse_pruning\": {\"shared_parameters\": "
+                         "{\"enabled\": false}}}}"),
+                    "2 problems, one per line");
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "\"compression_training.activation_quantization"
+                                                 "\" is a DeepSpeed feature"));
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "\"compression_training.layer_reduction\" is a "
+                                                 "DeepSpeed feature"));
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "(--layers)"));
+    ck_assert_ptr_null(strstr(zs_error_msg(), "sparse_pruning"));
+    setup();
+    ck_assert_error(load("{\"compression_training\": {\"channel_pruning\": {"
+                         "\"shared_parameters\": {\"enabled\": true}}}}"),
+                    "zerosim compress --sparsity S");
+    setup();
+    ck_assert_error(load("{\"compression_training\": {\"weight_pruning\": {}}}"),
+                    "unknown key");
     ck_assert_error(load("{\"zero_optimization\": {\"zero_quantized_nontrainable_weights\": "
                          "true}}"), "ZeRO++ quantized weights");
     /* ZeRO++'s hpZ and qgZ are modelled: read into the configuration */

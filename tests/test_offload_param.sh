@@ -12,6 +12,7 @@
 #    phantom run's gathers send rank 0's parts up on every rank, with
 #    offload_optimizer too);
 #  - d2h per step is the shard in working precision;
+#  - a checkpoint resumes exactly (full run);
 #  - nvme alone, and the paper conventions of the planner, refused in one line.
 . "$(dirname "$0")/testlib.sh"
 
@@ -65,6 +66,16 @@ for k in d2h h2d; do
     r=$(awk -v k="$k" '$1 == 0 && $2 == k && $3 == "all" { printf "%.0f", $5 / 3 }' "$T/pl/comm.csv")
     [ -n "$p" ] && [ "$p" = "$r" ] && ok || bad "offload_param $k per step: plan $p, rank 0 ran $r"
 done
+
+# a checkpoint saved with the shard on the host resumes exactly (full run)
+if ! zs_fast; then
+    zs_run ck1 2 $M --steps 4 --stage 3 --precision bf16 --offload-param cpu \
+        --save-dir "$T/ck" --save-every 2 &&
+        zs_run ck2 2 $M --steps 4 --stage 3 --precision bf16 --offload-param cpu \
+            --resume "$T/ck/global_step2" &&
+        { [ "$(key "$T/ck1.json" param_hash)" = "$(key "$T/ck2.json" param_hash)" ] && ok ||
+              bad "resumed with offload_param: $(key "$T/ck2.json" param_hash), uninterrupted $(key "$T/ck1.json" param_hash)"; }
+fi
 
 refuse -m "offload_param nvme without offload_optimizer" -q \
     train $M --stage 3 --offload-param nvme --nvme-path "$T"
