@@ -263,7 +263,8 @@ static void zs_plan_print_steptime(FILE *f, const zs_plan_input *in, const zs_pl
         fprintf(f, "  offload: %.4g s in the step (copies at %.4g B/s%s%s), not overlapped\n",
                 t->offload_s, in->cal.host_bandwidth,
                 r->nvme_read_bytes > 0 ? ", files at the nvme rate" : "",
-                in->cal.host_optimizer_elems_per_s > 0
+                in->cfg.offload_optimizer == ZS_OFFLOAD_NONE ? "" /* offload_param alone */
+                : in->cal.host_optimizer_elems_per_s > 0
                     ? ", the host optimizer at --host-optimizer-rate"
                     : "; the host optimizer's time is left out: give --host-optimizer-rate");
 }

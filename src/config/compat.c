@@ -137,10 +137,10 @@ RULE(offload_param_stage)
 RULE(offload_param_alone)
 {
     UNUSED_CTX;
-    return c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE &&
-           SAY("offload_param without offload_optimizer (parameters off the device, the "
-               "optimizer on it) is a DeepSpeed feature zerosim does not model yet: add "
-               "--offload-optimizer cpu (or nvme), or drop --offload-param");
+    return c->offload_param == ZS_OFFLOAD_NVME && c->offload_optimizer == ZS_OFFLOAD_NONE &&
+           SAY("offload_param nvme without offload_optimizer (parameters in a file, the "
+               "optimizer on the device) is a DeepSpeed feature zerosim does not model yet: "
+               "use --offload-param cpu, or add --offload-optimizer cpu (or nvme)");
 }
 
 /* ---- tensor and sequence parallelism, the model ----------------------- */
@@ -491,6 +491,10 @@ RULE(plan_hierarchical)
 
 RULE(device_offload)
 {
+    if (!x->backend_host && c->stage == 3 && c->offload_param != ZS_OFFLOAD_NONE &&
+        c->offload_optimizer == ZS_OFFLOAD_NONE)
+        return SAY("offload_param is not supported with --backend %s yet (the parameter "
+                   "shard is written on host memory): use --backend cpu", x->backend);
     return !x->backend_host && c->stage >= 1 && c->offload_optimizer != ZS_OFFLOAD_NONE &&
            SAY("offload_optimizer is not supported with --backend %s yet (the host "
                "optimizer runs on host memory): use --backend cpu", x->backend);
@@ -565,7 +569,7 @@ static const zs_compat_rule rules[] = {
     {"offload-param+stage", "offload-param stage", RUN, ADJUST, offload_param_stage,
      "DeepSpeed reads offload_param in stage 3 only"},
     {"offload-param+offload", "offload-param offload", RUN, REFUSE, offload_param_alone,
-     "not modelled yet: the optimizer's states on the device with the parameters off it"},
+     "not modelled yet: the optimizer on the device with the parameters in a file (cpu is)"},
     {"sp+tp", "sp tp", RUN, REFUSE, sp_tp,
      "Megatron-LM's sequence parallelism lives in the tensor-parallel group"},
     {"tp+mlp", "tp model", RUN, REFUSE, tp_model,
