@@ -984,6 +984,25 @@ static int top_prescale(loader *ld, const char *path, const json_t *v)
     return 0;
 }
 
+/* sequence_parallel_size: DeepSpeed-Ulysses' group (arXiv 2309.14509), the
+ * context-parallel axis with the all-to-all attention (--cp U
+ * --cp-attention ulysses); 1 leaves the mesh as it is. */
+static int top_sequence_parallel_size(loader *ld, const char *path, const json_t *v)
+{
+    double n;
+    long long ll;
+    ZS_TRY(zs_ds_read_number(ld, path, v, &R_POS_INT, &n, &ll));
+    if (ll > ZS_BOUND_CP_MAX)
+        return zs_config_fail("%s: %s is %lld, more than the %d ranks a sequence-parallel group "
+                              "may have here: use %d or less", ld->name, path, ll,
+                              ZS_BOUND_CP_MAX, ZS_BOUND_CP_MAX);
+    if (ll > 1) {
+        ld->c.cp = (int)ll;
+        ld->c.cp_attention = ZS_CP_ULYSSES;
+    }
+    return 0;
+}
+
 /* gradient_predivide_factor: divide by f before the sum, by N/f after. */
 static int top_predivide(loader *ld, const char *path, const json_t *v)
 {
@@ -1072,6 +1091,7 @@ static const field top_fields[] = {
     F_FUNC("prescale_gradients", top_prescale),
     F_FUNC("gradient_predivide_factor", top_predivide),
     F_FUNC("communication_data_type", top_comm_dtype),
+    F_FUNC("sequence_parallel_size", top_sequence_parallel_size),
     F_SECTION("data_types", data_types_table),
     F_U64("seed", seed),
     F_FUNC("optimizer", load_optimizer),

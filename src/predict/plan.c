@@ -120,6 +120,7 @@ static int zs_plan_states_program(const zs_plan_input *in, const zs_run_config *
     }
     r->cp = c->cp > 1 ? c->cp : 1;
     r->cp_ring_bytes = pr->cp_ring_bytes_per_step;
+    r->cp_a2a_bytes = pr->cp_a2a_bytes_per_step;
     zs_plan_states_count(pr->bytes, pr->tier_bytes, pr->grad_fixed_bytes, gs, ps, r);
     for (int k = 0; k < ZS_MEM_NCAT; k++)
         r->has[k] = pr->has[k];
@@ -689,7 +690,7 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
     if ((r->pp > 1 || c->tp > 1) && Psi > 0)
         pp_scale = (double)ps->pr.num_params / Psi / (1.0 - r->pp_bubble);
     r->flops_per_step *= pp_scale;
-    r->traffic_bytes += r->pp_send_bytes + r->cp_ring_bytes;
+    r->traffic_bytes += r->pp_send_bytes + r->cp_ring_bytes + r->cp_a2a_bytes;
     *gemm = 0.0;
     memset(work, 0, ZS_WORK_NKINDS * sizeof work[0]);
     *fwd = ps->have ? 1.0 / (3.0 + rec_e) : r->recompute ? 0.25 : 1.0 / 3.0;
