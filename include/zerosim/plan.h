@@ -149,6 +149,8 @@ typedef struct {
      * to-point bytes per step one device sends (as many it receives) */
     int cp;
     double cp_ring_bytes;
+    double cp_ring_sends; /* the ring's messages per step, and 1 when they */
+    int cp_ring_inter;    /* cross nodes (the step time's ring_link 2) */
 } zs_plan_result;
 
 /* Plan one (model, stage, N). Returns 0, or non-zero with a one-line message
