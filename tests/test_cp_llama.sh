@@ -145,6 +145,12 @@ ring=$(sed -n 's/.*"cp_ring_send_bytes_per_step": \([0-9]*\).*/\1/p' "$T/plan.js
 sent=$(awk '$1 == 0 && $2 == "send" && $3 == "all" { print $5 }' "$T/ct4-3/comm.csv")
 [ -n "$ring" ] && awk -v s="$sent" -v r="$ring" 'BEGIN { exit s != 3 * r }' && ok ||
     bad "plan llama --cp: ring bytes $ring per step, the run sent $sent in 3 steps"
-grep -q '"cp_ring_s": [0-9]' "$T/plan.json" && ok || bad "plan llama --cp: no ring time in step_time"
+# its time: each message (B (T/C) 2 KVl D floats = 2 x 8 x 2 x 1 x 8 x 4
+# = 1,024 bytes at tp 4) alpha + bytes/beta of the default machine's link
+# inside a node (5e-6 s, 150e9 B/s; the 8 ranks are one node)
+rs=$(sed -n 's/^ *"cp_ring_s": \([0-9.e+-]*\),*$/\1/p' "$T/plan.json")
+awk -v t="$rs" -v r="$ring" 'BEGIN { w = r / 1024 * 5e-6 + r / 150e9; d = t - w
+    exit t == "" || d > 1e-12 || d < -1e-12 }' && ok ||
+    bad "plan llama --cp: ring time $rs s, by hand $ring bytes in 1,024-byte messages"
 
 finish
