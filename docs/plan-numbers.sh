@@ -78,7 +78,9 @@ layout() {
     done
     num "${t}_activations" "$(gb2 $(( $(catkey "$j" activations) + $(catkey "$j" checkpoints) )))"
     num "${t}_total" "$(gb2 "$(key "$j" total)")"
-    num "${t}_dp_bytes" "$(gb2 "$(coll "$j" "$(key "$j" dp)")")"
+    # the ZeRO group: data x context with --cp (key cp only then)
+    zg=$(( $(key "$j" dp) * $(key "$j" cp | grep . || echo 1) ))
+    num "${t}_dp_bytes" "$(gb2 "$(coll "$j" "$zg")")"
     num "${t}_tp_bytes" "$(gb2 "$(coll "$j" "$(key "$j" tp)")")"
     num "${t}_pp_bytes" "$(gb2 "$(key "$j" p2p_send_bytes_per_step)")"
 }
@@ -96,3 +98,19 @@ layout pub405 "$T/l405.json"
     --micro-batch 1 --grad-accum 96 --precision fp16 --stage 0 --grad-reduce step --tp 8 --pp 8 \
     --dp 16 --checkpoint-activations every:1 --device-memory 80GB --json >"$T/g3.json"
 layout pubg3 "$T/g3.json"
+# Llama 3.1 405B's long-context stage (arXiv 2407.21783, Table 4): TP 8 x
+# CP 16 x PP 16 at sequence 131,072 on 16,384 GPUs (DP 8: the table prints
+# 4, which with 16,384 GPUs and 16M tokens a step does not multiply out),
+# 16 sequences per data-parallel rank; zerosim refuses --sequence-parallel
+# with --cp, so without it
+"$ZS" plan --hf-config "$HF/llama3.1-405b.json" --seq 131072 --micro-batch 1 --grad-accum 16 \
+    --precision bf16 --stage 2 --tp 8 --cp 16 --pp 16 --dp 8 \
+    --checkpoint-activations every:1 --device-memory 80GB --json >"$T/l405cp.json" 2>/dev/null
+layout pub405cp "$T/l405cp.json"
+num pub405cp_ring_bytes "$(gb2 "$(key "$T/l405cp.json" cp_ring_send_bytes_per_step)")"
+num pub405cp_ring_s "$(sed -n 's/^ *"cp_ring_s": \([0-9.]*\),*$/\1/p' "$T/l405cp.json" |
+    awk '{ printf "%.2f\n", $1 }')"
+num pub405cp_step_s "$(sed -n '/"step_time"/,/}/p' "$T/l405cp.json" |
+    sed -n 's/^ *"total_s": \([0-9.]*\),*$/\1/p' | awk '{ printf "%.1f\n", $1 }')"
+num pub405cp_comm_s "$(sed -n '/"step_time"/,/}/p' "$T/l405cp.json" |
+    sed -n 's/^ *"comm_s": \([0-9.]*\),*$/\1/p' | awk '{ printf "%.2f\n", $1 }')"

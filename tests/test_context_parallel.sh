@@ -35,7 +35,7 @@ refuse -m "tp x cp x pp divides" mesh --world 6 --cp 4
 S="--layers 2 --hidden 32 --heads 4 --vocab 64 --micro-batch 2 --steps 1 --quiet"
 refuse -m "context-parallel groups of 4 (--cp)" train --phantom --world-size 6 $S --seq 16 --cp 4
 refuse -m "not a multiple of 8" train --phantom --world-size 4 $S --seq 12 --cp 4
-refuse -m "implemented for the GPT" train --phantom --world-size 2 $S --seq 16 --cp 2 --model llama
+refuse -m "splits a decoder's sequence" train --phantom --world-size 2 $S --seq 16 --cp 2 --model mlp
 refuse -m "sequence-parallel" train --phantom --world-size 4 $S --seq 16 --cp 2 --tp 2 \
     --sequence-parallel
 refuse -m "mixture of experts" train --phantom --world-size 2 $S --seq 16 --cp 2 --moe-experts 4

@@ -147,21 +147,28 @@ void zs_backend_attention_backward(zs_backend_t be, float *dqkv, float *dpreatt,
  * positions, the queries' rows being chunks q_chunk0 then q_chunk1, the
  * keys' k_chunk0 then k_chunk1; a key is seen where its position is at
  * most the query's. first: the ring's first block (the forward starts its
- * running statistics); last: the ring's last (the forward normalises). */
+ * running statistics); last: the ring's last (the forward normalises).
+ * Grouped-query attention (the Llama family): nkv key/value heads of C/NH
+ * floats (nh a multiple of nkv; query head h attends to key/value head
+ * h / (nh / nkv)), q rows q_stride floats apart; 0 in either means the
+ * GPT's: nkv = nh, q_stride = 3C. */
 typedef struct {
     int b, tq, tk, c, nh, chunk;
     int q_chunk0, q_chunk1, k_chunk0, k_chunk1;
     int first, last;
+    int nkv, q_stride;
 } zs_ring_block;
 /* out(B,tq,C) and stats(B,tq,NH,2) ([max, sum] per row and head)
- * accumulate one block; q from qkv(B,tq,3C); k and v at kv (k at column 0,
- * v at column C, kv_stride floats per row). OPTIONAL in a backend's table:
+ * accumulate one block; q from qkv(B,tq,q_stride) (columns 0..C-1); k and v
+ * at kv (k at column 0, v at column KVC = nkv * C/NH, kv_stride floats per
+ * row). OPTIONAL in a backend's table:
  * zerosim/compat.h refuses --cp where it is missing. */
 void zs_backend_ring_attention_forward(zs_backend_t be, float *out, float *stats,
                                        const float *qkv, const float *kv, int kv_stride,
                                        const zs_ring_block *blk);
 /* One block's backward from the forward's out and stats: dqkv's q columns
- * and dkv (dk at column 0, dv at column C, dkv_stride floats per row)
+ * (rows of q_stride) and dkv (dk at column 0, dv at column KVC, dkv_stride
+ * floats per row)
  * accumulate. */
 void zs_backend_ring_attention_backward(zs_backend_t be, float *dqkv, float *dkv, int dkv_stride,
                                         const float *dout, const float *out, const float *stats,

@@ -152,6 +152,8 @@ typedef struct {
     /* with Ulysses (--cp-attention ulysses) in place of the ring: its
      * all-to-alls' bytes per step one device sends to the others */
     double cp_a2a_bytes;
+    double cp_ring_sends; /* the ring's messages per step, and 1 when they */
+    int cp_ring_inter;    /* cross nodes (the step time's ring_link 2) */
 } zs_plan_result;
 
 /* Plan one (model, stage, N). Returns 0, or non-zero with a one-line message

@@ -191,6 +191,16 @@ typedef struct {
      * and from files; the host optimizer's elements (the device's
      * optimizer_elems are then 0). Serial with the rest of the step. */
     double host_bytes, nvme_bytes, host_optimizer_elems;
+    /* context parallelism's ring (point-to-point): per device per step the
+     * messages a rank sends (ring_sends, each ring_bytes / ring_sends, all
+     * ranks of the group sending at once) over ring_link (1: inside a
+     * node; 2: between nodes). Each costs α + bytes/β of its link; it joins
+     * comm_s and is hidden only by overlap 1: zerosim's ring waits for
+     * each message before the block that reads it (src/model/ring_attention.c),
+     * where Megatron-LM's (Transformer Engine's) sends the next block while
+     * it computes this one. */
+    double ring_bytes, ring_sends;
+    int ring_link;
     zs_steptime_calib cal;
 } zs_steptime_input;
 
@@ -214,6 +224,7 @@ typedef struct {
     double scalars_s;               /* the small collectives (scalar_calls α) */
     int overlapped;                 /* 1: compute and communication overlapped */
     double coll_s[ZS_COLL_NKINDS];  /* per kind */
+    double ring_s;                  /* context parallelism's ring (in comm_s) */
     double total_s;
     double alpha_s, beta;           /* the link constants used (beta: per
                                        device, as inter_bandwidth) */

@@ -640,7 +640,12 @@ void zs_backend_attention_backward(zs_backend_t be, float *dqkv, float *dpreatt,
     ZS_BE_CHECK((blk) != NULL && (blk)->b >= 0 && (blk)->tq >= 0 && (blk)->tk >= 0 &&         \
                 (blk)->nh > 0 && (blk)->c > 0 && (blk)->c % (blk)->nh == 0 &&                  \
                 (blk)->chunk > 0 && (blk)->tq <= 2 * (blk)->chunk &&                           \
-                (blk)->tk <= 2 * (blk)->chunk)
+                (blk)->tk <= 2 * (blk)->chunk && (blk)->nkv >= 0 && (blk)->q_stride >= 0 &&    \
+                ((blk)->nkv == 0 || (blk)->nh % (blk)->nkv == 0) &&                             \
+                ((blk)->q_stride == 0 || (blk)->q_stride >= (blk)->c))
+/* The key/value columns of a ring block: k and v, each nkv heads wide. */
+#define ZS_RING_KV_COLS(blk)                                                                   \
+    (2 * ((blk)->nkv ? (blk)->nkv * ((blk)->c / (blk)->nh) : (blk)->c))
 
 void zs_backend_ring_attention_forward(zs_backend_t be, float *out, float *stats,
                                        const float *qkv, const float *kv, int kv_stride,
@@ -652,7 +657,7 @@ void zs_backend_ring_attention_forward(zs_backend_t be, float *out, float *stats
     if (blk->b == 0 || blk->tq == 0)
         return;
     ZS_BE_CHECK(out != NULL && stats != NULL && qkv != NULL && kv != NULL &&
-                kv_stride >= 2 * blk->c);
+                kv_stride >= ZS_RING_KV_COLS(blk));
     be->iface->ring_attention_forward(be->ctx, out, stats, qkv, kv, kv_stride, blk);
 }
 
@@ -667,8 +672,8 @@ void zs_backend_ring_attention_backward(zs_backend_t be, float *dqkv, float *dkv
     if (blk->b == 0 || blk->tq == 0)
         return;
     ZS_BE_CHECK(dqkv != NULL && dkv != NULL && dout != NULL && out != NULL && stats != NULL &&
-                qkv != NULL && kv != NULL && kv_stride >= 2 * blk->c &&
-                dkv_stride >= 2 * blk->c);
+                qkv != NULL && kv != NULL && kv_stride >= ZS_RING_KV_COLS(blk) &&
+                dkv_stride >= ZS_RING_KV_COLS(blk));
     be->iface->ring_attention_backward(be->ctx, dqkv, dkv, dkv_stride, dout, out, stats, qkv, kv,
                                        kv_stride, blk);
 }

@@ -15,9 +15,13 @@
  * Liu et al., Ring Attention). The backward recomputes each block's
  * probabilities from the saved statistics (as FlashAttention does).
  *
- * Layouts: q rows of the packed qkv (B, Tq, 3C) (q at column 0); keys and
- * values at kv (k at column 0, v at column C) with kv_stride floats per
- * row; out and dout (B, Tq, C); stats (B, Tq, NH, 2).
+ * Layouts: q rows of the packed qkv (B, Tq, q_stride) (q at column 0; the
+ * GPT's 3C); keys and values at kv (k at column 0, v at column KVC, the
+ * nkv key/value heads' width: C for the GPT) with kv_stride floats per
+ * row; out and dout (B, Tq, C); stats (B, Tq, NH, 2). Grouped-query
+ * attention: query head h reads key/value head h / (NH / nkv); the loops
+ * and their order are the same for every nkv, so the GPT's bytes do not
+ * depend on the fields' defaults.
  */
 #include "backend/backend_impl.h"
 #include "backend/cpu_math.h"
@@ -30,16 +34,28 @@ static int ring_pos(int t, int s, int chunk0, int chunk1)
     return (t < s ? chunk0 : chunk1) * s + t % s;
 }
 
+/* q's row stride, the key/value heads' width KVC and the query heads per
+ * key/value head, from the block's defaults (the GPT's: 3C, C, 1). */
+static void ring_gqa(const zs_ring_block *blk, int *q_stride, int *kvc, int *group)
+{
+    int nkv = blk->nkv ? blk->nkv : blk->nh;
+    *q_stride = blk->q_stride ? blk->q_stride : 3 * blk->c;
+    *kvc = nkv * (blk->c / blk->nh);
+    *group = blk->nh / nkv;
+}
+
 void zs_cpu_ring_attention_forward(void *ctx, float *out, float *stats, const float *qkv,
                                    const float *kv, int kv_stride, const zs_ring_block *blk)
 {
     (void)ctx;
     int B = blk->b, tq = blk->tq, C = blk->c, NH = blk->nh, hs = C / NH, S = blk->chunk;
+    int qs, kvc, g;
+    ring_gqa(blk, &qs, &kvc, &g);
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < tq; t++) {
             int qp = ring_pos(t, S, blk->q_chunk0, blk->q_chunk1);
-            const float *qrow = qkv + ((size_t)b * tq + t) * 3 * C;
+            const float *qrow = qkv + ((size_t)b * tq + t) * (size_t)qs;
             float *orow = out + ((size_t)b * tq + t) * C;
             float *st = stats + ((size_t)b * tq + t) * NH * 2;
             for (int h = 0; h < NH; h++) {
@@ -54,8 +70,8 @@ void zs_cpu_ring_attention_forward(void *ctx, float *out, float *stats, const fl
                 for (int j = 0; j < blk->tk; j++) {
                     if (ring_pos(j, S, blk->k_chunk0, blk->k_chunk1) > qp)
                         continue;
-                    const float *k = kv + ((size_t)b * blk->tk + j) * kv_stride + h * hs;
-                    const float *v = k + C;
+                    const float *k = kv + ((size_t)b * blk->tk + j) * kv_stride + h / g * hs;
+                    const float *v = k + kvc;
                     float s = 0.0f;
                     for (int i = 0; i < hs; i++)
                         s += q[i] * k[i];
@@ -88,13 +104,15 @@ void zs_cpu_ring_attention_backward(void *ctx, float *dqkv, float *dkv, int dkv_
 {
     (void)ctx;
     int B = blk->b, tq = blk->tq, C = blk->c, NH = blk->nh, hs = C / NH, S = blk->chunk;
+    int qs, kvc, g;
+    ring_gqa(blk, &qs, &kvc, &g);
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < tq; t++) {
             int qp = ring_pos(t, S, blk->q_chunk0, blk->q_chunk1);
             size_t row = (size_t)b * tq + t;
-            const float *qrow = qkv + row * 3 * C;
-            float *dqrow = dqkv + row * 3 * C;
+            const float *qrow = qkv + row * (size_t)qs;
+            float *dqrow = dqkv + row * (size_t)qs;
             const float *st = stats + row * NH * 2;
             for (int h = 0; h < NH; h++) {
                 const float *q = qrow + h * hs, *o = out + row * C + h * hs;
@@ -106,10 +124,10 @@ void zs_cpu_ring_attention_backward(void *ctx, float *dqkv, float *dkv, int dkv_
                 for (int j = 0; j < blk->tk; j++) {
                     if (ring_pos(j, S, blk->k_chunk0, blk->k_chunk1) > qp)
                         continue;
-                    const float *k = kv + ((size_t)b * blk->tk + j) * kv_stride + h * hs;
-                    const float *v = k + C;
-                    float *dk = dkv + ((size_t)b * blk->tk + j) * dkv_stride + h * hs;
-                    float *dv = dk + C;
+                    const float *k = kv + ((size_t)b * blk->tk + j) * kv_stride + h / g * hs;
+                    const float *v = k + kvc;
+                    float *dk = dkv + ((size_t)b * blk->tk + j) * dkv_stride + h / g * hs;
+                    float *dv = dk + kvc;
                     float s = 0.0f, dp = 0.0f;
                     for (int i = 0; i < hs; i++)
                         s += q[i] * k[i];

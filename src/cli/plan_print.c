@@ -260,6 +260,14 @@ static void zs_plan_print_steptime(FILE *f, const zs_plan_input *in, const zs_pl
                 "alone; never a micro-batch's last bucket nor an all-to-all)%s\n",
                 in->cal.intra_copies_use_cores ? " nor the copies inside a node, which the "
                                                  "ranks' cores make" : "");
+    if (t->ring_s > 0)
+        fprintf(f, "  context parallelism's ring: %.4g s of the communication, %.0f messages of "
+                "%.0f bytes per step over the %s link, not behind the attention (zerosim's ring "
+                "waits for each block's keys and values before it reads them)%s\n",
+                t->ring_s, r->cp_ring_sends,
+                r->cp_ring_sends > 0 ? r->cp_ring_bytes / r->cp_ring_sends : 0.0,
+                r->cp_ring_inter ? "inter-node" : "intra-node",
+                in->overlap ? "; --overlap hides it with the rest" : "");
     if (t->scalars_s > 0)
         fprintf(f, "  small collectives: the loss, the overflow flag and the gradient norm, 3 per "
                 "step at alpha %.3g s each\n", t->alpha_s);
@@ -384,8 +392,10 @@ static json_t *zs_plan_json_collectives(const zs_plan_input *in, const zs_plan_r
          * nodes), "node" (inside one), "nodes" (one rank per node) */
         static const char *const links[] = {"world", "node", "nodes"};
         int lk = r->colls[i].link;
+        /* the world: the data-parallel group, with --cp the data x context one */
+        int world = in->dp * (in->cfg.cp > 1 ? in->cfg.cp : 1);
         json_object_set_new(e, "ranks", json_integer(r->colls[i].ranks > 0 ? r->colls[i].ranks
-                                                                            : in->dp));
+                                                                            : world));
         json_object_set_new(e, "link", json_string(lk >= 0 && lk <= 2 ? links[lk] : "?"));
         /* a linear allgather's busiest node-link direction, over its calls
          * (zs_steptime_coll.link_bytes); absent: equal parts */
@@ -431,6 +441,8 @@ static json_t *zs_plan_json_step_time(const zs_plan_input *in, const zs_plan_res
     json_object_set_new(t, "comm_s", json_real(r->time.comm_s));
     json_object_set_new(t, "scalars_s", json_real(r->time.scalars_s));
     json_object_set_new(t, "overlapped", json_boolean(r->time.overlapped));
+    if (r->time.ring_s > 0)
+        json_object_set_new(t, "cp_ring_s", json_real(r->time.ring_s));
     json_object_set_new(t, "comm_exposed_s", json_real(r->time.comm_exposed_s));
     json_object_set_new(t, "comm_hidden_s", json_real(r->time.comm_hidden_s));
     json_object_set_new(t, "optimizer_s", json_real(r->time.optimizer_s));

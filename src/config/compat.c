@@ -220,23 +220,24 @@ RULE(cp_world)
 RULE(cp_seq)
 {
     UNUSED_CTX;
-    return c->cp > 1 && c->model.kind == ZS_MODEL_GPT && c->model.seq_len % (2 * c->cp) &&
-           SAY(c->cp_attention == ZS_CP_ULYSSES ?
-               "context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal chunks "
-               "(Ulysses: rank i holds chunks 2i and 2i + 1 of 0 .. %d)" :
-               "context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal chunks "
-               "(rank i holds chunks i and %d - i): the sequence length %d is not a multiple "
-               "of %d; use --seq a multiple of %d, or another --cp", c->cp, c->cp, 2 * c->cp,
-               2 * c->cp - 1, c->model.seq_len, 2 * c->cp, 2 * c->cp);
+    return c->cp > 1 && c->model.kind != ZS_MODEL_MLP && c->model.seq_len % (2 * c->cp) &&
+           SAY(c->cp_attention == ZS_CP_ULYSSES
+                   ? "context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal "
+                     "chunks (Ulysses: rank i holds chunks 2i and 2i + 1 of 0 .. %d): the "
+                     "sequence length %d is not a multiple of %d; use --seq a multiple of %d, "
+                     "or another --cp"
+                   : "context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal "
+                     "chunks (rank i holds chunks i and %d - i): the sequence length %d is not "
+                     "a multiple of %d; use --seq a multiple of %d, or another --cp",
+               c->cp, c->cp, 2 * c->cp, 2 * c->cp - 1, c->model.seq_len, 2 * c->cp, 2 * c->cp);
 }
 
 RULE(cp_model)
 {
     UNUSED_CTX;
-    return c->cp > 1 && c->model.kind != ZS_MODEL_GPT &&
-           SAY("context parallelism (--cp %d) is implemented for the GPT (its ring attention; "
-               "the Llama family's rotary, grouped-query attention not yet): use --model gpt, "
-               "or --cp 1", c->cp);
+    return c->cp > 1 && c->model.kind != ZS_MODEL_GPT && c->model.kind != ZS_MODEL_LLAMA &&
+           SAY("context parallelism (--cp %d) splits a decoder's sequence (ring attention): "
+               "use --model gpt or llama, or --cp 1", c->cp);
 }
 
 RULE(cp_sp)
@@ -658,7 +659,7 @@ static const zs_compat_rule rules[] = {
     {"cp+seq", "cp seq", RUN, REFUSE, cp_seq,
      "Megatron-LM's load balancing cuts the sequence into 2 cp chunks"},
     {"cp+model", "cp model", RUN, REFUSE, cp_model,
-     "ring attention is implemented for the GPT's multi-head attention"},
+     "ring attention splits a decoder's sequence (GPT, Llama): the MLP has none"},
     {"cp+sp", "cp sp", RUN, REFUSE, cp_sp, "not implemented yet"},
     {"cp+moe", "cp moe", RUN, REFUSE, cp_moe, "not implemented yet"},
     {"cp+partition-activations", "cp ckpt", RUN, REFUSE, cp_partition_activations,

@@ -86,6 +86,17 @@
  * heads use (head r*KV/P), a copy on each of the P/KV ranks of its group
  * (vLLM's way; Megatron-LM requires KV % P == 0). Neither: refused.
  *
+ * Context parallelism (--cp C, src/model/ring_attention.c, as the
+ * GPT's): a rank holds T/C positions of each sequence, chunks i and
+ * 2C - 1 - i of 2C, so every T above is T/C, the rotary table holds the
+ * rows of those positions (not contiguous: zs_rope_table_fill twice, at
+ * each chunk's first position) and the attention is the ring's: the keys
+ * and values of this rank's KVl key/value heads (2·B·T/C·KVl·D floats a
+ * message) go round the context group, each query head attending to its
+ * key/value group; att keeps the ring's statistics (2·B·NHl·T/C) in place
+ * of the probabilities and the scratch the ring's four messages in place
+ * of preatt and datt.
+ *
  * Initialisation (Hugging Face's LlamaPreTrainedModel): every linear and
  * the embedding N(0, 0.02) (no residual scaling), biases 0, RMSNorm weights
  * 1; element j of an entry drawn where the GPT draws it (its own stream
@@ -127,6 +138,25 @@ static size_t llama_kv_local(const zs_model_config *c)
 {
     int P = llama_tp(c), KV = llama_kv(c);
     return KV % P == 0 ? (size_t)(KV / P) : 1;
+}
+
+/* Positions of a sequence on this rank: T, or T/C with context
+ * parallelism (the rank's two chunks, src/model/ring_attention.c). */
+static size_t llama_seq(const zs_model_config *c) { return zs_decoder_seq_rank(c); }
+
+/* A block's saved attention floats: the probabilities B·NHl·T², or with
+ * context parallelism the ring's statistics (a maximum and a sum per row
+ * and query head, 2·B·NHl·T/C); and the backward's scratch for them
+ * (preatt and datt, or the ring's four messages, zs_ring_kv_floats each). */
+static size_t llama_att_floats(const zs_model_config *c, size_t B)
+{
+    size_t NHl = (size_t)c->n_head / (size_t)llama_tp(c), T = llama_seq(c);
+    return zs_model_cp_size(c) > 1 ? 2 * B * NHl * T : B * NHl * T * T;
+}
+
+static size_t llama_att_scratch_floats(const zs_model_config *c, size_t B)
+{
+    return zs_model_cp_size(c) > 1 ? 4 * zs_ring_kv_floats(c, (int)B) : 2 * llama_att_floats(c, B);
 }
 
 /* Replicated key/value heads (tp > KV): the floats of every head's k and v
@@ -366,11 +396,11 @@ enum { LA_LN1, LA_LN1_RSTD, LA_Q, LA_K, LA_V, LA_ATT, LA_ATTY, LA_RES2, LA_LN2, 
 
 static void llama_block_sizes(const zs_model_config *c, int b, size_t sz[LA_N], size_t moe[6])
 {
-    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)llama_tp(c);
+    size_t B = (size_t)b, T = llama_seq(c), C = (size_t)c->n_embd, P = (size_t)llama_tp(c);
     size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
     size_t BT = B * T, BTl = B * zs_decoder_seq_local(c), Fl = (size_t)c->ffn_hidden / P;
     const size_t s[LA_N] = {BT * C,  BTl,     BT * NHl * D, BT * KVl * D, BT * KVl * D,
-                            B * NHl * T * T,  BT * NHl * D, BTl * C,      BT * C,
+                            llama_att_floats(c, B),  BT * NHl * D, BTl * C,      BT * C,
                             BTl,     BT * Fl, BT * Fl,      BT * Fl,      BTl * C};
     for (int k = 0; k < LA_N; k++)
         sz[k] = s[k];
@@ -415,7 +445,7 @@ static int llama_range_kinds(const zs_model_config *c, int b0, int b1)
 
 static size_t llama_head_floats(const zs_model_config *c, int b)
 {
-    size_t BT = (size_t)b * c->seq_len, BTl = (size_t)b * zs_decoder_seq_local(c);
+    size_t BT = (size_t)b * llama_seq(c), BTl = (size_t)b * zs_decoder_seq_local(c);
     return BT * (size_t)c->n_embd + BTl + BT * ((size_t)c->vocab / (size_t)llama_tp(c)) + BT;
 }
 
@@ -469,11 +499,11 @@ double zs_llama_moe_home_bytes(const zs_model_config *c)
 
 static size_t llama_scratch_bytes(const zs_model_config *c, int b)
 {
-    size_t B = (size_t)b, T = (size_t)c->seq_len, C = (size_t)c->n_embd, P = (size_t)llama_tp(c);
+    size_t B = (size_t)b, T = llama_seq(c), C = (size_t)c->n_embd, P = (size_t)llama_tp(c);
     size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
     size_t BT = B * T, Fl = (size_t)c->ffn_hidden / P, V = (size_t)c->vocab;
     size_t f = T * D + 2 * BT * C + 2 * BT * NHl * D + 2 * BT * KVl * D + 3 * BT * Fl +
-               2 * B * NHl * T * T;
+               llama_att_scratch_floats(c, B);
     int b0, b1, head;
     zs_decoder_stage(c, &b0, &b1, &head);
     if (head)
@@ -523,20 +553,26 @@ static void llama_bind_block(zs_acts *a, int l, float *base, int kinds)
     }
 }
 
-/* The rotary table (T rows from position 0) into a->s_rope; 0, or -1 when
- * host memory ran out. A phantom backend's table holds nothing. */
+/* The rotary table (T rows from position 0; with context parallelism T/C
+ * rows, those of the rank's two chunks at their positions in the sequence,
+ * which are not contiguous) into a->s_rope; 0, or -1 when host memory ran
+ * out. A phantom backend's table holds nothing. */
 static int llama_fill_rope(zs_acts *a)
 {
     const zs_model_config *c = &a->m->cfg;
     zs_backend_t be = zs_mem_backend(a->mem);
     if (!a->s_rope || zs_backend_is_phantom(be))
         return 0;
-    int T = c->seq_len, D = (int)llama_head_dim(c);
+    int T = (int)llama_seq(c), D = (int)llama_head_dim(c), cp = zs_model_cp_size(c) > 1;
     zs_rope_params rp = {c->rope_theta, c->rope_scaling_factor != 0.0, c->rope_scaling_factor,
                          c->rope_low_freq_factor, c->rope_high_freq_factor,
                          (double)c->rope_original_max_pos};
     float *h = malloc((size_t)T * (size_t)D * sizeof(float));
-    if (!h || zs_rope_table_fill(h, 0, T, D, &rp)) {
+    int S = T / 2;
+    if (!h || (cp ? zs_rope_table_fill(h, zs_model_cp_chunk(c, c->cp_rank, 0) * S, S, D, &rp) ||
+                        zs_rope_table_fill(h + (size_t)S * D,
+                                           zs_model_cp_chunk(c, c->cp_rank, 1) * S, S, D, &rp)
+                  : zs_rope_table_fill(h, 0, T, D, &rp))) {
         free(h);
         return -1;
     }
@@ -551,15 +587,15 @@ static int llama_fill_rope(zs_acts *a)
 static void llama_bind_scratch(zs_acts *a, int head)
 {
     const zs_model_config *c = &a->m->cfg;
-    size_t B = (size_t)a->b, BT = B * (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t B = (size_t)a->b, BT = B * llama_seq(c), C = (size_t)c->n_embd;
     size_t BTl = B * zs_decoder_seq_local(c), P = (size_t)llama_tp(c);
     size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
-    size_t Fl = (size_t)c->ffn_hidden / P, att = B * NHl * (size_t)c->seq_len * c->seq_len;
+    size_t Fl = (size_t)c->ffn_hidden / P;
     size_t E = (size_t)c->moe_experts, cap = llama_n_moe(c) ? (size_t)llama_moe_cap(c, a->b) : 0;
     size_t ecf = E * cap * (size_t)c->ffn_hidden, fw = ecf > BT * Fl ? ecf : BT * Fl;
     float *s = a->scratch;
     a->s_rope = s;
-    s += (size_t)c->seq_len * D;
+    s += llama_seq(c) * D;
     a->s_tmp = s;
     s += BT * C;
     a->s_dres = s;
@@ -572,10 +608,15 @@ static void llama_bind_scratch(zs_acts *a, int head)
     s += 2 * fw;
     a->s_dfch_gelu = s; /* d SwiGLU */
     s += fw;
-    a->s_preatt = s;
-    s += att;
-    a->s_datt = s;
-    s += att;
+    if (zs_model_cp_size(c) > 1) { /* the ring's messages: keys and values, their gradients */
+        a->s_preatt = a->s_datt = s;
+        s += llama_att_scratch_floats(c, B);
+    } else {
+        a->s_preatt = s;
+        s += llama_att_floats(c, B);
+        a->s_datt = s;
+        s += llama_att_floats(c, B);
+    }
     if (head) {
         a->s_logits = s;
         s += BT * ((size_t)c->vocab / P);
@@ -615,7 +656,7 @@ static void llama_bind_acts(zs_acts *a)
 {
     const zs_model_config *c = &a->m->cfg;
     int L = c->n_layer, b = a->b, b0, b1, head, K = zs_decoder_slots(c);
-    size_t B = (size_t)b, BT = B * (size_t)c->seq_len, C = (size_t)c->n_embd;
+    size_t B = (size_t)b, BT = B * llama_seq(c), C = (size_t)c->n_embd;
     size_t BTl = B * zs_decoder_seq_local(c), BTlC = BTl * C, P = (size_t)llama_tp(c);
     float **arr = calloc((size_t)L * 16, sizeof(float *));
     if (!arr)
@@ -739,7 +780,7 @@ static llama_dims llama_dims_of(const zs_model_config *c, int B)
 {
     llama_dims d;
     d.B = B;
-    d.T = c->seq_len;
+    d.T = (int)llama_seq(c);
     d.C = c->n_embd;
     d.D = (int)llama_head_dim(c);
     d.NH = c->n_head / llama_tp(c);
@@ -803,8 +844,11 @@ static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *cons
     llama_part_forward(be, a->qkv[l] + qn + kn, d.QKV, a->ln1[l], P[llama_entry(c, l, LK_V_W)],
                        v_b >= 0 ? P[v_b] : NULL, d.BT, d.C, kn);
     zs_backend_rope_forward(be, a->qkv[l], a->s_rope, d.T, d.B, d.T, d.NH + d.KV, d.D, d.QKV, 0);
-    zs_backend_attention_gqa_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], d.B, d.T,
-                                     d.NH, d.KV, d.D);
+    if (zs_model_cp_size(c) > 1) /* ring attention: att[l] holds its statistics */
+        zs_ring_attention_forward(m, be, a->s_preatt, a->atty[l], a->att[l], a->qkv[l], B, u);
+    else
+        zs_backend_attention_gqa_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], d.B,
+                                         d.T, d.NH, d.KV, d.D);
     /* o_proj row-parallel, then g: the sum over the group */
     zs_linear_forward(be, a->s_tmp, a->atty[l], P[llama_entry(c, l, LK_O_W)], NULL, d.BT, qn,
                       d.C);
@@ -891,8 +935,12 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
     zs_backend_memset0(be, a->s_datty, (size_t)d.BT * qn * 4);
     zs_linear_backward(be, a->s_datty, G[e_o], NULL, dout, a->atty[l], P[e_o], d.BT, qn, d.C);
     zs_backend_memset0(be, a->s_dqkv, (size_t)d.BT * d.QKV * 4);
-    zs_backend_attention_gqa_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
-                                      a->qkv[l], a->att[l], d.B, d.T, d.NH, d.KV, d.D);
+    if (zs_model_cp_size(c) > 1)
+        zs_ring_attention_backward(m, be, a->s_preatt, a->s_dqkv, a->s_datty, a->atty[l],
+                                   a->att[l], a->qkv[l], B, u);
+    else
+        zs_backend_attention_gqa_backward(be, a->s_dqkv, a->s_preatt, a->s_datt, a->s_datty,
+                                          a->qkv[l], a->att[l], d.B, d.T, d.NH, d.KV, d.D);
     zs_backend_rope_backward(be, a->s_dqkv, a->s_rope, d.T, d.B, d.T, d.NH + d.KV, d.D, d.QKV, 0);
     zs_backend_memset0(be, a->s_tmp, btc * 4);
     static const int parts[3][2] = {{LK_Q_W, LK_Q_B}, {LK_K_W, LK_K_B}, {LK_V_W, LK_V_B}};
@@ -943,7 +991,7 @@ static void llama_forward_unit(zs_model *m, zs_backend_t be, int u, float *const
                                const zs_batch *batch)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, BT = B * T;
+    int B = batch->b, T = (int)llama_seq(c), C = c->n_embd, L = c->n_layer, BT = B * T;
     int TP = llama_tp(c), r = TP > 1 ? c->tp_rank : 0, V = c->vocab / TP;
     if (u == 0) { /* each rank its rows (zeros elsewhere), then the sum */
         float *e = zs_decoder_sp(c) ? a->s_tmp : a->encoded;
@@ -973,7 +1021,7 @@ static void llama_backward_unit(zs_model *m, zs_backend_t be, int u, float *cons
                                 float *const *G, zs_acts *a, const zs_batch *batch, float dloss)
 {
     const zs_model_config *c = &m->cfg;
-    int B = batch->b, T = c->seq_len, C = c->n_embd, L = c->n_layer, BT = B * T;
+    int B = batch->b, T = (int)llama_seq(c), C = c->n_embd, L = c->n_layer, BT = B * T;
     int TP = llama_tp(c), r = TP > 1 ? c->tp_rank : 0, V = c->vocab / TP;
     if (u == L + 1) {
         int nw = llama_block_first(c, L), h = llama_head_entry(c);

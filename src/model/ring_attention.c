@@ -9,7 +9,9 @@
  * works on its own positions.
  *
  * The messages, per block and micro-batch, of B·(T/C)·2C' floats each (keys
- * and values of this rank's positions, C' = C / tp): forward C - 1 sends
+ * and values of this rank's positions, C' = C / tp; with grouped-query
+ * attention, the Llama family's, C' = KVl·D, the key/value heads this rank
+ * holds: zs_ring_heads): forward C - 1 sends
  * (and as many receives), the keys and values going once around; backward
  * C - 1 sends of the keys and values and C - 1 of their gradients, which
  * follow them round and come home (zs_model_cp_ring_bytes counts them).
@@ -67,18 +69,33 @@ double zs_model_cp_ring_bytes(const zs_model_config *c, int b, int backward, int
     return *sends * (double)zs_ring_kv_floats(c, b) * 4.0;
 }
 
+/* This rank's query heads nh, key/value heads nkv and the head size hs:
+ * the GPT's nkv = nh = NH/P; the Llama family's nkv = KV/P, or 1 where
+ * P > KV (its heads replicated, src/model/llama.c). The packed qkv rows
+ * are (nh + 2 nkv)·hs wide, keys at column nh·hs. */
+static void ring_heads(const zs_model_config *c, int *nh, int *nkv, int *hs)
+{
+    int P = c->tp > 1 ? c->tp : 1;
+    int KV = c->kind == ZS_MODEL_LLAMA && c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    *nh = c->n_head / P;
+    *nkv = KV % P == 0 ? KV / P : 1;
+    *hs = c->n_embd / c->n_head;
+}
+
 size_t zs_ring_kv_floats(const zs_model_config *c, int b)
 {
-    int C = zs_model_cp_size(c), P = c->tp > 1 ? c->tp : 1;
-    return (size_t)b * (size_t)(c->seq_len / C) * 2 * (size_t)(c->n_embd / P);
+    int C = zs_model_cp_size(c), nh, nkv, hs;
+    ring_heads(c, &nh, &nkv, &hs);
+    return (size_t)b * (size_t)(c->seq_len / C) * 2 * (size_t)nkv * (size_t)hs;
 }
 
 /* The block of this rank's queries against the keys of context rank src. */
 static zs_ring_block ring_block(const zs_model_config *c, int B, int src, int first, int last)
 {
-    int C = zs_model_cp_size(c), P = c->tp > 1 ? c->tp : 1, S = c->seq_len / (2 * C);
-    return (zs_ring_block){.b = B, .tq = 2 * S, .tk = 2 * S, .c = c->n_embd / P,
-                           .nh = c->n_head / P, .chunk = S,
+    int C = zs_model_cp_size(c), S = c->seq_len / (2 * C), nh, nkv, hs;
+    ring_heads(c, &nh, &nkv, &hs);
+    return (zs_ring_block){.b = B, .tq = 2 * S, .tk = 2 * S, .c = nh * hs, .nh = nh,
+                           .nkv = nkv, .q_stride = (nh + 2 * nkv) * hs, .chunk = S,
                            .q_chunk0 = zs_model_cp_chunk(c, c->cp_rank, 0),
                            .q_chunk1 = zs_model_cp_chunk(c, c->cp_rank, 1),
                            .k_chunk0 = zs_model_cp_chunk(c, src, 0),
@@ -100,32 +117,35 @@ static void ring_pass(zs_model *m, const float *send, float *recv, size_t n, int
         m->tp_failed = 1;
 }
 
-/* The keys and values of this rank's rows of qkv (B·Tl rows of 3C'), packed
- * into kv (rows of 2C'). */
-static void ring_pack(zs_backend_t be, float *kv, const float *qkv, size_t rows, int Cl)
+/* The keys and values of this rank's rows of qkv (B·Tl rows of qs floats,
+ * keys at column qc), packed into kv (rows of kvw = 2·nkv·hs). */
+static void ring_pack(zs_backend_t be, float *kv, const float *qkv, size_t rows, int qs, int qc,
+                      int kvw)
 {
     for (size_t i = 0; i < rows; i++)
-        zs_backend_copy_d2d(be, kv + i * 2 * (size_t)Cl, qkv + i * 3 * (size_t)Cl + Cl,
-                            2 * (size_t)Cl * 4);
+        zs_backend_copy_d2d(be, kv + i * (size_t)kvw, qkv + i * (size_t)qs + qc,
+                            (size_t)kvw * 4);
 }
 
 void zs_ring_attention_forward(zs_model *m, zs_backend_t be, float *ring, float *out,
                                float *stats, const float *qkv, int B, int unit)
 {
     const zs_model_config *c = &m->cfg;
-    int C = c->cp, r = c->cp_rank, Cl = c->n_embd / (c->tp > 1 ? c->tp : 1);
-    size_t n = zs_ring_kv_floats(c, B), rows = n / (2 * (size_t)Cl);
+    int C = c->cp, r = c->cp_rank, nh, nkv, hs;
+    ring_heads(c, &nh, &nkv, &hs);
+    int qc = nh * hs, kvw = 2 * nkv * hs, qs = qc + kvw;
+    size_t n = zs_ring_kv_floats(c, B), rows = n / (size_t)kvw;
     float *cur = ring, *nxt = ring + n;
     zs_ring_block own = ring_block(c, B, r, 1, C == 1);
-    zs_backend_ring_attention_forward(be, out, stats, qkv, qkv + Cl, 3 * Cl, &own);
-    ring_pack(be, cur, qkv, rows, Cl);
+    zs_backend_ring_attention_forward(be, out, stats, qkv, qkv + qc, qs, &own);
+    ring_pack(be, cur, qkv, rows, qs, qc, kvw);
     for (int s = 1; s < C; s++) {
         ring_pass(m, cur, nxt, n, s, unit);
         float *t = cur;
         cur = nxt;
         nxt = t;
         zs_ring_block blk = ring_block(c, B, (r + C - s) % C, 0, s == C - 1);
-        zs_backend_ring_attention_forward(be, out, stats, qkv, cur, 2 * Cl, &blk);
+        zs_backend_ring_attention_forward(be, out, stats, qkv, cur, kvw, &blk);
     }
 }
 
@@ -134,13 +154,15 @@ void zs_ring_attention_backward(zs_model *m, zs_backend_t be, float *ring, float
                                 const float *qkv, int B, int unit)
 {
     const zs_model_config *c = &m->cfg;
-    int C = c->cp, r = c->cp_rank, Cl = c->n_embd / (c->tp > 1 ? c->tp : 1);
-    size_t n = zs_ring_kv_floats(c, B), rows = n / (2 * (size_t)Cl);
+    int C = c->cp, r = c->cp_rank, nh, nkv, hs;
+    ring_heads(c, &nh, &nkv, &hs);
+    int qc = nh * hs, kvw = 2 * nkv * hs, qs = qc + kvw;
+    size_t n = zs_ring_kv_floats(c, B), rows = n / (size_t)kvw;
     float *kv = ring, *kv_next = ring + n, *dkv = ring + 2 * n, *dkv_next = ring + 3 * n;
     zs_ring_block own = ring_block(c, B, r, 1, 1);
-    zs_backend_ring_attention_backward(be, dqkv, dqkv + Cl, 3 * Cl, dout, out, stats, qkv,
-                                       qkv + Cl, 3 * Cl, &own);
-    ring_pack(be, kv, qkv, rows, Cl);
+    zs_backend_ring_attention_backward(be, dqkv, dqkv + qc, qs, dout, out, stats, qkv, qkv + qc,
+                                       qs, &own);
+    ring_pack(be, kv, qkv, rows, qs, qc, kvw);
     /* step s holds the keys and values of rank r - s with the gradients
      * that ranks r - s + 1 .. r - 1 added to them; after the last step the
      * gradients go one more hop, home */
@@ -157,13 +179,13 @@ void zs_ring_attention_backward(zs_model *m, zs_backend_t be, float *ring, float
         dkv = dkv_next;
         dkv_next = t;
         zs_ring_block blk = ring_block(c, B, (r + C - s) % C, 0, 1);
-        zs_backend_ring_attention_backward(be, dqkv, dkv, 2 * Cl, dout, out, stats, qkv, kv,
-                                           2 * Cl, &blk);
+        zs_backend_ring_attention_backward(be, dqkv, dkv, kvw, dout, out, stats, qkv, kv, kvw,
+                                           &blk);
     }
     if (C == 1)
         return;
     ring_pass(m, dkv, dkv_next, n, 2 * C, unit);
     for (size_t i = 0; i < rows; i++)
-        zs_backend_axpy(be, dqkv + i * 3 * (size_t)Cl + Cl, 1.0f, dkv_next + i * 2 * (size_t)Cl,
-                        2 * (size_t)Cl);
+        zs_backend_axpy(be, dqkv + i * (size_t)qs + qc, 1.0f, dkv_next + i * (size_t)kvw,
+                        (size_t)kvw);
 }

@@ -768,6 +768,16 @@ static int zs_plan_step_time(const zs_plan_input *in, zs_plan_result *r, const z
                             .host_bytes = r->d2h_bytes + r->h2d_bytes,
                             .nvme_bytes = r->nvme_read_bytes + r->nvme_write_bytes,
                             .cal = in->cal};
+    if (ps->have && ps->pr.cp_ring_sends_per_step > 0) { /* context parallelism's ring */
+        int TC = (c->tp > 1 ? c->tp : 1) * c->cp, K = in->devices_per_node;
+        si.ring_bytes = r->cp_ring_bytes;
+        si.ring_sends = ps->pr.cp_ring_sends_per_step;
+        /* a group holds cp ranks tp apart (Megatron's order tp-cp-dp-pp):
+         * inside a node when nodes hold whole blocks of tp x cp ranks */
+        si.ring_link = ps->N * (c->tp > 1 ? c->tp : 1) * (c->pp > 1 ? c->pp : 1) <= K || K % TC == 0 ? 1 : 2;
+        r->cp_ring_sends = si.ring_sends;
+        r->cp_ring_inter = si.ring_link == 2;
+    }
     if (r->d2h_bytes > 0 && ps->c.offload_optimizer != ZS_OFFLOAD_NONE) { /* on the host */
         si.host_optimizer_elems = si.optimizer_elems;
         si.optimizer_elems = 0;

@@ -108,6 +108,17 @@ int zs_steptime_estimate(const zs_steptime_input *in, zs_steptime_result *out)
                 hide_any += h;
         }
     }
+    ZS_TRY(zs_steptime_check("the ring's bytes", in->ring_bytes, 1));
+    ZS_TRY(zs_steptime_check("the ring's messages", in->ring_sends, 1));
+    if (in->ring_sends > 0) { /* context parallelism's ring: never behind compute but with overlap 1 */
+        int inter = in->ring_link == 2;
+        double a = inter ? c->inter_latency_s : c->intra_latency_s;
+        double b = inter ? c->inter_bandwidth : c->intra_bandwidth;
+        out->ring_s = in->ring_sends * a + in->ring_bytes / b;
+        out->comm_s += out->ring_s;
+        if (inter)
+            out->comm_inter_s += out->ring_s;
+    }
     out->kernels_modelled = in->gemm_flops_per_step > 0;
     for (int k = 0; k < ZS_WORK_NKINDS; k++) {
         ZS_TRY(zs_steptime_check("a kernel's seconds per unit", c->work_s[k], 1));
