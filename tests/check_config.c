@@ -726,7 +726,7 @@ static const bad_case wrong_values[] = {
     {"{\"optimizer\": []}", "\"optimizer\" must be an object, got array"},
     {"{\"optimizer\": {\"params\": {\"lr\": 1}}}", "\"optimizer.type\" is required"},
     {"{\"optimizer\": {\"type\": 3}}",
-     "\"optimizer.type\" must be \"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\" or"},
+     "\"optimizer.type\" must be \"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\", \"OneBitLamb\" or"},
     {"{\"optimizer\": {\"type\": \"Lion\"}}",
      "\"optimizer.type\": Lion is a DeepSpeed optimizer zerosim does not model yet"},
     {"{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"eps_inside_sqrt\": true}}}",

@@ -157,6 +157,32 @@ START_TEST(test_backend_init)
 }
 END_TEST
 
+/* A target whose logit is far below the row's largest: its probability
+ * underflows to 0 in float, and the loss must still be the finite
+ * log-sum-exp value (log(1 + e^-300) + 300 ~ 300), on the CPU and the
+ * portable backend, not inf. */
+START_TEST(test_xent_underflow_finite)
+{
+    const char *names[] = {"cpu", "ref"};
+    for (int k = 0; k < 2; k++) {
+        char err[256];
+        zs_backend_t b = zs_backend_init(names[k], err, sizeof err);
+        ck_assert_msg(b != NULL, "%s", err);
+        float logits[4] = {100.0f, -200.0f, 0.0f, 1.0f}, probs[4], loss;
+        int32_t tgt = 1;
+        zs_backend_softmax_xent_forward(b, &loss, probs, logits, &tgt, 1, 4);
+        ck_assert_msg(isfinite(loss) && fabsf(loss - 300.0f) < 1e-3f,
+                      "%s: loss %g for a target 300 below the row's largest", names[k],
+                      (double)loss);
+        tgt = 0; /* the ordinary case: -log p */
+        zs_backend_softmax_xent_forward(b, &loss, probs, logits, &tgt, 1, 4);
+        ck_assert_msg(fabsf(loss) < 1e-6f, "%s: loss %g for the likeliest target", names[k],
+                      (double)loss);
+        zs_backend_release(b);
+    }
+}
+END_TEST
+
 START_TEST(test_backend_memory)
 {
     /* alloc: zero-filled; copies round-trip; memset0 zeroes */
@@ -1259,6 +1285,7 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_cpu_exp_tanh_ulps);
     tcase_add_loop_test(tc, test_sgd_reference, 0, 9);
     tcase_add_test(tc, test_adamw_deterministic);
+    tcase_add_test(tc, test_xent_underflow_finite);
     tcase_add_test(tc, test_cpu_isas_same_bytes);
     suite_add_tcase(s, tc);
     return s;

@@ -18,8 +18,14 @@
 #   - resumable: a run saved after the freeze and resumed gives the
 #     uninterrupted run's hashes (the worker and server errors are in the
 #     checkpoint); an Adam checkpoint does not resume into it;
-#   - what is not implemented is refused in one line, as are 0/1 Adam and
-#     1-bit LAMB.
+#   - what is not implemented is refused in one line, as is 0/1 Adam.
+# 1-bit LAMB (optimizer "OneBitLamb", --optimizer onebitlamb): each step
+# equals its float64 reference (tests/onebitlamb_ref.py), with and without
+# weight decay, and a reference with another freeze_step fails; before the
+# freeze it is LAMB without bias correction, hash for hash; its bytes
+# after the freeze are 1-bit Adam's (measured = predicted, phantom = real);
+# deterministic; resumed after the freeze it gives the uninterrupted run's
+# hashes (its fresh variance and coefficients are in the checkpoint).
 . "$(dirname "$0")/testlib.sh"
 M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 31 --micro-batch 2 --grad-accum 2 --steps 6 --warmup 0 --quiet"
 
@@ -38,6 +44,21 @@ else
 fi
 refuse -n 2 -m "freeze" train $M --optimizer onebitadam --freeze-step 2 --dump-dir "$T/d2" \
     --dump-steps 0-6
+
+# 0b. 1-bit LAMB's float64 reference, with weight decay and without
+for wd in 0.01 0; do
+    rm -rf "$T/dl"
+    if "$ZS" train $R --optimizer onebitlamb --freeze-step 4 --weight-decay $wd --grad-clip 0 \
+            --dump-dir "$T/dl" --dump-steps 0-8 >"$T/dl.log" 2>&1; then
+        python3 "$HERE/onebitlamb_ref.py" "$T/dl" 8 4 0.9 0.95 1e-8 $wd 10 0.01 0.9 4 0.5 0.1 \
+            >"$T/lref" && ok || { bad "1-bit LAMB (wd $wd) differs from the float64 reference"; head -5 "$T/lref"; }
+        python3 "$HERE/onebitlamb_ref.py" "$T/dl" 8 5 0.9 0.95 1e-8 $wd 10 0.01 0.9 4 0.5 0.1 \
+            >"$T/lref5" && bad "the 1-bit LAMB reference with freeze_step 5 agrees too" || ok
+    else
+        bad "zerosim train --optimizer onebitlamb --dump-dir failed"; tail -3 "$T/dl.log"
+    fi
+    zs_fast && break
+done
 
 # 1. the exact steps are Adam's without bias correction
 cat >"$T/adam.cfg" <<'JSON'
@@ -59,6 +80,14 @@ b = json.load(open('$T/ob2.json'))['param_hashes']
 sys.exit(len(a) != 6 or a[:2] != b[:2] or any(x == y for x, y in zip(a[2:], b[2:])))" && ok ||
         bad "1-bit Adam with freeze_step 2 is not Adam's for 2 steps and different after"
 fi
+
+# ... and 1-bit LAMB's are LAMB's without bias correction
+sed 's/"type": "Adam"/"type": "Lamb"/' "$T/adam.cfg" >"$T/lamb.cfg"
+sed 's/"type": "Adam"/"type": "OneBitLamb"/; s/"bias_correction": false/"freeze_step": 100, "coeff_beta": 0.9, "factor_max": 4.0, "cuda_aware": false/' \
+    "$T/adam.cfg" >"$T/ol100.cfg"
+zs_run lamb 2 $M --config "$T/lamb.cfg" && zs_run ol100 2 $M --config "$T/ol100.cfg" &&
+    { [ "$(hashes "$T/ol100.json")" = "$(hashes "$T/lamb.json")" ] && ok ||
+          bad "1-bit LAMB before its freeze differs from LAMB without bias correction"; }
 
 # 2. the bytes after the freeze, by hand, and measured = predicted
 for n in 2 3; do
@@ -83,6 +112,19 @@ done
 awk '$2 == "compression" && $3 > 0 { f = 1 } END { exit !f }' "$T/b2/memory.csv" && ok ||
     bad "1-bit Adam's error buffers are not in the memory report"
 phantom_same b2 2 --optimizer onebitadam --freeze-step 2
+# 1-bit LAMB's exchange is 1-bit Adam's: the same bytes of every op
+if zs_run lb2 2 $M --optimizer onebitlamb --freeze-step 2; then
+    measured_is_predicted "1-bit LAMB on 2 ranks" "$T/lb2"
+    for op in alltoall allgather reduce_scatter; do
+        a=$(awk -v o=$op '$1 == 0 && $3 == "all" && $2 == o { print $5 }' "$T/b2/comm.csv")
+        b=$(awk -v o=$op '$1 == 0 && $3 == "all" && $2 == o { print $5 }' "$T/lb2/comm.csv")
+        [ "$a" = "$b" ] && ok || bad "1-bit LAMB's $op bytes $b, 1-bit Adam's $a"
+    done
+    phantom_same lb2 2 --optimizer onebitlamb --freeze-step 2
+    zs_run lb2b 2 $M --optimizer onebitlamb --freeze-step 2 &&
+        { [ "$(hashes "$T/lb2.json")" = "$(hashes "$T/lb2b.json")" ] && ok ||
+              bad "1-bit LAMB is not deterministic"; }
+fi
 
 # 3. deterministic, with fp16, clipping and accumulation from a DeepSpeed config
 cat >"$T/fp16.cfg" <<'JSON'
@@ -129,6 +171,19 @@ sys.exit(a != b or len(b) != 2)" && ok || bad "1-bit Adam resumed at step 4 diff
         --resume "$T/ck/global_step4"
 fi
 
+# ... and 1-bit LAMB, resumed after its freeze
+rm -rf "$T/lck"
+if zs_run lfull 2 $M --optimizer onebitlamb --freeze-step 2 --steps 6 --save-dir "$T/lck" \
+        --save-every 4; then
+    zs_run lres 2 $M --optimizer onebitlamb --freeze-step 2 --steps 6 \
+        --resume "$T/lck/global_step4" &&
+        python3 -c "
+import json, sys
+a = json.load(open('$T/lfull.json'))['param_hashes'][4:]
+b = json.load(open('$T/lres.json'))['param_hashes']
+sys.exit(a != b or len(b) != 2)" && ok || bad "1-bit LAMB resumed at step 4 differs from the uninterrupted run"
+fi
+
 # 5. refusals
 refuse -n 2 -m "stage 0" train $M --optimizer onebitadam --stage 1
 refuse -n 2 -m "OneBitAdam" train $M --optimizer onebitadam --tp 2
@@ -136,8 +191,11 @@ refuse -m "compression" train $M --optimizer onebitadam --compression sign
 refuse -m "OneBitAdam" plan --config "$T/ob2.cfg" --dp 8 --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64
 sed 's/"type": "OneBitAdam"/"type": "ZeroOneAdam"/' "$T/ob2.cfg" >"$T/zo.cfg"
 refuse -m "use OneBitAdam" train $M --config "$T/zo.cfg"
-sed 's/"type": "OneBitAdam"/"type": "OneBitLamb"/' "$T/ob2.cfg" >"$T/ol.cfg"
-refuse -m "use OneBitAdam" train $M --config "$T/ol.cfg"
+refuse -n 2 -m "OneBitLamb" train $M --optimizer onebitlamb --stage 2
+refuse -n 2 -m "OneBitLamb" train $M --optimizer onebitlamb --tp 2
+sed 's/"type": "OneBitAdam"/"type": "OneBitLamb"/; s/"freeze_step": 2/"freeze_step": 2, "factor_min": 5.0/' \
+    "$T/ob2.cfg" >"$T/olbad.cfg"
+refuse -m "factor_min" train $M --config "$T/olbad.cfg"
 sed 's/"freeze_step": 2/"freeze_step": 2, "amsgrad": true/' "$T/ob2.cfg" >"$T/ams.cfg"
 refuse -m "amsgrad" train $M --config "$T/ams.cfg"
 finish

@@ -45,13 +45,29 @@ extern "C" {
  * (DeepSpeed's "Lamb": Adam's moments, a layer-wise trust ratio). */
 /* ZS_OPT_ONEBITADAM: DeepSpeed's OneBitAdam (Tang et al., arXiv 2102.02888):
  * Adam without bias correction for onebit_freeze_step applied steps, then
- * the variance frozen and the momentum exchanged 1-bit compressed. */
+ * the variance frozen and the momentum exchanged 1-bit compressed.
+ * ZS_OPT_ONEBITLAMB: DeepSpeed's OneBitLamb (Li et al., arXiv 2104.06069):
+ * LAMB without bias correction for onebit_freeze_step applied steps, its
+ * trust ratios averaged; then the same compressed momentum, the variance
+ * frozen, and the averaged ratio scaled by a factor from a fresh variance
+ * (docs/onebit.md). */
 typedef enum {
     ZS_OPT_ADAMW = 0,
     ZS_OPT_SGD = 1,
     ZS_OPT_LAMB = 2,
-    ZS_OPT_ONEBITADAM = 3
+    ZS_OPT_ONEBITADAM = 3,
+    ZS_OPT_ONEBITLAMB = 4
 } zs_optim_kind;
+/* 1 for the 1-bit optimizers (a compressed momentum after a freeze). */
+static inline int zs_optim_is_onebit(zs_optim_kind k)
+{
+    return k == ZS_OPT_ONEBITADAM || k == ZS_OPT_ONEBITLAMB;
+}
+/* 1 for the optimizers with LAMB's layer-wise trust ratio. */
+static inline int zs_optim_is_lamb(zs_optim_kind k)
+{
+    return k == ZS_OPT_LAMB || k == ZS_OPT_ONEBITLAMB;
+}
 /* 1 when the optimizer keeps Adam's second moment v (AdamW, LAMB). */
 static inline int zs_optim_has_variance(zs_optim_kind k) { return k != ZS_OPT_SGD; }
 typedef enum {
@@ -150,8 +166,13 @@ typedef struct {
     int adam_no_bias_correction; /* optimizer.params.bias_correction false */
     float lamb_max_coeff, lamb_min_coeff; /* LAMB: the trust ratio's bounds
                                  (optimizer.params.max_coeff, min_coeff) */
-    int onebit_freeze_step;  /* 1-bit Adam: exact steps before the variance
-                                freezes (optimizer.params.freeze_step) */
+    int onebit_freeze_step;  /* 1-bit Adam and LAMB: exact steps before the
+                                variance freezes (optimizer.params.freeze_step) */
+    /* 1-bit LAMB (optimizer.params): the trust ratio's running average's
+     * coeff_beta, and the bounds of the factor that scales it after the
+     * freeze (factor_max, factor_min, and factor_threshold: its most
+     * relative change from one step to the next) */
+    float onebit_coeff_beta, onebit_factor_max, onebit_factor_min, onebit_factor_threshold;
 
     zs_sched_kind scheduler;
     int warmup_steps;

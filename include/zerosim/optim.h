@@ -60,6 +60,42 @@ void zs_optim_onebit_momentum(const zs_run_config *c, float grad_mul, float *m, 
 void zs_optim_onebit_apply(const zs_run_config *c, float lr, float *w, const float *m,
                            const float *v, void *param, zs_dtype pt, size_t n);
 
+/* 1-bit LAMB (DeepSpeed's OnebitLamb, Li et al., arXiv 2104.06069). Its
+ * exact steps are LAMB's without bias correction (zs_optim_lamb_*); each
+ * tensor's trust ratio r, where it is not 1, enters a running average
+ * coeff = coeff_beta coeff + (1 - coeff_beta) r, and at the last exact step
+ * the fresh variance starts as a copy of v. After the freeze, per tensor,
+ * around the compressed all-reduce of the momentum (scaled by the tensor's
+ * scaling coefficient while it is exchanged):
+ *   g' = (m - b1 m_last) / (1 - b1)        the gradient the momentum implies
+ *   v_fresh = b2 v_fresh + (1 - b2) g'^2   (v itself stays frozen)
+ *   u = m / (sqrt(v) + eps) + weight_decay w
+ *   factor = max over the tensor of (sqrt(v) + eps) / (sqrt(v_fresh) + eps),
+ *            moved toward 1 by ||m / (sqrt(v) + eps)|| / ||u|| when there is
+ *            weight decay, clamped to [factor_min, factor_max] and to within
+ *            factor_threshold of the last step's factor
+ *   w -= lr coeff factor u
+ * zs_optim_onebit_lamb_factor computes the factor (updating v_fresh and the
+ * tensor's last factor); zs_optim_onebit_lamb_apply the update. */
+typedef struct {
+    double coeff;       /* the trust ratio's running average (lamb_coeff_freeze) */
+    double last_factor; /* the factor of the last compressed step (1 before) */
+    double scaling;     /* the momentum's scaling coefficient while exchanged */
+} zs_onebit_lamb_tensor;
+/* The bytes 1-bit LAMB keeps beyond 1-bit Adam's errors, for `padded`
+ * elements and `tensors` tensors: the fresh variance and the last
+ * momentum (padded floats each) and one zs_onebit_lamb_tensor per tensor. */
+static inline size_t zs_onebit_lamb_extra(size_t padded, int tensors)
+{
+    return 2 * padded * sizeof(float) + (size_t)tensors * sizeof(zs_onebit_lamb_tensor);
+}
+double zs_optim_onebit_lamb_factor(const zs_run_config *c, zs_onebit_lamb_tensor *t,
+                                   const float *w, const float *m, const float *m_last,
+                                   const float *v, float *v_fresh, size_t n);
+void zs_optim_onebit_lamb_apply(const zs_run_config *c, float lr, double coeff, float *w,
+                                const float *m, const float *v, void *param, zs_dtype pt,
+                                size_t n);
+
 /* fp16 dynamic loss scaling in DeepSpeed's manner: start at
  * 2^initial_scale_power; on overflow skip the step and, once the hysteresis
  * budget is spent, halve the scale (not below min_loss_scale); after

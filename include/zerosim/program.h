@@ -136,8 +136,12 @@ typedef struct zs_step_shape_s {
     size_t stage_elems;  /* fp32 staging: the largest unit */
     size_t tok_bytes, x_bytes;
     size_t csend_bytes, crecv_bytes;
-    size_t onebit_elems; /* 1-bit Adam: the momentum's elements, padded for
-                            its exchange (zs_comm_onebit_padded); else 0 */
+    size_t onebit_elems; /* 1-bit Adam and LAMB: the momentum's elements,
+                            padded for its exchange (zs_comm_onebit_padded);
+                            else 0 */
+    size_t onebit_lamb_extra; /* 1-bit LAMB: what its residual buffer holds
+                            beyond the two errors (zs_onebit_lamb_extra);
+                            else 0 */
     zs_buf_spec buf[ZS_BUF_N];
     zs_run_config cfg;
     /* pipeline (cfg.pp > 1; else pp = 1, the whole model): the shape of

@@ -12,7 +12,9 @@ typedef float (*zs_xent_log_fn)(float);
 
 /* The softmax cross-entropy. losses (BT); probs, logits (BT,V); targets
  * (BT): the row's max, then p = exp(z - max) with the sum in index order,
- * p *= 1/sum, loss = -log p[target]. */
+ * p *= 1/sum, loss = -log p[target]; where p[target] underflowed to 0 (its
+ * logit more than about 87 below the row's largest), the same loss as
+ * log(sum) + max - z[target], which does not (not inf). */
 ZS_CPU_BODY zs_xent_softmax_forward_rows(zs_xent_log_fn log_fn, float *losses, float *probs,
                                          const float *logits, const int32_t *targets, int bt,
                                          int v)
@@ -32,7 +34,8 @@ ZS_CPU_BODY zs_xent_softmax_forward_rows(zs_xent_log_fn log_fn, float *losses, f
         float inv = 1.0f / sum;
         for (int j = 0; j < v; j++)
             p[j] *= inv;
-        losses[i] = -log_fn(p[targets[i]]);
+        float pt = p[targets[i]];
+        losses[i] = pt > 0.0f ? -log_fn(pt) : log_fn(sum) + maxval - z[targets[i]];
     }
 }
 

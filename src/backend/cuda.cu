@@ -534,7 +534,9 @@ __global__ static void k_softmax_xent_forward(float *losses, float *probs, const
     float inv = 1.0f / sum;
     for (int j = 0; j < v; j++)
         p[j] *= inv;
-    losses[i] = -logf(p[targets[i]]);
+    /* as cpu_xent.h: where p[target] underflowed, log(sum) + max - z[target] */
+    float pt = p[targets[i]];
+    losses[i] = pt > 0.0f ? -logf(pt) : logf(sum) + maxval - z[targets[i]];
 }
 
 __global__ static void k_softmax_xent_backward(float *dlogits, const float *probs,

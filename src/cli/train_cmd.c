@@ -376,7 +376,8 @@ static int zs_cli_set_seed(const char *s, zs_run_config *c)
 static int zs_cli_set_optimizer(const char *s, zs_run_config *c)
 {
     if (zs_optim_parse(s, &c->optimizer))
-        ZS_FAIL("--optimizer must be \"adamw\", \"sgd\", \"lamb\" or \"onebitadam\", got \"%s\"",
+        ZS_FAIL("--optimizer must be \"adamw\", \"sgd\", \"lamb\", \"onebitadam\" or "
+                "\"onebitlamb\", got \"%s\"",
                 s);
     return 0;
 }

@@ -457,7 +457,14 @@ RULE(plan_lamb)
                "zerosim train --phantom");
 }
 
-/* ---- 1-bit Adam ---------------------------------------------------------- */
+/* ---- 1-bit Adam and 1-bit LAMB ------------------------------------------- */
+
+/* "1-bit Adam (optimizer "OneBitAdam")" or the LAMB one, for the messages */
+static const char *onebit_says(const zs_run_config *c)
+{
+    return c->optimizer == ZS_OPT_ONEBITLAMB ? "1-bit LAMB (optimizer \"OneBitLamb\")"
+                                             : "1-bit Adam (optimizer \"OneBitAdam\")";
+}
 
 /* After the freeze every rank keeps its own gradient and the momentum is
  * exchanged whole (exec_onebit.c): DeepSpeed's 1-bit optimizers run without
@@ -465,11 +472,11 @@ RULE(plan_lamb)
 RULE(onebit_stage)
 {
     UNUSED_CTX;
-    return c->optimizer == ZS_OPT_ONEBITADAM && c->stage != 0 &&
-           SAY("1-bit Adam (optimizer \"OneBitAdam\") runs with ZeRO stage 0 only, as in "
-               "DeepSpeed (its compressed all-reduce of the whole momentum replaces the "
-               "gradient reduction that ZeRO partitions): use --stage 0, or Adam with stage %d",
-               c->stage);
+    return zs_optim_is_onebit(c->optimizer) && c->stage != 0 &&
+           SAY("%s runs with ZeRO stage 0 only, as in DeepSpeed (its compressed all-reduce "
+               "of the whole momentum replaces the gradient reduction that ZeRO partitions): "
+               "use --stage 0, or %s with stage %d", onebit_says(c),
+               c->optimizer == ZS_OPT_ONEBITLAMB ? "LAMB" : "Adam", c->stage);
 }
 
 RULE(onebit_parallel)
@@ -480,26 +487,25 @@ RULE(onebit_parallel)
                      : c->offload_optimizer != ZS_OFFLOAD_NONE ? "offload_optimizer"
                      : c->compression.kind != ZS_COMP_NONE ? "gradient compression"
                      : c->hierarchical ? "--hierarchical" : NULL;
-    return c->optimizer == ZS_OPT_ONEBITADAM && what &&
-           SAY("1-bit Adam (optimizer \"OneBitAdam\") with %s is not implemented (its "
-               "momentum exchange covers the data-parallel group's flat array only): drop %s, "
-               "or use Adam", what, what);
+    return zs_optim_is_onebit(c->optimizer) && what &&
+           SAY("%s with %s is not implemented (its momentum exchange covers the "
+               "data-parallel group's flat array only): drop %s, or use %s", onebit_says(c),
+               what, what, c->optimizer == ZS_OPT_ONEBITLAMB ? "LAMB" : "Adam");
 }
 
 RULE(plan_onebit)
 {
     UNUSED_CTX;
-    return c->optimizer == ZS_OPT_ONEBITADAM &&
-           SAY("the planner's tables count AdamW and SGD: plan 1-bit Adam (optimizer "
-               "\"OneBitAdam\") as --optimizer adamw --stage 0, or measure it with zerosim "
-               "train --phantom");
+    return zs_optim_is_onebit(c->optimizer) &&
+           SAY("the planner's tables count AdamW and SGD: plan %s as --optimizer adamw "
+               "--stage 0, or measure it with zerosim train --phantom", onebit_says(c));
 }
 
 RULE(device_onebit)
 {
-    return !x->backend_host && c->optimizer == ZS_OPT_ONEBITADAM &&
-           SAY("1-bit Adam (optimizer \"OneBitAdam\") is not supported with --backend %s yet "
-               "(its compressed exchange runs on host memory): use --backend cpu", x->backend);
+    return !x->backend_host && zs_optim_is_onebit(c->optimizer) &&
+           SAY("%s is not supported with --backend %s yet (its compressed exchange runs on "
+               "host memory): use --backend cpu", onebit_says(c), x->backend);
 }
 
 /* ---- the planner -------------------------------------------------------- */

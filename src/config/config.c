@@ -72,6 +72,10 @@ void zs_run_config_defaults(zs_run_config *c)
     c->lamb_max_coeff = 10.0f; /* DeepSpeed's FusedLamb */
     c->lamb_min_coeff = 0.01f;
     c->onebit_freeze_step = 100000; /* DeepSpeed's OnebitAdam */
+    c->onebit_coeff_beta = 0.9f;     /* DeepSpeed's OnebitLamb */
+    c->onebit_factor_max = 4.0f;
+    c->onebit_factor_min = 0.5f;
+    c->onebit_factor_threshold = 0.1f;
 
     c->scheduler = ZS_SCHED_WARMUP_COSINE;
     c->warmup_steps = 10;
@@ -113,8 +117,8 @@ int zs_step_reduce_once(const zs_run_config *cfg)
 
 const char *zs_optim_name(zs_optim_kind k)
 {
-    return k == ZS_OPT_SGD ? "sgd" : k == ZS_OPT_LAMB ? "lamb" : k == ZS_OPT_ONEBITADAM ? "onebitadam"
-                                                                                   : "adamw";
+    return k == ZS_OPT_SGD ? "sgd" : k == ZS_OPT_LAMB ? "lamb"
+         : k == ZS_OPT_ONEBITADAM ? "onebitadam" : k == ZS_OPT_ONEBITLAMB ? "onebitlamb" : "adamw";
 }
 
 int zs_optim_parse(const char *s, zs_optim_kind *out)
@@ -127,6 +131,8 @@ int zs_optim_parse(const char *s, zs_optim_kind *out)
         *out = ZS_OPT_LAMB;
     else if (!strcmp(s, "onebitadam"))
         *out = ZS_OPT_ONEBITADAM;
+    else if (!strcmp(s, "onebitlamb"))
+        *out = ZS_OPT_ONEBITLAMB;
     else
         return -1;
     return 0;
@@ -218,18 +224,25 @@ char *zs_run_config_json(const zs_run_config *c)
     json_t *opt = json_pack("{s:s, s:f, s:o, s:f, s:f, s:f, s:b, s:b}", "type",
                             c->optimizer == ZS_OPT_ADAMW ? "AdamW"
                             : c->optimizer == ZS_OPT_LAMB ? "Lamb"
-                            : c->optimizer == ZS_OPT_ONEBITADAM ? "OneBitAdam" : "SGD", "lr",
+                            : c->optimizer == ZS_OPT_ONEBITADAM ? "OneBitAdam"
+                            : c->optimizer == ZS_OPT_ONEBITLAMB ? "OneBitLamb" : "SGD", "lr",
                             f7(c->lr),
                             "betas", betas, "eps", f7(c->eps), "weight_decay",
                             f7(c->weight_decay), "momentum", f7(c->momentum),
                             "adam_w_mode", !c->adam_l2, "bias_correction",
                             !c->adam_no_bias_correction);
-    if (c->optimizer == ZS_OPT_LAMB) {
+    if (zs_optim_is_lamb(c->optimizer)) {
         json_object_set_new(opt, "max_coeff", json_real(f7(c->lamb_max_coeff)));
         json_object_set_new(opt, "min_coeff", json_real(f7(c->lamb_min_coeff)));
     }
-    if (c->optimizer == ZS_OPT_ONEBITADAM)
+    if (zs_optim_is_onebit(c->optimizer))
         json_object_set_new(opt, "freeze_step", json_integer(c->onebit_freeze_step));
+    if (c->optimizer == ZS_OPT_ONEBITLAMB) {
+        json_object_set_new(opt, "coeff_beta", json_real(f7(c->onebit_coeff_beta)));
+        json_object_set_new(opt, "factor_max", json_real(f7(c->onebit_factor_max)));
+        json_object_set_new(opt, "factor_min", json_real(f7(c->onebit_factor_min)));
+        json_object_set_new(opt, "factor_threshold", json_real(f7(c->onebit_factor_threshold)));
+    }
     json_t *sch = json_pack("{s:s, s:i, s:i, s:f, s:f, s:s}", "type",
                             sched[(int)c->scheduler & 3], "warmup_num_steps", c->warmup_steps,
                             "total_num_steps", c->total_steps, "warmup_min_ratio",

@@ -159,7 +159,32 @@ static const field onebit_adam_params[] = {
     F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
     F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
 };
+/* DeepSpeed's OnebitLamb (deepspeed/runtime/fp16/onebit/lamb.py): LAMB
+ * without bias correction for freeze_step steps, then 1-bit Adam's
+ * compressed momentum, the frozen variance and the trust ratio's running
+ * average (coeff_beta) scaled by a bounded factor (factor_max, factor_min,
+ * factor_threshold). */
+static const field onebit_lamb_params[] = {
+    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
+    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
+    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
+    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    F_INT("freeze_step", onebit_freeze_step, R_NONNEG_INT),
+    F_FLOAT("max_coeff", lamb_max_coeff, R_POS),
+    F_FLOAT("min_coeff", lamb_min_coeff, R_NONNEG),
+    F_FLOAT("coeff_beta", onebit_coeff_beta, R_NONNEG),
+    F_FLOAT("factor_max", onebit_factor_max, R_POS),
+    F_FLOAT("factor_min", onebit_factor_min, R_POS),
+    F_FLOAT("factor_threshold", onebit_factor_threshold, R_NONNEG),
+    F_NONE("bias_correction", JT_BOOL),
+    F_NONE("cuda_aware", JT_BOOL),
+    F_NONE("comm_backend_name", JT_STRING),
+    F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),
+    F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
+    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+};
 static const field_table adam_table = TABLE(adam_params);
+static const field_table onebit_lamb_table = TABLE(onebit_lamb_params);
 static const field_table onebit_adam_table = TABLE(onebit_adam_params);
 static const field_table lamb_table = TABLE(lamb_params);
 static const field_table sgd_table = TABLE(sgd_params);
@@ -188,8 +213,6 @@ static const struct {
 } unmodelled_optimizers[] = {
     {"ZeroOneAdam", "0/1 Adam's adaptive variance freezing and local steps are not modelled; "
                     "use OneBitAdam (the same compressed momentum after a fixed freeze_step)"},
-    {"OneBitLamb", "1-bit LAMB's compressed momentum with frozen trust-ratio scaling is not "
-                   "modelled; use OneBitAdam, or Lamb without compression"},
     {"Adagrad", "use Adam or AdamW"},
     {"Lion", "use Adam or AdamW"},
     {"MuAdam", "muP's width-scaled learning rates are not modelled; use Adam"},
@@ -204,7 +227,8 @@ static const struct {
  * DeepSpeed matches the type case-insensitively. */
 static int load_optimizer(loader *ld, const char *path, const json_t *v)
 {
-    static const char choices[] = "\"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\" or \"SGD\"";
+    static const char choices[] =
+        "\"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\", \"OneBitLamb\" or \"SGD\"";
     const char *type = NULL;
     if (!json_is_object(v))
         return zs_ds_bad_value(ld, path, v, "an object");
@@ -248,6 +272,21 @@ static int load_optimizer(loader *ld, const char *path, const json_t *v)
         c->weight_decay = 0.0f;
         c->onebit_freeze_step = 100000;
         params = &onebit_adam_table;
+    } else if (zs_ds_equal_nocase(type, "onebitlamb")) {
+        c->optimizer = ZS_OPT_ONEBITLAMB;
+        c->lr = 1e-3f;
+        c->beta1 = 0.9f;
+        c->beta2 = 0.999f;
+        c->eps = 1e-8f;
+        c->weight_decay = 0.0f;
+        c->onebit_freeze_step = 100000;
+        c->lamb_max_coeff = 10.0f;
+        c->lamb_min_coeff = 0.01f;
+        c->onebit_coeff_beta = 0.9f;
+        c->onebit_factor_max = 4.0f;
+        c->onebit_factor_min = 0.5f;
+        c->onebit_factor_threshold = 0.1f;
+        params = &onebit_lamb_table;
     } else if (zs_ds_equal_nocase(type, "sgd")) {
         c->optimizer = ZS_OPT_SGD;
         c->lr = 1e-3f;

@@ -229,9 +229,17 @@ static int finalize_numbers(zs_run_config *c)
     if (c->stage < 0 || c->stage > 3)
         return zs_config_fail("zero_optimization.stage must be 0, 1, 2 or 3, got %d", c->stage);
     if (c->optimizer != ZS_OPT_ADAMW && c->optimizer != ZS_OPT_SGD &&
-        c->optimizer != ZS_OPT_LAMB && c->optimizer != ZS_OPT_ONEBITADAM)
-        return zs_config_fail("optimizer.type is invalid (%d): use AdamW, SGD, Lamb or OneBitAdam",
-                              (int)c->optimizer);
+        c->optimizer != ZS_OPT_LAMB && !zs_optim_is_onebit(c->optimizer))
+        return zs_config_fail("optimizer.type is invalid (%d): use AdamW, SGD, Lamb, OneBitAdam "
+                              "or OneBitLamb", (int)c->optimizer);
+    if (c->optimizer == ZS_OPT_ONEBITLAMB &&
+        (c->onebit_coeff_beta >= 1.0f || c->onebit_factor_min > c->onebit_factor_max ||
+         c->onebit_factor_threshold >= 1.0f))
+        return zs_config_fail("optimizer.params of OneBitLamb: need coeff_beta < 1 (got %g), "
+                              "factor_min <= factor_max (got %g, %g) and factor_threshold < 1 "
+                              "(got %g)", (double)c->onebit_coeff_beta,
+                              (double)c->onebit_factor_min, (double)c->onebit_factor_max,
+                              (double)c->onebit_factor_threshold);
     if (c->onebit_freeze_step < 0)
         return zs_config_fail("optimizer.params.freeze_step (--freeze-step) must be >= 0, got %d",
                               c->onebit_freeze_step);

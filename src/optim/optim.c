@@ -129,7 +129,9 @@ void zs_optim_lamb_apply(const zs_run_config *c, int t, float lr, float ratio, f
                          const float *m, const float *v, void *param, zs_dtype pt, size_t n)
 {
     double step = lr;
-    if (!c->adam_no_bias_correction)
+    /* 1-bit LAMB's exact steps: no bias correction (OnebitLamb takes
+     * bias_correction and does not use it) */
+    if (!c->adam_no_bias_correction && c->optimizer != ZS_OPT_ONEBITLAMB)
         step = lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t));
     float scale = (float)step * ratio;
     for (size_t i = 0; i < n; i++) {
@@ -199,6 +201,58 @@ void zs_optim_onebit_apply(const zs_run_config *c, float lr, float *w, const flo
     for (size_t i = 0; i < n; i++) {
         float p = w[i];
         p -= lr * (m[i] / (sqrtf(v[i]) + eps) + wd * p);
+        w[i] = p;
+        if (param)
+            lamb_store(param, pt, i, p);
+    }
+}
+
+/* ---- 1-bit LAMB after the freeze (zerosim/optim.h) ---- */
+
+double zs_optim_onebit_lamb_factor(const zs_run_config *c, zs_onebit_lamb_tensor *t,
+                                   const float *w, const float *m, const float *m_last,
+                                   const float *v, float *v_fresh, size_t n)
+{
+    float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;
+    double pre_sq = 0.0, upd_sq = 0.0, factor = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        float g = (m[i] - b1 * m_last[i]) / (1.0f - b1);
+        v_fresh[i] = b2 * v_fresh[i] + (1.0f - b2) * g * g;
+        float denom = sqrtf(v[i]) + eps;
+        float pre = m[i] / denom, u = pre + wd * w[i];
+        pre_sq += (double)pre * pre;
+        upd_sq += (double)u * u;
+        double r = (double)denom / ((double)sqrtf(v_fresh[i]) + (double)eps);
+        if (i == 0 || r > factor)
+            factor = r;
+    }
+    if (wd > 0.0f) { /* a zero update leaves the factor as it is */
+        double ratio = upd_sq > 0.0 ? sqrt(pre_sq) / sqrt(upd_sq) : 1.0;
+        if (ratio > 1.0)
+            ratio = 1.0;
+        factor = factor * ratio + (1.0 - ratio);
+    }
+    if (factor > c->onebit_factor_max)
+        factor = c->onebit_factor_max;
+    if (factor < c->onebit_factor_min)
+        factor = c->onebit_factor_min;
+    double hi = t->last_factor * (1.0 + c->onebit_factor_threshold);
+    double lo = t->last_factor * (1.0 - c->onebit_factor_threshold);
+    if (factor > hi)
+        factor = hi;
+    if (factor < lo)
+        factor = lo;
+    t->last_factor = factor;
+    return factor;
+}
+
+void zs_optim_onebit_lamb_apply(const zs_run_config *c, float lr, double coeff, float *w,
+                                const float *m, const float *v, void *param, zs_dtype pt,
+                                size_t n)
+{
+    float scale = (float)(lr * coeff), eps = c->eps, wd = c->weight_decay;
+    for (size_t i = 0; i < n; i++) {
+        float p = w[i] - scale * (m[i] / (sqrtf(v[i]) + eps) + wd * w[i]);
         w[i] = p;
         if (param)
             lamb_store(param, pt, i, p);

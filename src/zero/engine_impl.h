@@ -248,6 +248,9 @@ int zs_engine_lamb_step(zs_engine *e, size_t base, size_t n, float *master, floa
 /* exec_onebit.c */
 int zs_engine_exec_local_norm(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop);
+/* 1-bit LAMB's exact steps (zs_engine_lamb_step): the trust ratios' running
+ * averages and, at the last exact step, the fresh variance's start */
+void zs_engine_onebit_lamb_warmup(zs_engine *e, const float *ratio, const float *v);
 /* exec_norm.c: the loss scaler, clipping and the optimizer's gradient
  * multiplier from the step's norm (unscaled; INFINITY on overflow) and the
  * factor that makes the stored gradient the averaged one (before the

@@ -74,6 +74,8 @@ int zs_engine_lamb_step(zs_engine *e, size_t base, size_t n, float *master, floa
         }
         ratio[k] = zs_optim_lamb_ratio(c, w_sq, u_sq);
     }
+    if (!rc && !e->phantom && c->optimizer == ZS_OPT_ONEBITLAMB)
+        zs_engine_onebit_lamb_warmup(e, ratio, v);
     for (int k = 0; k < E && !rc && !e->phantom; k++) {
         const zs_param_entry *pe = &e->lay->entries[k];
         size_t lo = pe->offset > base ? pe->offset : base;

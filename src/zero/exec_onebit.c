@@ -34,6 +34,7 @@
 #include "zerosim/error.h"
 
 #include <math.h>
+#include <string.h>
 
 int zs_engine_exec_local_norm(zs_engine *e, const zs_step_op *o, int *stop)
 {
@@ -52,9 +53,112 @@ int zs_engine_exec_local_norm(zs_engine *e, const zs_step_op *o, int *stop)
     return zs_engine_norm_finish(e, norm, mul, stop);
 }
 
+/* 1-bit LAMB's state after the two errors in the residual buffer
+ * (zs_onebit_lamb_extra): the fresh variance, the last momentum (padded
+ * floats each), one zs_onebit_lamb_tensor per layout entry. */
+static void onebit_lamb_state(zs_engine *e, float **v_fresh, float **m_last,
+                              zs_onebit_lamb_tensor **tensors)
+{
+    size_t n = e->shape->onebit_elems, P = e->part.padded;
+    *v_fresh = e->residual + n + n / (size_t)e->part.world;
+    *m_last = *v_fresh + P;
+    *tensors = (zs_onebit_lamb_tensor *)(void *)(*m_last + P);
+}
+
+void zs_engine_onebit_lamb_warmup(zs_engine *e, const float *ratio, const float *v)
+{
+    const zs_run_config *c = &e->cfg;
+    float *v_fresh, *m_last;
+    zs_onebit_lamb_tensor *t;
+    onebit_lamb_state(e, &v_fresh, &m_last, &t);
+    double beta = c->onebit_coeff_beta;
+    for (int k = 0; k < e->lay->n_entries; k++)
+        if (ratio[k] != 1.0f) /* as OnebitLamb: a ratio of 1 (a zero norm) is left out */
+            t[k].coeff = beta * t[k].coeff + (1.0 - beta) * (double)ratio[k];
+    if (e->opt_steps == c->onebit_freeze_step) /* the last exact step */
+        memcpy(v_fresh, v, e->part.padded * sizeof(float));
+}
+
+/* The momentum's scaling coefficients, at the first compressed step, from
+ * the momentum the exact steps left: each tensor's root mean square, and
+ * the mean of those over the tensors divided by the tensor's own (a tensor
+ * whose momentum is 0 keeps 1, where OnebitLamb would divide by 0). */
+static void onebit_lamb_scaling(zs_engine *e, const float *m, zs_onebit_lamb_tensor *t)
+{
+    int E = e->lay->n_entries;
+    double total = 0.0;
+    for (int k = 0; k < E; k++) {
+        const zs_param_entry *pe = &e->lay->entries[k];
+        double sq = 0.0;
+        for (size_t i = 0; i < pe->numel; i++)
+            sq += (double)m[pe->offset + i] * m[pe->offset + i];
+        t[k].scaling = pe->numel ? sqrt(sq) / sqrt((double)pe->numel) : 0.0;
+        total += t[k].scaling;
+        t[k].last_factor = 1.0;
+    }
+    double united = E ? total / E : 0.0;
+    for (int k = 0; k < E; k++)
+        t[k].scaling = t[k].scaling > 0.0 ? united / t[k].scaling : 1.0;
+}
+
+/* Each tensor's momentum times (or divided by) its scaling coefficient. */
+static void onebit_lamb_scale(zs_engine *e, float *m, const zs_onebit_lamb_tensor *t, int divide)
+{
+    for (int k = 0; k < e->lay->n_entries; k++) {
+        const zs_param_entry *pe = &e->lay->entries[k];
+        float s = (float)(divide ? 1.0 / t[k].scaling : t[k].scaling);
+        for (size_t i = 0; i < pe->numel; i++)
+            m[pe->offset + i] *= s;
+    }
+}
+
+/* 1-bit LAMB after the freeze (zerosim/optim.h): the scaled momentum
+ * exchanged as 1-bit Adam's, then per tensor the factor and the update. */
+static int onebit_lamb_step(zs_engine *e, const zs_step_op *o)
+{
+    const zs_run_config *c = &e->cfg;
+    const zs_partition *p = &e->part;
+    size_t n = o->elems;
+    float *worker_error = e->residual, *server_error = e->residual ? e->residual + n : NULL;
+    float *v_fresh = NULL, *m_last = NULL;
+    zs_onebit_lamb_tensor *t = NULL;
+    if (!e->phantom) {
+        onebit_lamb_state(e, &v_fresh, &m_last, &t);
+        if (e->opt_steps == c->onebit_freeze_step + 1) /* the first compressed step */
+            onebit_lamb_scaling(e, e->exp_avg, t);
+        memcpy(m_last, e->exp_avg, p->padded * sizeof(float));
+        zs_optim_onebit_momentum(c, e->grad_mul, e->exp_avg, e->gfull, e->param_dtype,
+                                 p->padded);
+        onebit_lamb_scale(e, e->exp_avg, t, 0);
+    }
+    ZS_TRY(zs_comm_onebit_allreduce(e->comm, e->exp_avg, n, worker_error, server_error, -1));
+    if (e->phantom)
+        return 0;
+    onebit_lamb_scale(e, e->exp_avg, t, 1);
+    for (size_t i = 0; i < p->padded; i++)
+        if (e->exp_avg_sq[i] == 0.0f)
+            e->exp_avg[i] = 0.0f;
+    for (size_t i = p->padded; i < n; i++)
+        e->exp_avg[i] = 0.0f;
+    for (int k = 0; k < e->lay->n_entries; k++) {
+        const zs_param_entry *pe = &e->lay->entries[k];
+        size_t off = pe->offset;
+        double factor = zs_optim_onebit_lamb_factor(c, &t[k], e->master + off, e->exp_avg + off,
+                                                    m_last + off, e->exp_avg_sq + off,
+                                                    v_fresh + off, pe->numel);
+        zs_optim_onebit_lamb_apply(c, e->info->lr, t[k].coeff * factor, e->master + off,
+                                   e->exp_avg + off, e->exp_avg_sq + off,
+                                   e->mixed ? (char *)e->params + off * e->param_elsize : NULL,
+                                   e->param_dtype, pe->numel);
+    }
+    return 0;
+}
+
 int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
+    if (e->cfg.optimizer == ZS_OPT_ONEBITLAMB)
+        return onebit_lamb_step(e, o);
     const zs_partition *p = &e->part;
     size_t n = o->elems; /* the momentum, padded for the exchange */
     float *worker_error = e->residual, *server_error = e->residual ? e->residual + n : NULL;

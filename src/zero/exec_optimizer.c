@@ -18,7 +18,7 @@
 int zs_engine_exec_optimizer_full(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
-    if (e->cfg.optimizer == ZS_OPT_LAMB)
+    if (zs_optim_is_lamb(e->cfg.optimizer))
         return zs_engine_lamb_step(e, 0, o->elems, e->master, e->exp_avg, e->exp_avg_sq,
                                    e->gfull, e->mixed ? e->params : NULL);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
@@ -33,7 +33,7 @@ int zs_engine_exec_optimizer_full(zs_engine *e, const zs_step_op *o, int *stop)
 int zs_engine_exec_optimizer_shard(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
-    if (e->cfg.optimizer == ZS_OPT_LAMB)
+    if (zs_optim_is_lamb(e->cfg.optimizer))
         return zs_engine_lamb_step(e, e->part.shard_begin, o->elems, e->master, e->exp_avg,
                                    e->exp_avg_sq, e->gshard, e->param_out);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
@@ -47,7 +47,7 @@ int zs_engine_exec_optimizer_shard(zs_engine *e, const zs_step_op *o, int *stop)
 int zs_engine_exec_optimizer_host(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
-    if (e->cfg.optimizer == ZS_OPT_LAMB)
+    if (zs_optim_is_lamb(e->cfg.optimizer))
         return zs_engine_lamb_step(e, e->part.shard_begin, o->elems, e->master, e->exp_avg,
                                    e->exp_avg_sq, e->hgrad, e->hparam);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
