@@ -1,6 +1,7 @@
 #!/bin/sh
 # Step time of zerosim against PyTorch (Debian's python3-torch, CPU) on the
-# same GPT, side by side in one run: for each shape, ROUNDS interleaved
+# same GPT (bench/torch_gpt.py), and on the same Llama (bench/torch_llama.py,
+# one rank), side by side in one run: for each shape, ROUNDS interleaved
 # rounds of zerosim and PyTorch, each STEPS steps; the median over the
 # rounds of each round's median steady step (the first step left out).
 # One thread per rank, fp32, AdamW, clipping at 1.0 on both sides.
@@ -127,6 +128,52 @@ ratio = zs / pt if pt == pt and pt > 0 else float("nan")
 of = statistics.median(flops / s / g for s, g in zip(steps, gemms))
 print("%-24s %-22s %9.3fs %9.3fs %7.2f %10.1f %8.1f %8.0f%%" % (
     "%d,%d,%d,%d,%d" % (L, C, T, V, B), sys.argv[8], zs, pt, ratio, rate,
+    statistics.median(gemms) / 1e9, 100 * of))
+PY
+done
+
+# The Llama family (bench/torch_llama.py: RMSNorm, rotate_half RoPE, GQA by
+# repeating key/value heads, SwiGLU, an untied head), one rank; its
+# parameters V C (embedding) + V C (head) + C + L (2 C + 2 C^2 + 2 KV D C + 3 F C)
+printf '\n%-32s %-6s %10s %10s %7s %10s %8s %9s\n' "llama L,C,NH,KV,F,T,V,B" "ranks" "zerosim" "PyTorch" "ratio" "GFLOP/s" "SGEMM" "of SGEMM"
+for row in "2 128 4 2 352 64 256 4" "4 256 4 2 688 128 512 8"; do
+    # shellcheck disable=SC2086 # the row's fields
+    set -- $row
+    : >"$T/zs.list"
+    : >"$T/pt.list"
+    : >"$T/gemm.list"
+    for r in $(seq 1 "$ROUNDS"); do
+        sgemm_rate >>"$T/gemm.list"
+        $MPIEXEC -n 1 "$ZS" train --model llama --layers "$1" --hidden "$2" --heads "$3" \
+            --kv-heads "$4" --ffn-hidden "$5" --seq "$6" --vocab "$7" --micro-batch "$8" \
+            --steps "$STEPS" --warmup 0 --stage 0 --quiet --report "$T/zs.json" </dev/null \
+            >/dev/null 2>&1 && python3 -c "
+import json, statistics
+print(statistics.median(json.load(open('$T/zs.json'))['step_seconds'][1:]))" >>"$T/zs.list" ||
+            echo nan >>"$T/zs.list"
+        if [ $have_torch = 1 ] && "$PY" "$HERE/torch_llama.py" "$@" "$STEPS" >"$T/pt.out" 2>"$T/pt.err"; then
+            python3 -c "
+import statistics
+for line in open('$T/pt.out'):
+    if line.startswith('step_seconds'):
+        print(statistics.median(float(x) for x in line.split()[2:]))" >>"$T/pt.list"
+        fi
+    done
+    zs=$(median <"$T/zs.list")
+    pt=$([ $have_torch = 1 ] && median <"$T/pt.list" || echo nan)
+    python3 - "$zs" "$pt" "$@" "$T/zs.list" "$T/gemm.list" <<'PY'
+import statistics, sys
+zs, pt = float(sys.argv[1]), float(sys.argv[2])
+L, C, NH, KV, F, T, V, B = map(int, sys.argv[3:11])
+steps = [float(x) for x in open(sys.argv[11])]
+gemms = [float(x) for x in open(sys.argv[12])]
+D = C // NH
+params = 2 * V * C + C + L * (2 * C + 2 * C * C + 2 * KV * D * C + 3 * F * C)
+flops = B * T * (6 * params + 12 * L * T * C)
+ratio = zs / pt if pt == pt and pt > 0 else float("nan")
+of = statistics.median(flops / s / g for s, g in zip(steps, gemms))
+print("%-32s %-6s %9.3fs %9.3fs %7.2f %10.1f %8.1f %8.0f%%" % (
+    ",".join(sys.argv[3:11]), "1", zs, pt, ratio, flops / zs / 1e9,
     statistics.median(gemms) / 1e9, 100 * of))
 PY
 done

@@ -18,7 +18,12 @@ zerosim's writer (plain Python: struct and json, no safetensors package).
                   standard ops: tests/torch_llama_oracle.py's forward, RoPE
                   by rotate_half) equals the dump's loss within 1e-5
                   relative; --interleaved pairs RoPE's dimensions (2i, 2i+1),
-                  the control that must fail.
+                  the control that must fail. With --experts E the blocks
+                  are Mixtral's (MixtralForCausalLM: block_sparse_moe.gate
+                  and experts.{e}.w1/w2/w3, config num_local_experts,
+                  num_experts_per_tok, router_aux_loss_coef), and loss's
+                  objective is per --micro-batch rows, averaged, with the
+                  load-balancing term the config weighs.
 """
 import argparse
 import json
@@ -46,9 +51,16 @@ def names_shapes(a):
         out.append((p + "self_attn.o_proj.weight", [C, a.heads * D]))
         if a.inv_freq:  # older transformers saved this buffer
             out.append((p + "self_attn.rotary_emb.inv_freq", [D // 2]))
-        out.append((p + "mlp.gate_proj.weight", [F, C]))
-        out.append((p + "mlp.up_proj.weight", [F, C]))
-        out.append((p + "mlp.down_proj.weight", [C, F]))
+        if a.experts:  # MixtralSparseMoeBlock: the router, then each expert's w1, w2, w3
+            out.append((p + "block_sparse_moe.gate.weight", [a.experts, C]))
+            for e in range(a.experts):
+                q = p + "block_sparse_moe.experts.%d." % e
+                out += [(q + "w1.weight", [F, C]), (q + "w2.weight", [C, F]),
+                        (q + "w3.weight", [F, C])]
+        else:
+            out.append((p + "mlp.gate_proj.weight", [F, C]))
+            out.append((p + "mlp.up_proj.weight", [F, C]))
+            out.append((p + "mlp.down_proj.weight", [C, F]))
         out.append((p + "input_layernorm.weight", [C]))
         out.append((p + "post_attention_layernorm.weight", [C]))
     out.append(("model.norm.weight", [C]))
@@ -86,8 +98,8 @@ def write(a):
             shape = [shape[0] + 1] + shape[1:]
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
             vals = [1.0 + 0.1 * rng.gauss(0.0, 1.0) for _ in range(numel(shape))]
-        else:  # q and k large enough that attention, and so RoPE, shows in the loss
-            std = 0.5 if ("q_proj" in name or "k_proj" in name) else 0.02
+        else:  # q and k (and the router) large enough that attention, RoPE and routing show
+            std = 0.5 if ("q_proj" in name or "k_proj" in name or "moe.gate" in name) else 0.02
             vals = [std * rng.gauss(0.0, 1.0) for _ in range(numel(shape))]
         tensors.append((name, shape, struct.pack("<%df" % len(vals), *vals)))
     if a.extra:
@@ -118,16 +130,22 @@ def write(a):
         with open(os.path.join(a.dir, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total},
                        "weight_map": dict(sorted(wmap.items()))}, f, indent=2)
-    cfg = {"architectures": ["Qwen2ForCausalLM" if a.bias else "LlamaForCausalLM"],
-           "model_type": "qwen2" if a.bias else "llama",
+    arch, mt = ("Qwen2ForCausalLM", "qwen2") if a.bias else ("LlamaForCausalLM", "llama")
+    if a.experts:
+        arch, mt = "MixtralForCausalLM", "mixtral"
+    cfg = {"architectures": [arch], "model_type": mt,
            "hidden_size": a.hidden, "intermediate_size": a.ffn,
            "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
            "num_key_value_heads": a.kv_heads, "vocab_size": a.vocab,
            "max_position_embeddings": a.seq, "rms_norm_eps": a.eps, "rope_theta": a.theta,
            "tie_word_embeddings": bool(a.tied), "hidden_act": "silu",
            "torch_dtype": "float32"}
-    if not a.bias:
+    if not a.bias and not a.experts:
         cfg["attention_bias"] = False
+    if a.experts:
+        cfg.update({"num_local_experts": a.experts, "num_experts_per_tok": a.top_k,
+                    "router_aux_loss_coef": a.aux, "output_router_logits": False,
+                    "sliding_window": None})
     with open(os.path.join(a.dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 
@@ -188,8 +206,14 @@ def loss(a):
     tok, tgt = ints("tokens"), ints("targets")
     NH, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     table = rope_table(tok.shape[1], cfg["hidden_size"] // NH, cfg["rope_theta"], torch.float64)
-    got = forward(w, cfg["num_hidden_layers"], NH, KV, cfg["rms_norm_eps"], table, tok, tgt,
-                  a.interleaved).item()
+    # a Mixtral's objective (its load-balancing term) is per micro-batch of
+    # a.micro_batch rows, averaged; a dense model's the mean over all rows
+    mb = a.micro_batch or tok.shape[0]
+    top_k, aux = cfg.get("num_experts_per_tok", 2), cfg.get("router_aux_loss_coef", 0.0)
+    parts = [forward(w, cfg["num_hidden_layers"], NH, KV, cfg["rms_norm_eps"], table,
+                     tok[j:j + mb], tgt[j:j + mb], a.interleaved, top_k, aux)
+             for j in range(0, tok.shape[0], mb)]
+    got = (sum(parts) / len(parts)).item()
     want = struct.unpack("<f", z["loss"][2])[0]
     rel = abs(got - want) / abs(want)
     print("loss: PyTorch (float64, %s) %.9g, zerosim %.9g, relative difference %.2g"
@@ -203,10 +227,12 @@ def main():
     w = sub.add_parser("write")
     w.add_argument("dir")
     for k, v in (("layers", 2), ("hidden", 32), ("heads", 4), ("kv-heads", 2), ("ffn", 48),
-                 ("vocab", 64), ("seq", 16), ("seed", 1), ("shard-bytes", 0)):
+                 ("vocab", 64), ("seq", 16), ("seed", 1), ("shard-bytes", 0), ("experts", 0),
+                 ("top-k", 2)):
         w.add_argument("--" + k, type=int, default=v)
     w.add_argument("--eps", type=float, default=1e-5)
     w.add_argument("--theta", type=float, default=10000.0)
+    w.add_argument("--aux", type=float, default=0.02)
     for k in ("bias", "tied", "inv-freq"):
         w.add_argument("--" + k, action="store_true")
     for k in ("drop", "dup", "bad-shape", "extra"):
@@ -221,6 +247,7 @@ def main():
         s.add_argument("dir")
         s.add_argument("dump")
         s.add_argument("--interleaved", action="store_true")
+        s.add_argument("--micro-batch", type=int, default=0)
     a = ap.parse_args()
     return {"write": write, "tokens": tokens, "same": same, "loss": loss}[a.cmd](a) or 0
 

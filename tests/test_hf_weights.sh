@@ -136,8 +136,6 @@ refuse -o "$X" -m "holds a llama, but the command line gives --model gpt" \
 refuse -o "$X" -m "tie-embeddings 0, but the command line gives 1" \
     export --init-from "$T/hf" --heads 4 --tie-embeddings --out "$X"
 refuse -o "$X" -m "llm.c's .bin holds GPT-2 models only" export $L --out "$T/x.bin"
-refuse -m "a.safetensors holds a Llama-family model: this command reads GPT-2 weights only" \
-    eval --from "$T/a.safetensors"
 refuse -o "$X" -m "shard-size splits safetensors" export --layers 1 --hidden 8 --heads 2 --seq 4 --vocab 8 \
     --shard-size 1KB --out "$T/x.bin"
 refuse -o "$X" -m "shard-size must be a size" export $L --shard-size lots --out "$X"

@@ -7,8 +7,11 @@
 # ranks, deterministic mode across N = 1, 2, 4, plan = phantom = real,
 # activation checkpointing exact, a checkpoint's resume exact, bf16, the
 # tiny Mixtral of tests/hf/mixtral-tiny.json (dropless, as Hugging Face's)
-# through --hf-config, and what is not built (tensor parallelism, pipeline
-# stages with experts, weight files) refused with one line. The gradients against
+# through --hf-config, weight files under Mixtral's names (round trips in
+# every stage and --ep layout, sharded too; a checkpoint written as
+# transformers writes one, by tests/hf_llama_files.py, loads with its
+# config.json and, with torch, gives PyTorch's loss), and what is not built
+# (tensor parallelism, pipeline stages with experts) refused with one line. The gradients against
 # finite differences are tests/check_model.c's (test_mixtral_gradients).
 . "$(dirname "$0")/testlib.sh"
 
@@ -32,9 +35,53 @@ train_hashes e2 2 --stage 1 --ep 2 && same_hashes e2 s3 &&
 [ -z "$(all_to_alls s3)" ] && ok || bad "mixtral --ep 1: made all-to-alls"
 refuse -m "a mixture of experts with tensor parallelism" train $M --tp 2
 refuse -m "with --pp 2 is not supported" train $M --pp 2
-# weight files: dense only so far (dumps name the experts: test_torch_llama.sh)
-refuse -m "weight files hold dense Llama-family models only" -o "$T/mx.safetensors" \
-    train $M --steps 1 --export "$T/mx.safetensors"
+
+# weight files under Mixtral's names (MixtralForCausalLM): export writes the
+# router and each expert's w1/w2/w3, --shard-size shards them, and
+# export -> --init-from -> export is byte-identical from a file or a folder
+# of shards, in every stage, on 1-4 ranks, with --ep in both layouts;
+# training from the file is training from the seed with --ep 2
+W="--model llama --layers 2 --hidden 16 --heads 4 --kv-heads 2 --ffn-hidden 24 --seq 8 --vocab 17 --moe-experts 4 --moe-top-k 2"
+"$ZS" export $W --seed 3 --out "$T/mx.safetensors" >"$T/mx.log" 2>&1 &&
+    grep -q "4 experts (top 2) in every block" "$T/mx.log" && ok || { bad "mixtral export"; cat "$T/mx.log"; }
+hjson=$(dd if="$T/mx.safetensors" bs=1 skip=8 count=6000 2>/dev/null | tr -d ' ')
+for want in '"model.layers.1.block_sparse_moe.gate.weight":{"dtype":"F32","shape":[4,16]' \
+            '"model.layers.0.block_sparse_moe.experts.3.w1.weight":{"dtype":"F32","shape":[24,16]' \
+            '"model.layers.1.block_sparse_moe.experts.0.w2.weight":{"dtype":"F32","shape":[16,24]' \
+            '"model.layers.0.block_sparse_moe.experts.2.w3.weight":{"dtype":"F32","shape":[24,16]' \
+            '"moe_top_k":"2"'; do
+    echo "$hjson" | grep -qF "$want" && ok || bad "mixtral header lacks $want"
+done
+echo "$hjson" | grep -q 'mlp\.' && bad "mixtral file holds dense mlp tensors" || ok
+mkdir -p "$T/mxs"
+"$ZS" export --init-from "$T/mx.safetensors" --shard-size 4KB --out "$T/mxs/model.safetensors" \
+    >"$T/mx.log" 2>&1 && [ -f "$T/mxs/model.safetensors.index.json" ] &&
+    "$ZS" export --init-from "$T/mxs" --out "$T/mx2.safetensors" >>"$T/mx.log" 2>&1 &&
+    cmp -s "$T/mx.safetensors" "$T/mx2.safetensors" && ok ||
+    { bad "mixtral shards: the round trip differs"; cat "$T/mx.log"; }
+for nsp in "2 1 --ep 2" "4 3 --ep 2 --ep-layout deepspeed" "1 0" "2 2" "2 3" "4 2 --ep 4" \
+    "4 0 --ep 2 --ep-layout deepspeed" "4 1 --ep 4 --ep-layout deepspeed"; do
+    set -- $nsp; n=$1; st=$2; shift 2
+    sh "$HERE/mpirun.sh" "$n" "$ZS" export --init-from "$T/mxs" --stage "$st" "$@" \
+        --out "$T/mxr.safetensors" </dev/null >"$T/mx.log" 2>&1 &&
+        cmp -s "$T/mx.safetensors" "$T/mxr.safetensors" && ok ||
+        { bad "mixtral N=$n stage $st $*: the round trip differs"; tail -2 "$T/mx.log"; }
+    zs_fast && [ "$n$st" = 43 ] && break
+done
+zs_run mxi 2 $M --steps 1 --seed 3 --stage 2 --ep 2 --init-from "$T/mxs" &&
+    zs_run mxd 2 $M --steps 1 --seed 3 --stage 2 --ep 2 &&
+    [ -n "$(hashes "$T/mxi.json")" ] && [ "$(hashes "$T/mxi.json")" = "$(hashes "$T/mxd.json")" ] && ok ||
+    bad "mixtral --ep 2: --init-from seed 3's file differs from --seed 3"
+# the GPT's experts have no GPT-2 names: refused before training, --ep too
+refuse -n 2 -o "$T/g.safetensors" -m "weight files hold dense GPT-2 models only" \
+    train --layers 2 --hidden 16 --heads 4 --seq 8 --vocab 17 --moe-experts 4 --ep 2 --steps 1 \
+    --export "$T/g.safetensors"
+# experts the file does not hold, or other ones, are refused in one line
+"$ZS" export ${W%% --moe-experts*} --out "$T/dense.safetensors" >/dev/null 2>&1
+refuse -o "$T/x.safetensors" -m "holds a Llama with moe-experts 0, but the command line gives 4" \
+    export --init-from "$T/dense.safetensors" --moe-experts 4 --out "$T/x.safetensors"
+refuse -o "$T/x.safetensors" -m "holds a Llama with moe-experts 4, but the command line gives 8" \
+    export --init-from "$T/mx.safetensors" --moe-experts 8 --out "$T/x.safetensors"
 
 # make check's fast form stops here (docs/testing.md)
 zs_fast && finish
@@ -104,4 +151,41 @@ zs_run h0 2 $H --stage 0 && zs_run h3 2 $H --stage 3 --ep 2 &&
     measured_is_predicted "mixtral-tiny --ep 2" "$T/h3"
 sed -n '/"moe_routing"/,/^  \]/p' "$T/h0.json" | grep -q '"dropped": [1-9]' &&
     bad "mixtral-tiny: dropped tokens" || ok
+
+# a Mixtral checkpoint as transformers writes it (tests/hf_llama_files.py:
+# sharded, a sorted weight_map, rotary_emb.inv_freq buffers, no head counts
+# nor top-k in it) loads with its config.json: the step-0 parameters are
+# its tensors bit for bit, and with torch the step's loss (2 micro-batches
+# of 2 rows on 2 ranks, dropless, top 2 renormalised, the load-balancing
+# term weighed 0.02) is PyTorch's, while one batch of 4 rows (another
+# load-balancing term) is not; without its config.json the top-k it does
+# not say is refused in one line
+PY=$(command -v python3 || true)
+TPY=${TORCH_PYTHON:-/usr/bin/python3}
+[ -n "$PY" ] || { echo "SKIP: no python3: Mixtral checkpoints written as transformers writes them"; finish; }
+HFW="$HERE/hf_llama_files.py"
+"$PY" "$HFW" tokens "$T/tok.bin"
+"$PY" "$HFW" write "$T/hfm" --experts 4 --top-k 2 --shard-bytes 20000 --inv-freq ||
+    bad "hf_llama_files.py write --experts failed"
+mkdir -p "$T/hz"
+sh "$HERE/mpirun.sh" 2 "$ZS" train --init-from "$T/hfm" --hf-config "$T/hfm/config.json" \
+    --data "$T/tok.bin" --steps 1 --micro-batch 2 --stage 2 --dump-dir "$T/hz" --dump-steps 0-1 \
+    --quiet </dev/null >"$T/hz.log" 2>&1 || { bad "train from the Mixtral checkpoint failed"; cat "$T/hz.log"; }
+"$PY" "$HFW" same "$T/hfm" "$T/hz/step_000000.safetensors" >"$T/hz.log" && ok ||
+    { bad "mixtral: the step-0 parameters are not the checkpoint's"; cat "$T/hz.log"; }
+if "$TPY" -c "import torch" >/dev/null 2>&1; then
+    "$TPY" "$HFW" loss "$T/hfm" "$T/hz/step_000001.safetensors" --micro-batch 2 && ok ||
+        bad "mixtral: the loss is not PyTorch's"
+    "$TPY" "$HFW" loss "$T/hfm" "$T/hz/step_000001.safetensors" --micro-batch 4 >/dev/null &&
+        bad "control: one batch of 4 rows gave the same loss" || ok
+else
+    echo "SKIP: $TPY cannot import torch: the Mixtral loss against PyTorch is not checked"
+fi
+refuse -o "$T/x.safetensors" -m "does not say the router's top-k .*give --moe-top-k" \
+    export --init-from "$T/hfm" --heads 4 --out "$T/x.safetensors"
+"$PY" "$HFW" write "$T/hfm1" --experts 4 --top-k 1 # one file, no inv_freq buffers
+"$ZS" export --init-from "$T/hfm1" --heads 4 --moe-top-k 1 --out "$T/hm.safetensors" >"$T/hm.log" 2>&1 &&
+    grep -q "4 experts (top 1)" "$T/hm.log" &&
+    "$ZS" compare "$T/hm.safetensors" "$T/hfm1" --rtol 0 --atol 0 >/dev/null 2>&1 && ok ||
+    bad "mixtral: --heads 4 --moe-top-k 1 export of a transformers-style checkpoint differs"
 finish

@@ -253,7 +253,10 @@ static void zs_train_print_export(FILE *log, const zs_run_config *cfg, const zs_
         fprintf(log, ": a Llama of %d blocks, hidden %d, %d heads, %d key/value heads, "
                 "intermediate %d, vocab %d, head %s", m->n_layer, m->n_embd, m->n_head,
                 m->n_kv_head, m->ffn_hidden, m->vocab, m->tie_embeddings ? "tied" : "untied");
-    else
+    if (m->kind == ZS_MODEL_LLAMA && m->moe_experts > 0)
+        fprintf(log, ", %d experts (top %d) in %s", m->moe_experts, m->moe_top_k,
+                m->moe_every == 1 ? "every block" : "every moe-every-th block");
+    else if (m->kind != ZS_MODEL_LLAMA)
         fprintf(log, ": a GPT of %d blocks, hidden %d, %d heads, seq %d, vocab %d", m->n_layer,
                 m->n_embd, m->n_head, m->seq_len, m->vocab);
     fprintf(log, "; %zu parameters, param_hash %s\n", zs_model_count_params(m), r->param_hash);

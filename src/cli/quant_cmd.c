@@ -27,8 +27,9 @@ static const char *const zs_quantize_usage =
     "atomically. Prints the bytes of the fp32 model and of the quantized one and\n"
     "the loss of each on held-out samples of the run's synthetic task.\n"
     "  --from CKPT|FILE         a checkpoint (--save-dir of a tp = 1 run, or one of its\n"
-    "                           global_step folders), GPT weights (.safetensors from\n"
-    "                           zerosim export, llm.c .bin) or a quantized file\n"
+    "                           global_step folders), GPT or dense Llama weights\n"
+    "                           (.safetensors from zerosim export, llm.c .bin) or a\n"
+    "                           quantized file\n"
     "  --format F               int8 (absmax), int8-zp (zero-point) or nf4\n"
     "  --block B                one scale per B consecutive weights (nf4: 64)\n"
     "  --per-channel            one scale per output channel (row)\n"
@@ -164,6 +165,11 @@ static void zs_qcli_model_line(const zs_model_src *s, const char *path)
         printf("# model: %s (%s), GPT layers %d hidden %d heads %d seq %d vocab %d, %zu "
                "parameters\n", path, s->kind, m->n_layer, m->n_embd, m->n_head, m->seq_len,
                m->vocab, s->n);
+    else if (m->kind == ZS_MODEL_LLAMA)
+        printf("# model: %s (%s), Llama layers %d hidden %d heads %d kv-heads %d ffn-hidden %d "
+               "seq %d vocab %d, %zu parameters\n", path, s->kind, m->n_layer, m->n_embd,
+               m->n_head, m->n_kv_head > 0 ? m->n_kv_head : m->n_head, m->ffn_hidden,
+               m->seq_len, m->vocab, s->n);
     else {
         printf("# model: %s (%s), MLP %d", path, s->kind, m->input_dim);
         for (int i = 0; i < m->n_hidden; i++)

@@ -575,6 +575,8 @@ static const zs_init_field zs_init_llama[] = {
     {OPT_TIE_EMB, "tie-embeddings", offsetof(zs_model_config, tie_embeddings), 0, 1},
     {OPT_HEADS, "heads", offsetof(zs_model_config, n_head), 0, 0},
     {OPT_KV_HEADS, "kv-heads", offsetof(zs_model_config, n_kv_head), 0, 0},
+    {OPT_MOE_EXPERTS, "moe-experts", offsetof(zs_model_config, moe_experts), 0, 1},
+    {OPT_MOE_EVERY, "moe-every", offsetof(zs_model_config, moe_every), 0, 0},
     {OPT_SEQ, "seq", offsetof(zs_model_config, seq_len), 1, 0},
     {0, NULL, 0, 0, 0},
 };
@@ -643,6 +645,31 @@ static int zs_cli_init_from(const zs_cli *cli, const zs_run_config *from_config,
     return zs_cli_init_from_gpt(cli, from_config, c, &f);
 }
 
+/* A Mixtral file's router (which no tensor holds): its top-k and
+ * renormalisation from the metadata zerosim writes, where neither the
+ * command line nor a config file gives them; a file without them (as
+ * transformers writes one) needs --moe-top-k or its config.json. */
+static int zs_cli_init_from_router(const zs_cli *cli, const zs_run_config *from_config,
+                                   zs_run_config *c, const zs_model_config *f)
+{
+    if (f->moe_experts <= 0)
+        return 0;
+    zs_run_config def;
+    zs_run_config_defaults(&def);
+    int given = cli->val[OPT_MOE_TOP_K] || cli->val[OPT_HF_CONFIG] ||
+                from_config->model.moe_top_k != def.model.moe_top_k;
+    if (given)
+        return 0;
+    if (!f->moe_top_k)
+        ZS_FAIL("--init-from %s: the file does not say the router's top-k (no moe_top_k in "
+                "its metadata): give --moe-top-k, or the checkpoint's config.json with "
+                "--hf-config", cli->val[OPT_INIT_FROM]);
+    c->model.moe_top_k = f->moe_top_k;
+    if (from_config->model.moe_renormalize == def.model.moe_renormalize)
+        c->model.moe_renormalize = f->moe_renormalize;
+    return 0;
+}
+
 /* A GPT's shapes from f, the file's: those the command line or the config
  * gave must agree. */
 static int zs_cli_init_from_gpt(const zs_cli *cli, const zs_run_config *from_config,
@@ -706,7 +733,7 @@ static int zs_cli_init_from_gpt(const zs_cli *cli, const zs_run_config *from_con
     if (f.norm_eps > 0.0 && !cli->val[OPT_NORM_EPS] && !hf &&
         from_config->model.norm_eps == def.model.norm_eps)
         c->model.norm_eps = f.norm_eps;
-    return 0;
+    return zs_cli_init_from_router(cli, from_config, c, &f);
 }
 
 /* zerosim export --from DIR: what the checkpoint's manifest says of the run
@@ -864,6 +891,10 @@ static int zs_cli_outputs(const zs_cli *cli, zs_run_config *c, zs_train_options 
         ZS_FAIL("%s: --shard-size splits safetensors checkpoints; llm.c's .bin is one file", out);
     if (out && o->export_format == ZS_WEIGHTS_LLMC && c->model.kind == ZS_MODEL_LLAMA)
         ZS_FAIL("%s: llm.c's .bin holds GPT-2 models only: write the Llama as .safetensors", out);
+    if (out && c->model.kind == ZS_MODEL_GPT && c->model.moe_experts > 0)
+        ZS_FAIL("%s: weight files hold dense GPT-2 models only: a mixture of experts "
+                "(--moe-experts %d) has no GPT-2 tensor names; use training checkpoints "
+                "(--save-dir)", out, c->model.moe_experts);
     o->no_steps = export_cmd;
     if (cli->val[OPT_FROM] && !export_cmd)
         ZS_FAIL("--from is zerosim export's; zerosim train starts from a checkpoint with --resume");

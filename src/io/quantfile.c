@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,22 @@
 char *zs_model_config_json(const zs_model_config *m)
 {
     json_t *j;
-    if (m->kind == ZS_MODEL_GPT) {
+    if (m->kind == ZS_MODEL_LLAMA) { /* dense: zs_model_src_load refuses experts */
+        j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:b}", "kind",
+                      "llama", "n_layer", m->n_layer, "n_embd", m->n_embd, "n_head", m->n_head,
+                      "n_kv_head", m->n_kv_head > 0 ? m->n_kv_head : m->n_head,
+                      "intermediate_size", m->ffn_hidden, "seq_len", m->seq_len, "vocab",
+                      m->vocab, "rope_theta", m->rope_theta, "rms_norm_eps", m->norm_eps,
+                      "qkv_bias", m->qkv_bias != 0, "tie_embeddings", m->tie_embeddings != 0);
+        if (j && m->rope_scaling_factor > 0.0) {
+            json_object_set_new(j, "rope_scaling_factor", json_real(m->rope_scaling_factor));
+            json_object_set_new(j, "rope_low_freq_factor", json_real(m->rope_low_freq_factor));
+            json_object_set_new(j, "rope_high_freq_factor",
+                                json_real(m->rope_high_freq_factor));
+            json_object_set_new(j, "rope_original_max_pos",
+                                json_integer(m->rope_original_max_pos));
+        }
+    } else if (m->kind == ZS_MODEL_GPT) {
         j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind", "gpt", "n_layer", m->n_layer,
                       "n_embd", m->n_embd, "n_head", m->n_head, "seq_len", m->seq_len, "vocab",
                       m->vocab);
@@ -50,15 +66,56 @@ static int qf_json_int(json_t *j, const char *key, const char *what, int *out)
     return 0;
 }
 
+static int qf_json_real(json_t *j, const char *key, const char *what, double *out)
+{
+    json_t *v = json_object_get(j, key);
+    if (!json_is_number(v) || !(json_number_value(v) > 0.0) || !isfinite(json_number_value(v)))
+        ZS_FAIL("%s: the model's \"%s\" is missing or not a positive number", what, key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+/* A Llama's shapes and arithmetic (zs_model_config_json's "llama"). */
+static int qf_llama_from_json(json_t *j, const char *what, zs_model_config *mc)
+{
+    static const struct { const char *key; size_t off; } ints[] = {
+        {"n_layer", offsetof(zs_model_config, n_layer)},
+        {"n_embd", offsetof(zs_model_config, n_embd)},
+        {"n_head", offsetof(zs_model_config, n_head)},
+        {"n_kv_head", offsetof(zs_model_config, n_kv_head)},
+        {"intermediate_size", offsetof(zs_model_config, ffn_hidden)},
+        {"seq_len", offsetof(zs_model_config, seq_len)},
+        {"vocab", offsetof(zs_model_config, vocab)}};
+    mc->kind = ZS_MODEL_LLAMA;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        ZS_TRY(qf_json_int(j, ints[i].key, what, (int *)((char *)mc + ints[i].off)));
+    ZS_TRY(qf_json_real(j, "rope_theta", what, &mc->rope_theta));
+    ZS_TRY(qf_json_real(j, "rms_norm_eps", what, &mc->norm_eps));
+    json_t *bias = json_object_get(j, "qkv_bias"), *tied = json_object_get(j, "tie_embeddings");
+    if (!json_is_boolean(bias) || !json_is_boolean(tied))
+        ZS_FAIL("%s: the model's \"qkv_bias\" or \"tie_embeddings\" is missing or not true or "
+                "false", what);
+    mc->qkv_bias = json_is_true(bias);
+    mc->tie_embeddings = json_is_true(tied);
+    if (!json_object_get(j, "rope_scaling_factor"))
+        return 0;
+    ZS_TRY(qf_json_real(j, "rope_scaling_factor", what, &mc->rope_scaling_factor));
+    ZS_TRY(qf_json_real(j, "rope_low_freq_factor", what, &mc->rope_low_freq_factor));
+    ZS_TRY(qf_json_real(j, "rope_high_freq_factor", what, &mc->rope_high_freq_factor));
+    return qf_json_int(j, "rope_original_max_pos", what, &mc->rope_original_max_pos);
+}
+
 int zs_model_config_from_json(const char *text, const char *what, zs_model_config *mc)
 {
     memset(mc, 0, sizeof *mc);
     json_t *j = text ? json_loads(text, 0, NULL) : NULL;
     const char *kind = json_string_value(json_object_get(j, "kind"));
     int rc = 0;
-    if (!j || !kind || (strcmp(kind, "gpt") && strcmp(kind, "mlp")))
-        rc = zs_error_set("%s: no model in its metadata (kind gpt or mlp); not a zerosim file "
-                          "or a damaged one", what);
+    if (!j || !kind || (strcmp(kind, "gpt") && strcmp(kind, "mlp") && strcmp(kind, "llama")))
+        rc = zs_error_set("%s: no model in its metadata (kind gpt, llama or mlp); not a zerosim "
+                          "file or a damaged one", what);
+    else if (!strcmp(kind, "llama"))
+        rc = qf_llama_from_json(j, what, mc);
     else if (!strcmp(kind, "gpt")) {
         mc->kind = ZS_MODEL_GPT;
         if (!(rc = qf_json_int(j, "n_layer", what, &mc->n_layer)) &&

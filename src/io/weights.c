@@ -110,6 +110,10 @@ static int zs_llama_tensors(const zs_model_config *mc, zs_gpt_tensor **out, int 
     one.moe_ep = 1;
     one.moe_ep_rank = 0;
     one.moe_ep_split = 0;
+    if (one.moe_experts > 0) { /* the router's arithmetic changes no tensor */
+        one.moe_top_k = one.moe_top_k > 0 ? one.moe_top_k : 1;
+        one.moe_capacity_factor = one.moe_capacity_factor > 0.0 ? one.moe_capacity_factor : 1.0;
+    }
     zs_model *m;
     ZS_TRY(zs_model_create(&one, &m));
     const zs_layout *lay = zs_model_layout(m);
@@ -784,10 +788,6 @@ int zs_weights_write_sharded(const char *path, zs_weights_format f, const zs_mod
                 "the MLP has none", path);
     if (f == ZS_WEIGHTS_LLMC && mc->kind == ZS_MODEL_LLAMA)
         ZS_FAIL("%s: llm.c's .bin holds GPT-2 models only: write the Llama as .safetensors", path);
-    if (mc->kind == ZS_MODEL_LLAMA && mc->moe_experts > 0) /* zs_llama_st_shapes reads none */
-        ZS_FAIL("%s: weight files hold dense Llama-family models only so far (dumps name "
-                "Mixtral's experts, --init-from does not read them): use training checkpoints "
-                "(--save-dir) for --moe-experts %d", path, mc->moe_experts);
     if (f == ZS_WEIGHTS_LLMC && shard_bytes)
         ZS_FAIL("%s: --shard-size splits safetensors checkpoints; llm.c's .bin is one file", path);
     return f == ZS_WEIGHTS_LLMC ? zs_llmc_write(path, mc, params)

@@ -17,6 +17,7 @@
  * writes, or from --heads or --hf-config (the checkpoint's config.json).
  */
 #include "weights_impl.h"
+#include "zerosim/config.h"
 #include "zerosim/error.h"
 
 #include <errno.h>
@@ -51,6 +52,14 @@ int zs_llama_st_meta(const zs_model_config *mc, char v[][32], const char **meta)
     meta[k++] = v[7];
     meta[k++] = "rms_norm_eps";
     meta[k++] = v[8];
+    if (mc->moe_experts > 0) { /* the router's arithmetic, which no tensor says */
+        snprintf(v[9], 32, "%d", mc->moe_top_k);
+        snprintf(v[10], 32, "%d", mc->moe_renormalize ? 1 : 0);
+        meta[k++] = "moe_top_k";
+        meta[k++] = v[9];
+        meta[k++] = "moe_renormalize";
+        meta[k++] = v[10];
+    }
     return k / 2;
 }
 
@@ -117,16 +126,35 @@ int zs_llama_st_kv_heads(const zs_st_set *s, const char *path, zs_model_config *
     return 0;
 }
 
+/* Mixtral's experts (MixtralForCausalLM): the first block with a router
+ * (block_sparse_moe.gate.weight, (E, C)) is block moe_every - 1 and E its
+ * rows; none: a dense model. Which blocks hold experts beyond it, and each
+ * expert's tensors, zs_llama_st_check checks against the model. */
+static int zs_llama_st_experts(const zs_st_set *s, const char *path, zs_model_config *mc)
+{
+    char name[96];
+    for (int l = 0; l < mc->n_layer; l++) {
+        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
+        if (zs_st_set_find(s, name) < 0)
+            continue;
+        uint64_t E, C;
+        ZS_TRY(zs_llama_dims(s, path, name, 2, &E, &C));
+        if (E < 2 || E > ZS_BOUND_MOE_EXPERTS_MAX)
+            ZS_FAIL("%s: %s has %llu rows (experts): zerosim builds 2 to %d", path, name,
+                    (unsigned long long)E, ZS_BOUND_MOE_EXPERTS_MAX);
+        mc->moe_experts = (int)E;
+        mc->moe_every = l + 1;
+        return 0;
+    }
+    return 0;
+}
+
 /* The shapes of the tensors; the heads from the metadata, else 0. */
 static int zs_llama_st_shapes(const zs_st_set *s, const char *path, zs_model_config *mc,
                               uint64_t *kv_rows)
 {
     uint64_t V, C, F, C2;
     ZS_TRY(zs_llama_dims(s, path, ZS_LLAMA_EMB, 2, &V, &C));
-    if (zs_st_set_find(s, "model.layers.0.block_sparse_moe.gate.weight") >= 0)
-        ZS_FAIL("%s holds Mixtral's experts (model.layers.0.block_sparse_moe): zerosim reads "
-                "dense Llama-family checkpoints only so far; use training checkpoints "
-                "(--save-dir)", path);
     memset(mc, 0, sizeof *mc);
     mc->kind = ZS_MODEL_LLAMA;
     ZS_TRY(zs_weights_pos_int(path, "the vocabulary (" ZS_LLAMA_EMB "'s rows)", V, &mc->vocab));
@@ -143,8 +171,13 @@ static int zs_llama_st_shapes(const zs_st_set *s, const char *path, zs_model_con
         ZS_FAIL("%s: %s blocks (model.layers.N.input_layernorm.weight): zerosim builds 1 to "
                 "4096", path, L ? "more than 4096" : "no");
     mc->n_layer = L;
-    ZS_TRY(zs_llama_dims(s, path, "model.layers.0.mlp.gate_proj.weight", 2, &F, &C2));
-    ZS_TRY(zs_weights_pos_int(path, "the intermediate size (gate_proj's rows)", F,
+    ZS_TRY(zs_llama_st_experts(s, path, mc));
+    if (mc->moe_every == 1)
+        ZS_TRY(zs_llama_dims(s, path, "model.layers.0.block_sparse_moe.experts.0.w1.weight", 2,
+                             &F, &C2));
+    else
+        ZS_TRY(zs_llama_dims(s, path, "model.layers.0.mlp.gate_proj.weight", 2, &F, &C2));
+    ZS_TRY(zs_weights_pos_int(path, "the intermediate size (gate_proj's or w1's rows)", F,
                               &mc->ffn_hidden));
     ZS_TRY(zs_llama_dims(s, path, "model.layers.0.self_attn.k_proj.weight", 2, kv_rows, &C2));
     if (!*kv_rows || C % *kv_rows)
@@ -158,6 +191,10 @@ static int zs_llama_st_shapes(const zs_st_set *s, const char *path, zs_model_con
     ZS_TRY(zs_llama_meta_int(s, path, "n_ctx", 1, 1L << 20, &mc->seq_len));
     ZS_TRY(zs_llama_meta_real(s, path, "rope_theta", &mc->rope_theta));
     ZS_TRY(zs_llama_meta_real(s, path, "rms_norm_eps", &mc->norm_eps));
+    if (mc->moe_experts) {
+        ZS_TRY(zs_llama_meta_int(s, path, "moe_top_k", 1, 2, &mc->moe_top_k));
+        ZS_TRY(zs_llama_meta_int(s, path, "moe_renormalize", 0, 1, &mc->moe_renormalize));
+    }
     if (mc->n_head && C % (uint64_t)mc->n_head)
         ZS_FAIL("%s: metadata n_head %d does not divide the hidden size %llu", path, mc->n_head,
                 (unsigned long long)C);

@@ -353,6 +353,18 @@ int zs_quant_entry_matrix(const zs_model_config *mc, const zs_param_entry *e, si
         if (!zs_q_ends_with(e->name, ".w") || strncmp(e->name, "fc", 2))
             return 0;
         in = (size_t)(e->layer == 0 ? mc->input_dim : mc->widths[e->layer - 1]);
+    } else if (mc->kind == ZS_MODEL_LLAMA) { /* the blocks' (out, in) linears, as the GPT's */
+        static const char *const lin[] = {".q_proj.weight", ".k_proj.weight", ".v_proj.weight",
+                                          ".o_proj.weight", ".gate_proj.weight",
+                                          ".up_proj.weight"};
+        in = 0;
+        for (size_t k = 0; k < sizeof lin / sizeof lin[0] && !in; k++)
+            if (zs_q_ends_with(e->name, lin[k]))
+                in = (size_t)mc->n_embd;
+        if (zs_q_ends_with(e->name, ".down_proj.weight"))
+            in = (size_t)mc->ffn_hidden;
+        if (!in)
+            return 0;
     } else {
         if (zs_q_ends_with(e->name, ".attn.qkv.w") || zs_q_ends_with(e->name, ".attn.proj.w") ||
             zs_q_ends_with(e->name, ".mlp.fc.w"))

@@ -121,7 +121,7 @@ static int zs_dc_init(zs_dc *d, const zs_model_config *mc, const zs_dc_options *
     ZS_TRY(zs_model_acts_create(d->m, d->mem, o->micro_batch, &d->acts));
     d->lay = zs_model_layout(d->m);
     d->n = d->lay->num_params;
-    size_t B = (size_t)o->micro_batch, T = mc->kind == ZS_MODEL_GPT ? (size_t)mc->seq_len : 1;
+    size_t B = (size_t)o->micro_batch, T = mc->kind != ZS_MODEL_MLP ? (size_t)mc->seq_len : 1;
     d->P = calloc((size_t)d->lay->n_entries, sizeof *d->P);
     d->G = calloc((size_t)d->lay->n_entries, sizeof *d->G);
     d->grad = calloc(d->n + 1, 4);

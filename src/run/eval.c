@@ -401,6 +401,26 @@ void zs_model_src_free(zs_model_src *s)
     memset(s, 0, sizeof *s);
 }
 
+/* A Llama's weights file: the key/value heads from k_proj's rows; the
+ * context, RoPE's theta and the norm's epsilon, which no tensor holds, from
+ * the metadata zerosim writes (a file from elsewhere: export it once with
+ * its config.json); a Mixtral's experts are not evaluated. */
+static int zs_model_src_llama(const char *path, const char *opt, zs_model_config *mc)
+{
+    if (mc->moe_experts > 0)
+        ZS_FAIL("%s %s holds Mixtral's experts (block_sparse_moe): this command evaluates "
+                "dense models only; train or export it instead", opt, path);
+    ZS_TRY(zs_weights_probe_heads(path, mc));
+    if (!mc->seq_len || !(mc->rope_theta > 0.0) || !(mc->norm_eps > 0.0))
+        ZS_FAIL("%s %s: the file does not say the Llama's %s (zerosim's metadata n_ctx, "
+                "rope_theta, rms_norm_eps): write it once with zerosim export --init-from %s "
+                "--hf-config config.json --out FILE", opt, path,
+                !mc->seq_len ? "context" : !(mc->rope_theta > 0.0) ? "RoPE theta" : "norm epsilon",
+                path);
+    mc->moe_top_k = 1;
+    return 0;
+}
+
 int zs_model_src_load(const char *path, const char *opt, int n_head, zs_model_src *s)
 {
     memset(s, 0, sizeof *s);
@@ -433,13 +453,12 @@ int zs_model_src_load(const char *path, const char *opt, int n_head, zs_model_sr
     }
     s->kind = "weights";
     ZS_TRY(zs_weights_probe(path, &s->mc));
-    if (s->mc.kind != ZS_MODEL_GPT)
-        ZS_FAIL("%s %s holds a Llama-family model: this command reads GPT-2 weights only "
-                "so far", opt, path);
     if (!s->mc.n_head)
         s->mc.n_head = n_head;
     if (!s->mc.n_head)
         ZS_FAIL("%s %s: the file does not say the number of heads: give --heads H", opt, path);
+    if (s->mc.kind == ZS_MODEL_LLAMA)
+        ZS_TRY(zs_model_src_llama(path, opt, &s->mc));
     ZS_TRY(zs_model_config_validate(&s->mc));
     s->n = zs_model_count_params(&s->mc);
     if (!(s->params = malloc(s->n * 4 + 1)))

@@ -329,9 +329,9 @@ static int zs_train_refuse(const zs_run_config *cfg, const zs_train_options *o)
         return zs_error_set("--pp %d does not support checkpoints (--save-dir, --resume), "
                             "--init-from, --dump-steps, --export or --val-data yet: run without "
                             "them or with --pp 1", cfg->pp);
-    if (cfg->ep > 1 && (o->init_from || o->n_dump_steps || o->export_path || o->val_data))
-        return zs_error_set("--ep %d does not support --init-from, --dump-steps, --export or "
-                            "--val-data yet: run without them or with --ep 1", cfg->ep);
+    if (cfg->ep > 1 && (o->n_dump_steps || o->val_data))
+        return zs_error_set("--ep %d does not support --dump-steps or --val-data yet: run "
+                            "without them or with --ep 1", cfg->ep);
     return 0;
 }
 

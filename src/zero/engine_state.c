@@ -222,12 +222,15 @@ void zs_engine_set_counters(zs_engine *e, const zs_engine_counters *c)
     e->scaler.overflows = c->overflows;
 }
 
-int zs_engine_set_full_params(zs_engine *e, const float *full)
+/* The master's range of the flat arrays from src: the tp = 1 model's
+ * order through lm's tensor-parallel map, or (lm NULL) src in the flat
+ * order itself. */
+static int zs_engine_set_flat_params(zs_engine *e, const zs_model *lm, const float *src,
+                                     size_t total)
 {
     const zs_partition *p = &e->part;
     size_t lo, n;
     zs_engine_load_range(e, ZS_STATE_MASTER, &lo, &n);
-    size_t total = zs_model_count_params(&e->cfg.model);
     float *buf = malloc(ZS_INIT_CHUNK * sizeof(float));
     if (!buf)
         ZS_FAIL("out of host memory setting the parameters");
@@ -240,14 +243,16 @@ int zs_engine_set_full_params(zs_engine *e, const float *full)
                 buf[j++] = 0.0f;
                 continue;
             }
-            size_t run, at = zs_model_tp_global_offset(e->model, g, &run);
+            size_t run = p->num_params - g, at = g;
+            if (lm)
+                at = zs_model_tp_global_offset(lm, g, &run);
             if (run > m - j)
                 run = m - j;
             if (run == 0 || at == SIZE_MAX || at + run > total) {
                 rc = zs_error_set("internal: parameter %zu maps outside the model", g);
                 break;
             }
-            memcpy(buf + j, full + at, run * sizeof(float));
+            memcpy(buf + j, src + at, run * sizeof(float));
             j += run;
         }
         if (!rc)
@@ -255,4 +260,42 @@ int zs_engine_set_full_params(zs_engine *e, const float *full)
     }
     free(buf);
     return rc;
+}
+
+/* DeepSpeed's layout (the inverse of zs_engine_get_ep1_params): the dense
+ * entries from full (the --ep 1 order) into their places before xbase, and
+ * each expert entry's slice of this rank's class (rank % ep) into the
+ * class's expert store. */
+static int zs_engine_set_ep1_params(zs_engine *e, const float *full)
+{
+    const zs_layout *flay = zs_model_layout(e->fmodel);
+    size_t nd = e->part.num_params, XP = e->shape->xpadded;
+    size_t k = (size_t)(zs_comm_rank(e->comm) % e->ep_size);
+    float *dense = malloc(nd * sizeof(float) + 1), *store = calloc(XP + 1, sizeof(float));
+    int rc = dense && store ? 0 : zs_error_set("out of host memory setting the parameters");
+    for (int i = 0; !rc && i < flay->n_entries; i++) {
+        const zs_param_entry *ce = &e->lay->entries[i], *fe = &flay->entries[i];
+        if (ce->offset < e->xbase)
+            memcpy(dense + ce->offset, full + fe->offset, ce->numel * sizeof(float));
+        else
+            memcpy(store + (ce->offset - e->xbase), full + fe->offset + k * ce->numel,
+                   ce->numel * sizeof(float));
+    }
+    if (!rc)
+        rc = zs_engine_set_flat_params(e, NULL, dense, nd);
+    if (!rc)
+        rc = zs_engine_write_expert_state(e, ZS_STATE_MASTER, 0, XP, store);
+    free(dense);
+    free(store);
+    return rc;
+}
+
+int zs_engine_set_full_params(zs_engine *e, const float *full)
+{
+    if (e->xsplit)
+        return zs_engine_set_ep1_params(e, full);
+    /* --ep 1's layout under expert parallelism: the flat arrays are the
+     * whole model's (fmodel), as zs_engine_init draws them */
+    const zs_model *lm = e->fmodel ? e->fmodel : e->model;
+    return zs_engine_set_flat_params(e, lm, full, zs_model_count_params(&e->cfg.model));
 }
