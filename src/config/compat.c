@@ -422,13 +422,15 @@ RULE(lamb_nvme)
                "--offload-optimizer cpu or none");
 }
 
+/* The zerosim convention counts LAMB's states (master, m, v) and its trust
+ * ratio's sums from the step program, as a run does; the published closed
+ * forms (ZeRO's K = 12, Megatron's) are Adam's. */
 RULE(plan_lamb)
 {
-    UNUSED_CTX;
-    return c->optimizer == ZS_OPT_LAMB &&
-           SAY("the planner's tables count AdamW and SGD: plan LAMB (optimizer \"Lamb\") as "
-               "--optimizer adamw, whose states it keeps (master, m, v), or measure it with "
-               "zerosim train --phantom");
+    return x->plan_closed_form && c->optimizer == ZS_OPT_LAMB &&
+           SAY("the paper's and Megatron's conventions count Adam's states: plan LAMB "
+               "(optimizer \"Lamb\") with --convention zerosim, which counts its states and "
+               "trust-ratio sums as a run does");
 }
 
 /* ---- 1-bit Adam ---------------------------------------------------------- */
@@ -460,13 +462,14 @@ RULE(onebit_parallel)
                "or use Adam", what, what);
 }
 
+/* The zerosim convention counts 1-bit Adam's momentum, variance, error
+ * buffers and compressed exchange from the step program, as a run does. */
 RULE(plan_onebit)
 {
-    UNUSED_CTX;
-    return c->optimizer == ZS_OPT_ONEBITADAM &&
-           SAY("the planner's tables count AdamW and SGD: plan 1-bit Adam (optimizer "
-               "\"OneBitAdam\") as --optimizer adamw --stage 0, or measure it with zerosim "
-               "train --phantom");
+    return x->plan_closed_form && c->optimizer == ZS_OPT_ONEBITADAM &&
+           SAY("the paper's and Megatron's conventions count Adam's states: plan 1-bit Adam "
+               "(optimizer \"OneBitAdam\") with --convention zerosim, which counts its error "
+               "buffers and compressed exchange as a run does");
 }
 
 RULE(device_onebit)
@@ -619,8 +622,9 @@ static const zs_compat_rule rules[] = {
      "(DeepSpeed's FusedLamb sums the tensor it is given)"},
     {"lamb+nvme", "lamb offload", RUN, REFUSE, lamb_nvme,
      "not implemented yet: a second pass over the swapped states"},
-    {"plan:lamb", "lamb", ZS_SCOPE_PLAN, REFUSE, plan_lamb,
-     "the planner's closed forms count AdamW and SGD"},
+    {"plan:lamb", "lamb convention", ZS_SCOPE_PLAN, REFUSE, plan_lamb,
+     "the published closed forms (ZeRO's K = 12, Megatron's) are Adam's; the zerosim "
+     "convention plans it"},
     {"device+lamb", "backend lamb", DEVICE, REFUSE, device_lamb,
      "LAMB's step reads host memory"},
     /* context parallelism's rules, after the older ones (their numbers stay) */
@@ -640,8 +644,8 @@ static const zs_compat_rule rules[] = {
      "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
     {"onebitadam+parallel", "onebitadam tp pp ep moe offload compression hierarchical", RUN, REFUSE,
      onebit_parallel, "not implemented yet: the momentum exchange over the flat array only"},
-    {"plan:onebitadam", "onebitadam", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
-     "the planner's closed forms count AdamW and SGD"},
+    {"plan:onebitadam", "onebitadam convention", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
+     "the published closed forms have no error buffers; the zerosim convention plans it"},
     {"device+onebitadam", "backend onebitadam", DEVICE, REFUSE, device_onebit,
      "the compressed exchange reads host memory"},
 };
@@ -666,7 +670,7 @@ int zs_compat_check_device(const zs_run_config *cfg, int world, const char *back
                            int backend_host, int backend_has_tp)
 {
     zs_run_config c = *cfg;
-    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp};
+    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp, 0};
     return zs_compat_apply(&c, &x);
 }
 
@@ -770,7 +774,7 @@ static void cell(int a, int b, unsigned scope, char *out, size_t n)
     zs_compat_base(&c);
     features[a].set(&c);
     features[b].set(&c);
-    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1};
+    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1, 0};
     char msg[512];
     int first = -1, i;
     /* the first refusal, else the first adjustment */

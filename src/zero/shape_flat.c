@@ -1,6 +1,7 @@
 /* zerosim — the shape of a bare parameter count, for the planner's --params
  * (see zerosim/program.h). */
 #include "zerosim/program.h"
+#include "zerosim/comm.h"
 
 #include <string.h>
 
@@ -11,5 +12,7 @@ void zs_step_shape_build_flat(const zs_run_config *cfg, size_t num_params, int w
     s->pp = 1;
     s->slots = 1;
     zs_partition_make(&s->part, num_params, world, 0, s->det);
+    if (cfg->optimizer == ZS_OPT_ONEBITADAM) /* as zs_step_shape_build */
+        s->onebit_elems = zs_comm_onebit_padded(s->part.padded, world);
     zs_step_shape_place_buffers(s);
 }
