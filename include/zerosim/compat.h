@@ -44,6 +44,8 @@ typedef struct {
     int plan_closed_form;    /* ZS_SCOPE_PLAN: the paper's or Megatron's closed
                                 forms count the states (--convention), not the
                                 step program */
+    int devices_per_node;    /* ZS_SCOPE_PLAN: the devices of one node
+                                (--devices-per-node); 0 where no rule needs it */
 } zs_compat_ctx;
 
 /* Apply every rule of x->scope to c in order: the first refusal fails with

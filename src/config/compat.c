@@ -490,6 +490,22 @@ RULE(plan_hierarchical)
                "drop --hierarchical or those, or measure it with zerosim train --phantom");
 }
 
+/* The planner's node link model (ZeRO++'s two levels, --hierarchical) counts
+ * one tensor-parallel group's rings per node, so each group must fit in a
+ * node of x->devices_per_node: --tp divides it (zs_mesh_rank_of puts
+ * tensor-parallel ranks fastest). A run sends the rings across the node map
+ * as they fall; the planner has no model of a group split between nodes. */
+RULE(plan_tp_node)
+{
+    int T = c->tp > 1 ? c->tp : 1, dpn = x->devices_per_node;
+    int zeropp = c->stage == 3 && zeropp_on(c);
+    int node_model = zeropp || (c->hierarchical && !x->plan_closed_form);
+    return node_model && T > 1 && dpn > 0 && x->world > dpn && dpn % T &&
+           SAY("%s with --tp %d is planned with each tensor-parallel group inside a node of "
+               "%d devices: use a --tp that divides %d, or measure it with zerosim train "
+               "--phantom", zeropp ? "ZeRO++" : "--hierarchical", T, dpn, dpn);
+}
+
 /* ---- a backend whose memory the host cannot read ----------------------- */
 
 RULE(device_offload)
@@ -648,6 +664,9 @@ static const zs_compat_rule rules[] = {
      "the published closed forms have no error buffers; the zerosim convention plans it"},
     {"device+onebitadam", "backend onebitadam", DEVICE, REFUSE, device_onebit,
      "the compressed exchange reads host memory"},
+    {"plan:tp-node", "tp qwZ hpZ qgZ hierarchical", ZS_SCOPE_PLAN, REFUSE, plan_tp_node,
+     "the planner's node link model counts one tensor-parallel group's rings per node; "
+     "zerosim train runs it"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
@@ -670,7 +689,7 @@ int zs_compat_check_device(const zs_run_config *cfg, int world, const char *back
                            int backend_host, int backend_has_tp)
 {
     zs_run_config c = *cfg;
-    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp, 0};
+    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp, 0, 0};
     return zs_compat_apply(&c, &x);
 }
 
@@ -774,7 +793,7 @@ static void cell(int a, int b, unsigned scope, char *out, size_t n)
     zs_compat_base(&c);
     features[a].set(&c);
     features[b].set(&c);
-    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1, 0};
+    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1, 0, c.ranks_per_node};
     char msg[512];
     int first = -1, i;
     /* the first refusal, else the first adjustment */

@@ -243,9 +243,9 @@ static int zs_plan_devices(const zs_plan_input *in)
  * zerosim mesh lays them: tensor-parallel fastest), the run's ranks per
  * node, and K, the data-parallel group's devices in one node
  * (zs_mesh_dp_node_blocks: the dp group of tp rank 0; with --tp T the node
- * holds T such groups' blocks, each the same). A tensor-parallel group
- * must stay inside a node: the planner's node link model counts one
- * group's rings per node (zerosim train runs the rest). */
+ * holds T such groups' blocks, each the same). That each tensor-parallel
+ * group stays inside a node is the table's rule "plan:tp-node" (compat.c),
+ * applied with the others after finalisation. */
 static int zs_plan_node_blocks(const zs_plan_input *in, zs_run_config *c, int world,
                                const char *what, int *K)
 {
@@ -257,10 +257,6 @@ static int zs_plan_node_blocks(const zs_plan_input *in, zs_run_config *c, int wo
         ZS_FAIL("%s needs the %d devices (--dp %d x --tp %d) in whole nodes of %d: use a "
                 "--dp that makes a multiple of %d", what, world, in->dp, T, dpn, dpn);
     }
-    if (T > 1 && world > dpn && dpn % T)
-        ZS_FAIL("%s with --tp %d is planned with each tensor-parallel group inside a node "
-                "of %d devices: use a --tp that divides %d, or measure it with zerosim train "
-                "--phantom", what, T, dpn, dpn);
     c->ranks_per_node = world < dpn ? world : dpn;
     *K = zs_mesh_dp_node_blocks(world, T, P, 0, 0, c->ranks_per_node);
     return 0;
@@ -324,7 +320,7 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
     ZS_TRY(zs_run_config_finalize(&c, world));
     zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1, /* the planner's own rules */
-                        in->convention != ZS_PLAN_ZEROSIM};
+                        in->convention != ZS_PLAN_ZEROSIM, in->devices_per_node};
     ZS_TRY(zs_compat_apply(&c, &cx));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
