@@ -176,9 +176,14 @@ for nz in "4 --quantized-weights --hpz-partition-size 2 --quantized-gradients" \
         --tp 2 --ranks-per-node "$rpn" "$@" 2>&1)
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "plan --tp 2, nodes of $nz: $b, phantom $a"
 done
-err_plan=$("$ZS" plan --arch gpt $PM --stage 3 --dp 2 --tp 4 --ranks-per-node 2 \
-    --quantized-weights 2>&1 >/dev/null)
+err_plan=$("$ZS" plan --arch gpt $(echo "$PM" | sed 's/--vocab 38/--vocab 40/') --stage 3 --dp 2 \
+    --tp 4 --ranks-per-node 2 --quantized-weights 2>&1 >/dev/null)
 case $err_plan in *"inside a node"*) ok ;; *) bad "plan: a TP group across nodes with ZeRO++: $err_plan" ;; esac
+# zerosim train runs it (the prediction's node size took the data-parallel
+# world for the mesh's and divided by zero): measured = predicted
+zs_run tpx 0 $(echo "$PM" | sed 's/--vocab 38/--vocab 40/') --stage 3 --steps 1 --phantom \
+    --world-size 8 --tp 4 --ranks-per-node 2 --quantized-weights --quantized-gradients &&
+    measured_is_predicted "phantom --tp 4 across nodes of 2 with qwZ and qgZ" "$T/tpx"
 a=$(node0 "$T/b1" 8 1)
 b=$(planned --arch gpt --layers 40 --hidden 6144 --heads 48 --seq 256 --vocab 50257 --micro-batch 1 \
     --stage 3 --precision fp16 --dp 64 --ranks-per-node 8 --quantized-weights \

@@ -77,6 +77,10 @@ zs_run acc 3 $M --optimizer lamb --stage 3 --precision bf16 &&
 awk '$2 == "optimizer_v" && $3 > 0 { f = 1 } END { exit !f }' "$T/acc/memory.csv" && ok ||
     bad "LAMB's v is not in the memory report"
 phantom_same acc 3 --optimizer lamb --stage 3 --precision bf16
+# plan = run (the zerosim convention counts m and v from the step program)
+"$ZS" plan --arch gpt --layers 2 --hidden 25 --heads 5 --seq 12 --vocab 31 --micro-batch 2 \
+    --grad-accum 2 --dp 3 --optimizer lamb --stage 3 --precision bf16 --json >"$T/plan.json" &&
+    plan_is_run "plan LAMB stage 3 bf16" "$T/plan.json" "$T/acc" || bad "plan --optimizer lamb failed"
 
 # 5. checkpoints: m and v saved, the optimizer named
 rm -rf "$T/ck"
@@ -97,7 +101,8 @@ fi
 # 6. refusals
 refuse -n 2 -m "LAMB" train $M --optimizer lamb --tp 2
 refuse -m "LAMB" train $M --optimizer lamb --stage 2 --offload-optimizer nvme --nvme-path "$T"
-refuse -m "LAMB" plan --config "$T/lamb.json" --dp 8 --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64
+refuse -m "LAMB" plan --config "$T/lamb.json" --convention paper --dp 8 --layers 2 --hidden 32 \
+    --heads 4 --seq 16 --vocab 64
 sed 's/"eps_inside_sqrt": false/"eps_inside_sqrt": true/' "$T/lamb.json" >"$T/bad1.json"
 refuse -m "eps_inside_sqrt" train $M --config "$T/bad1.json"
 sed 's/"max_grad_norm": 0/"max_grad_norm": 1.0/' "$T/lamb.json" >"$T/bad2.json"

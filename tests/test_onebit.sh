@@ -125,6 +125,11 @@ if zs_run lb2 2 $M --optimizer onebitlamb --freeze-step 2; then
         { [ "$(hashes "$T/lb2.json")" = "$(hashes "$T/lb2b.json")" ] && ok ||
               bad "1-bit LAMB is not deterministic"; }
 fi
+# plan = run: the momentum, variance and both error buffers; the plan's
+# step after the freeze moves the run's compressed bytes per step
+"$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 31 --micro-batch 2 \
+    --grad-accum 2 --dp 2 --optimizer onebitadam --json >"$T/plan.json" &&
+    plan_is_run "plan 1-bit Adam" "$T/plan.json" "$T/b2" || bad "plan --optimizer onebitadam failed"
 
 # 3. deterministic, with fp16, clipping and accumulation from a DeepSpeed config
 cat >"$T/fp16.cfg" <<'JSON'
@@ -188,7 +193,8 @@ fi
 refuse -n 2 -m "stage 0" train $M --optimizer onebitadam --stage 1
 refuse -n 2 -m "OneBitAdam" train $M --optimizer onebitadam --tp 2
 refuse -m "compression" train $M --optimizer onebitadam --compression sign
-refuse -m "OneBitAdam" plan --config "$T/ob2.cfg" --dp 8 --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64
+refuse -m "OneBitAdam" plan --config "$T/ob2.cfg" --convention paper --dp 8 --layers 2 \
+    --hidden 32 --heads 4 --seq 16 --vocab 64
 sed 's/"type": "OneBitAdam"/"type": "ZeroOneAdam"/' "$T/ob2.cfg" >"$T/zo.cfg"
 refuse -m "use OneBitAdam" train $M --config "$T/zo.cfg"
 refuse -n 2 -m "OneBitLamb" train $M --optimizer onebitlamb --stage 2

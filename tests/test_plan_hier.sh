@@ -158,7 +158,17 @@ err() { # WHAT ARGS...: a one-line error naming WHAT
     fi
 }
 err "--hierarchical is planned without --pp" --arch gpt $M --stage 1 --dp 2 --ranks-per-node 2 --pp 2 --hierarchical
-err "each tensor-parallel group inside a node" --arch gpt $M --stage 3 --dp 2 --ranks-per-node 2 --tp 4 --hierarchical
+# a TP group across nodes: the table's plan-only rule plan:tp-node (after
+# finalisation: the model must split over --tp 4, vocabulary 40); zerosim
+# train runs the same layout, and the paper's convention has no node model
+M4=$(echo "$M" | sed 's/--vocab 38/--vocab 40/')
+err "each tensor-parallel group inside a node" --arch gpt $M4 --stage 3 --dp 2 --ranks-per-node 2 --tp 4 --hierarchical
+"$ZS" config-keys --combinations | grep -q "refuse plan:tp-node .*plan only" && ok ||
+    bad "the table has no plan-only rule plan:tp-node"
+"$ZS" train $M4 --stage 3 --tp 4 --phantom --world-size 8 --ranks-per-node 2 --hierarchical \
+    --steps 1 --quiet >"$T/o" 2>&1 && ok || bad "train --phantom refused what the planner alone refuses: $(tail -1 "$T/o")"
+"$ZS" plan --arch gpt $M4 --stage 3 --dp 2 --ranks-per-node 2 --tp 4 --hierarchical \
+    --convention paper >"$T/o" 2>&1 && ok || bad "the paper's convention refused --tp 4 across nodes: $(tail -1 "$T/o")"
 err "--hierarchical is planned without" --arch gpt $M --stage 3 --dp 4 --ranks-per-node 2 --hpz-partition-size 2 --hierarchical
 err "whole nodes of 4" --params 1e6 --stage 2 --dp 6 --ranks-per-node 4 --hierarchical
 finish

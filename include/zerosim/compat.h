@@ -41,6 +41,11 @@ typedef struct {
     const char *backend;     /* ZS_SCOPE_DEVICE: the backend's name */
     int backend_host;        /* ZS_SCOPE_DEVICE: the host reads its memory */
     int backend_has_tp;      /* ZS_SCOPE_DEVICE: it has tensor-parallel kernels */
+    int plan_closed_form;    /* ZS_SCOPE_PLAN: the paper's or Megatron's closed
+                                forms count the states (--convention), not the
+                                step program */
+    int devices_per_node;    /* ZS_SCOPE_PLAN: the devices of one node
+                                (--devices-per-node); 0 where no rule needs it */
 } zs_compat_ctx;
 
 /* Apply every rule of x->scope to c in order: the first refusal fails with

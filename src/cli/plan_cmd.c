@@ -91,7 +91,8 @@ static const char *const zs_plan_usage =
     "  --stage S[,S...]         ZeRO stage 0-3 (0)\n"
     "  --precision fp32|bf16|fp16   parameters (fp32); bf16/fp16 add an fp32 master\n"
     "  --grad-precision fp32|bf16|fp16  gradients (as --precision)\n"
-    "  --optimizer adamw|sgd    (adamw)\n"
+    "  --optimizer adamw|sgd|lamb|onebitadam  (adamw; onebitadam: a step after its\n"
+    "                           freeze, stage 0)\n"
     "  --micro-batch N --grad-accum N   samples per micro-batch, micro-batches per step\n"
     "  --checkpoint-activations off|every:K|sqrt   (--arch gpt)\n"
     "  --compression none|topk:F|int8|sign   --no-error-feedback   --deterministic\n"
@@ -514,12 +515,9 @@ static int zs_plan_apply_run(zs_plan_cli *cl)
     if (v[P_GRAD_PRECISION])
         ZS_TRY(zs_plan_dtype(P_GRAD_PRECISION, v[P_GRAD_PRECISION], &in->grad_precision));
     if (v[P_OPTIMIZER]) {
-        if (!strcmp(v[P_OPTIMIZER], "adamw") || !strcmp(v[P_OPTIMIZER], "adam"))
-            c->optimizer = ZS_OPT_ADAMW;
-        else if (!strcmp(v[P_OPTIMIZER], "sgd"))
-            c->optimizer = ZS_OPT_SGD;
-        else
-            ZS_FAIL("--optimizer must be adamw or sgd, got \"%s\"", v[P_OPTIMIZER]);
+        if (zs_optim_parse(v[P_OPTIMIZER], &c->optimizer))
+            ZS_FAIL("--optimizer must be adamw, sgd, lamb or onebitadam, got \"%s\"",
+                    v[P_OPTIMIZER]);
     }
     if (v[P_MICRO])
         ZS_TRY(zs_plan_int(P_MICRO, v[P_MICRO], 1, ZS_BOUND_BATCH_MAX, &c->micro_batch));

@@ -28,6 +28,17 @@ static void zs_plan_human_size(char *buf, size_t n, double count)
 /* The ring factor (N-1)/N of a group of N ranks (0 for one). */
 static double zs_plan_ring(int n) { return n > 1 ? (n - 1.0) / n : 0.0; }
 
+/* The optimizer on the setup line; 1-bit Adam's plan is of its steps after
+ * the freeze (the warm-up steps are Adam's). */
+static const char *zs_plan_optimizer_label(zs_optim_kind k)
+{
+    return k == ZS_OPT_SGD    ? "SGD"
+           : k == ZS_OPT_LAMB ? "LAMB"
+           : k == ZS_OPT_ONEBITADAM ? "1-bit Adam (a step after the freeze)"
+           : k == ZS_OPT_ONEBITLAMB ? "1-bit LAMB (a step after the freeze)"
+                                    : "AdamW";
+}
+
 /* The model, the setup and the cluster: the plan's first lines. */
 static void zs_plan_print_setup(FILE *f, const zs_plan_input *in, const zs_plan_result *r)
 {
@@ -54,7 +65,7 @@ static void zs_plan_print_setup(FILE *f, const zs_plan_input *in, const zs_plan_
         fprintf(f, "; padded to %zu, shard %zu", r->padded, r->shard);
     fprintf(f, "\nsetup: ZeRO stage %d, %s parameters, %s gradients, %s, micro-batch %d x "
             "grad-accum %d%s, convention %s\n", c->stage, zs_dtype_name(c->precision),
-            zs_dtype_name(in->grad_precision), c->optimizer == ZS_OPT_ADAMW ? "AdamW" : "SGD",
+            zs_dtype_name(in->grad_precision), zs_plan_optimizer_label(c->optimizer),
             c->micro_batch, c->grad_accum,
             c->stage <= 1 && c->grad_reduce == ZS_GRAD_REDUCE_STEP ? ", gradients reduced once per step" : "",
             zs_plan_convention_name(in->convention));
@@ -268,7 +279,13 @@ static void zs_plan_print_steptime(FILE *f, const zs_plan_input *in, const zs_pl
                 r->cp_ring_sends > 0 ? r->cp_ring_bytes / r->cp_ring_sends : 0.0,
                 r->cp_ring_inter ? "inter-node" : "intra-node",
                 in->overlap ? "; --overlap hides it with the rest" : "");
-    if (t->scalars_s > 0)
+    if (t->scalars_s > 0 && zs_optim_is_onebit(in->cfg.optimizer))
+        fprintf(f, "  small collectives: the loss and the compressed all-reduce's two scale "
+                "allgathers, 3 per step at alpha %.3g s each\n", t->alpha_s);
+    else if (t->scalars_s > 0 && in->cfg.optimizer == ZS_OPT_LAMB && in->cfg.stage >= 1)
+        fprintf(f, "  small collectives: the loss, the overflow flag, the gradient norm and "
+                "LAMB's trust-ratio sums, 4 per step at alpha %.3g s each\n", t->alpha_s);
+    else if (t->scalars_s > 0)
         fprintf(f, "  small collectives: the loss, the overflow flag and the gradient norm, 3 per "
                 "step at alpha %.3g s each\n", t->alpha_s);
     if (r->d2h_bytes > 0)

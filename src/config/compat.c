@@ -448,13 +448,15 @@ RULE(lamb_nvme)
                "--offload-optimizer cpu or none");
 }
 
+/* The zerosim convention counts LAMB's states (master, m, v) and its trust
+ * ratio's sums from the step program, as a run does; the published closed
+ * forms (ZeRO's K = 12, Megatron's) are Adam's. */
 RULE(plan_lamb)
 {
-    UNUSED_CTX;
-    return c->optimizer == ZS_OPT_LAMB &&
-           SAY("the planner's tables count AdamW and SGD: plan LAMB (optimizer \"Lamb\") as "
-               "--optimizer adamw, whose states it keeps (master, m, v), or measure it with "
-               "zerosim train --phantom");
+    return x->plan_closed_form && c->optimizer == ZS_OPT_LAMB &&
+           SAY("the paper's and Megatron's conventions count Adam's states: plan LAMB "
+               "(optimizer \"Lamb\") with --convention zerosim, which counts its states and "
+               "trust-ratio sums as a run does");
 }
 
 /* ---- 1-bit Adam and 1-bit LAMB ------------------------------------------- */
@@ -493,12 +495,14 @@ RULE(onebit_parallel)
                what, what, c->optimizer == ZS_OPT_ONEBITLAMB ? "LAMB" : "Adam");
 }
 
+/* The zerosim convention counts 1-bit Adam's momentum, variance, error
+ * buffers and compressed exchange from the step program, as a run does. */
 RULE(plan_onebit)
 {
-    UNUSED_CTX;
-    return zs_optim_is_onebit(c->optimizer) &&
-           SAY("the planner's tables count AdamW and SGD: plan %s as --optimizer adamw "
-               "--stage 0, or measure it with zerosim train --phantom", onebit_says(c));
+    return x->plan_closed_form && zs_optim_is_onebit(c->optimizer) &&
+           SAY("the paper's and Megatron's conventions count Adam's states: plan %s with "
+               "--convention zerosim, which counts its error buffers and compressed exchange as "
+               "a run does", onebit_says(c));
 }
 
 RULE(device_onebit)
@@ -517,6 +521,22 @@ RULE(plan_hierarchical)
            (c->pp > 1 || c->ep > 1 || (c->stage == 3 && zeropp_on(c))) &&
            SAY("--hierarchical is planned without --pp, --ep and ZeRO++ (qwZ, hpZ, qgZ): "
                "drop --hierarchical or those, or measure it with zerosim train --phantom");
+}
+
+/* The planner's node link model (ZeRO++'s two levels, --hierarchical) counts
+ * one tensor-parallel group's rings per node, so each group must fit in a
+ * node of x->devices_per_node: --tp divides it (zs_mesh_rank_of puts
+ * tensor-parallel ranks fastest). A run sends the rings across the node map
+ * as they fall; the planner has no model of a group split between nodes. */
+RULE(plan_tp_node)
+{
+    int T = c->tp > 1 ? c->tp : 1, dpn = x->devices_per_node;
+    int zeropp = c->stage == 3 && zeropp_on(c);
+    int node_model = zeropp || (c->hierarchical && !x->plan_closed_form);
+    return node_model && T > 1 && dpn > 0 && x->world > dpn && dpn % T &&
+           SAY("%s with --tp %d is planned with each tensor-parallel group inside a node of "
+               "%d devices: use a --tp that divides %d, or measure it with zerosim train "
+               "--phantom", zeropp ? "ZeRO++" : "--hierarchical", T, dpn, dpn);
 }
 
 /* ---- a backend whose memory the host cannot read ----------------------- */
@@ -655,8 +675,9 @@ static const zs_compat_rule rules[] = {
      "(DeepSpeed's FusedLamb sums the tensor it is given)"},
     {"lamb+nvme", "lamb offload", RUN, REFUSE, lamb_nvme,
      "not implemented yet: a second pass over the swapped states"},
-    {"plan:lamb", "lamb", ZS_SCOPE_PLAN, REFUSE, plan_lamb,
-     "the planner's closed forms count AdamW and SGD"},
+    {"plan:lamb", "lamb convention", ZS_SCOPE_PLAN, REFUSE, plan_lamb,
+     "the published closed forms (ZeRO's K = 12, Megatron's) are Adam's; the zerosim "
+     "convention plans it"},
     {"device+lamb", "backend lamb", DEVICE, REFUSE, device_lamb,
      "LAMB's step reads host memory"},
     /* context parallelism's rules, after the older ones (their numbers stay) */
@@ -676,8 +697,8 @@ static const zs_compat_rule rules[] = {
      "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
     {"onebitadam+parallel", "onebitadam tp pp ep moe offload compression hierarchical", RUN, REFUSE,
      onebit_parallel, "not implemented yet: the momentum exchange over the flat array only"},
-    {"plan:onebitadam", "onebitadam", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
-     "the planner's closed forms count AdamW and SGD"},
+    {"plan:onebitadam", "onebitadam convention", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
+     "the published closed forms have no error buffers; the zerosim convention plans it"},
     {"device+onebitadam", "backend onebitadam", DEVICE, REFUSE, device_onebit,
      "the compressed exchange reads host memory"},
     /* DeepSpeed-Ulysses over the context axis, after the older ones */
@@ -685,6 +706,9 @@ static const zs_compat_rule rules[] = {
      "each rank attends with whole heads: n_head / (tp x cp) of them"},
     {"ulysses+model", "cp model", RUN, REFUSE, ulysses_model,
      "the all-to-all attention is implemented for the GPT's multi-head attention"},
+    {"plan:tp-node", "tp qwZ hpZ qgZ hierarchical", ZS_SCOPE_PLAN, REFUSE, plan_tp_node,
+     "the planner's node link model counts one tensor-parallel group's rings per node; "
+     "zerosim train runs it"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
@@ -707,7 +731,7 @@ int zs_compat_check_device(const zs_run_config *cfg, int world, const char *back
                            int backend_host, int backend_has_tp)
 {
     zs_run_config c = *cfg;
-    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp};
+    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp, 0, 0};
     return zs_compat_apply(&c, &x);
 }
 
@@ -811,7 +835,7 @@ static void cell(int a, int b, unsigned scope, char *out, size_t n)
     zs_compat_base(&c);
     features[a].set(&c);
     features[b].set(&c);
-    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1};
+    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1, 0, c.ranks_per_node};
     char msg[512];
     int first = -1, i;
     /* the first refusal, else the first adjustment */

@@ -1,6 +1,7 @@
 /* zerosim — the planner (see zerosim/plan.h). */
 #include "zerosim/plan.h"
 #include "plan_impl.h"
+#include "zerosim/comm.h"
 #include "zerosim/compat.h"
 #include "zerosim/error.h"
 #include "zerosim/mesh.h"
@@ -248,9 +249,9 @@ static int zs_plan_devices(const zs_plan_input *in)
  * zerosim mesh lays them: tensor-parallel fastest), the run's ranks per
  * node, and K, the data-parallel group's devices in one node
  * (zs_mesh_dp_node_blocks: the dp group of tp rank 0; with --tp T the node
- * holds T such groups' blocks, each the same). A tensor-parallel group
- * must stay inside a node: the planner's node link model counts one
- * group's rings per node (zerosim train runs the rest). */
+ * holds T such groups' blocks, each the same). That each tensor-parallel
+ * group stays inside a node is the table's rule "plan:tp-node" (compat.c),
+ * applied with the others after finalisation. */
 static int zs_plan_node_blocks(const zs_plan_input *in, zs_run_config *c, int world,
                                const char *what, int *K)
 {
@@ -262,10 +263,6 @@ static int zs_plan_node_blocks(const zs_plan_input *in, zs_run_config *c, int wo
         ZS_FAIL("%s needs the %d devices (--dp %d x --tp %d) in whole nodes of %d: use a "
                 "--dp that makes a multiple of %d", what, world, in->dp, T, dpn, dpn);
     }
-    if (T > 1 && world > dpn && dpn % T)
-        ZS_FAIL("%s with --tp %d is planned with each tensor-parallel group inside a node "
-                "of %d devices: use a --tp that divides %d, or measure it with zerosim train "
-                "--phantom", what, T, dpn, dpn);
     c->ranks_per_node = world < dpn ? world : dpn;
     *K = zs_mesh_dp_node_blocks(world, T, P, 0, 0, c->ranks_per_node);
     return 0;
@@ -328,7 +325,8 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
                c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
     ZS_TRY(zs_run_config_finalize(&c, world));
-    zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1}; /* the planner's own rules */
+    zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1, /* the planner's own rules */
+                        in->convention != ZS_PLAN_ZEROSIM, in->devices_per_node};
     ZS_TRY(zs_compat_apply(&c, &cx));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))
@@ -588,9 +586,30 @@ static void zs_plan_colls_closed(zs_plan_convention conv, zs_plan_result *r,
     }
 }
 
+/* 1-bit Adam's step after the freeze (onebit_freeze_step): the compressed
+ * momentum's all-to-all and allgather of signs over the padded array
+ * (zs_comm_onebit_sizes, as the run's ledger counts them) in place of the
+ * gradient reduction and the parameter gather; the warm-up steps before it
+ * are Adam's at stage 0 and hold the same memory. */
+static void zs_plan_colls_onebit(zs_plan_result *r, const zs_plan_step *ps)
+{
+    int N = ps->N;
+    zs_onebit_sizes ob;
+    zs_comm_onebit_sizes(zs_comm_onebit_padded(r->padded, N), N, &ob);
+    if (N < 2)
+        return;
+    zs_plan_add_coll(r, ZS_COLL_ALLTOALL, ob.alltoall_bytes * N / (N - 1.0), 1.0, N);
+    zs_plan_add_coll(r, ZS_COLL_ALLGATHER, ob.allgather_bytes * N / (N - 1.0), 1.0, N);
+}
+
 /* The collectives of one step, by convention. */
 static int zs_plan_colls(const zs_plan_input *in, zs_plan_result *r, zs_plan_step *ps)
 {
+    if (in->convention == ZS_PLAN_ZEROSIM && zs_optim_is_onebit(ps->c.optimizer)) {
+        zs_plan_colls_onebit(r, ps); /* stage 0, no tp, pp or ep (compat.c) */
+        ps->ndp = r->ncolls;
+        return 0;
+    }
     if (in->convention == ZS_PLAN_ZEROSIM && ps->have) { /* as a run makes them */
         zs_plan_colls_reduce(r, ps);
         zs_plan_colls_gather(r, ps);
@@ -724,6 +743,14 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
 
 /* The step time: the links the collectives use (--hierarchical's two
  * levels, or the mesh's node map with --tp or --pp), then the estimate. */
+/* LAMB's trust ratios: stages 1-3 all-gather each tensor's two sums of
+ * squares over the data-parallel shards once per step (exec_lamb.c), one
+ * small collective beside the program's. */
+static double zs_plan_lamb_calls(const zs_run_config *c, int N)
+{
+    return c->optimizer == ZS_OPT_LAMB && c->stage >= 1 && N > 1 ? 1.0 : 0.0;
+}
+
 static int zs_plan_step_time(const zs_plan_input *in, zs_plan_result *r, const zs_plan_step *ps,
                              double gemm, const double work[ZS_WORK_NKINDS], double fwd)
 {
@@ -759,9 +786,10 @@ static int zs_plan_step_time(const zs_plan_input *in, zs_plan_result *r, const z
                              * norm: the program's small collectives (a
                              * bare parameter count has no program: every
                              * program has these three) */
-                            .scalar_calls = ps->have ? ps->pr.scalar_calls_per_step
-                                            : zerosim ? 3.0
-                                                      : 0.0,
+                            .scalar_calls = (ps->have ? ps->pr.scalar_calls_per_step
+                                             : zerosim ? 3.0
+                                                       : 0.0) +
+                                            zs_plan_lamb_calls(c, ps->N),
                             .fwd_compute_frac = fwd,
                             .optimizer_elems = st == 0 ? ps->Pp : ps->Pp / ps->N,
                             .gemm_flops_per_step = gemm,

@@ -331,11 +331,15 @@ static void zs_predict_counts(const zs_step_shape *sh, const zs_step_program *pr
 }
 
 /* The node size of the shape's data-parallel group (zerosim/mesh.h): the
- * same K the shape's counter and the run's communicator find. */
+ * same K the shape's counter and the run's communicator find. world is the
+ * data-parallel group's; the rank equation takes the whole mesh's, world x
+ * tp x pp (as program_count.c passes it: with --tp above the data-parallel
+ * size the group's ranks were 0 and K divided by zero). */
 static int zs_predict_dp_node_blocks(const zs_run_config *cfg, int world, const zs_step_shape *sh)
 {
     int T = cfg->tp > 1 ? cfg->tp : 1, P = cfg->pp > 1 ? cfg->pp : 1;
-    return zs_mesh_dp_node_blocks(world, T, P, 0, P > 1 ? sh->pp_rank : 0, cfg->ranks_per_node);
+    return zs_mesh_dp_node_blocks(world * T * P, T, P, 0, P > 1 ? sh->pp_rank : 0,
+                                  cfg->ranks_per_node);
 }
 
 /* ZeRO++ in stage 3: qgZ's all-to-alls in place of the reduce-scatters,
