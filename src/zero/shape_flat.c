@@ -2,6 +2,7 @@
  * (see zerosim/program.h). */
 #include "zerosim/program.h"
 #include "zerosim/comm.h"
+#include "zerosim/optim.h"
 
 #include <string.h>
 
