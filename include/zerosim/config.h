@@ -50,7 +50,12 @@ typedef enum {
     ZS_OPT_ADAMW = 0,
     ZS_OPT_SGD = 1,
     ZS_OPT_LAMB = 2,
-    ZS_OPT_ONEBITADAM = 3
+    ZS_OPT_ONEBITADAM = 3,
+    /* DeepSpeed's ZeroOneAdam (Lu et al., arXiv 2202.06009): the variance
+     * updated at exponentially spaced steps (1-bit gradients between them)
+     * until onebit_freeze_step, then local steps with a 1-bit sync of the
+     * accumulated update at intervals (src/optim/zeroone.c) */
+    ZS_OPT_ZEROONEADAM = 4
 } zs_optim_kind;
 /* 1 when the optimizer keeps Adam's second moment v (AdamW, LAMB). */
 static inline int zs_optim_has_variance(zs_optim_kind k) { return k != ZS_OPT_SGD; }
@@ -151,7 +156,14 @@ typedef struct {
     float lamb_max_coeff, lamb_min_coeff; /* LAMB: the trust ratio's bounds
                                  (optimizer.params.max_coeff, min_coeff) */
     int onebit_freeze_step;  /* 1-bit Adam: exact steps before the variance
-                                freezes (optimizer.params.freeze_step) */
+                                freezes (optimizer.params.freeze_step);
+                                0/1 Adam: var_freeze_step */
+    int zo_var_update_scaler;  /* 0/1 Adam: variance updates before their
+                                  interval doubles (var_update_scaler) */
+    int zo_local_step_scaler;  /* 0/1 Adam: steps before the local-step
+                                  interval doubles (local_step_scaler) */
+    int zo_local_step_clipper; /* 0/1 Adam: the largest local-step interval
+                                  (local_step_clipper) */
 
     zs_sched_kind scheduler;
     int warmup_steps;

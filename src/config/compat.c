@@ -436,15 +436,27 @@ RULE(plan_lamb)
 /* After the freeze every rank keeps its own gradient and the momentum is
  * exchanged whole (exec_onebit.c): DeepSpeed's 1-bit optimizers run without
  * ZeRO's partitioning, and so does zerosim's. */
+static int onebit_like(const zs_run_config *c)
+{
+    return c->optimizer == ZS_OPT_ONEBITADAM || c->optimizer == ZS_OPT_ZEROONEADAM;
+}
+
+static const char *onebit_name(const zs_run_config *c)
+{
+    return c->optimizer == ZS_OPT_ZEROONEADAM ? "0/1 Adam (optimizer \"ZeroOneAdam\")"
+                                              : "1-bit Adam (optimizer \"OneBitAdam\")";
+}
+
 RULE(onebit_stage)
 {
     UNUSED_CTX;
-    return c->optimizer == ZS_OPT_ONEBITADAM && c->stage != 0 &&
-           SAY("1-bit Adam (optimizer \"OneBitAdam\") runs with ZeRO stage 0 only, as in "
+    return onebit_like(c) && c->stage != 0 &&
+           SAY("%s runs with ZeRO stage 0 only, as in "
                "DeepSpeed (its compressed all-reduce of the whole momentum replaces the "
                "gradient reduction that ZeRO partitions): use --stage 0, or Adam with stage %d",
-               c->stage);
+               onebit_name(c), c->stage);
 }
+
 
 RULE(onebit_parallel)
 {
@@ -454,26 +466,26 @@ RULE(onebit_parallel)
                      : c->offload_optimizer != ZS_OFFLOAD_NONE ? "offload_optimizer"
                      : c->compression.kind != ZS_COMP_NONE ? "gradient compression"
                      : c->hierarchical ? "--hierarchical" : NULL;
-    return c->optimizer == ZS_OPT_ONEBITADAM && what &&
-           SAY("1-bit Adam (optimizer \"OneBitAdam\") with %s is not implemented (its "
+    return onebit_like(c) && what &&
+           SAY("%s with %s is not implemented (its "
                "momentum exchange covers the data-parallel group's flat array only): drop %s, "
-               "or use Adam", what, what);
+               "or use Adam", onebit_name(c), what, what);
 }
 
 RULE(plan_onebit)
 {
     UNUSED_CTX;
-    return c->optimizer == ZS_OPT_ONEBITADAM &&
-           SAY("the planner's tables count AdamW and SGD: plan 1-bit Adam (optimizer "
-               "\"OneBitAdam\") as --optimizer adamw --stage 0, or measure it with zerosim "
-               "train --phantom");
+    return onebit_like(c) &&
+           SAY("the planner's tables count AdamW and SGD: plan %s as --optimizer adamw "
+               "--stage 0, or measure it with zerosim train --phantom", onebit_name(c));
 }
 
 RULE(device_onebit)
 {
-    return !x->backend_host && c->optimizer == ZS_OPT_ONEBITADAM &&
-           SAY("1-bit Adam (optimizer \"OneBitAdam\") is not supported with --backend %s yet "
-               "(its compressed exchange runs on host memory): use --backend cpu", x->backend);
+    return !x->backend_host && onebit_like(c) &&
+           SAY("%s is not supported with --backend %s yet "
+               "(its compressed exchange runs on host memory): use --backend cpu",
+               onebit_name(c), x->backend);
 }
 
 /* ---- the planner -------------------------------------------------------- */
@@ -643,6 +655,14 @@ static const zs_compat_rule rules[] = {
     {"plan:onebitadam", "onebitadam", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
      "the planner's closed forms count AdamW and SGD"},
     {"device+onebitadam", "backend onebitadam", DEVICE, REFUSE, device_onebit,
+     "the compressed exchange reads host memory"},
+    {"zerooneadam+stage", "zerooneadam stage", RUN, REFUSE, onebit_stage,
+     "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
+    {"zerooneadam+parallel", "zerooneadam tp pp ep moe offload compression hierarchical", RUN,
+     REFUSE, onebit_parallel, "not implemented yet: the exchanges over the flat array only"},
+    {"plan:zerooneadam", "zerooneadam", ZS_SCOPE_PLAN, REFUSE, plan_onebit,
+     "the planner's closed forms count AdamW and SGD"},
+    {"device+zerooneadam", "backend zerooneadam", DEVICE, REFUSE, device_onebit,
      "the compressed exchange reads host memory"},
 };
 

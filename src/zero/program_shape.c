@@ -316,8 +316,11 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
               s->det && s->reduce_step && s->cfg.grad_accum > 1 ? P * 8 : 0);
     ZS_SETBUF(ZS_BUF_FIXBUF, ZS_MEM_COMM_BUFFERS, s->det ? s->max_bucket * 8 : 0);
     ZS_SETBUF(ZS_BUF_RECV, ZS_MEM_COMM_BUFFERS, s->max_chunk * (s->det ? 8 : ps));
+    /* 0/1 Adam: a third part of onebit_elems, the 1-bit gradient before the
+     * freeze and the weights at the last sync after it (exec_zeroone.c) */
+    size_t zo = s->cfg.optimizer == ZS_OPT_ZEROONEADAM ? s->onebit_elems : 0;
     ZS_SETBUF(ZS_BUF_RESIDUAL, ZS_MEM_COMPRESSION,
-              s->onebit_elems ? (s->onebit_elems + s->onebit_elems / (size_t)p->world) * 4
+              s->onebit_elems ? (s->onebit_elems + s->onebit_elems / (size_t)p->world + zo) * 4
               : s->comp && s->cfg.error_feedback ? P * 4 : 0);
     ZS_SETBUF(ZS_BUF_CX, ZS_MEM_WORKSPACE, s->comp ? s->max_bucket * 4 : 0);
     ZS_SETBUF(ZS_BUF_CAPPROX, ZS_MEM_WORKSPACE, s->comp ? s->max_bucket * 4 : 0);
@@ -560,7 +563,7 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     size_t ntok = zs_model_is_decoder(mc) ? (size_t)mb * (size_t)mc->seq_len : (size_t)mb;
     s->tok_bytes = ntok * sizeof(int32_t);
     s->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * (size_t)mc->input_dim * sizeof(float) : 0;
-    if (cfg->optimizer == ZS_OPT_ONEBITADAM)
+    if (cfg->optimizer == ZS_OPT_ONEBITADAM || cfg->optimizer == ZS_OPT_ZEROONEADAM)
         s->onebit_elems = zs_comm_onebit_padded(s->part.padded, world);
     zs_step_shape_place_buffers(s);
     return 0;
