@@ -785,8 +785,7 @@ static const bad_case wrong_values[] = {
     {"{\"fp16\": []}", "\"fp16\" must be an object, got array"},
     {"{\"fp16\": {\"enabled\": \"true\"}}", "\"fp16.enabled\" must be true or false, got string"},
     {"{\"fp16\": {\"loss_scale\": \"auto\"}}", "\"auto\" is filled in by the Hugging Face Trainer"},
-    {"{\"fp16\": {\"auto_cast\": true}}",
-     "\"fp16.auto_cast\" is a DeepSpeed feature zerosim does not model yet"},
+    {"{\"fp16\": {\"auto_cast\": 1}}", "\"fp16.auto_cast\" must be true or false"},
     {"{\"fp16\": {\"initial_scale_power\": 200}}",
      "\"fp16.initial_scale_power\" must be an integer from 0 to 127, got 200"},
     {"{\"fp16\": {\"min_loss_scale\": 0}}", "\"fp16.min_loss_scale\" must be a number > 0"},
@@ -1119,6 +1118,11 @@ START_TEST(test_no_effect_listed)
                                    "zero_allow_untested_optimizer, tensorboard, autotuning, "
                                    "comms_logger, compile");
     ck_assert_int_eq(cfg.stage, 2);
+    /* fp16.auto_cast casts the inputs, which zerosim's models take as token
+     * ids or compute on in fp32 either way: accepted and listed */
+    setup();
+    ck_assert_ok(load("{\"fp16\": {\"enabled\": true, \"auto_cast\": true}}"));
+    ck_assert_str_eq(cfg.noeffect, "fp16.auto_cast");
     setup();
     ck_assert_error(load("{\"tensorboard\": true}"), "\"tensorboard\" must be an object");
 }
@@ -1136,7 +1140,29 @@ START_TEST(test_unmodelled_off)
     setup();
     ck_assert_error(load("{\"compression_training\": {\"weight_quantization\": {"
                          "\"shared_parameters\": {\"enabled\": true}}}}"),
-                    "\"compression_training\" is a DeepSpeed feature zerosim does not model yet");
+                    "\"compression_training.weight_quantization\" is a DeepSpeed feature zerosim "
+                    "does not model yet");
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "--qat int8|nf4"));
+    /* compression_training: each enabled section named, with what instead */
+    setup();
+    ck_assert_error(load("{\"compression_training\": {\"activation_quantization\": {"
+                         "\"shared_parameters\": {\"enabled\": true}}, \"layer_reduction\": "
+                         "{\"enabled\": true}, \"sparse_pruning\": {\"shared_parameters\": "
+                         "{\"enabled\": false}}}}"),
+                    "2 problems, one per line");
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "\"compression_training.activation_quantization"
+                                                 "\" is a DeepSpeed feature"));
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "\"compression_training.layer_reduction\" is a "
+                                                 "DeepSpeed feature"));
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "(--layers)"));
+    ck_assert_ptr_null(strstr(zs_error_msg(), "sparse_pruning"));
+    setup();
+    ck_assert_error(load("{\"compression_training\": {\"channel_pruning\": {"
+                         "\"shared_parameters\": {\"enabled\": true}}}}"),
+                    "zerosim compress --sparsity S");
+    setup();
+    ck_assert_error(load("{\"compression_training\": {\"weight_pruning\": {}}}"),
+                    "unknown key");
     ck_assert_error(load("{\"zero_optimization\": {\"zero_quantized_nontrainable_weights\": "
                          "true}}"), "ZeRO++ quantized weights");
     /* ZeRO++'s hpZ and qgZ are modelled: read into the configuration */
@@ -1195,12 +1221,18 @@ START_TEST(test_offload_optimizer)
                       "\"offload_optimizer\": {\"device\": \"cpu\"}}}"));
     ck_assert_int_eq(cfg.offload_param, ZS_OFFLOAD_CPU);
     ck_assert_int_eq(zs_run_config_finalize(&cfg, 1), 0);
-    /* parameter offload: stage 3, with the optimizer offloaded too */
+    /* parameter offload alone: cpu runs (the optimizer on the device),
+     * nvme is refused */
     cfg.offload_optimizer = ZS_OFFLOAD_NONE;
+    ck_assert_int_eq(zs_run_config_finalize(&cfg, 1), 0);
+    cfg.offload_param = ZS_OFFLOAD_NVME;
+    snprintf(cfg.nvme_path, sizeof cfg.nvme_path, "/local_nvme");
     ck_assert_int_ne(zs_run_config_finalize(&cfg, 1), 0);
-    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "offload_param without offload_optimizer "
-                                                 "(parameters off the device, the optimizer on it) "
-                                                 "is a DeepSpeed feature zerosim does not model"));
+    ck_assert_ptr_nonnull(strstr(zs_error_msg(), "offload_param nvme without offload_optimizer "
+                                                 "(parameters in a file, the optimizer on the "
+                                                 "device) is a DeepSpeed feature zerosim does not "
+                                                 "model"));
+    cfg.offload_param = ZS_OFFLOAD_CPU;
     /* below stage 3, DeepSpeed does not read offload_param: no effect */
     cfg.offload_optimizer = ZS_OFFLOAD_CPU;
     cfg.stage = 2;

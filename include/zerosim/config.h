@@ -238,8 +238,12 @@ typedef struct {
     /* --cp C: context parallelism (Megatron-LM's, zerosim/mesh.h): each
      * sample's sequence split over C ranks (2C chunks, rank i holding
      * chunks i and 2C-1-i), attention as ring attention; ZeRO runs over
-     * the combined data-and-context group. 1: none. */
+     * the combined data-and-context group. 1: none.
+     * --cp-attention ulysses (or DeepSpeed's "sequence_parallel_size": U,
+     * which sets cp U): the same axis, the attention by DeepSpeed-Ulysses'
+     * all-to-alls (cp_attention: ZS_CP_RING or ZS_CP_ULYSSES, model.h). */
     int cp;
+    int cp_attention;
     zs_pp_schedule pp_schedule; /* --pp-schedule (1f1b) */
     int virtual_stages;           /* --virtual-stages: model chunks per rank (1) */
     zs_pp_partition pp_partition; /* --pp-partition (uniform) */
@@ -336,6 +340,9 @@ const char *zs_run_config_describe_auto(const zs_run_config *c, char *buf, size_
 /* "micro-batch" or "step" into *out; non-zero for anything else. */
 int zs_grad_reduce_parse(const char *s, zs_grad_reduce *out);
 int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out);
+/* --cp-attention: "ring" (ZS_CP_RING) or "ulysses" (ZS_CP_ULYSSES) into
+ * *out; non-zero for anything else. */
+int zs_cp_attention_parse(const char *s, int *out);
 /* "auto" or "deepspeed" into *out; non-zero for anything else. */
 int zs_ep_layout_parse(const char *s, zs_ep_layout *out);
 const char *zs_ep_layout_name(zs_ep_layout l);

@@ -59,8 +59,13 @@ typedef struct {
      * seq_len / cp positions of each sample, chunks cp_rank and
      * 2 cp - 1 - cp_rank of 2 cp equal chunks (load balanced), and the
      * attention is ring attention over the context-parallel group
-     * (src/model/ring_attention.c). 0 or 1: none. */
+     * (src/model/ring_attention.c). 0 or 1: none. With cp_attention
+     * ZS_CP_ULYSSES (DeepSpeed-Ulysses, src/model/ulysses.c) the rank holds
+     * the contiguous chunks 2 cp_rank and 2 cp_rank + 1 instead, and the
+     * attention is two all-to-alls around the unsplit kernel on the
+     * rank's n_head / (tp cp) heads. */
     int cp, cp_rank;
+    int cp_attention; /* ZS_CP_RING (0) or ZS_CP_ULYSSES */
     /* The portable backend with deterministic sums (docs/portable.md):
      * tensor parallelism's sums over a split reduction (the row-parallel
      * linears, the column-parallel linears' input gradients, the
@@ -233,7 +238,10 @@ int zs_model_set_cp_comm(zs_model *m, struct zs_comm *cp);
 /* The context-parallel size (1 without), and the chunk (of 2 cp) that a
  * context rank holds as its k-th (k = 0: chunk rank, k = 1: 2 cp - 1 -
  * rank): Megatron-LM's load balancing. */
+enum { ZS_CP_RING = 0, ZS_CP_ULYSSES = 1 };
 int zs_model_cp_size(const zs_model_config *c);
+/* 1 when the context group's attention is Ulysses' all-to-all (cp > 1). */
+int zs_model_cp_ulysses(const zs_model_config *c);
 int zs_model_cp_chunk(const zs_model_config *c, int rank, int k);
 /* In place, for each of b samples of seq_len tokens (host memory, row
  * after row): this rank's two chunks, first b x seq_len / cp entries. A
@@ -244,6 +252,12 @@ int zs_model_cp_local_tokens(const zs_model_config *c, int32_t *tokens, int b);
  * this rank's keys and values (and backward, as many of their gradients);
  * it receives as many. 0 without context parallelism. */
 double zs_model_cp_ring_bytes(const zs_model_config *c, int b, int backward, int *sends);
+/* Ulysses (src/model/ulysses.c): the bytes one rank sends to the other
+ * ranks of the context group in one block's forward or backward for a
+ * micro-batch of b, in *calls all-to-alls (two: the queries, keys and
+ * values to heads, and the attention's output or its gradient back; the
+ * backward's two carry the gradients). 0 without Ulysses. */
+double zs_model_cp_a2a_bytes(const zs_model_config *c, int b, int *calls);
 /* Element `local` of this shard's flat layout as an element of the tp = 1
  * layout of the same model (what zs_model_init_slice draws there, and
  * where a gathered parameter vector puts it); *run gets how many elements

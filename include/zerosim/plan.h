@@ -149,6 +149,9 @@ typedef struct {
      * to-point bytes per step one device sends (as many it receives) */
     int cp;
     double cp_ring_bytes;
+    /* with Ulysses (--cp-attention ulysses) in place of the ring: its
+     * all-to-alls' bytes per step one device sends to the others */
+    double cp_a2a_bytes;
 } zs_plan_result;
 
 /* Plan one (model, stage, N). Returns 0, or non-zero with a one-line message

@@ -161,6 +161,12 @@ typedef struct {
      * backward 2 (C - 1), keys and values and their gradients
      * (zs_model_cp_ring_bytes) */
     double cp_ring_bytes_per_step, cp_ring_sends_per_step;
+    /* DeepSpeed-Ulysses (--cp-attention ulysses): the all-to-alls' bytes
+     * per step that this rank sends to the other ranks of the context
+     * group, and their calls: two per forward (recomputed ones included)
+     * and two per backward of each block and micro-batch
+     * (zs_model_cp_a2a_bytes) */
+    double cp_a2a_bytes_per_step, cp_a2a_calls_per_step;
 } zs_prediction;
 
 /* Predict for cfg (finalized) on `world` ranks by counting the step

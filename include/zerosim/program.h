@@ -283,6 +283,10 @@ void zs_step_shape_init(zs_step_shape *s, const zs_run_config *cfg);
  * category, tier (offload) and bytes. zs_step_shape_build calls it; the
  * planner's bare parameter count (zs_step_shape_build_flat) too. */
 void zs_step_shape_place_buffers(zs_step_shape *s);
+/* Stage 3 with offload_param cpu and the optimizer on the device: the
+ * parameter shard on the host, the device's optimizer output sent down
+ * after each applied step (ZS_SOP_DOWNLOAD_PARAMS). */
+int zs_step_shape_param_alone(const zs_step_shape *s);
 /* The shape of a bare parameter count: one layout of num_params elements
  * on `world` data-parallel ranks, without a model (no units, buckets,
  * gathers or activations): the partition and the buffer table of the
@@ -371,6 +375,8 @@ typedef enum {
     ZS_SOP_OPTIMIZER_ONEBIT, /* 1-bit Adam after the freeze: the momentum
                             from the local gradient, its compressed
                             all-reduce, the step with the variance frozen */
+    ZS_SOP_DOWNLOAD_PARAMS, /* offload_param alone: the shard the device's
+                            optimizer updated, to the host's parameters */
     ZS_SOP_NKINDS
 } zs_step_op_kind;
 

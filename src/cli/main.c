@@ -215,7 +215,13 @@ static void zs_train_print_start(const zs_run_config *cfg, const zs_train_option
             cfg->deterministic ? " (deterministic)" : "", cfg->micro_batch, cfg->grad_accum,
             world / (cfg->tp * cfg->pp * cfg->cp), cfg->tp * cfg->pp * cfg->cp > 1 ? " data-parallel" : "",
             reduce, offl, cfg->steps);
-    if (cfg->cp > 1)
+    if (cfg->cp > 1 && cfg->cp_attention == ZS_CP_ULYSSES)
+        fprintf(o->log, "context parallelism: each sample's %d positions over %d ranks (%d "
+                "consecutive each, Ulysses: all-to-alls to %d of the %d heads per rank); ZeRO "
+                "over the %d ranks of data x context\n", cfg->model.seq_len, cfg->cp,
+                cfg->model.seq_len / cfg->cp, cfg->model.n_head / (cfg->tp * cfg->cp),
+                cfg->model.n_head / cfg->tp, world / (cfg->tp * cfg->pp));
+    else if (cfg->cp > 1)
         fprintf(o->log, "context parallelism: each sample's %d positions over %d ranks (chunks "
                 "of %d, ring attention); ZeRO over the %d ranks of data x context\n",
                 cfg->model.seq_len, cfg->cp, cfg->model.seq_len / (2 * cfg->cp),

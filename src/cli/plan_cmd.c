@@ -67,6 +67,8 @@ static const char *const zs_plan_usage =
     "  --cp C                   context parallelism: each sequence split over C\n"
     "                           devices (ring attention); --dp counts data-parallel\n"
     "                           ranks, ZeRO partitions over dp x C (zerosim convention)\n"
+    "  --cp-attention ring|ulysses  with --cp: ring attention (ring) or\n"
+    "                           DeepSpeed-Ulysses' all-to-alls of the heads\n"
     "  --devices-per-node N     devices per node (8); aliases --gpus-per-node,\n"
     "                           --ranks-per-node\n"
     "  --nodes N                nodes (--dp defaults to nodes x devices per node)\n"
@@ -141,7 +143,7 @@ enum {
     P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
     P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
-    P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP, P_CP,
+    P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP, P_CP, P_CP_ATTENTION,
     P_GRAD_REDUCE, P_OVERLAP_COMM,
     P_MOE_EXPERTS, P_MOE_EVERY, P_MOE_TOP_K, P_CAPACITY_FACTOR, P_EP, P_EP_LAYOUT,
     P_PP, P_PP_SCHEDULE, P_PP_PARTITION, P_VIRTUAL_STAGES,
@@ -217,6 +219,7 @@ static const struct option zs_plan_options[] = {
     {"tp", required_argument, NULL, P_TP},
     {"sequence-parallel", no_argument, NULL, P_SP},
     {"cp", required_argument, NULL, P_CP},
+    {"cp-attention", required_argument, NULL, P_CP_ATTENTION},
     {"grad-reduce", required_argument, NULL, P_GRAD_REDUCE},
     {"overlap-comm", required_argument, NULL, P_OVERLAP_COMM},
     {"pp", required_argument, NULL, P_PP},
@@ -541,6 +544,8 @@ static int zs_plan_apply_run(zs_plan_cli *cl)
         ZS_TRY(zs_plan_int(P_PP, v[P_PP], 1, ZS_BOUND_PP_MAX, &c->pp));
     if (v[P_CP])
         ZS_TRY(zs_plan_int(P_CP, v[P_CP], 1, ZS_BOUND_CP_MAX, &c->cp));
+    if (v[P_CP_ATTENTION] && zs_cp_attention_parse(v[P_CP_ATTENTION], &c->cp_attention))
+        ZS_FAIL("--cp-attention must be ring or ulysses, got \"%s\"", v[P_CP_ATTENTION]);
     if (v[P_VIRTUAL_STAGES])
         ZS_TRY(zs_plan_int(P_VIRTUAL_STAGES, v[P_VIRTUAL_STAGES], 1, ZS_BOUND_VIRTUAL_STAGES_MAX,
                            &c->virtual_stages));

@@ -102,7 +102,11 @@ static void zs_plan_print_memory(FILE *f, const zs_plan_input *in, const zs_plan
         fprintf(f, "  (stage 3 holds %zu live gathered parameters%s)\n", r->live_params,
                 in->has_arch ? "" : in->largest_layer ? ": --largest-layer"
                                                       : ": give --largest-layer to count them");
-    if (r->cp > 1)
+    if (r->cp > 1 && c->cp_attention == ZS_CP_ULYSSES)
+        fprintf(f, "context parallelism: each sequence over %d devices (Ulysses: all-to-alls of "
+                   "the heads); all-to-all per step: %.0f bytes sent to the others\n", r->cp,
+                r->cp_a2a_bytes);
+    else if (r->cp > 1)
         fprintf(f, "context parallelism: each sequence over %d devices (ring attention); point "
                    "to point per step: %.0f bytes sent, as many received\n", r->cp,
                 r->cp_ring_bytes);
@@ -263,7 +267,8 @@ static void zs_plan_print_steptime(FILE *f, const zs_plan_input *in, const zs_pl
         fprintf(f, "  offload: %.4g s in the step (copies at %.4g B/s%s%s), not overlapped\n",
                 t->offload_s, in->cal.host_bandwidth,
                 r->nvme_read_bytes > 0 ? ", files at the nvme rate" : "",
-                in->cal.host_optimizer_elems_per_s > 0
+                in->cfg.offload_optimizer == ZS_OFFLOAD_NONE ? "" /* offload_param alone */
+                : in->cal.host_optimizer_elems_per_s > 0
                     ? ", the host optimizer at --host-optimizer-rate"
                     : "; the host optimizer's time is left out: give --host-optimizer-rate");
 }
@@ -463,7 +468,11 @@ static json_t *zs_plan_json(const zs_plan_input *in, const zs_plan_result *r, in
         json_object_set_new(o, "pipeline", zs_plan_json_pipeline(in, r));
     if (r->cp > 1) { /* context parallelism (written only when on) */
         json_object_set_new(o, "cp", json_integer(r->cp));
-        json_object_set_new(o, "cp_ring_send_bytes_per_step", zs_json_bytes(r->cp_ring_bytes));
+        if (c->cp_attention == ZS_CP_ULYSSES)
+            json_object_set_new(o, "cp_a2a_send_bytes_per_step", zs_json_bytes(r->cp_a2a_bytes));
+        else
+            json_object_set_new(o, "cp_ring_send_bytes_per_step",
+                                zs_json_bytes(r->cp_ring_bytes));
     }
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "convention", json_string(zs_plan_convention_name(in->convention)));

@@ -37,7 +37,7 @@ enum {
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_EXACT_SLICES, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
-    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_CP, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ, OPT_HPZ, OPT_QGZ,
+    OPT_PHANTOM, OPT_WORLD_SIZE, OPT_PRINT_PROGRAM, OPT_TP, OPT_CP, OPT_CP_ATTENTION, OPT_PP, OPT_SP, OPT_RPN, OPT_HIER, OPT_QWZ, OPT_HPZ, OPT_QGZ,
     OPT_GRAD_REDUCE, OPT_OVERLAP_COMM,
     OPT_COLL_TIMEOUT, OPT_PRINT_CONFIG, OPT_TRACE, OPT_SAVE_DIR, OPT_SAVE_EVERY, OPT_RESUME,
     OPT_OFFLOAD_OPT, OPT_OFFLOAD_PARAM, OPT_NVME_PATH, OPT_HOST_MEMORY,
@@ -112,6 +112,7 @@ static const struct option zs_long_options[] = {
     {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
     {"tp", required_argument, NULL, OPT_TP},
     {"cp", required_argument, NULL, OPT_CP},
+    {"cp-attention", required_argument, NULL, OPT_CP_ATTENTION},
     {"pp", required_argument, NULL, OPT_PP},
     {"pp-schedule", required_argument, NULL, OPT_PP_SCHEDULE},
     {"pp-partition", required_argument, NULL, OPT_PP_PARTITION},
@@ -271,6 +272,13 @@ static int zs_cli_set_qat(const char *s, zs_run_config *c)
 static int zs_cli_set_compression(const char *s, zs_run_config *c)
 {
     return zs_comp_parse(s, &c->compression) ? -1 : 0;
+}
+
+static int zs_cli_set_cp_attention(const char *s, zs_run_config *c)
+{
+    if (zs_cp_attention_parse(s, &c->cp_attention))
+        ZS_FAIL("--cp-attention must be ring or ulysses, got \"%s\"", s);
+    return 0;
 }
 
 static int zs_cli_set_pp_schedule(const char *s, zs_run_config *c)
@@ -470,6 +478,7 @@ static const zs_cli_setter zs_cli_setters[] = {
     ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_NO_EF, 0, 0, error_feedback),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_TP, 1, ZS_BOUND_TP_MAX, tp),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_CP, 1, ZS_BOUND_CP_MAX, cp),
+    ZS_CLI_SET(OPT_CP_ATTENTION, zs_cli_set_cp_attention),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_PP, 1, ZS_BOUND_PP_MAX, pp),
     ZS_CLI_FIELD(ZS_CLI_FLAG, OPT_SP, 1, 0, sequence_parallel),
     ZS_CLI_SET(OPT_PP_SCHEDULE, zs_cli_set_pp_schedule),

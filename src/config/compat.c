@@ -137,10 +137,10 @@ RULE(offload_param_stage)
 RULE(offload_param_alone)
 {
     UNUSED_CTX;
-    return c->offload_param != ZS_OFFLOAD_NONE && c->offload_optimizer == ZS_OFFLOAD_NONE &&
-           SAY("offload_param without offload_optimizer (parameters off the device, the "
-               "optimizer on it) is a DeepSpeed feature zerosim does not model yet: add "
-               "--offload-optimizer cpu (or nvme), or drop --offload-param");
+    return c->offload_param == ZS_OFFLOAD_NVME && c->offload_optimizer == ZS_OFFLOAD_NONE &&
+           SAY("offload_param nvme without offload_optimizer (parameters in a file, the "
+               "optimizer on the device) is a DeepSpeed feature zerosim does not model yet: "
+               "use --offload-param cpu, or add --offload-optimizer cpu (or nvme)");
 }
 
 /* ---- tensor and sequence parallelism, the model ----------------------- */
@@ -221,7 +221,10 @@ RULE(cp_seq)
 {
     UNUSED_CTX;
     return c->cp > 1 && c->model.kind == ZS_MODEL_GPT && c->model.seq_len % (2 * c->cp) &&
-           SAY("context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal chunks "
+           SAY(c->cp_attention == ZS_CP_ULYSSES ?
+               "context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal chunks "
+               "(Ulysses: rank i holds chunks 2i and 2i + 1 of 0 .. %d)" :
+               "context parallelism (--cp %d) cuts each sequence into 2 x %d = %d equal chunks "
                "(rank i holds chunks i and %d - i): the sequence length %d is not a multiple "
                "of %d; use --seq a multiple of %d, or another --cp", c->cp, c->cp, 2 * c->cp,
                2 * c->cp - 1, c->model.seq_len, 2 * c->cp, 2 * c->cp);
@@ -260,6 +263,28 @@ RULE(cp_partition_activations)
     return c->cp > 1 && c->partition_activations &&
            SAY("activation_checkpointing.partition_activations with --cp %d is not modelled: "
                "set it to false", c->cp);
+}
+
+/* DeepSpeed-Ulysses (--cp U --cp-attention ulysses, "sequence_parallel_size"):
+ * each rank runs the attention on n_head / (tp U) whole heads. */
+RULE(ulysses_heads)
+{
+    UNUSED_CTX;
+    int TU = c->tp * c->cp;
+    return c->cp > 1 && c->cp_attention == ZS_CP_ULYSSES && c->model.n_head % TU &&
+           SAY("Ulysses (--cp-attention ulysses, --cp %d) gives each rank n_head / (tp x cp) "
+               "whole heads: %d heads do not divide by %d x %d = %d; use --heads a multiple "
+               "of %d, or a --cp that divides %d / %d", c->cp, c->model.n_head, c->tp, c->cp,
+               TU, TU, c->model.n_head, c->tp);
+}
+
+RULE(ulysses_model)
+{
+    UNUSED_CTX;
+    return c->cp > 1 && c->cp_attention == ZS_CP_ULYSSES && c->model.kind != ZS_MODEL_GPT &&
+           SAY("Ulysses (--cp-attention ulysses, --cp %d) is implemented for the GPT (the Llama "
+               "family's grouped-query heads not yet): use --model gpt, or --cp-attention ring",
+               c->cp);
 }
 
 /* DeepSpeed's layout asked for (--ep-layout deepspeed) where it is not
@@ -503,6 +528,10 @@ RULE(plan_hierarchical)
 
 RULE(device_offload)
 {
+    if (!x->backend_host && c->stage == 3 && c->offload_param != ZS_OFFLOAD_NONE &&
+        c->offload_optimizer == ZS_OFFLOAD_NONE)
+        return SAY("offload_param is not supported with --backend %s yet (the parameter "
+                   "shard is written on host memory): use --backend cpu", x->backend);
     return !x->backend_host && c->stage >= 1 && c->offload_optimizer != ZS_OFFLOAD_NONE &&
            SAY("offload_optimizer is not supported with --backend %s yet (the host "
                "optimizer runs on host memory): use --backend cpu", x->backend);
@@ -577,7 +606,7 @@ static const zs_compat_rule rules[] = {
     {"offload-param+stage", "offload-param stage", RUN, ADJUST, offload_param_stage,
      "DeepSpeed reads offload_param in stage 3 only"},
     {"offload-param+offload", "offload-param offload", RUN, REFUSE, offload_param_alone,
-     "not modelled yet: the optimizer's states on the device with the parameters off it"},
+     "not modelled yet: the optimizer on the device with the parameters in a file (cpu is)"},
     {"sp+tp", "sp tp", RUN, REFUSE, sp_tp,
      "Megatron-LM's sequence parallelism lives in the tensor-parallel group"},
     {"tp+mlp", "tp model", RUN, REFUSE, tp_model,
@@ -656,6 +685,11 @@ static const zs_compat_rule rules[] = {
      "the planner's closed forms count AdamW and SGD"},
     {"device+onebitadam", "backend onebitadam", DEVICE, REFUSE, device_onebit,
      "the compressed exchange reads host memory"},
+    /* DeepSpeed-Ulysses over the context axis, after the older ones */
+    {"ulysses+heads", "cp heads tp", RUN, REFUSE, ulysses_heads,
+     "each rank attends with whole heads: n_head / (tp x cp) of them"},
+    {"ulysses+model", "cp model", RUN, REFUSE, ulysses_model,
+     "the all-to-all attention is implemented for the GPT's multi-head attention"},
     {"zerooneadam+stage", "zerooneadam stage", RUN, REFUSE, onebit_stage,
      "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
     {"zerooneadam+parallel", "zerooneadam tp pp ep moe offload compression hierarchical", RUN,

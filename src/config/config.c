@@ -291,6 +291,8 @@ char *zs_run_config_json(const zs_run_config *c)
         "no_effect", none);
     if (root && c->cp > 1) /* context parallelism (written only when on) */
         json_object_set_new(root, "cp", json_integer(c->cp));
+    if (root && c->cp > 1 && c->cp_attention == ZS_CP_ULYSSES)
+        json_object_set_new(root, "cp_attention", json_string("ulysses"));
     if (root && c->adjusted[0]) /* what zerosim/compat.h's rules adjusted */
         json_object_set_new(root, "adjusted", json_string(c->adjusted));
     if (root && c->model.moe_experts > 0) /* the moe section, as the file gives it */
@@ -309,6 +311,17 @@ char *zs_run_config_json(const zs_run_config *c)
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;
+}
+
+int zs_cp_attention_parse(const char *s, int *out)
+{
+    if (!strcmp(s, "ring"))
+        *out = ZS_CP_RING;
+    else if (!strcmp(s, "ulysses"))
+        *out = ZS_CP_ULYSSES;
+    else
+        return -1;
+    return 0;
 }
 
 int zs_pp_schedule_parse(const char *s, zs_pp_schedule *out)

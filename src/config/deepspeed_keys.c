@@ -462,18 +462,6 @@ static int bf16_enabled(loader *ld, const char *path, const json_t *v)
     return zs_ds_read_bool(ld, path, v, &ld->bf16_enabled);
 }
 
-/* fp16.auto_cast: zerosim does not cast model inputs, so only false. */
-static int fp16_auto_cast(loader *ld, const char *path, const json_t *v)
-{
-    int on = 1;
-    ZS_TRY(zs_ds_read_bool(ld, path, v, &on));
-    if (on)
-        return zs_config_fail("%s: \"%s\" is a DeepSpeed feature zerosim does not model yet "
-                              "(casting the model's inputs to fp16): set it to false or remove it",
-                              ld->name, path);
-    return 0;
-}
-
 /* zero_optimization.overlap_comm: true or false. */
 static int zero_overlap_comm(loader *ld, const char *path, const json_t *v)
 {
@@ -578,7 +566,11 @@ static const field fp16_fields[] = {
     F_FLOAT("min_loss_scale", min_loss_scale, R_POS),
     F_UNMOD("consecutive_hysteresis", OFF_FALSE,
             "hysteresis restored after every step without overflow", "set it to false"),
-    F_FUNC("auto_cast", fp16_auto_cast),
+    /* auto_cast casts floating-point inputs to fp16 in the engine instead of
+     * the user's script: the GPT's inputs are token ids (not cast), and
+     * zerosim's fp16 keeps parameters and gradients in fp16 and computes
+     * activations in fp32 either way, so nothing it models changes */
+    F_NONE("auto_cast", JT_BOOL),
     F_UNMOD("fp16_master_weights_and_grads", OFF_FALSE, "fp16 master weights",
             "set it to false (zerosim keeps fp32 master weights)"),
 };
@@ -1024,6 +1016,25 @@ static int top_prescale(loader *ld, const char *path, const json_t *v)
     return 0;
 }
 
+/* sequence_parallel_size: DeepSpeed-Ulysses' group (arXiv 2309.14509), the
+ * context-parallel axis with the all-to-all attention (--cp U
+ * --cp-attention ulysses); 1 leaves the mesh as it is. */
+static int top_sequence_parallel_size(loader *ld, const char *path, const json_t *v)
+{
+    double n;
+    long long ll;
+    ZS_TRY(zs_ds_read_number(ld, path, v, &R_POS_INT, &n, &ll));
+    if (ll > ZS_BOUND_CP_MAX)
+        return zs_config_fail("%s: %s is %lld, more than the %d ranks a sequence-parallel group "
+                              "may have here: use %d or less", ld->name, path, ll,
+                              ZS_BOUND_CP_MAX, ZS_BOUND_CP_MAX);
+    if (ll > 1) {
+        ld->c.cp = (int)ll;
+        ld->c.cp_attention = ZS_CP_ULYSSES;
+    }
+    return 0;
+}
+
 /* gradient_predivide_factor: divide by f before the sum, by N/f after. */
 static int top_predivide(loader *ld, const char *path, const json_t *v)
 {
@@ -1069,6 +1080,34 @@ static int grad_accum_dtype(loader *ld, const char *path, const json_t *v)
 {
     return read_dtype(ld, path, v, &ld->c.grad_accum_dtype);
 }
+/* compression_training (DeepSpeed Compression): each section on its own,
+ * accepted while disabled, refused when enabled with what zerosim has
+ * instead. zerosim's QAT (--qat int8|nf4: absmax per tensor over 127
+ * levels, or NF4 blocks of 64) is not DeepSpeed's quantizer (bit schedule
+ * from start_bits to target_bits, quantize_groups, symmetric/asymmetric,
+ * stochastic rounding), and its pruning is Deep Compression after
+ * training (zerosim compress), not a mask during training: neither is
+ * mapped silently. */
+#define COMP_PRUNE_INSTEAD "remove it (zerosim prunes single weights after training: zerosim " \
+                           "compress --sparsity S, docs/quantization.md)"
+static const field comp_training_fields[] = {
+    F_UNMOD("weight_quantization", OFF_DISABLED,
+            "DeepSpeed's weight quantization during training (its bit schedule, groups and "
+            "rounding)",
+            "remove it, and use zerosim's QAT: --qat int8|nf4, or \"zerosim\": {\"qat\": "
+            "\"int8\"} (docs/quantization.md)"),
+    F_UNMOD("activation_quantization", OFF_DISABLED, "activation quantization",
+            "remove it (zerosim's QAT quantizes the linear weights only)"),
+    F_UNMOD("sparse_pruning", OFF_DISABLED, "sparse pruning during training",
+            COMP_PRUNE_INSTEAD),
+    F_UNMOD("row_pruning", OFF_DISABLED, "row pruning", COMP_PRUNE_INSTEAD),
+    F_UNMOD("head_pruning", OFF_DISABLED, "attention head pruning", COMP_PRUNE_INSTEAD),
+    F_UNMOD("channel_pruning", OFF_DISABLED, "channel pruning", COMP_PRUNE_INSTEAD),
+    F_UNMOD("layer_reduction", OFF_DISABLED, "layer reduction (a student with fewer layers)",
+            "remove it, and train the smaller model itself (--layers)"),
+};
+static const field_table comp_training_table = TABLE(comp_training_fields);
+
 static const field data_types_fields[] = {
     F_FUNC("grad_accum_dtype", grad_accum_dtype),
 };
@@ -1084,6 +1123,7 @@ static const field top_fields[] = {
     F_FUNC("prescale_gradients", top_prescale),
     F_FUNC("gradient_predivide_factor", top_predivide),
     F_FUNC("communication_data_type", top_comm_dtype),
+    F_FUNC("sequence_parallel_size", top_sequence_parallel_size),
     F_SECTION("data_types", data_types_table),
     F_U64("seed", seed),
     F_FUNC("optimizer", load_optimizer),
@@ -1137,9 +1177,7 @@ static const field top_fields[] = {
     F_UNMOD("progressive_layer_drop", OFF_DISABLED, "progressive layer dropping", OFF_SECTION),
     F_UNMOD("curriculum_learning", OFF_DISABLED, "curriculum learning", OFF_SECTION),
     F_UNMOD("data_efficiency", OFF_DISABLED, "data sampling and routing", OFF_SECTION),
-    F_UNMOD("compression_training", OFF_DISABLED,
-            "DeepSpeed Compression (quantization-aware training, pruning, layer reduction)",
-            "remove it, or set every \"enabled\" in it to false"),
+    F_SECTION("compression_training", comp_training_table),
     F_UNMOD("quantize_training", OFF_DISABLED, "MoQ quantized training", OFF_SECTION),
     F_UNMOD("weight_quantization", OFF_DISABLED, "weight quantization", OFF_SECTION),
     F_UNMOD("hybrid_engine", OFF_DISABLED, "the RLHF hybrid engine", OFF_SECTION),

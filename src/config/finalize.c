@@ -187,6 +187,7 @@ static int finalize_parallel(zs_run_config *c, int world_size)
     c->model.tp = c->tp;
     c->model.sequence_parallel = c->sequence_parallel;
     c->model.cp = c->cp;
+    c->model.cp_attention = c->cp_attention;
     if (c->ep < 1)
         return zs_config_fail("moe.ep_size (--ep) must be at least 1, got %d", c->ep);
     if (c->ep > ZS_BOUND_EP_MAX)

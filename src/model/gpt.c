@@ -205,14 +205,24 @@ static int gpt_pp_ckpt(const zs_model_config *c) { return zs_decoder_pp_ckpt(c);
  * sum per row and head (2·B·NH/P·T/cp); the scratch holds, in place of
  * preatt and datt, the ring's four messages (zs_ring_kv_floats each: keys
  * and values, and their gradients, as sent and as received). */
+/* Ulysses: each block keeps the unsplit kernel's probabilities of this
+ * rank's heads over all T positions (B·NH/(P·U)·T²), and the scratch holds
+ * that kernel's preatt and datt and the all-to-alls' buffers
+ * (zs_ulysses_scratch_floats). */
 static size_t gpt_att_floats(const zs_model_config *c, size_t B)
 {
     size_t NH = (size_t)c->n_head / (size_t)gpt_tp(c), T = zs_decoder_seq_rank(c);
+    if (zs_model_cp_ulysses(c)) {
+        size_t U = (size_t)zs_model_cp_size(c), Tf = (size_t)c->seq_len;
+        return B * (NH / U) * Tf * Tf;
+    }
     return zs_model_cp_size(c) > 1 ? 2 * B * NH * T : B * NH * T * T;
 }
 
 static size_t gpt_att_scratch_floats(const zs_model_config *c, size_t B)
 {
+    if (zs_model_cp_ulysses(c))
+        return 2 * gpt_att_floats(c, B) + zs_ulysses_scratch_floats(c, B);
     return zs_model_cp_size(c) > 1 ? 4 * zs_ring_kv_floats(c, (int)B) : 2 * gpt_att_floats(c, B);
 }
 
@@ -504,7 +514,12 @@ static void gpt_bind_scratch(zs_acts *a, int head, size_t ecc)
     size_t dfch = 4 * BT * Cl > 4 * ecc ? 4 * BT * Cl : 4 * ecc;
     a->s_dfch = s; s += dfch;
     a->s_dfch_gelu = s; s += dfch;
-    if (zs_model_cp_size(c) > 1) { /* the ring's messages: keys and values, their gradients */
+    a->s_ulysses = NULL;
+    if (zs_model_cp_ulysses(c)) { /* the kernel's preatt, datt; the all-to-alls' buffers */
+        a->s_preatt = s; s += gpt_att_floats(c, B);
+        a->s_datt = s; s += gpt_att_floats(c, B);
+        a->s_ulysses = s; s += zs_ulysses_scratch_floats(c, B);
+    } else if (zs_model_cp_size(c) > 1) { /* the ring's messages: keys and values, their gradients */
         a->s_preatt = a->s_datt = s;
         s += gpt_att_scratch_floats(c, B);
     } else {
@@ -802,13 +817,21 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
         gpt_ln_in(m, be, a, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp, P[blk(c, l, B_LN1W)],
                   P[blk(c, l, B_LN1B)], B, u);
         /* f: identity; QKV column-parallel (this rank's heads) */
-        zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(c, l, B_QKVW)], P[blk(c, l, B_QKVB)], BT, C,
-                          3 * Cl);
-        if (zs_model_cp_size(c) > 1) /* ring attention: att[l] holds its statistics */
-            zs_ring_attention_forward(m, be, a->s_preatt, a->atty[l], a->att[l], a->qkv[l], B, u);
-        else
-            zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l], B, T,
-                                         Cl, NH);
+        if (zs_model_cp_ulysses(c)) { /* Ulysses: qkv[l] keeps q, k, v by heads */
+            zs_linear_forward(be, a->s_dqkv, a->ln1[l], P[blk(c, l, B_QKVW)],
+                              P[blk(c, l, B_QKVB)], BT, C, 3 * Cl);
+            zs_ulysses_attention_forward(m, be, a->s_ulysses, a->s_preatt, a->atty[l], a->att[l],
+                                         a->qkv[l], a->s_dqkv, B, u);
+        } else {
+            zs_linear_forward(be, a->qkv[l], a->ln1[l], P[blk(c, l, B_QKVW)],
+                              P[blk(c, l, B_QKVB)], BT, C, 3 * Cl);
+            if (zs_model_cp_size(c) > 1) /* ring attention: att[l] holds its statistics */
+                zs_ring_attention_forward(m, be, a->s_preatt, a->atty[l], a->att[l], a->qkv[l],
+                                          B, u);
+            else
+                zs_backend_attention_forward(be, a->atty[l], a->s_preatt, a->att[l], a->qkv[l],
+                                             B, T, Cl, NH);
+        }
         /* row-parallel output projection, then g: the sum */
         const float *att_out = gpt_row_linear(m, be, a, a->atty[l], P[blk(c, l, B_PROJW)],
                                               P[blk(c, l, B_PROJB)], B, Cl, u);
@@ -960,7 +983,10 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
         zs_linear_backward(be, a->s_datty, G[blk(c, l, B_PROJW)], G[blk(c, l, B_PROJB)], dout,
                            a->atty[l], P[blk(c, l, B_PROJW)], BT, Cl, C);
         zs_backend_memset0(be, a->s_dqkv, btcl * 12);
-        if (zs_model_cp_size(c) > 1)
+        if (zs_model_cp_ulysses(c))
+            zs_ulysses_attention_backward(m, be, a->s_ulysses, a->s_preatt, a->s_datt, a->s_dqkv,
+                                          a->s_datty, a->att[l], a->qkv[l], B, u);
+        else if (zs_model_cp_size(c) > 1)
             zs_ring_attention_backward(m, be, a->s_preatt, a->s_dqkv, a->s_datty, a->atty[l],
                                        a->att[l], a->qkv[l], B, u);
         else

@@ -101,6 +101,21 @@ void zs_ring_attention_forward(zs_model *m, zs_backend_t be, float *ring, float 
 void zs_ring_attention_backward(zs_model *m, zs_backend_t be, float *ring, float *dqkv,
                                 const float *dout, const float *out, const float *stats,
                                 const float *qkv, int B, int unit);
+/* Ulysses (src/model/ulysses.c): the scratch its all-to-alls need (floats,
+ * for a micro-batch of B); the forward takes qkv by positions (this rank's
+ * T/U rows) and leaves it by heads in qkv_heads (every position, this
+ * rank's heads: kept for the backward) and the output by positions in
+ * out; the backward takes the output's gradient by positions and leaves
+ * q, k, v's gradient by positions in dqkv (overwritten). preatt, att,
+ * dpreatt, datt: the unsplit kernel's (B·H/U·T² each). A failed exchange
+ * sets m->tp_failed. */
+size_t zs_ulysses_scratch_floats(const zs_model_config *c, size_t B);
+void zs_ulysses_attention_forward(zs_model *m, zs_backend_t be, float *scratch, float *preatt,
+                                  float *out, float *att, float *qkv_heads, const float *qkv,
+                                  int B, int unit);
+void zs_ulysses_attention_backward(zs_model *m, zs_backend_t be, float *scratch, float *dpreatt,
+                                   float *datt, float *dqkv, const float *dout, const float *att,
+                                   const float *qkv_heads, int B, int unit);
 /* The positions of the residual stream this rank computes: T / cp. */
 size_t zs_decoder_seq_rank(const zs_model_config *c);
 /* Exact sums of slices (c->tp_exact_slices > 0, docs/portable.md): whether
@@ -181,6 +196,7 @@ struct zs_acts {
     float *lnf, *lnf_mean, *lnf_rstd, *probs;
     /* GPT scratch */
     float *s_tmp, *s_dres, *s_datty, *s_dqkv, *s_dfch, *s_dfch_gelu, *s_preatt, *s_datt, *s_logits;
+    float *s_ulysses; /* Ulysses' all-to-all buffers (zs_ulysses_scratch_floats) */
     float *s_rowmax, *s_sums;  /* tensor parallelism: the vocab-parallel loss */
     float *s_xtmp, *s_xmax;    /* exact sums of slices (tp_exact_slices): a slice's
                                   result (BT,C), its rows' largest magnitude (BT) */

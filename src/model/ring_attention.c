@@ -25,9 +25,16 @@
 
 int zs_model_cp_size(const zs_model_config *c) { return c->cp > 1 ? c->cp : 1; }
 
+int zs_model_cp_ulysses(const zs_model_config *c)
+{
+    return zs_model_cp_size(c) > 1 && c->cp_attention == ZS_CP_ULYSSES;
+}
+
 int zs_model_cp_chunk(const zs_model_config *c, int rank, int k)
 {
     int C = zs_model_cp_size(c);
+    if (zs_model_cp_ulysses(c)) /* contiguous: the all-to-all keeps the order */
+        return 2 * rank + k;
     return k == 0 ? rank : 2 * C - 1 - rank;
 }
 
@@ -54,7 +61,7 @@ double zs_model_cp_ring_bytes(const zs_model_config *c, int b, int backward, int
 {
     int C = zs_model_cp_size(c);
     *sends = 0;
-    if (C == 1 || !zs_model_is_decoder(c))
+    if (C == 1 || !zs_model_is_decoder(c) || zs_model_cp_ulysses(c))
         return 0.0;
     *sends = (backward ? 2 : 1) * (C - 1);
     return *sends * (double)zs_ring_kv_floats(c, b) * 4.0;

@@ -120,6 +120,7 @@ static int zs_plan_states_program(const zs_plan_input *in, const zs_run_config *
     }
     r->cp = c->cp > 1 ? c->cp : 1;
     r->cp_ring_bytes = pr->cp_ring_bytes_per_step;
+    r->cp_a2a_bytes = pr->cp_a2a_bytes_per_step;
     zs_plan_states_count(pr->bytes, pr->tier_bytes, pr->grad_fixed_bytes, gs, ps, r);
     for (int k = 0; k < ZS_MEM_NCAT; k++)
         r->has[k] = pr->has[k];
@@ -181,6 +182,11 @@ static void zs_plan_states_flat(const zs_plan_input *in, const zs_run_config *c,
         }
         double rounds = zs_step_reduce_once(c) || c->deterministic ? 1.0 : (double)c->grad_accum;
         r->d2h_bytes = rounds * (double)(gs * S);
+    } else if (param_tier != ZS_TIER_DEVICE) {
+        /* offload_param alone: the gathers as above, and the updated shard
+         * down after the device's optimizer */
+        r->h2d_bytes = 2.0 * (double)c->grad_accum * (double)(ps * S);
+        r->d2h_bytes = (double)(ps * S);
     }
     zs_step_shape_free(&sh);
 }
@@ -330,6 +336,9 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
     if (in->convention != ZS_PLAN_ZEROSIM && c.offload_optimizer != ZS_OFFLOAD_NONE)
         ZS_FAIL("--offload-optimizer is modelled in the zerosim convention only (for "
                 "DeepSpeed's own figures see --deepspeed-estimate)");
+    if (in->convention != ZS_PLAN_ZEROSIM && c.stage == 3 && c.offload_param != ZS_OFFLOAD_NONE)
+        ZS_FAIL("--offload-param is modelled in the zerosim convention only (for DeepSpeed's "
+                "own figures see --deepspeed-estimate)");
     ps->c = c;
     ps->node_ranks = node_ranks;
     return 0;
@@ -681,7 +690,7 @@ static void zs_plan_compute_work(const zs_plan_input *in, zs_plan_result *r,
     if ((r->pp > 1 || c->tp > 1) && Psi > 0)
         pp_scale = (double)ps->pr.num_params / Psi / (1.0 - r->pp_bubble);
     r->flops_per_step *= pp_scale;
-    r->traffic_bytes += r->pp_send_bytes + r->cp_ring_bytes;
+    r->traffic_bytes += r->pp_send_bytes + r->cp_ring_bytes + r->cp_a2a_bytes;
     *gemm = 0.0;
     memset(work, 0, ZS_WORK_NKINDS * sizeof work[0]);
     *fwd = ps->have ? 1.0 / (3.0 + rec_e) : r->recompute ? 0.25 : 1.0 / 3.0;
@@ -759,7 +768,7 @@ static int zs_plan_step_time(const zs_plan_input *in, zs_plan_result *r, const z
                             .host_bytes = r->d2h_bytes + r->h2d_bytes,
                             .nvme_bytes = r->nvme_read_bytes + r->nvme_write_bytes,
                             .cal = in->cal};
-    if (r->d2h_bytes > 0) { /* the optimizer runs on the host */
+    if (r->d2h_bytes > 0 && ps->c.offload_optimizer != ZS_OFFLOAD_NONE) { /* on the host */
         si.host_optimizer_elems = si.optimizer_elems;
         si.optimizer_elems = 0;
     }

@@ -232,7 +232,8 @@ static void zs_predict_ep(const zs_model_config *mc, int b, const zs_step_progra
 
 /* Context parallelism: the ring attention's messages in one step of program
  * prog, per forward (recomputed ones included) and backward of each block
- * (units 1..L), as zs_model_cp_ring_bytes counts them. */
+ * (units 1..L), as zs_model_cp_ring_bytes counts them; with Ulysses its
+ * all-to-alls, as zs_model_cp_a2a_bytes counts them. */
 static void zs_predict_cp(const zs_model_config *mc, int b, const zs_step_program *prog,
                           zs_prediction *p)
 {
@@ -245,6 +246,9 @@ static void zs_predict_cp(const zs_model_config *mc, int b, const zs_step_progra
         p->cp_ring_bytes_per_step +=
             zs_model_cp_ring_bytes(mc, b, o->kind == ZS_SOP_BACKWARD, &sends);
         p->cp_ring_sends_per_step += sends;
+        int calls; /* Ulysses: its two all-to-alls instead of the ring */
+        p->cp_a2a_bytes_per_step += zs_model_cp_a2a_bytes(mc, b, &calls);
+        p->cp_a2a_calls_per_step += calls;
     }
 }
 

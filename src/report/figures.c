@@ -143,6 +143,8 @@ double zs_report_op_pred(const zs_train_result *r, int q, int o)
         return r->a2a_pred[q] * r->compressed_steps + pr->ep_a2a_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && onebit)
         return pr->onebit_a2a_bytes_per_step * onebit;
+    if (o == ZS_OP_ALLTOALL && pr->cp_a2a_calls_per_step > 0) /* Ulysses' heads */
+        return pr->cp_a2a_bytes_per_step * r->steps;
     if (o == ZS_OP_ALLTOALL && pr->ep_a2a_calls_per_step > 0) /* the experts' dispatch */
         return pr->ep_a2a_bytes_per_step * r->steps;
     if (o == ZS_OP_D2H)

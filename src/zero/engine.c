@@ -81,6 +81,12 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     /* the optimizer writes the updated shard into hparam: with
      * offload_param, the host's shard itself (nothing goes up after it) */
     e->hparam = e->param_host ? e->buf[ZS_BUF_PARAMS] : e->buf[ZS_BUF_HPARAM];
+    /* where the device's optimizer writes the updated working copy: the
+     * shard itself, or with offload_param alone the device copy that goes
+     * down after the step (fp32: none, the master is sent) */
+    e->param_out = !e->mixed ? NULL
+                   : zs_step_shape_param_alone(e->shape) ? e->buf[ZS_BUF_HPARAM]
+                                                         : e->params_shard;
     e->exp_avg = e->buf[ZS_BUF_M];
     e->exp_avg_sq = e->buf[ZS_BUF_V];
     e->gfull = e->buf[ZS_BUF_GFULL];
@@ -244,7 +250,11 @@ static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
     e->mixed = cfg->precision != ZS_DTYPE_F32;
     e->comp_on = cfg->compression.kind != ZS_COMP_NONE;
     e->offload = cfg->stage >= 1 ? cfg->offload_optimizer : ZS_OFFLOAD_NONE;
-    e->sep_master = e->mixed || e->offload != ZS_OFFLOAD_NONE;
+    /* offload_param alone: the optimizer on the device, the shard it
+     * updates on the host (zs_step_shape_param_alone) */
+    int param_alone = cfg->stage == 3 && cfg->offload_param == ZS_OFFLOAD_CPU &&
+                      e->offload == ZS_OFFLOAD_NONE;
+    e->sep_master = e->mixed || e->offload != ZS_OFFLOAD_NONE || param_alone;
     e->swap_fd = -1;
     /* what this backend cannot run (zerosim/compat.h; a phantom run computes
      * nothing on it) */
@@ -540,6 +550,7 @@ static const zs_engine_exec_fn zs_engine_executors[ZS_SOP_NKINDS] = {
     [ZS_SOP_ALLGATHER] = zs_engine_exec_allgather,
     [ZS_SOP_OFFLOAD_GRADS] = zs_engine_exec_offload_grads,
     [ZS_SOP_UPLOAD_PARAMS] = zs_engine_exec_upload_params,
+    [ZS_SOP_DOWNLOAD_PARAMS] = zs_engine_exec_download_params,
     [ZS_SOP_RECV_ACT] = zs_engine_exec_recv_act,
     [ZS_SOP_SEND_ACT] = zs_engine_exec_send_act,
     [ZS_SOP_RECV_GRAD] = zs_engine_exec_recv_grad,

@@ -198,6 +198,8 @@ struct zs_engine {
     int sep_master;             /* the master is not the parameters themselves */
     void *hgrad, *hparam;       /* host: gradient shard in, parameter shard out */
     int param_host;             /* offload_param: the parameter shard on the host */
+    void *param_out;            /* the device optimizer's updated working copy
+                                   (mixed precision; NULL in fp32) */
     int param_nvme;             /* offload_param nvme: the shard in the swap file,
                                    after the optimizer's states */
     int grad_shard_on_host;     /* the reduced shard lives on the host: each
@@ -269,6 +271,7 @@ int zs_engine_norm_finish(zs_engine *e, double norm, double mul, int *skip);
 int zs_engine_exec_optimizer_swapped(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_offload_grads(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_upload_params(zs_engine *e, const zs_step_op *o, int *stop);
+int zs_engine_exec_download_params(zs_engine *e, const zs_step_op *o, int *stop);
 /* exec_pipe.c */
 int zs_engine_exec_recv_act(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_send_act(zs_engine *e, const zs_step_op *o, int *stop);

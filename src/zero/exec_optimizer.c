@@ -35,10 +35,10 @@ int zs_engine_exec_optimizer_shard(zs_engine *e, const zs_step_op *o, int *stop)
     (void)stop;
     if (e->cfg.optimizer == ZS_OPT_LAMB)
         return zs_engine_lamb_step(e, e->part.shard_begin, o->elems, e->master, e->exp_avg,
-                                   e->exp_avg_sq, e->gshard, e->mixed ? e->params_shard : NULL);
+                                   e->exp_avg_sq, e->gshard, e->param_out);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
-                  e->exp_avg_sq, e->gshard, e->param_dtype, e->mixed ? e->params_shard : NULL,
-                  e->param_dtype, 0, o->elems);
+                  e->exp_avg_sq, e->gshard, e->param_dtype, e->param_out, e->param_dtype, 0,
+                  o->elems);
     return e->xsplit ? zs_engine_step_experts(e) : 0;
 }
 

@@ -228,6 +228,22 @@ int zs_engine_exec_offload_grads(zs_engine *e, const zs_step_op *o, int *stop)
     return 0;
 }
 
+/* offload_param alone: the shard the device's optimizer updated (its
+ * working-precision copy, or the fp32 master itself), down into the host's
+ * parameter shard, which the next step's gathers read. */
+int zs_engine_exec_download_params(zs_engine *e, const zs_step_op *o, int *stop)
+{
+    (void)o;
+    (void)stop;
+    size_t bytes = e->part.shard * e->param_elsize;
+    double t0 = zs_clock();
+    if (!e->phantom)
+        zs_backend_copy_d2h(e->be, e->params_shard, e->mixed ? e->param_out : (void *)e->master,
+                            bytes);
+    zs_comm_record_transfer(e->comm, ZS_OP_D2H, bytes, zs_clock() - t0);
+    return 0;
+}
+
 /* The updated shard, in working precision: to the device, or with
  * offload_param nvme into the file (the gathers read it from there). */
 int zs_engine_exec_upload_params(zs_engine *e, const zs_step_op *o, int *stop)

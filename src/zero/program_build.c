@@ -31,6 +31,7 @@ static const char *const zs_sop_names[ZS_SOP_NKINDS] = {
     [ZS_SOP_OPTIMIZER_SWAPPED] = "optimizer_swapped",
     [ZS_SOP_OFFLOAD_GRADS] = "offload_grads",
     [ZS_SOP_UPLOAD_PARAMS] = "upload_params",
+    [ZS_SOP_DOWNLOAD_PARAMS] = "download_params",
     [ZS_SOP_ALLGATHER] = "allgather",
     [ZS_SOP_RECV_ACT] = "recv_act",
     [ZS_SOP_SEND_ACT] = "send_act",
@@ -390,8 +391,10 @@ static int zs_program_build(const zs_step_shape *s, const zs_model *m, int local
         zs_emit(&b, ZS_SOP_OFFLOAD_GRADS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
     zs_emit(&b, zs_step_optimizer_kind(s), -1, -1, ZS_SOPF_APPLIED,
             st == 0 ? s->part.padded : s->part.shard);
-    if (s->buf[ZS_BUF_HPARAM].bytes > 0)
+    if (s->buf[ZS_BUF_HPARAM].bytes > 0 && s->buf[ZS_BUF_HPARAM].tier != ZS_TIER_DEVICE)
         zs_emit(&b, ZS_SOP_UPLOAD_PARAMS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
+    else if (zs_step_shape_param_alone(s))
+        zs_emit(&b, ZS_SOP_DOWNLOAD_PARAMS, -1, -1, ZS_SOPF_APPLIED, s->part.shard);
     if (st == 1 || st == 2)
         for (int i = 0; i < s->npieces; i++)
             zs_emit(&b, ZS_SOP_ALLGATHER, -1, i, ZS_SOPF_APPLIED,

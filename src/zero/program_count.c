@@ -73,6 +73,7 @@ static void zs_count_transfers(const zs_step_shape *s, const zs_step_op *o, zs_s
         c->ag_bytes += (double)o->elems * ps;
         break;
     case ZS_SOP_OFFLOAD_GRADS:
+    case ZS_SOP_DOWNLOAD_PARAMS:
         c->d2h_applied_bytes += (double)o->elems * ps;
         break;
     case ZS_SOP_UPLOAD_PARAMS: /* to the device, or into the file */

@@ -214,6 +214,12 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
 
 #define ZS_SETBUF(id, c, n) (b[id] = (zs_buf_spec){.cat = (c), .bytes = (n)})
 
+int zs_step_shape_param_alone(const zs_step_shape *s)
+{
+    return s->stage == 3 && s->cfg.offload_param == ZS_OFFLOAD_CPU &&
+           s->cfg.offload_optimizer == ZS_OFFLOAD_NONE;
+}
+
 /* offload_optimizer (ZeRO-Offload): the optimizer's states, the gradient
  * and parameter shards off the device (zs_step_shape_place_buffers). */
 static void zs_shape_offload_buffers(zs_step_shape *s)
@@ -227,6 +233,18 @@ static void zs_shape_offload_buffers(zs_step_shape *s)
      * shard and sends back the updated parameter shard, each in working
      * precision */
     zs_offload off = st >= 1 ? s->cfg.offload_optimizer : ZS_OFFLOAD_NONE;
+    if (zs_step_shape_param_alone(s)) {
+        /* offload_param alone (cpu): the parameter shard lives on the host
+         * and each gather sends this rank's part up, as with the optimizer
+         * offloaded; the optimizer stays on the device with an fp32 master
+         * (in fp32 runs too: the shard it updates is not on the device),
+         * writes the updated shard in working precision into a device copy
+         * (mixed precision; in fp32 the master is that copy), and sends it
+         * down after the step */
+        ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, S * 4);
+        b[ZS_BUF_PARAMS].tier = ZS_TIER_HOST;
+        ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, s->mixed ? S * ps : 0);
+    }
     if (off != ZS_OFFLOAD_NONE) {
         zs_mem_tier t = off == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
         ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, S * 4);

@@ -1,0 +1,85 @@
+#!/bin/sh
+# offload_param without offload_optimizer (as DeepSpeed allows it: stage 3,
+# device cpu): the parameter shard lives on the host and each gather sends
+# this rank's part up; the optimizer and its fp32 master stay on the device
+# and the updated shard goes down after each applied step.
+#  - per-step parameter hashes equal stage 2's and stage 3's without offload
+#    (bf16 first; fp32, fp16 with accumulation and deterministic mode in the
+#    full run);
+#  - every memory category, the host tier and the d2h and h2d bytes of every
+#    rank equal their predictions; the plan's device categories, host
+#    parameters and transfers per step equal rank 0's (not phantom_same: a
+#    phantom run's gathers send rank 0's parts up on every rank, with
+#    offload_optimizer too);
+#  - d2h per step is the shard in working precision;
+#  - a checkpoint resumes exactly (full run);
+#  - nvme alone, and the paper conventions of the planner, refused in one line.
+. "$(dirname "$0")/testlib.sh"
+
+M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --steps 3"
+
+# transfers LABEL DIR: every rank's d2h and h2d totals and host tier rows
+# are their predictions, and there is at least one of each
+transfers() {
+    awk -v L="$1" '
+        $3 == "all" && ($2 == "d2h" || $2 == "h2d") {
+            n[$2]++; if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ } }
+        END { exit (bad > 0 || n["d2h"] < 1 || n["h2d"] < 1) }' "$2/comm.csv" &&
+        awk '$2 ~ /^host_/ { n++; if ($3 != $4) bad++ } END { exit (bad > 0 || n < 1) }' \
+            "$2/memory.csv" && ok || bad "$1: a transfer or host row differs from its prediction"
+}
+
+for case in "bf16" "fp32" "fp16 --grad-accum 2" "bf16 --deterministic --grad-accum 2"; do
+    set -- $case
+    p=$1
+    shift
+    train_hashes s2 3 --stage 2 --precision "$p" "$@" || continue
+    train_hashes s3 3 --stage 3 --precision "$p" "$@" || continue
+    train_hashes off 3 --stage 3 --precision "$p" "$@" --offload-param cpu || continue
+    same_hashes s3 s2
+    same_hashes off s2
+    echo "$case: offload_param cpu alone $(cat "$T/off.h")"
+    measured_is_predicted "offload_param $case" "$T/off"
+    transfers "offload_param $case" "$T/off"
+    # the shard goes down once per applied step, in working precision
+    S=$(awk '$1 == 0 && $2 == "host_params" { print $3 }' "$T/off/memory.csv")
+    d2h=$(awk '$1 == 0 && $2 == "d2h" && $3 == "all" { printf "%.0f", $5 }' "$T/off/comm.csv")
+    [ -n "$S" ] && [ "$d2h" = "$((3 * S))" ] && ok ||
+        bad "$case: d2h $d2h bytes in 3 steps, the host shard is $S bytes"
+    zs_fast && break
+done
+
+# the plan of the bf16 run: its categories and transfers are rank 0's
+zs_run pl 3 $M --stage 3 --precision bf16 --offload-param cpu || true
+"$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 32 --micro-batch 8 \
+    --stage 3 --precision bf16 --dp 3 --offload-param cpu --json >"$T/plan.json" ||
+    bad "plan --offload-param cpu alone failed"
+# plan_is_run compares the device's categories: the host row apart
+mkdir -p "$T/pl-device"
+grep -v ' host_' "$T/pl/memory.csv" >"$T/pl-device/memory.csv"
+plan_is_run "plan offload_param" "$T/plan.json" "$T/pl-device"
+hp=$(sed -n '/"host": {/,/}/s/^ *"params": \([0-9]*\)$/\1/p' "$T/plan.json")
+hr=$(awk '$1 == 0 && $2 == "host_params" { print $3 }' "$T/pl/memory.csv")
+[ -n "$hp" ] && [ "$hp" = "$hr" ] && ok || bad "host params: plan $hp, rank 0 ran $hr"
+for k in d2h h2d; do
+    p=$(sed -n "s/^ *\"${k}_bytes_per_step\": \([0-9]*\),*$/\1/p" "$T/plan.json")
+    r=$(awk -v k="$k" '$1 == 0 && $2 == k && $3 == "all" { printf "%.0f", $5 / 3 }' "$T/pl/comm.csv")
+    [ -n "$p" ] && [ "$p" = "$r" ] && ok || bad "offload_param $k per step: plan $p, rank 0 ran $r"
+done
+
+# a checkpoint saved with the shard on the host resumes exactly (full run)
+if ! zs_fast; then
+    zs_run ck1 2 $M --steps 4 --stage 3 --precision bf16 --offload-param cpu \
+        --save-dir "$T/ck" --save-every 2 &&
+        zs_run ck2 2 $M --steps 4 --stage 3 --precision bf16 --offload-param cpu \
+            --resume "$T/ck/global_step2" &&
+        { [ "$(key "$T/ck1.json" param_hash)" = "$(key "$T/ck2.json" param_hash)" ] && ok ||
+              bad "resumed with offload_param: $(key "$T/ck2.json" param_hash), uninterrupted $(key "$T/ck1.json" param_hash)"; }
+fi
+
+refuse -m "offload_param nvme without offload_optimizer" -q \
+    train $M --stage 3 --offload-param nvme --nvme-path "$T"
+refuse -m "modelled in the zerosim convention only" \
+    plan --params 1e9 --dp 8 --stage 3 --offload-param cpu --convention paper
+
+finish
