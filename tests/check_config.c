@@ -726,7 +726,7 @@ static const bad_case wrong_values[] = {
     {"{\"optimizer\": []}", "\"optimizer\" must be an object, got array"},
     {"{\"optimizer\": {\"params\": {\"lr\": 1}}}", "\"optimizer.type\" is required"},
     {"{\"optimizer\": {\"type\": 3}}",
-     "\"optimizer.type\" must be \"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\", \"OneBitLamb\" or"},
+     "\"optimizer.type\" must be \"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\", \"OneBitLamb\", \"ZeroOneAdam\" or"},
     {"{\"optimizer\": {\"type\": \"Lion\"}}",
      "\"optimizer.type\": Lion is a DeepSpeed optimizer zerosim does not model yet"},
     {"{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"eps_inside_sqrt\": true}}}",
@@ -1174,8 +1174,23 @@ START_TEST(test_unmodelled_off)
     ck_assert_error(load("{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\", "
                          "\"ratio\": 0.5}}}"), "Twin-Flow) is a DeepSpeed feature zerosim does not "
                     "model yet: remove it or set it to 1");
-    ck_assert_error(load("{\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {}}}"),
-                    "ZeroOneAdam is a DeepSpeed optimizer zerosim does not model yet");
+    /* 0/1 Adam is modelled: its four keys read, 0 refused */
+    setup();
+    ck_assert_ok(load("{\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {"
+                      "\"var_freeze_step\": 12500, \"var_update_scaler\": 8, "
+                      "\"local_step_scaler\": 1000, \"local_step_clipper\": 4, "
+                      "\"cuda_aware\": false, \"comm_backend_name\": \"nccl\"}}}"));
+    ck_assert_int_eq(cfg.optimizer, ZS_OPT_ZEROONEADAM);
+    ck_assert_int_eq(cfg.onebit_freeze_step, 12500);
+    ck_assert_int_eq(cfg.zo_var_update_scaler, 8);
+    ck_assert_int_eq(cfg.zo_local_step_scaler, 1000);
+    ck_assert_int_eq(cfg.zo_local_step_clipper, 4);
+    setup();
+    ck_assert_ok(load("{\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {}}}"));
+    ck_assert_int_eq(cfg.zo_local_step_scaler, 32678);
+    ck_assert_int_eq(cfg.zo_local_step_clipper, 16);
+    ck_assert_error(load("{\"optimizer\": {\"type\": \"ZeroOneAdam\", \"params\": {"
+                         "\"local_step_clipper\": 0}}}"), "local_step_clipper");
     /* 1-bit Adam is modelled: its keys read, its transport's keys of no effect */
     setup();
     ck_assert_ok(load("{\"optimizer\": {\"type\": \"OnebitAdam\", \"params\": {\"lr\": 4e-4, "

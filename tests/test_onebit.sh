@@ -18,7 +18,8 @@
 #   - resumable: a run saved after the freeze and resumed gives the
 #     uninterrupted run's hashes (the worker and server errors are in the
 #     checkpoint); an Adam checkpoint does not resume into it;
-#   - what is not implemented is refused in one line, as is 0/1 Adam.
+#   - what is not implemented is refused in one line (0/1 Adam:
+#     tests/test_zeroone.sh).
 # 1-bit LAMB (optimizer "OneBitLamb", --optimizer onebitlamb): each step
 # equals its float64 reference (tests/onebitlamb_ref.py), with and without
 # weight decay, and a reference with another freeze_step fails; before the
@@ -195,8 +196,6 @@ refuse -n 2 -m "OneBitAdam" train $M --optimizer onebitadam --tp 2
 refuse -m "compression" train $M --optimizer onebitadam --compression sign
 refuse -m "OneBitAdam" plan --config "$T/ob2.cfg" --convention paper --dp 8 --layers 2 \
     --hidden 32 --heads 4 --seq 16 --vocab 64
-sed 's/"type": "OneBitAdam"/"type": "ZeroOneAdam"/' "$T/ob2.cfg" >"$T/zo.cfg"
-refuse -m "use OneBitAdam" train $M --config "$T/zo.cfg"
 refuse -n 2 -m "OneBitLamb" train $M --optimizer onebitlamb --stage 2
 refuse -n 2 -m "OneBitLamb" train $M --optimizer onebitlamb --tp 2
 sed 's/"type": "OneBitAdam"/"type": "OneBitLamb"/; s/"freeze_step": 2/"freeze_step": 2, "factor_min": 5.0/' \

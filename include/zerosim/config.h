@@ -56,7 +56,12 @@ typedef enum {
     ZS_OPT_SGD = 1,
     ZS_OPT_LAMB = 2,
     ZS_OPT_ONEBITADAM = 3,
-    ZS_OPT_ONEBITLAMB = 4
+    ZS_OPT_ONEBITLAMB = 4,
+    /* DeepSpeed's ZeroOneAdam (Lu et al., arXiv 2202.06009): the variance
+     * updated at exponentially spaced steps (1-bit gradients between them)
+     * until onebit_freeze_step, then local steps with a 1-bit sync of the
+     * accumulated update at intervals (src/optim/zeroone.c) */
+    ZS_OPT_ZEROONEADAM = 5
 } zs_optim_kind;
 /* 1 for the 1-bit optimizers (a compressed momentum after a freeze). */
 static inline int zs_optim_is_onebit(zs_optim_kind k)
@@ -167,12 +172,19 @@ typedef struct {
     float lamb_max_coeff, lamb_min_coeff; /* LAMB: the trust ratio's bounds
                                  (optimizer.params.max_coeff, min_coeff) */
     int onebit_freeze_step;  /* 1-bit Adam and LAMB: exact steps before the
-                                variance freezes (optimizer.params.freeze_step) */
+                                variance freezes (optimizer.params.freeze_step);
+                                0/1 Adam: var_freeze_step */
     /* 1-bit LAMB (optimizer.params): the trust ratio's running average's
      * coeff_beta, and the bounds of the factor that scales it after the
      * freeze (factor_max, factor_min, and factor_threshold: its most
      * relative change from one step to the next) */
     float onebit_coeff_beta, onebit_factor_max, onebit_factor_min, onebit_factor_threshold;
+    int zo_var_update_scaler;  /* 0/1 Adam: variance updates before their
+                                  interval doubles (var_update_scaler) */
+    int zo_local_step_scaler;  /* 0/1 Adam: steps before the local-step
+                                  interval doubles (local_step_scaler) */
+    int zo_local_step_clipper; /* 0/1 Adam: the largest local-step interval
+                                  (local_step_clipper) */
 
     zs_sched_kind scheduler;
     int warmup_steps;

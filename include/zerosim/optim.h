@@ -95,6 +95,37 @@ double zs_optim_onebit_lamb_factor(const zs_run_config *c, zs_onebit_lamb_tensor
 void zs_optim_onebit_lamb_apply(const zs_run_config *c, float lr, double coeff, float *w,
                                 const float *m, const float *v, void *param, zs_dtype pt,
                                 size_t n);
+/* 0/1 Adam (DeepSpeed's ZeroOneAdam; src/optim/zeroone.c): what step t
+ * does. EXACT: the gradient all-reduced, m and v updated (Adam without
+ * bias correction, zs_optim_step); GRAD_ONEBIT: the gradient exchanged
+ * 1-bit, m updated, v not; LOCAL: this rank's gradient, no communication;
+ * SYNC: a local step, then the update accumulated since the last sync
+ * exchanged 1-bit. */
+typedef enum { ZS_ZO_EXACT, ZS_ZO_GRAD_ONEBIT, ZS_ZO_LOCAL, ZS_ZO_SYNC } zs_zeroone_kind;
+typedef struct {
+    long t;             /* DeepSpeed's state['step'] of the last step (1: none) */
+    int var_interval;   /* the variance is updated when t is a multiple */
+    int var_counter;    /* variance updates at this interval */
+    int local_interval; /* after the freeze: a sync when t is a multiple */
+    int local_counter;  /* steps at this local interval */
+} zs_zeroone_sched;
+void zs_zeroone_sched_init(zs_zeroone_sched *s);
+/* The next step's kind, advancing s; *freezes = 1 when the variance
+ * freezes after it (the errors start again from 0, the sync point is set). */
+zs_zeroone_kind zs_zeroone_sched_next(const zs_run_config *c, zs_zeroone_sched *s, int *freezes);
+/* The schedule after `applied` steps. */
+void zs_zeroone_sched_at(const zs_run_config *c, long applied, zs_zeroone_sched *s);
+const char *zs_zeroone_kind_name(zs_zeroone_kind k);
+/* 0/1 Adam's element-wise parts (exec_zeroone.c calls them):
+ *   load:  x = grad * grad_mul as fp32, the 1-bit exchange's input;
+ *   delta: x = (w - w_sync) (sqrt(v) + eps), the update since the sync;
+ *   sync:  w = w_sync + x / (sqrt(v) + eps); w_sync = w; m = -x / lrs;
+ *          param = round(w) when given. */
+void zs_optim_zeroone_load(float grad_mul, float *x, const void *grad, zs_dtype gt, size_t n);
+void zs_optim_zeroone_delta(const zs_run_config *c, float *x, const float *w, const float *w_sync,
+                            const float *v, size_t n);
+void zs_optim_zeroone_sync(const zs_run_config *c, double lrs, float *w, float *w_sync, float *m,
+                           const float *x, const float *v, void *param, zs_dtype pt, size_t n);
 
 /* fp16 dynamic loss scaling in DeepSpeed's manner: start at
  * 2^initial_scale_power; on overflow skip the step and, once the hysteresis

@@ -96,6 +96,8 @@ typedef struct {
     int compressed_steps;     /* steps whose gradients went compressed (or,
                                  1-bit Adam, whose momentum did) */
     int compressed_applied_steps; /* of them, those not skipped */
+    int local_applied_steps;  /* 0/1 Adam: of them, the local steps (nothing
+                                 exchanged) */
     double *h2d_pred;         /* [world_size] offload_param: bytes each rank's
                                  gathers send up per step, or NULL */
     double *a2a_pred;         /* [world_size] predicted all-to-all bytes per

@@ -38,6 +38,8 @@ typedef struct {
     double recv_wait_s;/* pipeline: of it, the time spent waiting in receives
                           of activations and gradients (the bubble) */
     int compressed;    /* 1 when the gradients went compressed */
+    int local_only;    /* 0/1 Adam: a local step (no communication; the loss
+                          is this rank's own) */
 } zs_step_info;
 
 /* The partition of the flat layout: zerosim/partition.h. */
@@ -111,6 +113,9 @@ void zs_engine_destroy(zs_engine *e);
 
 /* Run step `step` (0-based): grad_accum micro-batches, then the optimizer. */
 int zs_engine_step(zs_engine *e, int step, zs_step_info *info);
+/* 0/1 Adam: 1 when the last step was a local step without a sync (the
+ * ranks' weights differ until the next one: no checkpoint there), else 0. */
+int zs_engine_zeroone_between_syncs(const zs_engine *e);
 
 const zs_model *zs_engine_model(const zs_engine *e);
 /* The activations of the engine's micro-batches (mixture of experts: their

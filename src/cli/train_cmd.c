@@ -47,7 +47,8 @@ enum {
     OPT_AUX_LOSS_COEFF, OPT_EP, OPT_EP_LAYOUT, OPT_PP_SCHEDULE, OPT_PP_PARTITION, OPT_VIRTUAL_STAGES,
     OPT_REPORT_PER_RANK,
     OPT_FFN_HIDDEN, OPT_KV_HEADS, OPT_ROPE_THETA, OPT_NORM_EPS, OPT_TIE_EMB, OPT_QKV_BIAS,
-    OPT_HF_CONFIG, OPT_SHARD_SIZE, OPT_FREEZE_STEP,
+    OPT_HF_CONFIG, OPT_SHARD_SIZE, OPT_FREEZE_STEP, OPT_VAR_UPDATE_SCALER,
+    OPT_LOCAL_STEP_SCALER, OPT_LOCAL_STEP_CLIPPER,
     OPT_LAST
 };
 
@@ -72,6 +73,9 @@ static const struct option zs_long_options[] = {
     {"min-lr-ratio", required_argument, NULL, OPT_MIN_LR_RATIO},
     {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
     {"freeze-step", required_argument, NULL, OPT_FREEZE_STEP},
+    {"var-update-scaler", required_argument, NULL, OPT_VAR_UPDATE_SCALER},
+    {"local-step-scaler", required_argument, NULL, OPT_LOCAL_STEP_SCALER},
+    {"local-step-clipper", required_argument, NULL, OPT_LOCAL_STEP_CLIPPER},
     {"momentum", required_argument, NULL, OPT_MOMENTUM},
     {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
     {"precision", required_argument, NULL, OPT_PRECISION},
@@ -377,8 +381,7 @@ static int zs_cli_set_optimizer(const char *s, zs_run_config *c)
 {
     if (zs_optim_parse(s, &c->optimizer))
         ZS_FAIL("--optimizer must be \"adamw\", \"sgd\", \"lamb\", \"onebitadam\" or "
-                "\"onebitlamb\", got \"%s\"",
-                s);
+                "\"onebitlamb\" or \"zerooneadam\", got \"%s\"", s);
     return 0;
 }
 
@@ -444,6 +447,9 @@ static const zs_cli_setter zs_cli_setters[] = {
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_TRAIN_BATCH, 1, INT_MAX, train_batch_size),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_WARMUP, 0, 100000000, warmup_steps),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_FREEZE_STEP, 0, 100000000, onebit_freeze_step),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_VAR_UPDATE_SCALER, 1, 100000000, zo_var_update_scaler),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_LOCAL_STEP_SCALER, 1, 100000000, zo_local_step_scaler),
+    ZS_CLI_FIELD(ZS_CLI_INT, OPT_LOCAL_STEP_CLIPPER, 1, 100000000, zo_local_step_clipper),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_STAGE, 0, 3, stage),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_MOE_EXPERTS, 0, ZS_BOUND_MOE_EXPERTS_MAX, model.moe_experts),
     ZS_CLI_FIELD(ZS_CLI_INT, OPT_MOE_EVERY, 1, ZS_BOUND_MOE_EVERY_MAX, model.moe_every),

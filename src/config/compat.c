@@ -461,25 +461,32 @@ RULE(plan_lamb)
 
 /* ---- 1-bit Adam and 1-bit LAMB ------------------------------------------- */
 
-/* "1-bit Adam (optimizer "OneBitAdam")" or the LAMB one, for the messages */
-static const char *onebit_says(const zs_run_config *c)
-{
-    return c->optimizer == ZS_OPT_ONEBITLAMB ? "1-bit LAMB (optimizer \"OneBitLamb\")"
-                                             : "1-bit Adam (optimizer \"OneBitAdam\")";
-}
 
 /* After the freeze every rank keeps its own gradient and the momentum is
  * exchanged whole (exec_onebit.c): DeepSpeed's 1-bit optimizers run without
  * ZeRO's partitioning, and so does zerosim's. */
+static int onebit_like(const zs_run_config *c)
+{
+    return zs_optim_is_onebit(c->optimizer) || c->optimizer == ZS_OPT_ZEROONEADAM;
+}
+
+static const char *onebit_name(const zs_run_config *c)
+{
+    return c->optimizer == ZS_OPT_ZEROONEADAM   ? "0/1 Adam (optimizer \"ZeroOneAdam\")"
+           : c->optimizer == ZS_OPT_ONEBITLAMB ? "1-bit LAMB (optimizer \"OneBitLamb\")"
+                                               : "1-bit Adam (optimizer \"OneBitAdam\")";
+}
+
 RULE(onebit_stage)
 {
     UNUSED_CTX;
-    return zs_optim_is_onebit(c->optimizer) && c->stage != 0 &&
+    return onebit_like(c) && c->stage != 0 &&
            SAY("%s runs with ZeRO stage 0 only, as in DeepSpeed (its compressed all-reduce "
                "of the whole momentum replaces the gradient reduction that ZeRO partitions): "
-               "use --stage 0, or %s with stage %d", onebit_says(c),
+               "use --stage 0, or %s with stage %d", onebit_name(c),
                c->optimizer == ZS_OPT_ONEBITLAMB ? "LAMB" : "Adam", c->stage);
 }
+
 
 RULE(onebit_parallel)
 {
@@ -489,9 +496,9 @@ RULE(onebit_parallel)
                      : c->offload_optimizer != ZS_OFFLOAD_NONE ? "offload_optimizer"
                      : c->compression.kind != ZS_COMP_NONE ? "gradient compression"
                      : c->hierarchical ? "--hierarchical" : NULL;
-    return zs_optim_is_onebit(c->optimizer) && what &&
+    return onebit_like(c) && what &&
            SAY("%s with %s is not implemented (its momentum exchange covers the "
-               "data-parallel group's flat array only): drop %s, or use %s", onebit_says(c),
+               "data-parallel group's flat array only): drop %s, or use %s", onebit_name(c),
                what, what, c->optimizer == ZS_OPT_ONEBITLAMB ? "LAMB" : "Adam");
 }
 
@@ -502,14 +509,25 @@ RULE(plan_onebit)
     return x->plan_closed_form && zs_optim_is_onebit(c->optimizer) &&
            SAY("the paper's and Megatron's conventions count Adam's states: plan %s with "
                "--convention zerosim, which counts its error buffers and compressed exchange as "
-               "a run does", onebit_says(c));
+               "a run does", onebit_name(c));
+}
+
+/* 0/1 Adam's steps differ by kind (exact, 1-bit, local, sync): the planner
+ * has no schedule for them. */
+RULE(plan_zeroone)
+{
+    UNUSED_CTX;
+    return c->optimizer == ZS_OPT_ZEROONEADAM &&
+           SAY("the planner has no 0/1 Adam schedule (its steps are exact, 1-bit, local or "
+               "syncs): plan it as --optimizer onebitadam for a step that exchanges, or "
+               "measure it with zerosim train --phantom");
 }
 
 RULE(device_onebit)
 {
-    return !x->backend_host && zs_optim_is_onebit(c->optimizer) &&
+    return !x->backend_host && onebit_like(c) &&
            SAY("%s is not supported with --backend %s yet (its compressed exchange runs on "
-               "host memory): use --backend cpu", onebit_says(c), x->backend);
+               "host memory): use --backend cpu", onebit_name(c), x->backend);
 }
 
 /* ---- the planner -------------------------------------------------------- */
@@ -709,6 +727,14 @@ static const zs_compat_rule rules[] = {
     {"plan:tp-node", "tp qwZ hpZ qgZ hierarchical", ZS_SCOPE_PLAN, REFUSE, plan_tp_node,
      "the planner's node link model counts one tensor-parallel group's rings per node; "
      "zerosim train runs it"},
+    {"zerooneadam+stage", "zerooneadam stage", RUN, REFUSE, onebit_stage,
+     "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
+    {"zerooneadam+parallel", "zerooneadam tp pp ep moe offload compression hierarchical", RUN,
+     REFUSE, onebit_parallel, "not implemented yet: the exchanges over the flat array only"},
+    {"plan:zerooneadam", "zerooneadam", ZS_SCOPE_PLAN, REFUSE, plan_zeroone,
+     "the planner has no 0/1 Adam schedule"},
+    {"device+zerooneadam", "backend zerooneadam", DEVICE, REFUSE, device_onebit,
+     "the compressed exchange reads host memory"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)

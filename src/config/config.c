@@ -76,6 +76,9 @@ void zs_run_config_defaults(zs_run_config *c)
     c->onebit_factor_max = 4.0f;
     c->onebit_factor_min = 0.5f;
     c->onebit_factor_threshold = 0.1f;
+    c->zo_var_update_scaler = 16;   /* DeepSpeed's ZeroOneAdam */
+    c->zo_local_step_scaler = 32678;
+    c->zo_local_step_clipper = 16;
 
     c->scheduler = ZS_SCHED_WARMUP_COSINE;
     c->warmup_steps = 10;
@@ -118,7 +121,8 @@ int zs_step_reduce_once(const zs_run_config *cfg)
 const char *zs_optim_name(zs_optim_kind k)
 {
     return k == ZS_OPT_SGD ? "sgd" : k == ZS_OPT_LAMB ? "lamb"
-         : k == ZS_OPT_ONEBITADAM ? "onebitadam" : k == ZS_OPT_ONEBITLAMB ? "onebitlamb" : "adamw";
+         : k == ZS_OPT_ONEBITADAM ? "onebitadam" : k == ZS_OPT_ONEBITLAMB ? "onebitlamb"
+         : k == ZS_OPT_ZEROONEADAM ? "zerooneadam" : "adamw";
 }
 
 int zs_optim_parse(const char *s, zs_optim_kind *out)
@@ -133,6 +137,8 @@ int zs_optim_parse(const char *s, zs_optim_kind *out)
         *out = ZS_OPT_ONEBITADAM;
     else if (!strcmp(s, "onebitlamb"))
         *out = ZS_OPT_ONEBITLAMB;
+    else if (!strcmp(s, "zerooneadam"))
+        *out = ZS_OPT_ZEROONEADAM;
     else
         return -1;
     return 0;
@@ -225,7 +231,8 @@ char *zs_run_config_json(const zs_run_config *c)
                             c->optimizer == ZS_OPT_ADAMW ? "AdamW"
                             : c->optimizer == ZS_OPT_LAMB ? "Lamb"
                             : c->optimizer == ZS_OPT_ONEBITADAM ? "OneBitAdam"
-                            : c->optimizer == ZS_OPT_ONEBITLAMB ? "OneBitLamb" : "SGD", "lr",
+                            : c->optimizer == ZS_OPT_ONEBITLAMB ? "OneBitLamb"
+                            : c->optimizer == ZS_OPT_ZEROONEADAM ? "ZeroOneAdam" : "SGD", "lr",
                             f7(c->lr),
                             "betas", betas, "eps", f7(c->eps), "weight_decay",
                             f7(c->weight_decay), "momentum", f7(c->momentum),
@@ -242,6 +249,12 @@ char *zs_run_config_json(const zs_run_config *c)
         json_object_set_new(opt, "factor_max", json_real(f7(c->onebit_factor_max)));
         json_object_set_new(opt, "factor_min", json_real(f7(c->onebit_factor_min)));
         json_object_set_new(opt, "factor_threshold", json_real(f7(c->onebit_factor_threshold)));
+    }
+    if (c->optimizer == ZS_OPT_ZEROONEADAM) {
+        json_object_set_new(opt, "var_freeze_step", json_integer(c->onebit_freeze_step));
+        json_object_set_new(opt, "var_update_scaler", json_integer(c->zo_var_update_scaler));
+        json_object_set_new(opt, "local_step_scaler", json_integer(c->zo_local_step_scaler));
+        json_object_set_new(opt, "local_step_clipper", json_integer(c->zo_local_step_clipper));
     }
     json_t *sch = json_pack("{s:s, s:i, s:i, s:f, s:f, s:s}", "type",
                             sched[(int)c->scheduler & 3], "warmup_num_steps", c->warmup_steps,

@@ -183,8 +183,29 @@ static const field onebit_lamb_params[] = {
     F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
     F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
 };
+/* DeepSpeed's ZeroOneAdam (deepspeed/runtime/fp16/onebit/zoadam.py): the
+ * variance updated at exponentially spaced steps until var_freeze_step,
+ * then local steps with 1-bit syncs (src/optim/zeroone.c); bias_correction
+ * is taken and not used, as in OnebitAdam. */
+static const field zeroone_adam_params[] = {
+    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
+    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
+    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
+    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    F_INT("var_freeze_step", onebit_freeze_step, R_NONNEG_INT),
+    F_INT("var_update_scaler", zo_var_update_scaler, R_POS_INT),
+    F_INT("local_step_scaler", zo_local_step_scaler, R_POS_INT),
+    F_INT("local_step_clipper", zo_local_step_clipper, R_POS_INT),
+    F_NONE("bias_correction", JT_BOOL),
+    F_NONE("cuda_aware", JT_BOOL),
+    F_NONE("comm_backend_name", JT_STRING),
+    F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),
+    F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
+    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+};
 static const field_table adam_table = TABLE(adam_params);
 static const field_table onebit_lamb_table = TABLE(onebit_lamb_params);
+static const field_table zeroone_adam_table = TABLE(zeroone_adam_params);
 static const field_table onebit_adam_table = TABLE(onebit_adam_params);
 static const field_table lamb_table = TABLE(lamb_params);
 static const field_table sgd_table = TABLE(sgd_params);
@@ -211,8 +232,6 @@ static const struct {
     const char *name;
     const char *why;
 } unmodelled_optimizers[] = {
-    {"ZeroOneAdam", "0/1 Adam's adaptive variance freezing and local steps are not modelled; "
-                    "use OneBitAdam (the same compressed momentum after a fixed freeze_step)"},
     {"Adagrad", "use Adam or AdamW"},
     {"Lion", "use Adam or AdamW"},
     {"MuAdam", "muP's width-scaled learning rates are not modelled; use Adam"},
@@ -228,7 +247,7 @@ static const struct {
 static int load_optimizer(loader *ld, const char *path, const json_t *v)
 {
     static const char choices[] =
-        "\"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\", \"OneBitLamb\" or \"SGD\"";
+        "\"Adam\", \"AdamW\", \"Lamb\", \"OneBitAdam\", \"OneBitLamb\", \"ZeroOneAdam\" or \"SGD\"";
     const char *type = NULL;
     if (!json_is_object(v))
         return zs_ds_bad_value(ld, path, v, "an object");
@@ -287,6 +306,18 @@ static int load_optimizer(loader *ld, const char *path, const json_t *v)
         c->onebit_factor_min = 0.5f;
         c->onebit_factor_threshold = 0.1f;
         params = &onebit_lamb_table;
+    } else if (zs_ds_equal_nocase(type, "zerooneadam")) {
+        c->optimizer = ZS_OPT_ZEROONEADAM;
+        c->lr = 1e-3f;
+        c->beta1 = 0.9f;
+        c->beta2 = 0.999f;
+        c->eps = 1e-8f;
+        c->weight_decay = 0.0f;
+        c->onebit_freeze_step = 100000;
+        c->zo_var_update_scaler = 16;
+        c->zo_local_step_scaler = 32678;
+        c->zo_local_step_clipper = 16;
+        params = &zeroone_adam_table;
     } else if (zs_ds_equal_nocase(type, "sgd")) {
         c->optimizer = ZS_OPT_SGD;
         c->lr = 1e-3f;
@@ -1225,6 +1256,7 @@ void zs_config_print_keys(FILE *f)
         {"optimizer.params (Adam, AdamW)", &adam_table},
         {"optimizer.params (SGD)", &sgd_table},
         {"optimizer.params (OneBitAdam)", &onebit_adam_table},
+        {"optimizer.params (ZeroOneAdam)", &zeroone_adam_table},
         {"scheduler", &typed_table},
         {"scheduler.params (WarmupLR)", &schedulers[0].params},
         {"scheduler.params (WarmupDecayLR)", &schedulers[1].params},

@@ -229,9 +229,10 @@ static int finalize_numbers(zs_run_config *c)
     if (c->stage < 0 || c->stage > 3)
         return zs_config_fail("zero_optimization.stage must be 0, 1, 2 or 3, got %d", c->stage);
     if (c->optimizer != ZS_OPT_ADAMW && c->optimizer != ZS_OPT_SGD &&
-        c->optimizer != ZS_OPT_LAMB && !zs_optim_is_onebit(c->optimizer))
-        return zs_config_fail("optimizer.type is invalid (%d): use AdamW, SGD, Lamb, OneBitAdam "
-                              "or OneBitLamb", (int)c->optimizer);
+        c->optimizer != ZS_OPT_LAMB && !zs_optim_is_onebit(c->optimizer) &&
+        c->optimizer != ZS_OPT_ZEROONEADAM)
+        return zs_config_fail("optimizer.type is invalid (%d): use AdamW, SGD, Lamb, OneBitAdam, "
+                              "OneBitLamb or ZeroOneAdam", (int)c->optimizer);
     if (c->optimizer == ZS_OPT_ONEBITLAMB &&
         (c->onebit_coeff_beta >= 1.0f || c->onebit_factor_min > c->onebit_factor_max ||
          c->onebit_factor_threshold >= 1.0f))
@@ -243,6 +244,11 @@ static int finalize_numbers(zs_run_config *c)
     if (c->onebit_freeze_step < 0)
         return zs_config_fail("optimizer.params.freeze_step (--freeze-step) must be >= 0, got %d",
                               c->onebit_freeze_step);
+    if (c->zo_var_update_scaler < 1 || c->zo_local_step_scaler < 1 || c->zo_local_step_clipper < 1)
+        return zs_config_fail("optimizer.params var_update_scaler, local_step_scaler and "
+                              "local_step_clipper must be >= 1, got %d, %d and %d",
+                              c->zo_var_update_scaler, c->zo_local_step_scaler,
+                              c->zo_local_step_clipper);
     if ((int)c->scheduler < ZS_SCHED_CONSTANT || c->scheduler > ZS_SCHED_WARMUP_COSINE)
         return zs_config_fail("scheduler.type is invalid (%d)", (int)c->scheduler);
     if (c->precision != ZS_DTYPE_F32 && c->precision != ZS_DTYPE_BF16 &&

@@ -41,8 +41,9 @@ void zs_optim_step(zs_backend_t be, const zs_run_config *c, int t, float lr, flo
 {
     /* 1-bit Adam's exact steps are Adam's without bias correction
      * (DeepSpeed's OnebitAdam takes bias_correction and does not use it) */
-    int adam = c->optimizer == ZS_OPT_ADAMW || c->optimizer == ZS_OPT_ONEBITADAM;
-    int no_bc = c->adam_no_bias_correction || c->optimizer == ZS_OPT_ONEBITADAM;
+    int onebit = c->optimizer == ZS_OPT_ONEBITADAM || c->optimizer == ZS_OPT_ZEROONEADAM;
+    int adam = c->optimizer == ZS_OPT_ADAMW || onebit;
+    int no_bc = c->adam_no_bias_correction || onebit;
     zs_optim_hparams h = {
         .lr = lr,
         .beta1 = c->beta1,
@@ -254,6 +255,35 @@ void zs_optim_onebit_lamb_apply(const zs_run_config *c, float lr, double coeff, 
     for (size_t i = 0; i < n; i++) {
         float p = w[i] - scale * (m[i] / (sqrtf(v[i]) + eps) + wd * w[i]);
         w[i] = p;
+        if (param)
+            lamb_store(param, pt, i, p);
+    }
+}
+
+/* ---- 0/1 Adam's element-wise parts (zerosim/optim.h) ---- */
+
+void zs_optim_zeroone_load(float grad_mul, float *x, const void *grad, zs_dtype gt, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lamb_load(grad, gt, i) * grad_mul;
+}
+
+void zs_optim_zeroone_delta(const zs_run_config *c, float *x, const float *w, const float *w_sync,
+                            const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (w[i] - w_sync[i]) * (sqrtf(v[i]) + c->eps);
+}
+
+void zs_optim_zeroone_sync(const zs_run_config *c, double lrs, float *w, float *w_sync, float *m,
+                           const float *x, const float *v, void *param, zs_dtype pt, size_t n)
+{
+    float inv = lrs > 0.0 ? (float)(1.0 / lrs) : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float p = w_sync[i] + x[i] / (sqrtf(v[i]) + c->eps);
+        w[i] = p;
+        w_sync[i] = p;
+        m[i] = -x[i] * inv;
         if (param)
             lamb_store(param, pt, i, p);
     }

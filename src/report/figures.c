@@ -126,9 +126,13 @@ double zs_report_op_pred(const zs_train_result *r, int q, int o)
     }
     /* 1-bit Adam's steps after the freeze: the signs' exchange in place of
      * the allgather of the gradient */
-    int onebit = pr->onebit_ag_bytes_per_step > 0 ? r->compressed_applied_steps : 0;
+    int onebit = pr->onebit_ag_bytes_per_step > 0
+                     ? r->compressed_applied_steps - r->local_applied_steps : 0;
+    /* the steps that all-gathered the parameters: 1-bit Adam's before the
+     * freeze, 0/1 Adam's exact steps (its local steps gather nothing) */
+    int exact = r->steps_applied - (pr->onebit_ag_bytes_per_step > 0 ? r->compressed_applied_steps : 0);
     if (o == ZS_OP_ALLGATHER)
-        return zs_ring_bytes(pr->ag_bytes_per_step, N) * (r->steps_applied - onebit) +
+        return zs_ring_bytes(pr->ag_bytes_per_step, N) * exact +
                pr->onebit_ag_bytes_per_step * onebit +
                zs_ring_bytes(pr->ag_bytes_per_skipped_step, N) * r->skipped_steps +
                (pr->tp_ag_bytes_per_step + pr->edp_ag_bytes_per_step) * r->steps +
@@ -254,7 +258,8 @@ double zs_report_op_pred_inter(const zs_train_result *r, int q, int o)
      * signs to every rank on another node (N - K of them); its allgather's
      * records sit beside the ring allgathers', whose inter-node bytes the
      * ledger keeps in the ring model: not predicted */
-    int onebit = pr->onebit_ag_bytes_per_step > 0 && N > 1 ? r->compressed_applied_steps : 0;
+    int onebit = pr->onebit_ag_bytes_per_step > 0 && N > 1
+                     ? r->compressed_applied_steps - r->local_applied_steps : 0;
     if (o == ZS_OP_ALLTOALL && onebit) {
         int known = zs_dp_nodes(r, q, &K, &M);
         double chunk = pr->onebit_ag_bytes_per_step / (N - 1);

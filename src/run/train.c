@@ -533,6 +533,12 @@ static int zs_train_one_step(zs_train_run *run, int i)
         return rc;
     if (o->save_dir &&
         ((o->save_every > 0 && (s + 1) % o->save_every == 0) || s + 1 == cfg->steps)) {
+        if (zs_engine_zeroone_between_syncs(run->e)) {
+            rc = zs_error_set("0/1 Adam: step %d is a local step and the ranks' weights differ "
+                              "until the next sync; checkpoint at a sync step (docs/onebit.md: "
+                              "the schedule)", s + 1);
+            return zs_train_agree(run->comm, rc, r);
+        }
         rc = zs_ckpt_save(o->save_dir, s + 1, cfg, run->e, &run->place, &r->ckpt);
         if ((rc = zs_train_agree(run->comm, rc == 1 ? 0 : rc, r)))
             return rc;
@@ -578,6 +584,7 @@ static int zs_train_one_step(zs_train_run *run, int i)
     r->steps_applied += !r->info[i].skipped;
     r->compressed_steps += r->info[i].compressed;
     r->compressed_applied_steps += r->info[i].compressed && !r->info[i].skipped;
+    r->local_applied_steps += r->info[i].local_only && !r->info[i].skipped;
     zs_train_log_step(cfg, &run->rank_log, r, s, i);
     return 0;
 }

@@ -100,6 +100,8 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->fixbuf = e->buf[ZS_BUF_FIXBUF];
     e->recv = e->buf[ZS_BUF_RECV];
     e->residual = e->buf[ZS_BUF_RESIDUAL];
+    e->zo_on = e->cfg.optimizer == ZS_OPT_ZEROONEADAM;
+    zs_zeroone_sched_init(&e->zo_sched);
     e->cx = e->buf[ZS_BUF_CX];
     e->capprox = e->buf[ZS_BUF_CAPPROX];
     e->cacc = e->buf[ZS_BUF_CACC];
@@ -592,11 +594,15 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
         e->dloss = scale / (float)(GA * N);
     }
     e->comp_now = e->comp_on && step >= c->compression_warmup;
-    /* 1-bit Adam: its own program once freeze_step steps have been applied */
+    /* 1-bit Adam: its own program once freeze_step steps have been applied;
+     * 0/1 Adam: in the steps its schedule does not make exact */
     const zs_step_program *prog =
         e->prog_onebit.n && e->opt_steps >= c->onebit_freeze_step ? &e->prog_onebit : &e->prog;
+    if (e->zo_on)
+        prog = zs_engine_zeroone_begin(e) == ZS_ZO_EXACT ? &e->prog : &e->prog_onebit;
     e->grads_local = prog == &e->prog_onebit;
     info->compressed = e->comp_now || e->grads_local;
+    info->local_only = e->zo_local;
     info->loss_scale = scale;
     info->lr = zs_lr_at(c, step);
     /* the comm context and the memory phase follow the ops' phases */
@@ -649,6 +655,8 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
     if (e->tied_req)
         ZS_TRY(zs_comm_wait(e->pp_comm, &e->tied_req));
     info->recv_wait_s = e->recv_wait_s;
+    if (e->zo_on && !info->skipped)
+        zs_engine_zeroone_end(e);
     return 0;
 }
 

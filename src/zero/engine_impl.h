@@ -56,6 +56,13 @@ struct zs_engine {
                                     (zs_step_program_build_onebit); else empty */
     int grads_local;            /* the last step ran prog_onebit: gfull holds
                                    this rank's own gradient, gshard nothing */
+    /* 0/1 Adam (exec_zeroone.c): the schedule after the applied steps, the
+     * one after this step, this step's kind, whether the variance freezes
+     * after it, and the learning rates summed since the last sync */
+    zs_zeroone_sched zo_sched, zo_next;
+    zs_zeroone_kind zo_kind;
+    int zo_on, zo_freezes, zo_local;
+    double zo_lrs;
     int stage, det;
     zs_model *model;            /* the model that computes (with expert
                                    parallelism: this rank's experts only) */
@@ -251,6 +258,13 @@ int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop
 /* 1-bit LAMB's exact steps (zs_engine_lamb_step): the trust ratios' running
  * averages and, at the last exact step, the fresh variance's start */
 void zs_engine_onebit_lamb_warmup(zs_engine *e, const float *ratio, const float *v);
+/* exec_zeroone.c: 0/1 Adam. begin: this step's kind (the schedule rebuilt
+ * after a resume); the optimizer op of prog_onebit in its steps; end: after
+ * an applied step, the schedule advanced and, at the freeze, the errors set
+ * to 0 and the sync point to the weights. */
+zs_zeroone_kind zs_engine_zeroone_begin(zs_engine *e);
+int zs_engine_exec_optimizer_zeroone(zs_engine *e, const zs_step_op *o, int *stop);
+void zs_engine_zeroone_end(zs_engine *e);
 /* exec_norm.c: the loss scaler, clipping and the optimizer's gradient
  * multiplier from the step's norm (unscaled; INFINITY on overflow) and the
  * factor that makes the stored gradient the averaged one (before the

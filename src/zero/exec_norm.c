@@ -390,6 +390,13 @@ int zs_engine_exec_loss_sum(zs_engine *e, const zs_step_op *o, int *stop)
     (void)o;
     (void)stop;
     int N = e->part.world, GA = e->cfg.grad_accum;
+    if (e->zo_local) { /* 0/1 Adam's local step: this rank's own loss */
+        double own = 0.0;
+        for (int a = 0; a < GA; a++)
+            own += e->loss_local[a];
+        e->info->loss = (float)(own / GA);
+        return 0;
+    }
     ZS_TRY(zs_comm_allgather_small(e->comm, e->loss_local, e->loss_all, GA, ZS_CT_F32));
     double loss = 0.0;
     for (int a = 0; a < GA; a++)

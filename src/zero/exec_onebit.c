@@ -40,7 +40,10 @@ int zs_engine_exec_local_norm(zs_engine *e, const zs_step_op *o, int *stop)
 {
     const zs_partition *p = &e->part;
     int flags = zs_backend_count_nonfinite(e->be, e->gfull, e->param_dtype, o->elems) > 0;
-    ZS_TRY(zs_comm_allreduce_max_int(e->comm, &flags));
+    /* 0/1 Adam's local steps exchange nothing, but with fp16 the ranks
+     * still agree on overflow (one flag), so that all skip together */
+    if (!e->zo_local || e->param_dtype == ZS_DTYPE_F16)
+        ZS_TRY(zs_comm_allreduce_max_int(e->comm, &flags));
     e->overflow = flags != 0;
     if (e->overflow && e->param_dtype != ZS_DTYPE_F16)
         ZS_FAIL("gradients are not finite at step %d: lower --lr or enable gradient_clipping",
@@ -156,6 +159,8 @@ static int onebit_lamb_step(zs_engine *e, const zs_step_op *o)
 
 int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop)
 {
+    if (e->zo_on)
+        return zs_engine_exec_optimizer_zeroone(e, o, stop);
     (void)stop;
     if (e->cfg.optimizer == ZS_OPT_ONEBITLAMB)
         return onebit_lamb_step(e, o);

@@ -336,9 +336,12 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_FIXBUF, ZS_MEM_COMM_BUFFERS, s->det ? s->max_bucket * 8 : 0);
     ZS_SETBUF(ZS_BUF_RECV, ZS_MEM_COMM_BUFFERS, s->max_chunk * (s->det ? 8 : ps));
     /* 1-bit Adam's worker and server errors; 1-bit LAMB's too, and its
-     * fresh variance, last momentum and coefficients (exec_onebit.c) */
+     * fresh variance, last momentum and coefficients (exec_onebit.c); 0/1
+     * Adam's, and a third part of onebit_elems, the 1-bit gradient before
+     * the freeze and the weights at the last sync after it (exec_zeroone.c) */
+    size_t zo = s->cfg.optimizer == ZS_OPT_ZEROONEADAM ? s->onebit_elems : 0;
     ZS_SETBUF(ZS_BUF_RESIDUAL, ZS_MEM_COMPRESSION,
-              s->onebit_elems ? (s->onebit_elems + s->onebit_elems / (size_t)p->world) * 4 +
+              s->onebit_elems ? (s->onebit_elems + s->onebit_elems / (size_t)p->world + zo) * 4 +
                                     s->onebit_lamb_extra
               : s->comp && s->cfg.error_feedback ? P * 4 : 0);
     ZS_SETBUF(ZS_BUF_CX, ZS_MEM_WORKSPACE, s->comp ? s->max_bucket * 4 : 0);
@@ -582,7 +585,7 @@ int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
     size_t ntok = zs_model_is_decoder(mc) ? (size_t)mb * (size_t)mc->seq_len : (size_t)mb;
     s->tok_bytes = ntok * sizeof(int32_t);
     s->x_bytes = mc->kind == ZS_MODEL_MLP ? (size_t)mb * (size_t)mc->input_dim * sizeof(float) : 0;
-    if (zs_optim_is_onebit(cfg->optimizer))
+    if (zs_optim_is_onebit(cfg->optimizer) || cfg->optimizer == ZS_OPT_ZEROONEADAM)
         s->onebit_elems = zs_comm_onebit_padded(s->part.padded, world);
     if (cfg->optimizer == ZS_OPT_ONEBITLAMB)
         s->onebit_lamb_extra = zs_onebit_lamb_extra(s->part.padded, lay->n_entries);
