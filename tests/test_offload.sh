@@ -3,7 +3,7 @@
 #  - the parameters are byte-identical to the same run without offload, in
 #    stages 1-3 and fp32, bf16 and fp16, with more than one swap piece;
 #  - every host and nvme byte and every transfer equals its prediction, and
-#    a phantom run reports the same;
+#    a phantom run reports the same (with offload_param too, on every rank);
 #  - ZeRO-Offload's 4M bytes per step for an fp16 model of M parameters
 #    (2M down, 2M up, summed over the ranks);
 #  - the swap files are gone after the run, also after a failed one; bad
@@ -113,6 +113,16 @@ for k in h2d nvme_read nvme_write; do
     p=$(sed -n "s/^ *\"${k}_bytes_per_step\": \([0-9]*\),*$/\1/p" "$T/plan.json")
     r=$(awk -v k="$k" '$1 == 0 && $2 == k {printf "%.0f", $3; exit}' "$T/real.txt")
     [ -n "$p" ] && [ "$p" = "$r" ] && ok || bad "offload_param $k: plan $p, rank 0 ran $r"
+done
+
+# a phantom run of offload_param reports each rank's own transfers (its own
+# part of each gather goes up), as the real run does: rank 1's h2d and
+# nvme_read bytes are not rank 0's
+M=$MODEL
+for pdev in cpu nvme; do
+    set -- --stage 3 --precision bf16 --offload-optimizer cpu --offload-param "$pdev" \
+        --nvme-path "$T/nvme" --checkpoint-activations every:1
+    zs_run "pparam-$pdev" 2 $M "$@" && phantom_same "pparam-$pdev" 2 "$@"
 done
 
 # the other reduction paths: gradients accumulated over micro-batches on the

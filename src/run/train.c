@@ -855,11 +855,25 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     return rc;
 }
 
+/* Rank q's part of the k-th range whose part sizes its bytes depend on:
+ * the compressed exchange's buckets (comp), then, with the parameters off
+ * the device (offload_param), stage 3's gather ranges, each rank's own
+ * part of which goes up from the host (or the file) before the gather. */
+static size_t zs_phantom_part(const zs_step_shape *s, int comp, int q, int k)
+{
+    size_t beg;
+    const zs_step_range *r = comp && k < s->nbuckets ? &s->buckets[k]
+                                                     : &s->granges[k - (comp ? s->nbuckets : 0)];
+    return zs_partition_overlap(&s->part, q, r->lo, r->hi, &beg);
+}
+
 /* Phantom ranks that run identical programs: every rank runs the same ops
  * on buffers of the same sizes (zerosim/program.h), and what its ledger
  * and accounting record depends on its rank only through the compressed
- * exchange, whose bytes depend on the part of each bucket the rank owns.
- * class[q] = the lowest rank whose parts are all the same as q's. */
+ * exchange, whose bytes depend on the part of each bucket the rank owns,
+ * and with offload_param through the host-to-device (and nvme) bytes of
+ * its part of each gather. class[q] = the lowest rank whose parts are all
+ * the same as q's. */
 static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp, int *cls)
 {
     if (s->cfg.quantized_gradients) { /* qgZ: each rank's parts differ; a class each */
@@ -867,7 +881,8 @@ static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp,
             cls[q] = q;
         return 0;
     }
-    if (!s->comp) {
+    int param_off = s->stage == 3 && s->buf[ZS_BUF_PARAMS].tier != ZS_TIER_DEVICE;
+    if (!s->comp && !param_off) {
         memset(cls, 0, (size_t)world * sizeof(int));
         return 0;
     }
@@ -895,7 +910,8 @@ static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp,
         free(dcls);
         return 0;
     }
-    int nb = s->nbuckets;
+    int comp = s->comp != 0;
+    int nb = (comp ? s->nbuckets : 0) + (param_off ? s->gfirst[s->U - 1] + s->gn[s->U - 1] : 0);
     uint64_t *h = malloc((size_t)world * sizeof *h);
     int *rep = malloc((size_t)world * sizeof *rep), nrep = 0;
     if (!h || !rep) {
@@ -905,10 +921,8 @@ static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp,
     }
     for (int q = 0; q < world; q++) {
         uint64_t x = 1469598103934665603ull; /* FNV-1a over the parts */
-        for (int k = 0; k < nb; k++) {
-            size_t beg, n = zs_partition_overlap(&s->part, q, s->buckets[k].lo, s->buckets[k].hi, &beg);
-            x = (x ^ (uint64_t)n) * 1099511628211ull;
-        }
+        for (int k = 0; k < nb; k++)
+            x = (x ^ (uint64_t)zs_phantom_part(s, comp, q, k)) * 1099511628211ull;
         h[q] = x;
         int c = -1;
         for (int i = 0; i < nrep && c < 0; i++) {
@@ -916,11 +930,8 @@ static int zs_phantom_classes(const zs_step_shape *s, int world, int tp, int pp,
             if (h[p] != x)
                 continue;
             int same = 1;
-            for (int k = 0; k < nb && same; k++) {
-                size_t b1, b2;
-                same = zs_partition_overlap(&s->part, p, s->buckets[k].lo, s->buckets[k].hi, &b1) ==
-                       zs_partition_overlap(&s->part, q, s->buckets[k].lo, s->buckets[k].hi, &b2);
-            }
+            for (int k = 0; k < nb && same; k++)
+                same = zs_phantom_part(s, comp, p, k) == zs_phantom_part(s, comp, q, k);
             if (same)
                 c = p;
         }
