@@ -465,9 +465,11 @@ RULE(plan_lamb)
 /* After the freeze every rank keeps its own gradient and the momentum is
  * exchanged whole (exec_onebit.c): DeepSpeed's 1-bit optimizers run without
  * ZeRO's partitioning, and so does zerosim's. */
-static int onebit_like(const zs_run_config *c)
+/* The rows onebitadam+* hold for 1-bit Adam and 1-bit LAMB, the rows
+ * zerooneadam+* for 0/1 Adam: the same conditions, each family its rows. */
+static int onebit_like(const zs_run_config *c, int zeroone)
 {
-    return zs_optim_is_onebit(c->optimizer) || c->optimizer == ZS_OPT_ZEROONEADAM;
+    return zeroone ? c->optimizer == ZS_OPT_ZEROONEADAM : zs_optim_is_onebit(c->optimizer);
 }
 
 static const char *onebit_name(const zs_run_config *c)
@@ -477,30 +479,34 @@ static const char *onebit_name(const zs_run_config *c)
                                                : "1-bit Adam (optimizer \"OneBitAdam\")";
 }
 
-RULE(onebit_stage)
+static int onebit_stage_if(zs_run_config *c, char *msg, size_t n, int zeroone)
 {
-    UNUSED_CTX;
-    return onebit_like(c) && c->stage != 0 &&
+    return onebit_like(c, zeroone) && c->stage != 0 &&
            SAY("%s runs with ZeRO stage 0 only, as in DeepSpeed (its compressed all-reduce "
                "of the whole momentum replaces the gradient reduction that ZeRO partitions): "
                "use --stage 0, or %s with stage %d", onebit_name(c),
                c->optimizer == ZS_OPT_ONEBITLAMB ? "LAMB" : "Adam", c->stage);
 }
 
+RULE(onebit_stage) { UNUSED_CTX; return onebit_stage_if(c, msg, n, 0); }
+RULE(zeroone_stage) { UNUSED_CTX; return onebit_stage_if(c, msg, n, 1); }
 
-RULE(onebit_parallel)
+
+static int onebit_parallel_if(zs_run_config *c, char *msg, size_t n, int zeroone)
 {
-    UNUSED_CTX;
     const char *what = c->tp > 1 ? "--tp above 1" : c->pp > 1 ? "--pp above 1"
                      : c->ep > 1 ? "--ep above 1" : c->model.moe_experts > 0 ? "experts (--moe)"
                      : c->offload_optimizer != ZS_OFFLOAD_NONE ? "offload_optimizer"
                      : c->compression.kind != ZS_COMP_NONE ? "gradient compression"
                      : c->hierarchical ? "--hierarchical" : NULL;
-    return onebit_like(c) && what &&
+    return onebit_like(c, zeroone) && what &&
            SAY("%s with %s is not implemented (its momentum exchange covers the "
                "data-parallel group's flat array only): drop %s, or use %s", onebit_name(c),
                what, what, c->optimizer == ZS_OPT_ONEBITLAMB ? "LAMB" : "Adam");
 }
+
+RULE(onebit_parallel) { UNUSED_CTX; return onebit_parallel_if(c, msg, n, 0); }
+RULE(zeroone_parallel) { UNUSED_CTX; return onebit_parallel_if(c, msg, n, 1); }
 
 /* The zerosim convention counts 1-bit Adam's momentum, variance, error
  * buffers and compressed exchange from the step program, as a run does. */
@@ -518,17 +524,21 @@ RULE(plan_zeroone)
 {
     UNUSED_CTX;
     return c->optimizer == ZS_OPT_ZEROONEADAM &&
-           SAY("the planner has no 0/1 Adam schedule (its steps are exact, 1-bit, local or "
-               "syncs): plan it as --optimizer onebitadam for a step that exchanges, or "
-               "measure it with zerosim train --phantom");
+           SAY("the planner has no schedule for 0/1 Adam (optimizer \"ZeroOneAdam\"), whose "
+               "steps are exact, 1-bit, local or syncs: plan it as --optimizer onebitadam for "
+               "a step that exchanges, or measure it with zerosim train --phantom");
 }
 
-RULE(device_onebit)
+static int device_onebit_if(zs_run_config *c, const zs_compat_ctx *x, char *msg, size_t n,
+                            int zeroone)
 {
-    return !x->backend_host && onebit_like(c) &&
+    return !x->backend_host && onebit_like(c, zeroone) &&
            SAY("%s is not supported with --backend %s yet (its compressed exchange runs on "
                "host memory): use --backend cpu", onebit_name(c), x->backend);
 }
+
+RULE(device_onebit) { return device_onebit_if(c, x, msg, n, 0); }
+RULE(device_zeroone) { return device_onebit_if(c, x, msg, n, 1); }
 
 /* ---- the planner -------------------------------------------------------- */
 
@@ -727,13 +737,13 @@ static const zs_compat_rule rules[] = {
     {"plan:tp-node", "tp qwZ hpZ qgZ hierarchical", ZS_SCOPE_PLAN, REFUSE, plan_tp_node,
      "the planner's node link model counts one tensor-parallel group's rings per node; "
      "zerosim train runs it"},
-    {"zerooneadam+stage", "zerooneadam stage", RUN, REFUSE, onebit_stage,
+    {"zerooneadam+stage", "zerooneadam stage", RUN, REFUSE, zeroone_stage,
      "DeepSpeed's 1-bit optimizers do not combine with ZeRO (stage 0 only)"},
     {"zerooneadam+parallel", "zerooneadam tp pp ep moe offload compression hierarchical", RUN,
-     REFUSE, onebit_parallel, "not implemented yet: the exchanges over the flat array only"},
+     REFUSE, zeroone_parallel, "not implemented yet: the exchanges over the flat array only"},
     {"plan:zerooneadam", "zerooneadam", ZS_SCOPE_PLAN, REFUSE, plan_zeroone,
      "the planner has no 0/1 Adam schedule"},
-    {"device+zerooneadam", "backend zerooneadam", DEVICE, REFUSE, device_onebit,
+    {"device+zerooneadam", "backend zerooneadam", DEVICE, REFUSE, device_zeroone,
      "the compressed exchange reads host memory"},
 };
 
