@@ -26,6 +26,28 @@ def sign(x):
     return 1.0 if x >= 0.0 else -1.0
 
 
+class OneBit:
+    """The compressed all-reduce of one rank over n elements (y padded with 0),
+    with its worker and server errors; the result is 0 where v is 0 (also
+    used by onebitlamb_ref.py and zeroone_ref.py)."""
+    def __init__(self, n):
+        self.n = n
+        self.werr, self.serr = [0.0] * n, [0.0] * n
+
+    def reset(self):
+        self.werr, self.serr = [0.0] * self.n, [0.0] * self.n
+
+    def allreduce(self, y, v):
+        n, P = self.n, len(y)
+        x = [(y[i] if i < P else 0.0) + self.werr[i] for i in range(n)]
+        s = math.sqrt(sum(e * e for e in x) / n)
+        self.werr = [x[i] - s * sign(x[i]) for i in range(n)]
+        a = [s * sign(x[i]) + self.serr[i] for i in range(n)]
+        t = math.sqrt(sum(e * e for e in a) / n)
+        self.serr = [a[i] - t * sign(a[i]) for i in range(n)]
+        return [t * sign(a[i]) if v[i] != 0.0 else 0.0 for i in range(P)]
+
+
 def main():
     d = sys.argv[1]
     steps, freeze = int(sys.argv[2]), int(sys.argv[3])
@@ -39,7 +61,7 @@ def main():
     P = sum(sizes)
     n = (P + 7) // 8 * 8
     m, v = [0.0] * P, [0.0] * P
-    werr, serr = [0.0] * n, [0.0] * n
+    onebit = OneBit(n)
     fails, worst, compressed = 0, 0.0, 0
     for k in range(1, steps + 1):
         lr = dumps[k]["lr"][0]
@@ -53,13 +75,7 @@ def main():
                 v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i]
         else:
             compressed += 1
-            x = [(m[i] if i < P else 0.0) + werr[i] for i in range(n)]
-            s = math.sqrt(sum(e * e for e in x) / n)
-            werr = [x[i] - s * sign(x[i]) for i in range(n)]
-            a = [s * sign(x[i]) + serr[i] for i in range(n)]
-            t = math.sqrt(sum(e * e for e in a) / n)
-            serr = [a[i] - t * sign(a[i]) for i in range(n)]
-            m = [t * sign(a[i]) if v[i] != 0.0 else 0.0 for i in range(P)]
+            m = onebit.allreduce(m, v)
         lo = 0
         for nm, sz in zip(names, sizes):
             for i in range(lo, lo + sz):

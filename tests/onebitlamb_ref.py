@@ -31,10 +31,7 @@ import math
 import sys
 
 from lamb_ref import read_safetensors
-
-
-def sign(x):
-    return 1.0 if x >= 0.0 else -1.0
+from onebit_ref import OneBit
 
 
 def norm(xs):
@@ -62,7 +59,7 @@ def main():
     P = lo
     n = (P + 7) // 8 * 8
     m, v, vf = [0.0] * P, [0.0] * P, [0.0] * P
-    werr, serr = [0.0] * n, [0.0] * n
+    onebit = OneBit(n)
     coeff = [0.0] * len(names)
     last = [1.0] * len(names)
     scaling = [1.0] * len(names)
@@ -100,16 +97,10 @@ def main():
             for j, (a, b) in enumerate(spans):
                 for i in range(a, b):
                     m[i] *= scaling[j]
-            x = [(m[i] if i < P else 0.0) + werr[i] for i in range(n)]
-            s = norm(x) / math.sqrt(n)
-            werr = [x[i] - s * sign(x[i]) for i in range(n)]
-            a_ = [s * sign(x[i]) + serr[i] for i in range(n)]
-            t = norm(a_) / math.sqrt(n)
-            serr = [a_[i] - t * sign(a_[i]) for i in range(n)]
-            m = [t * sign(a_[i]) for i in range(P)]
+            m = onebit.allreduce(m, v)
             for j, (a, b) in enumerate(spans):
                 for i in range(a, b):
-                    m[i] = m[i] / scaling[j] if v[i] != 0.0 else 0.0
+                    m[i] /= scaling[j]
             for j, (a, b) in enumerate(spans):
                 factor = None
                 pre, u = [], []

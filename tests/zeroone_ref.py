@@ -35,29 +35,7 @@ import math
 import sys
 
 from lamb_ref import read_safetensors
-
-
-def sign(x):
-    return 1.0 if x >= 0.0 else -1.0
-
-
-class OneBit:
-    def __init__(self, n):
-        self.n = n
-        self.werr, self.serr = [0.0] * n, [0.0] * n
-
-    def reset(self):
-        self.werr, self.serr = [0.0] * self.n, [0.0] * self.n
-
-    def allreduce(self, y, v):
-        n, P = self.n, len(y)
-        x = [(y[i] if i < P else 0.0) + self.werr[i] for i in range(n)]
-        s = math.sqrt(sum(e * e for e in x) / n)
-        self.werr = [x[i] - s * sign(x[i]) for i in range(n)]
-        a = [s * sign(x[i]) + self.serr[i] for i in range(n)]
-        t = math.sqrt(sum(e * e for e in a) / n)
-        self.serr = [a[i] - t * sign(a[i]) for i in range(n)]
-        return [t * sign(a[i]) if v[i] != 0.0 else 0.0 for i in range(P)]
+from onebit_ref import OneBit
 
 
 def main():

@@ -255,6 +255,9 @@ int zs_engine_lamb_step(zs_engine *e, size_t base, size_t n, float *master, floa
 /* exec_onebit.c */
 int zs_engine_exec_local_norm(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop);
+/* the exchanged momentum (or 0/1 Adam's x) set to 0 where v is 0 and in
+ * the padding up to n: what 1-bit signs cannot represent */
+void zs_engine_onebit_mask(const zs_engine *e, float *x, size_t n);
 /* 1-bit LAMB's exact steps (zs_engine_lamb_step): the trust ratios' running
  * averages and, at the last exact step, the fresh variance's start */
 void zs_engine_onebit_lamb_warmup(zs_engine *e, const float *ratio, const float *v);

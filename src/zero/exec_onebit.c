@@ -56,6 +56,18 @@ int zs_engine_exec_local_norm(zs_engine *e, const zs_step_op *o, int *stop)
     return zs_engine_norm_finish(e, norm, mul, stop);
 }
 
+/* x = 0 where the variance is 0 (the element's gradient was 0 in every
+ * variance update: 1-bit signs cannot say 0) and in the padding [padded, n). */
+void zs_engine_onebit_mask(const zs_engine *e, float *x, size_t n)
+{
+    size_t padded = e->part.padded;
+    for (size_t i = 0; i < padded; i++)
+        if (e->exp_avg_sq[i] == 0.0f)
+            x[i] = 0.0f;
+    for (size_t i = padded; i < n; i++)
+        x[i] = 0.0f;
+}
+
 /* 1-bit LAMB's state after the two errors in the residual buffer
  * (zs_onebit_lamb_extra): the fresh variance, the last momentum (padded
  * floats each), one zs_onebit_lamb_tensor per layout entry. */
@@ -138,11 +150,7 @@ static int onebit_lamb_step(zs_engine *e, const zs_step_op *o)
     if (e->phantom)
         return 0;
     onebit_lamb_scale(e, e->exp_avg, t, 1);
-    for (size_t i = 0; i < p->padded; i++)
-        if (e->exp_avg_sq[i] == 0.0f)
-            e->exp_avg[i] = 0.0f;
-    for (size_t i = p->padded; i < n; i++)
-        e->exp_avg[i] = 0.0f;
+    zs_engine_onebit_mask(e, e->exp_avg, n);
     for (int k = 0; k < e->lay->n_entries; k++) {
         const zs_param_entry *pe = &e->lay->entries[k];
         size_t off = pe->offset;
@@ -173,11 +181,7 @@ int zs_engine_exec_optimizer_onebit(zs_engine *e, const zs_step_op *o, int *stop
     ZS_TRY(zs_comm_onebit_allreduce(e->comm, e->exp_avg, n, worker_error, server_error, -1));
     if (e->phantom)
         return 0;
-    for (size_t i = 0; i < p->padded; i++)
-        if (e->exp_avg_sq[i] == 0.0f)
-            e->exp_avg[i] = 0.0f;
-    for (size_t i = p->padded; i < n; i++)
-        e->exp_avg[i] = 0.0f;
+    zs_engine_onebit_mask(e, e->exp_avg, n);
     zs_optim_onebit_apply(&e->cfg, e->info->lr, e->master, e->exp_avg, e->exp_avg_sq,
                           e->mixed ? e->params : NULL, e->param_dtype, p->padded);
     return 0;

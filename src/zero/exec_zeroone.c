@@ -45,18 +45,6 @@ zs_zeroone_kind zs_engine_zeroone_begin(zs_engine *e)
     return e->zo_kind;
 }
 
-/* x = 0 where the variance is 0 (the element's gradient was 0 in every
- * variance update: 1-bit signs cannot say 0) and in the padding. */
-static void zs_zeroone_mask(const zs_engine *e, float *x, size_t n)
-{
-    size_t padded = e->part.padded;
-    for (size_t i = 0; i < padded; i++)
-        if (e->exp_avg_sq[i] == 0.0f)
-            x[i] = 0.0f;
-    for (size_t i = padded; i < n; i++)
-        x[i] = 0.0f;
-}
-
 int zs_engine_exec_optimizer_zeroone(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
@@ -72,7 +60,7 @@ int zs_engine_exec_optimizer_zeroone(zs_engine *e, const zs_step_op *o, int *sto
         ZS_TRY(zs_comm_onebit_allreduce(e->comm, aux, n, worker_error, server_error, -1));
         if (e->phantom)
             return 0;
-        zs_zeroone_mask(e, aux, n);
+        zs_engine_onebit_mask(e, aux, n);
         zs_optim_onebit_momentum(c, 1.0f, e->exp_avg, aux, ZS_DTYPE_F32, P);
         zs_optim_onebit_apply(c, lr, e->master, e->exp_avg, e->exp_avg_sq, param, e->param_dtype,
                               P);
@@ -95,7 +83,7 @@ int zs_engine_exec_optimizer_zeroone(zs_engine *e, const zs_step_op *o, int *sto
     }
     ZS_TRY(zs_comm_onebit_allreduce(e->comm, x, n, worker_error, server_error, -1));
     if (!e->phantom) {
-        zs_zeroone_mask(e, x, n);
+        zs_engine_onebit_mask(e, x, n);
         zs_optim_zeroone_sync(c, e->zo_lrs, e->master, aux, e->exp_avg, x, e->exp_avg_sq, param,
                               e->param_dtype, P);
     }
