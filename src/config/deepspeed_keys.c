@@ -141,23 +141,31 @@ static const field lamb_params[] = {
             "set it to false"),
     F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
 };
+/* The keys DeepSpeed's three 1-bit optimizers share: Adam's
+ * hyperparameters first, then the ones zerosim reads and ignores
+ * (bias_correction is taken and not used; cuda_aware and comm_backend_name
+ * choose how the exchange reaches the network, which zerosim's MPI
+ * collectives do) and the ones it refuses. */
+#define ONEBIT_HEAD_FIELDS                                                                   \
+    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR), A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),         \
+        A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),                                             \
+        A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY)
+#define ONEBIT_TAIL_FIELDS                                                                   \
+    F_NONE("bias_correction", JT_BOOL), F_NONE("cuda_aware", JT_BOOL),                       \
+        F_NONE("comm_backend_name", JT_STRING),                                              \
+        F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),                                     \
+        F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root",                  \
+                "set it to false"),                                                          \
+        F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false")
 /* DeepSpeed's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py): Adam
  * without bias correction (its step takes bias_correction and does not use
  * it) for freeze_step steps, then the variance frozen and the momentum
  * exchanged 1-bit compressed; cuda_aware and comm_backend_name choose how
  * its exchange reaches the network, which zerosim's MPI collectives do. */
 static const field onebit_adam_params[] = {
-    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
-    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
-    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
-    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    ONEBIT_HEAD_FIELDS,
     F_INT("freeze_step", onebit_freeze_step, R_NONNEG_INT),
-    F_NONE("bias_correction", JT_BOOL),
-    F_NONE("cuda_aware", JT_BOOL),
-    F_NONE("comm_backend_name", JT_STRING),
-    F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),
-    F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
-    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+    ONEBIT_TAIL_FIELDS,
 };
 /* DeepSpeed's OnebitLamb (deepspeed/runtime/fp16/onebit/lamb.py): LAMB
  * without bias correction for freeze_step steps, then 1-bit Adam's
@@ -165,10 +173,7 @@ static const field onebit_adam_params[] = {
  * average (coeff_beta) scaled by a bounded factor (factor_max, factor_min,
  * factor_threshold). */
 static const field onebit_lamb_params[] = {
-    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
-    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
-    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
-    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    ONEBIT_HEAD_FIELDS,
     F_INT("freeze_step", onebit_freeze_step, R_NONNEG_INT),
     F_FLOAT("max_coeff", lamb_max_coeff, R_POS),
     F_FLOAT("min_coeff", lamb_min_coeff, R_NONNEG),
@@ -176,32 +181,19 @@ static const field onebit_lamb_params[] = {
     F_FLOAT("factor_max", onebit_factor_max, R_POS),
     F_FLOAT("factor_min", onebit_factor_min, R_POS),
     F_FLOAT("factor_threshold", onebit_factor_threshold, R_NONNEG),
-    F_NONE("bias_correction", JT_BOOL),
-    F_NONE("cuda_aware", JT_BOOL),
-    F_NONE("comm_backend_name", JT_STRING),
-    F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),
-    F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
-    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+    ONEBIT_TAIL_FIELDS,
 };
 /* DeepSpeed's ZeroOneAdam (deepspeed/runtime/fp16/onebit/zoadam.py): the
  * variance updated at exponentially spaced steps until var_freeze_step,
  * then local steps with 1-bit syncs (src/optim/zeroone.c); bias_correction
  * is taken and not used, as in OnebitAdam. */
 static const field zeroone_adam_params[] = {
-    A_FLOAT("lr", lr, R_POS, ZS_AUTO_LR),
-    A_FUNC("betas", opt_betas, ZS_AUTO_BETAS),
-    A_FLOAT("eps", eps, R_POS, ZS_AUTO_EPS),
-    A_FLOAT("weight_decay", weight_decay, R_NONNEG, ZS_AUTO_WEIGHT_DECAY),
+    ONEBIT_HEAD_FIELDS,
     F_INT("var_freeze_step", onebit_freeze_step, R_NONNEG_INT),
     F_INT("var_update_scaler", zo_var_update_scaler, R_POS_INT),
     F_INT("local_step_scaler", zo_local_step_scaler, R_POS_INT),
     F_INT("local_step_clipper", zo_local_step_clipper, R_POS_INT),
-    F_NONE("bias_correction", JT_BOOL),
-    F_NONE("cuda_aware", JT_BOOL),
-    F_NONE("comm_backend_name", JT_STRING),
-    F_FUNC("max_grad_norm", opt_lamb_max_grad_norm),
-    F_UNMOD("eps_inside_sqrt", OFF_FALSE, "eps inside the square root", "set it to false"),
-    F_UNMOD("amsgrad", OFF_FALSE, "AMSGrad's running maximum of v", "set it to false"),
+    ONEBIT_TAIL_FIELDS,
 };
 static const field_table adam_table = TABLE(adam_params);
 static const field_table onebit_lamb_table = TABLE(onebit_lamb_params);
