@@ -1306,7 +1306,39 @@ START_TEST(test_gradient_scaling_keys)
     setup();
     ck_assert_ok(load("{\"communication_data_type\": \"fp32\", \"bf16\": {\"enabled\": true}}"));
     ck_assert_error(zs_run_config_finalize(&cfg, 1),
-                    "communication_data_type \"fp32\" with bf16 training is a DeepSpeed feature");
+                    "communication_data_type \"fp32\" with gradients accumulated in bf16 is not "
+                    "modelled");
+    /* fp32 accumulation with bf16 (DeepSpeed's BF16_Optimizer), and fp32
+     * on the wire with it; the working precision named is the default */
+    setup();
+    ck_assert_ok(load("{\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+                      "\"fp32\"}, \"communication_data_type\": \"fp32\"}"));
+    ck_assert_int_eq(cfg.grad_accum_dtype, ZS_DTYPE_F32);
+    ck_assert_ok(zs_run_config_finalize(&cfg, 1));
+    ck_assert_int_eq(zs_run_config_grad_dtype(&cfg), ZS_DTYPE_F32);
+    setup();
+    ck_assert_ok(load("{\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+                      "\"bf16\"}}"));
+    ck_assert_ok(zs_run_config_finalize(&cfg, 1));
+    ck_assert_int_eq(zs_run_config_grad_dtype(&cfg), ZS_DTYPE_BF16);
+    setup();
+    ck_assert_int_eq(zs_run_config_grad_dtype(&cfg), cfg.precision); /* not given */
+    ck_assert_ok(load("{\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+                      "\"fp32\"}, \"communication_data_type\": \"bf16\"}"));
+    ck_assert_error(zs_run_config_finalize(&cfg, 1),
+                    "communication_data_type \"bf16\" with gradients accumulated in fp32");
+    setup();
+    ck_assert_ok(load("{\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+                      "\"fp16\"}}"));
+    ck_assert_error(zs_run_config_finalize(&cfg, 1),
+                    "data_types.grad_accum_dtype \"fp16\" with bf16 training is not modelled");
+    setup();
+    ck_assert_ok(load("{\"fp16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+                      "\"fp32\"}}"));
+    ck_assert_error(zs_run_config_finalize(&cfg, 1), "with fp16 training is not modelled");
+    setup();
+    ck_assert_error(load("{\"data_types\": {\"grad_accum_dtype\": \"fp8\"}}"),
+                    "\"fp32\", \"fp16\", \"bf16\" or null");
 
     setup();
     ck_assert_ok(load("{\"bfloat16\": {\"enabled\": true}}"));

@@ -1,7 +1,8 @@
 /* Tests of the step program (zerosim/program.h), without MPI:
  *  - what the program counts equals the closed forms of predict.h (model
  *    states, activations, checkpoints, residual, reduce-scatter and
- *    allgather bytes) over a matrix of stages, precisions, rank counts,
+ *    allgather bytes) over a matrix of stages, precisions (bf16 with fp32
+ *    gradient accumulation too), rank counts,
  *    deterministic mode, checkpointing, accumulation and bucket sizes;
  *  - hand counts: one reduce per bucket and micro-batch (per step for
  *    stages 0 and 1 with grad_reduce step); stage 3 gathers
@@ -66,16 +67,19 @@ static void unbuild(built *b)
 START_TEST(test_counts_equal_closed_forms)
 {
     static const int Ns[] = {1, 2, 3, 5, 8};
-    static const zs_dtype prec[] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16};
+    /* the fourth: bf16 with fp32 gradient accumulation */
+    static const zs_dtype prec[] = {ZS_DTYPE_F32, ZS_DTYPE_BF16, ZS_DTYPE_F16, ZS_DTYPE_BF16};
+    static const int gacc[] = {-1, -1, -1, ZS_DTYPE_F32};
     int cases = 0;
     for (int ni = 0; ni < 5; ni++)
         for (int st = 0; st <= 3; st++)
-            for (int pi = 0; pi < 3; pi++)
+            for (int pi = 0; pi < 4; pi++)
                 for (int v = 0; v < 6; v++) {
                     zs_run_config c = gpt(3, 24, 4, 12, 31);
                     c.stage = st;
                     c.precision = prec[pi];
-                    c.deterministic = (v == 1 || v == 5) && pi < 2;
+                    c.grad_accum_dtype = gacc[pi];
+                    c.deterministic = (v == 1 || v == 5) && pi != 2;
                     c.grad_accum = v == 2 || v == 4 ? 3 : v == 5 ? 2 : 1;
                     /* DeepSpeed's schedule: stages 0, 1 reduce once per step */
                     if (v >= 4)
@@ -111,7 +115,7 @@ START_TEST(test_counts_equal_closed_forms)
                     unbuild(&b);
                     cases++;
                 }
-    ck_assert_int_eq(cases, 5 * 4 * 3 * 6);
+    ck_assert_int_eq(cases, 5 * 4 * 4 * 6);
 }
 END_TEST
 

@@ -198,8 +198,11 @@ typedef struct {
     /* prescale_gradients / gradient_predivide_factor */
     zs_grad_scaling grad_scaling;
     double grad_predivide;   /* f of ZS_GRAD_POSTSCALE (1 = divide after) */
-    /* communication_data_type, data_types.grad_accum_dtype: a zs_dtype, or
-     * -1 when not given; finalize accepts only the working precision */
+    /* communication_data_type, data_types.grad_accum_dtype
+     * (--grad-accum-dtype): a zs_dtype, or -1 when not given. The
+     * gradients are stored, accumulated over the micro-batches and reduced
+     * in zs_run_config_grad_dtype: fp32, or the working precision;
+     * communication_data_type must name that type (compat.c) */
     int comm_dtype, grad_accum_dtype;
 
     /* fp16 dynamic loss scaling (DeepSpeed's fp16 section) */
@@ -376,6 +379,9 @@ int zs_step_overlap(const zs_run_config *cfg);
 /* 1 when cfg reduces gradients once per step (stages 0 and 1 with
  * grad_reduce step), else 0: each micro-batch is reduced. */
 int zs_step_reduce_once(const zs_run_config *cfg);
+/* The type gradients are stored, accumulated and reduced in:
+ * data_types.grad_accum_dtype where given, else the working precision. */
+zs_dtype zs_run_config_grad_dtype(const zs_run_config *cfg);
 const char *zs_grad_reduce_name(zs_grad_reduce g);
 
 #ifdef __cplusplus

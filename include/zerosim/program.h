@@ -121,7 +121,10 @@ typedef struct zs_step_shape_s {
                             gradient accumulates over the micro-batches and is
                             reduced once, after the last one's backward */
     zs_dtype pt;
-    size_t ps;           /* bytes of a stored parameter or gradient */
+    size_t ps;           /* bytes of a stored parameter */
+    zs_dtype gt;         /* the gradients' type (zs_run_config_grad_dtype):
+                            stored, accumulated and reduced in it */
+    size_t gs;           /* bytes of a stored gradient */
     int U;               /* units */
     size_t *unit_lo, *unit_n;  /* [U] each unit's own flat range */
     zs_step_range *buckets;
@@ -280,10 +283,10 @@ int zs_pp_schedule_items(zs_pp_schedule sched, int P, int v, int rank, int m, zs
 int zs_step_shape_build(const zs_run_config *cfg, const zs_model *m, int world,
                         zs_step_shape *s);
 /* A shape's flags from cfg (the rest zeroed): cfg, stage, det, pt, ps,
- * mixed, comp, reduce_step, overlap. */
+ * gt, gs, mixed, comp, reduce_step, overlap. */
 void zs_step_shape_init(zs_step_shape *s, const zs_run_config *cfg);
 /* The buffer table (s->buf) of a shape whose partition, flags (stage,
- * det, mixed, comp, reduce_step), ps, cfg and sizes are set: every buffer's
+ * det, mixed, comp, reduce_step), ps, gs, cfg and sizes are set: every buffer's
  * category, tier (offload) and bytes. zs_step_shape_build calls it; the
  * planner's bare parameter count (zs_step_shape_build_flat) too. */
 void zs_step_shape_place_buffers(zs_step_shape *s);

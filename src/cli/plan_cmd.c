@@ -90,7 +90,10 @@ static const char *const zs_plan_usage =
     "setup:\n"
     "  --stage S[,S...]         ZeRO stage 0-3 (0)\n"
     "  --precision fp32|bf16|fp16   parameters (fp32); bf16/fp16 add an fp32 master\n"
-    "  --grad-precision fp32|bf16|fp16  gradients (as --precision)\n"
+    "  --grad-accum-dtype fp32|bf16|fp16  gradients accumulated and reduced in fp32\n"
+    "                           or the working precision, as a run does (--precision)\n"
+    "  --grad-precision fp32|bf16|fp16  gradient memory at another size (as\n"
+    "                           --grad-accum-dtype)\n"
     "  --optimizer adamw|sgd|lamb|onebitadam  (adamw; onebitadam: a step after its\n"
     "                           freeze, stage 0)\n"
     "  --micro-batch N --grad-accum N   samples per micro-batch, micro-batches per step\n"
@@ -141,7 +144,7 @@ static const char *const zs_plan_usage =
 enum {
     P_PARAMS = 256, P_ARCH, P_LAYERS, P_HIDDEN, P_HEADS, P_VOCAB, P_SEQ, P_LARGEST, P_DP,
     P_DPN, P_NODES, P_DEVMEM, P_FLOPS, P_BW_INTRA, P_LAT_INTRA, P_BW_INTER, P_LAT_INTER,
-    P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_OPTIMIZER, P_MICRO,
+    P_CALIB, P_OVERLAP, P_STAGE, P_PRECISION, P_GRAD_PRECISION, P_GRAD_ACCUM_DTYPE, P_OPTIMIZER, P_MICRO,
     P_ACCUM, P_CKPT, P_COMP, P_NO_EF, P_DET, P_CONVENTION, P_MAX_MODEL, P_JSON, P_CSV,
     P_DS, P_BUFFER, P_OFF_OPT, P_OFF_PARAM, P_ZERO_INIT, P_HOSTMEM, P_BW_HOST, P_BW_NVME,
     P_HOST_OPT, P_HELP, P_CONFIG, P_TP, P_SP, P_CP, P_CP_ATTENTION,
@@ -191,6 +194,7 @@ static const struct option zs_plan_options[] = {
     {"stage", required_argument, NULL, P_STAGE},
     {"precision", required_argument, NULL, P_PRECISION},
     {"grad-precision", required_argument, NULL, P_GRAD_PRECISION},
+    {"grad-accum-dtype", required_argument, NULL, P_GRAD_ACCUM_DTYPE},
     {"optimizer", required_argument, NULL, P_OPTIMIZER},
     {"micro-batch", required_argument, NULL, P_MICRO},
     {"grad-accum", required_argument, NULL, P_ACCUM},
@@ -511,7 +515,12 @@ static int zs_plan_apply_run(zs_plan_cli *cl)
     in->overlap = v[P_OVERLAP] != NULL;
     if (v[P_PRECISION])
         ZS_TRY(zs_plan_dtype(P_PRECISION, v[P_PRECISION], &c->precision));
-    in->grad_precision = c->precision;
+    if (v[P_GRAD_ACCUM_DTYPE]) {
+        zs_dtype g;
+        ZS_TRY(zs_plan_dtype(P_GRAD_ACCUM_DTYPE, v[P_GRAD_ACCUM_DTYPE], &g));
+        c->grad_accum_dtype = (int)g;
+    }
+    in->grad_precision = zs_run_config_grad_dtype(c);
     if (v[P_GRAD_PRECISION])
         ZS_TRY(zs_plan_dtype(P_GRAD_PRECISION, v[P_GRAD_PRECISION], &in->grad_precision));
     if (v[P_OPTIMIZER]) {

@@ -33,7 +33,7 @@ enum {
     OPT_MODEL = 256, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_SEQ, OPT_VOCAB, OPT_WIDTHS,
     OPT_INPUT_DIM, OPT_CLASSES, OPT_ACTIVATION, OPT_STEPS, OPT_MICRO_BATCH, OPT_GRAD_ACCUM,
     OPT_TRAIN_BATCH, OPT_OPTIMIZER, OPT_LR, OPT_WARMUP, OPT_MIN_LR_RATIO, OPT_WEIGHT_DECAY,
-    OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
+    OPT_MOMENTUM, OPT_GRAD_CLIP, OPT_PRECISION, OPT_GRAD_ACCUM_DTYPE, OPT_LOSS_SCALE, OPT_SEED, OPT_STAGE,
     OPT_CONFIG, OPT_BACKEND, OPT_DEVICE_MEMORY, OPT_REPORT, OPT_PRINT_EVERY, OPT_QUIET,
     OPT_SILENT,
     OPT_HELP, OPT_VERSION, OPT_DETERMINISTIC, OPT_EXACT_SLICES, OPT_CSV, OPT_CKPT, OPT_COMP, OPT_NO_EF, OPT_COMP_WARMUP,
@@ -79,6 +79,7 @@ static const struct option zs_long_options[] = {
     {"momentum", required_argument, NULL, OPT_MOMENTUM},
     {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
     {"precision", required_argument, NULL, OPT_PRECISION},
+    {"grad-accum-dtype", required_argument, NULL, OPT_GRAD_ACCUM_DTYPE},
     {"loss-scale", required_argument, NULL, OPT_LOSS_SCALE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"stage", required_argument, NULL, OPT_STAGE},
@@ -398,6 +399,21 @@ static int zs_cli_set_precision(const char *s, zs_run_config *c)
     return 0;
 }
 
+/* data_types.grad_accum_dtype: finalize (compat.c) accepts fp32 and the
+ * working precision. */
+static int zs_cli_set_grad_accum_dtype(const char *s, zs_run_config *c)
+{
+    if (!strcmp(s, "fp32"))
+        c->grad_accum_dtype = ZS_DTYPE_F32;
+    else if (!strcmp(s, "bf16"))
+        c->grad_accum_dtype = ZS_DTYPE_BF16;
+    else if (!strcmp(s, "fp16"))
+        c->grad_accum_dtype = ZS_DTYPE_F16;
+    else
+        ZS_FAIL("--grad-accum-dtype must be fp32, bf16 or fp16, got \"%s\"", s);
+    return 0;
+}
+
 static int zs_cli_set_activation(const char *s, zs_run_config *c)
 {
     if (!strcmp(s, "relu"))
@@ -500,6 +516,7 @@ static const zs_cli_setter zs_cli_setters[] = {
     ZS_CLI_SET(OPT_SEED, zs_cli_set_seed),
     ZS_CLI_SET(OPT_OPTIMIZER, zs_cli_set_optimizer),
     ZS_CLI_SET(OPT_PRECISION, zs_cli_set_precision),
+    ZS_CLI_SET(OPT_GRAD_ACCUM_DTYPE, zs_cli_set_grad_accum_dtype),
     ZS_CLI_SET(OPT_ACTIVATION, zs_cli_set_activation),
 };
 

@@ -76,6 +76,8 @@ const char *const zs_usage =
     "  --grad-clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
     "  --precision fp32|bf16|fp16  storage of parameters and gradients (fp32);\n"
     "                           bf16/fp16 keep fp32 master weights, m and v\n"
+    "  --grad-accum-dtype fp32|bf16|fp16  gradients accumulated and reduced in\n"
+    "                           fp32 or the working precision (the precision's)\n"
     "  --loss-scale X           fp16 static loss scale, 0 = dynamic (0)\n"
     "  --seed N                 seed of data and initialisation (1234)\n"
     "  --stage 0|1|2|3          ZeRO stage (0)\n"

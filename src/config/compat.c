@@ -334,20 +334,47 @@ const char *zs_compat_ep_split_why(const zs_run_config *cfg, int world)
 
 /* ---- precision and gradient compression --------------------------------- */
 
+/* fp32 accumulation where zerosim has no fp32 form of the gradient path:
+ * under fp16 the loss scaler finds an overflow in the fp16 gradient of a
+ * micro-batch, and zerosim's backward computes in fp32 and rounds only
+ * when it stores, so an fp32 store would never overflow (DeepSpeed
+ * accumulates in fp32 with bf16 only: its BF16_Optimizer); the expert
+ * store and the gradients sent home (--ep), the 1-bit optimizers'
+ * momentum exchange and qgZ's quantized reduction keep the working
+ * precision. NULL where it runs. */
+static const char *grad_accum_fp32_unmodelled(const zs_run_config *c)
+{
+    if (zs_run_config_grad_dtype(c) != ZS_DTYPE_F32 || c->precision == ZS_DTYPE_F32)
+        return NULL;
+    if (c->precision == ZS_DTYPE_F16)
+        return "fp16 training is not modelled (the loss scaler finds overflows in the fp16 "
+               "gradients): use bf16 training (--precision bf16), or accumulate in fp16";
+    if (c->ep > 1)
+        return "expert parallelism (--ep) is not modelled yet: drop one of them";
+    if (zs_optim_is_onebit(c->optimizer) || c->optimizer == ZS_OPT_ZEROONEADAM)
+        return "a 1-bit optimizer is not modelled yet: drop one of them";
+    if (c->quantized_gradients && c->stage == 3)
+        return "ZeRO++ qgZ (--quantized-gradients) is not modelled yet: drop one of them";
+    return NULL;
+}
+
 RULE(dtype_precision)
 {
     UNUSED_CTX;
-    const struct { const char *key; int t; } dtypes[] = {
-        {"communication_data_type", c->comm_dtype},
-        {"data_types.grad_accum_dtype", c->grad_accum_dtype},
-    };
-    for (size_t i = 0; i < 2; i++)
-        if (dtypes[i].t >= 0 && dtypes[i].t != (int)c->precision)
-            return SAY("%s \"%s\" with %s training is a DeepSpeed feature zerosim does not "
-                       "model yet (zerosim reduces and accumulates gradients in the working "
-                       "precision): remove it or set it to \"%s\"",
-                       dtypes[i].key, zs_dtype_name((zs_dtype)dtypes[i].t),
-                       zs_dtype_name(c->precision), zs_dtype_name(c->precision));
+    zs_dtype g = zs_run_config_grad_dtype(c);
+    const char *what = grad_accum_fp32_unmodelled(c);
+    if (c->grad_accum_dtype >= 0 && g != ZS_DTYPE_F32 && g != c->precision)
+        return SAY("data_types.grad_accum_dtype \"%s\" with %s training is not modelled "
+                   "(zerosim accumulates gradients in fp32 or the working precision): set it "
+                   "to \"fp32\" or \"%s\" (--grad-accum-dtype)",
+                   zs_dtype_name(g), zs_dtype_name(c->precision), zs_dtype_name(c->precision));
+    if (what)
+        return SAY("data_types.grad_accum_dtype \"fp32\" (--grad-accum-dtype fp32) with %s", what);
+    if (c->comm_dtype >= 0 && c->comm_dtype != (int)g)
+        return SAY("communication_data_type \"%s\" with gradients accumulated in %s is not "
+                   "modelled (zerosim reduces gradients in the type they accumulate in): "
+                   "remove it or set it to \"%s\"",
+                   zs_dtype_name((zs_dtype)c->comm_dtype), zs_dtype_name(g), zs_dtype_name(g));
     return 0;
 }
 
@@ -663,8 +690,10 @@ static const zs_compat_rule rules[] = {
      "the layout is of expert parallelism"},
     {"moe+tp", "moe tp", RUN, REFUSE, moe_tp,
      "not implemented yet (Megatron-LM and DeepSpeed-MoE split the experts' MLPs over tp)"},
-    {"dtype+precision", "dtype precision", RUN, REFUSE, dtype_precision,
-     "not modelled yet: zerosim reduces and accumulates in the working precision"},
+    {"dtype+precision", "dtype precision ep onebit qgZ", RUN, REFUSE, dtype_precision,
+     "zerosim accumulates and reduces gradients in the working precision, or in fp32 with bf16 "
+     "(DeepSpeed's BF16_Optimizer) where the gradient path has an fp32 form (not yet --ep, the "
+     "1-bit optimizers, qgZ)"},
     {"compression+stage0", "compression stage", RUN, REFUSE, compression_stage0,
      "the codecs replace the reduce-scatter of a gradient shard"},
     {"compression+deterministic", "compression deterministic", RUN, REFUSE, compression_det,

@@ -118,6 +118,11 @@ int zs_step_reduce_once(const zs_run_config *cfg)
     return cfg->stage <= 1 && cfg->grad_reduce == ZS_GRAD_REDUCE_STEP;
 }
 
+zs_dtype zs_run_config_grad_dtype(const zs_run_config *cfg)
+{
+    return cfg->grad_accum_dtype >= 0 ? (zs_dtype)cfg->grad_accum_dtype : cfg->precision;
+}
+
 const char *zs_optim_name(zs_optim_kind k)
 {
     return k == ZS_OPT_SGD ? "sgd" : k == ZS_OPT_LAMB ? "lamb"
@@ -320,6 +325,10 @@ char *zs_run_config_json(const zs_run_config *c)
     if (root && c->model.moe_experts > 0 && c->ep_layout != ZS_EP_LAYOUT_AUTO)
         json_object_set_new(json_object_get(root, "moe"), "ep_layout",
                             json_string(zs_ep_layout_name(c->ep_layout)));
+    if (root && zs_run_config_grad_dtype(c) != c->precision) /* only when it differs */
+        json_object_set_new(root, "data_types",
+                            json_pack("{s:s}", "grad_accum_dtype",
+                                      zs_dtype_name(zs_run_config_grad_dtype(c))));
     if (root && c->qat) /* only when on: the printed configurations stay as they were */
         json_object_set_new(root, "qat", json_string(zs_quant_format_name((zs_quant_format)c->qat)));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;

@@ -48,10 +48,10 @@ static int zs_plan_zero_ranks(const zs_plan_input *in)
 }
 
 /* The gradient bytes of a count with gradients of gs bytes where the
- * program holds them in the working precision's ps: the fixed-point
- * buffers (fixed of them) as they are, the others at gs a gradient. A run
- * stores gradients in the working precision (gs = ps: the count as it is);
- * --grad-precision asks what another size would take. */
+ * program holds them at ps bytes (zs_run_config_grad_dtype's size): the
+ * fixed-point buffers (fixed of them) as they are, the others at gs a
+ * gradient. A run stores gradients in that type (gs = ps: the count as it
+ * is); --grad-precision asks what another size would take. */
 static double zs_plan_grads_at(size_t bytes, size_t fixed, size_t gs, size_t ps)
 {
     return (double)(fixed + (bytes - fixed) / ps * gs);
@@ -112,7 +112,8 @@ static int zs_plan_states_stages(const zs_plan_input *in, const zs_run_config *c
 static int zs_plan_states_program(const zs_plan_input *in, const zs_run_config *c,
                                   zs_plan_result *r, zs_prediction *pr)
 {
-    size_t ps = zs_dtype_size(c->precision), gs = zs_dtype_size(in->grad_precision);
+    size_t gs = zs_dtype_size(in->grad_precision);
+    size_t held = zs_dtype_size(zs_run_config_grad_dtype(c)); /* the program's */
     if (c->pp > 1) {
         ZS_TRY(zs_plan_states_stages(in, c, r, pr));
     } else {
@@ -122,7 +123,7 @@ static int zs_plan_states_program(const zs_plan_input *in, const zs_run_config *
     r->cp = c->cp > 1 ? c->cp : 1;
     r->cp_ring_bytes = pr->cp_ring_bytes_per_step;
     r->cp_a2a_bytes = pr->cp_a2a_bytes_per_step;
-    zs_plan_states_count(pr->bytes, pr->tier_bytes, pr->grad_fixed_bytes, gs, ps, r);
+    zs_plan_states_count(pr->bytes, pr->tier_bytes, pr->grad_fixed_bytes, gs, held, r);
     for (int k = 0; k < ZS_MEM_NCAT; k++)
         r->has[k] = pr->has[k];
     r->padded = pr->padded;
@@ -148,6 +149,7 @@ static void zs_plan_states_flat(const zs_plan_input *in, const zs_run_config *c,
     static const zs_mem_category states[] = {ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPT_MASTER,
                                              ZS_MEM_OPT_M, ZS_MEM_OPT_V, ZS_MEM_COMPRESSION};
     size_t ps = zs_dtype_size(c->precision), gs = zs_dtype_size(in->grad_precision);
+    size_t held = zs_dtype_size(zs_run_config_grad_dtype(c)); /* the program's */
     zs_step_shape sh;
     zs_step_shape_build_flat(c, r->num_params, in->dp, &sh);
     zs_step_program none = {0};
@@ -161,7 +163,7 @@ static void zs_plan_states_flat(const zs_plan_input *in, const zs_run_config *c,
     r->live_params = c->stage == 3 ? in->largest_layer : 0;
     modelled[ZS_MEM_PARAMS] += ps * r->live_params;
     zs_plan_states_count(modelled, (const size_t(*)[ZS_MEM_NCAT])cnt.tier_peak,
-                         cnt.grad_fixed_bytes, gs, ps, r);
+                         cnt.grad_fixed_bytes, gs, held, r);
     zs_mem_tier opt_tier = sh.buf[ZS_BUF_M].tier, param_tier = sh.buf[ZS_BUF_PARAMS].tier;
     if (opt_tier != ZS_TIER_DEVICE) {
         /* the updated shard up; nvme: every optimizer state read and
@@ -235,6 +237,8 @@ typedef struct {
     int node_ranks;            /* devices of one node in the data-parallel group */
     int N, st, once, ndp;      /* ndp: the data-parallel collectives, before TP's */
     double GA, RA, Psi, Pp, p, g, rs_calls, ag_calls, gathered;
+    double held;               /* the bytes of a gradient the program holds
+                                  (zs_run_config_grad_dtype); g asks for others */
 } zs_plan_step;
 
 /* The plan's devices: dp x tp x cp x pp (the world a run of it takes). */
@@ -406,6 +410,7 @@ static void zs_plan_step_sizes(const zs_plan_input *in, const zs_plan_result *r,
     ps->Pp = (double)r->padded;
     ps->p = (double)zs_dtype_size(c->precision);
     ps->g = (double)zs_dtype_size(in->grad_precision);
+    ps->held = (double)zs_dtype_size(zs_run_config_grad_dtype(c));
     /* gradient reductions per step: one per micro-batch, or one (stages 0
      * and 1 with the step schedule) */
     ps->once = zs_step_reduce_once(c);
@@ -441,7 +446,7 @@ static void zs_plan_colls_reduce(zs_plan_result *r, const zs_plan_step *ps)
                               pr->qgz_calls_per_step, M, 2);
     } else
         zs_plan_add_coll(r, ZS_COLL_REDUCE_SCATTER,
-                         (double)pr->rs_bytes_per_step * (c->deterministic ? 1.0 : ps->g / ps->p),
+                         (double)pr->rs_bytes_per_step * (c->deterministic ? 1.0 : ps->g / ps->held),
                          pr->rs_calls_per_step, N);
     double rounds = pr->reduce_rounds_per_step;
     for (int i = red0; ps->st == 3 && i < r->ncolls; i++)
@@ -470,7 +475,7 @@ static void zs_plan_colls_gather(zs_plan_result *r, const zs_plan_step *ps)
                           c->hpz_partition_size, 1);
     } else {
         zs_plan_add_coll(r, ZS_COLL_ALLGATHER,
-                         (double)pr->ag_bytes_per_step * (ps->st == 0 ? ps->g / ps->p : 1.0),
+                         (double)pr->ag_bytes_per_step * (ps->st == 0 ? ps->g / ps->held : 1.0),
                          pr->ag_calls_per_step, N);
         if (ps->st == 3 && pr->ag_bytes_per_step > 0)
             r->colls[r->ncolls - 1].link_bytes = pr->ag_link_bytes_per_step;

@@ -47,7 +47,7 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
     p->padded = part.padded;
     p->shard = part.shard;
     size_t P = part.padded, S = part.shard;
-    size_t ps = zs_dtype_size(cfg->precision);
+    size_t ps = zs_dtype_size(cfg->precision), gs = zs_dtype_size(zs_run_config_grad_dtype(cfg));
     int mixed = cfg->precision != ZS_DTYPE_F32, st = cfg->stage;
     size_t opt = st == 0 ? P : S;
 
@@ -73,10 +73,10 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
     size_t GA = (size_t)cfg->grad_accum;
     if (zs_step_reduce_once(cfg)) /* the step schedule: no reduced shard; fixed
                                      point accumulates the full gradient */
-        p->bytes[ZS_MEM_GRADS] = ps * P + (cfg->deterministic && GA > 1 ? 8 * P : 0);
+        p->bytes[ZS_MEM_GRADS] = gs * P + (cfg->deterministic && GA > 1 ? 8 * P : 0);
     else
         p->bytes[ZS_MEM_GRADS] =
-            (st <= 1 ? ps * P + ps * S : ps * S) + (cfg->deterministic ? 8 * S : 0);
+            (st <= 1 ? gs * P + gs * S : gs * S) + (cfg->deterministic ? 8 * S : 0);
     p->bytes[ZS_MEM_OPT_MASTER] = mixed ? 4 * opt : 0;
     p->bytes[ZS_MEM_OPT_M] = 4 * opt;
     p->bytes[ZS_MEM_OPT_V] = zs_optim_has_variance(cfg->optimizer) ? 4 * opt : 0;
@@ -90,7 +90,7 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
         cfg->compression.kind != ZS_COMP_NONE && cfg->error_feedback ? 4 * P : 0;
     p->has[ZS_MEM_COMPRESSION] = 1;
 
-    p->rs_bytes_per_step = (zs_step_reduce_once(cfg) ? 1 : GA) * P * (cfg->deterministic ? 8 : ps);
+    p->rs_bytes_per_step = (zs_step_reduce_once(cfg) ? 1 : GA) * P * (cfg->deterministic ? 8 : gs);
     if (st == 3) {
         /* each micro-batch: a forward and a backward pass of gathers, plus
          * the recomputed segments' units again (activation checkpointing) */
@@ -105,7 +105,7 @@ int zs_predict_closed(const zs_run_config *cfg, int world, zs_prediction *p)
         p->ag_bytes_per_step = GA * ps * (2 * p->gathered_per_pass + recompute);
         p->ag_bytes_per_skipped_step = p->ag_bytes_per_step;
     } else {
-        p->ag_bytes_per_step = ps * P;
+        p->ag_bytes_per_step = (st == 0 ? gs : ps) * P; /* stage 0: the gradients */
         p->ag_bytes_per_skipped_step = 0;
     }
     zs_model_destroy(m);

@@ -93,7 +93,7 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->reduce_once = e->shape->reduce_step;
     /* the step schedule reduces into gfull's own part, which the norm, the
      * optimizer and stage 0's allgather then read in place */
-    e->gshard = e->reduce_once ? (char *)e->gfull + p->shard_begin * e->param_elsize
+    e->gshard = e->reduce_once ? (char *)e->gfull + p->shard_begin * e->grad_elsize
                                : e->buf[ZS_BUF_GSHARD];
     e->gacc = e->buf[ZS_BUF_GACC];
     e->gfix = e->buf[ZS_BUF_GFIX];
@@ -238,6 +238,11 @@ int zs_engine_create(const zs_run_config *cfg, zs_backend_t be, zs_mem_t mem, zs
     return zs_engine_create_shared(cfg, be, mem, comm, NULL, out);
 }
 
+static zs_comm_type zs_engine_comm_type(zs_dtype t)
+{
+    return t == ZS_DTYPE_F32 ? ZS_CT_F32 : t == ZS_DTYPE_BF16 ? ZS_CT_BF16 : ZS_CT_F16;
+}
+
 /* The configuration's own fields, after zerosim/compat.h's rules for what
  * the backend cannot run. */
 static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
@@ -261,9 +266,10 @@ static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
     if (!e->phantom)
         ZS_TRY(zs_compat_check_device(cfg, zs_comm_size(e->comm), zs_backend_name(be),
                                       zs_backend_host_accessible(be), zs_backend_has_tp(be)));
-    e->comm_dtype = e->param_dtype == ZS_DTYPE_F32    ? ZS_CT_F32
-                    : e->param_dtype == ZS_DTYPE_BF16 ? ZS_CT_BF16
-                                                      : ZS_CT_F16;
+    e->comm_dtype = zs_engine_comm_type(e->param_dtype);
+    e->grad_dtype = zs_run_config_grad_dtype(cfg);
+    e->grad_elsize = zs_dtype_size(e->grad_dtype);
+    e->grad_comm_dtype = zs_engine_comm_type(e->grad_dtype);
     if (e->stage < 0 || e->stage > 3)
         ZS_FAIL("ZeRO stage must be 0, 1, 2 or 3, got %d", e->stage);
     if (cfg->qat) {
@@ -330,10 +336,10 @@ static int zs_engine_create_layout(zs_engine *e, const zs_run_config *cfg,
     ZS_TRY(zs_step_program_build(e->shape, lm, e->part.rank, &e->prog));
     if (e->shape->onebit_elems)
         ZS_TRY(zs_step_program_build_onebit(e->shape, lm, e->part.rank, &e->prog_onebit));
-    /* fixed point: fp16 values are exact with 24 fractional bits; fp32 and
-     * bf16 keep 40. The limit keeps the sum of all micro-batches of a step
-     * below 2^62. */
-    e->frac_bits = e->param_dtype == ZS_DTYPE_F16 ? 24 : 40;
+    /* fixed point: fp16 gradients are exact with 24 fractional bits; fp32
+     * and bf16 keep 40. The limit keeps the sum of all micro-batches of a
+     * step below 2^62. */
+    e->frac_bits = e->grad_dtype == ZS_DTYPE_F16 ? 24 : 40;
     e->fix_limit = (int64_t)((((uint64_t)1) << 62) / ((uint64_t)cfg->grad_accum * (uint64_t)N));
     return 0;
 }
@@ -460,7 +466,7 @@ void zs_engine_destroy(zs_engine *e)
     if (e->shape && e->bucket_buf)
         for (int k = 0; k < e->shape->nbuckets; k++)
             zs_mem_free(mem, ZS_MEM_COMM_BUFFERS, e->bucket_buf[k],
-                        (e->shape->buckets[k].hi - e->shape->buckets[k].lo) * e->param_elsize);
+                        (e->shape->buckets[k].hi - e->shape->buckets[k].lo) * e->grad_elsize);
     if (e->comm && e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, NULL, 0);
     if (e->comm)

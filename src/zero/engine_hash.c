@@ -404,7 +404,7 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
         grad = e->gfull;
     size_t n = p->num_params;
     float *shard = malloc(p->shard * sizeof(float) + 1);
-    void *raw = malloc(p->shard * e->param_elsize + 1);
+    void *raw = malloc(p->shard * e->grad_elsize + 1);
     float *mine = lead ? malloc(p->padded * sizeof(float)) : NULL;
     float *all = root && e->tp_comm ? malloc((size_t)e->tp_size * n * sizeof(float) + 1) : NULL;
     int rc = 0;
@@ -412,11 +412,11 @@ int zs_engine_get_full_grads(zs_engine *e, float loss_scale, float *full)
         rc = zs_error_set("out of host memory gathering %zu gradients", p->padded);
     if (!rc) {
         zs_comm_set_context(e->comm, ZS_PHASE_REPORT, -1);
-        zs_backend_copy_d2h(e->be, raw, grad, p->shard * e->param_elsize);
+        zs_backend_copy_d2h(e->be, raw, grad, p->shard * e->grad_elsize);
         for (size_t i = 0; i < p->shard; i++) {
-            float g = e->param_dtype == ZS_DTYPE_F32
+            float g = e->grad_dtype == ZS_DTYPE_F32
                           ? ((const float *)raw)[i]
-                          : zs_engine_half_to_f32(((const uint16_t *)raw)[i], e->param_dtype);
+                          : zs_engine_half_to_f32(((const uint16_t *)raw)[i], e->grad_dtype);
             shard[i] = (float)((double)g * mul);
         }
         rc = zs_comm_gather_root(e->comm, shard, (int)p->shard, mine, ZS_CT_F32);

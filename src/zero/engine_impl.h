@@ -93,10 +93,15 @@ struct zs_engine {
     zs_data *data;
     const zs_layout *lay;
     int nunits;                 /* units */
-    zs_dtype param_dtype;       /* storage type of params and grads */
+    zs_dtype param_dtype;       /* storage type of the parameters */
     size_t param_elsize;        /* its size */
+    zs_dtype grad_dtype;        /* of the gradients: stored, accumulated over
+                                   the micro-batches and reduced in it
+                                   (zs_run_config_grad_dtype) */
+    size_t grad_elsize;         /* its size */
     int mixed;
-    zs_comm_type comm_dtype;    /* comm type of gradients and params */
+    zs_comm_type comm_dtype;    /* comm type of the parameters */
+    zs_comm_type grad_comm_dtype; /* of the gradients */
 
     void *buf[ZS_BUF_N];        /* the shape's buffers; NULL when 0 bytes */
     /* model states; "full" arrays have Ψp elements, shards S */
@@ -105,13 +110,13 @@ struct zs_engine {
     float *master, *exp_avg, *exp_avg_sq; /* stage 0 full, else shard; master
                                    aliases the params when !mixed */
     void *gfull;                /* stages 0, 1: full gradient buffer */
-    void *gshard;               /* reduced gradient shard (param_dtype); with
+    void *gshard;               /* reduced gradient shard (grad_dtype); with
                                    the step schedule, this rank's part of gfull */
     int64_t *gacc;              /* deterministic: fixed-point shard accumulator */
     int64_t *gfix;              /* deterministic, step schedule, grad_accum > 1:
                                    the full gradient accumulated in fixed point */
     int reduce_once;            /* the step schedule: one reduction per step */
-    void *recv;                 /* this rank's part of one bucket (param_dtype
+    void *recv;                 /* this rank's part of one bucket (grad_dtype
                                    or int64) */
     int64_t *fixbuf;            /* deterministic: one bucket in fixed point */
     int frac_bits;

@@ -87,7 +87,7 @@ int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
         ZS_FAIL("internal: a gradient of an entry this rank does not hold (%d)", id);
     size_t hi = lo + pe->numel;
     if (e->stage <= 1) {
-        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->param_elsize, e->param_dtype,
+        zs_backend_accumulate_f32(e->be, (char *)e->gfull + lo * e->grad_elsize, e->grad_dtype,
                                   src, pe->numel);
         return 0;
     }
@@ -98,8 +98,8 @@ int zs_engine_commit_entry(zs_engine *e, int id, const float *src)
             continue;
         if (!e->bucket_buf[k])
             ZS_FAIL("internal: bucket %d written before the program gave it a buffer", k);
-        zs_backend_accumulate_f32(e->be, (char *)e->bucket_buf[k] + (s - b->lo) * e->param_elsize,
-                                  e->param_dtype, src + (s - lo), t - s);
+        zs_backend_accumulate_f32(e->be, (char *)e->bucket_buf[k] + (s - b->lo) * e->grad_elsize,
+                                  e->grad_dtype, src + (s - lo), t - s);
     }
     return 0;
 }

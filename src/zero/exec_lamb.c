@@ -48,7 +48,7 @@ int zs_engine_lamb_step(zs_engine *e, size_t base, size_t n, float *master, floa
         ZS_FAIL("out of host memory for LAMB's sums of %d tensors over %d ranks", E, N);
     }
     if (!e->phantom)
-        zs_optim_lamb_moments(c, e->grad_mul, m, v, grad, e->param_dtype, n);
+        zs_optim_lamb_moments(c, e->grad_mul, m, v, grad, e->grad_dtype, n);
     for (int q = 0; q < N && !e->phantom; q++) {
         if (!whole && q != e->part.rank)
             continue;

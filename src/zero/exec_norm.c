@@ -23,14 +23,14 @@ static int zs_engine_check(zs_engine *e)
         ZS_TRY(zs_engine_reduce_experts(e));
     if (e->det && !e->reduce_once) { /* the step schedule converted each part as it came */
         double t0 = zs_clock();
-        zs_backend_from_fixed(e->be, e->gshard, e->param_dtype, e->gacc, p->shard, e->frac_bits);
+        zs_backend_from_fixed(e->be, e->gshard, e->grad_dtype, e->gacc, p->shard, e->frac_bits);
         if (e->grad_shard_on_host) /* converted into the host's shard */
-            zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->param_elsize,
+            zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->grad_elsize,
                                     zs_clock() - t0);
     }
     /* overflow: fixed-point range, or inf/NaN in the reduced gradients */
     int flags = (e->fix_overflows > 0) |
-                (zs_backend_count_nonfinite(e->be, e->gshard, e->param_dtype, p->shard) > 0) << 1;
+                (zs_backend_count_nonfinite(e->be, e->gshard, e->grad_dtype, p->shard) > 0) << 1;
     if (e->xsplit && zs_backend_count_nonfinite(e->be, zs_engine_xgrad_shard(e), e->param_dtype,
                                                 e->shape->xshard) > 0)
         flags |= 2;
@@ -58,8 +58,8 @@ static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
 {
     const zs_partition *p = &e->part;
     if (e->tp_rank == 0)
-        return zs_backend_sumsq(e->be, (const char *)e->gshard + lo * e->param_elsize,
-                                e->param_dtype, n);
+        return zs_backend_sumsq(e->be, (const char *)e->gshard + lo * e->grad_elsize,
+                                e->grad_dtype, n);
     size_t a = p->shard_begin + lo, b = a + n; /* flat range */
     double s = 0.0;
     int lo_i = 0, hi_i = e->lay->n_entries - 1;
@@ -78,8 +78,8 @@ static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
         size_t y = pe->offset + pe->numel < b ? pe->offset + pe->numel : b;
         if (x < y)
             s += zs_backend_sumsq(e->be,
-                                  (const char *)e->gshard + (x - p->shard_begin) * e->param_elsize,
-                                  e->param_dtype, y - x);
+                                  (const char *)e->gshard + (x - p->shard_begin) * e->grad_elsize,
+                                  e->grad_dtype, y - x);
     }
     return s; /* the padding beyond the parameters is zero */
 }
@@ -123,8 +123,8 @@ static void zs_engine_tp_chain(zs_engine *e, size_t g, size_t n, size_t pos, siz
             continue;
         if (x == (eo > blk_lo ? eo : blk_lo))
             run[2] = 0.0; /* the entry's part of the block starts here */
-        run[2] = zs_sumsq_from(run[2], (const char *)e->gshard + (pos + x - g) * e->param_elsize,
-                               e->param_dtype, y - x);
+        run[2] = zs_sumsq_from(run[2], (const char *)e->gshard + (pos + x - g) * e->grad_elsize,
+                               e->grad_dtype, y - x);
         if (y == (ee < blk_end ? ee : blk_end)) { /* and ends here */
             run[1] += run[2];
             run[2] = 0.0;
@@ -173,8 +173,8 @@ static int zs_engine_norm_pp(zs_engine *e, double *sumsq)
                 zs_engine_tp_chain(e, g, n, pos - lo, k * blk, end, run);
             else
                 run[1] =
-                    zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->param_elsize,
-                                  e->param_dtype, n);
+                    zs_sumsq_from(run[1], (const char *)e->gshard + (pos - lo) * e->grad_elsize,
+                                  e->grad_dtype, n);
             if (g + n == end) { /* it ends here */
                 run[0] += run[1];
                 run[1] = 0.0;
@@ -235,7 +235,8 @@ static void zs_xsq_add(zs_xsq *a, float f)
         zs_xsq_carry(a);
 }
 
-/* Add the squares of n typed values of device memory x. */
+/* Add the squares of n gradients (grad_dtype) of device memory x (the
+ * expert store's too: --ep keeps the working precision, compat.c). */
 static void zs_xsq_add_buf(zs_engine *e, zs_xsq *a, const void *x, size_t n)
 {
     enum { PIECE = 1 << 14 };
@@ -243,12 +244,12 @@ static void zs_xsq_add_buf(zs_engine *e, zs_xsq *a, const void *x, size_t n)
     uint16_t h[PIECE];
     for (size_t off = 0; off < n && !e->phantom; off += PIECE) {
         size_t k = n - off < PIECE ? n - off : PIECE;
-        if (e->param_dtype == ZS_DTYPE_F32) {
+        if (e->grad_dtype == ZS_DTYPE_F32) {
             zs_backend_copy_d2h(e->be, f, (const float *)x + off, k * 4);
         } else {
             zs_backend_copy_d2h(e->be, h, (const uint16_t *)x + off, k * 2);
             for (size_t j = 0; j < k; j++)
-                f[j] = zs_engine_half_to_f32(h[j], e->param_dtype);
+                f[j] = zs_engine_half_to_f32(h[j], e->grad_dtype);
         }
         for (size_t j = 0; j < k; j++)
             zs_xsq_add(a, f[j]);
@@ -314,7 +315,7 @@ static int zs_engine_norm_blocks(zs_engine *e, double *sumsq)
     size_t nblk = p->shard / e->norm_block;
     for (size_t i = 0; i < nblk; i++)
         e->norm_local[i] = zs_backend_sumsq(
-            e->be, (const char *)e->gshard + i * e->norm_block * e->param_elsize, e->param_dtype,
+            e->be, (const char *)e->gshard + i * e->norm_block * e->grad_elsize, e->grad_dtype,
             e->norm_block);
     ZS_TRY(zs_comm_allgather_small(e->comm, e->norm_local, e->norm_all, (int)nblk, ZS_CT_F64));
     *sumsq = 0.0;

@@ -22,7 +22,7 @@ int zs_engine_exec_optimizer_full(zs_engine *e, const zs_step_op *o, int *stop)
         return zs_engine_lamb_step(e, 0, o->elems, e->master, e->exp_avg, e->exp_avg_sq,
                                    e->gfull, e->mixed ? e->params : NULL);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
-                  e->exp_avg_sq, e->gfull, e->param_dtype, e->mixed ? e->params : NULL,
+                  e->exp_avg_sq, e->gfull, e->grad_dtype, e->mixed ? e->params : NULL,
                   e->param_dtype, 0, o->elems);
     return e->xsplit ? zs_engine_step_experts(e) : 0;
 }
@@ -37,7 +37,7 @@ int zs_engine_exec_optimizer_shard(zs_engine *e, const zs_step_op *o, int *stop)
         return zs_engine_lamb_step(e, e->part.shard_begin, o->elems, e->master, e->exp_avg,
                                    e->exp_avg_sq, e->gshard, e->param_out);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
-                  e->exp_avg_sq, e->gshard, e->param_dtype, e->param_out, e->param_dtype, 0,
+                  e->exp_avg_sq, e->gshard, e->grad_dtype, e->param_out, e->param_dtype, 0,
                   o->elems);
     return e->xsplit ? zs_engine_step_experts(e) : 0;
 }
@@ -51,7 +51,7 @@ int zs_engine_exec_optimizer_host(zs_engine *e, const zs_step_op *o, int *stop)
         return zs_engine_lamb_step(e, e->part.shard_begin, o->elems, e->master, e->exp_avg,
                                    e->exp_avg_sq, e->hgrad, e->hparam);
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
-                  e->exp_avg_sq, e->hgrad, e->param_dtype, e->hparam, e->param_dtype, 0,
+                  e->exp_avg_sq, e->hgrad, e->grad_dtype, e->hparam, e->param_dtype, 0,
                   o->elems);
     return 0;
 }

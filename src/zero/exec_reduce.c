@@ -23,7 +23,7 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src, s
     const zs_comp_spec *cs = &e->cfg.compression;
     int N = e->part.world;
     size_t n = b->hi - b->lo;
-    zs_backend_convert_to_f32(e->be, e->cx, src, e->param_dtype, n);
+    zs_backend_convert_to_f32(e->be, e->cx, src, e->grad_dtype, n);
     /* the residual is kept unscaled, so a change of the fp16 loss scale
      * does not change what it means */
     float scale = e->scaler.scale;
@@ -58,12 +58,12 @@ static int zs_engine_exchange_compressed(zs_engine *e, int k, const void *src, s
         zs_comp_decompress_add(cs, e->crecv + (size_t)q * rb, rcount, e->cacc);
     size_t off = rbegin - e->part.shard_begin;
     if (e->reduce_once) /* the shard is gfull's part: it held this rank's own gradient */
-        zs_backend_memset0(e->be, (char *)e->gshard + off * e->param_elsize,
-                           rcount * e->param_elsize);
-    zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->param_elsize, e->param_dtype,
+        zs_backend_memset0(e->be, (char *)e->gshard + off * e->grad_elsize,
+                           rcount * e->grad_elsize);
+    zs_backend_accumulate_f32(e->be, (char *)e->gshard + off * e->grad_elsize, e->grad_dtype,
                               e->cacc, rcount);
     if (e->grad_shard_on_host) /* this part went down to the host's shard */
-        zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->param_elsize, 0.0);
+        zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->grad_elsize, 0.0);
     return 0;
 }
 
@@ -82,7 +82,7 @@ static int zs_engine_reduce_start(zs_engine *e, int k, int async)
     const zs_step_range *b = &e->shape->buckets[k];
     size_t n = b->hi - b->lo;
     const void *src =
-        e->stage <= 1 ? (const char *)e->gfull + b->lo * e->param_elsize : e->bucket_buf[k];
+        e->stage <= 1 ? (const char *)e->gfull + b->lo * e->grad_elsize : e->bucket_buf[k];
     zs_step_counts(e->shape, b->lo, b->hi, e->counts, NULL);
     e->rs_bucket = k;
     e->rs_async = async;
@@ -92,10 +92,10 @@ static int zs_engine_reduce_start(zs_engine *e, int k, int async)
         return zs_engine_exchange_compressed(e, k, src, rbegin, rcount);
     }
     const void *send = src;
-    zs_comm_type ct = e->comm_dtype;
+    zs_comm_type ct = e->grad_comm_dtype;
     if (e->det) {
         if (!e->gfix)
-            e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, src, e->param_dtype, n,
+            e->fix_overflows += zs_backend_to_fixed(e->be, e->fixbuf, src, e->grad_dtype, n,
                                                     e->frac_bits, e->fix_limit);
         send = e->gfix ? (const void *)(e->gfix + b->lo) : (const void *)e->fixbuf;
         ct = ZS_CT_I64;
@@ -126,25 +126,25 @@ static int zs_engine_reduce_finish(zs_engine *e)
         }
         if (e->det) {
             if (e->reduce_once)
-                zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->param_elsize,
-                                      e->param_dtype, e->recv, rcount, e->frac_bits);
+                zs_backend_from_fixed(e->be, (char *)e->gshard + off * e->grad_elsize,
+                                      e->grad_dtype, e->recv, rcount, e->frac_bits);
             else
                 zs_backend_add_i64(e->be, e->gacc + off, e->recv, rcount);
         } else {
             if (e->reduce_once)
-                zs_backend_memset0(e->be, (char *)e->gshard + off * e->param_elsize,
-                                   rcount * e->param_elsize);
+                zs_backend_memset0(e->be, (char *)e->gshard + off * e->grad_elsize,
+                                   rcount * e->grad_elsize);
             double t2 = zs_clock();
-            zs_backend_add_typed(e->be, (char *)e->gshard + off * e->param_elsize, e->recv,
-                                 e->param_dtype, rcount);
+            zs_backend_add_typed(e->be, (char *)e->gshard + off * e->grad_elsize, e->recv,
+                                 e->grad_dtype, rcount);
             if (e->grad_shard_on_host) /* the reduced part, added into the host's shard */
-                zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->param_elsize,
+                zs_comm_record_transfer(e->comm, ZS_OP_D2H, rcount * e->grad_elsize,
                                         zs_clock() - t2);
         }
     }
     if (e->stage >= 2) {
         zs_mem_free(e->mem, ZS_MEM_COMM_BUFFERS, e->bucket_buf[k],
-                    (b->hi - b->lo) * e->param_elsize);
+                    (b->hi - b->lo) * e->grad_elsize);
         e->bucket_buf[k] = NULL;
     }
     return 0;
@@ -170,14 +170,16 @@ int zs_engine_progress(zs_engine *e)
 }
 
 /* Allgather piece i of a full array whose shard this rank holds at its
- * place (pieces of allgather_bucket_size elements). */
-static int zs_engine_allgather_piece(zs_engine *e, void *full, int i)
+ * place (pieces of allgather_bucket_size elements), of elements of elsize
+ * bytes sent as ct. */
+static int zs_engine_allgather_piece(zs_engine *e, void *full, size_t elsize, zs_comm_type ct,
+                                     int i)
 {
     size_t lo = (size_t)i * e->shape->ag_piece;
     size_t hi = lo + e->shape->ag_piece < e->part.padded ? lo + e->shape->ag_piece : e->part.padded;
     zs_step_counts(e->shape, lo, hi, e->counts, e->displs);
-    return zs_comm_allgatherv_inplace(e->comm, (char *)full + lo * e->param_elsize, e->counts,
-                                      e->displs, e->comm_dtype, i);
+    return zs_comm_allgatherv_inplace(e->comm, (char *)full + lo * elsize, e->counts, e->displs,
+                                      ct, i);
 }
 
 /* ---- executors ------------------------------------------------------------- */
@@ -193,7 +195,7 @@ int zs_engine_exec_begin(zs_engine *e, const zs_step_op *o, int *stop)
     if (e->gfix)
         zs_backend_memset0(e->be, e->gfix, p->padded * 8);
     if (!e->reduce_once) /* the step schedule's shard is part of gfull */
-        zs_backend_memset0(e->be, e->gshard, p->shard * e->param_elsize);
+        zs_backend_memset0(e->be, e->gshard, p->shard * e->grad_elsize);
     if (e->xgacc)
         zs_backend_memset0(e->be, e->xgacc, e->shape->buf[ZS_BUF_XGACC].bytes);
     e->fix_overflows = 0;
@@ -204,8 +206,8 @@ int zs_engine_exec_begin(zs_engine *e, const zs_step_op *o, int *stop)
 int zs_engine_exec_zero_grads(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
-    zs_backend_memset0(e->be, (char *)e->gfull + e->shape->clo[o->index] * e->param_elsize,
-                       o->elems * e->param_elsize);
+    zs_backend_memset0(e->be, (char *)e->gfull + e->shape->clo[o->index] * e->grad_elsize,
+                       o->elems * e->grad_elsize);
     return 0;
 }
 
@@ -215,7 +217,7 @@ int zs_engine_exec_bucket_alloc(zs_engine *e, const zs_step_op *o, int *stop)
     const zs_step_range *b = &e->shape->buckets[o->index];
     if (e->bucket_buf[o->index])
         return 0;
-    return zs_mem_alloc(e->mem, ZS_MEM_COMM_BUFFERS, (b->hi - b->lo) * e->param_elsize,
+    return zs_mem_alloc(e->mem, ZS_MEM_COMM_BUFFERS, (b->hi - b->lo) * e->grad_elsize,
                         &e->bucket_buf[o->index]);
 }
 
@@ -226,8 +228,8 @@ int zs_engine_exec_accum_fixed(zs_engine *e, const zs_step_op *o, int *stop)
     const zs_step_range *b = &e->shape->buckets[o->index];
     size_t n = b->hi - b->lo;
     e->fix_overflows +=
-        zs_backend_to_fixed(e->be, e->fixbuf, (char *)e->gfull + b->lo * e->param_elsize,
-                            e->param_dtype, n, e->frac_bits, e->fix_limit);
+        zs_backend_to_fixed(e->be, e->fixbuf, (char *)e->gfull + b->lo * e->grad_elsize,
+                            e->grad_dtype, n, e->frac_bits, e->fix_limit);
     zs_backend_add_i64(e->be, e->gfix + b->lo, e->fixbuf, n);
     return 0;
 }
@@ -253,8 +255,8 @@ int zs_engine_exec_put_shard(zs_engine *e, const zs_step_op *o, int *stop)
     (void)o;
     (void)stop;
     const zs_partition *p = &e->part;
-    zs_backend_copy_d2d(e->be, (char *)e->gfull + p->shard_begin * e->param_elsize, e->gshard,
-                        p->shard * e->param_elsize);
+    zs_backend_copy_d2d(e->be, (char *)e->gfull + p->shard_begin * e->grad_elsize, e->gshard,
+                        p->shard * e->grad_elsize);
     return 0;
 }
 
@@ -262,5 +264,8 @@ int zs_engine_exec_put_shard(zs_engine *e, const zs_step_op *o, int *stop)
 int zs_engine_exec_allgather(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
-    return zs_engine_allgather_piece(e, e->stage == 0 ? e->gfull : e->params, o->index);
+    if (e->stage == 0)
+        return zs_engine_allgather_piece(e, e->gfull, e->grad_elsize, e->grad_comm_dtype,
+                                         o->index);
+    return zs_engine_allgather_piece(e, e->params, e->param_elsize, e->comm_dtype, o->index);
 }

@@ -192,7 +192,7 @@ int zs_engine_exec_optimizer_swapped(zs_engine *e, const zs_step_op *o, int *sto
         zs_optim_step(e->be, c, e->opt_steps, e->info->lr, e->grad_mul, zs_swap_slot(e, slot, 0),
                       zs_swap_slot(e, slot, 1),
                       states > 2 ? zs_swap_slot(e, slot, 2) : NULL,
-                      (const char *)e->hgrad + at * e->param_elsize, e->param_dtype,
+                      (const char *)e->hgrad + at * e->grad_elsize, e->grad_dtype,
                       (char *)e->hparam + at * e->param_elsize, e->param_dtype, 0, n);
         if (threaded)
             pthread_join(th, NULL);
@@ -223,8 +223,8 @@ int zs_engine_exec_offload_grads(zs_engine *e, const zs_step_op *o, int *stop)
     const zs_partition *p = &e->part;
     double t0 = zs_clock();
     if (!e->phantom)
-        zs_backend_copy_d2h(e->be, e->hgrad, e->gshard, p->shard * e->param_elsize);
-    zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->param_elsize, zs_clock() - t0);
+        zs_backend_copy_d2h(e->be, e->hgrad, e->gshard, p->shard * e->grad_elsize);
+    zs_comm_record_transfer(e->comm, ZS_OP_D2H, p->shard * e->grad_elsize, zs_clock() - t0);
     return 0;
 }
 

@@ -68,11 +68,13 @@ static void zs_count_transfers(const zs_step_shape *s, const zs_step_op *o, zs_s
     case ZS_SOP_TIED_SYNC:
         c->tied_sync_bytes += (double)o->elems * ps;
         break;
-    case ZS_SOP_ALLGATHER:
+    case ZS_SOP_ALLGATHER: /* stage 0 the gradients, stages 1, 2 the parameters */
         c->ag_calls += 1;
-        c->ag_bytes += (double)o->elems * ps;
+        c->ag_bytes += (double)o->elems * (s->stage == 0 ? (double)s->gs : ps);
         break;
     case ZS_SOP_OFFLOAD_GRADS:
+        c->d2h_applied_bytes += (double)o->elems * (double)s->gs;
+        break;
     case ZS_SOP_DOWNLOAD_PARAMS:
         c->d2h_applied_bytes += (double)o->elems * ps;
         break;
@@ -104,7 +106,7 @@ static size_t zs_count_reduce_temps(const zs_step_shape *s, const zs_step_op *o,
     zs_step_counts(s, bk->lo, bk->hi, rcnt, NULL);
     zs_qgz_sizes z; /* the columns --hierarchical sums are qgZ's too */
     zs_comm_qgz_sizes(rcnt, W, K, &z);
-    return qgz ? z.tmp_peak : z.col * (s->det ? 8 : s->ps);
+    return qgz ? z.tmp_peak : z.col * (s->det ? 8 : s->gs);
 }
 
 void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_step_count *c)
@@ -128,7 +130,7 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
 
     size_t live = 0, bucket_bytes = 0, gp = 0, gb = 0, qtmp = 0;
     int fwd = 0, bwd = 0;
-    double ps = (double)s->ps;
+    double gs = (double)s->gs;
     int qwz = s->stage == 3 && s->cfg.quantized_weights;
     /* a reduce-scatter's own temporaries (zerosim/comm.h), counted in
      * comm_buffers while it runs (it completes on return): over the
@@ -185,24 +187,24 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
                 bwd++;
             break;
         case ZS_SOP_BUCKET_ALLOC:
-            bucket_bytes += o->elems * s->ps;
+            bucket_bytes += o->elems * s->gs;
             if (bucket_bytes + qtmp > gb)
                 gb = bucket_bytes + qtmp;
             break;
         case ZS_SOP_REDUCE:
             c->rs_calls += 1;
-            c->rs_bytes += (double)o->elems * (s->det ? 8.0 : ps);
+            c->rs_bytes += (double)o->elems * (s->det ? 8.0 : gs);
             if (qgz || hier) {
                 size_t tmp = zs_count_reduce_temps(s, o, W, K, qgz, rcnt);
                 if (bucket_bytes + qtmp + tmp > gb)
                     gb = bucket_bytes + qtmp + tmp;
             }
             if (s->stage >= 2 && !(o->flags & ZS_SOPF_ASYNC))
-                bucket_bytes -= o->elems * s->ps;
+                bucket_bytes -= o->elems * s->gs;
             break;
         case ZS_SOP_REDUCE_WAIT: /* the buffer lived until now */
             if (s->stage >= 2)
-                bucket_bytes -= o->elems * s->ps;
+                bucket_bytes -= o->elems * s->gs;
             break;
         default:
             break;

@@ -226,13 +226,13 @@ int zs_step_shape_param_alone(const zs_step_shape *s)
 static void zs_shape_offload_buffers(zs_step_shape *s)
 {
     int st = s->stage;
-    size_t S = s->part.shard, ps = s->ps;
+    size_t S = s->part.shard, ps = s->ps, gs = s->gs;
     zs_buf_spec *b = s->buf;
     /* offload_optimizer (ZeRO-Offload): the fp32 master (in fp32 runs too:
      * the device keeps the working copy), m and v live on the host, or in
      * files with the nvme tier; the host receives the reduced gradient
-     * shard and sends back the updated parameter shard, each in working
-     * precision */
+     * shard (in the gradients' type) and sends back the updated parameter
+     * shard (in working precision) */
     zs_offload off = st >= 1 ? s->cfg.offload_optimizer : ZS_OFFLOAD_NONE;
     if (zs_step_shape_param_alone(s)) {
         /* offload_param alone (cpu): the parameter shard lives on the host
@@ -255,7 +255,7 @@ static void zs_shape_offload_buffers(zs_step_shape *s)
          * them); with the step schedule the shard is gfull's part on the
          * device, copied down before the optimizer */
         if (s->reduce_step) {
-            ZS_SETBUF(ZS_BUF_HGRAD, ZS_MEM_GRADS, S * ps);
+            ZS_SETBUF(ZS_BUF_HGRAD, ZS_MEM_GRADS, S * gs);
             b[ZS_BUF_HGRAD].tier = ZS_TIER_HOST;
         } else {
             b[ZS_BUF_GSHARD].tier = ZS_TIER_HOST;
@@ -316,7 +316,7 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
 {
     const zs_partition *p = &s->part;
     int st = s->stage;
-    size_t P = p->padded, S = p->shard, ps = s->ps;
+    size_t P = p->padded, S = p->shard, ps = s->ps, gs = s->gs;
     size_t opt = st == 0 ? P : S;
     zs_buf_spec *b = s->buf;
     ZS_SETBUF(ZS_BUF_PARAMS, ZS_MEM_PARAMS, (st == 3 ? S : P) * ps);
@@ -324,17 +324,17 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
     /* 1-bit Adam's momentum is exchanged padded: the padding stays 0 */
     ZS_SETBUF(ZS_BUF_M, ZS_MEM_OPT_M, (s->onebit_elems ? s->onebit_elems : opt) * 4);
     ZS_SETBUF(ZS_BUF_V, ZS_MEM_OPT_V, zs_optim_has_variance(s->cfg.optimizer) ? opt * 4 : 0);
-    ZS_SETBUF(ZS_BUF_GFULL, ZS_MEM_GRADS, st <= 1 ? P * ps : 0);
+    ZS_SETBUF(ZS_BUF_GFULL, ZS_MEM_GRADS, st <= 1 ? P * gs : 0);
     /* the step schedule reduces once, into GFULL's own part: no shard
      * accumulator, and in deterministic mode with accumulation the
      * micro-batches add up in fixed point (integer sums do not depend on
      * how they are grouped, so the bytes equal the micro-batch schedule's) */
-    ZS_SETBUF(ZS_BUF_GSHARD, ZS_MEM_GRADS, s->reduce_step ? 0 : S * ps);
+    ZS_SETBUF(ZS_BUF_GSHARD, ZS_MEM_GRADS, s->reduce_step ? 0 : S * gs);
     ZS_SETBUF(ZS_BUF_GACC, ZS_MEM_GRADS, s->det && !s->reduce_step ? S * 8 : 0);
     ZS_SETBUF(ZS_BUF_GFIX, ZS_MEM_GRADS,
               s->det && s->reduce_step && s->cfg.grad_accum > 1 ? P * 8 : 0);
     ZS_SETBUF(ZS_BUF_FIXBUF, ZS_MEM_COMM_BUFFERS, s->det ? s->max_bucket * 8 : 0);
-    ZS_SETBUF(ZS_BUF_RECV, ZS_MEM_COMM_BUFFERS, s->max_chunk * (s->det ? 8 : ps));
+    ZS_SETBUF(ZS_BUF_RECV, ZS_MEM_COMM_BUFFERS, s->max_chunk * (s->det ? 8 : gs));
     /* 1-bit Adam's worker and server errors; 1-bit LAMB's too, and its
      * fresh variance, last momentum and coefficients (exec_onebit.c); 0/1
      * Adam's, and a third part of onebit_elems, the 1-bit gradient before
@@ -351,7 +351,7 @@ void zs_step_shape_place_buffers(zs_step_shape *s)
     ZS_SETBUF(ZS_BUF_CRECV, ZS_MEM_COMM_BUFFERS, s->comp ? s->crecv_bytes + 1 : 0);
     /* the ring's two receive buffers (2 ranks receive straight into recv) */
     ZS_SETBUF(ZS_BUF_RING, ZS_MEM_COMM_BUFFERS,
-              p->world > 2 ? 2 * s->max_chunk * (s->det ? 8 : ps) : 0);
+              p->world > 2 ? 2 * s->max_chunk * (s->det ? 8 : gs) : 0);
     /* fp32 views of one unit: mixed precision converts, QAT fake-quantizes */
     ZS_SETBUF(ZS_BUF_STAGE_P, ZS_MEM_WORKSPACE,
               s->mixed || s->cfg.qat ? s->stage_elems * 4 : 0);
@@ -492,6 +492,8 @@ void zs_step_shape_init(zs_step_shape *s, const zs_run_config *cfg)
     s->det = cfg->deterministic;
     s->pt = cfg->precision;
     s->ps = zs_dtype_size(s->pt);
+    s->gt = zs_run_config_grad_dtype(cfg);
+    s->gs = zs_dtype_size(s->gt);
     s->mixed = cfg->precision != ZS_DTYPE_F32;
     s->comp = cfg->compression.kind != ZS_COMP_NONE;
     s->reduce_step = zs_step_reduce_once(cfg);
