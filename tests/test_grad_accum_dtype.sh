@@ -3,8 +3,8 @@
 # DeepSpeed's data_types.grad_accum_dtype "fp32"): the gradients are
 # stored, accumulated over the micro-batches and reduced in fp32.
 #  - per-step parameter hashes are the same in ZeRO stages 0-3 (0 and 3 in
-#    the fast run), with overlap_comm and offload; deterministic mode and
-#    the step schedule the same in their stages;
+#    the fast run), with overlap_comm and offload; deterministic mode, the
+#    step schedule and LAMB the same in their stages;
 #  - every memory category and collective of every rank equals its
 #    prediction (with the pipeline, compression, tensor parallelism and the
 #    two-level reduction too); a phantom run reports what the real run did;
@@ -89,6 +89,11 @@ for case in "--deterministic" "--grad-reduce step"; do
         measured_is_predicted "fp32 accumulation, deterministic stage $st" "$T/d$st"
     done
 done
+# LAMB, whose moments read the gradient shard
+train_hashes l0 2 $F --stage 0 --optimizer lamb || true
+train_hashes l2 2 $F --stage 2 --optimizer lamb || true
+same_hashes l2 l0
+measured_is_predicted "fp32 accumulation, LAMB" "$T/l2"
 # measured = predicted where the bytes are their own: compression, tensor
 # parallelism, the two-level reduction
 zs_run cz 2 $M $F --stage 2 --compression topk:0.1 --quiet &&
