@@ -4,6 +4,7 @@
 #     (tests/zeroone_ref.py: exact variance steps at doubling intervals,
 #     1-bit gradients between them, then local steps and 1-bit syncs);
 #     references with another local_step_scaler or var_freeze_step fail;
+#     eps from a DeepSpeed config is used (a reference with another fails);
 #   - while every step is a variance step it is 1-bit Adam before its
 #     freeze (Adam without bias correction), hash for hash;
 #   - on 2 ranks the ledger holds the schedule's hand count: the reduce-
@@ -33,6 +34,25 @@ if "$ZS" train $R --optimizer zerooneadam $S --weight-decay 0.01 --grad-clip 0 \
         bad "the reference with var_freeze_step 7 agrees too: the check cannot fail" || ok
 else
     bad "zerosim train --optimizer zerooneadam --dump-dir failed"; tail -3 "$T/dd.log"
+fi
+
+# 0b. eps from a DeepSpeed config reaches every kind of step (docs/onebit.md:
+# eps 1e-6, not 1e-8, is what keeps LeNet stable around the freeze)
+cat >"$T/zo6.cfg" <<'JSON'
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 0,
+ "optimizer": {"type": "ZeroOneAdam", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-6,
+               "weight_decay": 0.01, "var_freeze_step": 8, "var_update_scaler": 2,
+               "local_step_scaler": 3, "local_step_clipper": 4}}}
+JSON
+rm -rf "$T/d6"
+if "$ZS" train --layers 2 --hidden 16 --heads 2 --seq 8 --vocab 23 --steps 20 --warmup 0 --quiet \
+        --config "$T/zo6.cfg" --dump-dir "$T/d6" --dump-steps 0-20 >"$T/d6.log" 2>&1; then
+    python3 "$HERE/zeroone_ref.py" "$T/d6" 20 8 2 3 4 0.9 0.95 1e-6 0.01 >"$T/ref6" && ok ||
+        { bad "0/1 Adam with eps 1e-6 differs from the float64 reference"; head -5 "$T/ref6"; }
+    python3 "$HERE/zeroone_ref.py" "$T/d6" 20 8 2 3 4 0.9 0.95 1e-8 0.01 >"$T/ref6b" &&
+        bad "the reference with eps 1e-8 agrees with an eps 1e-6 run: eps is not used" || ok
+else
+    bad "zerosim train with ZeroOneAdam's eps from a config failed"; tail -3 "$T/d6.log"
 fi
 
 # 1. all variance steps: 1-bit Adam before its freeze, hash for hash

@@ -42,24 +42,30 @@ def main():
     d = sys.argv[1]
     steps, vfs, vscaler, lscaler, clipper = (int(x) for x in sys.argv[2:7])
     b1, b2, eps, wd = (float(x) for x in sys.argv[7:11])
-    dumps = [read_safetensors("%s/step_%06d.safetensors" % (d, k)) for k in range(steps + 1)]
-    names = [n[len("param."):] for n in dumps[0] if n.startswith("param.")]
+    def dump(k):
+        return read_safetensors("%s/step_%06d.safetensors" % (d, k))
+
+    last = dump(0)  # one step's dump at a time: a real model's runs are large
+    names = [n[len("param."):] for n in last if n.startswith("param.")]
     if not names:
         print("zeroone_ref: no parameters in %s/step_000000.safetensors" % d)
         return 1
-    sizes = [len(dumps[0]["param." + n]) for n in names]
+    sizes = [len(last["param." + n]) for n in names]
     P = sum(sizes)
     ob = OneBit((P + 7) // 8 * 8)
     m, v = [0.0] * P, [0.0] * P
     var_interval, var_counter, local_interval, local_counter = 1, 0, 1, 0
     lrs, w_sync, kinds = 0.0, None, []
     fails, worst = 0, 0.0
+    big = (0.0, 0, "", 0.0)  # the reference's largest |step| of an element: size, k, kind, sqrt(v)
     for k in range(1, steps + 1):
         t = k + 1
-        lr = dumps[k]["lr"][0]
-        w = [x for nm in names for x in dumps[k - 1]["param." + nm]]
-        g = [x for nm in names for x in dumps[k]["grad." + nm]]
-        got = [x for nm in names for x in dumps[k]["param." + nm]]
+        cur = dump(k)
+        lr = cur["lr"][0]
+        w = [x for nm in names for x in last["param." + nm]]
+        g = [x for nm in names for x in cur["grad." + nm]]
+        got = [x for nm in names for x in cur["param." + nm]]
+        last = cur
         frozen = t - 1 > max(vfs, 1)
         if not frozen:
             if t % var_interval == 0:
@@ -100,6 +106,9 @@ def main():
         # grow large (elements whose v is tiny), by sqrt(v) + eps: there the
         # relative tolerance is 1e-4, elsewhere 1e-5
         rtol = 1e-4 if kinds[-1] == "S" else 1e-5
+        for i in range(P):
+            if abs(want[i] - w[i]) > big[0]:
+                big = (abs(want[i] - w[i]), k, kinds[-1], math.sqrt(v[i]))
         lo = 0
         for nm, sz in zip(names, sizes):
             for i in range(lo, lo + sz):
@@ -111,6 +120,8 @@ def main():
                     fails += 1
                     break
             lo += sz
+    print("largest step of an element: %.3g at step %d (%s), where sqrt(v) = %.3g; largest "
+          "|w| %.3g" % (big[0], big[1], big[2], big[3], max(abs(x) for x in got)))
     print("zeroone_ref: %d tensors, %d steps (%s: E exact, g 1-bit gradient, l local, "
           "S sync), max error %.3g" % (len(names), steps, "".join(kinds), worst))
     return 1 if fails else 0
