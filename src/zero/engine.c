@@ -260,7 +260,8 @@ static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
      * nothing on it) */
     if (!e->phantom)
         ZS_TRY(zs_compat_check_device(cfg, zs_comm_size(e->comm), zs_backend_name(be),
-                                      zs_backend_host_accessible(be), zs_backend_has_tp(be)));
+                                      zs_backend_host_accessible(be), zs_backend_has_tp(be),
+                                      zs_backend_has_exact_sums(be)));
     e->comm_dtype = e->param_dtype == ZS_DTYPE_F32    ? ZS_CT_F32
                     : e->param_dtype == ZS_DTYPE_BF16 ? ZS_CT_BF16
                                                       : ZS_CT_F16;
