@@ -78,4 +78,21 @@ while [ "$a" -le "$nf" ] && [ "$count" -lt "$limit" ]; do
     a=$((a + 1))
 done
 echo "$count pairs"
+
+# rules outside the matrix's features: the exact sums of slices
+# (--exact-slices) on the GPT with --deterministic and no --cp (rule
+# exact-slices), on the portable backend (rule device+exact-slices, which
+# the engine asks of the backend it was given)
+SMALL="--steps 1 --layers 1 --hidden 32 --heads 4 --seq 8 --vocab 32 --micro-batch 1"
+# shellcheck disable=SC2086
+refuse -m "exact-slices" train $SMALL --backend ref --exact-slices 8
+# shellcheck disable=SC2086
+refuse -m "backend cpu has no exact sums" train $SMALL --deterministic --exact-slices 8
+# shellcheck disable=SC2086
+refuse -m "exact-slices" train --phantom --world-size 2 --cp 2 $SMALL --deterministic \
+    --exact-slices 8
+# accepted where they hold; 8 slices of a sequence of 8 positions need the
+# LayerNorm's scratch of 8 slices (it was sized for 4, and crashed)
+# shellcheck disable=SC2086
+zs_run exact 0 $SMALL --deterministic --backend ref --exact-slices 8 && ok
 finish

@@ -27,8 +27,9 @@ extern "C" {
 enum {
     ZS_SCOPE_TRAIN = 1u << 0,   /* zerosim train, real or --phantom */
     ZS_SCOPE_PLAN = 1u << 2,    /* zerosim plan */
-    ZS_SCOPE_DEVICE = 1u << 3,  /* a backend whose memory the host cannot
-                                   read (CUDA): the engine asks */
+    ZS_SCOPE_DEVICE = 1u << 3,  /* a backend's capabilities (CUDA's memory
+                                   the host cannot read, the portable
+                                   backend's exact sums): the engine asks */
     ZS_SCOPE_RUN = ZS_SCOPE_TRAIN | ZS_SCOPE_PLAN
 };
 
@@ -46,6 +47,8 @@ typedef struct {
                                 step program */
     int devices_per_node;    /* ZS_SCOPE_PLAN: the devices of one node
                                 (--devices-per-node); 0 where no rule needs it */
+    int backend_exact_sums;  /* ZS_SCOPE_DEVICE: it sums in fixed slices
+                                (the portable backend, --exact-slices) */
 } zs_compat_ctx;
 
 /* Apply every rule of x->scope to c in order: the first refusal fails with
@@ -56,7 +59,7 @@ int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x);
 /* Only the rules of the DEVICE scope, without changing cfg: the engine
  * asks before it allocates (phantom runs do not ask). */
 int zs_compat_check_device(const zs_run_config *cfg, int world, const char *backend,
-                           int backend_host, int backend_has_tp);
+                           int backend_host, int backend_has_tp, int backend_exact_sums);
 
 
 /* Expert parallelism in DeepSpeed's layout (zs_step_ep_split,

@@ -649,6 +649,25 @@ RULE(device_pp)
                "use --backend cpu", c->pp, x->backend);
 }
 
+/* ---- exact sums of slices (--exact-slices, docs/portable.md) ----------- */
+
+RULE(exact_slices_run)
+{
+    UNUSED_CTX;
+    return c->exact_slices > 0 &&
+           (!c->deterministic || c->model.kind != ZS_MODEL_GPT || c->cp > 1) &&
+           SAY("--exact-slices (zerosim.exact_slices) %d: the exact sums of slices are the "
+               "GPT's with --deterministic and no --cp: add --deterministic, or drop it",
+               c->exact_slices);
+}
+
+RULE(device_exact_slices)
+{
+    return c->exact_slices > 0 && !x->backend_exact_sums &&
+           SAY("--exact-slices (zerosim.exact_slices) %d: --backend %s has no exact sums of "
+               "slices: use --backend ref, or drop it", c->exact_slices, x->backend);
+}
+
 #define REFUSE ZS_COMPAT_REFUSE
 #define ADJUST ZS_COMPAT_ADJUST
 #define RUN ZS_SCOPE_RUN
@@ -774,6 +793,13 @@ static const zs_compat_rule rules[] = {
      "the planner has no 0/1 Adam schedule"},
     {"device+zerooneadam", "backend zerooneadam", DEVICE, REFUSE, device_zeroone,
      "the compressed exchange reads host memory"},
+    /* the portable backend's exact sums of slices */
+    {"exact-slices", "exact-slices deterministic model cp", ZS_SCOPE_TRAIN, REFUSE,
+     exact_slices_run,
+     "the slices cut the GPT's tensor-parallel sums; the ring attention's rows are the "
+     "whole sequence's"},
+    {"device+exact-slices", "backend exact-slices", DEVICE, REFUSE, device_exact_slices,
+     "only the portable backend sums in fixed slices"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
@@ -793,10 +819,12 @@ int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
 }
 
 int zs_compat_check_device(const zs_run_config *cfg, int world, const char *backend,
-                           int backend_host, int backend_has_tp)
+                           int backend_host, int backend_has_tp, int backend_exact_sums)
 {
     zs_run_config c = *cfg;
-    zs_compat_ctx x = {world, ZS_SCOPE_DEVICE, backend, backend_host, backend_has_tp, 0, 0};
+    zs_compat_ctx x = {.world = world, .scope = ZS_SCOPE_DEVICE, .backend = backend,
+                       .backend_host = backend_host, .backend_has_tp = backend_has_tp,
+                       .backend_exact_sums = backend_exact_sums};
     return zs_compat_apply(&c, &x);
 }
 
@@ -900,7 +928,8 @@ static void cell(int a, int b, unsigned scope, char *out, size_t n)
     zs_compat_base(&c);
     features[a].set(&c);
     features[b].set(&c);
-    zs_compat_ctx x = {ZS_COMPAT_BASE_WORLD, scope, NULL, 1, 1, 0, c.ranks_per_node};
+    zs_compat_ctx x = {.world = ZS_COMPAT_BASE_WORLD, .scope = scope, .backend_host = 1,
+                       .backend_has_tp = 1, .devices_per_node = c.ranks_per_node};
     char msg[512];
     int first = -1, i;
     /* the first refusal, else the first adjustment */

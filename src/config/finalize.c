@@ -347,7 +347,8 @@ int zs_run_config_finalize(zs_run_config *c, int world_size)
 {
     ZS_TRY(finalize_mesh(c, world_size));
     /* every rule about combinations of features (zerosim/compat.h) */
-    zs_compat_ctx cx = {world_size, ZS_SCOPE_TRAIN, NULL, 1, 1, 0, 0};
+    zs_compat_ctx cx = {.world = world_size, .scope = ZS_SCOPE_TRAIN, .backend_host = 1,
+                        .backend_has_tp = 1};
     ZS_TRY(zs_compat_apply(c, &cx));
     ZS_TRY(finalize_zeropp(c, world_size));
     ZS_TRY(finalize_offload(c));

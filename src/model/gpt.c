@@ -226,6 +226,15 @@ static size_t gpt_att_scratch_floats(const zs_model_config *c, size_t B)
     return zs_model_cp_size(c) > 1 ? 4 * zs_ring_kv_floats(c, (int)B) : 2 * gpt_att_floats(c, B);
 }
 
+/* The exact sums of slices' scratch (s_xtmp): a slice's product (BT rows
+ * of C), or the LayerNorm backward's per-slice (dw, db) with their maxima
+ * and sum, (2 S + 4) C for S = tp_exact_slices slices at most */
+static size_t gpt_exact_tmp_floats(const zs_model_config *c, size_t BT)
+{
+    size_t ln = 2 * (size_t)c->tp_exact_slices + 4;
+    return (BT > ln ? BT : ln) * (size_t)c->n_embd;
+}
+
 /* With tensor parallelism (P ranks) the attention's and the MLP's inner
  * activations (qkv, atty, fch, fch_gelu, att) and the logits hold 1/P:
  * BT·C·(2 + L·(4 + 12/P)) + L·(4·BT + B·NH/P·T²) + BT·(V/P + 3). */
@@ -388,7 +397,7 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
     gpt_stage(c, &b0, &b1, &head);
     /* exact sums of slices: a slice's result and its rows' maxima, and the
      * vocab-parallel loss's maxima and sums without tensor parallelism */
-    size_t exact = zs_decoder_exact(c) ? (BT > 12 ? BT : 12) * C + BT : 0;
+    size_t exact = zs_decoder_exact(c) ? gpt_exact_tmp_floats(c, BT) + BT : 0;
     return 4 * (BT * C * 2 + 12 * BT * C / P + gpt_att_scratch_floats(c, B) +
                 (head ? BT * V / P : 0) + (P > 1 || exact ? 3 * BT : 0) + sp + moe + exact);
 }
@@ -535,7 +544,7 @@ static void gpt_bind_scratch(zs_acts *a, int head, size_t ecc)
         a->s_sums = s; s += 2 * BT;
     }
     if (zs_decoder_exact(c)) {
-        a->s_xtmp = s; s += (BT > 12 ? BT : 12) * C;
+        a->s_xtmp = s; s += gpt_exact_tmp_floats(c, BT);
         a->s_xmax = s; s += BT;
     }
     if (gpt_sp(c)) {

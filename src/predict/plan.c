@@ -329,8 +329,10 @@ static int zs_plan_config(const zs_plan_input *in, zs_plan_result *r, zs_plan_st
                c.tp <= 1 && c.pp <= 1 && node_ranks < in->dp && in->dp % node_ranks == 0)
         c.ranks_per_node = node_ranks; /* the gathers' parts on each node's link */
     ZS_TRY(zs_run_config_finalize(&c, world));
-    zs_compat_ctx cx = {world, ZS_SCOPE_PLAN, NULL, 1, 1, /* the planner's own rules */
-                        in->convention != ZS_PLAN_ZEROSIM, in->devices_per_node};
+    zs_compat_ctx cx = {.world = world, .scope = ZS_SCOPE_PLAN, .backend_host = 1,
+                        .backend_has_tp = 1, /* the planner's own rules */
+                        .plan_closed_form = in->convention != ZS_PLAN_ZEROSIM,
+                        .devices_per_node = in->devices_per_node};
     ZS_TRY(zs_compat_apply(&c, &cx));
     if (in->convention != ZS_PLAN_ZEROSIM &&
         (c.compression.kind != ZS_COMP_NONE || c.deterministic))

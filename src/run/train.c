@@ -767,18 +767,12 @@ int zs_train(const zs_run_config *cfg, const zs_train_options *o, zs_comm_t comm
     zs_run_config local = *cfg;
     /* the portable backend with deterministic sums: the GPT's tensor-
      * parallel sums as exact sums of fixed slices (docs/portable.md); not
-     * with context parallelism (their rows are the whole sequence's) */
-    int exact = cfg->deterministic && cfg->model.kind == ZS_MODEL_GPT && cfg->cp <= 1 &&
-                zs_backend_has_exact_sums(be);
-    if (exact)
+     * with context parallelism (their rows are the whole sequence's). An
+     * --exact-slices these do not allow is refused by the compatibility
+     * table (rules exact-slices and device+exact-slices) */
+    if (cfg->deterministic && cfg->model.kind == ZS_MODEL_GPT && cfg->cp <= 1 &&
+        zs_backend_has_exact_sums(be))
         local.model.tp_exact_slices = cfg->exact_slices ? cfg->exact_slices : ZS_TP_EXACT_SLICES;
-    else if (cfg->exact_slices) {
-        zs_error_set("--exact-slices (zerosim.exact_slices) %d: the exact sums of slices are "
-                     "the GPT's on --backend ref with --deterministic and no --cp; add those "
-                     "or drop it", cfg->exact_slices);
-        zs_backend_release(be);
-        return zs_train_agree(comm, -1, r);
-    }
     int rc = zs_comm_set_ranks_per_node(comm, cfg->ranks_per_node);
     if (!rc && cfg->tp * cfg->pp * cfg->cp > 1) {
         rc = zs_mesh_create_cp(comm, cfg->tp, cfg->pp, cfg->cp, &mesh);

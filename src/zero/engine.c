@@ -265,7 +265,8 @@ static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
      * nothing on it) */
     if (!e->phantom)
         ZS_TRY(zs_compat_check_device(cfg, zs_comm_size(e->comm), zs_backend_name(be),
-                                      zs_backend_host_accessible(be), zs_backend_has_tp(be)));
+                                      zs_backend_host_accessible(be), zs_backend_has_tp(be),
+                                      zs_backend_has_exact_sums(be)));
     e->comm_dtype = zs_engine_comm_type(e->param_dtype);
     e->grad_dtype = zs_run_config_grad_dtype(cfg);
     e->grad_elsize = zs_dtype_size(e->grad_dtype);
