@@ -314,7 +314,6 @@ static int finalize_precision(zs_run_config *c)
     return 0;
 }
 
-/* Compression, QAT, activation checkpointing, the pipeline, the model. */
 /* Take key off list, the keys of no effect (", "-separated), if there. */
 static void drop_noeffect(char *list, const char *key)
 {
@@ -332,6 +331,7 @@ static void drop_noeffect(char *list, const char *key)
     }
 }
 
+/* Compression, QAT, activation checkpointing, the pipeline, the model. */
 static int finalize_features(zs_run_config *c)
 {
     if (c->model.kind == ZS_MODEL_LLAMA) { /* the Llama family's unset sizes */
