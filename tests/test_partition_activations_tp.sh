@@ -6,9 +6,10 @@
 # checkpoints; the checkpoint bytes are (nseg - 1) X / tp + X in place of
 # (nseg - 1) X (X = 4 B T C, one whole checkpoint), counted here by hand;
 # the all-gathers add (nseg - 2) calls per micro-batch of (tp - 1) / tp X
-# each; measured = predicted, plan = run, phantom = real. Refused with a
-# pipeline and with sequence parallelism, one line each; with --tp 1 the
-# key is listed among those of no effect, with --tp 2 it is not.
+# each; measured = predicted, plan = run, phantom = real. With a pipeline
+# (full tier) each micro-batch in flight keeps its stage's slices and one
+# whole checkpoint. Refused with sequence parallelism, one line; with --tp 1
+# the key is listed among those of no effect, with --tp 2 it is not.
 . "$(dirname "$0")/testlib.sh"
 
 printf '{"activation_checkpointing": {"partition_activations": true}}\n' >"$T/pa.json"
@@ -55,9 +56,7 @@ pa_case 2 2 every:1 1
 phantom_same n2-tp2-every1-s1-on 2 --tp 2 --stage 1 --checkpoint-activations every:1 \
     --config "$T/pa.json"
 
-# refused: with a pipeline, with sequence parallelism; one line each
-refuse -m "partition_activations" train $M --tp 2 --pp 2 --checkpoint-activations every:1 \
-    --config "$T/pa.json" --world-size 4 --phantom
+# refused with sequence parallelism, one line
 refuse -m "partition_activations" train $M --tp 2 --sequence-parallel \
     --checkpoint-activations every:1 --config "$T/pa.json" --world-size 2 --phantom
 
@@ -78,4 +77,28 @@ pa_case 2 2 every:2 3
 pa_case 4 2 every:1 2
 pa_case 4 4 every:1 0
 pa_case 2 2 every:1 1 --model llama --kv-heads 2 --ffn-hidden 48
+
+# a pipeline (tp 2 x pp 2, 8 blocks, 1F1B, every:1): stage 0 (rank 0)
+# keeps 3 checkpoints per micro-batch, 2 micro-batches in flight: by hand
+# 2 (3 X / 2 + X) bytes partitioned, 2 (3 X) whole; the schedules
+for sched in 1f1b gpipe interleaved; do
+    v=""
+    [ "$sched" = interleaved ] && v="--virtual-stages 2"
+    for pa in off on; do
+        cfg=""
+        [ "$pa" = on ] && cfg="--config $T/pa.json"
+        zs_run "pp-$sched-$pa" 4 $M --layers 8 --tp 2 --pp 2 --pp-schedule "$sched" $v \
+            --stage 1 --checkpoint-activations every:1 $cfg || continue
+    done
+    h0=$(key "$T/pp-$sched-off.json" param_hash) h1=$(key "$T/pp-$sched-on.json" param_hash)
+    [ -n "$h0" ] && [ "$h0" = "$h1" ] && ok || bad "pp $sched: param_hash $h1, whole checkpoints $h0"
+    measured_is_predicted "pp $sched partitioned" "$T/pp-$sched-on"
+done
+X=$((4 * 2 * 16 * 32))
+c0=$(mem "$T/pp-1f1b-off" checkpoints) c1=$(mem "$T/pp-1f1b-on" checkpoints)
+[ "$c0" = $((6 * X)) ] && [ "$c1" = $((5 * X)) ] && ok ||
+    bad "pp 1f1b: checkpoint bytes $c1 partitioned, $c0 whole; by hand $((5 * X)), $((6 * X))"
+M="$M --layers 8"
+phantom_same pp-1f1b-on 4 --tp 2 --pp 2 --stage 1 --checkpoint-activations every:1 \
+    --config "$T/pa.json"
 finish

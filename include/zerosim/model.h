@@ -314,11 +314,12 @@ size_t zs_model_scratch_bytes(const zs_model_config *c, int b);
  * (ckpt_partition), this rank's 1/tp of each and one whole checkpoint, the
  * input of the segment being recomputed or run backward. */
 size_t zs_model_checkpoint_bytes(const zs_model_config *c, int b);
-/* Partitioned checkpoints (ckpt_partition): the all-gathers over the
- * tensor-parallel group of one micro-batch's forward, backward and
- * recomputes (*calls of them) and their bytes, the whole checkpoints'
- * (the ring sends (tp - 1) / tp of it); 0 otherwise. */
-double zs_model_ckpt_gather_bytes(const zs_model_config *c, int b, int *calls);
+/* Partitioned checkpoints (ckpt_partition): 1 when the recomputed forward
+ * of unit u, in a pipeline chunk whose first unit is ufirst (0 without a
+ * pipeline), starts from a checkpoint that the tensor-parallel group
+ * all-gathers first (zs_model_boundary_elems floats; the step program's
+ * count, zs_step_count.ckpt_gathers). */
+int zs_model_ckpt_gathers(const zs_model_config *c, int u, int ufirst);
 /* Whether the forwards that follow recompute a segment (the engine says so
  * before a recomputing forward, and clears it before the others): with
  * partitioned checkpoints a recompute gathers the segment's input, and

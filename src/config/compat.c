@@ -162,18 +162,11 @@ RULE(tp_model)
 }
 
 /* partition_activations shards the checkpoints over the tensor-parallel
- * group (src/model/decoder.c): the checkpoints of a run without a pipeline,
- * each the same on every rank of the group. */
-RULE(partition_activations_pp_sp)
+ * group (src/model/decoder.c), each the same on every rank of the group. */
+RULE(partition_activations_sp)
 {
     UNUSED_CTX;
-    if (!c->partition_activations || c->tp < 2)
-        return 0;
-    if (c->pp > 1)
-        return SAY("activation_checkpointing.partition_activations with --tp %d and --pp %d is "
-                   "not modelled yet (a pipeline stage's checkpoints are whole): set it to "
-                   "false, or use --pp 1", c->tp, c->pp);
-    return c->sequence_parallel &&
+    return c->partition_activations && c->tp > 1 && c->sequence_parallel &&
            SAY("activation_checkpointing.partition_activations with --sequence-parallel: "
                "sequence parallelism already splits the checkpoints over the tensor-parallel "
                "group (each rank its positions): set it to false, or drop "
@@ -691,9 +684,9 @@ static const zs_compat_rule rules[] = {
      "Megatron-LM's sequence parallelism lives in the tensor-parallel group"},
     {"tp+mlp", "tp model", RUN, REFUSE, tp_model,
      "zerosim splits the decoders' layers only (Megatron-LM's split)"},
-    {"partition-activations+pp", "ckpt tp pp sp", RUN, REFUSE, partition_activations_pp_sp,
-     "not modelled yet with --pp (a stage's checkpoints are whole); with --sequence-parallel "
-     "each rank's checkpoints are its own positions, nothing replicated to partition"},
+    {"partition-activations+sp", "ckpt sp", RUN, REFUSE, partition_activations_sp,
+     "sequence parallelism's checkpoints are each rank's own positions: nothing replicated "
+     "to partition"},
     {"qat+tp", "qat tp", RUN, REFUSE, qat_tp,
      "the fake quantization's scales are of the tp = 1 tensors"},
     {"ep+moe", "ep moe", RUN, REFUSE, ep_moe, "experts are what expert parallelism deals out"},

@@ -426,7 +426,7 @@ static void gpt_bind_acts(zs_acts *a)
     gpt_stage(c, &b0, &b1, &head);
     if (gpt_pp_ckpt(c)) { /* working slots, checkpoints and the last output */
         int K = gpt_slots(c), nw = b1 - b0 + 1 < K ? b1 - b0 + 1 : K;
-        float *last = p, *ck = a->ckpt;
+        float *last = p;
         p += BTl * C;
         for (int j = 0; j < nw; j++) {
             float *w = a->work + (size_t)j * gpt_block_floats(c, (int)B);
@@ -436,11 +436,7 @@ static void gpt_bind_acts(zs_acts *a)
                     (*views[k])[l] = w + o;
             }
         }
-        for (int l = b0; l < b1; l++)
-            if ((l + 1) % K == 0) {
-                a->res3[l] = ck;
-                ck += BTl * C;
-            }
+        zs_decoder_bind_checkpoints(a);
         a->res3[b1] = last;
         if (b0 >= 1)
             a->res3[b0 - 1] = a->encoded;

@@ -674,15 +674,11 @@ static void llama_bind_acts(zs_acts *a)
     if (zs_decoder_pp_ckpt(c)) { /* the last output; the blocks' in the shared slots */
         int kinds = llama_range_kinds(c, b0, b1);
         size_t w = llama_slot_floats(c, b, kinds);
-        float *ck = a->ckpt, *last = p;
+        float *last = p;
         p += BTlC;
         for (int l = b0; a->work && l <= b1; l++)
             llama_bind_block(a, l, a->work + (size_t)((l - b0) % K) * w, kinds);
-        for (int l = b0; l < b1; l++)
-            if ((l + 1) % K == 0) {
-                a->res3[l] = ck;
-                ck += BTlC;
-            }
+        zs_decoder_bind_checkpoints(a);
         a->res3[b1] = last;
     } else if (c->pp_on) {
         for (int l = b0; l <= b1; l++) {

@@ -404,10 +404,9 @@ static int zs_model_seg_blocks(const zs_model_config *c)
     return c->ckpt_blocks;
 }
 
-double zs_model_ckpt_gather_bytes(const zs_model_config *c, int b, int *calls)
+int zs_model_ckpt_gathers(const zs_model_config *c, int u, int ufirst)
 {
-    *calls = 0;
-    return zs_model_is_decoder(c) ? zs_decoder_ckpt_gather_bytes(c, b, calls) : 0.0;
+    return zs_model_is_decoder(c) && zs_decoder_ckpt_gathers(c, u, ufirst);
 }
 
 void zs_model_acts_set_recompute(zs_acts *a, int recompute) { a->recompute = recompute; }

@@ -51,14 +51,15 @@ size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b);
  * outputs, partitioned ones add ckpt_full); the input of block l; before
  * a recomputed segment's first block, the all-gather of its input; after
  * a segment's last block in the first forward, this rank's slice of its
- * output kept and the whole output as the next segment's input; their
- * bytes per micro-batch (zs_model_ckpt_gather_bytes). */
+ * output kept and the whole output as the next segment's input; whether
+ * the forward of unit u, recomputed in a chunk whose first unit is ufirst,
+ * gathers (zs_model_ckpt_gathers). */
 int zs_decoder_ckpt_partitioned(const zs_model_config *c);
 void zs_decoder_bind_checkpoints(zs_acts *a);
 const float *zs_decoder_block_input(const zs_acts *a, int l);
 void zs_decoder_ckpt_gather(zs_model *m, zs_backend_t be, zs_acts *a, int l, int unit);
 void zs_decoder_ckpt_keep(zs_backend_t be, zs_acts *a, int l);
-double zs_decoder_ckpt_gather_bytes(const zs_model_config *c, int b, int *calls);
+int zs_decoder_ckpt_gathers(const zs_model_config *c, int u, int ufirst);
 
 /* Tensor and sequence parallelism's collectives over the model's
  * tensor-parallel group (src/model/decoder.c), for the GPT and the Llama
