@@ -47,6 +47,11 @@ typedef struct {
     int seq_len;      /* T, also the number of learned positions */
     int vocab;        /* V */
     int ckpt_blocks;  /* activation checkpointing: blocks per segment, 0 = off */
+    /* DeepSpeed's partition_activations with tp > 1 (src/model/decoder.c,
+     * zs_decoder_ckpt_partitioned): each tensor-parallel rank keeps 1/tp of
+     * every checkpoint and the group all-gathers a segment's before its
+     * recompute. 0: whole checkpoints. */
+    int ckpt_partition;
     /* tensor parallelism (Megatron-LM, arXiv 1909.08053): with tp > 1 the
      * model of rank tp_rank holds its shard only: attention QKV column-
      * parallel by heads, its output projection row-parallel, the MLP's
@@ -305,8 +310,21 @@ void zs_model_acts_destroy(zs_acts *a);
 size_t zs_model_activation_bytes(const zs_model_config *c, int b);
 size_t zs_model_scratch_bytes(const zs_model_config *c, int b);
 /* Bytes of the activation checkpoints (category checkpoints): with
- * checkpointing, the input of every segment but the first. */
+ * checkpointing, the input of every segment but the first; partitioned
+ * (ckpt_partition), this rank's 1/tp of each and one whole checkpoint, the
+ * input of the segment being recomputed or run backward. */
 size_t zs_model_checkpoint_bytes(const zs_model_config *c, int b);
+/* Partitioned checkpoints (ckpt_partition): 1 when the recomputed forward
+ * of unit u, in a pipeline chunk whose first unit is ufirst (0 without a
+ * pipeline), starts from a checkpoint that the tensor-parallel group
+ * all-gathers first (zs_model_boundary_elems floats; the step program's
+ * count, zs_step_count.ckpt_gathers). */
+int zs_model_ckpt_gathers(const zs_model_config *c, int u, int ufirst);
+/* Whether the forwards that follow recompute a segment (the engine says so
+ * before a recomputing forward, and clears it before the others): with
+ * partitioned checkpoints a recompute gathers the segment's input, and
+ * the first forward keeps this rank's slice of it. */
+void zs_model_acts_set_recompute(zs_acts *a, int recompute);
 /* A pipeline stage with activation checkpointing: the blocks' working
  * activations, shared by the micro-batches in flight (category activations,
  * allocated once); each micro-batch in flight holds

@@ -122,6 +122,11 @@ typedef struct {
      * stage) all of these are the stage's: the embedding's on the first,
      * the head's and the loss's on the last, the stage's blocks' */
     double tp_allreduce_calls_per_step, tp_pair_calls_per_step;
+    /* partitioned activation checkpoints (model.ckpt_partition): the
+     * all-gathers over the TP group of the checkpoints' slices before each
+     * recompute that reads one, (T-1)/T of each whole checkpoint (B·T·C);
+     * included in tp_ag_bytes_per_step, and their calls */
+    double tp_ckpt_ag_bytes_per_step, tp_ckpt_ag_calls_per_step;
     /* offload (zs_predict only): the host and nvme tiers per category, and
      * the bytes moved per applied step: device to host (the gradient
      * shard), host to device (the parameter shard), read from and written

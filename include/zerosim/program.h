@@ -439,6 +439,8 @@ typedef struct {
     double rs_calls, rs_bytes;   /* per dense step (full-buffer bytes) */
     double ag_calls, ag_bytes;   /* stages 0-2 per applied step, full bytes */
     double recompute_units;      /* forward passes recomputed per step */
+    double ckpt_gathers;         /* of those, the ones that all-gather their partitioned
+                                    checkpoint first (zs_model_ckpt_gathers) */
     size_t grad_fixed_bytes;     /* of peak[ZS_MEM_GRADS]: the buffers in
                                     int64 fixed point (deterministic); the
                                     rest hold working-precision gradients */

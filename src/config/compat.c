@@ -161,13 +161,16 @@ RULE(tp_model)
                "or llama, or --tp 1", c->tp);
 }
 
-RULE(partition_activations_tp)
+/* partition_activations shards the checkpoints over the tensor-parallel
+ * group (src/model/decoder.c), each the same on every rank of the group. */
+RULE(partition_activations_sp)
 {
     UNUSED_CTX;
-    return c->partition_activations && c->tp > 1 &&
-           SAY("activation_checkpointing.partition_activations with --tp %d is a DeepSpeed "
-               "feature zerosim does not model yet (checkpoints sharded over the "
-               "tensor-parallel group): set it to false", c->tp);
+    return c->partition_activations && c->tp > 1 && c->sequence_parallel &&
+           SAY("activation_checkpointing.partition_activations with --sequence-parallel: "
+               "sequence parallelism already splits the checkpoints over the tensor-parallel "
+               "group (each rank its positions): set it to false, or drop "
+               "--sequence-parallel");
 }
 
 RULE(qat_tp)
@@ -700,8 +703,9 @@ static const zs_compat_rule rules[] = {
      "Megatron-LM's sequence parallelism lives in the tensor-parallel group"},
     {"tp+mlp", "tp model", RUN, REFUSE, tp_model,
      "zerosim splits the decoders' layers only (Megatron-LM's split)"},
-    {"partition-activations+tp", "ckpt tp", RUN, REFUSE, partition_activations_tp,
-     "not modelled yet (DeepSpeed shards the checkpoints over the tensor-parallel group)"},
+    {"partition-activations+sp", "ckpt sp", RUN, REFUSE, partition_activations_sp,
+     "sequence parallelism's checkpoints are each rank's own positions: nothing replicated "
+     "to partition"},
     {"qat+tp", "qat tp", RUN, REFUSE, qat_tp,
      "the fake quantization's scales are of the tp = 1 tensors"},
     {"ep+moe", "ep moe", RUN, REFUSE, ep_moe, "experts are what expert parallelism deals out"},

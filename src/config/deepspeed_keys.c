@@ -718,7 +718,8 @@ static int ckpt_number(loader *ld, const char *path, const json_t *v)
 
 /* activation_checkpointing.partition_activations: shards the checkpoints
  * over the tensor-parallel group; with --tp 1 there is nothing to shard and
- * it has no effect (finalize refuses it with --tp > 1). */
+ * it has no effect (finalize takes it off the list of keys of no effect
+ * when it shards: --tp > 1 with checkpointing). */
 static int ckpt_partition(loader *ld, const char *path, const json_t *v)
 {
     ZS_TRY(zs_ds_read_bool(ld, path, v, &ld->c.partition_activations));

@@ -314,6 +314,23 @@ static int finalize_precision(zs_run_config *c)
     return 0;
 }
 
+/* Take key off list, the keys of no effect (", "-separated), if there. */
+static void drop_noeffect(char *list, const char *key)
+{
+    size_t k = strlen(key);
+    for (char *p = list; (p = strstr(p, key)) != NULL; p += k) {
+        if ((p != list && p[-1] != ' ') || (p[k] != '\0' && p[k] != ','))
+            continue;
+        char *from = p + k, *to = p;
+        if (*from == ',') /* ", " after it goes with it */
+            from += 2;
+        else if (p != list) /* the last: the ", " before it */
+            to = p - 2;
+        memmove(to, from, strlen(from) + 1);
+        return;
+    }
+}
+
 /* Compression, QAT, activation checkpointing, the pipeline, the model. */
 static int finalize_features(zs_run_config *c)
 {
@@ -337,6 +354,12 @@ static int finalize_features(zs_run_config *c)
             return zs_config_fail("activation checkpointing needs at least one block per segment");
         c->model.ckpt_blocks = k;
     }
+    /* partition_activations shards the checkpoints with --tp > 1 and
+     * segments to checkpoint (src/model/decoder.c): then it has an effect */
+    c->model.ckpt_partition = c->partition_activations;
+    if (c->partition_activations && c->tp > 1 && c->model.ckpt_blocks > 0 &&
+        c->model.ckpt_blocks < c->model.n_layer)
+        drop_noeffect(c->noeffect, "activation_checkpointing.partition_activations");
     ZS_TRY(check_pipeline(c));
     return zs_model_config_validate(&c->model);
 }

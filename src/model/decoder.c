@@ -49,13 +49,132 @@ size_t zs_decoder_seq_local(const zs_model_config *c)
     return zs_decoder_seq_rank(c) / (size_t)(c->tp > 1 && c->sequence_parallel ? c->tp : 1);
 }
 
+/* The checkpoints a micro-batch keeps: without a pipeline, the input of
+ * every segment but the first; a pipeline stage, the output of each of its
+ * blocks that ends a segment, but its last block's. */
+static size_t zs_decoder_ckpt_count(const zs_model_config *c)
+{
+    if (c->pp_on)
+        return zs_decoder_pp_ckpt(c) ? zs_decoder_pp_ckpt_count(c) : 0;
+    int K = zs_decoder_slots(c);
+    return (size_t)((c->n_layer + K - 1) / K - 1);
+}
+
 size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b)
 {
     size_t BTlC = (size_t)b * zs_decoder_seq_local(c) * (size_t)c->n_embd;
-    if (c->pp_on)
-        return zs_decoder_pp_ckpt(c) ? 4 * zs_decoder_pp_ckpt_count(c) * BTlC : 0;
-    int K = zs_decoder_slots(c), nseg = (c->n_layer + K - 1) / K;
-    return 4 * (size_t)(nseg - 1) * BTlC;
+    size_t n = zs_decoder_ckpt_count(c);
+    if (zs_decoder_ckpt_partitioned(c)) /* the slices, then one whole checkpoint */
+        return 4 * (n * (BTlC / (size_t)c->tp) + BTlC);
+    return 4 * n * BTlC;
+}
+
+/* ---- partitioned checkpoints (DeepSpeed's partition_activations) ---------
+ * DeepSpeed's activation checkpointing with partition_activations keeps, of
+ * each checkpoint, the contiguous 1/mp_size of its flat elements at
+ * mp_rank * numel / mp_size, and all-gathers the pieces over the model-
+ * parallel group before the recompute. Here: checkpoint i of a micro-batch
+ * (the output of a segment's last block, BTl x C floats, the same on every
+ * rank of the tensor-parallel group) is slice i of ckpt, floats
+ * [r n, (r + 1) n) with n = BTl C / tp on rank r. ckpt_full, after the
+ * slices, holds the whole input of the segment in flight: in the first
+ * forward the next segment's (copied from the last block's output, which
+ * stays in its slot), in the backward the one being recomputed and run
+ * backward (gathered; a segment that is not recomputed reads the one its
+ * forward left). The last blocks' outputs stay in their slots, so that a
+ * recompute does not overwrite the input it started from. A pipeline
+ * stage's first block reads the stage's input, never a checkpoint. Not
+ * with sequence parallelism (its residual stream is already split over
+ * the group: compat.c). */
+
+int zs_decoder_ckpt_partitioned(const zs_model_config *c)
+{
+    return c->ckpt_partition && c->tp > 1 && zs_decoder_slots(c) < c->n_layer &&
+           zs_decoder_ckpt_count(c) > 0;
+}
+
+void zs_decoder_bind_checkpoints(zs_acts *a)
+{
+    const zs_model_config *c = &a->m->cfg;
+    int K = zs_decoder_slots(c), b0, b1, head;
+    size_t BTlC = (size_t)a->b * zs_decoder_seq_local(c) * (size_t)c->n_embd, i = 0;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    a->ckpt_full = NULL;
+    if (zs_decoder_ckpt_partitioned(c)) {
+        a->ckpt_full = a->ckpt + zs_decoder_ckpt_count(c) * (BTlC / (size_t)c->tp);
+        return;
+    }
+    /* the last block of each segment but the final one (the stage's) writes
+     * its output into the next segment's checkpoint */
+    for (int l = b0; l < b1; l++)
+        if ((l + 1) % K == 0)
+            a->res3[l] = a->ckpt + i++ * BTlC;
+}
+
+/* Block l's input is a checkpoint: it starts a segment, after the stage's
+ * first block. */
+static int zs_decoder_ckpt_starts(const zs_model_config *c, int l)
+{
+    int b0, b1, head;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    return l > b0 && l % zs_decoder_slots(c) == 0;
+}
+
+const float *zs_decoder_block_input(const zs_acts *a, int l)
+{
+    if (l == 0)
+        return a->encoded;
+    if (a->ckpt_full && zs_decoder_ckpt_starts(&a->m->cfg, l))
+        return a->ckpt_full;
+    return a->res3[l - 1];
+}
+
+/* The index of the checkpoint that block l >= 1 starting a segment reads:
+ * the segment ends before it that lie in the stage. */
+static size_t zs_decoder_ckpt_index(const zs_model_config *c, int l)
+{
+    int K = zs_decoder_slots(c), b0, b1, head;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    return (size_t)(l / K - 1 - b0 / K);
+}
+
+void zs_decoder_ckpt_gather(zs_model *m, zs_backend_t be, zs_acts *a, int l, int unit)
+{
+    const zs_model_config *c = &m->cfg;
+    int P = c->tp, counts[64], displs[64];
+    if (!a->ckpt_full || !a->recompute || !zs_decoder_ckpt_starts(c, l))
+        return;
+    size_t n = (size_t)a->b * zs_decoder_seq_local(c) * (size_t)c->n_embd / (size_t)P;
+    for (int q = 0; q < P; q++) {
+        counts[q] = (int)n;
+        displs[q] = (int)((size_t)q * n);
+    }
+    zs_backend_copy_d2d(be, a->ckpt_full + (size_t)c->tp_rank * n,
+                        a->ckpt + zs_decoder_ckpt_index(c, l) * n, n * 4);
+    if (m->tp && zs_comm_allgatherv_inplace(m->tp, a->ckpt_full, counts, displs, ZS_CT_F32, unit))
+        m->tp_failed = 1;
+}
+
+void zs_decoder_ckpt_keep(zs_backend_t be, zs_acts *a, int l)
+{
+    const zs_model_config *c = &a->m->cfg;
+    int b0, b1, head;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    if (!a->ckpt_full || a->recompute || (l + 1) % zs_decoder_slots(c) || l >= b1)
+        return;
+    size_t BTlC = (size_t)a->b * zs_decoder_seq_local(c) * (size_t)c->n_embd;
+    size_t n = BTlC / (size_t)c->tp;
+    zs_backend_copy_d2d(be, a->ckpt_full, a->res3[l], BTlC * 4);
+    zs_backend_copy_d2d(be, a->ckpt + zs_decoder_ckpt_index(c, l + 1) * n,
+                        a->res3[l] + (size_t)c->tp_rank * n, n * 4);
+}
+
+int zs_decoder_ckpt_gathers(const zs_model_config *c, int u, int ufirst)
+{
+    if (!c->ckpt_partition || c->tp < 2 || zs_decoder_slots(c) >= c->n_layer)
+        return 0;
+    int l = u - 1, b0 = (ufirst > 1 ? ufirst : 1) - 1;
+    return u >= 1 && u <= c->n_layer && l > b0 && l % zs_decoder_slots(c) == 0;
 }
 
 int zs_decoder_sp(const zs_model_config *c) { return c->tp > 1 && c->sequence_parallel; }

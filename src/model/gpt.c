@@ -435,7 +435,7 @@ static void gpt_bind_acts(zs_acts *a)
     gpt_stage(c, &b0, &b1, &head);
     if (gpt_pp_ckpt(c)) { /* working slots, checkpoints and the last output */
         int K = gpt_slots(c), nw = b1 - b0 + 1 < K ? b1 - b0 + 1 : K;
-        float *last = p, *ck = a->ckpt;
+        float *last = p;
         p += BTl * C;
         for (int j = 0; j < nw; j++) {
             float *w = a->work + (size_t)j * gpt_block_floats(c, (int)B);
@@ -445,11 +445,7 @@ static void gpt_bind_acts(zs_acts *a)
                     (*views[k])[l] = w + o;
             }
         }
-        for (int l = b0; l < b1; l++)
-            if ((l + 1) % K == 0) {
-                a->res3[l] = ck;
-                ck += BTl * C;
-            }
+        zs_decoder_bind_checkpoints(a);
         a->res3[b1] = last;
         if (b0 >= 1)
             a->res3[b0 - 1] = a->encoded;
@@ -490,10 +486,7 @@ static void gpt_bind_acts(zs_acts *a)
                 a->m_out[l] = a->m_out[l % K];
             }
         }
-        /* the last block of each segment but the final one writes its output
-         * into the next segment's checkpoint */
-        for (int l = K - 1; l < L - 1; l += K)
-            a->res3[l] = a->ckpt + (size_t)(l / K) * BTl * C;
+        zs_decoder_bind_checkpoints(a);
     }
     a->n_losses = BT;
     if (head) {
@@ -822,7 +815,8 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
     }
     if (u <= L) {
         int l = u - 1;
-        const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+        zs_decoder_ckpt_gather(m, be, a, l, u);
+        const float *inp = zs_decoder_block_input(a, l);
         gpt_ln_in(m, be, a, a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], inp, P[blk(c, l, B_LN1W)],
                   P[blk(c, l, B_LN1B)], B, u);
         /* f: identity; QKV column-parallel (this rank's heads) */
@@ -849,14 +843,15 @@ static void gpt_forward_unit(zs_model *m, zs_backend_t be, int u, float *const *
                   P[blk(c, l, B_LN2W)], P[blk(c, l, B_LN2B)], B, u);
         if (zs_model_block_is_moe(c, l)) {
             gpt_moe_forward(m, be, l, P, a, B, u);
-            return;
+        } else {
+            zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(c, l, B_FCW)], P[blk(c, l, B_FCB)],
+                              BT, C, 4 * Cl);
+            zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * Cl);
+            const float *mlp_out = gpt_row_linear(m, be, a, a->fch_gelu[l], P[blk(c, l, B_FCPW)],
+                                                  P[blk(c, l, B_FCPB)], B, 4 * Cl, u);
+            zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, (size_t)BTl * C);
         }
-        zs_linear_forward(be, a->fch[l], a->ln2[l], P[blk(c, l, B_FCW)], P[blk(c, l, B_FCB)], BT, C,
-                          4 * Cl);
-        zs_backend_gelu_forward(be, a->fch_gelu[l], a->fch[l], (size_t)BT * 4 * Cl);
-        const float *mlp_out = gpt_row_linear(m, be, a, a->fch_gelu[l], P[blk(c, l, B_FCPW)],
-                                              P[blk(c, l, B_FCPB)], B, 4 * Cl, u);
-        zs_backend_residual_forward(be, a->res3[l], a->res2[l], mlp_out, (size_t)BTl * C);
+        zs_decoder_ckpt_keep(be, a, l);
         return;
     }
     /* the objective's aux term: of each MoE block's latest forward, summed
@@ -966,7 +961,7 @@ static void gpt_backward_unit(zs_model *m, zs_backend_t be, int u, float *const 
     }
     if (u >= 1) {
         int l = u - 1;
-        const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+        const float *inp = zs_decoder_block_input(a, l);
         float *dres = a->s_dres; /* d(res3) on entry, d(inp) on exit */
         /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))); g's backward
          * is the identity, every rank holds all of dres */

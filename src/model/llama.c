@@ -674,15 +674,11 @@ static void llama_bind_acts(zs_acts *a)
     if (zs_decoder_pp_ckpt(c)) { /* the last output; the blocks' in the shared slots */
         int kinds = llama_range_kinds(c, b0, b1);
         size_t w = llama_slot_floats(c, b, kinds);
-        float *ck = a->ckpt, *last = p;
+        float *last = p;
         p += BTlC;
         for (int l = b0; a->work && l <= b1; l++)
             llama_bind_block(a, l, a->work + (size_t)((l - b0) % K) * w, kinds);
-        for (int l = b0; l < b1; l++)
-            if ((l + 1) % K == 0) {
-                a->res3[l] = ck;
-                ck += BTlC;
-            }
+        zs_decoder_bind_checkpoints(a);
         a->res3[b1] = last;
     } else if (c->pp_on) {
         for (int l = b0; l <= b1; l++) {
@@ -697,10 +693,7 @@ static void llama_bind_acts(zs_acts *a)
                 llama_bind_block(a, l, p, kinds);
             p += llama_slot_floats(c, b, kinds);
         }
-        /* each segment's last block but the final one writes the next
-         * segment's checkpoint */
-        for (int l = K - 1; l < L - 1; l += K)
-            a->res3[l] = a->ckpt + (size_t)(l / K) * BTlC;
+        zs_decoder_bind_checkpoints(a);
     }
     if (b0 >= 1)
         a->res3[b0 - 1] = a->encoded;
@@ -831,7 +824,7 @@ static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *cons
     const zs_model_config *c = &m->cfg;
     llama_dims d = llama_dims_of(c, B);
     size_t btlc = (size_t)B * zs_decoder_seq_local(c) * (size_t)d.C;
-    const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+    const float *inp = zs_decoder_block_input(a, l);
     llama_norm_in(m, be, a, a->ln1[l], a->ln1_rstd[l], inp, P[llama_entry(c, l, LK_IN_NORM)], B,
                   u);
     /* the fused QKV GEMM, part by part into the packed rows */
@@ -917,7 +910,7 @@ static void llama_block_backward(zs_model *m, zs_backend_t be, int l, float *con
     llama_dims d = llama_dims_of(c, B);
     size_t btc = (size_t)d.BT * d.C;
     float *dres = a->s_dres;
-    const float *inp = l == 0 ? a->encoded : a->res3[l - 1];
+    const float *inp = zs_decoder_block_input(a, l);
     /* MLP: res3 = res2 + down(swiglu(gate_up(ln2(res2)))) */
     int e_n2 = llama_entry(c, l, LK_POST_NORM);
     /* g's backward is the identity: every rank holds all of d res3 (with
@@ -1005,7 +998,9 @@ static void llama_forward_unit(zs_model *m, zs_backend_t be, int u, float *const
         return;
     }
     if (u <= L) {
+        zs_decoder_ckpt_gather(m, be, a, u - 1, u);
         llama_block_forward(m, be, u - 1, P, a, B, u);
+        zs_decoder_ckpt_keep(be, a, u - 1);
         return;
     }
     /* the objective's aux term, of each Mixtral block's latest forward */

@@ -404,6 +404,13 @@ static int zs_model_seg_blocks(const zs_model_config *c)
     return c->ckpt_blocks;
 }
 
+int zs_model_ckpt_gathers(const zs_model_config *c, int u, int ufirst)
+{
+    return zs_model_is_decoder(c) && zs_decoder_ckpt_gathers(c, u, ufirst);
+}
+
+void zs_model_acts_set_recompute(zs_acts *a, int recompute) { a->recompute = recompute; }
+
 int zs_model_segments(const zs_model_config *c)
 {
     if (!zs_model_is_decoder(c))

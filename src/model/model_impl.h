@@ -45,6 +45,21 @@ int zs_decoder_pp_ckpt(const zs_model_config *c);
 size_t zs_decoder_pp_ckpt_count(const zs_model_config *c);
 size_t zs_decoder_seq_local(const zs_model_config *c);
 size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b);
+/* Partitioned checkpoints (DeepSpeed's partition_activations over the
+ * tensor-parallel group): whether they apply; the checkpoints' views of
+ * a decoder's slots (whole checkpoints redirect the segments' last
+ * outputs, partitioned ones add ckpt_full); the input of block l; before
+ * a recomputed segment's first block, the all-gather of its input; after
+ * a segment's last block in the first forward, this rank's slice of its
+ * output kept and the whole output as the next segment's input; whether
+ * the forward of unit u, recomputed in a chunk whose first unit is ufirst,
+ * gathers (zs_model_ckpt_gathers). */
+int zs_decoder_ckpt_partitioned(const zs_model_config *c);
+void zs_decoder_bind_checkpoints(zs_acts *a);
+const float *zs_decoder_block_input(const zs_acts *a, int l);
+void zs_decoder_ckpt_gather(zs_model *m, zs_backend_t be, zs_acts *a, int l, int unit);
+void zs_decoder_ckpt_keep(zs_backend_t be, zs_acts *a, int l);
+int zs_decoder_ckpt_gathers(const zs_model_config *c, int u, int ufirst);
 
 /* Tensor and sequence parallelism's collectives over the model's
  * tensor-parallel group (src/model/decoder.c), for the GPT and the Llama
@@ -183,6 +198,9 @@ struct zs_acts {
     float *scratch;          /* category workspace */
     float *ckpt;             /* category checkpoints */
     size_t ckpt_bytes;
+    float *ckpt_full;        /* partitioned checkpoints: the whole input of the
+                                segment in flight, after the slices in ckpt */
+    int recompute;           /* the forwards recompute a segment */
     size_t scratch_bytes;
     int shared_scratch;      /* pipeline slot: scratch is another's */
     float *work;             /* pipeline with checkpointing: the blocks' working

@@ -523,7 +523,15 @@ static void zs_plan_colls_tp(zs_plan_result *r, const zs_plan_step *ps)
                                                    .bytes = full, .calls = calls, .ranks = T};
         r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLGATHER,
                                                    .bytes = full, .calls = calls, .ranks = T};
-        r->traffic_bytes += pr->tp_rs_bytes_per_step + pr->tp_ag_bytes_per_step;
+        r->traffic_bytes += pr->tp_rs_bytes_per_step + pr->tp_ag_bytes_per_step -
+                            pr->tp_ckpt_ag_bytes_per_step;
+    }
+    if (pr->tp_ckpt_ag_calls_per_step > 0) { /* partitioned checkpoints' gathers */
+        double full = pr->tp_ckpt_ag_bytes_per_step * T / (T - 1.0);
+        r->colls[r->ncolls++] = (zs_steptime_coll){.kind = ZS_COLL_ALLGATHER, .bytes = full,
+                                                   .calls = pr->tp_ckpt_ag_calls_per_step,
+                                                   .ranks = T};
+        r->traffic_bytes += pr->tp_ckpt_ag_bytes_per_step;
     }
     /* with ZeRO++ or --hierarchical the tensor-parallel groups are inside a
      * node (zs_plan_node_blocks): their rings use its link */

@@ -468,6 +468,11 @@ static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
             p->tp_allreduce_bytes_per_step += GA * 4.0 * floats * 2.0 * ring;
             p->tp_allreduce_calls_per_step += GA * calls;
         }
+        /* partitioned checkpoints: a recomputed segment's input gathered */
+        p->tp_ckpt_ag_calls_per_step = c->ckpt_gathers;
+        p->tp_ckpt_ag_bytes_per_step = c->ckpt_gathers * 4.0 *
+            (double)zs_model_boundary_elems(&cfg->model, cfg->micro_batch) * ring;
+        p->tp_ag_bytes_per_step += p->tp_ckpt_ag_bytes_per_step;
         /* a Llama's replicated key/value heads: their gradients' sum per block */
         double kv = cfg->model.kind == ZS_MODEL_LLAMA ? (double)zs_llama_kv_grad_floats(&cfg->model)
                                                       : 0.0;

@@ -159,6 +159,7 @@ int zs_engine_exec_forward(zs_engine *e, const zs_step_op *o, int *stop)
     zs_model *m = e->cmodel[e->shape->uchunk[u]];
     ZS_TRY(zs_engine_gather_experts(e, u));
     zs_engine_view_unit(e, u, 0);
+    zs_model_acts_set_recompute(zs_engine_slot(e, o), (o->flags & ZS_SOPF_RECOMPUTE) != 0);
     zs_model_forward_unit(m, e->be, u, e->unit_params, zs_engine_slot(e, o), &e->batch);
     return zs_model_tp_failed(m) ? -1 : 0;
 }

@@ -177,9 +177,11 @@ void zs_step_program_count(const zs_step_shape *s, const zs_step_program *p, zs_
             live -= o->elems;
             break;
         case ZS_SOP_FORWARD:
-            if (o->flags & ZS_SOPF_RECOMPUTE)
+            if (o->flags & ZS_SOPF_RECOMPUTE) {
                 c->recompute_units += 1;
-            else if (o->unit == s->cfirst[o->chunk] && ++fwd - bwd > c->in_flight)
+                c->ckpt_gathers += zs_model_ckpt_gathers(&s->cfg.model, o->unit,
+                                                         s->cfirst[o->chunk]);
+            } else if (o->unit == s->cfirst[o->chunk] && ++fwd - bwd > c->in_flight)
                 c->in_flight = fwd - bwd; /* (chunk, micro-batch) pairs */
             break;
         case ZS_SOP_BACKWARD:
