@@ -11,6 +11,7 @@
 # tests/test_pipeline_offload_param.sh.
 . "$(dirname "$0")/testlib.sh"
 
+# shellcheck disable=SC2034 # M is read by testlib.sh's train_hashes and phantom_same
 M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 8 --grad-accum 4 --steps 3 --warmup 0 --quiet --pp 2"
 
 # every category and tier of every rank, and every op with a prediction:

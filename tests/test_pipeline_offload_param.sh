@@ -11,9 +11,12 @@
 #    stage's from its own step program (a stage's gathers are not stage
 #    0's: the last stage's h2d differs from the first's);
 #  - the phantom run reports the same (classes by stage and by each
-#    stage's parts of its gathers);
+#    stage's parts of its gathers), and on 6 data-parallel ranks a stage
+#    the classes' figures are every rank's simulated on its own;
 #  - the plan of the most loaded stage is its rank 0's, on the device, on
-#    the host and in its transfers per step.
+#    the host and in its transfers per step;
+#  - full run: with --tp 2 as well (8 ranks), and at stages 1-2, where
+#    offload_param is dropped with --pp as without it.
 # DeepSpeed's pipeline engine runs ZeRO stages 0-1 only; the anchor is
 # zerosim's own stage 3 with --pp (tests/test_pipeline_z3.sh) and
 # offload_param without --pp (tests/test_offload.sh, test_offload_param.sh).
@@ -63,7 +66,10 @@ for c in $cases; do
     [ -n "$h0" ] && [ -n "$h2" ] && [ "$h0" != "$h2" ] && ok ||
         bad "$name: stage 0 sent $h0 bytes up, stage 1 $h2: one stage's gathers for both?"
     phantom_same "$name" 4 "$@"
-    [ -d "$T/nv-$name" ] && { ls "$T/nv-$name" | grep -q . && bad "$name: a swap file was left" || ok; }
+    if [ -d "$T/nv-$name" ]; then
+        # shellcheck disable=SC2010 # any file at all in the folder
+        ls -A "$T/nv-$name" | grep -q . && bad "$name: a swap file was left in --nvme-path" || ok
+    fi
 done
 
 # below stage 3 offload_param is dropped with --pp as without it (DeepSpeed
@@ -80,6 +86,17 @@ if ! zs_fast; then
         cmp -s "$T/s$st-p/memory.csv" "$T/s$st-o/memory.csv" && ok ||
             bad "s$st-p: the memory differs from --offload-optimizer cpu alone"
     done
+fi
+
+# with tensor parallelism too (2 x 2 x 2, full run): each TP rank's shard
+if ! zs_fast; then
+    if train_hashes t3 8 --tp 2 --stage 3 &&
+        train_hashes t3-off 8 --tp 2 --stage 3 --offload-optimizer cpu --offload-param cpu; then
+        same_hashes t3-off t3
+        memory_predicted t3-off "$T/t3-off"
+        ops_predicted t3-off "$T/t3-off"
+        phantom_same t3-off 8 --tp 2 --stage 3 --offload-optimizer cpu --offload-param cpu
+    fi
 fi
 
 # phantom runs of 6 data-parallel ranks a stage, where a class holds more
