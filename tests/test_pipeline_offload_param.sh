@@ -14,7 +14,7 @@
 #    stage's parts of its gathers), and on 6 data-parallel ranks a stage
 #    the classes' figures are every rank's simulated on its own;
 #  - the plan of the most loaded stage is its rank 0's, on the device, on
-#    the host and in its transfers per step;
+#    the host, in the files and in its transfers per step;
 #  - full run: with --tp 2 as well (8 ranks), and at stages 1-2, where
 #    offload_param is dropped with --pp as without it.
 # DeepSpeed's pipeline engine runs ZeRO stages 0-1 only; the anchor is
@@ -126,11 +126,12 @@ for c in $cases; do
 done
 
 # the plan: the most loaded stage (the first, with the embeddings) is rank
-# 0's, on the device, on the host and in the transfers per step
+# 0's, on the device, on the host and in the files, and in the transfers
+# per step
 for c in $cases; do
     oo=${c%:*} op=${c#*:}
     name="o$oo-p$op"
-    [ "$op" = cpu ] && [ -d "$T/$name" ] || continue
+    [ -d "$T/$name" ] || continue
     "$ZS" plan --arch gpt --layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 8 \
         --grad-accum 4 --dp 2 --pp 2 --stage 3 --offload-optimizer "$oo" --offload-param "$op" \
         --json >"$T/$name.plan.json" || { bad "plan $name failed"; continue; }
@@ -139,12 +140,16 @@ for c in $cases; do
         "$T/$name/memory.csv" >"$T/$name.run.dev"
     [ -s "$T/$name.plan.dev" ] && cmp -s "$T/$name.plan.dev" "$T/$name.run.dev" && ok ||
         { bad "plan $name: the device bytes differ from rank 0's"; diff "$T/$name.plan.dev" "$T/$name.run.dev"; }
-    sed -n '/"host": {/,/}/p' "$T/$name.plan.json" | tr -d ' ",{}' | grep : | grep -v '^host:' |
-        tr ':' ' ' | sed 's/^/host_/' >"$T/$name.plan.host"
-    awk '$1 == 0 && $2 ~ /^host_/ { print $2, $3 }' "$T/$name/memory.csv" >"$T/$name.run.host"
-    [ -s "$T/$name.plan.host" ] && cmp -s "$T/$name.plan.host" "$T/$name.run.host" && ok ||
-        { bad "plan $name: the host bytes differ from rank 0's"; diff "$T/$name.plan.host" "$T/$name.run.host"; }
-    for k in d2h h2d; do
+    for tier in host nvme; do
+        sed -n "/\"$tier\": {/,/}/p" "$T/$name.plan.json" | tr -d ' ",{}' | grep : |
+            grep -v "^$tier:" | tr ':' ' ' | sed "s/^/${tier}_/" >"$T/$name.plan.$tier"
+        awk -v t="$tier" '$1 == 0 && $2 ~ ("^" t "_") { print $2, $3 }' "$T/$name/memory.csv" \
+            >"$T/$name.run.$tier"
+        cmp -s "$T/$name.plan.$tier" "$T/$name.run.$tier" && ok ||
+            { bad "plan $name: the $tier bytes differ from rank 0's"; diff "$T/$name.plan.$tier" "$T/$name.run.$tier"; }
+    done
+    [ -s "$T/$name.run.host" ] || [ -s "$T/$name.run.nvme" ] || bad "$name: nothing off the device"
+    for k in d2h h2d nvme_read nvme_write; do
         p=$(sed -n "s/^ *\"${k}_bytes_per_step\": \([0-9]*\),*$/\1/p" "$T/$name.plan.json")
         r=$(awk -v k="$k" '$1 == 0 && $2 == k && $3 == "all" { printf "%.0f", $5 / 3 }' \
             "$T/$name/comm.csv")
