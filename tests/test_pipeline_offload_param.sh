@@ -15,7 +15,7 @@
 #    the classes' figures are every rank's simulated on its own;
 #  - the plan of the most loaded stage is its rank 0's, on the device, on
 #    the host, in the files and in its transfers per step;
-#  - full run: with --tp 2 as well (8 ranks), and at stages 1-2, where
+#  - full run: in bf16, with --tp 2 as well (8 ranks), and at stages 1-2, where
 #    offload_param is dropped with --pp as without it.
 # DeepSpeed's pipeline engine runs ZeRO stages 0-1 only; the anchor is
 # zerosim's own stage 3 with --pp (tests/test_pipeline_z3.sh) and
@@ -85,6 +85,21 @@ if ! zs_fast; then
             bad "s$st-p: no line saying offload_param was dropped"
         cmp -s "$T/s$st-p/memory.csv" "$T/s$st-o/memory.csv" && ok ||
             bad "s$st-p: the memory differs from --offload-optimizer cpu alone"
+    done
+fi
+
+# bf16 (full run): the working copy goes down after the device's optimizer
+# (none:cpu), the tied embedding's check reads 2-byte parameters from the file
+if ! zs_fast && train_hashes b3 4 --stage 3 --precision bf16; then
+    for c in none:cpu nvme:nvme; do
+        oo=${c%:*} op=${c#*:}
+        name="b-o$oo-p$op"
+        mkdir -p "$T/nv-$name"
+        train_hashes "$name" 4 --stage 3 --precision bf16 --offload-optimizer "$oo" \
+            --offload-param "$op" --nvme-path "$T/nv-$name" || continue
+        same_hashes "$name" b3
+        memory_predicted "$name" "$T/$name"
+        ops_predicted "$name" "$T/$name"
     done
 fi
 
