@@ -179,6 +179,12 @@ typedef struct {
  * included, and every collective. Returns 0 or non-zero with a message (an
  * impossible model). */
 int zs_predict(const zs_run_config *cfg, int world, zs_prediction *p);
+/* offload_param: the bytes each of the `world` data-parallel ranks sends
+ * up from its parameter shard per step (its own part of every stage-3
+ * gather of cfg's step program; with a pipeline, cfg.model's stage,
+ * zs_pp_stage_config), into bytes[0..world-1]. Returns 0 or non-zero with
+ * a message. */
+int zs_predict_param_h2d_bytes(const zs_run_config *cfg, int world, double *bytes);
 /* The closed forms above, computed without the program: model states,
  * activations, checkpoints, compression residual, reduce-scatter and
  * allgather bytes (comm_buffers and workspace have none: has = 0). The tests

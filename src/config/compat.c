@@ -446,14 +446,6 @@ RULE(pp_compression)
                "or --pp 1", c->pp);
 }
 
-RULE(pp_offload_param)
-{
-    UNUSED_CTX;
-    return c->pp > 1 && c->stage == 3 && c->offload_param != ZS_OFFLOAD_NONE &&
-           SAY("offload_param with --pp %d is not supported yet: use --offload-param none or "
-               "--pp 1", c->pp);
-}
-
 /* ---- LAMB --------------------------------------------------------------- */
 
 /* The trust ratio needs each tensor's whole sums: the data-parallel shards'
@@ -730,8 +722,6 @@ static const zs_compat_rule rules[] = {
      "not implemented yet (Megatron-LM runs experts in pipeline stages)"},
     {"pp+compression", "pp compression", RUN, REFUSE, pp_compression,
      "not implemented yet: the codecs replace the reduce-scatter of a flat shard, a pipeline stage's is its part of the layout"},
-    {"pp+offload-param", "pp offload-param", RUN, REFUSE, pp_offload_param,
-     "not implemented yet: a stage's parameter transfers and their prediction"},
     /* last of the run's rules: the others refuse first, as before it was one */
     {"ep-layout+deepspeed", "ep-layout offload compression qwZ hpZ qgZ", RUN, REFUSE,
      ep_layout_deepspeed,

@@ -541,33 +541,58 @@ static int zs_predict_program(const zs_run_config *cfg, const zs_run_config *sc,
     return 0;
 }
 
+/* The model, step shape and program zs_predict counts for ecfg on world
+ * data-parallel ranks: *cfg the --ep 1 configuration (expert parallelism:
+ * the engine's arrays keep the --ep 1 layout, zerosim/zero.h,
+ * zs_engine_set_ep; the model's all-to-alls are added in zs_predict_ep),
+ * *sc the shape's. On failure nothing is left to free. */
+static int zs_predict_build(const zs_run_config *ecfg, int world, zs_run_config *cfg,
+                            zs_run_config *sc, zs_model **m, zs_step_shape *sh,
+                            zs_step_program *prog)
+{
+    *cfg = *ecfg;
+    zs_step_ep_configs(ecfg, world, sc, &cfg->model);
+    ZS_TRY(zs_model_create(&cfg->model, m));
+    if (zs_step_shape_build(sc, *m, world, sh)) {
+        zs_model_destroy(*m);
+        return -1;
+    }
+    if (zs_step_program_build(sh, *m, 0, prog)) {
+        zs_step_shape_free(sh);
+        zs_model_destroy(*m);
+        return -1;
+    }
+    return 0;
+}
+
 int zs_predict(const zs_run_config *ecfg, int world, zs_prediction *p)
 {
     memset(p, 0, sizeof *p);
-    /* expert parallelism: the engine's arrays keep the --ep 1 layout
-     * (zerosim/zero.h, zs_engine_set_ep); the model's all-to-alls are added
-     * in zs_predict_ep */
-    zs_run_config ep1 = *ecfg, sc;
-    zs_step_ep_configs(ecfg, world, &sc, &ep1.model);
-    const zs_run_config *cfg = &ep1;
+    zs_run_config cfg, sc;
     zs_model *m;
-    ZS_TRY(zs_model_create(&cfg->model, &m));
     zs_step_shape sh;
     zs_step_program prog;
-    if (zs_step_shape_build(&sc, m, world, &sh)) {
-        zs_model_destroy(m);
-        return -1;
-    }
-    if (zs_step_program_build(&sh, m, 0, &prog)) {
-        zs_step_shape_free(&sh);
-        zs_model_destroy(m);
-        return -1;
-    }
-    int rc = zs_predict_program(cfg, &sc, world, ecfg->micro_batch, m, &sh, &prog, p);
+    ZS_TRY(zs_predict_build(ecfg, world, &cfg, &sc, &m, &sh, &prog));
+    int rc = zs_predict_program(&cfg, &sc, world, ecfg->micro_batch, m, &sh, &prog, p);
     zs_step_program_free(&prog);
     zs_step_shape_free(&sh);
     zs_model_destroy(m);
     return rc;
+}
+
+int zs_predict_param_h2d_bytes(const zs_run_config *ecfg, int world, double *bytes)
+{
+    zs_run_config cfg, sc;
+    zs_model *m;
+    zs_step_shape sh;
+    zs_step_program prog;
+    ZS_TRY(zs_predict_build(ecfg, world, &cfg, &sc, &m, &sh, &prog));
+    for (int q = 0; q < world; q++)
+        bytes[q] = zs_step_gather_own_bytes(&sh, &prog, q);
+    zs_step_program_free(&prog);
+    zs_step_shape_free(&sh);
+    zs_model_destroy(m);
+    return 0;
 }
 
 double zs_predict_quant_elems(const struct zs_step_shape_s *s, const struct zs_step_program_s *p,

@@ -453,6 +453,37 @@ static int zs_train_predict(zs_train_run *run)
     return zs_train_agree(run->comm, rc, r);
 }
 
+/* Rank 0, offload_param: each rank sends its own parts of what it gathers
+ * up; the parts differ between ranks (the tied embedding is gathered
+ * twice) and, with a pipeline, between stages: each stage's from its own
+ * step program (zs_predict_param_h2d_bytes), rank 0's program is stage 0's. */
+static void zs_train_predict_param_h2d(zs_train_run *run)
+{
+    const zs_run_config *cfg = run->cfg;
+    zs_train_result *r = run->r;
+    int P = cfg->pp > 1 ? cfg->pp : 1, D = r->dp_size;
+    r->h2d_pred = calloc((size_t)r->world_size, sizeof(double));
+    double *stage_bytes = calloc((size_t)D, sizeof(double));
+    for (int st = 0; P > 1 && r->h2d_pred && stage_bytes && st < P; st++) {
+        zs_run_config sc = *cfg;
+        if (zs_pp_stage_config(&sc, st) || zs_predict_param_h2d_bytes(&sc, D, stage_bytes)) {
+            free(r->h2d_pred); /* out of memory: zs_train_predict built these stages */
+            r->h2d_pred = NULL;
+            break;
+        }
+        for (int q = 0; q < r->world_size; q++) {
+            zs_mesh_coord c = zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q);
+            if (c.pp == st)
+                r->h2d_pred[q] = stage_bytes[c.dp];
+        }
+    }
+    for (int q = 0; P == 1 && r->h2d_pred && q < r->world_size; q++)
+        r->h2d_pred[q] = zs_step_gather_own_bytes(
+            zs_engine_shape(run->e), zs_engine_program(run->e),
+            zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
+    free(stage_bytes);
+}
+
 /* Rank 0: each rank's predicted bytes of the traffic that differs between
  * ranks (compression's all-to-all, qgZ's two levels, ZeRO-Infinity's
  * parameter uploads), by its data-parallel rank. */
@@ -487,15 +518,8 @@ static void zs_train_predict_per_rank(zs_train_run *run)
                 zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp,
                 &r->qgz_pred[r->world_size + q]);
     }
-    if (cfg->offload_param != ZS_OFFLOAD_NONE) {
-        /* each rank sends its own parts of what it gathers up: the parts
-         * differ between ranks (the tied embedding is gathered twice) */
-        r->h2d_pred = calloc((size_t)r->world_size, sizeof(double));
-        for (int q = 0; r->h2d_pred && q < r->world_size; q++)
-            r->h2d_pred[q] = zs_step_gather_own_bytes(
-                zs_engine_shape(e), zs_engine_program(e),
-                zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp);
-    }
+    if (cfg->offload_param != ZS_OFFLOAD_NONE)
+        zs_train_predict_param_h2d(run);
 }
 
 /* The sizes the report states: parameters (the whole model's: a pipeline
@@ -1007,31 +1031,72 @@ static int zs_phantom_shapes(const zs_run_config *cfg, int P, int D, zs_step_sha
     return rc;
 }
 
+/* The norm chain's class kind of a rank at (pp, dp) of P stages of D
+ * data-parallel ranks: the global norm's chain (zs_engine_norm_pp) has no
+ * receive on the first stage's data-parallel rank 0 (1) and no send on
+ * the last stage's last (2); every other rank 0. */
+static int zs_phantom_norm_kind(zs_mesh_coord c, int P, int D)
+{
+    if (c.pp == 0 && c.dp == 0)
+        return 1;
+    return c.pp == P - 1 && c.dp == D - 1 ? 2 : 0;
+}
+
+/* A pipeline's classes with the parameters off the device: a rank's class
+ * is its stage, its norm chain's kind and its data-parallel rank's class
+ * by its parts of that stage's gathers (zs_phantom_classes on the stage's
+ * shape); the class's first rank is its lowest. */
+static int zs_phantom_pp_param_classes(const zs_step_shape *shapes, int world, int T, int P,
+                                       int D, int *cls)
+{
+    int *dcls = malloc((size_t)P * D * sizeof(int));
+    int *first = malloc((size_t)P * 3 * D * sizeof(int));
+    int rc = dcls && first ? 0 : zs_error_set("out of host memory grouping %d simulated ranks",
+                                              world);
+    for (int st = 0; !rc && st < P; st++)
+        rc = zs_phantom_classes(&shapes[st], D, 1, 1, dcls + (size_t)st * D);
+    for (int i = 0; !rc && i < P * 3 * D; i++)
+        first[i] = -1;
+    for (int q = 0; !rc && q < world; q++) {
+        zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
+        int *f = &first[((size_t)c.pp * 3 + zs_phantom_norm_kind(c, P, D)) * D +
+                        dcls[(size_t)c.pp * D + c.dp]];
+        if (*f < 0)
+            *f = q;
+        cls[q] = *f;
+    }
+    free(dcls);
+    free(first);
+    return rc;
+}
+
 /* cls[q]: the first rank of simulated rank q's class, whose run stands for
- * every rank of the class (ZEROSIM_PHANTOM_EVERY_RANK=1: each its own). */
-static int zs_phantom_assign_classes(const zs_run_config *cfg, const zs_step_shape *shape0,
+ * every rank of the class (ZEROSIM_PHANTOM_EVERY_RANK=1: each its own);
+ * shapes: one per pipeline stage. */
+static int zs_phantom_assign_classes(const zs_run_config *cfg, const zs_step_shape *shapes,
                                      int world, int T, int P, int D, int *cls)
 {
     int rc = 0;
     const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
-    if (every && strcmp(every, "1") == 0)
+    int each = every && strcmp(every, "1") == 0;
+    int param_off = shapes[0].stage == 3 && shapes[0].buf[ZS_BUF_PARAMS].tier != ZS_TIER_DEVICE;
+    if (each)
         for (int q = 0; q < world; q++)
             cls[q] = q;
+    else if (P > 1 && param_off) /* each stage's parts of its own gathers */
+        rc = zs_phantom_pp_param_classes(shapes, world, T, P, D, cls);
     else
-        rc = zs_phantom_classes(shape0, world, T, P, cls);
+        rc = zs_phantom_classes(&shapes[0], world, T, P, cls);
     /* a pipeline stage's ranks run its own program: no class spans two
      * stages (compression, whose classes go by data-parallel rank, is
-     * refused with --pp); and the global norm's chain (zs_engine_norm_pp)
-     * has no receive on the first stage's data-parallel rank 0 and no
-     * send on the last stage's last: classes of their own */
-    if (!rc && P > 1 && !(every && strcmp(every, "1") == 0))
+     * refused with --pp); and the norm chain's ends are classes of their
+     * own (zs_phantom_norm_kind) */
+    if (!rc && P > 1 && !each && !param_off)
         for (int q = 0; q < world; q++) {
             zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
-            int rep = 0; /* the data-parallel rank of the class's first rank */
-            if (c.pp == 0 && c.dp > 0)
-                rep = 1;
-            else if (c.pp == P - 1 && c.dp == D - 1)
-                rep = D - 1;
+            int kind = zs_phantom_norm_kind(c, P, D);
+            /* the data-parallel rank of the class's first rank */
+            int rep = kind == 2 ? D - 1 : c.pp == 0 && kind == 0 ? 1 : 0;
             cls[q] = zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = rep,
                                                                   .pp = c.pp});
         }
@@ -1123,7 +1188,7 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     if (!rc)
         rc = zs_phantom_shapes(cfg, P, D, shapes, &nshapes);
     if (!rc)
-        rc = zs_phantom_assign_classes(cfg, &shapes[0], world, T, P, D, cls);
+        rc = zs_phantom_assign_classes(cfg, shapes, world, T, P, D, cls);
     double row[ZS_NM + ZS_NC];
     for (int q = 0; q < world && !rc; q++) {
         if (cls[q] != q) /* filled with its class's first rank */

@@ -251,9 +251,15 @@ static int zs_engine_check_tied(zs_engine *e)
             int src = q + T * d;
             if (!k || (wr != 0 && wr != src))
                 continue;
-            if (src == 0)
+            if (src == 0 && e->param_nvme) /* offload_param nvme: the shard is in the file */
+                rc = zs_engine_swap_params(e, 0, 0, k, own);
+            else if (src == 0)
                 zs_backend_copy_d2h(e->be, own, e->params, k * e->param_elsize);
-            else if (wr == src) /* stage 3: its shard starts at beg */
+            else if (wr == src && e->param_nvme) { /* stage 3: its shard starts at beg */
+                rc = zs_engine_swap_params(e, 0, 0, k, own);
+                if (!rc)
+                    rc = zs_comm_send_to_root(e->world, src, own, (int)k, e->comm_dtype);
+            } else if (wr == src)
                 rc = zs_comm_send_to_root(e->world, src, e->params, (int)k, e->comm_dtype);
             else
                 rc = zs_comm_send_to_root(e->world, src, own + beg * e->param_elsize, (int)k,
