@@ -435,14 +435,6 @@ RULE(pp_moe)
                "--pp 1", c->pp);
 }
 
-RULE(pp_compression)
-{
-    UNUSED_CTX;
-    return c->pp > 1 && c->compression.kind != ZS_COMP_NONE &&
-           SAY("gradient compression with --pp %d is not supported: use --compression none "
-               "or --pp 1", c->pp);
-}
-
 RULE(pp_offload_param)
 {
     UNUSED_CTX;
@@ -705,8 +697,6 @@ static const zs_compat_rule rules[] = {
      "DeepSpeed's pipeline engine runs ZeRO stage 0 and 1 only"},
     {"pp+moe", "pp moe", RUN, REFUSE, pp_moe,
      "not implemented yet (Megatron-LM runs experts in pipeline stages)"},
-    {"pp+compression", "pp compression", RUN, REFUSE, pp_compression,
-     "not implemented yet: the codecs replace the reduce-scatter of a flat shard, a pipeline stage's is its part of the layout"},
     {"pp+offload-param", "pp offload-param", RUN, REFUSE, pp_offload_param,
      "not implemented yet: a stage's parameter transfers and their prediction"},
     /* last of the run's rules: the others refuse first, as before it was one */
