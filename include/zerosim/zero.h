@@ -85,9 +85,6 @@ int zs_engine_set_pp(zs_engine *e, struct zs_comm *pp, struct zs_comm *world);
 /* The step's shape and the program the engine executes (zerosim/program.h). */
 const struct zs_step_shape_s *zs_engine_shape(const zs_engine *e);
 const struct zs_step_program_s *zs_engine_program(const zs_engine *e);
-/* The gradient buckets' flat ranges [lo[i], hi[i]); returns their number
- * (up to max are written). */
-int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max);
 /* The most gathered parameters (elements) alive at once so far (stage 3). */
 size_t zs_engine_live_params_peak(const zs_engine *e);
 /* Stage 3's non-blocking gathers so far: seconds from each start to its

@@ -438,14 +438,6 @@ RULE(pp_moe)
                "--pp 1", c->pp);
 }
 
-RULE(pp_compression)
-{
-    UNUSED_CTX;
-    return c->pp > 1 && c->compression.kind != ZS_COMP_NONE &&
-           SAY("gradient compression with --pp %d is not supported: use --compression none "
-               "or --pp 1", c->pp);
-}
-
 /* ---- LAMB --------------------------------------------------------------- */
 
 /* The trust ratio needs each tensor's whole sums: the data-parallel shards'
@@ -720,8 +712,6 @@ static const zs_compat_rule rules[] = {
      "DeepSpeed's pipeline engine runs ZeRO stage 0 and 1 only"},
     {"pp+moe", "pp moe", RUN, REFUSE, pp_moe,
      "not implemented yet (Megatron-LM runs experts in pipeline stages)"},
-    {"pp+compression", "pp compression", RUN, REFUSE, pp_compression,
-     "not implemented yet: the codecs replace the reduce-scatter of a flat shard, a pipeline stage's is its part of the layout"},
     /* last of the run's rules: the others refuse first, as before it was one */
     {"ep-layout+deepspeed", "ep-layout offload compression qwZ hpZ qgZ", RUN, REFUSE,
      ep_layout_deepspeed,

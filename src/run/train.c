@@ -484,29 +484,72 @@ static void zs_train_predict_param_h2d(zs_train_run *run)
     free(stage_bytes);
 }
 
+/* Pipeline stage st's step shape over D data-parallel ranks (st = 0 and
+ * P = 1: the whole model's), as its ranks' engines build it: the stage's
+ * configuration, and with expert parallelism the engine's layout and its
+ * model's buffers (zs_engine_set_ep). */
+static int zs_train_stage_shape(const zs_run_config *cfg, int st, int D, zs_step_shape *shape)
+{
+    zs_run_config sc = *cfg;
+    zs_model *m = NULL;
+    int rc = cfg->pp > 1 ? zs_pp_stage_config(&sc, st) : 0;
+    zs_model_config lm;
+    zs_run_config pc = sc;
+    zs_step_ep_configs(&pc, D, &sc, &lm);
+    if (!rc)
+        rc = zs_model_create(&lm, &m);
+    if (!rc)
+        rc = zs_step_shape_build(&sc, m, D, shape);
+    zs_model_destroy(m);
+    return rc;
+}
+
+/* a2a[q] for every rank q of pipeline stage st: the compressed exchange's
+ * bytes of its data-parallel rank over the stage's own buckets and
+ * partition (rank 0's, stage 0's, are another part of the layout). */
+static void zs_train_predict_alltoall_stage(const zs_train_run *run, const zs_step_shape *sh,
+                                            int st, double *a2a)
+{
+    const zs_run_config *cfg = run->cfg;
+    const zs_train_result *r = run->r;
+    int nb = sh->nbuckets;
+    size_t *bucket_lo = calloc((size_t)nb + 1, sizeof(size_t));
+    size_t *bucket_hi = calloc((size_t)nb + 1, sizeof(size_t));
+    for (int i = 0; bucket_lo && bucket_hi && i < nb; i++) {
+        bucket_lo[i] = sh->buckets[i].lo;
+        bucket_hi[i] = sh->buckets[i].hi;
+    }
+    for (int q = 0; bucket_lo && bucket_hi && q < r->world_size; q++) {
+        zs_mesh_coord c = zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q);
+        if (c.pp == st || cfg->pp <= 1)
+            a2a[q] = zs_predict_alltoall_bytes(cfg, sh->part.num_params, r->dp_size, c.dp,
+                                               bucket_lo, bucket_hi, nb);
+    }
+    free(bucket_lo);
+    free(bucket_hi);
+}
+
 /* Rank 0: each rank's predicted bytes of the traffic that differs between
  * ranks (compression's all-to-all, qgZ's two levels, ZeRO-Infinity's
- * parameter uploads), by its data-parallel rank. */
+ * parameter uploads), by its data-parallel rank (and its pipeline stage's
+ * shape). */
 static void zs_train_predict_per_rank(zs_train_run *run)
 {
     const zs_run_config *cfg = run->cfg;
     zs_train_result *r = run->r;
     zs_engine *e = run->e;
     if (cfg->compression.kind != ZS_COMP_NONE) {
-        int nb = zs_engine_buckets(e, NULL, NULL, 0);
-        size_t *bucket_lo = calloc((size_t)nb + 1, sizeof(size_t));
-        size_t *bucket_hi = calloc((size_t)nb + 1, sizeof(size_t));
         r->a2a_pred = calloc((size_t)r->world_size, sizeof(double));
-        if (bucket_lo && bucket_hi && r->a2a_pred) {
-            zs_engine_buckets(e, bucket_lo, bucket_hi, nb);
-            for (int q = 0; q < r->world_size; q++) /* q's data-parallel rank */
-                r->a2a_pred[q] = zs_predict_alltoall_bytes(
-                    cfg, zs_engine_num_params(e), r->dp_size,
-                    zs_mesh_coord_of(r->world_size, r->tp_size, cfg->pp, q).dp, bucket_lo,
-                    bucket_hi, nb);
+        /* rank 0's engine holds stage 0's shape; another stage's is built */
+        for (int st = 0; r->a2a_pred && st < (cfg->pp > 1 ? cfg->pp : 1); st++) {
+            zs_step_shape sh;
+            if (st == 0) {
+                zs_train_predict_alltoall_stage(run, zs_engine_shape(e), 0, r->a2a_pred);
+            } else if (zs_train_stage_shape(cfg, st, r->dp_size, &sh) == 0) {
+                zs_train_predict_alltoall_stage(run, &sh, st, r->a2a_pred);
+                zs_step_shape_free(&sh);
+            }
         }
-        free(bucket_lo);
-        free(bucket_hi);
     }
     if (cfg->quantized_gradients && cfg->stage == 3) {
         /* qgZ: each rank's parts of the two levels, from its data-parallel rank */
@@ -1012,94 +1055,59 @@ static int zs_phantom_shapes(const zs_run_config *cfg, int P, int D, zs_step_sha
                              int *nshapes)
 {
     int rc = 0;
-    for (int st = 0; st < P && !rc; st++) {
-        zs_run_config sc = *cfg;
-        zs_model *m = NULL;
-        if (P > 1)
-            rc = zs_pp_stage_config(&sc, st);
-        /* expert parallelism: the engine's layout and its model's buffers
-         * (zs_engine_set_ep) */
-        zs_model_config lm;
-        zs_run_config pc = sc;
-        zs_step_ep_configs(&pc, D, &sc, &lm);
-        if (!rc)
-            rc = zs_model_create(&lm, &m);
-        if (!rc && (rc = zs_step_shape_build(&sc, m, D, &shapes[st])) == 0)
+    for (int st = 0; st < P && !rc; st++)
+        if ((rc = zs_train_stage_shape(cfg, st, D, &shapes[st])) == 0)
             (*nshapes)++;
-        zs_model_destroy(m);
-    }
     return rc;
 }
 
-/* The norm chain's class kind of a rank at (pp, dp) of P stages of D
- * data-parallel ranks: the global norm's chain (zs_engine_norm_pp) has no
- * receive on the first stage's data-parallel rank 0 (1) and no send on
- * the last stage's last (2); every other rank 0. */
-static int zs_phantom_norm_kind(zs_mesh_coord c, int P, int D)
+/* With a pipeline: a stage's ranks run its own program, so no class spans
+ * two stages. Within stage st, data-parallel ranks d and d' share a class
+ * when their parts of the stage's own buckets (and gathers) are the same
+ * (zs_phantom_classes over shapes[st]: compression's all-to-all,
+ * offload_param's uploads) and neither is a link of the global norm's
+ * chain (zs_engine_norm_pp) that the others are not: the first stage's
+ * data-parallel rank 0 has no receive, the last stage's last no send. */
+static int zs_phantom_pp_classes(const zs_step_shape *shapes, int world, int T, int P, int *cls)
 {
-    if (c.pp == 0 && c.dp == 0)
-        return 1;
-    return c.pp == P - 1 && c.dp == D - 1 ? 2 : 0;
-}
-
-/* A pipeline's classes with the parameters off the device: a rank's class
- * is its stage, its norm chain's kind and its data-parallel rank's class
- * by its parts of that stage's gathers (zs_phantom_classes on the stage's
- * shape); the class's first rank is its lowest. */
-static int zs_phantom_pp_param_classes(const zs_step_shape *shapes, int world, int T, int P,
-                                       int D, int *cls)
-{
-    int *dcls = malloc((size_t)P * D * sizeof(int));
-    int *first = malloc((size_t)P * 3 * D * sizeof(int));
-    int rc = dcls && first ? 0 : zs_error_set("out of host memory grouping %d simulated ranks",
-                                              world);
-    for (int st = 0; !rc && st < P; st++)
-        rc = zs_phantom_classes(&shapes[st], D, 1, 1, dcls + (size_t)st * D);
-    for (int i = 0; !rc && i < P * 3 * D; i++)
-        first[i] = -1;
-    for (int q = 0; !rc && q < world; q++) {
-        zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
-        int *f = &first[((size_t)c.pp * 3 + zs_phantom_norm_kind(c, P, D)) * D +
-                        dcls[(size_t)c.pp * D + c.dp]];
-        if (*f < 0)
-            *f = q;
-        cls[q] = *f;
+    int D = world / (T * P);
+    int *dcls = malloc((size_t)D * sizeof(int)), *rep = malloc(2 * (size_t)D * sizeof(int));
+    int rc = dcls && rep ? 0 : zs_error_set("out of host memory grouping %d simulated ranks",
+                                            world);
+    for (int st = 0; st < P && !rc; st++) {
+        if ((rc = zs_phantom_classes(&shapes[st], D, 1, 1, dcls)) != 0)
+            break;
+        for (int i = 0; i < 2 * D; i++) /* rep[2 c + end]: the first such rank */
+            rep[i] = -1;
+        for (int d = 0; d < D; d++) {
+            int end = (st == 0 && d == 0) || (st == P - 1 && d == D - 1);
+            int *r = &rep[2 * dcls[d] + end];
+            if (*r < 0)
+                *r = d;
+            for (int t = 0; t < T; t++)
+                cls[zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = t, .dp = d, .pp = st})] =
+                    zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = *r, .pp = st});
+        }
     }
     free(dcls);
-    free(first);
+    free(rep);
     return rc;
 }
 
 /* cls[q]: the first rank of simulated rank q's class, whose run stands for
- * every rank of the class (ZEROSIM_PHANTOM_EVERY_RANK=1: each its own);
- * shapes: one per pipeline stage. */
+ * every rank of the class (ZEROSIM_PHANTOM_EVERY_RANK=1: each its own). */
 static int zs_phantom_assign_classes(const zs_run_config *cfg, const zs_step_shape *shapes,
-                                     int world, int T, int P, int D, int *cls)
+                                     int world, int T, int P, int *cls)
 {
     int rc = 0;
     const char *every = getenv("ZEROSIM_PHANTOM_EVERY_RANK");
-    int each = every && strcmp(every, "1") == 0;
-    int param_off = shapes[0].stage == 3 && shapes[0].buf[ZS_BUF_PARAMS].tier != ZS_TIER_DEVICE;
-    if (each)
+    if (every && strcmp(every, "1") == 0)
         for (int q = 0; q < world; q++)
             cls[q] = q;
-    else if (P > 1 && param_off) /* each stage's parts of its own gathers */
-        rc = zs_phantom_pp_param_classes(shapes, world, T, P, D, cls);
+    else if (P > 1)
+        rc = zs_phantom_pp_classes(shapes, world, T, P, cls);
     else
         rc = zs_phantom_classes(&shapes[0], world, T, P, cls);
-    /* a pipeline stage's ranks run its own program: no class spans two
-     * stages (compression, whose classes go by data-parallel rank, is
-     * refused with --pp); and the norm chain's ends are classes of their
-     * own (zs_phantom_norm_kind) */
-    if (!rc && P > 1 && !each && !param_off)
-        for (int q = 0; q < world; q++) {
-            zs_mesh_coord c = zs_mesh_coord_of(world, T, P, q);
-            int kind = zs_phantom_norm_kind(c, P, D);
-            /* the data-parallel rank of the class's first rank */
-            int rep = kind == 2 ? D - 1 : c.pp == 0 && kind == 0 ? 1 : 0;
-            cls[q] = zs_mesh_rank_of(world, T, P, (zs_mesh_coord){.tp = 0, .dp = rep,
-                                                                  .pp = c.pp});
-        }
     if (!rc)
         rc = zs_phantom_node_classes(world, T, P, cfg->ranks_per_node, cls);
     return rc;
@@ -1188,7 +1196,7 @@ int zs_train_phantom(const zs_run_config *cfg, const zs_train_options *o, int wo
     if (!rc)
         rc = zs_phantom_shapes(cfg, P, D, shapes, &nshapes);
     if (!rc)
-        rc = zs_phantom_assign_classes(cfg, shapes, world, T, P, D, cls);
+        rc = zs_phantom_assign_classes(cfg, shapes, world, T, P, cls);
     double row[ZS_NM + ZS_NC];
     for (int q = 0; q < world && !rc; q++) {
         if (cls[q] != q) /* filled with its class's first rank */

@@ -740,14 +740,5 @@ const zs_trace_span *zs_engine_trace(const zs_engine *e, size_t *n)
     return e->spans;
 }
 
-int zs_engine_buckets(const zs_engine *e, size_t *lo, size_t *hi, int max)
-{
-    for (int i = 0; i < e->shape->nbuckets && i < max; i++) {
-        lo[i] = e->shape->buckets[i].lo;
-        hi[i] = e->shape->buckets[i].hi;
-    }
-    return e->shape->nbuckets;
-}
-
 const zs_acts *zs_engine_acts(const zs_engine *e) { return e->acts; }
 const zs_data *zs_engine_data(const zs_engine *e) { return e->data; }
