@@ -196,13 +196,22 @@ RULE(ep_layout_ep)
                "needs --ep 2 or more (moe.ep_size)");
 }
 
+/* The GPT's experts are split over the tensor-parallel group as its dense
+ * MLP is (src/model/gpt.c); the Llama family's SwiGLU experts are not yet,
+ * nor are experts both split and dealt over an expert-parallel group. */
 RULE(moe_tp)
 {
     UNUSED_CTX;
-    return c->model.moe_experts > 0 && c->tp > 1 &&
-           SAY("a mixture of experts with tensor parallelism is not implemented (the experts' "
-               "MLPs are not split over the tensor-parallel group): use --tp 1 with "
-               "--moe-experts");
+    if (c->model.moe_experts <= 0 || c->tp <= 1)
+        return 0;
+    if (c->model.kind == ZS_MODEL_LLAMA)
+        return SAY("a mixture of experts with tensor parallelism is not implemented for the "
+                   "Llama family (its SwiGLU experts are not split over the tensor-parallel "
+                   "group): use --tp 1 with --moe-experts, or --model gpt");
+    return c->ep > 1 &&
+           SAY("expert parallelism (--ep %d) with tensor parallelism (--tp %d) is not "
+               "implemented yet (experts split over the tensor-parallel group and dealt over "
+               "the expert-parallel group): use --ep 1 or --tp 1", c->ep, c->tp);
 }
 
 /* ---- context parallelism (--cp) ----------------------------------------- */
@@ -628,6 +637,16 @@ RULE(device_tp)
                "--backend cpu, or --tp 1", c->model.tp, x->backend);
 }
 
+/* The portable backend's exact sums of slices (deterministic mode) cover
+ * the dense layers' tensor-parallel sums; an expert's are plain sums. */
+RULE(device_moe_tp)
+{
+    return c->model.tp > 1 && c->model.moe_experts > 0 && c->model.tp_exact_slices > 0 &&
+           SAY("a mixture of experts with --tp %d on --backend %s in deterministic mode is not "
+               "implemented yet (the experts' tensor-parallel sums are not exact sums of "
+               "slices): drop --deterministic, or use --backend cpu", c->model.tp, x->backend);
+}
+
 RULE(device_cp)
 {
     return c->cp > 1 && !x->backend_host &&
@@ -688,8 +707,9 @@ static const zs_compat_rule rules[] = {
     {"ep+moe", "ep moe", RUN, REFUSE, ep_moe, "experts are what expert parallelism deals out"},
     {"ep-layout+ep", "ep-layout ep", RUN, REFUSE, ep_layout_ep,
      "the layout is of expert parallelism"},
-    {"moe+tp", "moe tp", RUN, REFUSE, moe_tp,
-     "not implemented yet (Megatron-LM and DeepSpeed-MoE split the experts' MLPs over tp)"},
+    {"moe+tp", "moe tp ep", RUN, REFUSE, moe_tp,
+     "the GPT's experts are split over tp as Megatron-LM's and DeepSpeed-MoE's are; not yet "
+     "the Llama family's, nor with --ep"},
     {"dtype+precision", "dtype precision ep onebit qgZ", RUN, REFUSE, dtype_precision,
      "zerosim accumulates and reduces gradients in the working precision, or in fp32 with bf16 "
      "(DeepSpeed's BF16_Optimizer) where the gradient path has an fp32 form (not yet --ep, the "
@@ -774,6 +794,9 @@ static const zs_compat_rule rules[] = {
      "the planner has no 0/1 Adam schedule"},
     {"device+zerooneadam", "backend zerooneadam", DEVICE, REFUSE, device_zeroone,
      "the compressed exchange reads host memory"},
+    {"device+moe-tp", "moe tp deterministic", DEVICE, REFUSE, device_moe_tp,
+     "not implemented yet: the portable backend's (ref) exact sums of slices in "
+     "deterministic mode are the dense layers'; the experts' tensor-parallel sums are plain"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
