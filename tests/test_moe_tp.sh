@@ -5,9 +5,10 @@
 # over the group. Against tp 1 within the dense tensor parallelism's
 # tolerance (the same routing; losses and gradient norms), stages 0-3 byte-
 # identical for a fixed mesh, measured = predicted, plan = run, phantom =
-# real, with sequence parallelism, top-2 and activation checkpointing; and
-# what stays refused (--ep with --tp, the Llama family's experts, the
-# portable backend's exact sums) with one line.
+# real, with sequence parallelism, top-2 and activation checkpointing;
+# with expert parallelism (--ep 1's layout) byte-identical to --ep 1; and
+# what stays refused (the Llama family's experts, the portable backend's
+# exact sums) with one line.
 . "$(dirname "$0")/testlib.sh"
 
 M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --quiet --moe-experts 4 --moe-every 1 --min-capacity 1 --aux-loss-coeff 0.05"
@@ -97,10 +98,29 @@ if ! zs_fast; then
     }
 fi
 
+# expert parallelism over the data-parallel ranks of each TP rank (tp 2 x
+# dp 2, --ep 2: --ep 1's layout, the experts' gradients sent home):
+# byte-identical to --ep 1, measured = predicted (the all-to-alls too),
+# plan = run, phantom = real
+if ! zs_fast; then
+    zs_run x1 4 $M --tp 2 --stage 3 && zs_run x2 4 $M --tp 2 --ep 2 --stage 3 && {
+        [ -n "$(hashes "$T/x1.json")" ] && [ "$(hashes "$T/x2.json")" = "$(hashes "$T/x1.json")" ] &&
+            ok || bad "tp 2 ep 2: hashes differ from ep 1's"
+        measured_is_predicted "tp 2 ep 2" "$T/x2"
+        awk '$1 == 0 && $2 == "alltoall" && $3 == "all" { exit !($4 > 0) }' "$T/x2/comm.csv" && ok ||
+            bad "tp 2 ep 2: no all-to-all"
+        if "$ZS" plan $P --dp 2 --tp 2 --ep 2 --stage 3 --json >"$T/planx.json"; then
+            plan_is_run "tp 2 ep 2" "$T/planx.json" "$T/x2"
+        else bad "plan tp 2 ep 2"; fi
+        "$ZS" train --phantom --world-size 4 $M --tp 2 --ep 2 --stage 3 --csv "$T/x2-ph" \
+            >"$T/xph.log" 2>&1 || bad "phantom tp 2 ep 2: $(tail -2 "$T/xph.log")"
+        cmp -s "$T/x2/memory.csv" "$T/x2-ph/memory.csv" && ok || bad "phantom tp 2 ep 2: memory differs"
+    }
+fi
+
 # what stays refused, with one line and nothing written
-refuse -q -m "expert parallelism (--ep 2) with tensor parallelism" -o "$T/r1.json" \
-    train --phantom --world-size 4 $M --tp 2 --ep 2 --report "$T/r1.json"
-refuse -m "expert parallelism (--ep 2) with tensor parallelism" plan $P --dp 2 --tp 2 --ep 2
+refuse -m "Llama family" plan --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 \
+    --ffn-hidden 48 --seq 8 --vocab 40 --moe-experts 4 --tp 2 --dp 1
 refuse -n 2 -m "not exact sums of slices" -o "$T/r2.json" \
     train $M --tp 2 --backend ref --deterministic --report "$T/r2.json"
 refuse -m "not implemented for the Llama family" train --phantom --world-size 2 --model llama \
