@@ -6,7 +6,8 @@
 # tolerance (the same routing; losses and gradient norms), stages 0-3 byte-
 # identical for a fixed mesh, measured = predicted, plan = run, phantom =
 # real, with sequence parallelism, top-2 and activation checkpointing;
-# with expert parallelism (--ep 1's layout) byte-identical to --ep 1; and
+# with expert parallelism (--ep 1's layout) byte-identical to --ep 1;
+# checkpoints resumed exactly, and loaded at tp 1 as saved; and
 # what stays refused (the Llama family's experts, the portable backend's
 # exact sums) with one line.
 . "$(dirname "$0")/testlib.sh"
@@ -115,6 +116,22 @@ if ! zs_fast; then
         "$ZS" train --phantom --world-size 4 $M --tp 2 --ep 2 --stage 3 --csv "$T/x2-ph" \
             >"$T/xph.log" 2>&1 || bad "phantom tp 2 ep 2: $(tail -2 "$T/xph.log")"
         cmp -s "$T/x2/memory.csv" "$T/x2-ph/memory.csv" && ok || bad "phantom tp 2 ep 2: memory differs"
+    }
+fi
+
+# checkpoints: saved at tp 2 after step 2 of 3, resumed at tp 2 in another
+# stage the last step's bytes, loaded at tp 1 the parameters as saved (the
+# experts' shards put where the tp 1 layout has them)
+if ! zs_fast; then
+    # h_at NAME K: the report's K-th parameter hash
+    h_at() { hashes "$T/$1.json" | sed 's/.*\[//; s/\].*//' | tr -d '"' | cut -d, -f"$2"; }
+    zs_run c3 2 $M --tp 2 --stage 1 --save-dir "$T/ck" --save-every 2 && {
+        zs_run c2 2 $M --tp 2 --stage 3 --resume "$T/ck/global_step2" &&
+            { [ -n "$(h_at c3 3)" ] && [ "$(h_at c2 1)" = "$(h_at c3 3)" ] && ok ||
+                  bad "tp 2 resumed: $(h_at c2 1), the uninterrupted run's last step $(h_at c3 3)"; }
+        zs_run c1 0 $M --stage 0 --resume "$T/ck/global_step2" &&
+            { [ -n "$(h_at c3 2)" ] && [ "$(key "$T/c1.json" resumed_param_hash)" = "$(h_at c3 2)" ] &&
+                  ok || bad "tp 1 loaded: $(key "$T/c1.json" resumed_param_hash), saved $(h_at c3 2)"; }
     }
 fi
 
