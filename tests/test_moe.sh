@@ -114,11 +114,5 @@ refuse -q -m "capacity-factor" train --steps 1 --quiet --moe-experts 4 --capacit
 refuse -q -m "needs a mixture of experts" train --steps 1 --quiet --ep 2
 refuse -q -m "decoders" train --steps 1 --quiet --model mlp --moe-experts 4
 refuse -q -m "must divide the data-parallel size" train --steps 1 --quiet --moe-experts 4 --ep 2
-# with tensor parallelism (2 ranks: the mesh must hold --tp 2 first)
-if sh "$HERE/mpirun.sh" 2 "$ZS" train --steps 1 --quiet --moe-experts 4 --tp 2 >"$T/o" 2>&1 </dev/null; then
-    bad "accepted: --moe-experts 4 --tp 2"
-else
-    grep -q "experts' MLPs are not split over the tensor-parallel group" "$T/o" &&
-        [ "$(wc -l <"$T/o")" -eq 1 ] && ok || bad "--moe-experts 4 --tp 2: $(cat "$T/o")"
-fi
+# with tensor parallelism: tests/test_moe_tp.sh
 finish

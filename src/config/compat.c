@@ -199,13 +199,16 @@ RULE(ep_layout_ep)
                "needs --ep 2 or more (moe.ep_size)");
 }
 
+/* The GPT's experts are split over the tensor-parallel group as its dense
+ * MLP is (src/model/gpt.c), with or without expert parallelism; the Llama
+ * family's SwiGLU experts are not yet. */
 RULE(moe_tp)
 {
     UNUSED_CTX;
-    return c->model.moe_experts > 0 && c->tp > 1 &&
-           SAY("a mixture of experts with tensor parallelism is not implemented (the experts' "
-               "MLPs are not split over the tensor-parallel group): use --tp 1 with "
-               "--moe-experts");
+    return c->model.moe_experts > 0 && c->tp > 1 && c->model.kind == ZS_MODEL_LLAMA &&
+           SAY("a mixture of experts with tensor parallelism is not implemented for the "
+               "Llama family (its SwiGLU experts are not split over the tensor-parallel "
+               "group): use --tp 1 with --moe-experts, or --model gpt");
 }
 
 /* ---- context parallelism (--cp) ----------------------------------------- */
@@ -615,6 +618,16 @@ RULE(device_tp)
                "--backend cpu, or --tp 1", c->model.tp, x->backend);
 }
 
+/* The portable backend's exact sums of slices (deterministic mode) cover
+ * the dense layers' tensor-parallel sums; an expert's are plain sums. */
+RULE(device_moe_tp)
+{
+    return c->model.tp > 1 && c->model.moe_experts > 0 && c->model.tp_exact_slices > 0 &&
+           SAY("a mixture of experts with --tp %d on --backend %s in deterministic mode is not "
+               "implemented yet (the experts' tensor-parallel sums are not exact sums of "
+               "slices): drop --deterministic, or use --backend cpu", c->model.tp, x->backend);
+}
+
 RULE(device_cp)
 {
     return c->cp > 1 && !x->backend_host &&
@@ -695,8 +708,9 @@ static const zs_compat_rule rules[] = {
     {"ep+moe", "ep moe", RUN, REFUSE, ep_moe, "experts are what expert parallelism deals out"},
     {"ep-layout+ep", "ep-layout ep", RUN, REFUSE, ep_layout_ep,
      "the layout is of expert parallelism"},
-    {"moe+tp", "moe tp", RUN, REFUSE, moe_tp,
-     "not implemented yet (Megatron-LM and DeepSpeed-MoE split the experts' MLPs over tp)"},
+    {"moe+tp", "moe tp model", RUN, REFUSE, moe_tp,
+     "the GPT's experts are split over tp as Megatron-LM's and DeepSpeed-MoE's are (with --ep "
+     "too); not yet the Llama family's SwiGLU experts"},
     {"dtype+precision", "dtype precision ep onebit qgZ", RUN, REFUSE, dtype_precision,
      "zerosim accumulates and reduces gradients in the working precision, or in fp32 with bf16 "
      "(DeepSpeed's BF16_Optimizer) where the gradient path has an fp32 form (not yet --ep, the "
@@ -784,6 +798,9 @@ static const zs_compat_rule rules[] = {
      "whole sequence's"},
     {"device+exact-slices", "backend exact-slices", DEVICE, REFUSE, device_exact_slices,
      "only the portable backend sums in fixed slices"},
+    {"device+moe-tp", "moe tp deterministic", DEVICE, REFUSE, device_moe_tp,
+     "not implemented yet: the portable backend's (ref) exact sums of slices in "
+     "deterministic mode are the dense layers'; the experts' tensor-parallel sums are plain"},
 };
 
 int zs_compat_apply(zs_run_config *c, const zs_compat_ctx *x)
@@ -938,7 +955,7 @@ static const char *scope_name(unsigned s)
     if (s == ZS_SCOPE_RUN)
         return "train, phantom, plan";
     if (s == ZS_SCOPE_DEVICE)
-        return "a device backend (cuda)";
+        return "the engine, by backend";
     if (s == ZS_SCOPE_PLAN)
         return "plan only";
     return "train";

@@ -85,9 +85,12 @@ static int gpt_build_layout(const zs_model_config *c, zs_layout *lay)
         static const char *const mn[M_KIND_END - M_GATEW] = {
             "moe.gate.w", "moe.experts.fc.w", "moe.experts.fc.b", "moe.experts.proj.w",
             "moe.experts.proj.b"};
+        /* with tensor parallelism each expert's MLP is split as the dense
+         * MLP is: fc by rows (4C/P of them), proj by columns; the router
+         * and proj's bias are replicated */
         size_t E = (size_t)c->moe_experts, El = (size_t)gpt_local_experts(c);
-        const size_t mnum[M_KIND_END - M_GATEW] = {E * C, El * 4 * C * C, El * 4 * C,
-                                                   El * 4 * C * C, El * C};
+        const size_t mnum[M_KIND_END - M_GATEW] = {E * C, El * 4 * C * C / P, El * 4 * C / P,
+                                                   El * 4 * C * C / P, El * C};
         for (int k = 0; k < M_KIND_END - M_GATEW; k++) {
             snprintf(name, sizeof name, "h%d.%s", l, mn[k]);
             ZS_TRY(zs_layout_add(lay, name, mnum[k], l + 1));
@@ -109,7 +112,8 @@ static int blk(const zs_model_config *c, int l, int k)
  * element of the same entry at tp = 1. Column-parallel weights (QKV by
  * heads: q, k and v rows of this rank's heads; the MLP's first linear) hold
  * whole rows, row-parallel weights (the projections) a range of columns of
- * every row, the embedding a range of rows. */
+ * every row, the embedding a range of rows; a MoE block's stacked experts
+ * each as the dense MLP (expert e of the shard is expert e of the entry). */
 static size_t gpt_tp_global(const zs_model_config *c, int i, size_t j)
 {
     size_t P = (size_t)gpt_tp(c), r = (size_t)(c->tp > 1 ? c->tp_rank : 0);
@@ -133,6 +137,12 @@ static size_t gpt_tp_global(const zs_model_config *c, int i, size_t j)
     case B_FCW: return r * Fl * C + j;                           /* (4C, C): rows */
     case B_FCB: return r * Fl + j;
     case B_FCPW: return (j / Fl) * 4 * C + r * Fl + j % Fl;     /* (C, 4C): columns */
+    case M_FCW: return (j / (Fl * C)) * 4 * C * C + r * Fl * C + j % (Fl * C);
+    case M_FCB: return (j / Fl) * 4 * C + r * Fl + j % Fl;
+    case M_FCPW: { /* (E, C, 4C): columns of each expert */
+        size_t e = j / (C * Fl), w = j % (C * Fl);
+        return e * 4 * C * C + (w / Fl) * 4 * C + r * Fl + w % Fl;
+    }
     default: return j;                                           /* replicated */
     }
 }
@@ -145,7 +155,7 @@ static int gpt_tp_replicated(const zs_model_config *c, int i)
     if (zs_moe_entry_block(c, i, &k) < 0)
         return 1;
     return !(k == B_QKVW || k == B_QKVB || k == B_PROJW || k == B_FCW || k == B_FCB ||
-             k == B_FCPW);
+             k == B_FCPW || k == M_FCW || k == M_FCB || k == M_FCPW);
 }
 
 /* Elements [first, first+n) of entry i, into out. Value j of an entry is
@@ -166,17 +176,21 @@ static void gpt_init_range(const zs_model *m, int i, size_t first, size_t n, flo
                                                                           : 0.02;
     uint64_t base = zs_rng_mix(seed, (uint64_t)i + 1);
     /* expert parallelism: this rank's experts are a slice of each stacked
-     * expert entry, drawn where the whole entry draws them */
+     * expert entry, drawn where the whole entry draws them (an entry's
+     * tensor-parallel shard holds 1/P of each expert) */
+    size_t ep_first = 0;
     if (in_block && k > M_GATEW && m->cfg.moe_ep > 1)
-        first += (size_t)m->cfg.moe_ep_rank * lay->entries[i].numel;
+        ep_first = (size_t)m->cfg.moe_ep_rank * lay->entries[i].numel *
+                   (gpt_tp_replicated(&m->cfg, i) ? 1 : (size_t)gpt_tp(&m->cfg));
     if (gpt_tp(&m->cfg) > 1) {
         for (size_t j = 0; j < n; j++) {
-            uint64_t st = base + 2 * gpt_tp_global(&m->cfg, i, first + j) * 0x9e3779b97f4a7c15ULL;
+            size_t g = ep_first + gpt_tp_global(&m->cfg, i, first + j);
+            uint64_t st = base + 2 * g * 0x9e3779b97f4a7c15ULL;
             out[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
         }
         return;
     }
-    uint64_t st = base + 2 * first * 0x9e3779b97f4a7c15ULL;
+    uint64_t st = base + 2 * (ep_first + first) * 0x9e3779b97f4a7c15ULL;
     for (size_t j = 0; j < n; j++)
         out[j] = is_ln_w ? 1.0f : is_bias ? 0.0f : (float)(std * zs_rng_normal(&st));
 }
@@ -272,18 +286,18 @@ static size_t gpt_activation_floats(const zs_model_config *c, int b)
            BT * (V / P + 3);
 }
 
-/* Mixture of experts (no tensor parallelism): a MoE
- * block keeps, instead of fch and fch_gelu (8·BT·C), the gates (BT·E) and
- * the expert buffers: input and output (E·Cap·C each, Cap the capacity)
- * and the experts' inner activations (E·Cap·4C twice); with expert
- * parallelism the same sizes (the all-to-all brings Ep sources' Cap rows
- * of each of E/Ep experts). With activation checkpointing these are per
- * slot (gpt_slot_kinds), not per block. */
+/* Mixture of experts: a MoE block keeps, instead of fch and fch_gelu
+ * (8·BT·C/P), the gates (BT·E) and the expert buffers: input and output
+ * (E·Cap·C each, Cap the capacity) and the experts' inner activations
+ * (E·Cap·4C/P twice: with tensor parallelism each rank's 4C/P columns of
+ * every expert); with expert parallelism the same sizes (the all-to-all
+ * brings Ep sources' Cap rows of each of E/Ep experts). With activation
+ * checkpointing these are per slot (gpt_slot_kinds), not per block. */
 static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
 {
     size_t BT = (size_t)b * c->seq_len, C = (size_t)c->n_embd, E = (size_t)c->moe_experts;
-    size_t ecc = E * (size_t)gpt_moe_cap(c, b) * C;
-    return BT * E + 10 * ecc;
+    size_t ec = E * (size_t)gpt_moe_cap(c, b), ecc = ec * C;
+    return BT * E + 2 * ecc + 8 * ec * (C / (size_t)gpt_tp(c));
 }
 
 double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls)
@@ -324,6 +338,7 @@ static size_t gpt_shared_activation_bytes(const zs_model_config *c, int b)
 static size_t gpt_activation_bytes(const zs_model_config *c, int b)
 {
     size_t f = gpt_activation_floats(c, b), BTC = (size_t)b * zs_decoder_seq_rank(c) * c->n_embd;
+    BTC /= (size_t)gpt_tp(c); /* fch and fch_gelu hold this rank's 4C/P columns */
     if (gpt_n_moe(c) == 0 || c->pp_on)
         return 4 * f;
     for (int s = 0; s < gpt_slots(c); s++) {
@@ -340,6 +355,14 @@ static size_t gpt_activation_bytes(const zs_model_config *c, int b)
  * dfch_gelu (4BT*C/P each), preatt and datt (B*NH/P*T*T each),
  * logits/dlogits (BT*V/P); with tensor parallelism also the loss's row
  * maxima and sums (3BT). */
+/* The floats of one expert's parameters on this rank: fc.w and proj.w
+ * (4C/P x C each), fc.b (4C/P), proj.b (C). */
+static size_t gpt_expert_floats(const zs_model_config *c)
+{
+    size_t C = (size_t)c->n_embd, Fl = 4 * C / (size_t)gpt_tp(c);
+    return 2 * Fl * C + Fl + C;
+}
+
 /* Expert parallelism with moe_ep_home: the floats of the experts' gradients
  * by source, s_gsrc (every expert's parameters, E (8C^2 + 5C): Ep sources
  * times this rank's E/Ep experts), and of what comes home, s_grecv (the
@@ -348,8 +371,7 @@ static size_t gpt_home_floats(const zs_model_config *c)
 {
     if (c->moe_ep <= 1 || !c->moe_ep_home || gpt_n_moe(c) == 0)
         return 0;
-    size_t C = (size_t)c->n_embd;
-    return (size_t)c->moe_experts * (8 * C * C + 5 * C);
+    return (size_t)c->moe_experts * gpt_expert_floats(c);
 }
 
 static size_t gpt_recv_floats(const zs_model_config *c)
@@ -373,8 +395,7 @@ const float *zs_model_moe_source_grads(const zs_model *m, const zs_acts *a, size
     *chunk = 0;
     if (c->moe_ep_home != ZS_MOE_EP_BY_SOURCE || gpt_home_floats(c) == 0)
         return NULL;
-    size_t C = (size_t)c->n_embd;
-    *chunk = (size_t)gpt_local_experts(c) * (8 * C * C + 5 * C);
+    *chunk = (size_t)gpt_local_experts(c) * gpt_expert_floats(c);
     return a->s_gsrc;
 }
 
@@ -384,12 +405,13 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
     size_t V = (size_t)c->vocab, BT = B * T;
     size_t sp = gpt_sp(c) ? 2 * BT * C + B * gpt_seq_local(c) * C : 0; /* perm, dfull, loc */
     /* mixture of experts: dfch and dfch_gelu as large as an expert buffer's
-     * inner activations (E·Cap·4C) when that is more, two (E,Cap,C) buffers
-     * and the router's logits (BT·E) */
+     * inner activations (E·Cap·4C/P) when that is more, two (E,Cap,C)
+     * buffers and the router's logits (BT·E) */
     size_t moe = 0;
     if (gpt_n_moe(c) > 0) {
-        size_t ecc = (size_t)c->moe_experts * (size_t)gpt_moe_cap(c, b) * C;
-        moe = 2 * ecc + BT * (size_t)c->moe_experts + (ecc > BT * C ? 8 * (ecc - BT * C) : 0) +
+        size_t ec = (size_t)c->moe_experts * (size_t)gpt_moe_cap(c, b), ecc = ec * C;
+        size_t ecl = ec * (C / P), btcl = BT * (C / P);
+        moe = 2 * ecc + BT * (size_t)c->moe_experts + (ecl > btcl ? 8 * (ecl - btcl) : 0) +
               gpt_home_floats(c) + gpt_recv_floats(c); /* the experts' gradients by
                                                            source, and home */
     }
@@ -471,8 +493,8 @@ static void gpt_bind_acts(zs_acts *a)
                 continue;
             a->m_gates[l] = p; p += BT * (size_t)E;
             a->m_xin[l] = p; p += ecc;
-            a->m_fch[l] = p; p += 4 * ecc;
-            a->m_gelu[l] = p; p += 4 * ecc;
+            a->m_fch[l] = p; p += 4 * (ecc / P);
+            a->m_gelu[l] = p; p += 4 * (ecc / P);
             a->m_out[l] = p; p += ecc;
         }
         for (int l = K; l < L; l++) { /* block l uses slot l mod K */
@@ -513,7 +535,7 @@ static void gpt_bind_scratch(zs_acts *a, int head, size_t ecc)
     a->s_dres = s; s += BT * C;
     a->s_datty = s; s += BT * Cl;
     a->s_dqkv = s; s += 3 * BT * Cl;
-    size_t dfch = 4 * BT * Cl > 4 * ecc ? 4 * BT * Cl : 4 * ecc;
+    size_t dfch = 4 * BT * Cl > 4 * (ecc / P) ? 4 * BT * Cl : 4 * (ecc / P);
     a->s_dfch = s; s += dfch;
     a->s_dfch_gelu = s; s += dfch;
     a->s_ulysses = NULL;
@@ -625,39 +647,47 @@ static void gpt_ln_in_backward(zs_model *m, zs_backend_t be, zs_acts *a, float *
 /* The experts' MLPs over their buffers: in (Ep sources, E/Ep experts, Cap,
  * C) (without expert parallelism: (E, Cap, C)), one linear per source and
  * expert, so that each source's rows go through the arithmetic they get
- * without expert parallelism. */
+ * without expert parallelism. With tensor parallelism (P ranks) each
+ * expert is split as the dense MLP is: fc column-parallel (this rank's
+ * Fl = 4C/P of its columns), proj row-parallel, so out holds this rank's
+ * part of each output row, its bias added on TP rank 0 alone. */
 static void gpt_experts_forward(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
                                 float *out, int cap)
 {
     const zs_model_config *c = &m->cfg;
     int C = c->n_embd, Ep = c->moe_ep > 1 ? c->moe_ep : 1, El = gpt_local_experts(c);
-    size_t rc = (size_t)cap * C;
+    int Fl = 4 * C / gpt_tp(c), bias_here = gpt_tp(c) == 1 || c->tp_rank == 0;
+    size_t rc = (size_t)cap * C, rf = (size_t)cap * Fl, FC = (size_t)Fl * C;
     for (int q = 0; q < Ep; q++)
         for (int j = 0; j < El; j++) {
             size_t blkrow = (size_t)q * El + j;
             const float *x = a->m_xin[l] + blkrow * rc;
-            float *h = a->m_fch[l] + blkrow * 4 * rc, *g = a->m_gelu[l] + blkrow * 4 * rc;
-            zs_linear_forward(be, h, x, P[blk(c, l, M_FCW)] + (size_t)j * 4 * C * C,
-                              P[blk(c, l, M_FCB)] + (size_t)j * 4 * C, cap, C, 4 * C);
-            zs_backend_gelu_forward(be, g, h, 4 * rc);
-            zs_linear_forward(be, out + blkrow * rc, g, P[blk(c, l, M_FCPW)] + (size_t)j * 4 * C * C,
-                              P[blk(c, l, M_FCPB)] + (size_t)j * C, cap, 4 * C, C);
+            float *h = a->m_fch[l] + blkrow * rf, *g = a->m_gelu[l] + blkrow * rf;
+            zs_linear_forward(be, h, x, P[blk(c, l, M_FCW)] + (size_t)j * FC,
+                              P[blk(c, l, M_FCB)] + (size_t)j * Fl, cap, C, Fl);
+            zs_backend_gelu_forward(be, g, h, rf);
+            zs_linear_forward(be, out + blkrow * rc, g, P[blk(c, l, M_FCPW)] + (size_t)j * FC,
+                              bias_here ? P[blk(c, l, M_FCPB)] + (size_t)j * C : NULL, cap, Fl,
+                              C);
         }
 }
 
-/* dout (Ep, E/Ep, Cap, C) -> din (same), parameter gradients added. */
+/* dout (Ep, E/Ep, Cap, C) -> din (same), parameter gradients added; with
+ * tensor parallelism din is this rank's part of the sum over the group (a
+ * column-parallel linear's input gradient). */
 static void gpt_experts_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
                                  float *const *G, zs_acts *a, float *din, const float *dout,
                                  int cap)
 {
     const zs_model_config *c = &m->cfg;
     int C = c->n_embd, Ep = c->moe_ep > 1 ? c->moe_ep : 1, El = gpt_local_experts(c);
-    size_t rc = (size_t)cap * C, CC = (size_t)C * C;
+    int Fl = 4 * C / gpt_tp(c);
+    size_t rc = (size_t)cap * C, rf = (size_t)cap * Fl, FC = (size_t)Fl * C;
     int home = gpt_home_floats(c) > 0;
     /* with moe_ep_home, source q's gradients of this rank's experts go to
-     * its chunk of s_gsrc, laid out as the stacked entries: fc.w (El 4C C),
-     * fc.b (El 4C), proj.w (El C 4C), proj.b (El C) */
-    size_t chunk = (size_t)El * (8 * CC + 5 * (size_t)C);
+     * its chunk of s_gsrc, laid out as the stacked entries: fc.w (El Fl C),
+     * fc.b (El Fl), proj.w (El C Fl), proj.b (El C) */
+    size_t chunk = (size_t)El * gpt_expert_floats(c);
     zs_backend_memset0(be, din, (size_t)Ep * El * rc * 4);
     if (home)
         zs_backend_memset0(be, a->s_gsrc, (size_t)Ep * chunk * 4);
@@ -666,39 +696,43 @@ static void gpt_experts_backward(zs_model *m, zs_backend_t be, int l, float *con
         float *gpw = G[blk(c, l, M_FCPW)], *gpb = G[blk(c, l, M_FCPB)];
         if (home) {
             gfw = a->s_gsrc + (size_t)q * chunk;
-            gfb = gfw + (size_t)El * 4 * CC;
-            gpw = gfb + (size_t)El * 4 * C;
-            gpb = gpw + (size_t)El * 4 * CC;
+            gfb = gfw + (size_t)El * FC;
+            gpw = gfb + (size_t)El * Fl;
+            gpb = gpw + (size_t)El * FC;
         }
         for (int j = 0; j < El; j++) {
             size_t blkrow = (size_t)q * El + j;
             float *dg = a->s_dfch_gelu, *dh = a->s_dfch;
-            zs_backend_memset0(be, dg, 4 * rc * 4);
-            zs_linear_backward(be, dg, gpw + (size_t)j * 4 * CC, gpb + (size_t)j * C,
-                               dout + blkrow * rc, a->m_gelu[l] + blkrow * 4 * rc,
-                               P[blk(c, l, M_FCPW)] + (size_t)j * 4 * CC, cap, 4 * C, C);
-            zs_backend_memset0(be, dh, 4 * rc * 4);
-            zs_backend_gelu_backward(be, dh, a->m_fch[l] + blkrow * 4 * rc, dg, 4 * rc);
-            zs_linear_backward(be, din + blkrow * rc, gfw + (size_t)j * 4 * CC,
-                               gfb + (size_t)j * 4 * C, dh, a->m_xin[l] + blkrow * rc,
-                               P[blk(c, l, M_FCW)] + (size_t)j * 4 * CC, cap, C, 4 * C);
+            zs_backend_memset0(be, dg, rf * 4);
+            zs_linear_backward(be, dg, gpw + (size_t)j * FC, gpb + (size_t)j * C,
+                               dout + blkrow * rc, a->m_gelu[l] + blkrow * rf,
+                               P[blk(c, l, M_FCPW)] + (size_t)j * FC, cap, Fl, C);
+            zs_backend_memset0(be, dh, rf * 4);
+            zs_backend_gelu_backward(be, dh, a->m_fch[l] + blkrow * rf, dg, rf);
+            zs_linear_backward(be, din + blkrow * rc, gfw + (size_t)j * FC,
+                               gfb + (size_t)j * Fl, dh, a->m_xin[l] + blkrow * rc,
+                               P[blk(c, l, M_FCW)] + (size_t)j * FC, cap, C, Fl);
         }
     }
     if (!home)
         return;
     float *dst[4] = {G[blk(c, l, M_FCW)], G[blk(c, l, M_FCB)], G[blk(c, l, M_FCPW)],
                      G[blk(c, l, M_FCPB)]};
-    const size_t part[4] = {(size_t)El * 4 * CC, (size_t)El * 4 * C, (size_t)El * 4 * CC,
-                            (size_t)El * C};
+    const size_t part[4] = {(size_t)El * FC, (size_t)El * Fl, (size_t)El * FC, (size_t)El * C};
     zs_moe_grads_home(m, be, a, l, dst, part, 4);
 }
 
-/* MoE block l's MLP: res3 = res2 + combine(experts(dispatch(ln2))). */
+/* MoE block l's MLP: res3 = res2 + combine(experts(dispatch(ln2))). With
+ * tensor parallelism every rank of the group routes the same tokens (ln2
+ * is whole on each) the same way, combines its part of the experts'
+ * outputs, and the combined rows are summed over the group as the dense
+ * MLP's are (Megatron's g: all-reduce, or with sequence parallelism
+ * reduce-scatter to this rank's positions). */
 static void gpt_moe_forward(zs_model *m, zs_backend_t be, int l, float *const *P, zs_acts *a,
                             int B, int u)
 {
     const zs_model_config *c = &m->cfg;
-    int BT = B * c->seq_len, C = c->n_embd, cap = a->moe->cap;
+    int BT = B * c->seq_len, BTl = B * (int)gpt_seq_local(c), C = c->n_embd, cap = a->moe->cap;
     size_t ecc = (size_t)c->moe_experts * cap * C;
     zs_moe_route_block(m, be, a, l, P[blk(c, l, M_GATEW)], BT, 1);
     zs_moe_keep_stats(a, l);
@@ -710,20 +744,34 @@ static void gpt_moe_forward(zs_model *m, zs_backend_t be, int l, float *const *P
     if (ep)
         zs_moe_alltoall(m, be, a->m_out[l], a->s_me1, ecc, u);
     zs_moe_combine_forward(be, a->s_tmp, a->m_out[l], a->moe);
-    zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, (size_t)BT * C);
+    const float *sum = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+    zs_backend_residual_forward(be, a->res3[l], a->res2[l], sum, (size_t)BTl * C);
 }
 
-/* Its backward: dres holds d res3; adds the gradient through ln2 into it. */
+/* Its backward: dres holds d res3; adds the gradient through ln2 into it.
+ * With tensor parallelism the combine weights' gradients (a dot product
+ * with the experts' outputs, of which each rank holds a part) are summed
+ * over the group, so that the router, replicated, gets the same gradient
+ * on every rank; the router's input gradient is added on TP rank 0 alone,
+ * since the experts' (a part on each rank) are summed over the group
+ * after it. */
 static void gpt_moe_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
                              float *const *G, zs_acts *a, float *dres, int B, int u, float dloss)
 {
     const zs_model_config *c = &m->cfg;
     int BT = B * c->seq_len, C = c->n_embd, E = c->moe_experts, cap = a->moe->cap;
     size_t ecc = (size_t)E * cap * C;
-    int ep = c->moe_ep > 1;
+    int ep = c->moe_ep > 1, TP = gpt_tp(c), r = TP > 1 ? c->tp_rank : 0;
     zs_moe_route_block(m, be, a, l, P[blk(c, l, M_GATEW)], BT, 0);
     /* combine: d expert outputs (in s_me1) and d combine weights (host) */
-    zs_moe_combine_backward(be, a->s_me1, dres, a->m_out[l], a->moe);
+    const float *dy = zs_decoder_dout_full(m, be, a, dres, B, u);
+    zs_moe_combine_backward(be, a->s_me1, dy, a->m_out[l], a->moe);
+    if (TP > 1) { /* the combine weights' gradients over the group, through s_gl */
+        size_t kn = (size_t)a->moe->k * (size_t)BT;
+        zs_backend_copy_h2d(be, a->s_gl, a->moe->dweight, kn * 4);
+        zs_decoder_tp_sum(m, a->s_gl, kn, u);
+        zs_backend_copy_d2h(be, a->moe->dweight, a->s_gl, kn * 4);
+    }
     if (ep)
         zs_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
     /* experts: d their inputs into s_me1 (s_me2 with expert parallelism) */
@@ -736,8 +784,8 @@ static void gpt_moe_backward(zs_model *m, zs_backend_t be, int l, float *const *
     /* the router: through the combine weights, the softmax and l_aux */
     zs_moe_gate_backward(a->moe->hbuf, a->moe, (float)(c->moe_aux_coeff * dloss));
     zs_backend_copy_h2d(be, a->s_gl, a->moe->hbuf, (size_t)BT * E * 4);
-    zs_linear_backward(be, a->s_tmp, G[blk(c, l, M_GATEW)], NULL, a->s_gl, a->ln2[l],
-                       P[blk(c, l, M_GATEW)], BT, C, E);
+    zs_linear_backward(be, r == 0 ? a->s_tmp : NULL, G[blk(c, l, M_GATEW)], NULL, a->s_gl,
+                       a->ln2[l], P[blk(c, l, M_GATEW)], BT, C, E);
     gpt_ln_in_backward(m, be, a, dres, G[blk(c, l, B_LN2W)], G[blk(c, l, B_LN2B)], a->s_tmp,
                        a->res2[l], P[blk(c, l, B_LN2W)], a->ln2_mean[l], a->ln2_rstd[l], B, u);
 }

@@ -473,6 +473,19 @@ static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
         p->tp_ckpt_ag_bytes_per_step = c->ckpt_gathers * 4.0 *
             (double)zs_model_boundary_elems(&cfg->model, cfg->micro_batch) * ring;
         p->tp_ag_bytes_per_step += p->tp_ckpt_ag_bytes_per_step;
+        /* a GPT's MoE blocks (src/model/gpt.c): the combine weights'
+         * gradients (top-k of BT floats) summed over the group in each
+         * backward (the experts' outputs are summed as the dense MLP's) */
+        double moe = 0.0;
+        for (int k = 0; k < sh->nchunks; k++)
+            for (int u = sh->cfirst[k]; u <= sh->clast[k]; u++)
+                moe += u >= 1 && u <= cfg->model.n_layer &&
+                       zs_model_block_is_moe(&cfg->model, u - 1);
+        if (moe > 0) {
+            double kbt = cfg->model.moe_top_k * BT; /* the weights of one micro-batch */
+            p->tp_allreduce_bytes_per_step += GA * 4.0 * kbt * moe * 2.0 * ring;
+            p->tp_allreduce_calls_per_step += GA * moe;
+        }
         /* a Llama's replicated key/value heads: their gradients' sum per block */
         double kv = cfg->model.kind == ZS_MODEL_LLAMA ? (double)zs_llama_kv_grad_floats(&cfg->model)
                                                       : 0.0;

@@ -54,6 +54,14 @@ static int zs_engine_check(zs_engine *e)
 /* Tensor parallelism: the sum of squares of this rank's gradient shard in
  * [lo, lo + n) (shard offsets), without the replicated parameters except on
  * TP rank 0, so that they count once over the group. */
+/* The model whose layout the flat arrays have (e->lay): with expert
+ * parallelism in --ep 1's layout the whole model's (fmodel), not the
+ * computing model's, whose expert entries hold this rank's experts only. */
+static const zs_model *zs_engine_layout_model(const zs_engine *e)
+{
+    return e->fmodel && !e->xsplit ? e->fmodel : e->model;
+}
+
 static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
 {
     const zs_partition *p = &e->part;
@@ -72,7 +80,7 @@ static double zs_engine_tp_sumsq(zs_engine *e, size_t lo, size_t n)
     }
     for (int i = lo_i; i < e->lay->n_entries && e->lay->entries[i].offset < b; i++) {
         const zs_param_entry *pe = &e->lay->entries[i];
-        if (zs_model_tp_replicated(e->model, pe->offset))
+        if (zs_model_tp_replicated(zs_engine_layout_model(e), pe->offset))
             continue;
         size_t x = pe->offset > a ? pe->offset : a;
         size_t y = pe->offset + pe->numel < b ? pe->offset + pe->numel : b;
@@ -119,7 +127,7 @@ static void zs_engine_tp_chain(zs_engine *e, size_t g, size_t n, size_t pos, siz
         const zs_param_entry *pe = &lay->entries[i];
         size_t eo = pe->offset, ee = eo + pe->numel;
         size_t x = eo > g ? eo : g, y = ee < g + n ? ee : g + n;
-        if (x >= y || zs_model_tp_replicated(e->model, eo))
+        if (x >= y || zs_model_tp_replicated(zs_engine_layout_model(e), eo))
             continue;
         if (x == (eo > blk_lo ? eo : blk_lo))
             run[2] = 0.0; /* the entry's part of the block starts here */
