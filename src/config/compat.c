@@ -22,7 +22,7 @@
  * refusal the anchor (DeepSpeed, Megatron-LM) that refuses it too, or why
  * zerosim cannot model it; for an adjustment whose rule it follows. */
 typedef struct {
-    const char *id;          /* short and stable: "pp+moe" */
+    const char *id;          /* short and stable: "pp+mlp" */
     const char *features;    /* the features it relates, space-separated */
     unsigned scope;          /* ZS_SCOPE_* bits */
     zs_compat_action action;
@@ -427,14 +427,6 @@ RULE(pp_zeropp)
                "use --pp 1", c->pp);
 }
 
-RULE(pp_moe)
-{
-    UNUSED_CTX;
-    return c->pp > 1 && c->model.moe_experts > 0 &&
-           SAY("mixture of experts (--moe-experts) with --pp %d is not supported yet: use "
-               "--pp 1", c->pp);
-}
-
 RULE(pp_compression)
 {
     UNUSED_CTX;
@@ -722,8 +714,6 @@ static const zs_compat_rule rules[] = {
     {"pp+mlp", "pp model", RUN, REFUSE, pp_model, "the pipeline cuts a decoder's blocks"},
     {"pp+zeropp", "pp qwZ hpZ qgZ", RUN, REFUSE, pp_zeropp,
      "DeepSpeed's pipeline engine runs ZeRO stage 0 and 1 only"},
-    {"pp+moe", "pp moe", RUN, REFUSE, pp_moe,
-     "not implemented yet (Megatron-LM runs experts in pipeline stages)"},
     {"pp+compression", "pp compression", RUN, REFUSE, pp_compression,
      "not implemented yet: the codecs replace the reduce-scatter of a flat shard, a pipeline stage's is its part of the layout"},
     {"pp+offload-param", "pp offload-param", RUN, REFUSE, pp_offload_param,

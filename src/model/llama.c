@@ -171,10 +171,7 @@ size_t zs_llama_kv_grad_floats(const zs_model_config *c)
     return (size_t)KV * 2 * (D * C + (c->qkv_bias ? D : 0));
 }
 
-static int llama_n_moe(const zs_model_config *c)
-{
-    return c->moe_experts > 0 && c->moe_every > 0 ? c->n_layer / c->moe_every : 0;
-}
+static int llama_n_moe(const zs_model_config *c) { return zs_decoder_stage_moe_blocks(c); }
 
 static int llama_local_experts(const zs_model_config *c)
 {
