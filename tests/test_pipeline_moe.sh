@@ -70,6 +70,9 @@ if ! zs_fast; then
     train_hashes ref2-ep 2 --stage 1
     train_hashes p2d2-ep 4 --pp 2 --ep 2 --stage 1 && same p2d2-ep ref2-ep
     measured_is_predicted p2d2-ep "$T/p2d2-ep"
+    n=$(key "$T/p2d2-ep.json" num_params)
+    [ -n "$n" ] && [ "$n" = "$(key "$T/ref2-ep.json" num_params)" ] && ok ||
+        bad "p2d2-ep: the report counts $n parameters, --pp 1 $(key "$T/ref2-ep.json" num_params)"
     awk '$1 !~ /^#/ && $2 == "alltoall" && $3 == "all" && $5 > 0 { n++ } END { exit n != 4 }' \
         "$T/p2d2-ep/comm.csv" && ok || bad "p2d2-ep: not every rank made all-to-alls"
     phantom_same p2d2-ep 4 --pp 2 --ep 2 --stage 1

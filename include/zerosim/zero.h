@@ -118,6 +118,9 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info);
 int zs_engine_zeroone_between_syncs(const zs_engine *e);
 
 const zs_model *zs_engine_model(const zs_engine *e);
+/* The layout of the flat arrays: the engine model's, or with --ep in --ep
+ * 1's layout the whole model's, every expert's entries (zs_step_ep_configs). */
+const zs_layout *zs_engine_layout(const zs_engine *e);
 /* The activations of the engine's micro-batches (mixture of experts: their
  * routing statistics, zs_model_moe_stats); NULL before the first step. */
 const zs_acts *zs_engine_acts(const zs_engine *e);

@@ -507,8 +507,7 @@ static void zs_train_record_sizes(zs_train_run *run)
 {
     zs_engine *e = run->e;
     zs_train_result *r = run->r;
-    r->num_params = run->cfg->pp > 1 ? zs_model_layout(zs_engine_model(e))->num_params
-                                     : zs_engine_num_params(e);
+    r->num_params = run->cfg->pp > 1 ? zs_engine_layout(e)->num_params : zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
     /* DeepSpeed's layout for --ep: the dense arrays and the expert store */

@@ -681,6 +681,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
 /* ---- results ---------------------------------------------------------------- */
 
 const zs_model *zs_engine_model(const zs_engine *e) { return e->model; }
+const zs_layout *zs_engine_layout(const zs_engine *e) { return e->lay; }
 size_t zs_engine_num_params(const zs_engine *e)
 {
     return e->part.num_params + (e->xsplit ? e->shape->xnum * (size_t)e->ep_size : 0);
