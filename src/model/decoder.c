@@ -28,6 +28,14 @@ int zs_decoder_stage_moe_blocks(const zs_model_config *c)
     return n;
 }
 
+int zs_decoder_block_kinds(const zs_model_config *c, int first, int last, int stride)
+{
+    int k = 0;
+    for (int l = first; l <= last; l += stride)
+        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
+    return k;
+}
+
 int zs_decoder_slots(const zs_model_config *c)
 {
     return c->ckpt_blocks > 0 && c->ckpt_blocks < c->n_layer ? c->ckpt_blocks : c->n_layer;

@@ -316,20 +316,14 @@ double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls)
  * of moe.expert_interval. */
 static int gpt_slot_kinds(const zs_model_config *c, int s)
 {
-    int k = 0;
-    for (int l = s; l < c->n_layer; l += gpt_slots(c))
-        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
-    return k;
+    return zs_decoder_block_kinds(c, s, c->n_layer - 1, gpt_slots(c));
 }
 
 /* The kinds of the blocks [b0, b1] together: what each working slot of a
  * checkpointed pipeline stage holds (its blocks take turns in them). */
 static int gpt_range_kinds(const zs_model_config *c, int b0, int b1)
 {
-    int k = 0;
-    for (int l = b0; l <= b1; l++)
-        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
-    return k;
+    return zs_decoder_block_kinds(c, b0, b1, 1);
 }
 
 /* A pipeline stage with checkpointing: the working slots of its blocks,
