@@ -357,6 +357,10 @@ size_t zs_model_boundary_elems(const zs_model_config *c, int b);
 void zs_model_forward_unit(zs_model *m, zs_backend_t be, int l, float *const *P,
                            zs_acts *a, const zs_batch *batch);
 float zs_model_loss(const zs_acts *a, zs_backend_t be);
+/* Its mean over the positions without the aux term (a double; NAN when out
+ * of host memory): a pipeline's last stage adds the other stages' aux
+ * terms to it (zs_model_moe_aux_term). */
+double zs_model_token_loss(const zs_acts *a, zs_backend_t be);
 /* The MLP after its last unit: of the micro-batch's first n samples (their
  * targets on the host), the sum of the losses in *loss_sum and in *correct
  * how many have the target as their most probable class (the first of
@@ -370,6 +374,10 @@ int zs_model_next_probs(const zs_acts *a, zs_backend_t be, size_t r, float *out)
 /* Mixture of experts: the part of zs_model_loss that is the load-balancing
  * loss (moe_aux_coeff x the sum of the MoE blocks' l_aux), 0 without. */
 double zs_model_aux_loss(const zs_acts *a);
+/* That term from each block's l_aux (l_aux[n_layer], the dense blocks'
+ * unread): moe_aux_coeff x l_aux summed in block order from 0, the sum a
+ * run without a pipeline makes after its last block. */
+double zs_model_moe_aux_term(const zs_model_config *c, const double *l_aux);
 /* The routing of MoE block l in its last forward (-1 when block l is not
  * a MoE block): tokens routed to each expert and kept, choices dropped,
  * l_aux, and a hash of every token's choices and slots (tests compare it). */

@@ -115,9 +115,16 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info);
 int zs_engine_zeroone_between_syncs(const zs_engine *e);
 
 const zs_model *zs_engine_model(const zs_engine *e);
+/* The layout of the flat arrays: the engine model's, or with --ep in --ep
+ * 1's layout the whole model's, every expert's entries (zs_step_ep_configs). */
+const zs_layout *zs_engine_layout(const zs_engine *e);
 /* The activations of the engine's micro-batches (mixture of experts: their
  * routing statistics, zs_model_moe_stats); NULL before the first step. */
 const zs_acts *zs_engine_acts(const zs_engine *e);
+/* Mixture of experts: block l's routing in the step's last micro-batch
+ * (zs_model_moe_stats, from the activations that held it); -1 when block
+ * l is not a MoE block or another pipeline rank holds it. */
+int zs_engine_moe_stats(const zs_engine *e, int l, zs_moe_stats *out);
 size_t zs_engine_num_params(const zs_engine *e);
 double zs_engine_loss_floor(const zs_engine *e);
 

@@ -22,7 +22,7 @@
  * refusal the anchor (DeepSpeed, Megatron-LM) that refuses it too, or why
  * zerosim cannot model it; for an adjustment whose rule it follows. */
 typedef struct {
-    const char *id;          /* short and stable: "pp+moe" */
+    const char *id;          /* short and stable: "pp+mlp" */
     const char *features;    /* the features it relates, space-separated */
     unsigned scope;          /* ZS_SCOPE_* bits */
     zs_compat_action action;
@@ -433,14 +433,6 @@ RULE(pp_zeropp)
                "use --pp 1", c->pp);
 }
 
-RULE(pp_moe)
-{
-    UNUSED_CTX;
-    return c->pp > 1 && c->model.moe_experts > 0 &&
-           SAY("mixture of experts (--moe-experts) with --pp %d is not supported yet: use "
-               "--pp 1", c->pp);
-}
-
 /* ---- LAMB --------------------------------------------------------------- */
 
 /* The trust ratio needs each tensor's whole sums: the data-parallel shards'
@@ -724,8 +716,6 @@ static const zs_compat_rule rules[] = {
     {"pp+mlp", "pp model", RUN, REFUSE, pp_model, "the pipeline cuts a decoder's blocks"},
     {"pp+zeropp", "pp qwZ hpZ qgZ", RUN, REFUSE, pp_zeropp,
      "DeepSpeed's pipeline engine runs ZeRO stage 0 and 1 only"},
-    {"pp+moe", "pp moe", RUN, REFUSE, pp_moe,
-     "not implemented yet (Megatron-LM runs experts in pipeline stages)"},
     /* last of the run's rules: the others refuse first, as before it was one */
     {"ep-layout+deepspeed", "ep-layout offload compression qwZ hpZ qgZ", RUN, REFUSE,
      ep_layout_deepspeed,

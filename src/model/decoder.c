@@ -19,6 +19,23 @@ void zs_decoder_stage(const zs_model_config *c, int *b0, int *b1, int *head)
     *head = c->pp_last == L + 1;
 }
 
+int zs_decoder_stage_moe_blocks(const zs_model_config *c)
+{
+    int b0, b1, head, n = 0;
+    zs_decoder_stage(c, &b0, &b1, &head);
+    for (int l = b0; l <= b1; l++)
+        n += zs_model_block_is_moe(c, l);
+    return n;
+}
+
+int zs_decoder_block_kinds(const zs_model_config *c, int first, int last, int stride)
+{
+    int k = 0;
+    for (int l = first; l <= last; l += stride)
+        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
+    return k;
+}
+
 int zs_decoder_slots(const zs_model_config *c)
 {
     return c->ckpt_blocks > 0 && c->ckpt_blocks < c->n_layer ? c->ckpt_blocks : c->n_layer;

@@ -46,11 +46,8 @@ static int gpt_moe_cap(const zs_model_config *c, int b)
                            c->moe_capacity_factor, c->moe_min_capacity);
 }
 
-/* MoE blocks of the model. */
-static int gpt_n_moe(const zs_model_config *c)
-{
-    return c->moe_experts > 0 && c->moe_every > 0 ? c->n_layer / c->moe_every : 0;
-}
+/* MoE blocks of the model, or of its pipeline stage. */
+static int gpt_n_moe(const zs_model_config *c) { return zs_decoder_stage_moe_blocks(c); }
 
 /* The tensor-parallel size (1 without). */
 static int gpt_tp(const zs_model_config *c) { return c->tp > 1 ? c->tp : 1; }
@@ -265,27 +262,6 @@ static size_t gpt_block_floats(const zs_model_config *c, int b)
                      : 4 * BT * C + 12 * BT * C / P + 4 * BT + gpt_att_floats(c, B);
 }
 
-static size_t gpt_activation_floats(const zs_model_config *c, int b)
-{
-    size_t B = (size_t)b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
-    size_t V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
-    size_t BT = B * T, BTl = B * gpt_seq_local(c);
-    if (c->pp_on) { /* a pipeline stage: its input, its blocks, the head if it has it */
-        int b0, b1, head;
-        gpt_stage(c, &b0, &b1, &head);
-        size_t nb = b1 >= b0 ? (size_t)(b1 - b0 + 1) : 0;
-        size_t headf = head ? BT * C + 2 * BTl + BT * (V / P + 1) : 0;
-        if (gpt_pp_ckpt(c)) /* its input and last output; the blocks' are shared */
-            return 2 * BTl * C + headf;
-        return BTl * C + nb * gpt_block_floats(c, b) + headf;
-    }
-    if (gpt_sp(c))
-        return BTl * C + L * (2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
-                              gpt_att_floats(c, B)) + BT * C + 2 * BTl + BT * (V / P + 1);
-    return BT * C * 2 + L * (4 * BT * C + 12 * BT * C / P) + L * (4 * BT + gpt_att_floats(c, B)) +
-           BT * (V / P + 3);
-}
-
 /* Mixture of experts: a MoE block keeps, instead of fch and fch_gelu
  * (8·BT·C/P), the gates (BT·E) and the expert buffers: input and output
  * (E·Cap·C each, Cap the capacity) and the experts' inner activations
@@ -299,6 +275,43 @@ static size_t gpt_moe_act_floats(const zs_model_config *c, int b)
     size_t ec = E * (size_t)gpt_moe_cap(c, b), ecc = ec * C;
     return BT * E + 2 * ecc + 8 * ec * (C / (size_t)gpt_tp(c));
 }
+
+/* One block's activations that hold blocks of the kinds `kinds` (bit 1: a
+ * dense block, its fch and fch_gelu, 4·BT·C/P each; bit 2: a MoE block,
+ * its gates and expert buffers): a pipeline stage's block, or a working
+ * slot of its checkpointed segments. In gpt_bind_block's order. */
+static size_t gpt_slot_floats(const zs_model_config *c, int b, int kinds)
+{
+    size_t BT = (size_t)b * zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t f = gpt_block_floats(c, b);
+    if (!(kinds & 1))
+        f -= 8 * BT * C / P;
+    return f + ((kinds & 2) ? gpt_moe_act_floats(c, b) : 0);
+}
+
+static size_t gpt_activation_floats(const zs_model_config *c, int b)
+{
+    size_t B = (size_t)b, T = zs_decoder_seq_rank(c), C = (size_t)c->n_embd, P = (size_t)gpt_tp(c);
+    size_t V = (size_t)c->vocab, L = (size_t)gpt_slots(c);
+    size_t BT = B * T, BTl = B * gpt_seq_local(c);
+    if (c->pp_on) { /* a pipeline stage: its input, its blocks, the head if it has it */
+        int b0, b1, head;
+        gpt_stage(c, &b0, &b1, &head);
+        size_t headf = head ? BT * C + 2 * BTl + BT * (V / P + 1) : 0;
+        if (gpt_pp_ckpt(c)) /* its input and last output; the blocks' are shared */
+            return 2 * BTl * C + headf;
+        size_t f = BTl * C + headf;
+        for (int l = b0; l <= b1; l++)
+            f += gpt_slot_floats(c, b, zs_model_block_is_moe(c, l) ? 2 : 1);
+        return f;
+    }
+    if (gpt_sp(c))
+        return BTl * C + L * (2 * BT * C + 2 * BTl * C + 12 * BT * C / P + 4 * BTl +
+                              gpt_att_floats(c, B)) + BT * C + 2 * BTl + BT * (V / P + 1);
+    return BT * C * 2 + L * (4 * BT * C + 12 * BT * C / P) + L * (4 * BT + gpt_att_floats(c, B)) +
+           BT * (V / P + 3);
+}
+
 
 double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls)
 {
@@ -317,10 +330,14 @@ double zs_model_moe_alltoall_bytes(const zs_model_config *c, int b, int *calls)
  * of moe.expert_interval. */
 static int gpt_slot_kinds(const zs_model_config *c, int s)
 {
-    int k = 0;
-    for (int l = s; l < c->n_layer; l += gpt_slots(c))
-        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
-    return k;
+    return zs_decoder_block_kinds(c, s, c->n_layer - 1, gpt_slots(c));
+}
+
+/* The kinds of the blocks [b0, b1] together: what each working slot of a
+ * checkpointed pipeline stage holds (its blocks take turns in them). */
+static int gpt_range_kinds(const zs_model_config *c, int b0, int b1)
+{
+    return zs_decoder_block_kinds(c, b0, b1, 1);
 }
 
 /* A pipeline stage with checkpointing: the working slots of its blocks,
@@ -332,7 +349,7 @@ static size_t gpt_shared_activation_bytes(const zs_model_config *c, int b)
     int b0, b1, head, K = gpt_slots(c);
     gpt_stage(c, &b0, &b1, &head);
     size_t nw = (size_t)(b1 - b0 + 1 < K ? b1 - b0 + 1 : K);
-    return 4 * nw * gpt_block_floats(c, b);
+    return 4 * nw * gpt_slot_floats(c, b, gpt_range_kinds(c, b0, b1));
 }
 
 static size_t gpt_activation_bytes(const zs_model_config *c, int b)
@@ -426,6 +443,30 @@ static size_t gpt_scratch_bytes(const zs_model_config *c, int b)
 
 static void gpt_bind_scratch(zs_acts *a, int head, size_t ecc);
 
+/* Block l's views at p for blocks of the kinds `kinds` (gpt_slot_floats):
+ * the 13 views of sizes sz (fch and fch_gelu only with a dense block), then
+ * a MoE block's gates (BT·E) and expert buffers (ecc = E·Cap·C: input,
+ * 4 ecc / P inner twice, each rank's columns, output); returns the end. */
+static float *gpt_bind_block(zs_acts *a, float ***const *views, const size_t *sz, int l,
+                             float *p, int kinds, size_t ecc)
+{
+    for (int k = 0; k < 13; k++) {
+        if (!(kinds & 1) && (k == 10 || k == 11)) /* fch, fch_gelu: dense blocks' */
+            continue;
+        (*views[k])[l] = p;
+        p += sz[k];
+    }
+    if (!(kinds & 2))
+        return p;
+    a->m_gates[l] = p; p += (size_t)a->b * zs_decoder_seq_rank(&a->m->cfg) * a->m->cfg.moe_experts;
+    a->m_xin[l] = p; p += ecc;
+    size_t P = (size_t)gpt_tp(&a->m->cfg); /* each rank's 4C/P columns of every expert */
+    a->m_fch[l] = p; p += 4 * (ecc / P);
+    a->m_gelu[l] = p; p += 4 * (ecc / P);
+    a->m_out[l] = p; p += ecc;
+    return p;
+}
+
 static void gpt_bind_acts(zs_acts *a)
 {
     const zs_model_config *c = &a->m->cfg;
@@ -457,15 +498,13 @@ static void gpt_bind_acts(zs_acts *a)
     gpt_stage(c, &b0, &b1, &head);
     if (gpt_pp_ckpt(c)) { /* working slots, checkpoints and the last output */
         int K = gpt_slots(c), nw = b1 - b0 + 1 < K ? b1 - b0 + 1 : K;
+        int kinds = gpt_range_kinds(c, b0, b1);
         float *last = p;
         p += BTl * C;
         for (int j = 0; j < nw; j++) {
-            float *w = a->work + (size_t)j * gpt_block_floats(c, (int)B);
-            for (int l = b0 + j; l <= b1; l += K) {
-                size_t o = 0;
-                for (int k = 0; k < 13; o += sz[k], k++)
-                    (*views[k])[l] = w + o;
-            }
+            float *w = a->work + (size_t)j * gpt_slot_floats(c, (int)B, kinds);
+            for (int l = b0 + j; l <= b1; l += K)
+                gpt_bind_block(a, views, sz, l, w, kinds, ecc);
         }
         zs_decoder_bind_checkpoints(a);
         a->res3[b1] = last;
@@ -473,29 +512,13 @@ static void gpt_bind_acts(zs_acts *a)
             a->res3[b0 - 1] = a->encoded;
     } else if (c->pp_on) { /* the stage's blocks, each its own slot; its input is encoded */
         for (int l = b0; l <= b1; l++)
-            for (int k = 0; k < 13; k++) {
-                (*views[k])[l] = p;
-                p += sz[k];
-            }
+            p = gpt_bind_block(a, views, sz, l, p, zs_model_block_is_moe(c, l) ? 2 : 1, ecc);
         if (b0 >= 1)
             a->res3[b0 - 1] = a->encoded;
     } else {
         int K = gpt_slots(c);
         for (int l = 0; l < K; l++) { /* slot l (gpt_slot_kinds: what its blocks need) */
-            int kinds = nmoe ? gpt_slot_kinds(c, l) : 1;
-            for (int k = 0; k < 13; k++) {
-                if (!(kinds & 1) && (k == 10 || k == 11)) /* fch, fch_gelu: dense blocks' */
-                    continue;
-                (*views[k])[l] = p;
-                p += sz[k];
-            }
-            if (!(kinds & 2))
-                continue;
-            a->m_gates[l] = p; p += BT * (size_t)E;
-            a->m_xin[l] = p; p += ecc;
-            a->m_fch[l] = p; p += 4 * (ecc / P);
-            a->m_gelu[l] = p; p += 4 * (ecc / P);
-            a->m_out[l] = p; p += ecc;
+            p = gpt_bind_block(a, views, sz, l, p, nmoe ? gpt_slot_kinds(c, l) : 1, ecc);
         }
         for (int l = K; l < L; l++) { /* block l uses slot l mod K */
             for (int k = 0; k < 13; k++)

@@ -171,10 +171,7 @@ size_t zs_llama_kv_grad_floats(const zs_model_config *c)
     return (size_t)KV * 2 * (D * C + (c->qkv_bias ? D : 0));
 }
 
-static int llama_n_moe(const zs_model_config *c)
-{
-    return c->moe_experts > 0 && c->moe_every > 0 ? c->n_layer / c->moe_every : 0;
-}
+static int llama_n_moe(const zs_model_config *c) { return zs_decoder_stage_moe_blocks(c); }
 
 static int llama_local_experts(const zs_model_config *c)
 {
@@ -428,19 +425,13 @@ static size_t llama_slot_floats(const zs_model_config *c, int b, int kinds)
 /* What slot s must hold (as the GPT's gpt_slot_kinds). */
 static int llama_slot_kinds(const zs_model_config *c, int s)
 {
-    int k = 0;
-    for (int l = s; l < c->n_layer; l += zs_decoder_slots(c))
-        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
-    return k;
+    return zs_decoder_block_kinds(c, s, c->n_layer - 1, zs_decoder_slots(c));
 }
 
 /* The kinds of the blocks [b0, b1] together. */
 static int llama_range_kinds(const zs_model_config *c, int b0, int b1)
 {
-    int k = 0;
-    for (int l = b0; l <= b1; l++)
-        k |= zs_model_block_is_moe(c, l) ? 2 : 1;
-    return k;
+    return zs_decoder_block_kinds(c, b0, b1, 1);
 }
 
 static size_t llama_head_floats(const zs_model_config *c, int b)

@@ -426,6 +426,28 @@ void zs_model_segment_units(const zs_model_config *c, int s, int *first, int *la
     *last = (s + 1) * k < c->n_layer ? (s + 1) * k : c->n_layer;
 }
 
+/* A MoE decoder's router on the host: the routing tables of one block's
+ * pass and each block's statistics, of every set of activations (a
+ * pipeline stage's slots too: each micro-batch in flight its own). */
+static int zs_model_acts_routing_create(zs_acts *a)
+{
+    const zs_model_config *c = &a->m->cfg;
+    if (!zs_model_is_decoder(c) || c->moe_experts <= 0)
+        return 0;
+    int n = a->b * c->seq_len;
+    a->moe = calloc(1, sizeof *a->moe);
+    a->moe_stats = calloc((size_t)c->n_layer, sizeof *a->moe_stats);
+    a->moe_laux = calloc((size_t)c->n_layer, sizeof *a->moe_laux);
+    if (!a->moe || !a->moe_stats || !a->moe_laux ||
+        zs_moe_routing_alloc(a->moe, n, c->moe_experts, c->moe_top_k,
+                             zs_moe_capacity(n, c->moe_experts, c->moe_top_k,
+                                             c->moe_capacity_factor, c->moe_min_capacity),
+                             c->n_embd))
+        ZS_FAIL("out of host memory creating the mixture of experts' routing tables");
+    a->moe->renorm = c->moe_renormalize;
+    return 0;
+}
+
 int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
 {
     *out = NULL;
@@ -452,20 +474,9 @@ int zs_model_acts_create(const zs_model *m, zs_mem_t mem, int b, zs_acts **out)
         zs_model_acts_destroy(a);
         ZS_FAIL("out of host memory creating activation views");
     }
-    const zs_model_config *c = &m->cfg;
-    if (zs_model_is_decoder(c) && c->moe_experts > 0) { /* the router's host side */
-        int n = b * c->seq_len;
-        a->moe = calloc(1, sizeof *a->moe);
-        a->moe_stats = calloc((size_t)c->n_layer, sizeof *a->moe_stats);
-        if (!a->moe || !a->moe_stats ||
-            zs_moe_routing_alloc(a->moe, n, c->moe_experts, c->moe_top_k,
-                                 zs_moe_capacity(n, c->moe_experts, c->moe_top_k,
-                                                 c->moe_capacity_factor, c->moe_min_capacity),
-                                 c->n_embd)) {
-            zs_model_acts_destroy(a);
-            ZS_FAIL("out of host memory creating the mixture of experts' routing tables");
-        }
-        a->moe->renorm = c->moe_renormalize;
+    if (zs_model_acts_routing_create(a)) {
+        zs_model_acts_destroy(a);
+        return -1;
     }
     *out = a;
     return 0;
@@ -495,6 +506,10 @@ int zs_model_acts_create_slot(const zs_model *m, zs_mem_t mem, int b, const zs_a
     if (!a->view_arrays) {
         zs_model_acts_destroy(a);
         ZS_FAIL("out of host memory creating activation views");
+    }
+    if (zs_model_acts_routing_create(a)) {
+        zs_model_acts_destroy(a);
+        return -1;
     }
     *out = a;
     return 0;
@@ -532,6 +547,7 @@ void zs_model_acts_destroy(zs_acts *a)
         zs_moe_routing_free(a->moe);
     free(a->moe);
     free(a->moe_stats);
+    free(a->moe_laux);
     free(a);
 }
 
@@ -551,10 +567,10 @@ void zs_model_backward_unit(zs_model *m, zs_backend_t be, int l, float *const *P
         m->ops->backward_unit(m, be, l, P, G, a, batch, dloss);
 }
 
-float zs_model_loss(const zs_acts *a, zs_backend_t be)
+double zs_model_token_loss(const zs_acts *a, zs_backend_t be)
 {
     if (!a->m->ops->forward_unit)
-        return 0.0f; /* phantom only: no loss was computed */
+        return 0.0; /* phantom only: no loss was computed */
     float *h = malloc(a->n_losses * sizeof(float));
     if (!h)
         return NAN;
@@ -563,7 +579,14 @@ float zs_model_loss(const zs_acts *a, zs_backend_t be)
     for (size_t i = 0; i < a->n_losses; i++)
         s += h[i];
     free(h);
-    return (float)(s / (double)a->n_losses + a->moe_aux);
+    return s / (double)a->n_losses;
+}
+
+float zs_model_loss(const zs_acts *a, zs_backend_t be)
+{
+    if (!a->m->ops->forward_unit)
+        return 0.0f; /* phantom only: no loss was computed */
+    return (float)(zs_model_token_loss(a, be) + a->moe_aux);
 }
 
 int zs_model_score(const zs_acts *a, zs_backend_t be, const int32_t *targets, int n,

@@ -38,8 +38,14 @@ extern const zs_model_ops zs_llama_ops;
  * pipeline stage checkpoints; its blocks that end a segment (its last
  * block left out); the positions of the residual stream (T, or T/tp with
  * sequence parallelism); the checkpoints' bytes (BTl x C floats for every
- * segment's input but the first, or per stage as counted above). */
+ * segment's input but the first, or per stage as counted above); the MoE
+ * blocks among the stage's (the model's without a pipeline); the kinds of
+ * blocks first, first + stride, ... up to last that one set of
+ * activations takes turns holding (bit 1: a dense block, bit 2: a MoE
+ * block). */
 void zs_decoder_stage(const zs_model_config *c, int *b0, int *b1, int *head);
+int zs_decoder_stage_moe_blocks(const zs_model_config *c);
+int zs_decoder_block_kinds(const zs_model_config *c, int first, int last, int stride);
 int zs_decoder_slots(const zs_model_config *c);
 int zs_decoder_pp_ckpt(const zs_model_config *c);
 size_t zs_decoder_pp_ckpt_count(const zs_model_config *c);
@@ -235,6 +241,7 @@ struct zs_acts {
                                 received (E experts' parameters each) */
     zs_moe_routing *moe;     /* host routing of the current MoE block */
     zs_moe_stats *moe_stats; /* [n_layer]: of each block's last forward */
+    double *moe_laux;        /* [n_layer]: each block's l_aux, last forward */
     double moe_aux;          /* aux coefficient x sum of l_aux, last forward */
     /* MLP views: per hidden layer pre- and post-activation */
     float **h, **a;

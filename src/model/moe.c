@@ -349,6 +349,7 @@ void zs_moe_keep_stats(zs_acts *a, int l)
     st->tokens = r->n;
     st->dropped = r->dropped;
     st->l_aux = r->l_aux;
+    a->moe_laux[l] = r->l_aux;
     for (int j = 0; j < r->e && j < 256; j++) {
         st->routed[j] = r->routed[j];
         st->kept[j] = r->kept[j];
@@ -359,14 +360,16 @@ void zs_moe_keep_stats(zs_acts *a, int l)
     st->route_hash = h;
 }
 
-void zs_moe_sum_aux(zs_acts *a)
+double zs_model_moe_aux_term(const zs_model_config *c, const double *l_aux)
 {
-    const zs_model_config *c = &a->m->cfg;
-    a->moe_aux = 0.0;
+    double aux = 0.0;
     for (int l = 0; l < c->n_layer; l++)
         if (zs_model_block_is_moe(c, l))
-            a->moe_aux += c->moe_aux_coeff * a->moe_stats[l].l_aux;
+            aux += c->moe_aux_coeff * l_aux[l];
+    return aux;
 }
+
+void zs_moe_sum_aux(zs_acts *a) { a->moe_aux = zs_model_moe_aux_term(&a->m->cfg, a->moe_laux); }
 
 void zs_moe_grads_home(zs_model *m, zs_backend_t be, zs_acts *a, int l, float *const *dst,
                        const size_t *part, int nparts)

@@ -6,6 +6,7 @@
 #include "run/oracle.h"
 #include "run/trace.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,6 +297,7 @@ typedef struct {
     zs_comm_t comm;
     zs_comm_t dp;             /* this rank's data-parallel group */
     zs_comm_t cp;             /* its context-parallel group (--cp), or NULL */
+    zs_comm_t pp;             /* its pipeline group (--pp), or NULL */
     int rank;
     zs_backend_t be;
     zs_mem_t mem;
@@ -572,8 +574,7 @@ static void zs_train_record_sizes(zs_train_run *run)
 {
     zs_engine *e = run->e;
     zs_train_result *r = run->r;
-    r->num_params = run->cfg->pp > 1 ? zs_model_layout(zs_engine_model(e))->num_params
-                                     : zs_engine_num_params(e);
+    r->num_params = run->cfg->pp > 1 ? zs_engine_layout(e)->num_params : zs_engine_num_params(e);
     int first_over;
     r->units_over_live_bound = zs_step_shape_units_over_bound(zs_engine_shape(e), &first_over);
     /* DeepSpeed's layout for --ep: the dense arrays and the expert store */
@@ -656,6 +657,43 @@ static int zs_train_one_step(zs_train_run *run, int i)
     return 0;
 }
 
+/* Each MoE block's routing in the last micro-batch into r->moe, in block
+ * order: this rank's blocks, and with a pipeline every stage's, gathered
+ * over the pipeline group to its first rank (rank 0's group gives the
+ * report's). Collective over the pipeline group. */
+static int zs_train_moe_routing(zs_train_run *run)
+{
+    zs_train_result *r = run->r;
+    int L = run->cfg->model.n_layer, P = run->pp ? zs_comm_size(run->pp) : 1;
+    _Static_assert(sizeof(zs_moe_stats) % sizeof(uint64_t) == 0, "whole words");
+    size_t words = sizeof(zs_moe_stats) / sizeof(uint64_t) * (size_t)L;
+    zs_moe_stats *mine = calloc((size_t)L, sizeof *mine); /* experts 0: not this rank's */
+    zs_moe_stats *all = calloc((size_t)L * (size_t)P, sizeof *all);
+    r->moe = calloc((size_t)L, sizeof *r->moe);
+    r->moe_block = calloc((size_t)L, sizeof(int));
+    int rc = !mine || !all || !r->moe || !r->moe_block || words > INT_MAX;
+    for (int l = 0; !rc && l < L; l++)
+        if (zs_engine_moe_stats(run->e, l, &mine[l]))
+            mine[l].experts = 0;
+    if (run->pp) { /* every rank of the group takes part, whatever rc is */
+        zs_comm_set_context(run->pp, ZS_PHASE_REPORT, -1);
+        int grc = zs_comm_gather_root(run->pp, mine, (int)words, all, ZS_CT_U64);
+        rc = rc ? rc : grc;
+    } else if (!rc) {
+        memcpy(all, mine, (size_t)L * sizeof *mine);
+    }
+    for (int l = 0; !rc && l < L; l++)
+        for (int s = 0; s < P; s++)
+            if (all[(size_t)s * L + l].experts > 0) {
+                r->moe[r->moe_n] = all[(size_t)s * L + l];
+                r->moe_block[r->moe_n++] = l;
+                break;
+            }
+    free(mine);
+    free(all);
+    return rc == 1 ? zs_error_set("out of host memory for the routing statistics") : rc;
+}
+
 /* After the steps: --export, the final hash, MoE routing, memory and the
  * tables gathered to rank 0 (comms, checkpoint I/O, the trace). */
 static int zs_train_collect(zs_train_run *run, size_t rec0, double trace_t0)
@@ -675,12 +713,9 @@ static int zs_train_collect(zs_train_run *run, size_t rec0, double trace_t0)
     /* routing statistics (not in a phantom run: its gates hold nothing) */
     if (cfg->model.moe_experts > 0 && zs_engine_acts(e) && !r->moe &&
         !zs_backend_is_phantom(run->be)) {
-        int L = cfg->model.n_layer;
-        r->moe = calloc((size_t)L, sizeof *r->moe);
-        r->moe_block = calloc((size_t)L, sizeof(int));
-        for (int l = 0; r->moe && r->moe_block && l < L; l++)
-            if (zs_model_moe_stats(zs_engine_acts(e), l, &r->moe[r->moe_n]) == 0)
-                r->moe_block[r->moe_n++] = l;
+        int prc = zs_train_moe_routing(run);
+        if (!rc)
+            rc = prc;
     }
     r->live_params_peak = zs_engine_live_params_peak(e);
     zs_engine_overlap(e, &r->nb_span_s, &r->nb_wait_s);
@@ -709,6 +744,7 @@ static int zs_train_rank(const zs_run_config *cfg, const zs_train_options *o, zs
                          zs_train_result *r)
 {
     zs_train_run run = {.cfg = cfg, .o = o, .rank_log = *o, .comm = comm, .dp = dp, .cp = cp,
+                        .pp = pp,
                         .rank = zs_comm_rank(comm), .be = be, .r = r};
     run.rank_log.log = run.rank == 0 ? o->log : NULL;
     run.mem = zs_mem_create(be, o->device_memory, run.rank);

@@ -423,6 +423,14 @@ static int zs_engine_create_slots(zs_engine *e, const zs_run_config *scfg)
     if (!e->h_tokens || !e->h_targets || !e->h_x || !e->norm_local || !e->norm_all ||
         !e->loss_local || !e->loss_all)
         ZS_FAIL("out of host memory creating the engine");
+    if (e->pp_size > 1 && cfg->model.moe_experts > 0) {
+        size_t gl = (size_t)cfg->grad_accum * (size_t)cfg->model.n_layer;
+        e->pp_laux = calloc(gl, sizeof(double));
+        e->pp_laux_all = calloc(gl * (size_t)e->pp_size, sizeof(double));
+        e->pp_token_loss = calloc((size_t)cfg->grad_accum, sizeof(double));
+        if (!e->pp_laux || !e->pp_laux_all || !e->pp_token_loss)
+            ZS_FAIL("out of host memory for the pipeline's aux losses");
+    }
     return 0;
 }
 
@@ -515,6 +523,9 @@ void zs_engine_destroy(zs_engine *e)
     free(e->norm_all);
     free(e->loss_local);
     free(e->loss_all);
+    free(e->pp_laux);
+    free(e->pp_laux_all);
+    free(e->pp_token_loss);
     zs_step_program_free(&e->prog);
     zs_step_program_free(&e->prog_onebit);
     zs_step_shape_free(&e->own_shape);
@@ -670,6 +681,7 @@ int zs_engine_step(zs_engine *e, int step, zs_step_info *info)
 /* ---- results ---------------------------------------------------------------- */
 
 const zs_model *zs_engine_model(const zs_engine *e) { return e->model; }
+const zs_layout *zs_engine_layout(const zs_engine *e) { return e->lay; }
 size_t zs_engine_num_params(const zs_engine *e)
 {
     return e->part.num_params + (e->xsplit ? e->shape->xnum * (size_t)e->ep_size : 0);
@@ -741,4 +753,14 @@ const zs_trace_span *zs_engine_trace(const zs_engine *e, size_t *n)
 }
 
 const zs_acts *zs_engine_acts(const zs_engine *e) { return e->acts; }
+
+int zs_engine_moe_stats(const zs_engine *e, int l, zs_moe_stats *out)
+{
+    const zs_step_shape *s = e->shape;
+    int u = l + 1, last = e->cfg.grad_accum - 1;
+    if (!e->slots || u < 1 || u >= s->U || s->uchunk[u] < 0)
+        return -1;
+    int c = s->uchunk[u];
+    return zs_model_moe_stats(e->slots[e->slot0[c] + last % s->cslots[c]], l, out);
+}
 const zs_data *zs_engine_data(const zs_engine *e) { return e->data; }

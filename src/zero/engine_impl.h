@@ -192,6 +192,10 @@ struct zs_engine {
     size_t norm_block;          /* elements per norm block */
     double *norm_local, *norm_all;
     float *loss_local, *loss_all;
+    /* a pipeline with experts (zs_engine_pp_aux_loss): each micro-batch's
+     * l_aux of this stage's MoE blocks [GA][L] (0 for the others' blocks),
+     * every stage's [P][GA][L], and the last stage's mean token losses [GA] */
+    double *pp_laux, *pp_laux_all, *pp_token_loss;
 
     zs_loss_scaler scaler;
     int opt_steps;              /* optimizer steps taken */
@@ -229,6 +233,13 @@ typedef int (*zs_engine_exec_fn)(zs_engine *e, const zs_step_op *o, int *stop);
 /* exec_compute.c */
 int zs_engine_exec_load(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_forward(zs_engine *e, const zs_step_op *o, int *stop);
+/* A pipeline with experts (exec_pipe.c): after the forward of op o, its
+ * block's l_aux for its micro-batch when it is a MoE block; at the step's
+ * loss, every stage's l_aux gathered over the pipeline group and each
+ * micro-batch's loss on the last stage, its token loss plus the aux term
+ * summed in block order (byte for byte the loss without a pipeline). */
+void zs_engine_pp_keep_aux(zs_engine *e, const zs_step_op *o);
+int zs_engine_pp_aux_loss(zs_engine *e);
 int zs_engine_exec_loss(zs_engine *e, const zs_step_op *o, int *stop);
 int zs_engine_exec_backward(zs_engine *e, const zs_step_op *o, int *stop);
 /* exec_gather.c */

@@ -161,13 +161,20 @@ int zs_engine_exec_forward(zs_engine *e, const zs_step_op *o, int *stop)
     zs_engine_view_unit(e, u, 0);
     zs_model_acts_set_recompute(zs_engine_slot(e, o), (o->flags & ZS_SOPF_RECOMPUTE) != 0);
     zs_model_forward_unit(m, e->be, u, e->unit_params, zs_engine_slot(e, o), &e->batch);
+    if (e->pp_laux)
+        zs_engine_pp_keep_aux(e, o);
     return zs_model_tp_failed(m) ? -1 : 0;
 }
 
+/* With a pipeline of MoE blocks the last stage keeps the token loss: the
+ * step's loss adds every stage's aux terms to it (zs_engine_pp_aux_loss). */
 int zs_engine_exec_loss(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)stop;
-    e->loss_local[o->micro] = zs_model_loss(zs_engine_slot(e, o), e->be);
+    if (e->pp_token_loss)
+        e->pp_token_loss[o->micro] = zs_model_token_loss(zs_engine_slot(e, o), e->be);
+    else
+        e->loss_local[o->micro] = zs_model_loss(zs_engine_slot(e, o), e->be);
     return 0;
 }
 

@@ -406,6 +406,8 @@ int zs_engine_exec_loss_sum(zs_engine *e, const zs_step_op *o, int *stop)
         e->info->loss = (float)(own / GA);
         return 0;
     }
+    if (e->pp_laux)
+        ZS_TRY(zs_engine_pp_aux_loss(e));
     ZS_TRY(zs_comm_allgather_small(e->comm, e->loss_local, e->loss_all, GA, ZS_CT_F32));
     double loss = 0.0;
     for (int a = 0; a < GA; a++)

@@ -190,3 +190,42 @@ int zs_engine_exec_tied_sync(zs_engine *e, const zs_step_op *o, int *stop)
     }
     return zs_comm_recv(e->pp_comm, 0, e->tied, o->elems, e->comm_dtype, ZS_TAG_TIED, o->unit);
 }
+
+/* ---- the experts' aux terms across the stages -------------------------- */
+
+void zs_engine_pp_keep_aux(zs_engine *e, const zs_step_op *o)
+{
+    const zs_model_config *mc = &e->cfg.model;
+    int l = o->unit - 1;
+    zs_moe_stats st;
+    if (o->micro < 0 || l < 0 || l >= mc->n_layer ||
+        zs_model_moe_stats(zs_engine_slot(e, o), l, &st))
+        return;
+    e->pp_laux[(size_t)o->micro * (size_t)mc->n_layer + (size_t)l] = st.l_aux;
+}
+
+/* Each block's l_aux is this micro-batch's on the stage that holds the
+ * block and 0 on every other, so the sum over the stages is that value
+ * exactly (x + 0 = x): the last stage sums the terms in block order from 0,
+ * as the model does after its last block without a pipeline. */
+int zs_engine_pp_aux_loss(zs_engine *e)
+{
+    const zs_model_config *mc = &e->cfg.model;
+    int GA = e->cfg.grad_accum, L = mc->n_layer, P = e->pp_size;
+    size_t gl = (size_t)GA * (size_t)L;
+    ZS_TRY(zs_comm_allgather_small(e->pp_comm, e->pp_laux, e->pp_laux_all, (int)gl,
+                                   ZS_CT_F64));
+    if (e->pp_rank != P - 1)
+        return 0;
+    for (int a = 0; a < GA; a++) {
+        double *laux = e->pp_laux_all + (size_t)a * (size_t)L; /* stage 0's row: the sums */
+        for (int l = 0; l < L; l++) {
+            double v = 0.0;
+            for (int s = 0; s < P; s++)
+                v += laux[(size_t)s * gl + (size_t)l];
+            laux[l] = v;
+        }
+        e->loss_local[a] = (float)(e->pp_token_loss[a] + zs_model_moe_aux_term(mc, laux));
+    }
+    return 0;
+}
