@@ -138,8 +138,23 @@ int zs_ds_apply_object(loader *ld, const char *path, const json_t *obj, const fi
                        const char *note);
 int zs_ds_skip(loader *ld, const char *path, const json_t *v);
 
-/* deepspeed_keys.c: the top-level table */
+/* deepspeed_keys.c: the top-level table, and the allowed values that more
+ * than one file's tables use */
 extern const field_table zs_ds_top_table;
+extern const num_rule R_POS_INT, R_BIG_INT, R_ANY_INT, R_POS, R_NONNEG, R_FRACTION, R_BETA,
+    R_NONNEG_INT, R_COUNT;
+
+/* A section that `zerosim config-keys` lists under its path. */
+typedef struct {
+    const char *path;
+    const field_table *t;
+} zs_ds_section;
+
+/* deepspeed_optim.c: the "optimizer" and "scheduler" sections, and their
+ * params' tables as config-keys lists them (n of them) */
+int zs_ds_load_optimizer(loader *ld, const char *path, const json_t *v);
+int zs_ds_load_scheduler(loader *ld, const char *path, const json_t *v);
+const zs_ds_section *zs_ds_optim_sections(size_t *n);
 
 #pragma GCC visibility pop
 
