@@ -8,8 +8,8 @@
 # the same run's without offload byte for byte (so stages 1-3 agree, and
 # test_ep_layout.sh's tolerance against --ep 1 holds); every memory
 # category and transfer equals the prediction on every rank; the host's
-# expert states equal a hand count; phantom = plan = real; offload_param
-# and the nvme tier stay refused with one line.
+# expert states equal a hand count; phantom = plan = real; a checkpoint
+# resumes; offload_param and the nvme tier stay refused with one line.
 . "$(dirname "$0")/testlib.sh"
 
 MODEL="--layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --micro-batch 2 --grad-accum 2 --steps 3 --warmup 0 --lr 1e-2 --grad-clip 0.5"
@@ -82,6 +82,18 @@ if "$ZS" plan --arch gpt --layers 4 --hidden 16 --heads 2 --seq 8 --vocab 17 --m
     done
 else
     bad "plan --ep-layout deepspeed --offload-optimizer cpu failed"; cat "$T/plan.json"
+fi
+
+# a checkpoint (fp32, stage 1: the host's master apart from the device's
+# working copy) saved after 2 of 4 steps resumes to the uninterrupted
+# run's last two hashes
+C="--stage 1 $DS --offload-optimizer cpu --quiet"
+if zs_run ck-full 4 $M $C --steps 4 --save-dir "$T/ck" --save-every 2 &&
+    zs_run ck-res 4 $M $C --steps 4 --resume "$T/ck/global_step2"; then
+    want=$(hashes "$T/ck-full.json" | tr ',' '\n' | grep -o '[0-9a-f]\{16\}' | tail -2)
+    got=$(hashes "$T/ck-res.json" | tr ',' '\n' | grep -o '[0-9a-f]\{16\}')
+    [ -n "$want" ] && [ "$got" = "$want" ] && ok ||
+        bad "resumed: hashes '$got', the uninterrupted run's last two '$want'"
 fi
 
 # what stays refused, with one line: the parameters offloaded, the nvme tier
