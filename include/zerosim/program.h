@@ -77,7 +77,8 @@ typedef enum {
     ZS_BUF_XPARAMS,      /* this rank's experts, all of them (stages 0-2) or
                             its shard (stage 3) */
     ZS_BUF_XGATHER,      /* stage 3: one unit's experts, gathered over edp */
-    ZS_BUF_XMASTER,      /* their fp32 master (mixed precision): stage 0
+    ZS_BUF_XMASTER,      /* their fp32 master (mixed precision, or
+                            offload_optimizer cpu on the host): stage 0
                             full, else the shard */
     ZS_BUF_XM, ZS_BUF_XV,/* their optimizer moments, as the master */
     ZS_BUF_XGACC,        /* their gradients of the step, accumulated: in
@@ -88,6 +89,10 @@ typedef enum {
     ZS_BUF_XRECV,        /* deterministic, edp > 1: the reduce-scatter's part */
     ZS_BUF_XTMP,         /* deterministic: one piece of a source's gradients
                             in working precision and in fixed point */
+    ZS_BUF_XHGRAD,       /* offload_optimizer cpu: the experts' reduced
+                            gradient shard on the host (working precision) */
+    ZS_BUF_XHPARAM,      /* offload_optimizer cpu: their updated shard on the
+                            host (working precision) */
     ZS_BUF_N
 } zs_buf_id;
 

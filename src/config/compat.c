@@ -324,8 +324,15 @@ const char *zs_compat_ep_split_why(const zs_run_config *cfg, int world)
 {
     if (cfg->model.moe_ep <= 1)
         return "no expert parallelism";
-    if (cfg->offload_optimizer != ZS_OFFLOAD_NONE || cfg->offload_param != ZS_OFFLOAD_NONE)
-        return "offload";
+    if (cfg->offload_optimizer != ZS_OFFLOAD_NONE || cfg->offload_param != ZS_OFFLOAD_NONE) {
+        if (cfg->ep_layout != ZS_EP_LAYOUT_DEEPSPEED)
+            return "offload";
+        /* DeepSpeed's layout offloads the experts' optimizer to the host
+         * as the dense shard's (exec_expert.c); not yet their parameters,
+         * nor the swap file */
+        if (cfg->offload_param != ZS_OFFLOAD_NONE || cfg->offload_optimizer != ZS_OFFLOAD_CPU)
+            return "offload_param or offload_optimizer nvme (offload_optimizer cpu runs)";
+    }
     if (cfg->compression.kind != ZS_COMP_NONE)
         return "gradient compression";
     if (cfg->hpz_partition_size > 1 || cfg->quantized_weights || cfg->quantized_gradients)
@@ -719,8 +726,10 @@ static const zs_compat_rule rules[] = {
     /* last of the run's rules: the others refuse first, as before it was one */
     {"ep-layout+deepspeed", "ep-layout offload compression qwZ hpZ qgZ", RUN, REFUSE,
      ep_layout_deepspeed,
-     "DeepSpeed's layout of the experts' store is implemented without offload, compression "
-     "and ZeRO++"},
+     "DeepSpeed's layout of the experts' store runs with offload_optimizer cpu (ZeRO-Offload of "
+     "the expert groups), not yet offload_param or nvme; ZeRO++ is stage 3's, which DeepSpeed's "
+     "engine asserts MoE does not run with; zerosim's codecs compress the dense shard's "
+     "reduce-scatter, not the experts' edp sum"},
     {"plan:hierarchical", "hierarchical pp ep qwZ hpZ qgZ", ZS_SCOPE_PLAN, REFUSE,
      plan_hierarchical, "the planner's node model; zerosim train runs it"},
     {"device+offload", "backend offload", DEVICE, REFUSE, device_offload,

@@ -127,6 +127,8 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->xgrad = e->buf[ZS_BUF_XGRAD];
     e->xrecv = e->buf[ZS_BUF_XRECV];
     e->xtmp = e->buf[ZS_BUF_XTMP];
+    e->xhgrad = e->buf[ZS_BUF_XHGRAD];
+    e->xhparam = e->buf[ZS_BUF_XHPARAM];
     e->xbase = e->lay->num_params;
     if (e->buf[ZS_BUF_RING])
         zs_comm_set_scratch(e->comm, e->buf[ZS_BUF_RING], e->shape->buf[ZS_BUF_RING].bytes);

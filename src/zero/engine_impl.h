@@ -90,6 +90,8 @@ struct zs_engine {
     size_t xgather_lo;
     void *xparams, *xgacc, *xgrad, *xrecv, *xtmp;
     float *xmaster, *xexp_avg, *xexp_avg_sq;
+    void *xhgrad, *xhparam;     /* offload_optimizer cpu: the experts' gradient
+                                   and updated shards on the host (else NULL) */
     zs_data *data;
     const zs_layout *lay;
     int nunits;                 /* units */

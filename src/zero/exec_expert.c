@@ -32,6 +32,8 @@ void zs_engine_put_xmaster(zs_engine *e, size_t off, size_t n, const float *buf,
         return; /* stage 3: none of this piece is in the shard */
     if (!e->mixed) {
         zs_backend_copy_h2d(e->be, (float *)e->xparams + pat, buf + (plo - off), pn * 4);
+        if (e->xhparam && a < b) /* offload: the host's master apart */
+            zs_backend_copy_h2d(e->be, e->xmaster + (a - xlo), buf + (a - off), (b - a) * 4);
         return;
     }
     zs_backend_copy_h2d(e->be, tmp, buf + (plo - off), pn * 4);
@@ -173,6 +175,28 @@ int zs_engine_reduce_experts(zs_engine *e)
     return rc;
 }
 
+/* DeepSpeed's layout with offload_optimizer cpu (stages 1-3), as
+ * ZeRO-Offload does the dense shard: the experts' reduced gradient shard
+ * down to the host, the host's step over its master, m and v into the
+ * host's copy of the shard in working precision, and that copy up into
+ * pshard, this rank's part of the store on the device. */
+static int zs_engine_step_experts_host(zs_engine *e, void *pshard)
+{
+    size_t n = e->shape->xshard, bytes = n * e->param_elsize;
+    double t0 = zs_clock();
+    if (!e->phantom)
+        zs_backend_copy_d2h(e->be, e->xhgrad, zs_engine_xgrad_shard(e), bytes);
+    zs_comm_record_transfer(e->comm, ZS_OP_D2H, bytes, zs_clock() - t0);
+    zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->xmaster,
+                  e->xexp_avg, e->xexp_avg_sq, e->xhgrad, e->param_dtype, e->xhparam,
+                  e->param_dtype, 0, n);
+    t0 = zs_clock();
+    if (!e->phantom)
+        zs_backend_copy_h2d(e->be, pshard, e->xhparam, bytes);
+    zs_comm_record_transfer(e->comm, ZS_OP_H2D, bytes, zs_clock() - t0);
+    return 0;
+}
+
 /* DeepSpeed's layout: the optimizer over the experts (stage 0: all of this
  * rank's; else its shard, then the updated shards gathered over edp). */
 int zs_engine_step_experts(zs_engine *e)
@@ -188,9 +212,12 @@ int zs_engine_step_experts(zs_engine *e)
     /* stages 1, 2: this rank's part of all of its experts; 3: its shard */
     void *pshard = (char *)e->xparams +
                    (e->stage == 3 ? 0 : (size_t)e->xrank * s->xshard) * e->param_elsize;
-    zs_optim_step(e->be, c, e->opt_steps, e->info->lr, e->grad_mul, e->xmaster, e->xexp_avg,
-                  e->xexp_avg_sq, zs_engine_xgrad_shard(e), e->param_dtype,
-                  e->mixed ? pshard : NULL, e->param_dtype, 0, s->xshard);
+    if (e->xhparam)
+        ZS_TRY(zs_engine_step_experts_host(e, pshard));
+    else
+        zs_optim_step(e->be, c, e->opt_steps, e->info->lr, e->grad_mul, e->xmaster, e->xexp_avg,
+                      e->xexp_avg_sq, zs_engine_xgrad_shard(e), e->param_dtype,
+                      e->mixed ? pshard : NULL, e->param_dtype, 0, s->xshard);
     if (s->xworld <= 1 || e->stage == 3)
         return 0;
     int *cnt, *dsp;

@@ -6,8 +6,8 @@
  * every rank updates the whole array from the allgathered gradient),
  * OPTIMIZER_SHARD (stages 1-3: this rank's shard), OPTIMIZER_HOST
  * (offload_optimizer cpu: ZeRO-Offload's CPU step on the host's shard).
- * With DeepSpeed's layout of the experts, the device optimizers also
- * update the expert store (zs_engine_step_experts). LAMB, whose trust
+ * With DeepSpeed's layout of the experts, each of them also updates the
+ * expert store (zs_engine_step_experts; on the host with offload). LAMB, whose trust
  * ratio needs each tensor's whole sums, takes its own path
  * (zs_engine_lamb_step, exec_lamb.c) from each of them.
  */
@@ -53,5 +53,5 @@ int zs_engine_exec_optimizer_host(zs_engine *e, const zs_step_op *o, int *stop)
     zs_optim_step(e->be, &e->cfg, e->opt_steps, e->info->lr, e->grad_mul, e->master, e->exp_avg,
                   e->exp_avg_sq, e->hgrad, e->grad_dtype, e->hparam, e->param_dtype, 0,
                   o->elems);
-    return 0;
+    return e->xsplit ? zs_engine_step_experts(e) : 0;
 }

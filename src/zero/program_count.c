@@ -84,6 +84,10 @@ static void zs_count_transfers(const zs_step_shape *s, const zs_step_op *o, zs_s
         else
             c->h2d_bytes += (double)o->elems * ps;
         break;
+    case ZS_SOP_OPTIMIZER_HOST: /* the experts' shard down and up (exec_expert.c) */
+        c->d2h_applied_bytes += (double)s->buf[ZS_BUF_XHGRAD].bytes;
+        c->h2d_bytes += (double)s->buf[ZS_BUF_XHPARAM].bytes;
+        break;
     case ZS_SOP_OPTIMIZER_SWAPPED: { /* every state read and written */
         double b = (double)(s->buf[ZS_BUF_MASTER].bytes + s->buf[ZS_BUF_M].bytes +
                             s->buf[ZS_BUF_V].bytes);

@@ -307,6 +307,18 @@ static void zs_shape_expert_buffers(zs_step_shape *s)
                   s->det || s->xworld > 1 ? (st == 0 ? XP : XS) * ps : 0);
         ZS_SETBUF(ZS_BUF_XRECV, ZS_MEM_COMM_BUFFERS, s->det && s->xworld > 1 ? XS * 8 : 0);
         ZS_SETBUF(ZS_BUF_XTMP, ZS_MEM_WORKSPACE, s->det ? s->xpiece * (8 + ps) : 0);
+        if (st >= 1 && s->cfg.offload_optimizer == ZS_OFFLOAD_CPU) {
+            /* ZeRO-Offload of the experts' parameter groups, as of the
+             * dense shard: the fp32 master (in fp32 runs too), m and v of
+             * this rank's expert shard on the host, which receives the
+             * reduced expert gradient shard and sends the updated shard
+             * back up, both in working precision */
+            ZS_SETBUF(ZS_BUF_XMASTER, ZS_MEM_OPT_MASTER, XS * 4);
+            b[ZS_BUF_XMASTER].tier = b[ZS_BUF_XM].tier = b[ZS_BUF_XV].tier = ZS_TIER_HOST;
+            ZS_SETBUF(ZS_BUF_XHGRAD, ZS_MEM_GRADS, XS * ps);
+            ZS_SETBUF(ZS_BUF_XHPARAM, ZS_MEM_PARAMS, XS * ps);
+            b[ZS_BUF_XHGRAD].tier = b[ZS_BUF_XHPARAM].tier = ZS_TIER_HOST;
+        }
     }
 }
 
