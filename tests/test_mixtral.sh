@@ -11,8 +11,8 @@
 # every stage and --ep layout, sharded too; a checkpoint written as
 # transformers writes one, by tests/hf_llama_files.py, loads with its
 # config.json and, with torch, gives PyTorch's loss), pipeline stages
-# byte-identical to --pp 1, and what is not built (tensor parallelism)
-# refused with one line. The gradients against
+# byte-identical to --pp 1 (with tensor parallelism:
+# tests/test_moe_tp.sh). The gradients against
 # finite differences are tests/check_model.c's (test_mixtral_gradients).
 . "$(dirname "$0")/testlib.sh"
 
@@ -34,7 +34,6 @@ train_hashes e2 2 --stage 1 --ep 2 && same_hashes e2 s3 &&
 [ "$(all_to_alls e2)" = "48 24576.000" ] && ok ||
     bad "mixtral --ep 2: all-to-alls (calls, bytes) $(all_to_alls e2), not 48 24576.000"
 [ -z "$(all_to_alls s3)" ] && ok || bad "mixtral --ep 1: made all-to-alls"
-refuse -m "a mixture of experts with tensor parallelism" train $M --tp 2
 # pipeline stages with experts: byte-identical to --pp 1 on one rank
 # (tests/test_pipeline_moe.sh checks the rest)
 train_hashes p1 1 && train_hashes pp2 2 --pp 2 && same_hashes pp2 p1

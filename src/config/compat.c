@@ -199,18 +199,6 @@ RULE(ep_layout_ep)
                "needs --ep 2 or more (moe.ep_size)");
 }
 
-/* The GPT's experts are split over the tensor-parallel group as its dense
- * MLP is (src/model/gpt.c), with or without expert parallelism; the Llama
- * family's SwiGLU experts are not yet. */
-RULE(moe_tp)
-{
-    UNUSED_CTX;
-    return c->model.moe_experts > 0 && c->tp > 1 && c->model.kind == ZS_MODEL_LLAMA &&
-           SAY("a mixture of experts with tensor parallelism is not implemented for the "
-               "Llama family (its SwiGLU experts are not split over the tensor-parallel "
-               "group): use --tp 1 with --moe-experts, or --model gpt");
-}
-
 /* ---- context parallelism (--cp) ----------------------------------------- */
 
 RULE(cp_world)
@@ -707,9 +695,6 @@ static const zs_compat_rule rules[] = {
     {"ep+moe", "ep moe", RUN, REFUSE, ep_moe, "experts are what expert parallelism deals out"},
     {"ep-layout+ep", "ep-layout ep", RUN, REFUSE, ep_layout_ep,
      "the layout is of expert parallelism"},
-    {"moe+tp", "moe tp model", RUN, REFUSE, moe_tp,
-     "the GPT's experts are split over tp as Megatron-LM's and DeepSpeed-MoE's are (with --ep "
-     "too); not yet the Llama family's SwiGLU experts"},
     {"dtype+precision", "dtype precision ep onebit qgZ", RUN, REFUSE, dtype_precision,
      "zerosim accumulates and reduces gradients in the working precision, or in fp32 with bf16 "
      "(DeepSpeed's BF16_Optimizer) where the gradient path has an fp32 form (not yet --ep, the "

@@ -9,8 +9,8 @@
  * parallel split of each tensor and the activation closed form; and the
  * forward and backward of blocks (the order of calls of
  * docs/numerics.md, "In a block"), with tensor and sequence parallelism;
- * a Mixtral block's experts are llama_moe.c's (expert parallelism as the
- * GPT's; with tensor parallelism refused, compat.c). The forward makes the
+ * a Mixtral block's experts are llama_moe.c's (expert and tensor
+ * parallelism as the GPT's experts). The forward makes the
  * collectives the planner counts as the GPT makes them (zs_predict_tp,
  * src/predict/predict.c), through the GPT's helpers (src/model/decoder.c):
  * the vocab-parallel embedding's all-reduce, Megatron's f and g around
@@ -52,7 +52,7 @@
  *     res3     the block's output                BTl*C
  *   a Mixtral block, in place of gate, up, swiglu: the router's
  *     probabilities BT*E, the experts' input E*Cap*C, their gate, up and
- *     SwiGLU E*Cap*F each, their output E*Cap*C (Cap the capacity)
+ *     SwiGLU E*Cap*Fl each, their output E*Cap*C (Cap the capacity)
  *   head: lnf BT*C, lnf_rstd BTl, probs BT*V/P, losses BT
  * q, k and v are one packed buffer (rows of (NHl + 2 KVl) D, the fused
  * QKV GEMM's output, q and k rotated in place), gate and up one (rows
@@ -73,14 +73,16 @@
  * the head's stage; with tensor parallelism the loss's row maxima and sums
  * 3*BT; with sequence parallelism perm, dfull (BT*C each) and loc (BTl*C);
  * a Mixtral model two (E,Cap,C) buffers, the router's logits BT*E, the
- * experts' inner gradients beyond the dense ones (3*(E*Cap*F - BT*F) when
- * positive) and with moe_ep_home the experts' gradients by source.
+ * experts' inner gradients beyond the dense ones (3*(E*Cap*Fl - BT*Fl)
+ * when positive) and with moe_ep_home the experts' gradients by source.
  *
  * Tensor parallelism (Megatron-LM): q_proj, k_proj, v_proj (and their
  * biases) column-parallel by heads, o_proj row-parallel; gate_proj and
  * up_proj column-parallel by rows of F, down_proj row-parallel; the
  * embedding and an untied lm_head vocab-parallel by rows; the RMSNorm
- * weights replicated. Key/value heads: split when KV divides by P (a rank
+ * weights replicated; a Mixtral block's experts each split as the dense
+ * MLP is (w1 and w3, gate and up, by rows of F; w2, down, by columns),
+ * its router replicated. Key/value heads: split when KV divides by P (a rank
  * holds KV/P of them, those its NH/P query heads use); when P divides by KV
  * and P > KV, replicated: each rank holds the one key/value head its query
  * heads use (head r*KV/P), a copy on each of the P/KV ranks of its group
@@ -241,7 +243,6 @@ static size_t llama_kind_numel(const zs_model_config *c, int k)
     size_t C = (size_t)c->n_embd, D = llama_head_dim(c), P = (size_t)llama_tp(c);
     size_t Ql = (size_t)c->n_head / P * D, KVl = llama_kv_local(c) * D;
     size_t Fl = (size_t)c->ffn_hidden / P, El = (size_t)llama_local_experts(c);
-    size_t F = (size_t)c->ffn_hidden;
     switch (k) {
     case LK_IN_NORM: case LK_POST_NORM: return C;
     case LK_Q_W: return Ql * C;
@@ -251,7 +252,7 @@ static size_t llama_kind_numel(const zs_model_config *c, int k)
     case LK_O_W: return C * Ql;
     case LK_GATE_W: case LK_UP_W: case LK_DOWN_W: return Fl * C;
     case LK_ROUTER: return (size_t)c->moe_experts * C;
-    default: return El * F * C; /* the stacked experts: (El, F, C) or (El, C, F) */
+    default: return El * Fl * C; /* the stacked experts: (El, Fl, C) or (El, C, Fl) */
     }
 }
 
@@ -347,19 +348,25 @@ static size_t llama_tp_global(const zs_model_config *c, int i, size_t j)
     case LK_O_W: return (j / Ql) * (Ql * P) + r * Ql + j % Ql;           /* (C, NH*D) */
     case LK_GATE_W: case LK_UP_W: return r * Fl * C + j;                 /* (F, C) */
     case LK_DOWN_W: return (j / Fl) * (Fl * P) + r * Fl + j % Fl;        /* (C, F) */
+    case LK_X_GATE: case LK_X_UP: /* (E, F, C): rows of each expert */
+        return (j / (Fl * C)) * Fl * P * C + r * Fl * C + j % (Fl * C);
+    case LK_X_DOWN: { /* (E, C, F): columns of each expert */
+        size_t e = j / (C * Fl), w = j % (C * Fl);
+        return e * C * Fl * P + (w / Fl) * (Fl * P) + r * Fl + w % Fl;
+    }
     default: return j;                                                   /* replicated */
     }
 }
 
 /* Whether this rank's copy of entry i duplicates a lower TP rank's: the
- * RMSNorm weights on every rank but 0, replicated key/value heads on every
- * rank of a copy group but its first. */
+ * RMSNorm weights and a Mixtral block's router on every rank but 0,
+ * replicated key/value heads on every rank of a copy group but its first. */
 static int llama_tp_replicated(const zs_model_config *c, int i)
 {
     int P = llama_tp(c), KV = llama_kv(c), kind;
     if (llama_entry_block(c, i, &kind) < 0)
         return i == llama_block_first(c, c->n_layer); /* model.norm */
-    if (kind == LK_IN_NORM || kind == LK_POST_NORM)
+    if (kind == LK_IN_NORM || kind == LK_POST_NORM || kind == LK_ROUTER)
         return 1;
     if (KV % P && (kind == LK_K_W || kind == LK_K_B || kind == LK_V_W || kind == LK_V_B))
         return c->tp_rank % (P / KV) != 0;
@@ -375,10 +382,13 @@ static void llama_init_range(const zs_model *m, int i, size_t first, size_t n, f
                   i == llama_block_first(c, c->n_layer);
     int is_bias = in_block && (kind == LK_Q_B || kind == LK_K_B || kind == LK_V_B);
     uint64_t base = zs_rng_mix(seed, (uint64_t)i + 1);
-    if (in_block && kind >= LK_X_GATE && c->moe_ep > 1) /* this rank's experts' slice */
-        first += (size_t)c->moe_ep_rank * m->layout.entries[i].numel;
+    /* expert parallelism: this rank's experts are a slice of each stacked
+     * expert entry (its tensor-parallel shard 1/P of each expert) */
+    size_t ep_first = 0;
+    if (in_block && kind >= LK_X_GATE && c->moe_ep > 1)
+        ep_first = (size_t)c->moe_ep_rank * m->layout.entries[i].numel * (size_t)llama_tp(c);
     for (size_t j = 0; j < n; j++) {
-        size_t g = llama_tp(c) > 1 ? llama_tp_global(c, i, first + j) : first + j;
+        size_t g = ep_first + (llama_tp(c) > 1 ? llama_tp_global(c, i, first + j) : first + j);
         uint64_t st = base + 2 * g * 0x9e3779b97f4a7c15ULL;
         out[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(0.02 * zs_rng_normal(&st));
     }
@@ -402,8 +412,8 @@ static void llama_block_sizes(const zs_model_config *c, int b, size_t sz[LA_N], 
     for (int k = 0; k < LA_N; k++)
         sz[k] = s[k];
     size_t E = (size_t)c->moe_experts, cap = llama_n_moe(c) ? (size_t)llama_moe_cap(c, b) : 0;
-    size_t F = (size_t)c->ffn_hidden;
-    const size_t m[6] = {BT * E, E * cap * C, E * cap * F, E * cap * F, E * cap * F, E * cap * C};
+    const size_t m[6] = {BT * E, E * cap * C, E * cap * Fl, E * cap * Fl, E * cap * Fl,
+                         E * cap * C};
     for (int k = 0; k < 6; k++)
         moe[k] = m[k];
 }
@@ -471,12 +481,20 @@ static size_t llama_shared_activation_bytes(const zs_model_config *c, int b)
     return 4 * nw * llama_slot_floats(c, b, llama_range_kinds(c, b0, b1));
 }
 
+/* The floats of E experts' gate, up and down on this rank (Fl = F/P of
+ * each expert's intermediate size). */
+static size_t llama_experts_floats(const zs_model_config *c)
+{
+    return (size_t)c->moe_experts * 3 * ((size_t)c->ffn_hidden / (size_t)llama_tp(c)) *
+           (size_t)c->n_embd;
+}
+
 /* The experts' gradients by source (moe_ep_home), and what comes home. */
 static size_t llama_home_floats(const zs_model_config *c)
 {
     if (c->moe_ep <= 1 || !c->moe_ep_home || llama_n_moe(c) == 0)
         return 0;
-    size_t n = (size_t)c->moe_experts * 3 * (size_t)c->ffn_hidden * (size_t)c->n_embd;
+    size_t n = llama_experts_floats(c);
     return n + (c->moe_ep_home == ZS_MOE_EP_HOME ? n : 0);
 }
 
@@ -484,7 +502,7 @@ double zs_llama_moe_home_bytes(const zs_model_config *c)
 {
     if (c->moe_ep <= 1 || c->moe_ep_home != ZS_MOE_EP_HOME || llama_n_moe(c) == 0)
         return 0.0;
-    double n = (double)c->moe_experts * 3.0 * c->ffn_hidden * c->n_embd;
+    double n = (double)llama_experts_floats(c);
     return n * 4.0 * (c->moe_ep - 1.0) / c->moe_ep;
 }
 
@@ -506,8 +524,8 @@ static size_t llama_scratch_bytes(const zs_model_config *c, int b)
         f += 2 * BT * C + B * zs_decoder_seq_local(c) * C;
     if (llama_n_moe(c) > 0) {
         size_t E = (size_t)c->moe_experts, cap = (size_t)llama_moe_cap(c, b);
-        size_t F = (size_t)c->ffn_hidden, ecf = E * cap * F;
-        f += 2 * E * cap * C + BT * E + (ecf > BT * F ? 3 * (ecf - BT * F) : 0) +
+        size_t ecf = E * cap * Fl;
+        f += 2 * E * cap * C + BT * E + (ecf > BT * Fl ? 3 * (ecf - BT * Fl) : 0) +
              llama_home_floats(c);
     }
     return 4 * f;
@@ -583,7 +601,7 @@ static void llama_bind_scratch(zs_acts *a, int head)
     size_t D = llama_head_dim(c), NHl = (size_t)c->n_head / P, KVl = llama_kv_local(c);
     size_t Fl = (size_t)c->ffn_hidden / P;
     size_t E = (size_t)c->moe_experts, cap = llama_n_moe(c) ? (size_t)llama_moe_cap(c, a->b) : 0;
-    size_t ecf = E * cap * (size_t)c->ffn_hidden, fw = ecf > BT * Fl ? ecf : BT * Fl;
+    size_t ecf = E * cap * Fl, fw = ecf > BT * Fl ? ecf : BT * Fl;
     float *s = a->scratch;
     a->s_rope = s;
     s += llama_seq(c) * D;
@@ -636,7 +654,7 @@ static void llama_bind_scratch(zs_acts *a, int head)
         a->s_gl = s;
         s += BT * E;
         a->s_gsrc = s; /* E experts' gate, up and down, then s_grecv as much */
-        a->s_grecv = s + (llama_home_floats(c) ? E * 3 * (size_t)c->ffn_hidden * C : 0);
+        a->s_grecv = s + (llama_home_floats(c) ? llama_experts_floats(c) : 0);
     }
 }
 
@@ -840,11 +858,12 @@ static void llama_block_forward(zs_model *m, zs_backend_t be, int l, float *cons
     zs_backend_residual_forward(be, a->res2[l], inp, att_out, btlc);
     llama_norm_in(m, be, a, a->ln2[l], a->ln2_rstd[l], a->res2[l],
                   P[llama_entry(c, l, LK_POST_NORM)], B, u);
-    if (zs_model_block_is_moe(c, l)) { /* the experts (no tensor parallelism) */
+    if (zs_model_block_is_moe(c, l)) { /* the experts, summed over the group as the MLP */
         float *w[4];
         llama_moe_entries(c, l, P, w);
         zs_llama_moe_forward(m, be, l, (const float *const *)w, a, a->s_tmp, B, u);
-        zs_backend_residual_forward(be, a->res3[l], a->res2[l], a->s_tmp, btlc);
+        const float *moe_out = zs_decoder_row_sum(m, be, a, a->s_tmp, B, u);
+        zs_backend_residual_forward(be, a->res3[l], a->res2[l], moe_out, btlc);
         return;
     }
     /* the fused gate/up GEMM: rows [gate | up] */
@@ -882,7 +901,8 @@ static void llama_mlp_backward(zs_model *m, zs_backend_t be, int l, float *const
                         P[e_up], d.BT, d.C, d.F);
 }
 
-/* A Mixtral block's experts backward: d ln2 into a->s_tmp. */
+/* A Mixtral block's experts backward: d ln2 into a->s_tmp (partial over
+ * the tensor-parallel group, as the dense MLP's). */
 static void llama_moe_backward(zs_model *m, zs_backend_t be, int l, float *const *P,
                                float *const *G, zs_acts *a, const float *dout, int B, int u,
                                float dloss)

@@ -6,16 +6,30 @@
  * differs: gate and up (F, C) into packed rows [gate | up] of 2F, SiLU(gate)
  * * up, down (C, F), as a dense block's MLP (src/model/llama.c).
  *
- * Dimensions: BT tokens of hidden C, E experts of intermediate size F,
- * capacity Cap (zs_moe_capacity), expert-parallel size Ep, El = E/Ep
- * experts on this rank (E without expert parallelism).
+ * Tensor parallelism over P ranks (Megatron-LM's and DeepSpeed-MoE's
+ * expert tensor parallelism, as the GPT's experts, src/model/gpt.c): each
+ * expert is split as the dense MLP is, gate and up by rows (this rank's
+ * Fl = F/P of them, column-parallel), down by columns (row-parallel), so
+ * an expert's output on this rank is its part of a sum over the group; the
+ * router is replicated. Every rank of the group holds the same tokens
+ * (ln2 is whole on each), routes them the same way and combines its part
+ * of the experts' outputs; llama.c sums the combined rows over the group
+ * with the dense MLP's collective. In the backward the combine weights'
+ * gradients (dot products with those parts) are summed over the group, so
+ * that the router gets the same gradient on every rank, and the router's
+ * input gradient is added on TP rank 0 alone (the experts', a part on each
+ * rank, are summed over the group after this, by the RMSNorm's backward).
+ *
+ * Dimensions: BT tokens of hidden C, E experts of intermediate size F
+ * (Fl = F/P on this rank), capacity Cap (zs_moe_capacity), expert-parallel
+ * size Ep, El = E/Ep experts on this rank (E without expert parallelism).
  *
  * The views (llama.c binds them, its comment counts them): a->m_gates[l]
  * (BT, E) the router's probabilities; a->m_xin[l] (Ep, El, Cap, C) the
- * experts' input by source; a->m_fch[l] (Ep, El, Cap, 2F) gate and up;
- * a->m_gelu[l] (Ep, El, Cap, F) the SwiGLU; a->m_out[l] (E, Cap, C) the
+ * experts' input by source; a->m_fch[l] (Ep, El, Cap, 2Fl) gate and up;
+ * a->m_gelu[l] (Ep, El, Cap, Fl) the SwiGLU; a->m_out[l] (E, Cap, C) the
  * experts' output back in expert order. Scratch: s_gl (BT, E), s_me1 and
- * s_me2 (E, Cap, C), s_dfch (Cap, 2F) and s_dfch_gelu (Cap, F) for one
+ * s_me2 (E, Cap, C), s_dfch (Cap, 2Fl) and s_dfch_gelu (Cap, Fl) for one
  * expert's rows at a time, s_gsrc and s_grecv with moe_ep_home. */
 #include "model_impl.h"
 #include "zerosim/layers.h"
@@ -26,6 +40,13 @@ static int llama_moe_local(const zs_model_config *c)
     return c->moe_ep > 1 ? c->moe_experts / c->moe_ep : c->moe_experts;
 }
 
+/* Each expert's intermediate size on this rank: F/P with tensor
+ * parallelism. */
+static int llama_moe_ffn_local(const zs_model_config *c)
+{
+    return c->ffn_hidden / (c->tp > 1 ? c->tp : 1);
+}
+
 /* Whether each source's expert gradients are kept apart (moe_ep_home). */
 static int llama_moe_home(const zs_model_config *c)
 {
@@ -34,12 +55,14 @@ static int llama_moe_home(const zs_model_config *c)
 
 /* The experts over their buffers: source q's rows of expert j through
  * expert j alone, so that every source's rows get the arithmetic they get
- * without expert parallelism. w: router, gate, up, down. */
+ * without expert parallelism. w: router, gate, up, down (this rank's F =
+ * Fl rows or columns of each expert with tensor parallelism; out then
+ * holds this rank's part of each output row). */
 static void llama_experts_forward(zs_model *m, zs_backend_t be, int l, const float *const *w,
                                   zs_acts *a, float *out, int cap)
 {
     const zs_model_config *c = &m->cfg;
-    int C = c->n_embd, F = c->ffn_hidden, Ep = c->moe_ep > 1 ? c->moe_ep : 1;
+    int C = c->n_embd, F = llama_moe_ffn_local(c), Ep = c->moe_ep > 1 ? c->moe_ep : 1;
     int El = llama_moe_local(c);
     size_t rc = (size_t)cap * C, rf = (size_t)cap * F, FC = (size_t)F * C;
     for (int q = 0; q < Ep; q++)
@@ -55,15 +78,16 @@ static void llama_experts_forward(zs_model *m, zs_backend_t be, int l, const flo
         }
 }
 
-/* dout (Ep, El, Cap, C) -> din (same); the experts' gradients added into
- * g (or, with moe_ep_home, into each source's chunk of s_gsrc, laid out as
- * the stacked entries: gate (El F C), up (El F C), down (El C F)). */
+/* dout (Ep, El, Cap, C) -> din (same; with tensor parallelism this rank's
+ * part of the sum over the group); the experts' gradients added into g (or,
+ * with moe_ep_home, into each source's chunk of s_gsrc, laid out as the
+ * stacked entries: gate (El F C), up (El F C), down (El C F), F = Fl). */
 static void llama_experts_backward(zs_model *m, zs_backend_t be, int l, const float *const *w,
                                    float *const *g, zs_acts *a, float *din, const float *dout,
                                    int cap)
 {
     const zs_model_config *c = &m->cfg;
-    int C = c->n_embd, F = c->ffn_hidden, Ep = c->moe_ep > 1 ? c->moe_ep : 1;
+    int C = c->n_embd, F = llama_moe_ffn_local(c), Ep = c->moe_ep > 1 ? c->moe_ep : 1;
     int El = llama_moe_local(c), home = llama_moe_home(c);
     size_t rc = (size_t)cap * C, rf = (size_t)cap * F, FC = (size_t)F * C;
     size_t chunk = (size_t)El * 3 * FC;
@@ -125,11 +149,17 @@ void zs_llama_moe_backward(zs_model *m, zs_backend_t be, int l, const float *con
 {
     const zs_model_config *c = &m->cfg;
     int BT = B * c->seq_len, C = c->n_embd, E = c->moe_experts, cap = a->moe->cap;
-    int ep = c->moe_ep > 1;
+    int ep = c->moe_ep > 1, tp = c->tp > 1, r = tp ? c->tp_rank : 0;
     size_t ecc = (size_t)E * cap * C;
     zs_moe_route_block(m, be, a, l, w[0], BT, 0);
     /* combine: d the experts' outputs (s_me1), d the combine weights (host) */
     zs_moe_combine_backward(be, a->s_me1, dout, a->m_out[l], a->moe);
+    if (tp) { /* the combine weights' gradients over the group, through s_gl */
+        size_t kn = (size_t)a->moe->k * (size_t)BT;
+        zs_backend_copy_h2d(be, a->s_gl, a->moe->dweight, kn * 4);
+        zs_decoder_tp_sum(m, a->s_gl, kn, u);
+        zs_backend_copy_d2h(be, a->moe->dweight, a->s_gl, kn * 4);
+    }
     if (ep)
         zs_moe_alltoall(m, be, a->s_me2, a->s_me1, ecc, u);
     float *dexp = ep ? a->s_me2 : a->s_me1, *din = ep ? a->s_me1 : a->s_me2;
@@ -141,7 +171,8 @@ void zs_llama_moe_backward(zs_model *m, zs_backend_t be, int l, const float *con
     /* the router: through the combine weights, the softmax and l_aux */
     zs_moe_gate_backward(a->moe->hbuf, a->moe, (float)(c->moe_aux_coeff * dloss));
     zs_backend_copy_h2d(be, a->s_gl, a->moe->hbuf, (size_t)BT * E * 4);
-    zs_linear_backward(be, dln2, g[0], NULL, a->s_gl, a->ln2[l], w[0], BT, C, E);
+    zs_linear_backward(be, r == 0 ? dln2 : NULL, g[0], NULL, a->s_gl, a->ln2[l], w[0], BT, C,
+                       E);
 }
 
 const float *zs_llama_moe_source_grads(const zs_model *m, const zs_acts *a, size_t *chunk)
@@ -151,6 +182,6 @@ const float *zs_llama_moe_source_grads(const zs_model *m, const zs_acts *a, size
     if (c->moe_ep_home != ZS_MOE_EP_BY_SOURCE || !llama_moe_home(c) || c->moe_experts <= 0 ||
         c->moe_every <= 0 || c->n_layer / c->moe_every == 0)
         return NULL;
-    *chunk = (size_t)llama_moe_local(c) * 3 * (size_t)c->ffn_hidden * (size_t)c->n_embd;
+    *chunk = (size_t)llama_moe_local(c) * 3 * (size_t)llama_moe_ffn_local(c) * (size_t)c->n_embd;
     return a->s_gsrc;
 }

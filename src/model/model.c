@@ -78,15 +78,6 @@ static int zs_model_moe_validate(const zs_model_config *c)
     if (!(c->moe_aux_coeff >= 0.0) || c->moe_aux_coeff > 1e6)
         ZS_FAIL("--aux-loss-coeff (moe.loss_coeff) must be a number >= 0, got %g",
                 c->moe_aux_coeff);
-    /* also the rule moe+tp of the compatibility table (src/config/compat.c),
-     * which finalisation applies first; kept here for the configurations
-     * that do not pass through it: zs_model_create's own callers, and a
-     * resume that rebuilds the saved tensor-parallel layouts with a
-     * manifest's tp (ck_build_inverse, src/io/checkpoint.c) */
-    if (c->tp > 1 && c->kind == ZS_MODEL_LLAMA)
-        ZS_FAIL("a mixture of experts with tensor parallelism is not implemented for the Llama "
-                "family (its SwiGLU experts are not split over the tensor-parallel group): use "
-                "--tp 1 with --moe-experts, or --model gpt");
     int Ep = c->moe_ep > 1 ? c->moe_ep : 1;
     if (Ep > 256)
         ZS_FAIL("expert-parallel groups of more than 256 ranks are not supported (--ep %d)", Ep);

@@ -473,7 +473,7 @@ static void zs_predict_tp(const zs_run_config *cfg, const zs_step_shape *sh,
         p->tp_ckpt_ag_bytes_per_step = c->ckpt_gathers * 4.0 *
             (double)zs_model_boundary_elems(&cfg->model, cfg->micro_batch) * ring;
         p->tp_ag_bytes_per_step += p->tp_ckpt_ag_bytes_per_step;
-        /* a GPT's MoE blocks (src/model/gpt.c): the combine weights'
+        /* a decoder's MoE blocks (src/model/gpt.c, llama_moe.c): the combine weights'
          * gradients (top-k of BT floats) summed over the group in each
          * backward (the experts' outputs are summed as the dense MLP's) */
         double moe = 0.0;
