@@ -181,10 +181,9 @@ refused() { # PATTERN ARGS...
 refused "needs ZeRO stage 1, 2 or 3" --stage 0 --offload-optimizer cpu
 refused "needs nvme_path" --stage 1 --offload-optimizer nvme
 refused "nvme_path $T/none is not a folder" --stage 1 --offload-optimizer nvme --nvme-path "$T/none"
-refused "offload_param nvme without offload_optimizer (parameters in a file, the optimizer on the device) is a DeepSpeed feature" \
-    --stage 3 --offload-param nvme --nvme-path "$T/nvme"
 refused "offload_param \"device\": \"nvme\" needs nvme_path" --stage 3 --offload-optimizer cpu \
     --offload-param nvme
+refused "offload_param \"device\": \"nvme\" needs nvme_path" --stage 3 --offload-param nvme
 refused "out of memory in the simulated host tier on rank 0: optimizer_master asked for" \
     --stage 1 --offload-optimizer cpu --host-memory 64KiB
 refused "--offload-optimizer must be none, cpu or nvme" --stage 1 --offload-optimizer disk

@@ -64,7 +64,9 @@ typedef enum {
     ZS_BUF_INIT,         /* transient: initialisation staging (freed) */
     ZS_BUF_HGRAD,        /* offload: the reduced gradient shard on the host */
     ZS_BUF_HPARAM,       /* offload: the updated parameter shard on the host */
-    ZS_BUF_SWAP,         /* offload to nvme: the optimizer's double buffers */
+    ZS_BUF_SWAP,         /* offload to nvme: the optimizer's double buffers;
+                            offload_param nvme alone: the shard's host
+                            staging on its way to the file */
     ZS_BUF_TIED,         /* pipeline, last stage: the copy of the tied token
                             embedding its head reads (working precision) */
     ZS_BUF_TIED_GRAD,    /* pipeline, first and last stage: the head's
@@ -295,9 +297,10 @@ void zs_step_shape_init(zs_step_shape *s, const zs_run_config *cfg);
  * category, tier (offload) and bytes. zs_step_shape_build calls it; the
  * planner's bare parameter count (zs_step_shape_build_flat) too. */
 void zs_step_shape_place_buffers(zs_step_shape *s);
-/* Stage 3 with offload_param cpu and the optimizer on the device: the
- * parameter shard on the host, the device's optimizer output sent down
- * after each applied step (ZS_SOP_DOWNLOAD_PARAMS). */
+/* Stage 3 with offload_param (cpu or nvme) and the optimizer on the
+ * device: the parameter shard on the host or in the swap file, the
+ * device's optimizer output sent down after each applied step
+ * (ZS_SOP_DOWNLOAD_PARAMS; nvme: then written to the file). */
 int zs_step_shape_param_alone(const zs_step_shape *s);
 /* The shape of a bare parameter count: one layout of num_params elements
  * on `world` data-parallel ranks, without a model (no units, buckets,
@@ -388,7 +391,8 @@ typedef enum {
                             from the local gradient, its compressed
                             all-reduce, the step with the variance frozen */
     ZS_SOP_DOWNLOAD_PARAMS, /* offload_param alone: the shard the device's
-                            optimizer updated, to the host's parameters */
+                            optimizer updated, to the host's parameters
+                            (nvme: staged on the host, into the file) */
     ZS_SOP_NKINDS
 } zs_step_op_kind;
 

@@ -485,6 +485,8 @@ static int zs_plan_apply_cluster(zs_plan_cli *cl)
     }
     if (v[P_OFF_PARAM] && !v[P_DS] && zs_offload_parse(v[P_OFF_PARAM], &c->offload_param))
         ZS_FAIL("--offload-param must be none, cpu or nvme, got \"%s\"", v[P_OFF_PARAM]);
+    if (c->offload_param == ZS_OFFLOAD_NVME && !c->nvme_path[0]) /* alone, too */
+        snprintf(c->nvme_path, sizeof c->nvme_path, "(planned)");
     if (v[P_CALIB])
         ZS_TRY(zs_steptime_load_calibration(v[P_CALIB], &in->cal));
     static const struct { int id; size_t off; int zero_ok; } reals[] = {

@@ -134,15 +134,6 @@ RULE(offload_param_stage)
     return SAY("offload_param is read in stage 3 only: dropped at stage %d", c->stage);
 }
 
-RULE(offload_param_alone)
-{
-    UNUSED_CTX;
-    return c->offload_param == ZS_OFFLOAD_NVME && c->offload_optimizer == ZS_OFFLOAD_NONE &&
-           SAY("offload_param nvme without offload_optimizer (parameters in a file, the "
-               "optimizer on the device) is a DeepSpeed feature zerosim does not model yet: "
-               "use --offload-param cpu, or add --offload-optimizer cpu (or nvme)");
-}
-
 /* ---- tensor and sequence parallelism, the model ----------------------- */
 
 RULE(sp_tp)
@@ -681,8 +672,6 @@ static const zs_compat_rule rules[] = {
      "DeepSpeed offloads the optimizer from stage 1 up"},
     {"offload-param+stage", "offload-param stage", RUN, ADJUST, offload_param_stage,
      "DeepSpeed reads offload_param in stage 3 only"},
-    {"offload-param+offload", "offload-param offload", RUN, REFUSE, offload_param_alone,
-     "not modelled yet: the optimizer on the device with the parameters in a file (cpu is)"},
     {"sp+tp", "sp tp", RUN, REFUSE, sp_tp,
      "Megatron-LM's sequence parallelism lives in the tensor-parallel group"},
     {"tp+mlp", "tp model", RUN, REFUSE, tp_model,

@@ -187,9 +187,13 @@ static void zs_plan_states_flat(const zs_plan_input *in, const zs_run_config *c,
         r->d2h_bytes = rounds * (double)(gs * S);
     } else if (param_tier != ZS_TIER_DEVICE) {
         /* offload_param alone: the gathers as above, and the updated shard
-         * down after the device's optimizer */
+         * down after the device's optimizer (nvme: then into the file) */
         r->h2d_bytes = 2.0 * (double)c->grad_accum * (double)(ps * S);
         r->d2h_bytes = (double)(ps * S);
+        if (param_tier == ZS_TIER_NVME) {
+            r->nvme_read_bytes = r->h2d_bytes;
+            r->nvme_write_bytes = (double)(ps * S);
+        }
     }
     zs_step_shape_free(&sh);
 }

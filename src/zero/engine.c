@@ -80,7 +80,10 @@ static int zs_engine_alloc_buffers(zs_engine *e)
     e->param_nvme = e->shape->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME;
     /* the optimizer writes the updated shard into hparam: with
      * offload_param, the host's shard itself (nothing goes up after it) */
-    e->hparam = e->param_host ? e->buf[ZS_BUF_PARAMS] : e->buf[ZS_BUF_HPARAM];
+    e->hparam = e->param_host ? e->buf[ZS_BUF_PARAMS]
+                : e->param_nvme && zs_step_shape_param_alone(e->shape)
+                    ? e->buf[ZS_BUF_SWAP] /* offload_param nvme alone: the staging */
+                    : e->buf[ZS_BUF_HPARAM];
     /* where the device's optimizer writes the updated working copy: the
      * shard itself, or with offload_param alone the device copy that goes
      * down after the step (fp32: none, the master is sent) */
@@ -259,7 +262,7 @@ static int zs_engine_create_config(zs_engine *e, const zs_run_config *cfg)
     e->offload = cfg->stage >= 1 ? cfg->offload_optimizer : ZS_OFFLOAD_NONE;
     /* offload_param alone: the optimizer on the device, the shard it
      * updates on the host (zs_step_shape_param_alone) */
-    int param_alone = cfg->stage == 3 && cfg->offload_param == ZS_OFFLOAD_CPU &&
+    int param_alone = cfg->stage == 3 && cfg->offload_param != ZS_OFFLOAD_NONE &&
                       e->offload == ZS_OFFLOAD_NONE;
     e->sep_master = e->mixed || e->offload != ZS_OFFLOAD_NONE || param_alone;
     e->swap_fd = -1;

@@ -230,17 +230,25 @@ int zs_engine_exec_offload_grads(zs_engine *e, const zs_step_op *o, int *stop)
 
 /* offload_param alone: the shard the device's optimizer updated (its
  * working-precision copy, or the fp32 master itself), down into the host's
- * parameter shard, which the next step's gathers read. */
+ * parameter shard, which the next step's gathers read; with nvme into the
+ * host staging buffer, then written to the file (the gathers read it from
+ * there). */
 int zs_engine_exec_download_params(zs_engine *e, const zs_step_op *o, int *stop)
 {
     (void)o;
     (void)stop;
     size_t bytes = e->part.shard * e->param_elsize;
+    void *dst = e->param_nvme ? e->hparam : e->params_shard;
     double t0 = zs_clock();
     if (!e->phantom)
-        zs_backend_copy_d2h(e->be, e->params_shard, e->mixed ? e->param_out : (void *)e->master,
-                            bytes);
-    zs_comm_record_transfer(e->comm, ZS_OP_D2H, bytes, zs_clock() - t0);
+        zs_backend_copy_d2h(e->be, dst, e->mixed ? e->param_out : (void *)e->master, bytes);
+    double t1 = zs_clock();
+    zs_comm_record_transfer(e->comm, ZS_OP_D2H, bytes, t1 - t0);
+    if (!e->param_nvme)
+        return 0;
+    if (!e->phantom)
+        ZS_TRY(zs_engine_swap_params(e, 1, 0, e->part.shard, e->hparam));
+    zs_comm_record_transfer(e->comm, ZS_OP_NVME_WRITE, bytes, zs_clock() - t1);
     return 0;
 }
 

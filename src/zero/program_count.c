@@ -75,8 +75,10 @@ static void zs_count_transfers(const zs_step_shape *s, const zs_step_op *o, zs_s
     case ZS_SOP_OFFLOAD_GRADS:
         c->d2h_applied_bytes += (double)o->elems * (double)s->gs;
         break;
-    case ZS_SOP_DOWNLOAD_PARAMS:
+    case ZS_SOP_DOWNLOAD_PARAMS: /* and with offload_param nvme into the file */
         c->d2h_applied_bytes += (double)o->elems * ps;
+        if (s->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME)
+            c->nvme_write_bytes += (double)o->elems * ps;
         break;
     case ZS_SOP_UPLOAD_PARAMS: /* to the device, or into the file */
         if (s->buf[ZS_BUF_PARAMS].tier == ZS_TIER_NVME)

@@ -217,7 +217,7 @@ static int zs_shape_gathers(zs_step_shape *s, const zs_model *m)
 
 int zs_step_shape_param_alone(const zs_step_shape *s)
 {
-    return s->stage == 3 && s->cfg.offload_param == ZS_OFFLOAD_CPU &&
+    return s->stage == 3 && s->cfg.offload_param != ZS_OFFLOAD_NONE &&
            s->cfg.offload_optimizer == ZS_OFFLOAD_NONE;
 }
 
@@ -235,16 +235,23 @@ static void zs_shape_offload_buffers(zs_step_shape *s)
      * shard (in working precision) */
     zs_offload off = st >= 1 ? s->cfg.offload_optimizer : ZS_OFFLOAD_NONE;
     if (zs_step_shape_param_alone(s)) {
-        /* offload_param alone (cpu): the parameter shard lives on the host
-         * and each gather sends this rank's part up, as with the optimizer
-         * offloaded; the optimizer stays on the device with an fp32 master
-         * (in fp32 runs too: the shard it updates is not on the device),
-         * writes the updated shard in working precision into a device copy
-         * (mixed precision; in fp32 the master is that copy), and sends it
-         * down after the step */
+        /* offload_param alone: the parameter shard lives on the host (cpu)
+         * or in the rank's swap file (nvme) and each gather sends this
+         * rank's part up, as with the optimizer offloaded; the optimizer
+         * stays on the device with an fp32 master (in fp32 runs too: the
+         * shard it updates is not on the device), writes the updated shard
+         * in working precision into a device copy (mixed precision; in fp32
+         * the master is that copy), and sends it down after the step; with
+         * nvme it lands in a host staging buffer (SWAP) and is written to
+         * the file from there */
         ZS_SETBUF(ZS_BUF_MASTER, ZS_MEM_OPT_MASTER, S * 4);
         b[ZS_BUF_PARAMS].tier = ZS_TIER_HOST;
         ZS_SETBUF(ZS_BUF_HPARAM, ZS_MEM_PARAMS, s->mixed ? S * ps : 0);
+        if (s->cfg.offload_param == ZS_OFFLOAD_NVME) {
+            b[ZS_BUF_PARAMS].tier = ZS_TIER_NVME;
+            ZS_SETBUF(ZS_BUF_SWAP, ZS_MEM_PARAMS, S * ps);
+            b[ZS_BUF_SWAP].tier = ZS_TIER_HOST;
+        }
     }
     if (off != ZS_OFFLOAD_NONE) {
         zs_mem_tier t = off == ZS_OFFLOAD_CPU ? ZS_TIER_HOST : ZS_TIER_NVME;
