@@ -264,14 +264,6 @@ RULE(cp_moe)
                "--cp 1", c->cp);
 }
 
-RULE(cp_partition_activations)
-{
-    UNUSED_CTX;
-    return c->cp > 1 && c->partition_activations &&
-           SAY("activation_checkpointing.partition_activations with --cp %d is not modelled: "
-               "set it to false", c->cp);
-}
-
 /* DeepSpeed-Ulysses (--cp U --cp-attention ulysses, "sequence_parallel_size"):
  * each rank runs the attention on n_head / (tp U) whole heads. */
 RULE(ulysses_heads)
@@ -753,8 +745,6 @@ static const zs_compat_rule rules[] = {
      "ring attention splits a decoder's sequence (GPT, Llama): the MLP has none"},
     {"cp+sp", "cp sp", RUN, REFUSE, cp_sp, "not implemented yet"},
     {"cp+moe", "cp moe", RUN, REFUSE, cp_moe, "not implemented yet"},
-    {"cp+partition-activations", "cp ckpt", RUN, REFUSE, cp_partition_activations,
-     "not implemented yet"},
     {"device+cp", "backend cp", DEVICE, REFUSE, device_cp,
      "the ring attention's kernels are the CPU's and the portable backend's"},
     {"onebitadam+stage", "onebitadam stage", RUN, REFUSE, onebit_stage,

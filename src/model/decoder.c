@@ -100,7 +100,9 @@ size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b)
  * backward (gathered; a segment that is not recomputed reads the one its
  * forward left). The last blocks' outputs stay in their slots, so that a
  * recompute does not overwrite the input it started from. A pipeline
- * stage's first block reads the stage's input, never a checkpoint. Not
+ * stage's first block reads the stage's input, never a checkpoint. With
+ * context parallelism a checkpoint holds the rank's chunk (Tl = T / cp
+ * positions), which the tensor-parallel group shares. Not
  * with sequence parallelism (its residual stream is already split over
  * the group: compat.c). */
 
