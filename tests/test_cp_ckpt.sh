@@ -9,7 +9,7 @@
 # whole checkpoint of the chunk), counted here by hand; the all-gathers add
 # (nseg - 2) calls per micro-batch of (P - 1) / P X each; measured =
 # predicted, plan = run, phantom = real. Then sequence parallelism within
-# each CP chunk (rule cp+sp lifted). Full tier only (4 ranks, minutes).
+# each CP chunk (rule cp+sp lifted). Full tier only (4 ranks, 30 s here).
 . "$(dirname "$0")/testlib.sh"
 
 printf '{"activation_checkpointing": {"partition_activations": true}}\n' >"$T/pa.json"
