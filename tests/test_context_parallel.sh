@@ -36,8 +36,8 @@ S="--layers 2 --hidden 32 --heads 4 --vocab 64 --micro-batch 2 --steps 1 --quiet
 refuse -m "context-parallel groups of 4 (--cp)" train --phantom --world-size 6 $S --seq 16 --cp 4
 refuse -m "not a multiple of 8" train --phantom --world-size 4 $S --seq 12 --cp 4
 refuse -m "splits a decoder's sequence" train --phantom --world-size 2 $S --seq 16 --cp 2 --model mlp
-refuse -m "sequence-parallel" train --phantom --world-size 4 $S --seq 16 --cp 2 --tp 2 \
-    --sequence-parallel
+refuse -m "context-parallel size times the tensor-parallel size" train --phantom --world-size 8 \
+    $S --seq 12 --cp 2 --tp 4 --sequence-parallel
 refuse -m "mixture of experts" train --phantom --world-size 2 $S --seq 16 --cp 2 --moe-experts 4
 refuse -m "zerosim convention" plan --params 1e6 --cp 2 --dp 2
 "$ZS" config-keys --combinations | grep -q "refuse cp+seq" && ok || bad "cp+seq not in the table"

@@ -225,15 +225,6 @@ RULE(cp_model)
                "use --model gpt or llama, or --cp 1", c->cp);
 }
 
-RULE(cp_sp)
-{
-    UNUSED_CTX;
-    return c->cp > 1 && c->sequence_parallel &&
-           SAY("context parallelism (--cp %d) with --sequence-parallel is not implemented yet "
-               "(the gathers of the tensor-parallel group over this rank's chunks): drop one",
-               c->cp);
-}
-
 RULE(cp_moe)
 {
     UNUSED_CTX;
@@ -241,14 +232,6 @@ RULE(cp_moe)
            SAY("context parallelism (--cp %d) with a mixture of experts is not implemented yet "
                "(an expert's capacity counts a whole sample's tokens): drop --moe-experts or use "
                "--cp 1", c->cp);
-}
-
-RULE(cp_partition_activations)
-{
-    UNUSED_CTX;
-    return c->cp > 1 && c->partition_activations &&
-           SAY("activation_checkpointing.partition_activations with --cp %d is not modelled: "
-               "set it to false", c->cp);
 }
 
 /* DeepSpeed-Ulysses (--cp U --cp-attention ulysses, "sequence_parallel_size"):
@@ -734,10 +717,7 @@ static const zs_compat_rule rules[] = {
      "Megatron-LM's load balancing cuts the sequence into 2 cp chunks"},
     {"cp+model", "cp model", RUN, REFUSE, cp_model,
      "ring attention splits a decoder's sequence (GPT, Llama): the MLP has none"},
-    {"cp+sp", "cp sp", RUN, REFUSE, cp_sp, "not implemented yet"},
     {"cp+moe", "cp moe", RUN, REFUSE, cp_moe, "not implemented yet"},
-    {"cp+partition-activations", "cp ckpt", RUN, REFUSE, cp_partition_activations,
-     "not implemented yet"},
     {"device+cp", "backend cp", DEVICE, REFUSE, device_cp,
      "the ring attention's kernels are the CPU's and the portable backend's"},
     {"onebitadam+stage", "onebitadam stage", RUN, REFUSE, onebit_stage,

@@ -100,7 +100,9 @@ size_t zs_decoder_checkpoint_bytes(const zs_model_config *c, int b)
  * backward (gathered; a segment that is not recomputed reads the one its
  * forward left). The last blocks' outputs stay in their slots, so that a
  * recompute does not overwrite the input it started from. A pipeline
- * stage's first block reads the stage's input, never a checkpoint. Not
+ * stage's first block reads the stage's input, never a checkpoint. With
+ * context parallelism a checkpoint holds the rank's chunk (Tl = T / cp
+ * positions), which the tensor-parallel group shares. Not
  * with sequence parallelism (its residual stream is already split over
  * the group: compat.c). */
 
@@ -200,12 +202,13 @@ int zs_decoder_sp(const zs_model_config *c) { return c->tp > 1 && c->sequence_pa
  * Llama family's) ---------------------------------------------------------- */
 
 /* Sequence parallelism: all-gather each rank's (B, T/P, C) positions into
- * full (B, T, C), through perm (the ranks' chunks one after the other). */
+ * full (B, T, C), through perm (the ranks' chunks one after the other); T
+ * the rank's positions, with --cp its context chunk's (zs_decoder_seq_rank). */
 void zs_decoder_sp_gather(zs_model *m, zs_backend_t be, float *full, const float *local,
                           float *perm, int B, int unit)
 {
     const zs_model_config *c = &m->cfg;
-    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64], displs[64];
+    int P = c->tp, T = (int)zs_decoder_seq_rank(c), Ts = T / P, C = c->n_embd, counts[64], displs[64];
     size_t chunk = (size_t)B * Ts * C;
     for (int q = 0; q < P; q++) {
         counts[q] = (int)chunk;
@@ -226,7 +229,7 @@ void zs_decoder_sp_scatter(zs_model *m, zs_backend_t be, float *local, const flo
                            float *perm, int B, int unit)
 {
     const zs_model_config *c = &m->cfg;
-    int P = c->tp, T = c->seq_len, Ts = T / P, C = c->n_embd, counts[64];
+    int P = c->tp, T = (int)zs_decoder_seq_rank(c), Ts = T / P, C = c->n_embd, counts[64];
     size_t chunk = (size_t)B * Ts * C;
     for (int q = 0; q < P; q++) {
         counts[q] = (int)chunk;

@@ -168,6 +168,11 @@ int zs_model_config_validate(const zs_model_config *c)
         if (c->sequence_parallel && c->seq_len % T)
             ZS_FAIL("model.seq (%d) must be divisible by the tensor-parallel size (--tp %d) with "
                     "sequence parallelism", c->seq_len, T);
+        if (c->sequence_parallel && zs_decoder_seq_rank(c) % (size_t)T)
+            ZS_FAIL("model.seq (%d) must be divisible by the context-parallel size times the "
+                    "tensor-parallel size (--cp %d x --tp %d) with sequence parallelism: each "
+                    "rank's chunk of the sequence is split over the tensor-parallel group",
+                    c->seq_len, zs_model_cp_size(c), T);
         if (T > 64)
             ZS_FAIL("tensor-parallel groups of more than 64 ranks are not supported (--tp %d)", T);
         ZS_TRY(zs_model_moe_validate(c));
