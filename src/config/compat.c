@@ -717,7 +717,9 @@ static const zs_compat_rule rules[] = {
      "Megatron-LM's load balancing cuts the sequence into 2 cp chunks"},
     {"cp+model", "cp model", RUN, REFUSE, cp_model,
      "ring attention splits a decoder's sequence (GPT, Llama): the MLP has none"},
-    {"cp+moe", "cp moe", RUN, REFUSE, cp_moe, "not implemented yet"},
+    {"cp+moe", "cp moe", RUN, REFUSE, cp_moe,
+     "not implemented yet (Megatron-LM runs it): the router, its capacity and aux term over "
+     "a context chunk's tokens"},
     {"device+cp", "backend cp", DEVICE, REFUSE, device_cp,
      "the ring attention's kernels are the CPU's and the portable backend's"},
     {"onebitadam+stage", "onebitadam stage", RUN, REFUSE, onebit_stage,

@@ -533,11 +533,13 @@ void zs_engine_destroy(zs_engine *e)
     free(e->pp_token_loss);
     zs_step_program_free(&e->prog);
     zs_step_program_free(&e->prog_onebit);
-    zs_step_shape_free(&e->own_shape);
-    zs_data_destroy(e->data);
+    /* the chunks' models before the shape that counts them (e->shape may
+     * be e->own_shape, which zs_step_shape_free clears) */
     for (int c = 1; e->cmodel && e->shape && c < e->shape->nchunks; c++)
         zs_model_destroy(e->cmodel[c]);
     free(e->cmodel);
+    zs_step_shape_free(&e->own_shape);
+    zs_data_destroy(e->data);
     zs_model_destroy(e->model);
     zs_model_destroy(e->fmodel);
     free(e);
