@@ -29,7 +29,8 @@ fi
 # tests and Check programs, e.g. "tests/check_quant tests/test_overlap.sh"),
 # for a change that the subset does not reach
 TESTS=${ZS_SANITIZER_TESTS:-"tests/check_config tests/test_cli.sh tests/test_train_cli.sh
-    tests/test_fuzz_regress.sh tests/test_accounting.sh tests/test_zero_stages.sh"}
+    tests/test_fuzz_regress.sh tests/test_accounting.sh tests/test_zero_stages.sh
+    tests/test_pipeline_moe.sh"}
 # zerosim and every fuzz target's replay program that Makefile.am builds
 # (test_fuzz_regress.sh replays each)
 PROGS="zerosim $(sed -n 's|^[[:space:]]*\(fuzz/replay_[a-z_]*\).*|\1|p' "$SRC/Makefile.am" | sort -u |
