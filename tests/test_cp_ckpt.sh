@@ -16,11 +16,6 @@ printf '{"activation_checkpointing": {"partition_activations": true}}\n' >"$T/pa
 GEOM="--layers 6 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2"
 M="$GEOM --steps 3 --warmup 0 --lr 1e-2 --quiet"
 
-# one field of rank 0's row of a --csv folder's FILE.csv: mem DIR CATEGORY
-# gives measured bytes; ag DIR gives the all-gathers' calls and bytes
-mem() { awk -v c="$2" '$1 == 0 && $2 == c { print $3 }' "$1/memory.csv"; }
-ag() { awk '$1 == 0 && $2 == "allgather" && $3 == "all" { print $4, $5 }' "$1/comm.csv"; }
-
 # case: N ranks, cp, tp, checkpointing, stage, model options (GPT by default)
 cpa_case() {
     n=$1 cp=$2 tp=$3 ck=$4 stage=$5
@@ -36,10 +31,10 @@ cpa_case() {
     # by hand: the segments of every:K over 6 blocks, X = 4 B (T/C) E bytes
     K=${ck#every:}
     nseg=$(((6 + K - 1) / K)) X=$((4 * 2 * (16 / cp) * 32))
-    c0=$(mem "$T/$name-off" checkpoints) c1=$(mem "$T/$name-on" checkpoints)
+    c0=$(rank0_bytes "$T/$name-off" checkpoints) c1=$(rank0_bytes "$T/$name-on" checkpoints)
     [ "$c0" = $(((nseg - 1) * X)) ] && [ "$c1" = $(((nseg - 1) * X / tp + X)) ] && ok ||
         bad "$name: checkpoint bytes $c1 partitioned, $c0 whole; by hand $(((nseg - 1) * X / tp + X)), $(((nseg - 1) * X))"
-    set -- $(ag "$T/$name-off") $(ag "$T/$name-on")
+    set -- $(rank0_allgather "$T/$name-off") $(rank0_allgather "$T/$name-on")
     g=$((3 * 2 * (nseg - 2))) # steps x grad-accum x gathers per micro-batch
     [ "$3" = $(($1 + g)) ] && awk -v a="$2" -v b="$4" -v g="$g" -v X="$X" -v p="$tp" \
         'BEGIN { exit !(b - a == g * X * (p - 1) / p) }' && ok ||
@@ -89,7 +84,7 @@ sp_case cpsp --cp 2 --tp 2 --stage 1
 # by hand (docs/parallelism.md's closed form, B 2, T 16/2, C 32, P 2, L 2, V 64,
 # NH 4): BTl C + L (2 BT C + 2 BTl C + 12 BT C/P + 4 BTl + 2 B NH/P T) + BT C
 # + 2 BTl + BT (V/P + 1) floats, BT = 16, BTl = 8
-a=$(mem "$T/cpsp-sp" activations)
+a=$(rank0_bytes "$T/cpsp-sp" activations)
 [ "$a" = $((4 * (256 + 2 * (1024 + 512 + 3072 + 32 + 64) + 512 + 16 + 528))) ] && ok ||
     bad "cp 2 x sp: activations $a bytes, by hand $((4 * (256 + 2 * (1024 + 512 + 3072 + 32 + 64) + 512 + 16 + 528)))"
 M0=$M M="$SPG --steps 3 --warmup 0 --quiet" # phantom_same runs zerosim train $M ...

@@ -16,11 +16,6 @@ printf '{"activation_checkpointing": {"partition_activations": true}}\n' >"$T/pa
 GEOM="--layers 6 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 2 --grad-accum 2"
 M="$GEOM --steps 3 --warmup 0 --lr 1e-2 --quiet"
 
-# one field of rank 0's row of a --csv folder's FILE.csv: mem DIR CATEGORY
-# gives measured bytes; ag DIR gives the all-gathers' calls and bytes
-mem() { awk -v c="$2" '$1 == 0 && $2 == c { print $3 }' "$1/memory.csv"; }
-ag() { awk '$1 == 0 && $2 == "allgather" && $3 == "all" { print $4, $5 }' "$1/comm.csv"; }
-
 # case: N ranks, tp, checkpointing, stage, model options (GPT by default)
 pa_case() {
     n=$1 tp=$2 ck=$3 stage=$4
@@ -36,10 +31,10 @@ pa_case() {
     # by hand: the segments of every:K over 6 blocks, X = 4 B T C bytes
     K=${ck#every:}
     nseg=$(((6 + K - 1) / K)) X=$((4 * 2 * 16 * 32))
-    c0=$(mem "$T/$name-off" checkpoints) c1=$(mem "$T/$name-on" checkpoints)
+    c0=$(rank0_bytes "$T/$name-off" checkpoints) c1=$(rank0_bytes "$T/$name-on" checkpoints)
     [ "$c0" = $(((nseg - 1) * X)) ] && [ "$c1" = $(((nseg - 1) * X / tp + X)) ] && ok ||
         bad "$name: checkpoint bytes $c1 partitioned, $c0 whole; by hand $(((nseg - 1) * X / tp + X)), $(((nseg - 1) * X))"
-    set -- $(ag "$T/$name-off") $(ag "$T/$name-on")
+    set -- $(rank0_allgather "$T/$name-off") $(rank0_allgather "$T/$name-on")
     g=$((3 * 2 * (nseg - 2))) # steps x grad-accum x gathers per micro-batch
     [ "$3" = $(($1 + g)) ] && awk -v a="$2" -v b="$4" -v g="$g" -v X="$X" -v p="$tp" \
         'BEGIN { exit !(b - a == g * X * (p - 1) / p) }' && ok ||
@@ -95,7 +90,7 @@ for sched in 1f1b gpipe interleaved; do
     measured_is_predicted "pp $sched partitioned" "$T/pp-$sched-on"
 done
 X=$((4 * 2 * 16 * 32))
-c0=$(mem "$T/pp-1f1b-off" checkpoints) c1=$(mem "$T/pp-1f1b-on" checkpoints)
+c0=$(rank0_bytes "$T/pp-1f1b-off" checkpoints) c1=$(rank0_bytes "$T/pp-1f1b-on" checkpoints)
 [ "$c0" = $((6 * X)) ] && [ "$c1" = $((5 * X)) ] && ok ||
     bad "pp 1f1b: checkpoint bytes $c1 partitioned, $c0 whole; by hand $((5 * X)), $((6 * X))"
 M="$M --layers 8"

@@ -192,6 +192,11 @@ same_hashes() {
 
 # key FILE NAME: the value of a top-level scalar key of a report
 key() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1"; }
+# rank0_bytes DIR CATEGORY: rank 0's measured bytes of CATEGORY in a
+# --csv folder's memory.csv; rank0_allgather DIR: rank 0's all-gathers over
+# every group, calls and bytes, from its comm.csv
+rank0_bytes() { awk -v c="$2" '$1 == 0 && $2 == c { print $3 }' "$1/memory.csv"; }
+rank0_allgather() { awk '$1 == 0 && $2 == "allgather" && $3 == "all" { print $4, $5 }' "$1/comm.csv"; }
 
 # finish: the closing line, with the test's seconds (scripts/test.sh lists
 # the slowest), then exit 0 only when nothing failed
