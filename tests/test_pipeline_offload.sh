@@ -14,18 +14,6 @@
 # shellcheck disable=SC2034 # M is read by testlib.sh's train_hashes and phantom_same
 M="--layers 2 --hidden 32 --heads 4 --seq 16 --vocab 64 --micro-batch 8 --grad-accum 4 --steps 3 --warmup 0 --quiet --pp 2"
 
-# every category and tier of every rank, and every op with a prediction:
-# measured = predicted
-memory_predicted() { # LABEL DIR
-    awk -v L="$1" '$1 !~ /^#/ && $2 != "total" {
-            n++; if ($3 != $4) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ } }
-        END { exit (bad > 0 || n < 40) }' "$2/memory.csv" && ok || bad "$1: memory"
-}
-ops_predicted() { # LABEL DIR
-    awk -v L="$1" '$1 !~ /^#/ && $3 == "all" && $6 != -1 {
-            n++; if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ } }
-        END { exit (bad > 0 || n < 8) }' "$2/comm.csv" && ok || bad "$1: transfers"
-}
 
 stages="1 2 3"
 zs_fast && stages=1

@@ -192,6 +192,19 @@ same_hashes() {
 
 # key FILE NAME: the value of a top-level scalar key of a report
 key() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1"; }
+# memory_predicted LABEL DIR, ops_predicted LABEL DIR: every category and
+# tier of every rank (40 rows at least), and every op with a prediction (8
+# at least), measured = predicted in a --csv folder
+memory_predicted() { # LABEL DIR
+    awk -v L="$1" '$1 !~ /^#/ && $2 != "total" {
+            n++; if ($3 != $4) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $3, $4; bad++ } }
+        END { exit (bad > 0 || n < 40) }' "$2/memory.csv" && ok || bad "$1: memory"
+}
+ops_predicted() { # LABEL DIR
+    awk -v L="$1" '$1 !~ /^#/ && $3 == "all" && $6 != -1 {
+            n++; if ($5 != $6) { printf "FAIL: %s rank %s %s: measured %s predicted %s\n", L, $1, $2, $5, $6; bad++ } }
+        END { exit (bad > 0 || n < 8) }' "$2/comm.csv" && ok || bad "$1: transfers"
+}
 # rank0_bytes DIR CATEGORY: rank 0's measured bytes of CATEGORY in a
 # --csv folder's memory.csv; rank0_allgather DIR: rank 0's all-gathers over
 # every group, calls and bytes, from its comm.csv
